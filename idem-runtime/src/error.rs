@@ -1,0 +1,159 @@
+//! The one error type of idem.
+
+use std::time::Duration;
+
+use crate::key::ShortKey;
+
+/// Everything that can go wrong in idem, each message saying what happened and what to do.
+///
+/// A tool annotated with `#[idempotent]` returns `Result<T, E>` with `E: From<idem::Error>`, so
+/// these errors flow out as the tool's own error type.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A state-changing tool was called outside of a turn.
+    #[error(
+        "tool `{tool}` was called outside of a turn: wrap the agent loop in \
+         `idem::Turn::new(turn_id).scope(async {{ ... }})` or pass a `&Turn` parameter"
+    )]
+    NoTurn {
+        /// The tool's name.
+        tool: &'static str,
+    },
+
+    /// The per-key retry budget of the current turn is used up.
+    #[error(
+        "tool `{tool}` was attempted {attempts} times with key {key} in this turn (limit {limit}): \
+         it is stuck; stop retrying and report the failure instead of calling it again"
+    )]
+    BudgetExhausted {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key that was retried.
+        key: ShortKey,
+        /// Attempts made with this key in this turn, including this one.
+        attempts: u32,
+        /// The configured limit.
+        limit: u32,
+    },
+
+    /// The cap on state-changing calls in the current turn is used up.
+    #[error(
+        "turn `{turn}` already made {calls} state-changing calls (limit {limit}); tool `{tool}` \
+         was refused: end the turn or raise `Turn::max_calls`"
+    )]
+    TurnBudgetExhausted {
+        /// The tool that was refused.
+        tool: &'static str,
+        /// The turn id.
+        turn: String,
+        /// State-changing calls made in this turn, including this one.
+        calls: u32,
+        /// The configured limit.
+        limit: u32,
+    },
+
+    /// The key was used before with different arguments.
+    #[error(
+        "tool `{tool}` was called with key {key} that was first used with different arguments: \
+         a caller-supplied key must identify exactly one action; use a new key for a new action"
+    )]
+    PayloadMismatch {
+        /// The tool's name.
+        tool: &'static str,
+        /// The reused key.
+        key: ShortKey,
+    },
+
+    /// Another process is still running the call with this key.
+    #[error(
+        "tool `{tool}` with key {key} is still running elsewhere after waiting {waited:?}: \
+         retry later; if its holder crashed, the key is freed when its lease expires"
+    )]
+    InFlight {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key in flight.
+        key: ShortKey,
+        /// How long this call waited before giving up.
+        waited: Duration,
+    },
+
+    /// A stored result could not be decoded into the tool's result type.
+    #[error(
+        "the stored result of tool `{tool}` for key {key} could not be decoded ({message}): \
+         the record is corrupt or the result type changed; bump the tool's `version` or remove \
+         the record"
+    )]
+    Decode {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key whose record failed to decode.
+        key: ShortKey,
+        /// What the decoder said.
+        message: String,
+    },
+
+    /// An argument or a result could not be encoded.
+    #[error("tool `{tool}`: could not encode {what} ({message}); check its `Serialize` impl")]
+    Encode {
+        /// The tool's name.
+        tool: &'static str,
+        /// What failed to encode (an argument name or "its result").
+        what: String,
+        /// What the encoder said.
+        message: String,
+    },
+
+    /// The dedup store failed; the tool was not run (idem fails closed).
+    #[error(
+        "the idempotency store failed during {operation} ({source}); the tool was not run \
+         without a lock, retry when the store is reachable"
+    )]
+    Store {
+        /// The store operation that failed.
+        operation: &'static str,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
+
+    /// A caller tried to complete or release a lease it no longer holds.
+    #[error(
+        "the lease on key {key} was lost (it expired and was claimed by another caller); the \
+         result was not recorded: raise the lease duration for long-running tools"
+    )]
+    LeaseLost {
+        /// The key whose lease was lost.
+        key: ShortKey,
+    },
+
+    /// A stored record is malformed.
+    #[error("corrupt record for key {key} in the store: {message}; remove it with the admin API")]
+    CorruptRecord {
+        /// The key of the corrupt record.
+        key: ShortKey,
+        /// What is wrong with it.
+        message: String,
+    },
+
+    /// An invalid configuration value.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+impl Error {
+    /// Wraps any error from a store backend.
+    pub fn store(
+        operation: &'static str,
+        source: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error::Store {
+            operation,
+            source: source.into(),
+        }
+    }
+}
+
+/// `Result` with [`Error`] as its error type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
