@@ -40,7 +40,7 @@ pub enum Error {
     /// The cap on state-changing calls in the current turn is used up.
     #[error(
         "turn `{turn}` already made {calls} state-changing calls (limit {limit}); tool `{tool}` \
-         was refused: end the turn or raise `Turn::max_calls`"
+         was refused: end the turn or raise `Turn::with_max_calls`"
     )]
     TurnBudgetExhausted {
         /// The tool that was refused.

@@ -1,9 +1,26 @@
 //! Runtime for [`idem`](https://docs.rs/idem): canonical idempotency keys, turns and retry budgets,
 //! dedup stores and the execution engine that `#[idempotent]` tools run through.
+//!
+//! The pipeline, one module each: arguments → [`key`] → [`turn`] budget → [`store`] →
+//! [`engine`] → [`replay`].
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod clock;
+pub mod engine;
 pub mod error;
+mod flight;
 pub mod key;
+pub mod replay;
+pub mod stats;
+pub mod store;
+pub mod tool;
+pub mod turn;
 
+pub use engine::{Call, current_key, execute, execute_caching_errors};
 pub use error::{Error, Result};
+pub use key::{Fingerprint, Key};
+pub use stats::{Outcome, Stats, stats};
+pub use store::{MemoryStore, Store, default_store, set_default_store};
+pub use tool::{ToolInfo, ToolKind};
+pub use turn::Turn;

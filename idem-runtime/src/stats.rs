@@ -1,0 +1,169 @@
+//! Call outcomes and the counters kept for them.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What happened to one call of a state-changing tool (the `outcome` field of its log event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// The tool ran and its result was recorded.
+    Executed,
+    /// The tool ran and returned an error; the key was released so a retry runs again.
+    Failed,
+    /// The key was handled before: the first result was returned without running the tool.
+    Replayed,
+    /// An identical call was running in this process: this call waited for it and shares its
+    /// result.
+    Joined,
+    /// The turn's retry budget was used up; nothing ran.
+    BudgetExhausted,
+    /// The key was reused with different arguments; nothing ran.
+    PayloadMismatch,
+    /// The key stayed in flight in another process past the wait bound; nothing ran.
+    InFlight,
+    /// The store failed; nothing ran (or the result was not recorded).
+    StoreError,
+    /// A stored result could not be decoded.
+    DecodeError,
+    /// The caller dropped the call while the tool ran; the key was released.
+    Cancelled,
+    /// The tool panicked; the key was released and the panic propagated.
+    Panicked,
+}
+
+impl Outcome {
+    /// All outcomes, in the order of [`Stats`] fields.
+    pub const ALL: [Outcome; 11] = [
+        Outcome::Executed,
+        Outcome::Failed,
+        Outcome::Replayed,
+        Outcome::Joined,
+        Outcome::BudgetExhausted,
+        Outcome::PayloadMismatch,
+        Outcome::InFlight,
+        Outcome::StoreError,
+        Outcome::DecodeError,
+        Outcome::Cancelled,
+        Outcome::Panicked,
+    ];
+
+    /// The snake_case name used in logs.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Executed => "executed",
+            Outcome::Failed => "failed",
+            Outcome::Replayed => "replayed",
+            Outcome::Joined => "joined",
+            Outcome::BudgetExhausted => "budget_exhausted",
+            Outcome::PayloadMismatch => "payload_mismatch",
+            Outcome::InFlight => "in_flight",
+            Outcome::StoreError => "store_error",
+            Outcome::DecodeError => "decode_error",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Panicked => "panicked",
+        }
+    }
+
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A snapshot of call counters, per outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Calls that ran the tool and recorded its result.
+    pub executed: u64,
+    /// Calls that ran the tool and got an error (key released).
+    pub failed: u64,
+    /// Calls answered from the store without running the tool.
+    pub replayed: u64,
+    /// Calls that waited for an identical call in this process.
+    pub joined: u64,
+    /// Calls refused by a retry budget.
+    pub budget_exhausted: u64,
+    /// Calls refused because the key was reused with other arguments.
+    pub payload_mismatch: u64,
+    /// Calls that gave up waiting for another process.
+    pub in_flight: u64,
+    /// Calls that hit a store failure.
+    pub store_error: u64,
+    /// Calls whose stored result did not decode.
+    pub decode_error: u64,
+    /// Calls dropped by their caller while the tool ran.
+    pub cancelled: u64,
+    /// Calls whose tool panicked.
+    pub panicked: u64,
+}
+
+impl Stats {
+    /// The counter for one outcome.
+    pub fn get(&self, outcome: Outcome) -> u64 {
+        match outcome {
+            Outcome::Executed => self.executed,
+            Outcome::Failed => self.failed,
+            Outcome::Replayed => self.replayed,
+            Outcome::Joined => self.joined,
+            Outcome::BudgetExhausted => self.budget_exhausted,
+            Outcome::PayloadMismatch => self.payload_mismatch,
+            Outcome::InFlight => self.in_flight,
+            Outcome::StoreError => self.store_error,
+            Outcome::DecodeError => self.decode_error,
+            Outcome::Cancelled => self.cancelled,
+            Outcome::Panicked => self.panicked,
+        }
+    }
+
+    /// Calls counted in all outcomes.
+    pub fn total(&self) -> u64 {
+        Outcome::ALL.iter().map(|o| self.get(*o)).sum()
+    }
+}
+
+/// Lock-free counters, one per outcome.
+#[derive(Default)]
+pub(crate) struct StatsCounters([AtomicU64; Outcome::ALL.len()]);
+
+impl StatsCounters {
+    pub(crate) const fn new() -> Self {
+        StatsCounters([const { AtomicU64::new(0) }; Outcome::ALL.len()])
+    }
+
+    pub(crate) fn add(&self, outcome: Outcome) {
+        self.0[outcome.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        let c = |o: Outcome| self.0[o.index()].load(Ordering::Relaxed);
+        Stats {
+            executed: c(Outcome::Executed),
+            failed: c(Outcome::Failed),
+            replayed: c(Outcome::Replayed),
+            joined: c(Outcome::Joined),
+            budget_exhausted: c(Outcome::BudgetExhausted),
+            payload_mismatch: c(Outcome::PayloadMismatch),
+            in_flight: c(Outcome::InFlight),
+            store_error: c(Outcome::StoreError),
+            decode_error: c(Outcome::DecodeError),
+            cancelled: c(Outcome::Cancelled),
+            panicked: c(Outcome::Panicked),
+        }
+    }
+}
+
+pub(crate) static GLOBAL: StatsCounters = StatsCounters::new();
+
+/// Counters of all calls in this process since it started.
+///
+/// Each [`Turn`](crate::Turn) keeps its own counters too ([`Turn::stats`](crate::Turn::stats)).
+pub fn stats() -> Stats {
+    GLOBAL.snapshot()
+}

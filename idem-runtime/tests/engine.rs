@@ -1,0 +1,625 @@
+//! The engine's guarantees, each with a test that fails without it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idem_runtime::clock::ManualClock;
+use idem_runtime::key::ArgsDigest;
+use idem_runtime::store::{Begin, BeginRequest, LeaseToken, MemoryStore, Store, StoreFuture};
+use idem_runtime::{Call, Error, Key, Outcome, ToolInfo, Turn, current_key, execute};
+use idem_runtime::{execute_caching_errors, key::Fingerprint};
+use serde::{Deserialize, Serialize};
+
+const SEND: ToolInfo = ToolInfo::idempotent("send_message");
+const CACHING: ToolInfo = ToolInfo::idempotent("open_ticket").with_cache_errors();
+
+fn digest(tool: &'static ToolInfo, turn: &Turn, to: &str, body: &str) -> (Key, Fingerprint) {
+    let mut args = ArgsDigest::new(tool.name);
+    args.arg("to", to).unwrap();
+    args.arg("body", body).unwrap();
+    args.finish(turn.namespace(), turn.id(), tool.name, tool.version)
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Receipt {
+    id: usize,
+}
+
+/// The tool under test: sends a message (counts it) and returns a receipt.
+async fn send(sent: &AtomicUsize) -> Result<Receipt, Error> {
+    let id = sent.fetch_add(1, Ordering::SeqCst) + 1;
+    Ok(Receipt { id })
+}
+
+async fn send_message(turn: &Turn, sent: &AtomicUsize, to: &str) -> Result<Receipt, Error> {
+    let (key, fp) = digest(&SEND, turn, to, "hello");
+    execute(Call::new(&SEND, turn, key, fp), send(sent)).await
+}
+
+fn turn(id: &str, store: &Arc<dyn Store>) -> Turn {
+    Turn::new(id).with_store(Arc::clone(store))
+}
+
+fn memory() -> Arc<dyn Store> {
+    Arc::new(MemoryStore::new())
+}
+
+#[tokio::test]
+async fn a_retry_after_a_lost_response_replays_the_first_result() {
+    let store = memory();
+    let turn = turn("conv-1/turn-1", &store);
+    let sent = AtomicUsize::new(0);
+    // The transport loses the response after the work is done: the agent never sees it.
+    let lost = send_message(&turn, &sent, "ada").await;
+    drop(lost);
+    let retry = send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(retry, Receipt { id: 1 });
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "the message went out twice");
+    assert_eq!(turn.stats().executed, 1);
+    assert_eq!(turn.stats().replayed, 1);
+}
+
+#[tokio::test]
+async fn a_new_action_gets_a_new_key_and_runs() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let sent = AtomicUsize::new(0);
+    send_message(&turn, &sent, "ada").await.unwrap();
+    send_message(&turn, &sent, "grace").await.unwrap();
+    Turn::new("t2")
+        .with_store(Arc::clone(&store))
+        .scope(async {})
+        .await;
+    let next_turn = self::turn("t2", &store);
+    send_message(&next_turn, &sent, "ada").await.unwrap();
+    assert_eq!(sent.load(Ordering::SeqCst), 3);
+}
+
+/// A store that takes its time recording results, so a caller can give up mid-way.
+struct SlowComplete(Arc<dyn Store>);
+
+impl Store for SlowComplete {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        self.0.begin(req)
+    }
+    fn renew<'a>(
+        &'a self,
+        ns: &'a str,
+        key: &'a Key,
+        token: LeaseToken,
+        lease: Duration,
+    ) -> StoreFuture<'a, ()> {
+        self.0.renew(ns, key, token, lease)
+    }
+    fn complete<'a>(
+        &'a self,
+        ns: &'a str,
+        key: &'a Key,
+        token: LeaseToken,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.0.complete(ns, key, token, result, ttl).await
+        })
+    }
+    fn release<'a>(&'a self, ns: &'a str, key: &'a Key, token: LeaseToken) -> StoreFuture<'a, ()> {
+        self.0.release(ns, key, token)
+    }
+    fn get<'a>(
+        &'a self,
+        ns: &'a str,
+        key: &'a Key,
+    ) -> StoreFuture<'a, Option<idem_runtime::store::Record>> {
+        self.0.get(ns, key)
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        self.0.purge_expired()
+    }
+    fn list<'a>(
+        &'a self,
+        ns: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<idem_runtime::store::Record>> {
+        self.0.list(ns, limit)
+    }
+    fn remove<'a>(&'a self, ns: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        self.0.remove(ns, key)
+    }
+}
+
+#[tokio::test]
+async fn a_caller_dropped_while_the_result_is_recorded_still_gets_it_recorded() {
+    let store: Arc<dyn Store> = Arc::new(SlowComplete(memory()));
+    let turn = turn("t", &store);
+    let sent = AtomicUsize::new(0);
+    // The caller times out after the tool ran but before the store confirmed the record.
+    let first =
+        tokio::time::timeout(Duration::from_millis(10), send_message(&turn, &sent, "ada")).await;
+    assert!(first.is_err(), "the caller should have timed out");
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    let retry = send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(retry, Receipt { id: 1 });
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        1,
+        "the retry ran the tool again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_identical_calls_execute_once() {
+    let store = memory();
+    let turn = turn("t", &store).with_max_attempts_per_key(1000);
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..1000 {
+        let (turn, sent) = (turn.clone(), Arc::clone(&sent));
+        tasks.push(tokio::spawn(async move {
+            let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+            execute(Call::new(&SEND, &turn, key, fp), async {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                send(&sent).await
+            })
+            .await
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap(), Receipt { id: 1 });
+    }
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    let stats = turn.stats();
+    assert_eq!(stats.executed, 1);
+    assert_eq!(stats.joined + stats.replayed, 999, "{stats:?}");
+}
+
+#[tokio::test]
+async fn an_err_releases_the_key_and_the_retry_runs_again() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let runs = AtomicUsize::new(0);
+    let call = || {
+        let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+        execute(Call::new(&SEND, &turn, key, fp), async {
+            let n = runs.fetch_add(1, Ordering::SeqCst);
+            if n == 0 {
+                Err(Error::Config("upstream 503".into()))
+            } else {
+                Ok(n)
+            }
+        })
+    };
+    assert!(matches!(call().await, Err(Error::Config(_))));
+    assert_eq!(call().await.unwrap(), 1);
+    assert_eq!(call().await.unwrap(), 1, "the success is replayed");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(turn.stats().failed, 1);
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+enum TicketError {
+    Rejected(String),
+    Idem(String),
+}
+
+impl From<Error> for TicketError {
+    fn from(e: Error) -> Self {
+        TicketError::Idem(e.to_string())
+    }
+}
+
+#[tokio::test]
+async fn with_cache_errors_an_err_is_replayed() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let runs = AtomicUsize::new(0);
+    let call = || {
+        let (key, fp) = digest(&CACHING, &turn, "ada", "hello");
+        execute_caching_errors(Call::new(&CACHING, &turn, key, fp), async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Err::<u32, _>(TicketError::Rejected("card declined".into()))
+        })
+    };
+    assert_eq!(
+        call().await,
+        Err(TicketError::Rejected("card declined".into()))
+    );
+    assert_eq!(
+        call().await,
+        Err(TicketError::Rejected("card declined".into()))
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(turn.stats().replayed, 1);
+}
+
+#[tokio::test]
+async fn a_cancelled_call_releases_the_key() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let runs = AtomicUsize::new(0);
+    let call = |hang: bool| {
+        let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+        let runs = &runs;
+        execute(Call::new(&SEND, &turn, key, fp), async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            Ok::<_, Error>("sent".to_owned())
+        })
+    };
+    let cancelled = tokio::time::timeout(Duration::from_millis(20), call(true)).await;
+    assert!(cancelled.is_err());
+    assert_eq!(call(false).await.unwrap(), "sent");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the retry must run after a cancellation"
+    );
+    assert_eq!(turn.stats().cancelled, 1);
+}
+
+#[tokio::test]
+async fn a_panicking_tool_releases_the_key_and_the_panic_propagates() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let call = |panic: bool| {
+        let (turn, runs) = (turn.clone(), Arc::clone(&runs));
+        async move {
+            let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+            execute(Call::new(&SEND, &turn, key, fp), async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                assert!(!panic, "tool blew up");
+                Ok::<_, Error>("sent".to_owned())
+            })
+            .await
+        }
+    };
+    let panicked = tokio::spawn(call(true)).await.unwrap_err();
+    assert!(panicked.is_panic());
+    let message = panicked.into_panic();
+    assert_eq!(message.downcast_ref::<&str>(), Some(&"tool blew up"));
+    assert_eq!(call(false).await.unwrap(), "sent");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(turn.stats().panicked, 1);
+}
+
+#[tokio::test]
+async fn a_completed_record_expires_after_its_ttl() {
+    let clock = ManualClock::new(1_000_000);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let turn = turn("t", &store);
+    let sent = AtomicUsize::new(0);
+    send_message(&turn, &sent, "ada").await.unwrap();
+    clock.advance(Duration::from_secs(23 * 3600));
+    send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        1,
+        "replayed within the default day"
+    );
+    clock.advance(Duration::from_secs(3600));
+    send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        2,
+        "runs again once the day is over"
+    );
+}
+
+#[tokio::test]
+async fn a_tool_ttl_overrides_the_default() {
+    const SHORT: ToolInfo = ToolInfo::idempotent("send_message").with_ttl(Duration::from_secs(60));
+    let clock = ManualClock::new(1_000_000);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let turn = turn("t", &store);
+    let runs = AtomicUsize::new(0);
+    let call = || {
+        let (key, fp) = digest(&SHORT, &turn, "ada", "hello");
+        execute(Call::new(&SHORT, &turn, key, fp), async {
+            Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst))
+        })
+    };
+    call().await.unwrap();
+    clock.advance(Duration::from_secs(59));
+    call().await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    clock.advance(Duration::from_secs(1));
+    call().await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_crashed_holder_blocks_the_key_until_its_lease_expires() {
+    let clock = ManualClock::new(1_000_000);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let turn = turn("t", &store).with_in_flight_wait(Duration::from_millis(30));
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    // Another process claimed the key and died without completing or releasing it.
+    let request = BeginRequest {
+        namespace: "",
+        key: &key,
+        tool: SEND.name,
+        fingerprint: &fp,
+        lease: Duration::from_secs(30),
+    };
+    assert!(matches!(
+        store.begin(request).await.unwrap(),
+        Begin::Claimed(_)
+    ));
+
+    let sent = AtomicUsize::new(0);
+    let blocked = send_message(&turn, &sent, "ada").await;
+    assert!(
+        matches!(blocked, Err(Error::InFlight { .. })),
+        "{blocked:?}"
+    );
+    assert_eq!(sent.load(Ordering::SeqCst), 0);
+
+    clock.advance(Duration::from_secs(30));
+    send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        1,
+        "the key is claimable after the lease"
+    );
+}
+
+#[tokio::test]
+async fn a_call_waits_for_the_same_key_running_in_another_process() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    let request = BeginRequest {
+        namespace: "",
+        key: &key,
+        tool: SEND.name,
+        fingerprint: &fp,
+        lease: Duration::from_secs(30),
+    };
+    let Begin::Claimed(token) = store.begin(request).await.unwrap() else {
+        panic!("not claimed")
+    };
+    let other = Arc::clone(&store);
+    let other_process = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        let bytes = serde_json::to_vec(&serde_json::json!({"ok": {"id": 41}})).unwrap();
+        other
+            .complete("", &key, token, &bytes, Duration::from_secs(60))
+            .await
+            .unwrap();
+    });
+    let sent = AtomicUsize::new(0);
+    let receipt = send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(receipt, Receipt { id: 41 });
+    assert_eq!(sent.load(Ordering::SeqCst), 0);
+    other_process.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_long_tool_keeps_its_lease() {
+    const SLOW: ToolInfo = ToolInfo::idempotent("export").with_lease(Duration::from_millis(90));
+    let store = memory();
+    let turn = turn("t", &store);
+    let (key, fp) = digest(&SLOW, &turn, "ada", "hello");
+    let running = execute(Call::new(&SLOW, &turn, key, fp), async {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok::<_, Error>(())
+    });
+    let prober = async {
+        // Meanwhile another process keeps trying to claim the key.
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(45)).await;
+            let request = BeginRequest {
+                namespace: "",
+                key: &key,
+                tool: SLOW.name,
+                fingerprint: &fp,
+                lease: Duration::from_millis(90),
+            };
+            let begin = store.begin(request).await.unwrap();
+            assert!(
+                matches!(begin, Begin::InFlight(_)),
+                "lease lapsed while the tool ran: {begin:?}"
+            );
+        }
+    };
+    let (result, ()) = tokio::join!(running, prober);
+    result.unwrap();
+}
+
+#[tokio::test]
+async fn the_budget_stops_the_fourth_attempt_and_a_new_turn_starts_fresh() {
+    let store = memory();
+    let turn1 = turn("t1", &store);
+    let runs = AtomicUsize::new(0);
+    let call = |turn: &Turn| {
+        let (key, fp) = digest(&SEND, turn, "ada", "hello");
+        let (turn, runs) = (turn.clone(), &runs);
+        async move {
+            execute(Call::new(&SEND, &turn, key, fp), async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Err::<(), _>(Error::Config("timeout".into()))
+            })
+            .await
+        }
+    };
+    for _ in 0..3 {
+        assert!(matches!(call(&turn1).await, Err(Error::Config(_))));
+    }
+    let stuck = call(&turn1).await;
+    match stuck {
+        Err(Error::BudgetExhausted {
+            tool,
+            attempts,
+            limit,
+            ..
+        }) => {
+            assert_eq!((tool, attempts, limit), ("send_message", 4, 3));
+        }
+        other => panic!("expected BudgetExhausted, got {other:?}"),
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "the exhausted attempt must not run"
+    );
+    assert_eq!(turn1.stats().budget_exhausted, 1);
+    let turn2 = turn("t2", &store);
+    assert!(matches!(call(&turn2).await, Err(Error::Config(_))));
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn replays_count_against_the_budget() {
+    let store = memory();
+    let turn = turn("t", &store).with_max_attempts_per_key(2);
+    let sent = AtomicUsize::new(0);
+    send_message(&turn, &sent, "ada").await.unwrap();
+    send_message(&turn, &sent, "ada").await.unwrap();
+    let third = send_message(&turn, &sent, "ada").await;
+    assert!(matches!(
+        third,
+        Err(Error::BudgetExhausted {
+            attempts: 3,
+            limit: 2,
+            ..
+        })
+    ));
+}
+
+#[tokio::test]
+async fn the_turn_cap_limits_all_state_changing_calls() {
+    let store = memory();
+    let turn = turn("t", &store).with_max_calls(2);
+    let sent = AtomicUsize::new(0);
+    send_message(&turn, &sent, "a").await.unwrap();
+    send_message(&turn, &sent, "b").await.unwrap();
+    let third = send_message(&turn, &sent, "c").await;
+    assert!(
+        matches!(
+            third,
+            Err(Error::TurnBudgetExhausted {
+                calls: 3,
+                limit: 2,
+                ..
+            })
+        ),
+        "{third:?}"
+    );
+    assert_eq!(sent.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_key_reused_with_other_arguments_is_a_payload_mismatch() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let call = |body: &'static str| {
+        let mut args = ArgsDigest::new(SEND.name);
+        args.caller_key("order-1234");
+        args.arg("body", body).unwrap();
+        let (key, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+        execute(Call::new(&SEND, &turn, key, fp), async move {
+            Ok::<_, Error>(body.to_owned())
+        })
+    };
+    assert_eq!(call("first").await.unwrap(), "first");
+    let reused = call("second").await;
+    assert!(
+        matches!(
+            reused,
+            Err(Error::PayloadMismatch {
+                tool: "send_message",
+                ..
+            })
+        ),
+        "{reused:?}"
+    );
+    assert_eq!(turn.stats().payload_mismatch, 1);
+}
+
+#[tokio::test]
+async fn a_corrupt_record_is_a_decode_error_not_a_panic() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    let request = BeginRequest {
+        namespace: "",
+        key: &key,
+        tool: SEND.name,
+        fingerprint: &fp,
+        lease: Duration::from_secs(30),
+    };
+    let Begin::Claimed(token) = store.begin(request).await.unwrap() else {
+        panic!("not claimed")
+    };
+    store
+        .complete("", &key, token, b"\xff{not json", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let sent = AtomicUsize::new(0);
+    let replay = send_message(&turn, &sent, "ada").await;
+    match replay {
+        Err(Error::Decode {
+            tool, key: short, ..
+        }) => {
+            assert_eq!(tool, "send_message");
+            assert_eq!(short, key.short());
+        }
+        other => panic!("expected Decode, got {other:?}"),
+    }
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        0,
+        "a corrupt record must not re-run the tool"
+    );
+}
+
+#[tokio::test]
+async fn a_changed_result_type_is_a_decode_error() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    execute(Call::new(&SEND, &turn, key, fp), async {
+        Ok::<_, Error>("text".to_owned())
+    })
+    .await
+    .unwrap();
+    let replay = execute(Call::new(&SEND, &turn, key, fp), async {
+        Ok::<_, Error>(Receipt { id: 1 })
+    })
+    .await;
+    assert!(matches!(replay, Err(Error::Decode { .. })), "{replay:?}");
+    assert_eq!(turn.stats().decode_error, 1);
+}
+
+#[tokio::test]
+async fn the_running_tool_can_read_its_key() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    assert_eq!(current_key(), None);
+    let seen = execute(Call::new(&SEND, &turn, key, fp), async {
+        Ok::<_, Error>(current_key().map(|k| k.to_hex()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(seen, Some(key.to_hex()));
+}
+
+#[tokio::test]
+async fn the_global_counters_see_every_outcome() {
+    let before = idem_runtime::stats();
+    let store = memory();
+    let turn = turn("t", &store);
+    let sent = AtomicUsize::new(0);
+    send_message(&turn, &sent, "ada").await.unwrap();
+    send_message(&turn, &sent, "ada").await.unwrap();
+    let after = idem_runtime::stats();
+    assert!(after.executed > before.executed);
+    assert!(after.replayed > before.replayed);
+    assert_eq!(Outcome::Replayed.as_str(), "replayed");
+}
