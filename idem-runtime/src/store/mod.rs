@@ -17,6 +17,8 @@
 //! expired cannot overwrite the work of the caller that took over.
 
 pub mod memory;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -28,6 +30,8 @@ use crate::Result;
 use crate::key::{Fingerprint, Key};
 
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
 
 /// The future returned by [`Store`] methods.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
