@@ -1,0 +1,504 @@
+//! SqliteStore: the state machine of `Store` on a real file, with time under test control.
+#![cfg(feature = "sqlite")]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::clock::ManualClock;
+use idem_runtime::key::{Fingerprint, Key};
+use idem_runtime::store::sqlite::SCHEMA_VERSION;
+use idem_runtime::store::{Begin, BeginRequest, LeaseToken, RecordState, SqliteStore, Store};
+use idem_runtime::{Error, ToolInfo, Turn, execute, key::ArgsDigest};
+
+const NS: &str = "tenant";
+const LEASE: Duration = Duration::from_secs(30);
+const TTL: Duration = Duration::from_secs(3600);
+
+/// A fresh directory under the system temp dir, deleted on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir =
+            std::env::temp_dir().join(format!("idem-sqlite-{name}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn db(&self) -> PathBuf {
+        self.0.join("idem.db")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn key(n: u8) -> Key {
+    Key::from_bytes([n; 32])
+}
+
+fn fp(n: u8) -> Fingerprint {
+    Fingerprint::from_bytes([n; 32])
+}
+
+fn req<'a>(key: &'a Key, fingerprint: &'a Fingerprint, lease: Duration) -> BeginRequest<'a> {
+    BeginRequest {
+        namespace: NS,
+        key,
+        tool: "send_message",
+        fingerprint,
+        lease,
+    }
+}
+
+fn open(path: &Path, clock: &ManualClock) -> SqliteStore {
+    SqliteStore::open(path)
+        .unwrap()
+        .with_clock(Arc::new(clock.clone()))
+}
+
+async fn claim(store: &SqliteStore, k: &Key, lease: Duration) -> LeaseToken {
+    match store.begin(req(k, &fp(1), lease)).await.unwrap() {
+        Begin::Claimed(token) => token,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn claim_complete_then_replay_and_survive_reopening() {
+    let dir = TempDir::new("replay");
+    let clock = ManualClock::new(1_000_000);
+    let k = key(1);
+    {
+        let store = open(&dir.db(), &clock);
+        let token = claim(&store, &k, LEASE).await;
+        match store.begin(req(&k, &fp(1), LEASE)).await.unwrap() {
+            Begin::InFlight(record) => {
+                assert_eq!(record.state, RecordState::InProgress);
+                assert_eq!(record.expires_at_ms, 1_000_000 + 30_000);
+                assert_eq!(record.result, None);
+            }
+            other => panic!("expected in flight, got {other:?}"),
+        }
+        store
+            .complete(NS, &k, token, b"{\"ok\":1}", TTL)
+            .await
+            .unwrap();
+    }
+    // A new store on the same file, as after a restart.
+    let store = open(&dir.db(), &clock);
+    match store.begin(req(&k, &fp(1), LEASE)).await.unwrap() {
+        Begin::Completed(record) => {
+            assert_eq!(record.namespace, NS);
+            assert_eq!(record.key, k);
+            assert_eq!(record.tool, "send_message");
+            assert_eq!(record.fingerprint, fp(1));
+            assert_eq!(record.result.as_deref(), Some(&b"{\"ok\":1}"[..]));
+            assert_eq!(record.created_at_ms, 1_000_000);
+            assert_eq!(record.expires_at_ms, 1_000_000 + 3_600_000);
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    let got = store.get(NS, &k).await.unwrap().unwrap();
+    assert_eq!(got.state, RecordState::Completed);
+    assert_eq!(store.path(), Some(dir.db().as_path()));
+}
+
+#[tokio::test]
+async fn completed_records_expire_after_their_ttl() {
+    let dir = TempDir::new("ttl");
+    let clock = ManualClock::new(5_000);
+    let store = open(&dir.db(), &clock);
+    let k = key(2);
+    let token = claim(&store, &k, LEASE).await;
+    store.complete(NS, &k, token, b"1", TTL).await.unwrap();
+    clock.advance(TTL - Duration::from_millis(1));
+    assert!(store.get(NS, &k).await.unwrap().is_some());
+    assert!(matches!(
+        store.begin(req(&k, &fp(1), LEASE)).await.unwrap(),
+        Begin::Completed(_)
+    ));
+    clock.advance(Duration::from_millis(1)); // expires_at_ms <= now: gone
+    assert!(store.get(NS, &k).await.unwrap().is_none());
+    assert!(store.list(None, 10).await.unwrap().is_empty());
+    // Expired, so claimable again, with a new creation time.
+    let again = claim(&store, &k, LEASE).await;
+    assert_ne!(again, token);
+    let record = store.get(NS, &k).await.unwrap().unwrap();
+    assert_eq!(record.created_at_ms, clock_now(&clock));
+}
+
+fn clock_now(clock: &ManualClock) -> u64 {
+    use idem_runtime::clock::Clock;
+    clock.now_ms()
+}
+
+#[tokio::test]
+async fn an_expired_lease_is_claimable_and_fences_the_old_holder() {
+    let dir = TempDir::new("lease");
+    let clock = ManualClock::new(0);
+    let store = open(&dir.db(), &clock);
+    let k = key(3);
+    let old = claim(&store, &k, Duration::from_secs(1)).await;
+    clock.advance(Duration::from_millis(999));
+    assert!(matches!(
+        store.begin(req(&k, &fp(1), LEASE)).await.unwrap(),
+        Begin::InFlight(_)
+    ));
+    clock.advance(Duration::from_millis(1));
+    // The old holder's lease ran out: it can no longer act, even before anyone takes over.
+    assert!(matches!(
+        store.renew(NS, &k, old, LEASE).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    let new = claim(&store, &k, LEASE).await;
+    assert_ne!(old, new);
+    for result in [
+        store.complete(NS, &k, old, b"stale", TTL).await,
+        store.release(NS, &k, old).await,
+        store.renew(NS, &k, old, LEASE).await,
+    ] {
+        assert!(matches!(result, Err(Error::LeaseLost { .. })), "{result:?}");
+    }
+    // The new claim is untouched by the stale token and completes normally.
+    let record = store.get(NS, &k).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::InProgress);
+    store.complete(NS, &k, new, b"fresh", TTL).await.unwrap();
+    // A completed record has no holder any more.
+    assert!(matches!(
+        store.complete(NS, &k, new, b"again", TTL).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    assert!(matches!(
+        store.release(NS, &k, new).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    let record = store.get(NS, &k).await.unwrap().unwrap();
+    assert_eq!(record.result.as_deref(), Some(&b"fresh"[..]));
+}
+
+#[tokio::test]
+async fn renew_extends_and_release_frees() {
+    let dir = TempDir::new("renew");
+    let clock = ManualClock::new(0);
+    let store = open(&dir.db(), &clock);
+    let k = key(4);
+    let token = claim(&store, &k, Duration::from_secs(1)).await;
+    clock.advance(Duration::from_millis(900));
+    store
+        .renew(NS, &k, token, Duration::from_secs(1))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_millis(900)); // past the first lease, within the renewed one
+    assert!(matches!(
+        store.begin(req(&k, &fp(1), LEASE)).await.unwrap(),
+        Begin::InFlight(_)
+    ));
+    store.release(NS, &k, token).await.unwrap();
+    assert!(store.get(NS, &k).await.unwrap().is_none());
+    assert!(matches!(
+        store.release(NS, &k, token).await,
+        Err(Error::LeaseLost { .. })
+    ));
+    claim(&store, &k, LEASE).await;
+}
+
+#[tokio::test]
+async fn purge_list_and_remove() {
+    let dir = TempDir::new("admin");
+    let clock = ManualClock::new(0);
+    let store = open(&dir.db(), &clock);
+    for n in 0..5u8 {
+        let token = claim(&store, &key(n), LEASE).await;
+        let ttl = Duration::from_secs(if n < 3 { 10 } else { 1000 });
+        store.complete(NS, &key(n), token, b"r", ttl).await.unwrap();
+    }
+    let (k9, f1) = (key(9), fp(1));
+    let other = BeginRequest {
+        namespace: "other",
+        ..req(&k9, &f1, LEASE)
+    };
+    assert!(matches!(
+        store.begin(other).await.unwrap(),
+        Begin::Claimed(_)
+    ));
+    assert_eq!(store.list(None, 100).await.unwrap().len(), 6);
+    assert_eq!(store.list(Some(NS), 100).await.unwrap().len(), 5);
+    assert_eq!(store.list(Some("other"), 100).await.unwrap().len(), 1);
+    assert_eq!(store.list(None, 2).await.unwrap().len(), 2);
+    assert_eq!(store.list(None, 0).await.unwrap().len(), 0);
+
+    clock.advance(Duration::from_secs(10));
+    // 3 completed records and the lease in "other" (30 s) — only the 3 are expired.
+    assert_eq!(store.purge_expired().await.unwrap(), 3);
+    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    assert_eq!(store.list(None, 100).await.unwrap().len(), 3);
+
+    assert!(store.remove(NS, &key(4)).await.unwrap());
+    assert!(!store.remove(NS, &key(4)).await.unwrap());
+    // Namespaces are separate.
+    assert!(!store.remove(NS, &key(9)).await.unwrap());
+    assert!(store.remove("other", &key(9)).await.unwrap());
+    assert_eq!(store.list(None, 100).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn purge_deletes_many_rows_in_batches() {
+    let dir = TempDir::new("purge-many");
+    let clock = ManualClock::new(0);
+    let store = open(&dir.db(), &clock);
+    let n = 1_300u32; // more than two internal batches
+    for i in 0..n {
+        let mut bytes = [0u8; 32];
+        bytes[..4].copy_from_slice(&i.to_le_bytes());
+        let k = Key::from_bytes(bytes);
+        claim(&store, &k, Duration::from_secs(1)).await;
+    }
+    clock.advance(Duration::from_secs(1));
+    // Housekeeping may already have deleted a batch; together they account for every row.
+    let purged = store.purge_expired().await.unwrap();
+    assert!(
+        purged > 0 && purged <= u64::from(n),
+        "purged {purged} of {n}"
+    );
+    assert_eq!(store.purge_expired().await.unwrap(), 0);
+    assert!(store.list(None, 10_000).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn large_results_round_trip() {
+    let dir = TempDir::new("large");
+    let clock = ManualClock::new(0);
+    let store = open(&dir.db(), &clock);
+    let big: Vec<u8> = (0..3 * 1024 * 1024 + 7).map(|i| (i % 251) as u8).collect();
+    let k = key(5);
+    let token = claim(&store, &k, LEASE).await;
+    store.complete(NS, &k, token, &big, TTL).await.unwrap();
+    drop(store);
+    let store = open(&dir.db(), &clock);
+    match store.begin(req(&k, &fp(1), LEASE)).await.unwrap() {
+        Begin::Completed(record) => assert!(record.result.as_deref() == Some(&big[..])),
+        other => panic!("expected completed, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_begins_on_one_file_claim_once() {
+    let dir = TempDir::new("concurrent");
+    // Eight stores, eight connections, as if eight processes shared the file.
+    let stores: Vec<Arc<SqliteStore>> = (0..8)
+        .map(|_| Arc::new(SqliteStore::open(dir.db()).unwrap()))
+        .collect();
+    for round in 0..20u8 {
+        let k = key(round);
+        let mut tasks = Vec::new();
+        for i in 0..32 {
+            let store = Arc::clone(&stores[i % stores.len()]);
+            tasks.push(tokio::spawn(async move {
+                store.begin(req(&k, &fp(1), LEASE)).await.unwrap()
+            }));
+        }
+        let mut claimed = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                Begin::Claimed(_) => claimed += 1,
+                Begin::InFlight(_) => {}
+                Begin::Completed(record) => panic!("nobody completed, got {record:?}"),
+            }
+        }
+        assert_eq!(claimed, 1, "round {round}");
+    }
+}
+
+/// Writes raw values into a stored row, bypassing the store.
+fn tamper(path: &Path, sql: &str) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.pragma_update(None, "ignore_check_constraints", true)
+        .unwrap();
+    let changed = conn.execute(sql, []).unwrap();
+    assert_eq!(changed, 1, "{sql}");
+}
+
+#[tokio::test]
+async fn corrupt_rows_are_errors_not_panics() {
+    let dir = TempDir::new("corrupt");
+    let clock = ManualClock::new(0);
+    let store = open(&dir.db(), &clock);
+    let cases = [
+        "UPDATE idem_records SET fingerprint = x'0102' WHERE key = x'{k}'",
+        "UPDATE idem_records SET state = 'exploded' WHERE key = x'{k}'",
+        "UPDATE idem_records SET result = NULL WHERE key = x'{k}'",
+        "UPDATE idem_records SET created_at_ms = -5 WHERE key = x'{k}'",
+        "UPDATE idem_records SET key = x'00' WHERE key = x'{k}'",
+        "UPDATE idem_records SET state = 'in_progress', token = NULL WHERE key = x'{k}'",
+    ];
+    for (n, sql) in cases.iter().enumerate() {
+        let n = u8::try_from(n).unwrap() + 100;
+        let k = key(n);
+        let token = claim(&store, &k, LEASE).await;
+        store.complete(NS, &k, token, b"ok", TTL).await.unwrap();
+        tamper(&dir.db(), &sql.replace("{k}", &k.to_hex()));
+        if sql.contains("SET key") {
+            // The row moved to a malformed key: the listing skips it instead of failing.
+            assert!(store.get(NS, &k).await.unwrap().is_none());
+            assert!(store.list(None, 100).await.unwrap().is_empty());
+            continue;
+        }
+        let got = store.get(NS, &k).await;
+        assert!(
+            matches!(got, Err(Error::CorruptRecord { .. })),
+            "{sql}: {got:?}"
+        );
+        let begun = store.begin(req(&k, &fp(1), LEASE)).await;
+        assert!(
+            matches!(begun, Err(Error::CorruptRecord { .. })),
+            "{sql}: {begun:?}"
+        );
+        let message = begun.unwrap_err().to_string();
+        assert!(message.contains("corrupt record"), "{message}");
+        // Skipped by the listing, and removable by the admin API.
+        assert!(store.list(None, 100).await.unwrap().is_empty(), "{sql}");
+        assert!(store.remove(NS, &k).await.unwrap());
+        claim(&store, &k, LEASE).await;
+        store.remove(NS, &k).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_corrupt_expired_row_is_simply_reclaimed() {
+    let dir = TempDir::new("corrupt-expired");
+    let clock = ManualClock::new(0);
+    let store = open(&dir.db(), &clock);
+    let k = key(7);
+    claim(&store, &k, Duration::from_secs(1)).await;
+    tamper(
+        &dir.db(),
+        &format!(
+            "UPDATE idem_records SET fingerprint = x'00' WHERE key = x'{}'",
+            k.to_hex()
+        ),
+    );
+    clock.advance(Duration::from_secs(1));
+    claim(&store, &k, LEASE).await;
+    assert_eq!(store.get(NS, &k).await.unwrap().unwrap().fingerprint, fp(1));
+}
+
+#[test]
+fn a_database_from_a_newer_idem_is_refused() {
+    let dir = TempDir::new("version");
+    drop(SqliteStore::open(dir.db()).unwrap());
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    drop(conn);
+    let error = SqliteStore::open(dir.db()).unwrap_err();
+    assert!(matches!(error, Error::Config(_)), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.contains("schema version 2") && message.contains("upgrade idem"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_a_store_error() {
+    let dir = TempDir::new("garbage");
+    std::fs::write(dir.db(), vec![0x42u8; 8192]).unwrap();
+    let error = SqliteStore::open(dir.db()).unwrap_err();
+    assert!(matches!(error, Error::Store { .. }), "{error:?}");
+}
+
+#[tokio::test]
+async fn in_memory_store_works() {
+    let store = SqliteStore::open_in_memory().unwrap();
+    assert_eq!(store.path(), None);
+    let k = key(8);
+    let token = claim(&store, &k, LEASE).await;
+    store.complete(NS, &k, token, b"x", TTL).await.unwrap();
+    assert!(matches!(
+        store.begin(req(&k, &fp(1), LEASE)).await.unwrap(),
+        Begin::Completed(_)
+    ));
+}
+
+#[tokio::test]
+async fn the_engine_replays_across_store_instances() {
+    const CHARGE: ToolInfo = ToolInfo::idempotent("charge");
+    let dir = TempDir::new("engine");
+    let mut runs = 0;
+    for _ in 0..2 {
+        // A new store each time, as in a new process.
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.db()).unwrap());
+        let turn = Turn::new("conv/turn-1").with_store(store);
+        let mut args = ArgsDigest::new(CHARGE.name);
+        args.arg("cents", &500).unwrap();
+        let (key, fingerprint) =
+            args.finish(turn.namespace(), turn.id(), CHARGE.name, CHARGE.version);
+        let receipt = execute(
+            idem_runtime::Call::new(&CHARGE, &turn, key, fingerprint),
+            async {
+                runs += 1;
+                Ok::<_, Error>(format!("receipt-{runs}"))
+            },
+        )
+        .await
+        .unwrap();
+        assert_eq!(receipt, "receipt-1");
+    }
+    assert_eq!(runs, 1);
+}
+
+/// Rough cost per call on a file, printed; run with `--ignored --nocapture` (release mode for
+/// meaningful numbers).
+#[tokio::test]
+#[ignore = "a measurement, not a test"]
+async fn measure_cost_per_call() {
+    const TOOL: ToolInfo = ToolInfo::idempotent("measure");
+    let dir = TempDir::new("measure");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.db()).unwrap());
+    let n = 2_000u32;
+    let turn = Turn::new("measure").with_store(Arc::clone(&store));
+    let keys: Vec<_> = (0..n)
+        .map(|i| {
+            let mut args = ArgsDigest::new(TOOL.name);
+            args.arg("i", &i).unwrap();
+            args.finish(turn.namespace(), turn.id(), TOOL.name, TOOL.version)
+        })
+        .collect();
+    let started = std::time::Instant::now();
+    for (k, f) in &keys {
+        execute(idem_runtime::Call::new(&TOOL, &turn, *k, *f), async {
+            Ok::<_, Error>(1u32)
+        })
+        .await
+        .unwrap();
+    }
+    let first = started.elapsed() / n;
+    let turn = Turn::new("measure").with_store(Arc::clone(&store));
+    let started = std::time::Instant::now();
+    for (k, f) in &keys {
+        execute(idem_runtime::Call::new(&TOOL, &turn, *k, *f), async {
+            Ok::<_, Error>(1u32)
+        })
+        .await
+        .unwrap();
+    }
+    let replay = started.elapsed() / n;
+    println!("sqlite: first execution {first:?}/call, replay {replay:?}/call");
+}
