@@ -173,6 +173,7 @@ async fn a_thousand_concurrent_identical_calls_execute_once() {
     let stats = turn.stats();
     assert_eq!(stats.executed, 1);
     assert_eq!(stats.joined + stats.replayed, 999, "{stats:?}");
+    assert!(stats.joined > 0, "identical calls in one process must join the first: {stats:?}");
 }
 
 #[tokio::test]
