@@ -1,0 +1,399 @@
+//! SqliteStore across real processes: killed with SIGKILL, restarted, and racing on one file.
+//!
+//! Each test re-executes this test binary as a child running only the [`child`] test, with
+//! `IDEM_SQLITE_CHILD` telling it what to do; without that variable [`child`] does nothing.
+//! Every execution of a tool appends one line to a side-effect log, so the parent counts
+//! executions across processes.
+#![cfg(all(feature = "sqlite", unix))]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use idem_runtime::clock::{Clock, SystemClock};
+use idem_runtime::key::ArgsDigest;
+use idem_runtime::store::{RecordState, SqliteStore, Store};
+use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+
+const CHILD_ENV: &str = "IDEM_SQLITE_CHILD";
+const DB_ENV: &str = "IDEM_SQLITE_DB";
+const LOG_ENV: &str = "IDEM_SQLITE_LOG";
+const GO_ENV: &str = "IDEM_SQLITE_GO";
+
+/// A tool that completes normally.
+const SEND: ToolInfo = ToolInfo::idempotent("send_email");
+/// A tool that never finishes in the child, with a short lease so that the test is quick.
+/// (1 s rather than less: the lease must outlive the parent's check after the kill even on a
+/// loaded machine.)
+const SLOW: ToolInfo = ToolInfo::idempotent("send_slow").with_lease(Duration::from_secs(1));
+/// The tool both racing processes call.
+const RACE: ToolInfo = ToolInfo::idempotent("race");
+const RACE_KEYS: u32 = 50;
+const RACE_STORES: usize = 4;
+
+/// The turn every process uses, so that they all derive the same keys.
+const TURN_ID: &str = "conversation-7/turn-3";
+
+/// How long the parent waits for a child to say something.
+const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A fresh directory under the system temp dir, deleted on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "idem-sqlite-process-{name}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Appends one line to the side-effect log (one `write` of a short line on an `O_APPEND` file:
+/// atomic with respect to the other processes' lines).
+fn side_effect(log: &Path, line: &str) {
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .unwrap();
+    file.write_all(format!("{line}\n").as_bytes()).unwrap();
+}
+
+fn log_lines(log: &Path) -> Vec<String> {
+    match std::fs::read_to_string(log) {
+        Ok(text) => text.lines().map(str::to_owned).collect(),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The engine call of `tool` with argument `to`, in a turn on `store`.
+async fn call<F>(
+    tool: &'static ToolInfo,
+    store: &Arc<dyn Store>,
+    in_flight_wait: Duration,
+    to: &str,
+    body: F,
+) -> Result<String, Error>
+where
+    F: Future<Output = Result<String, Error>>,
+{
+    let turn = Turn::new(TURN_ID)
+        .with_store(Arc::clone(store))
+        .with_in_flight_wait(in_flight_wait);
+    let mut args = ArgsDigest::new(tool.name);
+    args.arg("to", to)?;
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
+    execute(Call::new(tool, &turn, key, fingerprint), body).await
+}
+
+fn open(db: &Path) -> Arc<dyn Store> {
+    Arc::new(SqliteStore::open(db).unwrap())
+}
+
+fn env_path(name: &str) -> PathBuf {
+    PathBuf::from(std::env::var_os(name).unwrap())
+}
+
+/// The child's side of every test: a no-op unless run by a parent below.
+#[test]
+fn child() {
+    let Ok(mode) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let db = env_path(DB_ENV);
+    let log = env_path(LOG_ENV);
+    let pid = std::process::id();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .unwrap();
+    match mode.as_str() {
+        "complete_then_hang" => {
+            let store = open(&db);
+            let result = runtime
+                .block_on(call(&SEND, &store, Duration::ZERO, "ada", async {
+                    side_effect(&log, &format!("send_email ada {pid}"));
+                    Ok(format!("receipt from {pid}"))
+                }))
+                .unwrap();
+            println!("DONE {result}");
+            // Recorded; now wait to be killed.
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        "hang_mid_execution" => {
+            let store = open(&db);
+            runtime.block_on(async {
+                let _ = call(&SLOW, &store, Duration::ZERO, "grace", async {
+                    side_effect(&log, &format!("send_slow grace {pid}"));
+                    println!("RUNNING");
+                    // The side effect happened; the process dies before recording it.
+                    std::future::pending::<()>().await;
+                    Ok(String::new())
+                })
+                .await;
+            });
+        }
+        "race" => {
+            let go = env_path(GO_ENV);
+            // Several stores, so that several connections of this process race too (calls on
+            // one store in one process would mostly be joined in memory before the store).
+            let stores: Vec<Arc<dyn Store>> = (0..RACE_STORES).map(|_| open(&db)).collect();
+            println!("READY");
+            let deadline = Instant::now() + CHILD_TIMEOUT;
+            while !go.exists() {
+                assert!(Instant::now() < deadline, "the parent never said go");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let results = runtime.block_on(async {
+                let mut tasks = Vec::new();
+                for k in 0..RACE_KEYS {
+                    for store in &stores {
+                        let (store, log) = (Arc::clone(store), log.clone());
+                        tasks.push(tokio::spawn(async move {
+                            let to = format!("k{k}");
+                            let body = async {
+                                side_effect(&log, &format!("{to} {pid}"));
+                                tokio::time::sleep(Duration::from_millis(2)).await;
+                                Ok(format!("{to} by {pid}"))
+                            };
+                            let result = call(&RACE, &store, Duration::from_secs(30), &to, body);
+                            (k, result.await)
+                        }));
+                    }
+                }
+                let mut results = BTreeMap::<u32, Vec<String>>::new();
+                for task in tasks {
+                    let (k, result) = task.await.unwrap();
+                    results.entry(k).or_default().push(result.unwrap());
+                }
+                results
+            });
+            for (k, values) in results {
+                assert!(
+                    values.iter().all(|v| *v == values[0]),
+                    "key {k}: {values:?}"
+                );
+                println!("RESULT k{k} {}", values[0]);
+            }
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+/// A running child and the lines it prints.
+struct Kid {
+    process: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Kid {
+    fn spawn(mode: &str, dir: &TempDir) -> Kid {
+        let mut process = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, mode)
+            .env(DB_ENV, dir.path("idem.db"))
+            .env(LOG_ENV, dir.path("side-effects.log"))
+            .env(GO_ENV, dir.path("go"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = process.stdout.take().unwrap();
+        let (send, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Kid { process, lines }
+    }
+
+    /// Waits for a line containing `prefix` and returns what follows it.
+    fn expect(&mut self, prefix: &str) -> String {
+        let deadline = Instant::now() + CHILD_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    // libtest prints `test child ... ` before the test's own first line.
+                    if let Some(at) = line.find(prefix) {
+                        return line[at + prefix.len()..].trim().to_owned();
+                    }
+                }
+                Err(error) => {
+                    let _ = self.process.kill();
+                    panic!("the child never printed {prefix:?}: {error}");
+                }
+            }
+        }
+    }
+
+    /// Lines left until the child exits, which it must do successfully.
+    fn finish(&mut self) -> Vec<String> {
+        let mut rest = Vec::new();
+        let deadline = Instant::now() + CHILD_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => rest.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = self.process.kill();
+                    panic!("the child did not finish");
+                }
+            }
+        }
+        let status = self.process.wait().unwrap();
+        assert!(status.success(), "the child failed: {status}");
+        rest
+    }
+
+    /// `SIGKILL`: no destructor, no clean-up, no chance to record or release anything.
+    fn kill(&mut self) {
+        self.process.kill().unwrap();
+        self.process.wait().unwrap();
+    }
+}
+
+impl Drop for Kid {
+    /// A failing test must not leave its children behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.process.try_wait() {
+            let _ = self.process.kill();
+            let _ = self.process.wait();
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_completed_call_is_replayed_after_its_process_is_killed() {
+    let dir = TempDir::new("replay");
+    let log = dir.path("side-effects.log");
+    let mut kid = Kid::spawn("complete_then_hang", &dir);
+    let first = kid.expect("DONE");
+    kid.kill();
+    assert_eq!(log_lines(&log).len(), 1);
+
+    // The "restarted" process: same database file, same turn, same arguments.
+    let store = open(&dir.path("idem.db"));
+    let replayed = call(&SEND, &store, Duration::ZERO, "ada", async {
+        side_effect(&log, "send_email ada parent");
+        Ok("receipt from the parent".to_owned())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        replayed, first,
+        "the retry should replay the killed process's result"
+    );
+    assert!(first.starts_with("receipt from "));
+    assert_eq!(log_lines(&log).len(), 1, "the email went out twice");
+}
+
+/// The documented crash window: a process killed after its side effect but before recording
+/// the result leaves an in-flight claim; once the lease expires, a retry runs the tool again.
+/// Forwarding `idem::current_key()` to the downstream API is what deduplicates that second run.
+#[tokio::test]
+async fn a_call_killed_mid_execution_blocks_its_key_until_the_lease_expires() {
+    let dir = TempDir::new("mid-execution");
+    let log = dir.path("side-effects.log");
+    let store = open(&dir.path("idem.db"));
+    let retry = || {
+        call(&SLOW, &store, Duration::from_millis(50), "grace", async {
+            side_effect(&log, "send_slow grace parent");
+            Ok("sent by the parent".to_owned())
+        })
+    };
+
+    let mut kid = Kid::spawn("hang_mid_execution", &dir);
+    kid.expect("RUNNING");
+    // While the child lives, it renews its lease: a retry waits, then gives up.
+    let error = retry().await.unwrap_err();
+    assert!(matches!(error, Error::InFlight { .. }), "{error:?}");
+
+    kid.kill();
+    // Dead, but its lease (renewed every lease/3) has not run out yet.
+    let error = retry().await.unwrap_err();
+    assert!(matches!(error, Error::InFlight { .. }), "{error:?}");
+    assert_eq!(log_lines(&log).len(), 1);
+
+    // Wait out the lease, then retry: the key is claimable and the tool runs again.
+    let records = store.list(None, 10).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].state, RecordState::InProgress);
+    let left = records[0]
+        .expires_at_ms
+        .saturating_sub(SystemClock.now_ms());
+    tokio::time::sleep(Duration::from_millis(left + 20)).await;
+    assert_eq!(retry().await.unwrap(), "sent by the parent");
+    let lines = log_lines(&log);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[1].ends_with("parent"));
+    // And from now on it is replayed.
+    assert_eq!(retry().await.unwrap(), "sent by the parent");
+    assert_eq!(log_lines(&log).len(), 2);
+}
+
+#[test]
+fn two_processes_racing_on_one_file_execute_each_key_once() {
+    let dir = TempDir::new("race");
+    let log = dir.path("side-effects.log");
+    let mut kids = [Kid::spawn("race", &dir), Kid::spawn("race", &dir)];
+    for kid in &mut kids {
+        kid.expect("READY");
+    }
+    std::fs::write(dir.path("go"), b"").unwrap();
+    let (a, b) = (kids[0].finish(), kids[1].finish());
+
+    let lines = log_lines(&log);
+    let mut executions = BTreeMap::<String, Vec<String>>::new();
+    for line in &lines {
+        let (key, pid) = line.split_once(' ').unwrap();
+        executions
+            .entry(key.to_owned())
+            .or_default()
+            .push(pid.to_owned());
+    }
+    assert_eq!(executions.len(), RACE_KEYS as usize, "{executions:?}");
+    for (key, pids) in &executions {
+        assert_eq!(pids.len(), 1, "{key} ran {} times: {pids:?}", pids.len());
+    }
+    // Both processes were told the same result for every key: the one execution's.
+    let results = |lines: Vec<String>| -> Vec<String> {
+        lines
+            .into_iter()
+            .filter_map(|l| l.find("RESULT ").map(|at| l[at..].to_owned()))
+            .collect()
+    };
+    let (a, b) = (results(a), results(b));
+    assert_eq!(a.len(), RACE_KEYS as usize);
+    assert_eq!(a, b);
+}
