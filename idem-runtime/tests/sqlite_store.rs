@@ -501,4 +501,28 @@ async fn measure_cost_per_call() {
     }
     let replay = started.elapsed() / n;
     println!("sqlite: first execution {first:?}/call, replay {replay:?}/call");
+    let started = std::time::Instant::now();
+    for (k, f) in &keys {
+        let request = BeginRequest {
+            namespace: turn.namespace(),
+            ..req(k, f, LEASE)
+        };
+        let begun = store.begin(request).await.unwrap();
+        assert!(matches!(begun, Begin::Completed(_)));
+    }
+    println!(
+        "sqlite: store.begin on a completed key {:?}/call",
+        started.elapsed() / n
+    );
+    let memory: Arc<dyn Store> = Arc::new(idem_runtime::MemoryStore::new());
+    let turn = Turn::new("measure").with_store(Arc::clone(&memory));
+    let started = std::time::Instant::now();
+    for (k, f) in &keys {
+        execute(idem_runtime::Call::new(&TOOL, &turn, *k, *f), async {
+            Ok::<_, Error>(1u32)
+        })
+        .await
+        .unwrap();
+    }
+    println!("memory: first execution {:?}/call", started.elapsed() / n);
 }
