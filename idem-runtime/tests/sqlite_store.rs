@@ -514,6 +514,14 @@ async fn measure_cost_per_call() {
         "sqlite: store.begin on a completed key {:?}/call",
         started.elapsed() / n
     );
+    let started = std::time::Instant::now();
+    for (k, _) in &keys {
+        assert!(store.get("elsewhere", k).await.unwrap().is_none());
+    }
+    println!(
+        "sqlite: store.get of a missing key {:?}/call",
+        started.elapsed() / n
+    );
     let memory: Arc<dyn Store> = Arc::new(idem_runtime::MemoryStore::new());
     let turn = Turn::new("measure").with_store(Arc::clone(&memory));
     let started = std::time::Instant::now();

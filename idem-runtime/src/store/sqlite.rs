@@ -84,12 +84,16 @@ const COLUMNS: &str =
 ///   (never corrupting the file). Losing a completion means one re-execution after a reboot.
 ///
 /// # Cost per call
-/// A first execution costs one read and two small write transactions (`begin` claims the key,
-/// `complete` records the result), plus one write per lease renewal (every `lease / 3` while the
-/// tool runs). A replay costs one read transaction and takes no write lock. With
-/// `synchronous = NORMAL` a write commits without `fsync`; expect tens of microseconds per
-/// transaction on a local SSD, so tens of thousands of calls per second per file — far below the
-/// cost of the tools it protects.
+/// A first execution is two store calls: `begin` (one read, then one small write transaction
+/// that claims the key) and `complete` (one write transaction), plus one write per lease renewal
+/// (every `lease / 3` while the tool runs). A replay is one store call, one read transaction,
+/// and takes no write lock. Writes commit without `fsync` (`synchronous = NORMAL`).
+///
+/// Measured roughly on a small 2-core VM with the `measure_cost_per_call` test (release build):
+/// a first execution costs 0.06–0.27 ms, a replay about 0.1 ms, against 2 µs with
+/// [`MemoryStore`](super::MemoryStore). SQLite's own share is about 35 µs per write and 8 µs per
+/// read; most of the rest is the hand-off to the store's thread and back. Either way it is far
+/// below the cost of the tools it protects.
 ///
 /// # How it runs
 /// SQLite calls block, so each store owns **one connection on one dedicated thread**; the async
