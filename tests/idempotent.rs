@@ -23,9 +23,11 @@ fn turn(id: &str) -> Turn {
 static SENT: AtomicUsize = AtomicUsize::new(0);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Receipt {
-    id: usize,
-    to: String,
+pub struct Receipt {
+    /// Counts messages sent.
+    pub id: usize,
+    /// The recipient.
+    pub to: String,
 }
 
 /// Doc comments and other attributes are kept.

@@ -8,6 +8,7 @@ use syn::spanned::Spanned;
 use syn::{
     Attribute, Expr, ExprAsync, FnArg, GenericArgument, Ident, ItemFn, Pat, PatIdent, Path,
     PathArguments, ReturnType, Stmt, Token, Type, TypeParamBound, Visibility, parse_quote,
+    parse_quote_spanned,
 };
 
 use crate::options::{Errors, IdempotentOptions, parse_read_only};
@@ -67,9 +68,12 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let prelude = params.prelude(&private, &info, &ret, &options, inner_stmts);
     // The signature with pattern parameters named, so they can be hashed whole.
     params.rename_patterns(&mut func);
+    // The braces carry the return type's span: rustc reports the bounds of the future held
+    // across `.await` at the body's span, and this merges those reports with the others.
+    let span = ret.span();
     func.block = Box::new(match outer {
-        None => parse_quote!({ #prelude }),
-        Some(pin) => parse_quote!({ #pin(async move { #prelude }) }),
+        None => parse_quote_spanned!(span=> { #prelude }),
+        Some(pin) => parse_quote_spanned!(span=> { #pin(async move { #prelude }) }),
     });
     quote!(#descriptor #func)
 }
@@ -86,7 +90,7 @@ enum Form {
     AsyncTrait {
         output: Type,
         pin: Expr,
-        inner: ExprAsync,
+        inner: Box<ExprAsync>,
     },
 }
 
@@ -127,7 +131,7 @@ fn async_trait_form(func: &ItemFn) -> Option<Form> {
     (last.ident == "pin" && inner.capture.is_some()).then(|| Form::AsyncTrait {
         output,
         pin: (*call.func).clone(),
-        inner: (*inner).clone(),
+        inner: Box::new((*inner).clone()),
     })
 }
 
@@ -353,16 +357,35 @@ impl Params {
         };
         let runner = Ident::new(runner, ret.span());
         let runner_path = respan(quote!(#private::#runner), ret.span());
+        let tool_future = quote! {
+            async move {
+                #(#patterns)*
+                #(#body)*
+            }
+        };
+        // Every bound on the result type is checked at this call, and each is reported where
+        // the return type is written (once: errors with equal spans and messages are merged).
+        let run_args = respan(quote!((#digest, #store, )), ret.span());
+        let await_ = respan(quote!(.await), ret.span());
+        let run = quote!(#runner_path::<#ret, _> #run_args #await_);
+        let run: TokenStream = {
+            let mut run = run.into_iter().collect::<Vec<_>>();
+            // Put the tool future inside the argument list.
+            if let Some(TokenTree::Group(g)) = run.iter_mut().rev().nth(2) {
+                let mut inner = g.stream();
+                inner.extend(tool_future);
+                let mut group = Group::new(g.delimiter(), inner);
+                group.set_span(g.span());
+                *g = group;
+            }
+            run.into_iter().collect()
+        };
         quote! {
             static #tool: #private::ToolInfo = #info;
             #skip_traits
             let mut #digest = #init;
             #(#args)*
-            #runner_path::<#ret, _>(#digest, #store, async move {
-                #(#patterns)*
-                #(#body)*
-            })
-            .await
+            #run
         }
     }
 
