@@ -77,7 +77,8 @@ impl<E: From<Error>> ToolErr for E {}
     message = "the error type `{Self}` of an `#[idempotent(cache_errors)]` tool must implement \
                `From<idem::Error>`, `Serialize` and `DeserializeOwned`",
     label = "with `cache_errors`, an `Err` is recorded and replayed too",
-    note = "derive `serde::Serialize` and `serde::Deserialize` for it, or drop `cache_errors`"
+    note = "implement `From<idem::Error>` and derive `serde::Serialize` and `serde::Deserialize` \
+            for it, or drop `cache_errors`"
 )]
 pub trait CachedErr: From<Error> + Serialize + DeserializeOwned {}
 impl<E: From<Error> + Serialize + DeserializeOwned> CachedErr for E {}
