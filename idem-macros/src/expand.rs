@@ -365,21 +365,13 @@ impl Params {
         };
         // Every bound on the result type is checked at this call, and each is reported where
         // the return type is written (once: errors with equal spans and messages are merged).
-        let run_args = respan(quote!((#digest, #store, )), ret.span());
+        let mut run_args = Group::new(
+            proc_macro2::Delimiter::Parenthesis,
+            quote!(#digest, #store, #tool_future),
+        );
+        run_args.set_span(ret.span());
         let await_ = respan(quote!(.await), ret.span());
         let run = quote!(#runner_path::<#ret, _> #run_args #await_);
-        let run: TokenStream = {
-            let mut run = run.into_iter().collect::<Vec<_>>();
-            // Put the tool future inside the argument list.
-            if let Some(TokenTree::Group(g)) = run.iter_mut().rev().nth(2) {
-                let mut inner = g.stream();
-                inner.extend(tool_future);
-                let mut group = Group::new(g.delimiter(), inner);
-                group.set_span(g.span());
-                *g = group;
-            }
-            run.into_iter().collect()
-        };
         quote! {
             static #tool: #private::ToolInfo = #info;
             #skip_traits
