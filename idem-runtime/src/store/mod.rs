@@ -16,6 +16,7 @@
 //! `release` only act when the caller still holds the newest token, so a holder whose lease
 //! expired cannot overwrite the work of the caller that took over.
 
+pub mod conformance;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
