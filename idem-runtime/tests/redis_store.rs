@@ -167,13 +167,14 @@ async fn renewing_keeps_a_lease_alive_and_release_frees_the_key() {
     };
     let store = store(&url, "renew").await;
     let (k, fp) = (key("renew"), fingerprint("renew"));
-    let lease = Duration::from_millis(300);
+    // Renewed every 100 ms, a 400 ms lease tolerates wake-ups 300 ms late on a busy machine.
+    let lease = Duration::from_millis(400);
     let token = claim(&store, "ns", "renew", lease).await;
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(150)).await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
         store.renew("ns", &k, token, lease).await.unwrap();
     }
-    // 600 ms after the claim, two leases' worth: still held thanks to renewal.
+    // 800 ms after the claim, two leases' worth: still held thanks to renewal.
     let held = store.begin(request("ns", &k, &fp, lease)).await.unwrap();
     assert!(matches!(held, Begin::InFlight(_)), "{held:?}");
 
