@@ -233,6 +233,9 @@ async fn results_of_several_mebibytes_round_trip() {
     cleanup(&url, store.prefix()).await;
 }
 
+/// Hash fields written by hand.
+type Fields = Vec<(&'static str, Vec<u8>)>;
+
 #[tokio::test]
 async fn corrupt_records_are_errors_not_panics() {
     let Some(url) = redis_url("corrupt_records_are_errors_not_panics") else {
@@ -251,7 +254,7 @@ async fn corrupt_records_are_errors_not_panics() {
             ("res", b"ok".to_vec()),
         ]
     };
-    let mut cases: Vec<(&str, Vec<(&str, Vec<u8>)>)> = Vec::new();
+    let mut cases: Vec<(&str, Fields)> = Vec::new();
     let mut bad_state = good("completed");
     bad_state[0].1 = b"finished?".to_vec();
     cases.push(("bad state", bad_state));
