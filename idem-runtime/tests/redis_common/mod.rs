@@ -2,7 +2,8 @@
 //!
 //! The Redis tests run when `IDEM_REDIS_URL` names a server (`redis://127.0.0.1:PORT`); CI sets
 //! it whenever it runs `--all-features` (see `scripts/redis-test-server.sh`). Without it each
-//! test prints a skip notice and passes. Tests that kill and restart a server start their own
+//! test prints a skip notice and passes, unless `IDEM_REQUIRE_REDIS` is set (CI sets it), when it
+//! fails. Tests that kill and restart a server start their own
 //! `redis-server` (from `IDEM_REDIS_SERVER`, else `PATH`) on a free loopback port, so they never
 //! disturb the shared one.
 #![allow(dead_code)]
@@ -22,6 +23,10 @@ pub fn redis_url(test: &str) -> Option<String> {
     match std::env::var("IDEM_REDIS_URL") {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
+            assert!(
+                std::env::var_os("IDEM_REQUIRE_REDIS").is_none(),
+                "{test}: IDEM_REQUIRE_REDIS is set (as in CI) but IDEM_REDIS_URL is not"
+            );
             eprintln!(
                 "SKIPPED {test}: IDEM_REDIS_URL is not set; run scripts/redis-test-server.sh \
                  or export IDEM_REDIS_URL=redis://127.0.0.1:PORT to run the Redis tests"
