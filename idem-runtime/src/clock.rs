@@ -22,7 +22,7 @@ impl Clock for SystemClock {
     fn now_ms(&self) -> u64 {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| duration_ms(d))
+            .map_or(0, duration_ms)
     }
 }
 

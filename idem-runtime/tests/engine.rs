@@ -173,6 +173,10 @@ async fn a_thousand_concurrent_identical_calls_execute_once() {
     let stats = turn.stats();
     assert_eq!(stats.executed, 1);
     assert_eq!(stats.joined + stats.replayed, 999, "{stats:?}");
+    assert!(
+        stats.joined > 0,
+        "identical calls in one process must join the first: {stats:?}"
+    );
 }
 
 #[tokio::test]
@@ -622,4 +626,15 @@ async fn the_global_counters_see_every_outcome() {
     assert!(after.executed > before.executed);
     assert!(after.replayed > before.replayed);
     assert_eq!(Outcome::Replayed.as_str(), "replayed");
+}
+
+#[test]
+fn the_engine_future_is_send_so_tools_can_be_spawned() {
+    fn assert_send<T: Send>(_: &T) {}
+    let turn = Turn::new("t");
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    let call = execute(Call::new(&SEND, &turn, key, fp), async {
+        Ok::<_, Error>(1u8)
+    });
+    assert_send(&call);
 }

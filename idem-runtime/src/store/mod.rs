@@ -16,7 +16,10 @@
 //! `release` only act when the caller still holds the newest token, so a holder whose lease
 //! expired cannot overwrite the work of the caller that took over.
 
+pub mod conformance;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -27,6 +30,8 @@ use std::time::Duration;
 use crate::Result;
 use crate::key::{Fingerprint, Key};
 
+#[cfg(feature = "redis")]
+pub use self::redis::RedisStore;
 pub use memory::MemoryStore;
 
 /// The future returned by [`Store`] methods.

@@ -1,0 +1,404 @@
+//! Unit tests of the key derivation.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::RandomState;
+
+use serde::Serialize;
+
+use super::*;
+
+fn key<T: Serialize + ?Sized>(args: &T) -> Key {
+    derive_key("ns", "turn", "tool", 1, args).expect("encodes")
+}
+
+fn enc<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+    encode_value(v).expect("encodes")
+}
+
+#[test]
+fn header_strings_are_length_prefixed() {
+    let a = derive_key("ab", "c", "t", 1, &()).unwrap();
+    let b = derive_key("a", "bc", "t", 1, &()).unwrap();
+    assert_ne!(a, b);
+    let a = derive_key("n", "ab", "c", 1, &()).unwrap();
+    let b = derive_key("n", "a", "bc", 1, &()).unwrap();
+    assert_ne!(a, b);
+    assert_ne!(key(&("ab", "c")), key(&("a", "bc")));
+    // Strings inside a struct.
+    #[derive(Serialize)]
+    struct P<'a> {
+        x: &'a str,
+        y: &'a str,
+    }
+    assert_ne!(key(&P { x: "ab", y: "c" }), key(&P { x: "a", y: "bc" }));
+}
+
+#[test]
+fn every_header_field_matters() {
+    let base = derive_key("ns", "turn", "tool", 1, &5u8).unwrap();
+    assert_ne!(base, derive_key("ns2", "turn", "tool", 1, &5u8).unwrap());
+    assert_ne!(base, derive_key("ns", "turn2", "tool", 1, &5u8).unwrap());
+    assert_ne!(base, derive_key("ns", "turn", "tool2", 1, &5u8).unwrap());
+    assert_ne!(base, derive_key("ns", "turn", "tool", 2, &5u8).unwrap());
+    assert_ne!(base, derive_key("ns", "turn", "tool", 1, &6u8).unwrap());
+}
+
+#[test]
+fn hashmap_order_and_hasher_state_do_not_matter() {
+    let mut a: HashMap<String, u64, RandomState> = HashMap::with_hasher(RandomState::new());
+    let mut b: HashMap<String, u64, RandomState> = HashMap::with_hasher(RandomState::new());
+    for i in 0..1000u64 {
+        a.insert(format!("k{i}"), i * 7);
+    }
+    for i in (0..1000u64).rev() {
+        b.insert(format!("k{i}"), i * 7);
+    }
+    // Two RandomStates: the iteration orders (almost surely) differ.
+    assert_ne!(
+        a.keys().take(20).collect::<Vec<_>>(),
+        b.keys().take(20).collect::<Vec<_>>()
+    );
+    assert_eq!(key(&a), key(&b));
+    let bt: BTreeMap<String, u64> = a.iter().map(|(k, v)| (k.clone(), *v)).collect();
+    assert_eq!(key(&a), key(&bt));
+    b.insert("k999".into(), 0);
+    assert_ne!(key(&a), key(&b));
+}
+
+#[derive(Serialize)]
+struct Ab {
+    a: u32,
+    b: String,
+}
+
+#[derive(Serialize)]
+struct Ba {
+    b: String,
+    a: u64,
+}
+
+#[test]
+fn struct_field_order_and_name_do_not_matter() {
+    let x = Ab {
+        a: 3,
+        b: "hi".into(),
+    };
+    let y = Ba {
+        b: "hi".into(),
+        a: 3,
+    };
+    assert_eq!(key(&x), key(&y));
+    let m = serde_json::json!({"b": "hi", "a": 3});
+    assert_eq!(key(&x), key(&m));
+    let mut via_digest = ArgsDigest::new("tool");
+    via_digest.arg("b", "hi").unwrap();
+    via_digest.arg("a", &3i8).unwrap();
+    let (k, fp) = via_digest.finish("ns", "turn", "tool", 1);
+    assert_eq!(k, key(&x));
+    assert_eq!(fp, fingerprint("tool", 1, &y).unwrap());
+}
+
+#[test]
+fn integer_width_and_sign_type_do_not_matter() {
+    assert_eq!(enc(&5u32), enc(&5u64));
+    assert_eq!(enc(&5u32), enc(&5i64));
+    assert_eq!(enc(&5u8), enc(&5i128));
+    assert_eq!(enc(&5u8), enc(&5u128));
+    assert_eq!(enc(&-5i8), enc(&-5i64));
+    assert_ne!(enc(&5i32), enc(&-5i32));
+    assert_eq!(enc(&0i32), enc(&0u8));
+    assert_eq!(enc(&i128::MIN)[1], 1);
+    assert_eq!(&enc(&i128::MIN)[2..], &(1u128 << 127).to_le_bytes());
+    assert_eq!(&enc(&u128::MAX)[2..], &u128::MAX.to_le_bytes());
+    assert_eq!(key(&5u32), key(&5i64));
+    // An integer is not a float.
+    assert_ne!(enc(&5u32), enc(&5.0f64));
+}
+
+#[test]
+fn floats_are_canonical() {
+    assert_eq!(enc(&-0.0f64), enc(&0.0f64));
+    assert_eq!(enc(&-0.0f32), enc(&0.0f64));
+    assert_eq!(enc(&1.5f32), enc(&1.5f64));
+    let nan = enc(&f64::NAN);
+    assert_eq!(nan, enc(&-f64::NAN));
+    assert_eq!(nan, enc(&f64::from_bits(0x7ff0_0000_0000_0001)));
+    assert_eq!(nan, enc(&f64::from_bits(0xfff8_dead_beef_0000)));
+    assert_eq!(nan, enc(&f32::NAN));
+    assert_eq!(nan, enc(&f32::from_bits(0xffc0_1234)));
+    let mut expected = vec![0x06];
+    expected.extend(0x7ff8_0000_0000_0000u64.to_le_bytes());
+    assert_eq!(nan, expected);
+    assert_ne!(enc(&f64::INFINITY), enc(&f64::NEG_INFINITY));
+    assert_ne!(enc(&0.1f32), enc(&0.1f64)); // widened exactly, not rounded to the f64 literal
+}
+
+#[derive(Serialize)]
+struct UnitStruct;
+
+#[derive(Serialize)]
+struct Empty {}
+
+#[derive(Serialize)]
+enum E {
+    A,
+    B(u8),
+    C(u8, u8),
+    D { x: u8 },
+}
+
+#[test]
+fn empty_things_are_distinct() {
+    let encs = [
+        enc(&None::<u8>),
+        enc(&()),
+        enc(&UnitStruct),
+        enc(&Vec::<u8>::new()),
+        enc(&BTreeMap::<u8, u8>::new()),
+        enc(&HashSet::<u8>::new()),
+        enc(""),
+        enc(&serde_bytes_like::Bytes(&[])),
+        enc(&false),
+        enc(&E::A),
+    ];
+    for (i, a) in encs.iter().enumerate() {
+        for b in &encs[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+    // An empty struct equals an empty map.
+    assert_eq!(enc(&Empty {}), enc(&BTreeMap::<u8, u8>::new()));
+    assert_ne!(enc(&Some(())), enc(&()));
+    assert_ne!(enc(&Some(None::<u8>)), enc(&None::<u8>));
+}
+
+mod serde_bytes_like {
+    /// Serializes through `serialize_bytes`.
+    pub struct Bytes<'a>(pub &'a [u8]);
+    impl serde::Serialize for Bytes<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(self.0)
+        }
+    }
+}
+
+#[test]
+fn bytes_differ_from_seq_of_u8_and_str() {
+    assert_ne!(enc(&serde_bytes_like::Bytes(b"ab")), enc(&b"ab".to_vec()));
+    assert_ne!(enc(&serde_bytes_like::Bytes(b"ab")), enc("ab"));
+    assert_eq!(
+        enc(&serde_bytes_like::Bytes(b"ab")),
+        [0x08, 2, 0, 0, 0, 0, 0, 0, 0, b'a', b'b']
+    );
+}
+
+#[test]
+fn enums_by_variant_name() {
+    #[derive(Serialize)]
+    enum Other {
+        #[allow(dead_code)]
+        Z,
+        A,
+    }
+    assert_eq!(enc(&E::A), enc(&Other::A));
+    assert_ne!(enc(&E::A), enc("A"));
+    assert_ne!(enc(&E::B(1)), enc(&E::B(2)));
+    assert_ne!(enc(&E::C(1, 2)), enc(&E::C(2, 1)));
+    assert_ne!(enc(&E::D { x: 1 }), enc(&E::D { x: 2 }));
+    let all = [
+        enc(&E::A),
+        enc(&E::B(1)),
+        enc(&E::C(1, 1)),
+        enc(&E::D { x: 1 }),
+    ];
+    for (i, a) in all.iter().enumerate() {
+        for b in &all[i + 1..] {
+            assert_ne!(a, b);
+        }
+    }
+}
+
+#[test]
+fn char_is_a_one_char_string() {
+    assert_eq!(enc(&'é'), enc("é"));
+}
+
+#[test]
+fn newtypes_are_transparent() {
+    #[derive(Serialize)]
+    struct Meters(u32);
+    assert_eq!(enc(&Meters(3)), enc(&3u64));
+}
+
+#[test]
+fn sets_are_unordered_and_sequences_ordered() {
+    let a: HashSet<u32> = (0..100).collect();
+    let b: HashSet<u32> = (0..100).rev().collect();
+    assert_eq!(enc(&a), enc(&b));
+    let bt: BTreeSet<u32> = (0..100).collect();
+    assert_eq!(enc(&a), enc(&bt));
+    assert_eq!(
+        enc(&a),
+        enc(&Unordered((0..100u32).rev().collect::<Vec<_>>()))
+    );
+    assert_eq!(enc(&a), enc(&Unordered(a.clone())));
+    assert_eq!(enc(&a)[0], 0x0D);
+    assert_ne!(enc(&vec![1u8, 2]), enc(&vec![2u8, 1]));
+    assert_ne!(enc(&vec![1u8, 2]), enc(&Unordered(vec![1u8, 2])));
+    // The set marker applies to the collection only, not its elements.
+    assert_ne!(
+        enc(&Unordered(vec![vec![1u8, 2]])),
+        enc(&Unordered(vec![vec![2u8, 1]]))
+    );
+    // Sets keep duplicates of an `Unordered` vec (multiset).
+    assert_ne!(enc(&Unordered(vec![1u8])), enc(&Unordered(vec![1u8, 1])));
+}
+
+#[test]
+fn caller_key_mode() {
+    let run = |turn: &str, to: &str, ck: Option<&str>| {
+        let mut d = ArgsDigest::new("send");
+        d.arg("to", to).unwrap();
+        if let Some(ck) = ck {
+            d.caller_key(ck);
+        }
+        d.finish("ns", turn, "send", 1)
+    };
+    let (k1, f1) = run("t1", "ann", Some("order-1"));
+    let (k2, f2) = run("t2", "bob", Some("order-1"));
+    assert_eq!(k1, k2, "caller key ignores turn id and args");
+    assert_ne!(f1, f2, "fingerprint still covers args");
+    let (k3, f3) = run("t1", "ann", Some("order-2"));
+    assert_ne!(k1, k3);
+    assert_eq!(f1, f3, "caller key is not in the fingerprint");
+    let (k4, f4) = run("t1", "ann", None);
+    assert_ne!(k1, k4);
+    assert_eq!(f1, f4);
+    // Tool, version and namespace still matter.
+    let mut d = ArgsDigest::new("send");
+    d.caller_key("order-1");
+    assert_ne!(d.clone().finish("ns", "t", "send", 2).0, k1);
+    assert_ne!(d.clone().finish("ns2", "t", "send", 1).0, k1);
+    assert_ne!(d.finish("ns", "t", "send2", 1).0, k1);
+}
+
+#[test]
+fn fingerprint_arg_changes_fingerprint_not_key() {
+    let run = |memo: &str| {
+        let mut d = ArgsDigest::new("send");
+        d.arg("to", "ann").unwrap();
+        d.fingerprint_arg("memo", memo).unwrap();
+        d.finish("ns", "t", "send", 1)
+    };
+    let (k1, f1) = run("a");
+    let (k2, f2) = run("b");
+    assert_eq!(k1, k2);
+    assert_ne!(f1, f2);
+    #[derive(Serialize)]
+    struct To<'a> {
+        to: &'a str,
+    }
+    #[derive(Serialize)]
+    struct All<'a> {
+        to: &'a str,
+        memo: &'a str,
+    }
+    assert_eq!(
+        k1,
+        derive_key("ns", "t", "send", 1, &To { to: "ann" }).unwrap()
+    );
+    assert_eq!(
+        f1,
+        fingerprint(
+            "send",
+            1,
+            &All {
+                to: "ann",
+                memo: "a"
+            }
+        )
+        .unwrap()
+    );
+}
+
+#[test]
+fn args_digest_with_many_args_matches_derive_key() {
+    let map: BTreeMap<String, u32> = (0..50).map(|i| (format!("a{i}"), i)).collect();
+    let mut d = ArgsDigest::new("t");
+    for (k, v) in map.iter().rev() {
+        d.arg(k, v).unwrap();
+    }
+    let (k, fp) = d.finish("ns", "turn", "tool", 1);
+    assert_eq!(k, key(&map));
+    assert_eq!(fp, fingerprint("tool", 1, &map).unwrap());
+}
+
+struct Failing;
+impl Serialize for Failing {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("nope"))
+    }
+}
+
+#[test]
+fn serialize_errors_become_encode_errors() {
+    let mut d = ArgsDigest::new("send");
+    d.arg("to", "ann").unwrap();
+    let before = d.clone().finish("ns", "t", "send", 1);
+    match d.arg("body", &Failing) {
+        Err(Error::Encode {
+            tool,
+            what,
+            message,
+        }) => {
+            assert_eq!(tool, "send");
+            assert_eq!(what, "argument `body`");
+            assert_eq!(message, "nope");
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(d.fingerprint_arg("body", &vec![Failing]).is_err());
+    assert_eq!(
+        d.finish("ns", "t", "send", 1),
+        before,
+        "failed args leave no trace"
+    );
+    assert!(matches!(
+        derive_key("n", "t", "x", 1, &Some(Failing)),
+        Err(Error::Encode {
+            tool: "<unknown>",
+            ..
+        })
+    ));
+    assert!(fingerprint("x", 1, &[Failing]).is_err());
+    assert!(encode_value(&Failing).is_err());
+}
+
+#[test]
+fn split_map_key_value_calls_are_supported_and_checked() {
+    struct Split(bool);
+    impl Serialize for Split {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            use serde::ser::SerializeMap;
+            let mut m = s.serialize_map(None)?;
+            m.serialize_key("a")?;
+            if self.0 {
+                m.serialize_value(&1u8)?;
+            }
+            m.end()
+        }
+    }
+    assert_eq!(enc(&Split(true)), enc(&BTreeMap::from([("a", 1u8)])));
+    assert!(encode_value(&Split(false)).is_err());
+}
+
+#[test]
+fn nine_entries_spill_without_changing_the_encoding() {
+    // Maps of 8 (inline) and 9 (heap) entries both sort correctly.
+    for n in [7u32, 8, 9, 17] {
+        let m: HashMap<u32, u32> = (0..n).map(|i| (i, i)).collect();
+        let r: BTreeMap<u32, u32> = (0..n).rev().map(|i| (i, i)).collect();
+        assert_eq!(enc(&m), enc(&r));
+        assert_eq!(enc(&m).len(), 1 + 8 + 32 * n as usize);
+    }
+}

@@ -1,0 +1,103 @@
+//! [`Unordered`] and [`unordered`]: collections whose order does not matter in keys.
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The newtype-struct name that makes the key serializer encode the inner sequence as a set.
+/// Other serializers treat newtype structs as transparent, so the marker is invisible to them.
+pub(crate) const UNORDERED_MAGIC: &str = "$idem::Unordered";
+
+/// A collection whose iteration order does not matter for idempotency keys: it is encoded as a
+/// set (sorted element digests), so `Unordered(vec![a, b])` and `Unordered(vec![b, a])` give the
+/// same key.
+///
+/// For every other serializer (JSON, …) it is transparent: it serializes and deserializes exactly
+/// like the inner collection.
+///
+/// ```
+/// use idem_runtime::key::{Unordered, encode_value};
+///
+/// let a = encode_value(&Unordered(vec!["x", "y"])).unwrap();
+/// let b = encode_value(&Unordered(vec!["y", "x"])).unwrap();
+/// assert_eq!(a, b);
+/// assert_eq!(serde_json::to_string(&Unordered(vec![1, 2])).unwrap(), "[1,2]");
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Unordered<T>(pub T);
+
+impl<T> Serialize for Unordered<T>
+where
+    for<'a> &'a T: IntoIterator,
+    for<'a> <&'a T as IntoIterator>::Item: Serialize,
+{
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        unordered(&self.0, serializer)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Unordered<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer).map(Unordered)
+    }
+}
+
+impl<T> From<T> for Unordered<T> {
+    fn from(value: T) -> Self {
+        Unordered(value)
+    }
+}
+
+impl<T> std::ops::Deref for Unordered<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T> std::ops::DerefMut for Unordered<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.0
+    }
+}
+
+/// Serializes the elements of `value` as a sequence (in iteration order).
+struct AsSeq<'a, T: ?Sized>(&'a T);
+
+impl<'a, T: ?Sized> Serialize for AsSeq<'a, T>
+where
+    &'a T: IntoIterator,
+    <&'a T as IntoIterator>::Item: Serialize,
+{
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0)
+    }
+}
+
+/// Serializes a collection as an unordered set in keys (and as a plain sequence elsewhere); for
+/// fields of your own types: `#[serde(serialize_with = "idem::key::unordered")]`.
+///
+/// ```
+/// use idem_runtime::key::encode_value;
+///
+/// #[derive(serde::Serialize)]
+/// struct Invite {
+///     #[serde(serialize_with = "idem_runtime::key::unordered")]
+///     emails: Vec<String>,
+/// }
+///
+/// let a = Invite { emails: vec!["a@x".into(), "b@x".into()] };
+/// let b = Invite { emails: vec!["b@x".into(), "a@x".into()] };
+/// assert_eq!(encode_value(&a).unwrap(), encode_value(&b).unwrap());
+/// ```
+///
+/// # Errors
+///
+/// Whatever the serializer or an element's `Serialize` impl returns.
+pub fn unordered<'a, T, S>(value: &'a T, serializer: S) -> Result<S::Ok, S::Error>
+where
+    T: ?Sized,
+    &'a T: IntoIterator,
+    <&'a T as IntoIterator>::Item: Serialize,
+    S: Serializer,
+{
+    serializer.serialize_newtype_struct(UNORDERED_MAGIC, &AsSeq(value))
+}
