@@ -241,6 +241,7 @@ async fn main() {
         )
         .without_time()
         .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .init();
     let summary = run().await;
     check(&summary);
