@@ -1,2 +1,247 @@
+//! Make LLM-agent tool calls safe to retry: idempotency keys, dedup stores and retry budgets.
+//!
+//! Annotate each tool: `#[idempotent]` for tools that change the world (a retry in the same
+//! turn replays the first result instead of acting twice), `#[read_only]` for tools that only
+//! read (zero cost, classification only). List them with [`tools!`] to get a catalog that fails
+//! to compile if any tool is unclassified.
+//!
+//! ```
+//! use idem::{Turn, idempotent, read_only};
+//!
+//! #[derive(serde::Serialize, serde::Deserialize)]
+//! struct Receipt { id: u64 }
+//!
+//! /// Sends a message: runs once per turn and arguments, replays afterwards.
+//! #[idempotent(ttl = "1h")]
+//! async fn send_message(to: String, body: String) -> Result<Receipt, idem::Error> {
+//!     Ok(Receipt { id: 7 })
+//! }
+//!
+//! /// Searches the docs: no key, no store, no budget.
+//! #[read_only]
+//! async fn search_docs(query: &str) -> Vec<String> {
+//!     vec![query.to_owned()]
+//! }
+//!
+//! const TOOLS: &[idem::ToolInfo] = idem::tools![send_message, search_docs];
+//!
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem::Error> {
+//! Turn::new("conv-1/turn-1")
+//!     .scope(async {
+//!         let first = send_message("ada".into(), "hi".into()).await?;
+//!         let retry = send_message("ada".into(), "hi".into()).await?; // replayed
+//!         assert_eq!(first.id, retry.id);
+//!         Ok::<_, idem::Error>(())
+//!     })
+//!     .await?;
+//! assert!(TOOLS[1].read_only_hint() && !TOOLS[0].read_only_hint());
+//! # Ok(()) }
+//! ```
+//!
+//! See the `#[idempotent]` docs for every option and for how it stacks with other attributes.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+/// Makes an `async fn` tool safe to retry: a second call with the same arguments in the same
+/// turn replays the first result instead of running the body again.
+///
+/// ```
+/// use idem::{Turn, idempotent};
+///
+/// #[derive(serde::Serialize, serde::Deserialize)]
+/// struct Receipt { id: u64 }
+///
+/// #[idempotent(ttl = "1h", budget = 3)]
+/// async fn send_message(to: String, text: String) -> Result<Receipt, idem::Error> {
+///     Ok(Receipt { id: 1 }) // the side effect goes here
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem::Error> {
+/// Turn::new("conv-1/turn-3")
+///     .scope(async {
+///         send_message("ada".into(), "hi".into()).await?; // runs
+///         send_message("ada".into(), "hi".into()).await?; // replayed: the body is not polled
+///         Ok::<_, idem::Error>(())
+///     })
+///     .await
+/// # }
+/// ```
+///
+/// The function keeps its signature, visibility, attributes, doc comments and generics. Its
+/// body becomes an `async move` block handed to [`execute`]: the key is derived from the
+/// arguments, the turn's retry budget is charged, the store is asked, and only then is the body
+/// run — or the recorded result returned without polling it.
+///
+/// # Requirements (each a compile error spanned at the offending tokens)
+///
+/// - an `async fn` (free function, inherent or trait method: `&self`, `&mut self`,
+///   `self: Arc<Self>`; generics and `impl Trait` arguments are fine);
+/// - returns `Result<T, E>` (or an alias, such as `anyhow::Result<T>`) with
+///   `T: Serialize + DeserializeOwned` (recorded and replayed) and `E: From<idem::Error>`
+///   (budget, store and turn failures come out as the tool's own error; `idem::Error` and
+///   `anyhow::Error` qualify);
+/// - every argument in the key is `Serialize`; leave others out with `skip(..)`.
+///
+/// # The key
+///
+/// Each argument enters the key under its name; `self` and a `Turn`/`&Turn` parameter never do.
+/// A pattern parameter (`(a, b): (u32, u32)`) is hashed whole under its position, `argN`
+/// (counting parameters after `self` from 0), and can be skipped by that name. Renaming or
+/// reordering such parameters therefore changes keys, like renaming a named one.
+///
+/// # The turn
+///
+/// From a `Turn` or `&Turn` parameter if there is one, else from the task-local scope
+/// ([`Turn::scope`]). With neither, the call fails with [`Error::NoTurn`] and the body does not
+/// run: running unprotected would silently turn every retry into a duplicate side effect, which
+/// is the bug this crate exists to prevent.
+///
+/// # Options
+///
+/// | option | effect | example |
+/// |---|---|---|
+/// | `name = "…"` | the tool's name and key namespace (default: the function's name, so moving it between modules keeps its keys) | `#[idempotent(name = "send_email")]` |
+/// | `version = N` | part of the key: bump it to invalidate old records, e.g. when `T` changes | `#[idempotent(version = 2)]` |
+/// | `skip(a, b)` | arguments left out of the key; still in the fingerprint if `Serialize` (see below) | `#[idempotent(skip(client))]` |
+/// | `#[key]` on a parameter | a caller-supplied idempotency key (`AsRef<str>`): the key is derived from it alone, across turns; the other arguments form the fingerprint | `async fn refund(#[key] request_id: &str, cents: u64)` |
+/// | `ttl = "…"` | how long a result is replayed (humantime, checked at compile time) | `#[idempotent(ttl = "7days")]` |
+/// | `budget = N` | attempts per key per turn, replays included (default: the turn's, 3) | `#[idempotent(budget = 5)]` |
+/// | `store = EXPR` | a store other than the turn's or the default: `EXPR` is evaluated on each call and gives an `Arc<S: Store>`, an `Arc<dyn Store>`, or a `LazyLock` (`static`) of one | `#[idempotent(store = AUDIT_STORE)]` |
+/// | `cache_errors` | `Err` results are recorded and replayed too (`E` must also be `Serialize + DeserializeOwned`) | `#[idempotent(cache_errors)]` |
+/// | `crate = "…"` | the path of `idem` when renamed in `Cargo.toml` (absolute: `::name` or `crate::…`) | `#[idempotent(crate = "::my_idem")]` |
+///
+/// Unknown and duplicate options, a `skip` of a parameter that does not exist, two `#[key]`
+/// parameters and a malformed `ttl` are compile errors, all reported at once.
+///
+/// **`skip` and the fingerprint.** A skipped argument is not part of the key, but if it
+/// implements `Serialize` it is part of the fingerprint: replaying a recorded key for a call
+/// whose skipped argument differs is refused with [`Error::PayloadMismatch`]. An argument that
+/// does not implement `Serialize` (a client, a connection) can be skipped too; it is then in
+/// neither (autoref specialization picks between the two at compile time).
+///
+/// ```
+/// # use idem::idempotent;
+/// struct Http; // not Serialize
+///
+/// #[idempotent(skip(http))]
+/// async fn charge(http: &Http, #[key] request_id: &str, cents: u64) -> Result<u64, idem::Error> {
+///     Ok(cents)
+/// }
+/// ```
+///
+/// # The descriptor
+///
+/// Next to the function the macro emits its classification, a `const` [`ToolInfo`] named
+/// `__idem_tool_<fn>`: a module-level constant for a function, an associated constant for a
+/// method. [`tools!`] reads it. A method with a `self` receiver and no visibility gets none,
+/// since it may sit in a trait impl, which cannot hold extra items: give an inherent method a
+/// visibility (`pub`, `pub(crate)`, even `pub(self)`) to list it in `tools!`.
+///
+/// # Stacking with other attributes
+///
+/// Attribute macros expand outermost first, each seeing the output of none of those below it.
+///
+/// - `#[tracing::instrument]`: both orders compile. Put `#[idempotent]` **above** it: the span
+///   then wraps the whole call, so the engine's `tool call` events (with key and outcome) land
+///   in the span, replays included. Below it, the span is created inside the body and only
+///   covers executions.
+/// - `#[async_trait]`: it sits on the `impl` (or `trait`) block, so it always expands first and
+///   `#[idempotent]` sees its output: a non-`async` `fn` returning
+///   `Pin<Box<dyn Future<Output = R> + Send + '_>>` whose body is `Box::pin(async move { … })`.
+///   `#[idempotent]` recognises that shape and wraps the inner block; nothing to do but keep
+///   `#[async_trait]` on the block and `#[idempotent]` on the method. No descriptor is emitted.
+/// - any macro that turns the `async fn` into something else must go **below** `#[idempotent]`
+///   unless it produces the `#[async_trait]` shape.
+///
+/// ```
+/// use idem::idempotent;
+///
+/// #[async_trait::async_trait]
+/// trait Payments {
+///     async fn pay(&self, cents: u64) -> Result<u64, idem::Error>;
+/// }
+///
+/// struct Bank;
+///
+/// #[async_trait::async_trait]
+/// impl Payments for Bank {
+///     #[idempotent]
+///     #[tracing::instrument(skip(self))]
+///     async fn pay(&self, cents: u64) -> Result<u64, idem::Error> {
+///         Ok(cents)
+///     }
+/// }
+/// ```
+pub use idem_macros::idempotent;
+
+/// Classifies a tool as read-only: it changes nothing, so it needs no key, store or budget.
+///
+/// Zero runtime cost: the function (sync or async) is emitted untouched; only a `const`
+/// [`ToolInfo`] descriptor is added next to it (see [`idempotent`](macro@idempotent#the-descriptor)),
+/// for [`tools!`] and the MCP `readOnlyHint`.
+///
+/// ```
+/// #[idem::read_only]
+/// async fn search_docs(query: &str) -> Vec<String> {
+///     vec![format!("results for {query}")]
+/// }
+/// # let _ = search_docs("x");
+/// ```
+///
+/// Compile errors: a `&mut` parameter (including `&mut self`: it could change state through
+/// it), any option (except `crate = "…"` for a renamed `idem`), and `#[idempotent]` on the same
+/// function, in either order.
+///
+/// ```compile_fail
+/// #[idem::read_only]
+/// fn remember(cache: &mut Vec<String>, query: &str) {}
+/// ```
+pub use idem_macros::read_only;
 pub use idem_runtime::*;
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
+
+/// A `&'static [ToolInfo]` catalog of annotated tools, in the order given; **fails to compile if
+/// a listed tool is not annotated** with `#[idempotent]` or `#[read_only]` (the error names it).
+///
+/// Entries are paths to free functions (`send_email`, `mail::send_email`) or to `pub` methods
+/// (`Mailer::send`). It is a constant expression, so it can initialise a `const`.
+///
+/// ```
+/// use idem::{ToolInfo, ToolKind, idempotent, read_only};
+///
+/// #[idempotent(budget = 2)]
+/// async fn send_email(to: String) -> Result<(), idem::Error> { Ok(()) }
+///
+/// mod docs {
+///     #[idem::read_only]
+///     pub fn search(query: &str) -> usize { query.len() }
+/// }
+///
+/// const TOOLS: &[ToolInfo] = idem::tools![send_email, docs::search];
+/// for tool in TOOLS {
+///     // MCP tool annotations
+///     println!(
+///         "{}: readOnlyHint={} idempotentHint={} destructiveHint={}",
+///         tool.name, tool.read_only_hint(), tool.idempotent_hint(), tool.destructive_hint(),
+///     );
+/// }
+/// assert_eq!(TOOLS[0].kind, ToolKind::Idempotent);
+/// assert_eq!(TOOLS[0].budget, Some(2));
+/// assert_eq!(TOOLS[1].kind, ToolKind::ReadOnly);
+/// ```
+///
+/// An unannotated function is rejected:
+///
+/// ```compile_fail
+/// async fn not_annotated() {}
+/// const TOOLS: &[idem::ToolInfo] = idem::tools![not_annotated];
+/// ```
+#[macro_export]
+macro_rules! tools {
+    ($($tool:tt)*) => {
+        $crate::__private::tools_impl!($crate; $($tool)*)
+    };
+}

@@ -158,7 +158,12 @@ where
     let attempt = match call.turn.charge(tool.name, &call.key, tool.budget) {
         Ok(attempt) => attempt,
         Err(error) => {
-            report(&call, Outcome::BudgetExhausted, 0);
+            let attempt = match &error {
+                Error::BudgetExhausted { attempts, .. } => *attempts,
+                Error::TurnBudgetExhausted { calls, .. } => *calls,
+                _ => 0,
+            };
+            report(&call, Outcome::BudgetExhausted, attempt);
             return Err(error.into());
         }
     };

@@ -18,6 +18,8 @@
 
 pub mod conformance;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
@@ -30,6 +32,8 @@ use std::time::Duration;
 use crate::Result;
 use crate::key::{Fingerprint, Key};
 
+#[cfg(feature = "redis")]
+pub use self::redis::RedisStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

@@ -103,7 +103,7 @@ const COLUMNS: &str =
 /// would only queue on the file lock, where SQLite's busy handler sleeps and polls; queueing in
 /// a channel hands the connection over at once. Across processes, writers wait for each other
 /// for up to [`DEFAULT_BUSY_TIMEOUT`] (then the call fails closed with
-/// [`Error::Store`](crate::Error::Store) and the tool is not run).
+/// [`Error::Store`] and the tool is not run).
 ///
 /// Each method sends its job when called, not when first polled, so a `complete` or `release`
 /// issued from a destructor is carried out even if its future is never polled again. A `begin`

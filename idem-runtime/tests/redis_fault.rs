@@ -1,0 +1,248 @@
+//! Killing and restarting Redis while calls run: idem fails closed, and nothing it recorded is
+//! forgotten.
+//!
+//! The test starts its own `redis-server` (never the shared one) with the append-only file
+//! fsynced on every write (`--appendonly yes --appendfsync always`), and kills it with `SIGKILL`,
+//! so only what was durably acknowledged survives. With that persistence every acknowledged
+//! claim and completion outlives the crash; `appendfsync everysec` would lose up to a second of
+//! them.
+//!
+//! What is checked:
+//! - while the server is down, calls fail with `Error::Store` and the tool does not run, not even
+//!   for keys that completed before (idem never runs a tool without a lock);
+//! - after the restart, every key whose result was recorded replays that result and never runs
+//!   again; keys whose completion was cut off by the crash run again at most once more (the
+//!   documented window between the side effect and `complete`).
+#![cfg(feature = "redis")]
+
+mod redis_common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use idem_runtime::key::ArgsDigest;
+use idem_runtime::store::{RedisStore, Store};
+use idem_runtime::{Call, Error, Stats, ToolInfo, Turn, execute};
+use redis_common::{PrivateServer, redis_url};
+
+const SHIP: ToolInfo = ToolInfo::idempotent("ship").with_lease(Duration::from_secs(1));
+
+/// The runs of the tool, per key, in order.
+#[derive(Default)]
+struct Ledger(Mutex<HashMap<usize, u64>>);
+
+impl Ledger {
+    fn runs(&self, key: usize) -> u64 {
+        self.0
+            .lock()
+            .unwrap()
+            .get(&key)
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// What one call did.
+#[derive(Debug)]
+struct Outcome {
+    result: Result<u64, Error>,
+    stats: Stats,
+    ran: bool,
+}
+
+async fn call(store: &Arc<dyn Store>, ledger: &Arc<Ledger>, key: usize) -> Outcome {
+    call_slow(store, ledger, key, Duration::ZERO).await
+}
+
+/// A call whose tool takes `work` after its side effect, widening the window in which a crash
+/// cuts off its completion.
+async fn call_slow(
+    store: &Arc<dyn Store>,
+    ledger: &Arc<Ledger>,
+    key: usize,
+    work: Duration,
+) -> Outcome {
+    let turn = Turn::new("fault-turn")
+        .with_namespace("fault")
+        .with_in_flight_wait(Duration::from_secs(3))
+        .with_store(Arc::clone(store));
+    let mut args = ArgsDigest::new(SHIP.name);
+    args.arg("order", &key).unwrap();
+    let (k, fp) = args.finish(turn.namespace(), turn.id(), SHIP.name, SHIP.version);
+    let ran = Arc::new(AtomicBool::new(false));
+    let (ledger, flag) = (Arc::clone(ledger), Arc::clone(&ran));
+    let result = execute(Call::new(&SHIP, &turn, k, fp), async move {
+        flag.store(true, Ordering::SeqCst);
+        let run = {
+            let mut runs = ledger.0.lock().unwrap();
+            let run = runs.entry(key).or_default();
+            *run += 1;
+            *run
+        };
+        tokio::time::sleep(work).await;
+        Ok::<_, Error>(run)
+    })
+    .await;
+    Outcome {
+        result,
+        stats: turn.stats(),
+        ran: ran.load(Ordering::SeqCst),
+    }
+}
+
+/// Calls until the store answers (it may still be reconnecting).
+async fn call_until_ok(store: &Arc<dyn Store>, ledger: &Arc<Ledger>, key: usize) -> Outcome {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let outcome = call(store, ledger, key).await;
+        match &outcome.result {
+            Ok(_) => return outcome,
+            Err(Error::Store { .. } | Error::InFlight { .. }) if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(error) => panic!("key {key}: {error}"),
+        }
+    }
+}
+
+fn store_failed(outcome: &Outcome) -> bool {
+    matches!(outcome.result, Err(Error::Store { .. }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_redis_fails_closed_and_forgets_nothing_recorded() {
+    let Some(_url) = redis_url("restarting_redis_fails_closed_and_forgets_nothing_recorded") else {
+        return;
+    };
+    let mut server = PrivateServer::start(true);
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&server.url()).await.unwrap());
+    let ledger = Arc::new(Ledger::default());
+
+    // Before the crash: ten keys executed and recorded.
+    for key in 0..10 {
+        let outcome = call(&store, &ledger, key).await;
+        assert_eq!(outcome.result.unwrap(), 1);
+        assert_eq!(outcome.stats.executed, 1);
+    }
+
+    // Down: every call fails closed, and no tool runs, recorded or not.
+    server.kill();
+    for key in [0, 5, 100] {
+        let outcome = call(&store, &ledger, key).await;
+        assert!(store_failed(&outcome), "key {key}: {outcome:?}");
+        assert!(!outcome.ran, "key {key}: the tool ran without a lock");
+    }
+    assert_eq!(
+        (ledger.runs(0), ledger.runs(5), ledger.runs(100)),
+        (1, 1, 0)
+    );
+
+    // Up again (from the append-only file): recorded keys replay, the new key runs once.
+    server.restart();
+    let outcome = call_until_ok(&store, &ledger, 100).await;
+    assert_eq!((outcome.result.unwrap(), outcome.stats.executed), (1, 1));
+    for key in 0..10 {
+        let outcome = call(&store, &ledger, key).await;
+        assert_eq!(outcome.result.unwrap(), 1, "key {key} was forgotten");
+        assert_eq!(outcome.stats.replayed, 1, "key {key} did not replay");
+        assert!(!outcome.ran);
+    }
+
+    // Chaos: six tasks keep calling new keys (two tasks per key sequence, so they also race)
+    // while the server is killed for a second and restarted, twice.
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for task in 0..6 {
+        let (store, ledger, stop) = (Arc::clone(&store), Arc::clone(&ledger), Arc::clone(&stop));
+        tasks.push(tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let key = 200 + i * 3 + task % 3;
+                let outcome = call_slow(&store, &ledger, key, Duration::from_millis(20)).await;
+                if let Err(error) = &outcome.result {
+                    assert!(
+                        matches!(error, Error::Store { .. } | Error::InFlight { .. }),
+                        "key {key}: {error}"
+                    );
+                }
+                outcomes.push((key, outcome));
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(3)).await;
+            }
+            outcomes
+        }));
+    }
+    for _ in 0..2 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.kill();
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        server.restart();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut outcomes = Vec::new();
+    for task in tasks {
+        outcomes.extend(task.await.expect("a chaos task failed"));
+    }
+    let failed = outcomes.iter().filter(|(_, o)| store_failed(o)).count();
+    assert!(failed > 0, "no call saw the server down");
+    let mut keys: Vec<usize> = outcomes.iter().map(|(key, _)| *key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+
+    // Orphaned claims (the crash cut off their completion) expire after the 1 s lease; then
+    // every key completes, and replays from then on.
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    for &key in &keys {
+        outcomes.push((key, call_until_ok(&store, &ledger, key).await));
+    }
+    let mut unrecorded_runs = 0;
+    for &key in &keys {
+        let mine: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, o)| o)
+            .collect();
+        let recorded: Vec<u64> = mine
+            .iter()
+            .filter(|o| o.stats.executed == 1)
+            .map(|o| *o.result.as_ref().unwrap())
+            .collect();
+        assert!(
+            recorded.len() <= 1,
+            "key {key}: a recorded result was forgotten and the tool recorded again: {recorded:?}"
+        );
+        unrecorded_runs += mine
+            .iter()
+            .filter(|o| o.ran && o.stats.executed == 0)
+            .count();
+        let replay = call(&store, &ledger, key).await;
+        assert_eq!(replay.stats.replayed, 1, "key {key}: {replay:?}");
+        assert!(!replay.ran);
+        if let Some(first) = recorded.first() {
+            assert_eq!(
+                replay.result.as_ref().unwrap(),
+                first,
+                "key {key} replays another run than the recorded one"
+            );
+        }
+        // Runs beyond the first are exactly the runs whose completion the crash cut off.
+        let runs = ledger.runs(key);
+        let cut_off = mine
+            .iter()
+            .filter(|o| o.ran && o.stats.executed == 0)
+            .count();
+        assert!(
+            runs <= 1 + cut_off as u64,
+            "key {key} ran {runs} times with {cut_off} cut-off completions"
+        );
+    }
+    eprintln!(
+        "fault test: {} calls, {failed} failed closed with Error::Store, {unrecorded_runs} runs \
+         lost their completion to a crash",
+        outcomes.len()
+    );
+}

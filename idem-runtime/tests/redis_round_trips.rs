@@ -1,0 +1,124 @@
+//! What a call costs in round trips to Redis, counted by the server itself.
+//!
+//! A private `redis-server` is watched with `MONITOR`, which reports every command a client
+//! sends (commands run inside scripts are reported with the source `lua` and are not round
+//! trips). A marker `ECHO` sent after each step delimits its commands.
+#![cfg(feature = "redis")]
+
+mod redis_common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use idem_runtime::key::ArgsDigest;
+use idem_runtime::store::{RedisStore, Store};
+use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use redis_common::{PrivateServer, raw, redis_url};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::net::TcpStream;
+
+const SEND: ToolInfo = ToolInfo::idempotent("send_message");
+
+/// The commands clients sent up to the next marker, by name (`EVALSHA`, ...).
+async fn commands_until_marker(
+    monitor: &mut Lines<BufReader<TcpStream>>,
+    marker: &str,
+) -> Vec<String> {
+    let mut commands = Vec::new();
+    loop {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(10), monitor.next_line())
+            .await
+            .expect("MONITOR output")
+            .expect("MONITOR connection")
+            .expect("MONITOR stream open");
+        // `1712345678.123456 [0 127.0.0.1:40000] "EVALSHA" "…" …` or `[0 lua] "HSET" …`.
+        let Some((source, rest)) = line.split_once("] ") else {
+            continue;
+        };
+        if source.ends_with(" lua") {
+            continue;
+        }
+        let name = rest.split('"').nth(1).unwrap_or_default().to_uppercase();
+        if name == "ECHO" && rest.contains(marker) {
+            return commands;
+        }
+        commands.push(name);
+    }
+}
+
+/// A connection in `MONITOR` mode, read line by line (each line is `+<command>`).
+async fn monitor(url: &str) -> Lines<BufReader<TcpStream>> {
+    let address = url.trim_start_matches("redis://");
+    let mut stream = TcpStream::connect(address).await.expect("connect");
+    stream.write_all(b"MONITOR\r\n").await.expect("MONITOR");
+    let mut lines = BufReader::new(stream).lines();
+    let ok = lines.next_line().await.expect("MONITOR reply");
+    assert_eq!(ok.as_deref(), Some("+OK"));
+    lines
+}
+
+#[tokio::test]
+async fn a_first_execution_costs_two_round_trips_and_a_replay_one() {
+    let Some(_url) = redis_url("a_first_execution_costs_two_round_trips_and_a_replay_one") else {
+        return;
+    };
+    let server = PrivateServer::start(false);
+    let url = server.url();
+    let store: Arc<dyn Store> = Arc::new(RedisStore::connect(&url).await.expect("connect"));
+    let mut marker_conn = raw(&url).await;
+    let mut monitor = monitor(&url).await;
+    let mut step = 0;
+    let mut mark = async || -> String {
+        step += 1;
+        let marker = format!("idem-marker-{step}");
+        let _: String = redis::cmd("ECHO")
+            .arg(&marker)
+            .query_async(&mut marker_conn)
+            .await
+            .unwrap();
+        marker
+    };
+
+    let sent = AtomicUsize::new(0);
+    let turn = Turn::new("turn-1").with_store(Arc::clone(&store));
+    let call = || {
+        let mut args = ArgsDigest::new(SEND.name);
+        args.arg("to", "ada").unwrap();
+        let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+        execute(Call::new(&SEND, &turn, k, fp), async {
+            Ok::<_, Error>(sent.fetch_add(1, Ordering::SeqCst))
+        })
+    };
+
+    let marker = mark().await;
+    assert!(
+        commands_until_marker(&mut monitor, &marker)
+            .await
+            .is_empty()
+    );
+
+    call().await.unwrap();
+    let marker = mark().await;
+    let first = commands_until_marker(&mut monitor, &marker).await;
+    assert_eq!(first, ["EVALSHA", "EVALSHA"], "begin + complete");
+
+    call().await.unwrap();
+    let marker = mark().await;
+    let replay = commands_until_marker(&mut monitor, &marker).await;
+    assert_eq!(replay, ["EVALSHA"], "begin answers a replay");
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+
+    // After the server loses its script cache (a restart), a script costs one extra load.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut raw(&url).await)
+        .await
+        .unwrap();
+    let marker = mark().await;
+    let _ = commands_until_marker(&mut monitor, &marker).await;
+    call().await.unwrap();
+    let marker = mark().await;
+    let reload = commands_until_marker(&mut monitor, &marker).await;
+    assert_eq!(reload, ["EVALSHA", "SCRIPT", "EVALSHA"]);
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+}

@@ -1,0 +1,439 @@
+//! `RedisStore` against a real server (`IDEM_REDIS_URL`): transitions, fencing, expiry, large
+//! results, corrupt records and the admin API.
+//!
+//! Redis expires keys on its own clock, so expiry is tested with short real leases and TTLs
+//! (200 ms) and sleeps, not with a `ManualClock`.
+#![cfg(feature = "redis")]
+
+mod redis_common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idem_runtime::key::ArgsDigest;
+use idem_runtime::store::{Begin, BeginRequest, LeaseToken, RecordState, RedisStore, Store};
+use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use redis_common::{cleanup, fingerprint, key, raw, redis_url, unique_prefix};
+
+const LONG: Duration = Duration::from_secs(30);
+
+async fn store(url: &str, tag: &str) -> RedisStore {
+    RedisStore::connect(url)
+        .await
+        .expect("connect")
+        .with_prefix(unique_prefix(tag))
+}
+
+fn request<'a>(
+    namespace: &'a str,
+    key: &'a idem_runtime::Key,
+    fp: &'a idem_runtime::Fingerprint,
+    lease: Duration,
+) -> BeginRequest<'a> {
+    BeginRequest {
+        namespace,
+        key,
+        tool: "send_message",
+        fingerprint: fp,
+        lease,
+    }
+}
+
+async fn claim(store: &RedisStore, ns: &str, label: &str, lease: Duration) -> LeaseToken {
+    let (k, fp) = (key(label), fingerprint(label));
+    match store.begin(request(ns, &k, &fp, lease)).await {
+        Ok(Begin::Claimed(token)) => token,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_key_is_claimed_once_then_in_flight_then_replayed() {
+    let Some(url) = redis_url("a_key_is_claimed_once_then_in_flight_then_replayed") else {
+        return;
+    };
+    let store = store(&url, "basic").await;
+    let (k, fp) = (key("basic"), fingerprint("basic"));
+    let token = claim(&store, "tenant", "basic", LONG).await;
+
+    let Ok(Begin::InFlight(record)) = store.begin(request("tenant", &k, &fp, LONG)).await else {
+        panic!("a held key must be in flight");
+    };
+    assert_eq!(record.state, RecordState::InProgress);
+    assert_eq!((record.namespace.as_str(), record.key), ("tenant", k));
+    assert_eq!(
+        (record.tool.as_str(), record.fingerprint),
+        ("send_message", fp)
+    );
+    assert_eq!(record.result, None);
+    assert_eq!(record.expires_at_ms - record.created_at_ms, 30_000);
+
+    let ttl = Duration::from_secs(3600);
+    store
+        .complete("tenant", &k, token, b"{\"id\":1}", ttl)
+        .await
+        .unwrap();
+    let Ok(Begin::Completed(done)) = store.begin(request("tenant", &k, &fp, LONG)).await else {
+        panic!("a completed key must replay");
+    };
+    assert_eq!(done.result.as_deref(), Some(&b"{\"id\":1}"[..]));
+    assert_eq!(done.created_at_ms, record.created_at_ms);
+    assert!(done.expires_at_ms >= done.created_at_ms + 3_600_000);
+    assert_eq!(store.get("tenant", &k).await.unwrap(), Some(done.clone()));
+    assert_eq!(store.get("other", &k).await.unwrap(), None);
+
+    // The layout: one hash per key at <prefix>:<namespace>:<hex>, expiring with the record.
+    let redis_key = format!("{}:tenant:{}", store.prefix(), k.to_hex());
+    assert_eq!(store.redis_key("tenant", &k), redis_key);
+    let mut conn = raw(&url).await;
+    let (kind, pexpiretime): (String, u64) = redis::pipe()
+        .cmd("TYPE")
+        .arg(&redis_key)
+        .cmd("PEXPIRETIME")
+        .arg(&redis_key)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(kind, "hash");
+    assert_eq!(
+        pexpiretime, done.expires_at_ms,
+        "Redis expires the key at expires_at_ms"
+    );
+    let token_field: Option<String> = redis::cmd("HGET")
+        .arg(&redis_key)
+        .arg("tok")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(token_field, None, "a completed record keeps no token");
+    // A second completion with the spent token is refused.
+    let again = store.complete("tenant", &k, token, b"other", ttl).await;
+    assert!(matches!(again, Err(Error::LeaseLost { .. })), "{again:?}");
+    cleanup(&url, store.prefix()).await;
+}
+
+#[tokio::test]
+async fn a_stale_token_cannot_act_after_its_lease_expired_and_the_key_was_reclaimed() {
+    let Some(url) = redis_url("a_stale_token_cannot_act_after_its_lease_expired") else {
+        return;
+    };
+    let store = store(&url, "fencing").await;
+    let k = key("fencing");
+    let lease = Duration::from_millis(200);
+    let stale = claim(&store, "ns", "fencing", lease).await;
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(
+        store.get("ns", &k).await.unwrap(),
+        None,
+        "the lease expired"
+    );
+    let fresh = claim(&store, "ns", "fencing", LONG).await;
+    assert_ne!(stale, fresh);
+
+    for outcome in [
+        store.complete("ns", &k, stale, b"stale", LONG).await,
+        store.renew("ns", &k, stale, LONG).await,
+        store.release("ns", &k, stale).await,
+    ] {
+        assert!(
+            matches!(outcome, Err(Error::LeaseLost { .. })),
+            "{outcome:?}"
+        );
+    }
+    let record = store.get("ns", &k).await.unwrap().expect("still claimed");
+    assert_eq!(
+        record.state,
+        RecordState::InProgress,
+        "the newer claim survived"
+    );
+
+    store
+        .complete("ns", &k, fresh, b"fresh", LONG)
+        .await
+        .unwrap();
+    let record = store.get("ns", &k).await.unwrap().expect("completed");
+    assert_eq!(record.result.as_deref(), Some(&b"fresh"[..]));
+    // Nor can the stale holder touch the completed record.
+    let late = store.release("ns", &k, stale).await;
+    assert!(matches!(late, Err(Error::LeaseLost { .. })), "{late:?}");
+    cleanup(&url, store.prefix()).await;
+}
+
+#[tokio::test]
+async fn renewing_keeps_a_lease_alive_and_release_frees_the_key() {
+    let Some(url) = redis_url("renewing_keeps_a_lease_alive_and_release_frees_the_key") else {
+        return;
+    };
+    let store = store(&url, "renew").await;
+    let (k, fp) = (key("renew"), fingerprint("renew"));
+    // Renewed every 100 ms, a 400 ms lease tolerates wake-ups 300 ms late on a busy machine.
+    let lease = Duration::from_millis(400);
+    let token = claim(&store, "ns", "renew", lease).await;
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        store.renew("ns", &k, token, lease).await.unwrap();
+    }
+    // 800 ms after the claim, two leases' worth: still held thanks to renewal.
+    let held = store.begin(request("ns", &k, &fp, lease)).await.unwrap();
+    assert!(matches!(held, Begin::InFlight(_)), "{held:?}");
+
+    store.release("ns", &k, token).await.unwrap();
+    assert_eq!(store.get("ns", &k).await.unwrap(), None);
+    let again = store.begin(request("ns", &k, &fp, lease)).await.unwrap();
+    assert!(matches!(again, Begin::Claimed(_)), "{again:?}");
+    cleanup(&url, store.prefix()).await;
+}
+
+#[tokio::test]
+async fn completed_records_expire_after_their_ttl() {
+    let Some(url) = redis_url("completed_records_expire_after_their_ttl") else {
+        return;
+    };
+    let store = store(&url, "ttl").await;
+    let (k, fp) = (key("ttl"), fingerprint("ttl"));
+    let token = claim(&store, "ns", "ttl", LONG).await;
+    store
+        .complete("ns", &k, token, b"done", Duration::from_millis(200))
+        .await
+        .unwrap();
+    assert!(store.get("ns", &k).await.unwrap().is_some());
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(store.get("ns", &k).await.unwrap(), None);
+    assert_eq!(
+        store.purge_expired().await.unwrap(),
+        0,
+        "Redis expires keys itself"
+    );
+    let again = store.begin(request("ns", &k, &fp, LONG)).await.unwrap();
+    assert!(matches!(again, Begin::Claimed(_)), "{again:?}");
+    cleanup(&url, store.prefix()).await;
+}
+
+#[tokio::test]
+async fn results_of_several_mebibytes_round_trip() {
+    let Some(url) = redis_url("results_of_several_mebibytes_round_trip") else {
+        return;
+    };
+    let store = store(&url, "large").await;
+    let (k, fp) = (key("large"), fingerprint("large"));
+    // 3 MiB of every byte value, including NUL and invalid UTF-8.
+    let result: Vec<u8> = (0..3 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let token = claim(&store, "ns", "large", LONG).await;
+    store
+        .complete("ns", &k, token, &result, LONG)
+        .await
+        .unwrap();
+    let Ok(Begin::Completed(record)) = store.begin(request("ns", &k, &fp, LONG)).await else {
+        panic!("expected a replay");
+    };
+    assert!(record.result.as_deref() == Some(result.as_slice()));
+    cleanup(&url, store.prefix()).await;
+}
+
+/// Hash fields written by hand.
+type Fields = Vec<(&'static str, Vec<u8>)>;
+
+#[tokio::test]
+async fn corrupt_records_are_errors_not_panics() {
+    let Some(url) = redis_url("corrupt_records_are_errors_not_panics") else {
+        return;
+    };
+    let store = store(&url, "corrupt").await;
+    let mut conn = raw(&url).await;
+    let fp = fingerprint("corrupt");
+    let good = |state: &str| {
+        vec![
+            ("state", state.as_bytes().to_vec()),
+            ("fp", fp.as_bytes().to_vec()),
+            ("tool", b"send_message".to_vec()),
+            ("created", b"1000".to_vec()),
+            ("exp", b"2000".to_vec()),
+            ("res", b"ok".to_vec()),
+        ]
+    };
+    let mut cases: Vec<(&str, Fields)> = Vec::new();
+    let mut bad_state = good("completed");
+    bad_state[0].1 = b"finished?".to_vec();
+    cases.push(("bad state", bad_state));
+    let mut short_fp = good("completed");
+    short_fp[1].1 = vec![0; 5];
+    cases.push(("short fingerprint", short_fp));
+    let mut no_time = good("completed");
+    no_time[3].1 = b"yesterday".to_vec();
+    cases.push(("bad time", no_time));
+    let mut bad_tool = good("in_progress");
+    bad_tool[2].1 = vec![0xff, 0xfe];
+    cases.push(("tool not UTF-8", bad_tool));
+    let no_result = good("completed")[..5].to_vec();
+    cases.push(("completed without result", no_result));
+    cases.push(("no fields we know", vec![("junk", b"1".to_vec())]));
+
+    for (label, fields) in &cases {
+        let k = key(label);
+        let redis_key = store.redis_key("ns", &k);
+        let _: () = redis::cmd("HSET")
+            .arg(&redis_key)
+            .arg(fields.as_slice())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let begin = store.begin(request("ns", &k, &fp, LONG)).await;
+        assert!(
+            matches!(begin, Err(Error::CorruptRecord { .. })),
+            "{label}: {begin:?}"
+        );
+        let get = store.get("ns", &k).await;
+        assert!(
+            matches!(get, Err(Error::CorruptRecord { .. })),
+            "{label}: {get:?}"
+        );
+    }
+
+    // Garbage of another Redis type under a record's key.
+    let k = key("string");
+    let _: () = redis::cmd("SET")
+        .arg(store.redis_key("ns", &k))
+        .arg(b"\x00\xffgarbage".as_slice())
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let begin = store.begin(request("ns", &k, &fp, LONG)).await;
+    let Err(Error::CorruptRecord { message, .. }) = begin else {
+        panic!("expected a corrupt record, got {begin:?}");
+    };
+    assert!(message.contains("string"), "{message}");
+    assert!(matches!(
+        store.get("ns", &k).await,
+        Err(Error::CorruptRecord { .. })
+    ));
+    let token = LeaseToken(7);
+    for outcome in [
+        store.complete("ns", &k, token, b"x", LONG).await,
+        store.renew("ns", &k, token, LONG).await,
+        store.release("ns", &k, token).await,
+    ] {
+        assert!(
+            matches!(outcome, Err(Error::LeaseLost { .. })),
+            "{outcome:?}"
+        );
+    }
+
+    // The admin API skips corrupt records when listing, and removes them.
+    let listed = store.list(Some("ns"), 100).await.unwrap();
+    assert!(listed.is_empty(), "{listed:?}");
+    assert!(store.remove("ns", &k).await.unwrap());
+    let begin = store.begin(request("ns", &k, &fp, LONG)).await.unwrap();
+    assert!(matches!(begin, Begin::Claimed(_)), "{begin:?}");
+    cleanup(&url, store.prefix()).await;
+}
+
+#[tokio::test]
+async fn admin_lists_by_namespace_and_removes() {
+    let Some(url) = redis_url("admin_lists_by_namespace_and_removes") else {
+        return;
+    };
+    let store = store(&url, "admin").await;
+    let namespaces = ["a", "a", "a", "b", "b", "t*[x]?", "a:b"];
+    for (i, ns) in namespaces.iter().enumerate() {
+        let label = format!("admin-{i}");
+        let token = claim(&store, ns, &label, LONG).await;
+        if i % 2 == 0 {
+            store
+                .complete(ns, &key(&label), token, b"r", LONG)
+                .await
+                .unwrap();
+        }
+    }
+    let count = |ns: Option<&'static str>, limit| {
+        let store = store.clone();
+        async move { store.list(ns, limit).await.unwrap() }
+    };
+    let a = count(Some("a"), 100).await;
+    assert_eq!(a.len(), 3);
+    assert!(a.iter().all(|r| r.namespace == "a"));
+    assert_eq!(count(Some("b"), 100).await.len(), 2);
+    let glob = count(Some("t*[x]?"), 100).await;
+    assert_eq!(glob.len(), 1, "glob characters in a namespace are literal");
+    assert_eq!(glob[0].key, key("admin-5"));
+    let nested = count(Some("a:b"), 100).await;
+    assert_eq!((nested.len(), nested[0].key), (1, key("admin-6")));
+    assert_eq!(count(None, 100).await.len(), namespaces.len());
+    assert_eq!(count(None, 4).await.len(), 4);
+    assert!(count(None, 0).await.is_empty());
+    assert!(count(Some("c"), 10).await.is_empty());
+
+    let all = count(None, 100).await;
+    let completed = all
+        .iter()
+        .filter(|r| r.state == RecordState::Completed)
+        .count();
+    assert_eq!(completed, 4);
+
+    let gone = key("admin-0");
+    assert!(store.remove("a", &gone).await.unwrap());
+    assert!(!store.remove("a", &gone).await.unwrap());
+    assert_eq!(count(Some("a"), 100).await.len(), 2);
+    cleanup(&url, store.prefix()).await;
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_store_error() {
+    let Some(_url) = redis_url("an_unreachable_server_is_a_store_error") else {
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let connect = RedisStore::connect(&format!("redis://127.0.0.1:{port}")).await;
+    assert!(
+        matches!(
+            connect,
+            Err(Error::Store {
+                operation: "connect",
+                ..
+            })
+        ),
+        "{connect:?}"
+    );
+    let bad = RedisStore::connect("not a url").await;
+    assert!(matches!(bad, Err(Error::Config(_))), "{bad:?}");
+}
+
+const SEND: ToolInfo = ToolInfo::idempotent("send_message");
+
+#[tokio::test]
+async fn the_engine_runs_a_tool_once_through_redis() {
+    let Some(url) = redis_url("the_engine_runs_a_tool_once_through_redis") else {
+        return;
+    };
+    let store = store(&url, "engine").await;
+    let prefix = store.prefix().to_owned();
+    let store: Arc<dyn Store> = Arc::new(store);
+    let sent = AtomicUsize::new(0);
+    for attempt in 0..3 {
+        // A fresh turn object each time, as after a worker restart: only Redis remembers.
+        let turn = Turn::new("conv-1/turn-1")
+            .with_namespace("tenant-1")
+            .with_store(Arc::clone(&store));
+        let mut args = ArgsDigest::new(SEND.name);
+        args.arg("to", "ada").unwrap();
+        let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+        let receipt = execute(Call::new(&SEND, &turn, k, fp), async {
+            Ok::<_, Error>(sent.fetch_add(1, Ordering::SeqCst) + 1)
+        })
+        .await
+        .unwrap();
+        assert_eq!(receipt, 1, "attempt {attempt} got another receipt");
+        let stats = turn.stats();
+        assert_eq!(
+            (stats.executed, stats.replayed),
+            (u64::from(attempt == 0), u64::from(attempt > 0))
+        );
+    }
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    cleanup(&url, &prefix).await;
+}

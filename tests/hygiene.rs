@@ -1,0 +1,91 @@
+//! The generated code needs nothing in scope: no prelude, no imports. It is also clean under
+//! `#![deny(warnings)]` and, in the clippy CI step (`--all-targets`), `clippy::pedantic`.
+#![no_implicit_prelude]
+#![deny(warnings, clippy::pedantic)]
+
+/// A tool with every kind of parameter and option, in a module without a prelude.
+mod tools {
+    /// Not `Serialize`: skipped.
+    pub struct Client;
+
+    #[::idem::idempotent(
+        name = "hygienic_send",
+        version = 3,
+        ttl = "90s",
+        budget = 4,
+        skip(client, note)
+    )]
+    pub async fn send(
+        client: &Client,
+        to: ::std::string::String,
+        #[key] request_id: &str,
+        (a, b): (u32, u32),
+        note: u64,
+    ) -> ::std::result::Result<u64, ::idem::Error> {
+        let _ = (client, to, request_id, note);
+        ::std::result::Result::Ok(::std::convert::From::from(a + b))
+    }
+
+    /// A cached error type.
+    #[derive(::serde::Serialize, ::serde::Deserialize, Debug)]
+    pub struct Failure(pub ::std::string::String);
+
+    impl ::std::convert::From<::idem::Error> for Failure {
+        fn from(error: ::idem::Error) -> Self {
+            Failure(::std::string::ToString::to_string(&error))
+        }
+    }
+
+    #[::idem::idempotent(cache_errors, store = crate::tools::STORE)]
+    pub async fn with_turn(turn: &::idem::Turn, n: u32) -> ::std::result::Result<u32, Failure> {
+        let _ = turn;
+        ::std::result::Result::Ok(n)
+    }
+
+    pub static STORE: ::std::sync::LazyLock<::std::sync::Arc<::idem::MemoryStore>> =
+        ::std::sync::LazyLock::new(|| ::std::sync::Arc::new(::idem::MemoryStore::new()));
+
+    #[::idem::read_only]
+    pub fn search(query: &str) -> usize {
+        query.len()
+    }
+
+    pub struct Mailer;
+
+    impl Mailer {
+        #[::idem::idempotent]
+        pub async fn deliver(&self, to: u32) -> ::std::result::Result<u32, ::idem::Error> {
+            ::std::result::Result::Ok(to)
+        }
+    }
+}
+
+const TOOLS: &[::idem::ToolInfo] =
+    ::idem::tools![tools::send, tools::search, tools::Mailer::deliver];
+
+#[test]
+fn generated_code_compiles_without_a_prelude() {
+    use ::std::{assert_eq, clone::Clone, convert::Into};
+    let runtime = ::tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let turn = ::idem::Turn::new("hygiene");
+    let sum = runtime.block_on(
+        turn.clone()
+            .scope(async { tools::send(&tools::Client, "ada".into(), "req-1", (1, 2), 0).await }),
+    );
+    assert_eq!(sum.unwrap(), 3);
+    assert_eq!(runtime.block_on(tools::with_turn(&turn, 5)).unwrap(), 5);
+    assert_eq!(tools::STORE.len(), 1);
+    assert_eq!(TOOLS.len(), 3);
+    assert_eq!(TOOLS[0].name, "hygienic_send");
+    assert_eq!(TOOLS[0].version, 3);
+    assert_eq!(TOOLS[0].budget, ::std::option::Option::Some(4));
+    assert_eq!(
+        TOOLS[0].ttl,
+        ::std::option::Option::Some(::std::time::Duration::from_secs(90))
+    );
+    assert_eq!(tools::search("abc"), 3);
+    let _ = runtime.block_on(::idem::Turn::new("h2").scope(tools::Mailer.deliver(1)));
+}

@@ -1,0 +1,630 @@
+//! `#[idempotent]` on every supported shape, and what each option does at run time.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use idem::clock::ManualClock;
+use idem::{Error, MemoryStore, Store, Turn, current_key, idempotent};
+use serde::{Deserialize, Serialize};
+
+/// The key of the running tool, as a string (results must be `Serialize`).
+fn key() -> String {
+    current_key().expect("inside a tool").to_hex()
+}
+
+fn turn(id: &str) -> Turn {
+    Turn::new(id).with_store(Arc::new(MemoryStore::new()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay: a second call with the same arguments in the same turn does not run the body.
+
+static SENT: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Receipt {
+    /// Counts messages sent.
+    pub id: usize,
+    /// The recipient.
+    pub to: String,
+}
+
+/// Doc comments and other attributes are kept.
+#[idempotent]
+#[allow(clippy::unused_async)]
+pub async fn send_message(to: String, body: &str) -> Result<Receipt, Error> {
+    assert!(!body.is_empty());
+    let id = SENT.fetch_add(1, Ordering::SeqCst) + 1;
+    Ok(Receipt { id, to })
+}
+
+#[tokio::test]
+async fn a_retry_in_the_same_turn_replays_without_running_the_body() {
+    let before = SENT.load(Ordering::SeqCst);
+    let t = turn("replay");
+    t.clone()
+        .scope(async {
+            let first = send_message("ada".into(), "hi").await.unwrap();
+            let retry = send_message("ada".into(), "hi").await.unwrap();
+            assert_eq!(first, retry);
+            let other = send_message("grace".into(), "hi").await.unwrap();
+            assert_ne!(first.id, other.id);
+        })
+        .await;
+    assert_eq!(SENT.load(Ordering::SeqCst) - before, 2);
+    assert_eq!((t.stats().executed, t.stats().replayed), (2, 1));
+    // A new turn is a new action.
+    turn("replay-2")
+        .scope(async { send_message("ada".into(), "hi").await.unwrap() })
+        .await;
+    assert_eq!(SENT.load(Ordering::SeqCst) - before, 3);
+}
+
+#[tokio::test]
+async fn outside_a_turn_the_tool_fails_with_no_turn_and_does_not_run() {
+    let before = SENT.load(Ordering::SeqCst);
+    let error = send_message("ada".into(), "hi").await.unwrap_err();
+    assert!(
+        matches!(
+            error,
+            Error::NoTurn {
+                tool: "send_message"
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(SENT.load(Ordering::SeqCst), before);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The turn as a parameter (`&Turn` or `Turn`), left out of the key.
+
+#[idempotent]
+async fn with_turn_ref(turn: &Turn, n: u32) -> Result<(String, String), Error> {
+    Ok((format!("{}:{n}", turn.id()), key()))
+}
+
+#[idempotent]
+async fn with_turn_owned(n: u32, turn: Turn) -> Result<(String, String), Error> {
+    Ok((format!("{}:{n}", turn.id()), key()))
+}
+
+#[tokio::test]
+async fn the_turn_can_be_a_parameter() {
+    let t = turn("param");
+    let (id, key) = with_turn_ref(&t, 1).await.unwrap();
+    assert_eq!(id, "param:1");
+    assert_eq!(with_turn_ref(&t, 1).await.unwrap().1, key);
+    assert_eq!(t.stats().replayed, 1);
+    let (id, _) = with_turn_owned(2, t.clone()).await.unwrap();
+    assert_eq!(id, "param:2");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pattern parameters are keyed positionally: `argN`.
+
+static PAIRS: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent(skip(arg1))]
+async fn pattern_args((a, b): (u32, u32), Wrapper(c): Wrapper) -> Result<u32, Error> {
+    PAIRS.fetch_add(1, Ordering::SeqCst);
+    Ok(a + b + c)
+}
+
+#[derive(Serialize)]
+struct Wrapper(u32);
+
+#[tokio::test]
+async fn pattern_parameters_are_keyed_by_position() {
+    turn("patterns")
+        .scope(async {
+            assert_eq!(pattern_args((1, 2), Wrapper(3)).await.unwrap(), 6);
+            assert_eq!(pattern_args((1, 2), Wrapper(3)).await.unwrap(), 6);
+            assert_eq!(pattern_args((2, 1), Wrapper(3)).await.unwrap(), 6);
+        })
+        .await;
+    assert_eq!(PAIRS.load(Ordering::SeqCst), 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `skip(..)`: out of the key, still in the fingerprint when `Serialize`; any type can be skipped.
+
+/// Not `Serialize`: only usable skipped.
+struct HttpClient {
+    calls: AtomicUsize,
+}
+
+#[idempotent(skip(client, trace_id))]
+async fn charge(client: &HttpClient, cents: u64, trace_id: String) -> Result<String, Error> {
+    client.calls.fetch_add(1, Ordering::SeqCst);
+    let _ = (cents, trace_id);
+    Ok(key())
+}
+
+#[idempotent(skip(note))]
+async fn refund(#[key] request_id: &str, cents: u64, note: String) -> Result<u64, Error> {
+    let _ = note;
+    Ok(cents)
+}
+
+#[tokio::test]
+async fn skipped_arguments_are_not_in_the_key_but_are_in_the_fingerprint() {
+    let client = HttpClient {
+        calls: AtomicUsize::new(0),
+    };
+    turn("skip")
+        .scope(async {
+            let key = charge(&client, 500, "trace-1".into()).await.unwrap();
+            assert_eq!(charge(&client, 500, "trace-1".into()).await.unwrap(), key);
+            // Same key, other fingerprint: the engine refuses to replay another payload.
+            let error = charge(&client, 500, "trace-2".into()).await.unwrap_err();
+            assert!(matches!(error, Error::PayloadMismatch { .. }), "{error}");
+            assert_ne!(charge(&client, 600, "trace-1".into()).await.unwrap(), key);
+        })
+        .await;
+    assert_eq!(client.calls.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_caller_key_spans_turns_and_rejects_another_payload() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let in_turn = |id: &str| Turn::new(id).with_store(Arc::clone(&store));
+    let first = in_turn("t1").scope(refund("req-1", 100, "a".into())).await;
+    assert_eq!(first.unwrap(), 100);
+    let t2 = in_turn("t2");
+    // Another turn, same caller key and arguments: replayed.
+    assert_eq!(
+        t2.clone()
+            .scope(refund("req-1", 100, "a".into()))
+            .await
+            .unwrap(),
+        100
+    );
+    assert_eq!(t2.stats().replayed, 1);
+    // A skipped argument changed under the same caller key: a payload mismatch.
+    let error = t2
+        .clone()
+        .scope(refund("req-1", 100, "b".into()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::PayloadMismatch { .. }), "{error}");
+    let error = t2
+        .clone()
+        .scope(refund("req-1", 999, "a".into()))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::PayloadMismatch { .. }), "{error}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// `version` and `name`.
+
+mod v1 {
+    #[idem::idempotent(name = "create_invoice")]
+    pub async fn create_invoice(cents: u64) -> Result<String, idem::Error> {
+        let _ = cents;
+        Ok(super::key())
+    }
+}
+
+mod v2 {
+    /// Moved to another module and renamed: `name` keeps its keys.
+    #[idem::idempotent(name = "create_invoice")]
+    pub async fn make_invoice(cents: u64) -> Result<String, idem::Error> {
+        let _ = cents;
+        Ok(super::key())
+    }
+
+    /// The result type changed: `version` gives new keys.
+    #[idem::idempotent(name = "create_invoice", version = 2)]
+    pub async fn create_invoice_v2(cents: u64) -> Result<(String, bool), idem::Error> {
+        let _ = cents;
+        Ok((super::key(), true))
+    }
+}
+
+#[tokio::test]
+async fn name_keeps_keys_across_modules_and_version_changes_them() {
+    let t = turn("versions");
+    t.clone()
+        .scope(async {
+            let key = v1::create_invoice(10).await.unwrap();
+            // Same name, same arguments, same turn: the record of v1 is replayed.
+            assert_eq!(v2::make_invoice(10).await.unwrap(), key);
+            let (key2, _) = v2::create_invoice_v2(10).await.unwrap();
+            assert_ne!(key2, key);
+        })
+        .await;
+    assert_eq!((t.stats().executed, t.stats().replayed), (2, 1));
+    assert_eq!(v2::__idem_tool_create_invoice_v2.version, 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `ttl` and `store`.
+
+static CLOCK: LazyLock<ManualClock> = LazyLock::new(|| ManualClock::new(1_000_000));
+static TTL_STORE: LazyLock<Arc<dyn Store>> =
+    LazyLock::new(|| Arc::new(MemoryStore::with_clock(Arc::new(CLOCK.clone()))));
+static BOOKED: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent(ttl = "1h", store = TTL_STORE)]
+async fn book_room(room: u32) -> Result<usize, Error> {
+    let _ = room;
+    Ok(BOOKED.fetch_add(1, Ordering::SeqCst))
+}
+
+fn manual_store() -> (ManualClock, Arc<MemoryStore>) {
+    let clock = ManualClock::new(1_000_000);
+    (
+        clock.clone(),
+        Arc::new(MemoryStore::with_clock(Arc::new(clock))),
+    )
+}
+
+static RESERVED: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent(ttl = "10m")]
+async fn reserve(seat: u32) -> Result<usize, Error> {
+    let _ = seat;
+    Ok(RESERVED.fetch_add(1, Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn a_result_is_replayed_until_its_ttl_expires() {
+    // `store =` a static; the turn's store (none here) is not used.
+    let t = Turn::new("ttl");
+    t.clone()
+        .scope(async {
+            let first = book_room(7).await.unwrap();
+            CLOCK.advance(Duration::from_secs(59 * 60));
+            assert_eq!(book_room(7).await.unwrap(), first);
+            CLOCK.advance(Duration::from_secs(2 * 60));
+            assert_ne!(book_room(7).await.unwrap(), first, "expired after 1h");
+        })
+        .await;
+    assert_eq!(BOOKED.load(Ordering::SeqCst), 2);
+
+    // The store given by the turn.
+    let (clock, store) = manual_store();
+    let t = Turn::new("ttl-2")
+        .with_store(store.clone())
+        .with_max_attempts_per_key(5);
+    t.scope(async {
+        let first = reserve(1).await.unwrap();
+        assert_eq!(store.len(), 1);
+        clock.advance(Duration::from_secs(9 * 60));
+        assert_eq!(reserve(1).await.unwrap(), first);
+        clock.advance(Duration::from_secs(2 * 60));
+        assert_ne!(reserve(1).await.unwrap(), first, "expired after 10m");
+    })
+    .await;
+}
+
+fn per_call_store() -> Arc<MemoryStore> {
+    static STORE: LazyLock<Arc<MemoryStore>> = LazyLock::new(|| Arc::new(MemoryStore::new()));
+    Arc::clone(&STORE)
+}
+
+#[idempotent(store = per_call_store())]
+async fn stored_by_fn(n: u32) -> Result<u32, Error> {
+    Ok(n)
+}
+
+#[tokio::test]
+async fn store_can_be_an_expression_evaluated_per_call() {
+    let before = per_call_store().len();
+    Turn::new("store-fn")
+        .scope(async { stored_by_fn(3).await.unwrap() })
+        .await;
+    assert_eq!(per_call_store().len(), before + 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `budget` and `cache_errors`.
+
+static FLAKY: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent(budget = 2)]
+async fn flaky(n: u32) -> Result<u32, Error> {
+    FLAKY.fetch_add(1, Ordering::SeqCst);
+    Err(Error::Config(format!("upstream timeout {n}")))
+}
+
+#[tokio::test]
+async fn the_budget_stops_a_retry_loop() {
+    let t = turn("budget").with_max_attempts_per_key(10);
+    let errors: Vec<Error> = t
+        .clone()
+        .scope(async {
+            let mut errors = Vec::new();
+            for _ in 0..4 {
+                errors.push(flaky(1).await.unwrap_err());
+            }
+            errors
+        })
+        .await;
+    assert!(matches!(errors[1], Error::Config(_)));
+    assert!(
+        matches!(
+            errors[2],
+            Error::BudgetExhausted {
+                attempts: 3,
+                limit: 2,
+                ..
+            }
+        ),
+        "{}",
+        errors[2]
+    );
+    assert_eq!(
+        FLAKY.load(Ordering::SeqCst),
+        2,
+        "the tool ran past its budget"
+    );
+    assert_eq!(t.stats().budget_exhausted, 2);
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+enum TicketError {
+    Rejected(String),
+    Idem(String),
+}
+
+impl From<Error> for TicketError {
+    fn from(error: Error) -> Self {
+        TicketError::Idem(error.to_string())
+    }
+}
+
+static TICKETS: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent(cache_errors)]
+async fn open_ticket(title: String) -> Result<u32, TicketError> {
+    TICKETS.fetch_add(1, Ordering::SeqCst);
+    Err(TicketError::Rejected(title))
+}
+
+#[tokio::test]
+async fn with_cache_errors_an_error_is_replayed() {
+    turn("cache-errors")
+        .scope(async {
+            let first = open_ticket("dup".into()).await;
+            assert_eq!(first, Err(TicketError::Rejected("dup".into())));
+            assert_eq!(open_ticket("dup".into()).await, first);
+        })
+        .await;
+    assert_eq!(TICKETS.load(Ordering::SeqCst), 1);
+    // Errors from idem come out as the tool's own error type.
+    let outside = open_ticket("x".into()).await.unwrap_err();
+    assert!(matches!(outside, TicketError::Idem(m) if m.contains("outside of a turn")));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Error types: `anyhow::Error`, `?` in the body, an alias of `Result`.
+
+#[idempotent]
+async fn with_anyhow(n: u32) -> anyhow::Result<u32> {
+    let parsed: u32 = "41".parse()?;
+    if n == 0 {
+        anyhow::bail!("zero");
+    }
+    Ok(parsed + n)
+}
+
+#[tokio::test]
+async fn anyhow_errors_work() {
+    assert_eq!(Turn::new("anyhow").scope(with_anyhow(1)).await.unwrap(), 42);
+    assert_eq!(
+        Turn::new("anyhow")
+            .scope(with_anyhow(0))
+            .await
+            .unwrap_err()
+            .to_string(),
+        "zero"
+    );
+    let error = with_anyhow(1).await.unwrap_err();
+    assert!(matches!(
+        error.downcast_ref::<Error>(),
+        Some(Error::NoTurn { .. })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generics, `impl Trait`, `crate =`.
+
+#[idempotent]
+async fn generic<T>(value: T, label: impl Serialize + Send) -> Result<String, Error>
+where
+    T: Serialize + std::fmt::Debug + Send,
+{
+    let _ = label;
+    Ok(format!("{value:?}"))
+}
+
+mod reexport {
+    pub use ::idem;
+}
+
+#[idempotent(crate = "crate::reexport::idem")]
+async fn through_a_renamed_crate(n: u32) -> Result<u32, Error> {
+    Ok(n)
+}
+
+#[tokio::test]
+async fn generic_and_impl_trait_arguments_and_crate_override() {
+    Turn::new("generic")
+        .scope(async {
+            assert_eq!(generic(3_u8, "x").await.unwrap(), "3");
+            assert_eq!(generic(vec![1], 2).await.unwrap(), "[1]");
+            assert_eq!(through_a_renamed_crate(4).await.unwrap(), 4);
+        })
+        .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Methods: `&self`, `&mut self`, `self: Arc<Self>`, associated functions, trait impls.
+
+#[derive(Default)]
+struct Mailer {
+    sent: AtomicUsize,
+    log: Vec<String>,
+}
+
+impl Mailer {
+    /// `pub` methods get a descriptor: `Mailer::__idem_tool_send`.
+    #[idempotent]
+    pub async fn send(&self, to: String) -> Result<usize, Error> {
+        let _ = to;
+        Ok(self.sent.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    #[idempotent]
+    async fn record(&mut self, line: String) -> Result<usize, Error> {
+        self.log.push(line);
+        Ok(self.log.len())
+    }
+
+    #[idempotent(name = "mailer_shared")]
+    pub async fn shared(self: Arc<Self>, to: String) -> Result<usize, Error> {
+        let _ = to;
+        Ok(self.sent.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+
+    #[idempotent]
+    pub async fn associated(n: u32) -> Result<u32, Error> {
+        Ok(n)
+    }
+}
+
+trait Notifier {
+    async fn notify(&self, who: String) -> Result<usize, Error>;
+}
+
+impl Notifier for Mailer {
+    #[idempotent]
+    async fn notify(&self, who: String) -> Result<usize, Error> {
+        let _ = who;
+        Ok(self.sent.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+#[tokio::test]
+async fn methods_of_every_receiver_kind() {
+    let mut mailer = Mailer::default();
+    Turn::new("methods")
+        .scope(async {
+            assert_eq!(mailer.send("a".into()).await.unwrap(), 1);
+            assert_eq!(mailer.send("a".into()).await.unwrap(), 1);
+            assert_eq!(mailer.notify("b".into()).await.unwrap(), 2);
+            assert_eq!(mailer.notify("b".into()).await.unwrap(), 2);
+            assert_eq!(mailer.record("x".into()).await.unwrap(), 1);
+            assert_eq!(mailer.record("x".into()).await.unwrap(), 1);
+            assert_eq!(mailer.log.len(), 1);
+            assert_eq!(Mailer::associated(5).await.unwrap(), 5);
+            let shared = Arc::new(mailer);
+            assert_eq!(Arc::clone(&shared).shared("c".into()).await.unwrap(), 3);
+            assert_eq!(Arc::clone(&shared).shared("c".into()).await.unwrap(), 3);
+        })
+        .await;
+    assert_eq!(Mailer::__idem_tool_send.name, "send");
+    assert_eq!(Mailer::__idem_tool_shared.name, "mailer_shared");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stacking with `#[async_trait]` and `#[tracing::instrument]`.
+
+#[async_trait::async_trait]
+trait Payments {
+    async fn pay(&self, cents: u64) -> Result<usize, Error>;
+}
+
+struct Bank {
+    paid: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Payments for Bank {
+    /// `#[async_trait]` on the impl expands first; `#[idempotent]` recognises its output.
+    #[idempotent(budget = 5)]
+    async fn pay(&self, cents: u64) -> Result<usize, Error> {
+        let _ = cents;
+        Ok(self.paid.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+#[tokio::test]
+async fn stacks_with_async_trait() {
+    let bank: Arc<dyn Payments + Send + Sync> = Arc::new(Bank {
+        paid: AtomicUsize::new(0),
+    });
+    let t = turn("async-trait");
+    let handle = tokio::spawn(t.clone().scope(async move {
+        assert_eq!(bank.pay(10).await.unwrap(), 1);
+        assert_eq!(
+            bank.pay(10).await.unwrap(),
+            1,
+            "replayed, through dyn Payments"
+        );
+        assert_eq!(bank.pay(20).await.unwrap(), 2);
+    }));
+    handle.await.unwrap();
+    assert_eq!(t.stats().replayed, 1);
+}
+
+static TRACED: AtomicUsize = AtomicUsize::new(0);
+
+/// Recommended order: `#[idempotent]` outermost, so the span covers replays too.
+#[idempotent]
+#[tracing::instrument(level = "info")]
+async fn traced_outer(n: u32) -> Result<usize, Error> {
+    let _ = n;
+    Ok(TRACED.fetch_add(1, Ordering::SeqCst))
+}
+
+/// Also compiles: the span then only covers executions (it is created in the body).
+#[tracing::instrument(level = "info", skip(n))]
+#[idempotent]
+async fn traced_inner(n: u32) -> Result<usize, Error> {
+    let _ = n;
+    Ok(TRACED.fetch_add(1, Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn stacks_with_tracing_instrument_in_both_orders() {
+    let before = TRACED.load(Ordering::SeqCst);
+    Turn::new("traced")
+        .scope(async {
+            assert_eq!(
+                traced_outer(1).await.unwrap(),
+                traced_outer(1).await.unwrap()
+            );
+            assert_eq!(
+                traced_inner(1).await.unwrap(),
+                traced_inner(1).await.unwrap()
+            );
+        })
+        .await;
+    assert_eq!(TRACED.load(Ordering::SeqCst) - before, 2);
+}
+
+#[tokio::test]
+async fn the_body_is_not_polled_on_replay() {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    /// Hangs forever if it runs a second time.
+    #[idempotent]
+    async fn once(n: u32) -> Result<u32, Error> {
+        if RUNS.fetch_add(1, Ordering::SeqCst) > 0 {
+            std::future::pending::<()>().await;
+        }
+        Ok(n)
+    }
+    let t = turn("no-poll");
+    let replay = t.clone().scope(async {
+        assert_eq!(once(1).await.unwrap(), 1);
+        once(1).await.unwrap()
+    });
+    let replayed = tokio::time::timeout(Duration::from_secs(5), replay).await;
+    assert_eq!(replayed.expect("the body ran again and hung"), 1);
+    assert_eq!(RUNS.load(Ordering::SeqCst), 1);
+}

@@ -1,0 +1,11 @@
+//! `cargo run --example quickstart` tells the README's story; this runs the same code and checks
+//! the same claims, so the story cannot silently rot.
+
+#[path = "../examples/quickstart.rs"]
+mod quickstart;
+
+#[tokio::test]
+async fn the_quickstart_story_holds() {
+    let summary = quickstart::run().await;
+    quickstart::check(&summary);
+}

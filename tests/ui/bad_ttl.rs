@@ -1,0 +1,9 @@
+use idem::idempotent;
+
+#[idempotent(ttl = "1 hour and a bit", budget = 0)]
+async fn send_message(to: String) -> Result<(), idem::Error> {
+    let _ = to;
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,17 @@
+use idem::{idempotent, read_only};
+
+#[idempotent]
+#[read_only]
+async fn send_message(to: String) -> Result<(), idem::Error> {
+    let _ = to;
+    Ok(())
+}
+
+#[read_only]
+#[idempotent]
+async fn search(query: String) -> Result<(), idem::Error> {
+    let _ = query;
+    Ok(())
+}
+
+fn main() {}

@@ -1,0 +1,19 @@
+use idem::idempotent;
+
+#[idempotent]
+async fn refund(#[key] request_id: u64, cents: u64) -> Result<u64, idem::Error> {
+    let _ = request_id;
+    Ok(cents)
+}
+
+fn not_a_store() -> u32 {
+    0
+}
+
+#[idempotent(store = not_a_store())]
+async fn audit(line: String) -> Result<(), idem::Error> {
+    let _ = line;
+    Ok(())
+}
+
+fn main() {}

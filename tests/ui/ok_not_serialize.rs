@@ -1,0 +1,13 @@
+use idem::idempotent;
+
+struct Receipt {
+    id: u64,
+}
+
+#[idempotent]
+async fn send_message(to: String) -> Result<Receipt, idem::Error> {
+    let _ = to;
+    Ok(Receipt { id: 1 })
+}
+
+fn main() {}

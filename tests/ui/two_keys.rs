@@ -1,0 +1,9 @@
+use idem::idempotent;
+
+#[idempotent]
+async fn refund(#[key] request_id: String, #[key] order_id: String) -> Result<(), idem::Error> {
+    let _ = (request_id, order_id);
+    Ok(())
+}
+
+fn main() {}

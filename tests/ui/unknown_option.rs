@@ -1,0 +1,15 @@
+use idem::idempotent;
+
+#[idempotent(retries = 3)]
+async fn send_message(to: String) -> Result<(), idem::Error> {
+    let _ = to;
+    Ok(())
+}
+
+#[idempotent(key = "request_id")]
+async fn refund(request_id: String) -> Result<(), idem::Error> {
+    let _ = request_id;
+    Ok(())
+}
+
+fn main() {}
