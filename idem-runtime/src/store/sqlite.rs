@@ -103,7 +103,8 @@ const COLUMNS: &str =
 /// would only queue on the file lock, where SQLite's busy handler sleeps and polls; queueing in
 /// a channel hands the connection over at once. Across processes, writers wait for each other
 /// for up to [`DEFAULT_BUSY_TIMEOUT`] (then the call fails closed with
-/// [`Error::Store`] and the tool is not run).
+/// [`Error::Store`] and the tool is not run); meanwhile this store's other calls queue behind
+/// the waiting one. To spread a hot file over more writers, give processes separate files.
 ///
 /// Each method sends its job when called, not when first polled, so a `complete` or `release`
 /// issued from a destructor is carried out even if its future is never polled again. A `begin`
@@ -117,6 +118,11 @@ const COLUMNS: &str =
 /// and all at once by [`Store::purge_expired`]. Results are stored as written by the engine
 /// (JSON), so `sqlite3 idem.db "select tool, cast(result as text) from idem_records"` shows what
 /// the agent was told.
+///
+/// A row that cannot be parsed (a wrong-length key or fingerprint, an unknown state, a
+/// completed row without a result, ...) makes `begin` and `get` on its key fail with
+/// [`Error::CorruptRecord`], never panic; `list` skips it with a warning naming its key, and
+/// `remove` deletes it. An expired corrupt row is simply overwritten by the next claim.
 pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
     clock: Arc<dyn Clock>,
@@ -238,7 +244,13 @@ struct Answer<T> {
 impl<T: Send + 'static> Answer<T> {
     fn boxed<'a>(self) -> StoreFuture<'a, T> {
         Box::pin(async move {
-            let stopped = || Error::store(self.operation, "the SQLite store's thread has stopped");
+            let stopped = || {
+                Error::store(
+                    self.operation,
+                    "the SQLite store's thread did not answer (it stopped, or the operation \
+                     panicked)",
+                )
+            };
             if !self.sent {
                 return Err(stopped());
             }
