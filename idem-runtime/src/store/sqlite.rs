@@ -221,9 +221,10 @@ impl SqliteStore {
             }
             let now = clock.now_ms();
             let result = job(worker, now);
-            worker.housekeeping(now);
             // The caller may have gone away meanwhile; then nobody wants the answer.
             let _ = reply.send(result);
+            // After answering, so that the caller does not wait for it.
+            worker.housekeeping(now);
         });
         let sent = self.jobs.send(job).is_ok();
         Answer {
