@@ -273,6 +273,36 @@ async fn purge_deletes_many_rows_in_batches() {
     assert!(store.list(None, 10_000).await.unwrap().is_empty());
 }
 
+fn numbered_key(i: u32) -> Key {
+    let mut bytes = [0xAB; 32];
+    bytes[..4].copy_from_slice(&i.to_le_bytes());
+    Key::from_bytes(bytes)
+}
+
+fn raw_count(path: &Path) -> i64 {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("SELECT count(*) FROM idem_records", [], |row| row.get(0))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn expired_rows_are_reclaimed_without_purge() {
+    let dir = TempDir::new("housekeeping");
+    let clock = ManualClock::new(0);
+    let store = open(&dir.db(), &clock);
+    for i in 0..600 {
+        claim(&store, &numbered_key(i), Duration::from_secs(1)).await;
+    }
+    clock.advance(Duration::from_secs(2));
+    // Writes 513..1100: the 1024th write deletes one batch (512) of the 600 expired rows.
+    for i in 600..1100 {
+        claim(&store, &numbered_key(i), LEASE).await;
+    }
+    assert_eq!(raw_count(&dir.db()), 600 - 512 + 500);
+    assert_eq!(store.purge_expired().await.unwrap(), 600 - 512);
+    assert_eq!(raw_count(&dir.db()), 500);
+}
+
 #[tokio::test]
 async fn large_results_round_trip() {
     let dir = TempDir::new("large");
