@@ -564,3 +564,33 @@ async fn measure_cost_per_call() {
     }
     println!("memory: first execution {:?}/call", started.elapsed() / n);
 }
+
+/// The engine releases a cancelled call's key from a destructor; the store sends the release
+/// when it is called, so it lands before any later call on the same store.
+#[tokio::test]
+async fn a_cancelled_call_releases_its_key_at_once() {
+    const SLOW: ToolInfo = ToolInfo::idempotent("slow");
+    let dir = TempDir::new("cancel");
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(dir.db()).unwrap());
+    let turn = Turn::new("t").with_store(Arc::clone(&store));
+    let mut args = ArgsDigest::new(SLOW.name);
+    args.arg("n", &1).unwrap();
+    let (k, f) = args.finish(turn.namespace(), turn.id(), SLOW.name, SLOW.version);
+    let (started, mut started_rx) = tokio::sync::mpsc::channel::<()>(1);
+    let call = execute(idem_runtime::Call::new(&SLOW, &turn, k, f), async move {
+        started.send(()).await.unwrap();
+        std::future::pending::<Result<u32, Error>>().await
+    });
+    tokio::select! {
+        _ = call => panic!("the tool never finishes"),
+        _ = started_rx.recv() => {} // running: drop the call here
+    }
+    let request = BeginRequest {
+        namespace: turn.namespace(),
+        ..req(&k, &f, LEASE)
+    };
+    assert!(matches!(
+        store.begin(request).await.unwrap(),
+        Begin::Claimed(_)
+    ));
+}
