@@ -524,7 +524,7 @@ impl Worker {
             .execute(params![sql_ms(now), PURGE_BATCH])
     }
 
-    fn begin(&mut self, req: &OwnedBegin, now: u64) -> Result<Begin> {
+    fn begin(&mut self, req: &OwnedBegin, now: u64, clock: &dyn Clock) -> Result<Begin> {
         // Fast path, without the write lock: a live record answers a replay or a duplicate.
         if let Some(row) = select(&self.conn, "begin", &req.namespace, &req.key)?
             && row.is_live(now)
@@ -536,6 +536,9 @@ impl Worker {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(fail)?;
+        // Taking the lock may have waited for another process: read the clock again, so that a
+        // claim's lease starts when it is taken.
+        let now = clock.now_ms().max(now);
         // Under the write lock: nobody can claim between this read and the upsert below.
         if let Some(row) = select(&tx, "begin", &req.namespace, &req.key)?
             && row.is_live(now)
@@ -605,8 +608,11 @@ impl Store for SqliteStore {
             fingerprint: *req.fingerprint,
             lease: req.lease,
         };
-        self.submit("begin", true, move |worker, now| worker.begin(&req, now))
-            .boxed()
+        let clock = Arc::clone(&self.clock);
+        self.submit("begin", true, move |worker, now| {
+            worker.begin(&req, now, &*clock)
+        })
+        .boxed()
     }
 
     fn renew<'a>(
