@@ -21,6 +21,10 @@ pub use engine::{Call, current_key, execute, execute_caching_errors};
 pub use error::{Error, Result};
 pub use key::{Fingerprint, Key};
 pub use stats::{Outcome, Stats, stats};
+#[cfg(feature = "redis")]
+pub use store::RedisStore;
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
 pub use store::{MemoryStore, Store, default_store, set_default_store};
 pub use tool::{ToolInfo, ToolKind};
 pub use turn::Turn;
