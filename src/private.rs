@@ -17,6 +17,7 @@ pub use idem_macros::tools_impl;
 pub use idem_runtime::key::ArgsDigest;
 pub use idem_runtime::{Error, Store, ToolInfo, Turn};
 
+use idem_runtime::key::{Fingerprint, Key};
 use idem_runtime::{Call, execute, execute_caching_errors};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -208,6 +209,27 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
     fn skip_arg(&self, _: &mut Digest, _: &str) {}
 }
 
+/// The call described by `digest`, or the error that stopped building it.
+fn prepare(digest: Digest) -> Result<(Turn, Key, Fingerprint), Error> {
+    let tool = digest.tool;
+    let (turn, args) = digest.state?;
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
+    Ok((turn, key, fingerprint))
+}
+
+fn call<'a>(
+    tool: &'static ToolInfo,
+    turn: &'a Turn,
+    (key, fingerprint): (Key, Fingerprint),
+    store: Option<&'a Arc<dyn Store>>,
+) -> Call<'a> {
+    let call = Call::new(tool, turn, key, fingerprint);
+    match store {
+        Some(store) => call.with_store(store),
+        None => call,
+    }
+}
+
 /// Runs an `#[idempotent]` tool's body through [`execute`].
 ///
 /// # Errors
@@ -220,15 +242,11 @@ where
     F: Future<Output = R>,
 {
     let tool = digest.tool;
-    let (turn, args) = match digest.state {
-        Ok(state) => state,
+    let (turn, key, fingerprint) = match prepare(digest) {
+        Ok(prepared) => prepared,
         Err(error) => return R::from_result(Err(R::Err::from(error))),
     };
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    let mut call = Call::new(tool, &turn, key, fingerprint);
-    if let Some(store) = &store {
-        call = call.with_store(store);
-    }
+    let call = call(tool, &turn, (key, fingerprint), store.as_ref());
     R::from_result(execute(call, async move { tool_future.await.into_result() }).await)
 }
 
@@ -248,15 +266,11 @@ where
     F: Future<Output = R>,
 {
     let tool = digest.tool;
-    let (turn, args) = match digest.state {
-        Ok(state) => state,
+    let (turn, key, fingerprint) = match prepare(digest) {
+        Ok(prepared) => prepared,
         Err(error) => return R::from_result(Err(R::Err::from(error))),
     };
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    let mut call = Call::new(tool, &turn, key, fingerprint);
-    if let Some(store) = &store {
-        call = call.with_store(store);
-    }
+    let call = call(tool, &turn, (key, fingerprint), store.as_ref());
     let future = async move { tool_future.await.into_result() };
     R::from_result(execute_caching_errors(call, future).await)
 }
