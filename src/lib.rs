@@ -103,6 +103,7 @@
 /// | `name = "…"` | the tool's name and key namespace (default: the function's name, so moving it between modules keeps its keys) | `#[idempotent(name = "send_email")]` |
 /// | `version = N` | part of the key: bump it to invalidate old records, e.g. when `T` changes | `#[idempotent(version = 2)]` |
 /// | `skip(a, b)` | arguments left out of the key; still in the fingerprint if `Serialize` (see below) | `#[idempotent(skip(client))]` |
+/// | `ignore(a, b)` | arguments in neither the key nor the fingerprint: values that change between retries (trace ids, deadlines) | `#[idempotent(ignore(trace_id))]` |
 /// | `#[key]` on a parameter | a caller-supplied idempotency key (`AsRef<str>`): the key is derived from it alone, across turns; the other arguments form the fingerprint | `async fn refund(#[key] request_id: &str, cents: u64)` |
 /// | `ttl = "…"` | how long a result is replayed (humantime, checked at compile time) | `#[idempotent(ttl = "7days")]` |
 /// | `budget = N` | attempts per key per turn, replays included (default: the turn's, 3) | `#[idempotent(budget = 5)]` |

@@ -166,6 +166,29 @@ async fn skipped_arguments_are_not_in_the_key_but_are_in_the_fingerprint() {
     assert_eq!(client.calls.load(Ordering::SeqCst), 2);
 }
 
+// `ignore(..)`: in neither the key nor the fingerprint, for values that change between retries.
+
+#[idempotent(ignore(trace_id))]
+async fn reserve_table(table: u32, trace_id: String) -> Result<String, Error> {
+    let _ = (table, trace_id);
+    Ok(key())
+}
+
+#[tokio::test]
+async fn ignored_arguments_may_change_between_retries() {
+    let t = turn("ignore");
+    t.clone()
+        .scope(async {
+            let key = reserve_table(7, "trace-1".into()).await.unwrap();
+            // A retry with a fresh trace id is still the same action: replayed, no mismatch.
+            assert_eq!(reserve_table(7, "trace-2".into()).await.unwrap(), key);
+            assert_ne!(reserve_table(8, "trace-1".into()).await.unwrap(), key);
+        })
+        .await;
+    assert_eq!((t.stats().executed, t.stats().replayed), (2, 1));
+    assert_eq!(t.stats().payload_mismatch, 0);
+}
+
 #[tokio::test]
 async fn a_caller_key_spans_turns_and_rejects_another_payload() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());

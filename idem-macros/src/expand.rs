@@ -25,7 +25,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         return fail(errors, item);
     };
     strip_conflicting(&mut func.attrs, "read_only", "idempotent", &mut errors);
-    let params = Params::analyse(&mut func, &options.skip, &mut errors);
+    let params = Params::analyse(&mut func, &options.skip, &options.ignore, &mut errors);
 
     let form = if func.sig.asyncness.is_some() {
         match &func.sig.output {
@@ -158,6 +158,8 @@ enum Role {
     Key,
     /// `skip(..)`: in the fingerprint only (if `Serialize`).
     Skip,
+    /// `ignore(..)`: in neither the key nor the fingerprint.
+    Ignore,
     /// `#[key]`: the caller-supplied key.
     CallerKey,
     /// `Turn` / `&Turn`: where the turn comes from.
@@ -180,7 +182,7 @@ struct Params(Vec<Param>);
 
 impl Params {
     /// Classifies the parameters and removes their `#[key]` attributes.
-    fn analyse(func: &mut ItemFn, skip: &[Ident], errors: &mut Errors) -> Params {
+    fn analyse(func: &mut ItemFn, skip: &[Ident], ignore: &[Ident], errors: &mut Errors) -> Params {
         let mut params = Vec::new();
         let mut caller_key: Option<Span> = None;
         let mut index = 0_usize;
@@ -261,10 +263,17 @@ impl Params {
                 );
             }
         }
-        for (i, ident) in skip.iter().enumerate() {
+        let listed = skip.iter().map(|i| (i, Role::Skip, "skip"));
+        let listed: Vec<_> = listed
+            .chain(ignore.iter().map(|i| (i, Role::Ignore, "ignore")))
+            .collect();
+        for (i, &(ident, role, option)) in listed.iter().enumerate() {
             let name = ident.unraw().to_string();
-            if skip[..i].iter().any(|s| s.unraw() == name) {
-                errors.at(ident.span(), format!("`{name}` is skipped twice"));
+            if let Some((_, _, first)) = listed[..i].iter().find(|(s, _, _)| s.unraw() == name) {
+                errors.at(
+                    ident.span(),
+                    format!("`{name}` is already listed in `{first}(..)`"),
+                );
                 continue;
             }
             match params.iter_mut().find(|p| p.name == name) {
@@ -278,22 +287,22 @@ impl Params {
                     errors.at(
                         ident.span(),
                         format!(
-                            "`skip({name})`: the function has no parameter named `{name}` ({names}; \
-                             a pattern parameter is named `argN` after its position)"
+                            "`{option}({name})`: the function has no parameter named `{name}` \
+                             ({names}; a pattern parameter is named `argN` after its position)"
                         ),
                     );
                 }
                 Some(p) if p.role == Role::Turn => errors.at(
                     ident.span(),
                     format!(
-                        "`{name}` is the turn: it is never part of the key, no need to skip it"
+                        "`{name}` is the turn: it is never part of the key, no need to {option} it"
                     ),
                 ),
                 Some(p) if p.role == Role::CallerKey => errors.at(
                     ident.span(),
-                    format!("`{name}` is the `#[key]`: it cannot be skipped"),
+                    format!("`{name}` is the `#[key]`: it cannot be in `{option}(..)`"),
                 ),
-                Some(p) => p.role = Role::Skip,
+                Some(p) => p.role = role,
             }
         }
         Params(params)
@@ -336,7 +345,7 @@ impl Params {
                 Role::CallerKey => Some(quote_spanned! {at=>
                     #digest.caller_key(&#binding);
                 }),
-                Role::Turn => None,
+                Role::Turn | Role::Ignore => None,
             }
         });
         let patterns = self.0.iter().filter_map(|p| {

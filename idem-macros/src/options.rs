@@ -42,6 +42,8 @@ pub(crate) struct IdempotentOptions {
     pub version: Option<u32>,
     /// `skip(a, b)`.
     pub skip: Vec<Ident>,
+    /// `ignore(a, b)`.
+    pub ignore: Vec<Ident>,
     /// `ttl = "1h"`, parsed.
     pub ttl: Option<Duration>,
     /// `budget = N`.
@@ -54,7 +56,7 @@ pub(crate) struct IdempotentOptions {
     pub krate: Option<Path>,
 }
 
-const OPTIONS: &str = "`name = \"…\"`, `version = N`, `skip(arg, …)`, `ttl = \"1h\"`, \
+const OPTIONS: &str = "`name = \"…\"`, `version = N`, `skip(arg, …)`, `ignore(arg, …)`, `ttl = \"1h\"`, \
                        `budget = N`, `store = EXPR`, `cache_errors`, `crate = \"…\"`";
 
 impl IdempotentOptions {
@@ -148,19 +150,23 @@ impl IdempotentOptions {
                 let lit = lit_str(meta, "crate = \"my_idem\"")?;
                 self.krate = Some(lit.parse()?);
             }
-            "skip" => {
+            "skip" | "ignore" => {
                 if !meta.input.peek(syn::token::Paren) {
-                    return Err(syn::Error::new(span, "write `skip(arg, …)`"));
+                    return Err(syn::Error::new(span, format!("write `{name}(arg, …)`")));
                 }
+                let list = if name == "skip" {
+                    &mut self.skip
+                } else {
+                    &mut self.ignore
+                };
                 meta.parse_nested_meta(|inner| match inner.path.get_ident() {
                     Some(ident) if inner.input.is_empty() || inner.input.peek(Token![,]) => {
-                        self.skip.push(ident.clone());
+                        list.push(ident.clone());
                         Ok(())
                     }
-                    _ => {
-                        Err(inner
-                            .error("`skip(..)` takes argument names: `skip(client, trace_id)`"))
-                    }
+                    _ => Err(inner.error(format!(
+                        "`{name}(..)` takes argument names: `{name}(client, trace_id)`"
+                    ))),
                 })?;
             }
             _ => {

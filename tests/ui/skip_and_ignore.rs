@@ -1,0 +1,9 @@
+use idem::idempotent;
+
+#[idempotent(skip(trace_id), ignore(trace_id, deadline))]
+async fn send_message(to: String, trace_id: String) -> Result<(), idem::Error> {
+    let _ = (to, trace_id);
+    Ok(())
+}
+
+fn main() {}
