@@ -405,18 +405,18 @@ async fn a_call_waits_for_the_same_key_running_in_another_process() {
 
 #[tokio::test]
 async fn a_long_tool_keeps_its_lease() {
-    const SLOW: ToolInfo = ToolInfo::idempotent("export").with_lease(Duration::from_millis(90));
+    const SLOW: ToolInfo = ToolInfo::idempotent("export").with_lease(Duration::from_millis(300));
     let store = memory();
     let turn = turn("t", &store);
     let (key, fp) = digest(&SLOW, &turn, "ada", "hello");
     let running = execute(Call::new(&SLOW, &turn, key, fp), async {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+        tokio::time::sleep(Duration::from_millis(1200)).await;
         Ok::<_, Error>(())
     });
     let prober = async {
         // Meanwhile another process keeps trying to claim the key.
-        for _ in 0..8 {
-            tokio::time::sleep(Duration::from_millis(45)).await;
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
             let request = BeginRequest {
                 namespace: "",
                 key: &key,
