@@ -155,6 +155,15 @@ where
     F: Future<Output = Result<T, E>>,
 {
     let tool = call.tool;
+    if current_key() == Some(call.key) {
+        // Single-flight would make this call wait for the one it runs inside of.
+        let error = Error::Reentrant {
+            tool: tool.name,
+            key: call.key.short(),
+        };
+        tracing::error!(target: "idem", tool = tool.name, key = %call.key.short(), %error);
+        return Err(error.into());
+    }
     let attempt = match call.turn.charge(tool.name, &call.key, tool.budget) {
         Ok(attempt) => attempt,
         Err(error) => {

@@ -118,6 +118,18 @@ pub enum Error {
         source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
 
+    /// A tool called itself with the same key from inside its own run.
+    #[error(
+        "tool `{tool}` called itself with its own key {key} while running: the inner call would \
+         wait for the outer one forever; give the inner call different arguments or a new turn"
+    )]
+    Reentrant {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key of the running call.
+        key: ShortKey,
+    },
+
     /// A caller tried to complete or release a lease it no longer holds.
     #[error(
         "the lease on key {key} was lost (it expired and was claimed by another caller); the \

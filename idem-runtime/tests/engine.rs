@@ -638,3 +638,29 @@ fn the_engine_future_is_send_so_tools_can_be_spawned() {
     });
     assert_send(&call);
 }
+
+#[tokio::test]
+async fn a_tool_calling_itself_with_its_own_key_fails_instead_of_deadlocking() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    let outer = execute(Call::new(&SEND, &turn, key, fp), async {
+        let inner = execute(Call::new(&SEND, &turn, key, fp), async {
+            Ok::<_, Error>(1u8)
+        })
+        .await;
+        assert!(
+            matches!(
+                inner,
+                Err(Error::Reentrant {
+                    tool: "send_message",
+                    ..
+                })
+            ),
+            "{inner:?}"
+        );
+        Ok::<_, Error>(2u8)
+    });
+    let outer = tokio::time::timeout(Duration::from_secs(5), outer).await;
+    assert_eq!(outer.expect("deadlocked").unwrap(), 2);
+}
