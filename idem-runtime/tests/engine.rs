@@ -471,6 +471,12 @@ async fn the_budget_stops_the_fourth_attempt_and_a_new_turn_starts_fresh() {
         3,
         "the exhausted attempt must not run"
     );
+    let (key, _) = digest(&SEND, &turn1, "ada", "hello");
+    assert_eq!(
+        store.get("", &key).await.unwrap(),
+        None,
+        "the exhausted attempt must not touch the store (a claim would be left behind)"
+    );
     assert_eq!(turn1.stats().budget_exhausted, 1);
     let turn2 = turn("t2", &store);
     assert!(matches!(call(&turn2).await, Err(Error::Config(_))));
