@@ -67,20 +67,33 @@ async fn a_new_action_gets_a_new_key_and_runs() {
     let sent = AtomicUsize::new(0);
     send_message(&turn, &sent, "ada").await.unwrap();
     send_message(&turn, &sent, "grace").await.unwrap();
-    Turn::new("t2")
-        .with_store(Arc::clone(&store))
-        .scope(async {})
-        .await;
     let next_turn = self::turn("t2", &store);
     send_message(&next_turn, &sent, "ada").await.unwrap();
     assert_eq!(sent.load(Ordering::SeqCst), 3);
 }
 
-/// A store that takes its time recording results, so a caller can give up mid-way.
-struct SlowComplete(Arc<dyn Store>);
+/// A real store with one injected fault.
+struct Faulty(Arc<dyn Store>, Fault);
 
-impl Store for SlowComplete {
+#[derive(PartialEq)]
+enum Fault {
+    /// Takes its time recording results, so a caller can give up mid-way.
+    SlowComplete,
+    /// Cannot be reached to claim a key.
+    BeginFails,
+    /// Goes down between running the tool and recording its result.
+    CompleteFails,
+}
+
+fn unreachable(operation: &'static str) -> Error {
+    Error::store(operation, "connection refused")
+}
+
+impl Store for Faulty {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        if self.1 == Fault::BeginFails {
+            return Box::pin(async { Err(unreachable("begin")) });
+        }
         self.0.begin(req)
     }
     fn renew<'a>(
@@ -101,7 +114,11 @@ impl Store for SlowComplete {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            match self.1 {
+                Fault::SlowComplete => tokio::time::sleep(Duration::from_millis(50)).await,
+                Fault::CompleteFails => return Err(unreachable("complete")),
+                Fault::BeginFails => {}
+            }
             self.0.complete(ns, key, token, result, ttl).await
         })
     }
@@ -132,7 +149,7 @@ impl Store for SlowComplete {
 
 #[tokio::test]
 async fn a_caller_dropped_while_the_result_is_recorded_still_gets_it_recorded() {
-    let store: Arc<dyn Store> = Arc::new(SlowComplete(memory()));
+    let store: Arc<dyn Store> = Arc::new(Faulty(memory(), Fault::SlowComplete));
     let turn = turn("t", &store);
     let sent = AtomicUsize::new(0);
     // The caller times out after the tool ran but before the store confirmed the record.
@@ -147,6 +164,42 @@ async fn a_caller_dropped_while_the_result_is_recorded_still_gets_it_recorded() 
         1,
         "the retry ran the tool again"
     );
+}
+
+#[tokio::test]
+async fn an_unreachable_store_fails_closed_without_running_the_tool() {
+    let store: Arc<dyn Store> = Arc::new(Faulty(memory(), Fault::BeginFails));
+    let turn = turn("t", &store);
+    let sent = AtomicUsize::new(0);
+    let refused = send_message(&turn, &sent, "ada").await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::Store {
+                operation: "begin",
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        0,
+        "the tool ran without a lock"
+    );
+    assert_eq!(turn.stats().store_error, 1);
+}
+
+#[tokio::test]
+async fn a_result_that_cannot_be_recorded_is_still_returned() {
+    let store: Arc<dyn Store> = Arc::new(Faulty(memory(), Fault::CompleteFails));
+    let turn = turn("t", &store);
+    let sent = AtomicUsize::new(0);
+    // The work is done: the caller gets its receipt rather than an error inviting a retry.
+    let receipt = send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(receipt, Receipt { id: 1 });
+    assert_eq!(turn.stats().store_error, 1);
+    assert_eq!(turn.stats().executed, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
