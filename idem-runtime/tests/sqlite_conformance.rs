@@ -1,7 +1,11 @@
 //! SqliteStore passes the store conformance suite: on one shared store, on a fresh store (a new
 //! connection, as after a restart) for every check, and in memory.
 
+mod sqlite_common;
+
 use std::path::PathBuf;
+
+use sqlite_common::TempDir;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,30 +13,6 @@ use idem_runtime::clock::ManualClock;
 use idem_runtime::key::Key;
 use idem_runtime::store::conformance::{self, Harness};
 use idem_runtime::store::{SqliteStore, Store, StoreFuture};
-
-/// A fresh directory under the system temp dir, deleted on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "idem-sqlite-conformance-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 struct Sqlite {
     clock: ManualClock,
@@ -103,13 +83,13 @@ impl Harness for Sqlite {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_file_store_conforms() {
     let dir = TempDir::new("shared");
-    conformance::run_all(&Sqlite::new(Some(dir.0.join("idem.db")), false)).await;
+    conformance::run_all(&Sqlite::new(Some(dir.db()), false)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sqlite_store_reopened_for_every_check_conforms() {
     let dir = TempDir::new("reopen");
-    conformance::run_all(&Sqlite::new(Some(dir.0.join("idem.db")), true)).await;
+    conformance::run_all(&Sqlite::new(Some(dir.db()), true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

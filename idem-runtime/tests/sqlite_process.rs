@@ -6,6 +6,9 @@
 //! executions across processes.
 #![cfg(all(feature = "sqlite", unix))]
 
+mod sqlite_common;
+use sqlite_common::TempDir;
+
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -40,34 +43,6 @@ const TURN_ID: &str = "conversation-7/turn-3";
 
 /// How long the parent waits for a child to say something.
 const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// A fresh directory under the system temp dir, deleted on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "idem-sqlite-process-{name}-{}-{nanos}",
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self, file: &str) -> PathBuf {
-        self.0.join(file)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Appends one line to the side-effect log (one `write` of a short line on an `O_APPEND` file:
 /// atomic with respect to the other processes' lines).
@@ -215,7 +190,7 @@ impl Kid {
         let mut process = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", "child", "--nocapture", "--test-threads=1"])
             .env(CHILD_ENV, mode)
-            .env(DB_ENV, dir.path("idem.db"))
+            .env(DB_ENV, dir.db())
             .env(LOG_ENV, dir.path("side-effects.log"))
             .env(GO_ENV, dir.path("go"))
             .stdin(Stdio::null())
@@ -303,7 +278,7 @@ async fn a_completed_call_is_replayed_after_its_process_is_killed() {
     assert_eq!(log_lines(&log).len(), 1);
 
     // The "restarted" process: same database file, same turn, same arguments.
-    let store = open(&dir.path("idem.db"));
+    let store = open(&dir.db());
     let replayed = call(&SEND, &store, Duration::ZERO, "ada", async {
         side_effect(&log, "send_email ada parent");
         Ok("receipt from the parent".to_owned())
@@ -325,7 +300,7 @@ async fn a_completed_call_is_replayed_after_its_process_is_killed() {
 async fn a_call_killed_mid_execution_blocks_its_key_until_the_lease_expires() {
     let dir = TempDir::new("mid-execution");
     let log = dir.path("side-effects.log");
-    let store = open(&dir.path("idem.db"));
+    let store = open(&dir.db());
     let retry = || {
         call(&SLOW, &store, Duration::from_millis(50), "grace", async {
             side_effect(&log, "send_slow grace parent");

@@ -1,7 +1,10 @@
 //! SqliteStore: the state machine of `Store` on a real file, with time under test control.
 #![cfg(feature = "sqlite")]
 
-use std::path::{Path, PathBuf};
+mod sqlite_common;
+use sqlite_common::TempDir;
+
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,32 +17,6 @@ use idem_runtime::{Error, ToolInfo, Turn, execute, key::ArgsDigest};
 const NS: &str = "tenant";
 const LEASE: Duration = Duration::from_secs(30);
 const TTL: Duration = Duration::from_secs(3600);
-
-/// A fresh directory under the system temp dir, deleted on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("idem-sqlite-{name}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("idem.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 fn key(n: u8) -> Key {
     Key::from_bytes([n; 32])
