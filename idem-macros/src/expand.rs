@@ -547,7 +547,7 @@ pub(crate) fn tools(input: TokenStream) -> TokenStream {
 }
 
 /// The errors, then the item (so the rest of the crate and IDEs still see it).
-fn fail(errors: Errors, item: TokenStream) -> TokenStream {
+pub(crate) fn fail(errors: Errors, item: TokenStream) -> TokenStream {
     let mut out = errors.into_compile_errors().unwrap_or_default();
     out.extend(item);
     out
