@@ -135,8 +135,10 @@
 /// Next to the function the macro emits its classification, a `const` [`ToolInfo`] named
 /// `__idem_tool_<fn>`: a module-level constant for a function, an associated constant for a
 /// method. [`tools!`] reads it. A method with a `self` receiver and no visibility gets none,
-/// since it may sit in a trait impl, which cannot hold extra items: give an inherent method a
-/// visibility (`pub`, `pub(crate)`, even `pub(self)`) to list it in `tools!`.
+/// since it may sit in a trait impl, which cannot hold extra items: put
+/// [`#[tool_impl]`](macro@tool_impl) on its `impl` block (trait or inherent), which emits it
+/// after the block, or give an inherent method a visibility (`pub`, `pub(crate)`, even
+/// `pub(self)`).
 ///
 /// # Stacking with other attributes
 ///
@@ -150,7 +152,9 @@
 ///   `#[idempotent]` sees its output: a non-`async` `fn` returning
 ///   `Pin<Box<dyn Future<Output = R> + Send + '_>>` whose body is `Box::pin(async move { … })`.
 ///   `#[idempotent]` recognises that shape and wraps the inner block; nothing to do but keep
-///   `#[async_trait]` on the block and `#[idempotent]` on the method. No descriptor is emitted.
+///   `#[async_trait]` on the block and `#[idempotent]` on the method. The method gets no
+///   descriptor of its own (it has no visibility): add [`#[tool_impl]`](macro@tool_impl) to
+///   the block, above or below `#[async_trait]`, to list it in [`tools!`].
 /// - any macro that turns the `async fn` into something else must go **below** `#[idempotent]`
 ///   unless it produces the `#[async_trait]` shape.
 ///
@@ -198,6 +202,82 @@ pub use idem_macros::idempotent;
 /// fn remember(cache: &mut Vec<String>, query: &str) {}
 /// ```
 pub use idem_macros::read_only;
+
+/// Emits the descriptors of an `impl` block's tool methods that cannot carry their own: those
+/// with a `self` receiver and no visibility, so that [`tools!`] can list them.
+///
+/// `#[idempotent]` and `#[read_only]` put a method's descriptor (see
+/// [`idempotent`](macro@idempotent#the-descriptor)) next to the method, as an associated
+/// constant. A trait impl cannot hold extra items, so a method with a receiver and no
+/// visibility — every method of a trait impl (`impl Tool for X { async fn call(&self, …) }`),
+/// and the usual `#[tool]` method of an rmcp-style MCP server — gets none. Put `#[tool_impl]`
+/// on the `impl` block: it leaves the block unchanged and adds after it an inherent
+/// `impl SelfTy { pub const __idem_tool_<method>: ToolInfo = …; }` with those descriptors,
+/// the same ones the method-level attribute would have built from its options.
+///
+/// ```
+/// use idem::{ToolInfo, ToolKind, Turn, idempotent, read_only, tool_impl};
+///
+/// trait Tool {
+///     async fn call(&self, to: String) -> Result<u64, idem::Error>;
+/// }
+///
+/// struct SendEmail;
+///
+/// #[tool_impl] // a trait impl
+/// impl Tool for SendEmail {
+///     #[idempotent(name = "send_email", budget = 2)]
+///     async fn call(&self, to: String) -> Result<u64, idem::Error> {
+///         Ok(to.len() as u64)
+///     }
+/// }
+///
+/// struct Server;
+///
+/// #[tool_impl] // an inherent impl whose methods have no visibility
+/// impl Server {
+///     #[read_only]
+///     fn search(&self, query: &str) -> usize {
+///         query.len()
+///     }
+/// }
+///
+/// const TOOLS: &[ToolInfo] = idem::tools![SendEmail::call, Server::search];
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem::Error> {
+/// assert_eq!(TOOLS[0].name, "send_email");
+/// assert_eq!(TOOLS[0].budget, Some(2));
+/// assert_eq!(TOOLS[1].kind, ToolKind::ReadOnly);
+///
+/// // The methods themselves are unchanged: still deduplicated.
+/// Turn::new("conv-1/turn-1")
+///     .scope(async {
+///         SendEmail.call("ada".into()).await?;
+///         SendEmail.call("ada".into()).await?; // replayed
+///         Ok::<_, idem::Error>(())
+///     })
+///     .await?;
+/// # assert_eq!(Server.search("x"), 1);
+/// # Ok(()) }
+/// ```
+///
+/// Methods are recognised by their attribute's last path segment (`#[idempotent]`,
+/// `#[idem::idempotent]`, `#[my_idem::read_only]`; a renamed `idem` is given, as always, by the
+/// method's own `crate = "…"` option). Methods that already emit their descriptor (with a
+/// visibility, or without a receiver) are left to it, so nothing is defined twice. Errors in a
+/// method's options are reported once, by the method's attribute; that method then gets no
+/// descriptor here.
+///
+/// `#[tool_impl]` must be the outermost attribute of the block, or at least above any that
+/// removes the methods' attributes; `#[async_trait]` may be above or below it. It takes no
+/// options, and anything but an `impl` block is a compile error.
+///
+/// Limits: the descriptors live in an inherent impl of the self type, so that type must be
+/// local to the crate (not `Vec<X>` nor `&X`), and two listed methods of one type cannot share
+/// a name (two trait impls each with `call`: one `__idem_tool_call`). Type and const parameters
+/// of the impl that the self type does not use are left off the inherent impl; a generic type is
+/// listed with its arguments: `tools![Wrapper::<u8>::call]`.
+pub use idem_macros::tool_impl;
 pub use idem_runtime::*;
 
 #[doc(hidden)]
@@ -207,8 +287,8 @@ pub mod __private;
 /// A `&'static [ToolInfo]` catalog of annotated tools, in the order given; **fails to compile if
 /// a listed tool is not annotated** with `#[idempotent]` or `#[read_only]` (the error names it).
 ///
-/// Entries are paths to free functions (`send_email`, `mail::send_email`) or to `pub` methods
-/// (`Mailer::send`). It is a constant expression, so it can initialise a `const`.
+/// Entries are paths to free functions (`send_email`, `mail::send_email`) or to methods
+/// (`Mailer::send`) that have a visibility or sit in an `impl` block under [`tool_impl`]. It is a constant expression, so it can initialise a `const`.
 ///
 /// ```
 /// use idem::{ToolInfo, ToolKind, idempotent, read_only};

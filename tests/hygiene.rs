@@ -58,10 +58,33 @@ mod tools {
             ::std::result::Result::Ok(to)
         }
     }
+
+    /// Visibility-less methods, listed through `#[tool_impl]`.
+    pub struct Server(pub u32);
+
+    #[::idem::tool_impl]
+    impl Server {
+        #[::idem::idempotent(budget = 2)]
+        async fn open(&self, id: u32) -> ::std::result::Result<u32, ::idem::Error> {
+            ::std::result::Result::Ok(id + self.0)
+        }
+
+        #[::idem::read_only]
+        fn peek(&self) -> u32 {
+            self.0
+        }
+
+        /// Calls both tools.
+        pub async fn open_and_peek(&self, id: u32) -> ::std::result::Result<u32, ::idem::Error> {
+            ::std::result::Result::Ok(self.open(id).await? + self.peek())
+        }
+    }
 }
 
 const TOOLS: &[::idem::ToolInfo] =
     ::idem::tools![tools::send, tools::search, tools::Mailer::deliver];
+
+const SERVER_TOOLS: &[::idem::ToolInfo] = ::idem::tools![tools::Server::open, tools::Server::peek];
 
 #[test]
 fn generated_code_compiles_without_a_prelude() {
@@ -88,4 +111,8 @@ fn generated_code_compiles_without_a_prelude() {
     );
     assert_eq!(tools::search("abc"), 3);
     let _ = runtime.block_on(::idem::Turn::new("h2").scope(tools::Mailer.deliver(1)));
+    assert_eq!(SERVER_TOOLS[0].budget, ::std::option::Option::Some(2));
+    assert_eq!(SERVER_TOOLS[1].kind, ::idem::ToolKind::ReadOnly);
+    let opened = runtime.block_on(::idem::Turn::new("h3").scope(tools::Server(1).open_and_peek(2)));
+    assert_eq!(opened.unwrap(), 4);
 }

@@ -7,8 +7,8 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{
     Attribute, Expr, ExprAsync, FnArg, GenericArgument, Ident, ItemFn, Pat, PatIdent, Path,
-    PathArguments, ReturnType, Stmt, Token, Type, TypeParamBound, Visibility, parse_quote,
-    parse_quote_spanned,
+    PathArguments, ReturnType, Signature, Stmt, Token, Type, TypeParamBound, Visibility,
+    parse_quote, parse_quote_spanned,
 };
 
 use crate::options::{Errors, IdempotentOptions, parse_read_only};
@@ -49,16 +49,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let (Some(form), None) = (form, errors.peek()) else {
         return fail(errors, func.into_token_stream());
     };
-    let krate = options
-        .krate
-        .clone()
-        .unwrap_or_else(|| parse_quote!(::idem));
-    let private = quote!(#krate::__private);
-    let name = options
-        .name
-        .as_ref()
-        .map_or_else(|| func.sig.ident.unraw().to_string(), syn::LitStr::value);
-    let info = tool_info(&private, &name, &options);
+    let (private, info) = idempotent_info(&func.sig.ident, &options);
     let descriptor = descriptor(&func, &private, &info);
 
     let (ret, inner_stmts, outer) = match form {
@@ -404,8 +395,17 @@ impl Params {
     }
 }
 
+/// The `…::__private` path and the `ToolInfo` expression of the `#[idempotent]` tool `ident`:
 /// `ToolInfo::idempotent(name).with_…(…)`.
-fn tool_info(private: &TokenStream, name: &str, options: &IdempotentOptions) -> TokenStream {
+pub(crate) fn idempotent_info(
+    ident: &Ident,
+    options: &IdempotentOptions,
+) -> (TokenStream, TokenStream) {
+    let private = private_path(options.krate.as_ref());
+    let name = options
+        .name
+        .as_ref()
+        .map_or_else(|| ident.unraw().to_string(), syn::LitStr::value);
     let mut info = quote!(#private::ToolInfo::idempotent(#name));
     if let Some(version) = options.version {
         let version = Literal::u32_unsuffixed(version);
@@ -423,32 +423,60 @@ fn tool_info(private: &TokenStream, name: &str, options: &IdempotentOptions) -> 
     if options.cache_errors {
         info = quote!(#info.with_cache_errors());
     }
-    info
+    (private, info)
 }
 
-/// The compile-time descriptor next to the function: `const __idem_tool_<fn>: ToolInfo`, a
-/// free constant for a function, an associated constant for a method. Not emitted for methods
-/// with a receiver and no visibility (they may be in a trait impl, which cannot have extra
-/// items).
-fn descriptor(func: &ItemFn, private: &TokenStream, info: &TokenStream) -> Option<TokenStream> {
-    let is_method = func
-        .sig
+/// The `…::__private` path and the `ToolInfo` expression of the `#[read_only]` tool `ident`.
+pub(crate) fn read_only_info(ident: &Ident, krate: Option<&Path>) -> (TokenStream, TokenStream) {
+    let private = private_path(krate);
+    let name = ident.unraw().to_string();
+    let info = quote!(#private::ToolInfo::read_only(#name));
+    (private, info)
+}
+
+/// `::idem::__private`, or `<crate = "…">::__private`.
+fn private_path(krate: Option<&Path>) -> TokenStream {
+    match krate {
+        Some(krate) => quote!(#krate::__private),
+        None => quote!(::idem::__private),
+    }
+}
+
+/// Whether the method-level macro emits the function's descriptor itself: always, except for a
+/// method with a receiver and no visibility, which may be in a trait impl (which cannot hold
+/// extra items). `#[tool_impl]` on the `impl` block emits exactly those.
+pub(crate) fn emits_own_descriptor(sig: &Signature, vis: &Visibility) -> bool {
+    let is_method = sig
         .inputs
         .first()
         .is_some_and(|a| matches!(a, FnArg::Receiver(_)));
-    if is_method && matches!(func.vis, Visibility::Inherited) {
-        return None;
-    }
-    let vis = &func.vis;
-    let ident = descriptor_ident(&func.sig.ident);
-    let fn_name = func.sig.ident.unraw().to_string();
+    !(is_method && matches!(vis, Visibility::Inherited))
+}
+
+/// The compile-time descriptor next to the function: `const __idem_tool_<fn>: ToolInfo`, a
+/// free constant for a function, an associated constant for a method (see
+/// [`emits_own_descriptor`]).
+fn descriptor(func: &ItemFn, private: &TokenStream, info: &TokenStream) -> Option<TokenStream> {
+    emits_own_descriptor(&func.sig, &func.vis)
+        .then(|| descriptor_const(&func.vis, &func.sig.ident, private, info))
+}
+
+/// `#vis const __idem_tool_<fn>: ToolInfo = #info;`.
+pub(crate) fn descriptor_const(
+    vis: &Visibility,
+    fn_ident: &Ident,
+    private: &TokenStream,
+    info: &TokenStream,
+) -> TokenStream {
+    let ident = descriptor_ident(fn_ident);
+    let fn_name = fn_ident.unraw().to_string();
     let doc = format!("The idem classification of `{fn_name}`.");
-    Some(quote! {
+    quote! {
         #[doc = #doc]
         #[doc(hidden)]
         #[allow(dead_code, non_upper_case_globals)]
         #vis const #ident: #private::ToolInfo = #info;
-    })
+    }
 }
 
 fn descriptor_ident(ident: &Ident) -> Ident {
@@ -458,7 +486,7 @@ fn descriptor_ident(ident: &Ident) -> Ident {
 /// `#[read_only]`.
 pub(crate) fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let krate = parse_read_only(args, &mut errors).unwrap_or_else(|| parse_quote!(::idem));
+    let krate = parse_read_only(args, &mut errors);
     let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
         errors.at(
             Span::call_site(),
@@ -484,13 +512,8 @@ pub(crate) fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     if errors.peek().is_some() {
         return fail(errors, func.into_token_stream());
     }
-    let private = quote!(#krate::__private);
-    let name = func.sig.ident.unraw().to_string();
-    let descriptor = descriptor(
-        &func,
-        &private,
-        &quote!(#private::ToolInfo::read_only(#name)),
-    );
+    let (private, info) = read_only_info(&func.sig.ident, krate.as_ref());
+    let descriptor = descriptor(&func, &private, &info);
     quote!(#descriptor #func)
 }
 
@@ -524,7 +547,7 @@ pub(crate) fn tools(input: TokenStream) -> TokenStream {
 }
 
 /// The errors, then the item (so the rest of the crate and IDEs still see it).
-fn fail(errors: Errors, item: TokenStream) -> TokenStream {
+pub(crate) fn fail(errors: Errors, item: TokenStream) -> TokenStream {
     let mut out = errors.into_compile_errors().unwrap_or_default();
     out.extend(item);
     out

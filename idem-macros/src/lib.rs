@@ -6,6 +6,7 @@ use proc_macro::TokenStream;
 
 mod expand;
 mod options;
+mod tool_impl;
 
 /// Makes an `async fn` tool safe to retry. Documented in `idem`, which re-exports it.
 #[proc_macro_attribute]
@@ -17,6 +18,13 @@ pub fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::read_only(args.into(), item.into()).into()
+}
+
+/// Emits the descriptors of an `impl` block's visibility-less tool methods. Documented in
+/// `idem`, which re-exports it.
+#[proc_macro_attribute]
+pub fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
+    tool_impl::tool_impl(args.into(), item.into()).into()
 }
 
 /// The implementation of `idem::tools![]`, which passes its `$crate` first: `$crate; a, b::c`.

@@ -1,0 +1,190 @@
+//! `#[tool_impl]`: descriptors for tool methods with a receiver and no visibility (trait impls,
+//! rmcp-style servers), so that `tools![]` can list them.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idem::{Error, MemoryStore, ToolInfo, ToolKind, Turn, idempotent, read_only, tool_impl};
+
+/// An agent framework's tool trait, with a native `async fn`.
+trait Tool {
+    async fn call(&self, to: String) -> Result<usize, Error>;
+}
+
+#[derive(Default)]
+struct SendEmail {
+    runs: AtomicUsize,
+}
+
+#[tool_impl]
+impl Tool for SendEmail {
+    #[idempotent(name = "send_email", ttl = "30m", budget = 2)]
+    async fn call(&self, to: String) -> Result<usize, Error> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(to.len())
+    }
+}
+
+/// An rmcp-style server: an inherent impl whose tool methods have no visibility.
+#[derive(Default)]
+struct Server {
+    runs: AtomicUsize,
+}
+
+#[tool_impl]
+impl Server {
+    #[idem::idempotent(version = 2, ttl = "1h")]
+    async fn create_ticket(&self, title: String) -> Result<u64, Error> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(title.len() as u64)
+    }
+
+    #[read_only]
+    fn search(&self, query: &str) -> usize {
+        query.len()
+    }
+
+    /// Has a visibility: its own attribute emits the descriptor, `#[tool_impl]` does not.
+    #[idempotent]
+    pub async fn close_ticket(&self, id: u64) -> Result<u64, Error> {
+        Ok(id)
+    }
+
+    /// Not a tool: ignored.
+    fn helper(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
+/// `#[async_trait]`, above and below `#[tool_impl]`.
+#[async_trait::async_trait]
+trait Payments {
+    async fn pay(&self, cents: u64) -> Result<u64, Error>;
+}
+
+struct Bank;
+
+#[tool_impl]
+#[async_trait::async_trait]
+impl Payments for Bank {
+    #[idempotent(budget = 5)]
+    async fn pay(&self, cents: u64) -> Result<u64, Error> {
+        Ok(cents)
+    }
+}
+
+struct Vault;
+
+#[async_trait::async_trait]
+#[tool_impl]
+impl Payments for Vault {
+    #[idempotent(name = "vault_pay")]
+    async fn pay(&self, cents: u64) -> Result<u64, Error> {
+        Ok(cents)
+    }
+}
+
+/// A generic trait implemented for a generic type: `M` is left off the inherent impl (it does
+/// not appear in the self type), `T` and its bound are kept.
+trait Handler<M> {
+    async fn handle(&self, message: M) -> Result<String, Error>;
+}
+
+struct Wrapper<T: Clone>(T);
+
+#[tool_impl]
+impl<T, M> Handler<M> for Wrapper<T>
+where
+    T: Clone + Sync,
+    M: serde::Serialize + Send + Sync,
+{
+    #[read_only]
+    async fn handle(&self, message: M) -> Result<String, Error> {
+        let _ = (self.0.clone(), message);
+        Ok("handled".into())
+    }
+}
+
+const TOOLS: &[ToolInfo] = idem::tools![
+    SendEmail::call,
+    Server::create_ticket,
+    Server::search,
+    Server::close_ticket,
+    Bank::pay,
+    Vault::pay,
+    Wrapper::<u8>::handle,
+];
+
+#[test]
+fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
+    let names: Vec<_> = TOOLS.iter().map(|t| t.name).collect();
+    assert_eq!(
+        names,
+        [
+            "send_email",
+            "create_ticket",
+            "search",
+            "close_ticket",
+            "pay",
+            "vault_pay",
+            "handle"
+        ]
+    );
+    use ToolKind::{Idempotent, ReadOnly};
+    let kinds: Vec<_> = TOOLS.iter().map(|t| t.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            Idempotent, Idempotent, ReadOnly, Idempotent, Idempotent, Idempotent, ReadOnly
+        ]
+    );
+    let send = TOOLS[0];
+    assert_eq!(send.budget, Some(2));
+    assert_eq!(send.ttl, Some(Duration::from_secs(30 * 60)));
+    assert_eq!(send.version, 0);
+    assert!(!send.cache_errors);
+    let create = TOOLS[1];
+    assert_eq!((create.version, create.cache_errors), (2, false));
+    assert_eq!(
+        (create.budget, create.ttl),
+        (None, Some(Duration::from_secs(3600)))
+    );
+    assert!(TOOLS[2].read_only_hint());
+    assert_eq!(TOOLS[4].budget, Some(5));
+    // The same descriptors the method-level attributes build.
+    assert_eq!(
+        TOOLS[0],
+        ToolInfo::idempotent("send_email")
+            .with_ttl(Duration::from_secs(1800))
+            .with_budget(2)
+    );
+    assert_eq!(TOOLS[2], ToolInfo::read_only("search"));
+    assert_eq!(TOOLS[6], ToolInfo::read_only("handle"));
+}
+
+#[tokio::test]
+async fn the_methods_still_dedup() {
+    let store = Arc::new(MemoryStore::new());
+    let email = SendEmail::default();
+    let server = Server::default();
+    Turn::new("conv-1/turn-1")
+        .with_store(store.clone())
+        .scope(async {
+            assert_eq!(email.call("ada".into()).await?, 3);
+            assert_eq!(email.call("ada".into()).await?, 3); // replayed
+            assert_eq!(server.create_ticket("bug".into()).await?, 3);
+            assert_eq!(server.create_ticket("bug".into()).await?, 3); // replayed
+            assert_eq!(server.close_ticket(9).await?, 9);
+            assert_eq!(Bank.pay(5).await?, 5);
+            assert_eq!(Vault.pay(6).await?, 6);
+            Ok::<_, Error>(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(email.runs.load(Ordering::SeqCst), 1);
+    assert_eq!(server.helper(), 1);
+    assert_eq!(server.search("abcd"), 4);
+    assert_eq!(Wrapper(1_u8).handle(()).await.unwrap(), "handled");
+    assert_eq!(store.len(), 5);
+}

@@ -1,0 +1,15 @@
+struct Server;
+
+#[idem::tool_impl]
+fn search(server: &Server, query: &str) -> usize {
+    let _ = server;
+    query.len()
+}
+
+#[idem::tool_impl]
+struct NotAnImpl;
+
+fn main() {
+    let _ = search(&Server, "x");
+    let _ = NotAnImpl;
+}

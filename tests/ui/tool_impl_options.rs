@@ -1,0 +1,33 @@
+use idem::{idempotent, tool_impl};
+
+struct Server;
+
+#[tool_impl(budget = 3)]
+impl Server {
+    #[idempotent]
+    async fn open(&self, id: u32) -> Result<u32, idem::Error> {
+        Ok(id)
+    }
+}
+
+struct Other;
+
+/// An invalid option is reported once, by `#[idempotent]`; the other descriptors still exist.
+#[tool_impl]
+impl Other {
+    #[idempotent(budget = 0)]
+    async fn open(&self, id: u32) -> Result<u32, idem::Error> {
+        Ok(id)
+    }
+
+    #[idem::read_only]
+    fn peek(&self) -> u32 {
+        0
+    }
+}
+
+const TOOLS: &[idem::ToolInfo] = idem::tools![Other::peek];
+
+fn main() {
+    let _ = (Server, TOOLS);
+}
