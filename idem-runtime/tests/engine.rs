@@ -45,6 +45,21 @@ fn memory() -> Arc<dyn Store> {
     Arc::new(MemoryStore::new())
 }
 
+/// What another process does to claim `key` directly in the store: its lease token.
+async fn claim_elsewhere(store: &Arc<dyn Store>, key: &Key, fp: &Fingerprint) -> LeaseToken {
+    let request = BeginRequest {
+        namespace: "",
+        key,
+        tool: SEND.name,
+        fingerprint: fp,
+        lease: Duration::from_secs(30),
+    };
+    match store.begin(request).await.unwrap() {
+        Begin::Claimed(token) => token,
+        other => panic!("the key should have been free, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_retry_after_a_lost_response_replays_the_first_result() {
     let store = memory();
@@ -396,17 +411,7 @@ async fn a_crashed_holder_blocks_the_key_until_its_lease_expires() {
     let turn = turn("t", &store).with_in_flight_wait(Duration::from_millis(30));
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
     // Another process claimed the key and died without completing or releasing it.
-    let request = BeginRequest {
-        namespace: "",
-        key: &key,
-        tool: SEND.name,
-        fingerprint: &fp,
-        lease: Duration::from_secs(30),
-    };
-    assert!(matches!(
-        store.begin(request).await.unwrap(),
-        Begin::Claimed(_)
-    ));
+    claim_elsewhere(&store, &key, &fp).await;
 
     let sent = AtomicUsize::new(0);
     let blocked = send_message(&turn, &sent, "ada").await;
@@ -430,16 +435,7 @@ async fn a_call_waits_for_the_same_key_running_in_another_process() {
     let store = memory();
     let turn = turn("t", &store);
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-    let request = BeginRequest {
-        namespace: "",
-        key: &key,
-        tool: SEND.name,
-        fingerprint: &fp,
-        lease: Duration::from_secs(30),
-    };
-    let Begin::Claimed(token) = store.begin(request).await.unwrap() else {
-        panic!("not claimed")
-    };
+    let token = claim_elsewhere(&store, &key, &fp).await;
     let other = Arc::clone(&store);
     let other_process = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(40)).await;
@@ -609,16 +605,7 @@ async fn a_corrupt_record_is_a_decode_error_not_a_panic() {
     let store = memory();
     let turn = turn("t", &store);
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-    let request = BeginRequest {
-        namespace: "",
-        key: &key,
-        tool: SEND.name,
-        fingerprint: &fp,
-        lease: Duration::from_secs(30),
-    };
-    let Begin::Claimed(token) = store.begin(request).await.unwrap() else {
-        panic!("not claimed")
-    };
+    let token = claim_elsewhere(&store, &key, &fp).await;
     store
         .complete("", &key, token, b"\xff{not json", Duration::from_secs(60))
         .await
