@@ -17,8 +17,9 @@ pub use idem_macros::tools_impl;
 pub use idem_runtime::key::ArgsDigest;
 pub use idem_runtime::{Error, Store, ToolInfo, Turn};
 
-use idem_runtime::key::{Fingerprint, Key};
-use idem_runtime::{Call, execute, execute_caching_errors};
+use idem_runtime::{
+    Call, execute, execute_caching_errors, execute_detached, execute_detached_caching_errors,
+};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -209,28 +210,22 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
     fn skip_arg(&self, _: &mut Digest, _: &str) {}
 }
 
-/// The call described by `digest`, or the error that stopped building it.
-fn prepare(digest: Digest) -> Result<(Turn, Key, Fingerprint), Error> {
+/// The call described by `digest`, or the error that stopped building it (logged and counted
+/// as the call's one outcome).
+fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error> {
     let tool = digest.tool;
-    let (turn, args) = digest.state?;
+    let (turn, args) = digest
+        .state
+        .map_err(|error| idem_runtime::engine::refuse(tool, error))?;
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    Ok((turn, key, fingerprint))
-}
-
-fn call<'a>(
-    tool: &'static ToolInfo,
-    turn: &'a Turn,
-    (key, fingerprint): (Key, Fingerprint),
-    store: Option<&'a Arc<dyn Store>>,
-) -> Call<'a> {
-    let call = Call::new(tool, turn, key, fingerprint);
-    match store {
+    let call = Call::new(tool, &turn, key, fingerprint);
+    Ok(match &store {
         Some(store) => call.with_store(store),
         None => call,
-    }
+    })
 }
 
-/// Runs an `#[idempotent]` tool's body through [`execute`].
+/// Runs an `#[idempotent]` tool's body through [`execute`], in the caller's task.
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] converted with `E: From<Error>`.
@@ -241,13 +236,10 @@ where
     R::Err: ToolErr,
     F: Future<Output = R>,
 {
-    let tool = digest.tool;
-    let (turn, key, fingerprint) = match prepare(digest) {
-        Ok(prepared) => prepared,
-        Err(error) => return R::from_result(Err(R::Err::from(error))),
-    };
-    let call = call(tool, &turn, (key, fingerprint), store.as_ref());
-    R::from_result(execute(call, async move { tool_future.await.into_result() }).await)
+    match prepare(digest, store) {
+        Ok(call) => R::from_result(execute(call, async move { tool_future.await.into_result() }).await),
+        Err(error) => R::from_result(Err(R::Err::from(error))),
+    }
 }
 
 /// Like [`run`], with [`execute_caching_errors`].
@@ -265,12 +257,69 @@ where
     R::Err: CachedErr,
     F: Future<Output = R>,
 {
-    let tool = digest.tool;
-    let (turn, key, fingerprint) = match prepare(digest) {
-        Ok(prepared) => prepared,
-        Err(error) => return R::from_result(Err(R::Err::from(error))),
-    };
-    let call = call(tool, &turn, (key, fingerprint), store.as_ref());
-    let future = async move { tool_future.await.into_result() };
-    R::from_result(execute_caching_errors(call, future).await)
+    match prepare(digest, store) {
+        Ok(call) => {
+            let future = async move { tool_future.await.into_result() };
+            R::from_result(execute_caching_errors(call, future).await)
+        }
+        Err(error) => R::from_result(Err(R::Err::from(error))),
+    }
+}
+
+/// The body of a tool that runs detached from its caller.
+#[diagnostic::on_unimplemented(
+    message = "this `#[idempotent]` tool runs detached from its caller, so its body must be \
+               `Send + 'static`",
+    label = "the body holds something that is not `Send` (an `Rc`, a `MutexGuard`, …) across \
+             an `.await`, or borrows",
+    note = "a detached tool keeps running when its caller times out, so a retry joins it \
+            instead of running it twice; to run it in the caller's task instead, add \
+            `#[idempotent(attached)]` (a call dropped mid-run is then kept as interrupted)"
+)]
+pub trait DetachedBody<R>: Future<Output = R> + Send + 'static {}
+impl<R, F: Future<Output = R> + Send + 'static> DetachedBody<R> for F {}
+
+/// Runs an `#[idempotent]` tool's body through [`execute_detached`]: in a task of its own, so
+/// it finishes and records its result even if the caller goes away.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_detached<R, F>(digest: Digest, store: Option<Arc<dyn Store>>, tool_future: F) -> R
+where
+    R: ToolReturn + Send + 'static,
+    R::Ok: ToolOk + Send + 'static,
+    R::Err: ToolErr + Send + 'static,
+    F: DetachedBody<R>,
+{
+    match prepare(digest, store) {
+        Ok(call) => {
+            let future = async move { tool_future.await.into_result() };
+            R::from_result(execute_detached(call, future).await)
+        }
+        Err(error) => R::from_result(Err(R::Err::from(error))),
+    }
+}
+
+/// Like [`run_detached`], with errors recorded and replayed too.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_caching_errors_detached<R, F>(
+    digest: Digest,
+    store: Option<Arc<dyn Store>>,
+    tool_future: F,
+) -> R
+where
+    R: ToolReturn + Send + 'static,
+    R::Ok: ToolOk + Send + 'static,
+    R::Err: CachedErr + Send + 'static,
+    F: DetachedBody<R>,
+{
+    match prepare(digest, store) {
+        Ok(call) => {
+            let future = async move { tool_future.await.into_result() };
+            R::from_result(execute_detached_caching_errors(call, future).await)
+        }
+        Err(error) => R::from_result(Err(R::Err::from(error))),
+    }
 }

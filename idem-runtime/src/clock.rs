@@ -26,6 +26,39 @@ impl Clock for SystemClock {
     }
 }
 
+/// Wall-clock milliseconds that only move forward at the rate of the monotonic clock.
+///
+/// It reads the wall clock once, when created, and adds the monotonic time elapsed since: a
+/// wall-clock step (NTP, a resumed VM, an operator) cannot shorten or lengthen a lease measured
+/// on it. Timestamps stay close to wall time for display. Clones share the anchor.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock {
+    wall_ms: u64,
+    start: std::time::Instant,
+}
+
+impl MonotonicClock {
+    /// A clock anchored at the wall clock's current reading.
+    pub fn new() -> Self {
+        MonotonicClock {
+            wall_ms: SystemClock.now_ms(),
+            start: std::time::Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ms(&self) -> u64 {
+        self.wall_ms.saturating_add(duration_ms(self.start.elapsed()))
+    }
+}
+
 /// A clock that only moves when told to; clones share the same time.
 ///
 /// ```

@@ -130,6 +130,47 @@ pub enum Error {
         key: ShortKey,
     },
 
+    /// The action already succeeded in this turn and was asked for again past the budget.
+    #[error(
+        "tool `{tool}` already succeeded with these arguments in this turn (key {key}); its \
+         result was returned on an earlier call. Do not call it again: the action is done"
+    )]
+    AlreadySucceeded {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key of the completed action.
+        key: ShortKey,
+        /// Calls made with this key in this turn, including this one.
+        attempts: u32,
+    },
+
+    /// A call of this key was interrupted mid-run earlier; whether it took effect is unknown.
+    #[error(
+        "tool `{tool}` was started earlier with these arguments (key {key}) and interrupted \
+         before it finished, so it may or may not have taken effect. Do not call it again \
+         blindly: check whether the action happened, or report this to the user"
+    )]
+    Interrupted {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key of the interrupted call.
+        key: ShortKey,
+    },
+
+    /// The action ran, but its result could not be recorded faithfully for replay.
+    #[error(
+        "tool `{tool}` already ran with these arguments (key {key}), but its result cannot be \
+         shown again ({message}). Do not call it again: the action is done"
+    )]
+    NotReplayable {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key of the call that ran.
+        key: ShortKey,
+        /// Why the result could not be recorded.
+        message: String,
+    },
+
     /// A caller tried to complete or release a lease it no longer holds.
     #[error(
         "the lease on key {key} was lost (it expired and was claimed by another caller); the \

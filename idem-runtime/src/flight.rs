@@ -1,9 +1,15 @@
 //! Single-flight: identical calls running at the same time in this process share one execution.
+//!
+//! The leader of a key registers a bare marker; the shared state (a [`Notify`] and the result
+//! slot) is allocated only when a second caller arrives, so an uncontended call pays one map
+//! insert and one remove.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::collections::hash_map::Entry;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::key::{Fingerprint, Key};
 
@@ -16,15 +22,37 @@ pub(crate) type Shared = Arc<(Fingerprint, Vec<u8>)>;
 /// A key in flight: which store (by address) and which key.
 type FlightId = (usize, Key);
 
-type Slot = watch::Receiver<Option<Shared>>;
+enum Slot {
+    /// Led, and nobody waits yet.
+    Leading,
+    /// Led, with followers waiting on the flight.
+    Watched(Arc<Flight>),
+    /// Finished: the result stays here while it is recorded in the background.
+    Lingering(Shared),
+}
+
+struct Flight {
+    state: Mutex<State>,
+    notify: Notify,
+}
+
+enum State {
+    Running,
+    Done(Shared),
+    Abandoned,
+}
 
 static FLIGHTS: LazyLock<[Mutex<HashMap<FlightId, Slot>>; SHARDS]> =
     LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
 
-fn shard(id: &FlightId) -> std::sync::MutexGuard<'static, HashMap<FlightId, Slot>> {
-    FLIGHTS[usize::from(id.1.as_bytes()[1]) % SHARDS]
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn shard(id: &FlightId) -> MutexGuard<'static, HashMap<FlightId, Slot>> {
+    lock(&FLIGHTS[usize::from(id.1.as_bytes()[1]) % SHARDS])
 }
 
 /// This call's part in a flight.
@@ -33,70 +61,124 @@ pub(crate) enum Role {
     Leader(Leader),
     /// An identical call is running: wait for it.
     Follower(Follower),
+    /// An identical call finished and its result is still being recorded: take it.
+    Done(Shared),
 }
 
 /// Joins the flight for `key` in `store_id`, leading it if nobody does.
 pub(crate) fn join(store_id: usize, key: Key) -> Role {
     let id = (store_id, key);
     let mut flights = shard(&id);
-    if let Some(slot) = flights.get(&id) {
-        return Role::Follower(Follower(slot.clone()));
+    match flights.entry(id) {
+        Entry::Vacant(vacant) => {
+            vacant.insert(Slot::Leading);
+            Role::Leader(Leader { id, done: false })
+        }
+        Entry::Occupied(mut occupied) => match occupied.get_mut() {
+            Slot::Lingering(shared) => Role::Done(Arc::clone(shared)),
+            Slot::Watched(flight) => Role::Follower(Follower(Arc::clone(flight))),
+            slot @ Slot::Leading => {
+                let flight = Arc::new(Flight {
+                    state: Mutex::new(State::Running),
+                    notify: Notify::new(),
+                });
+                *slot = Slot::Watched(Arc::clone(&flight));
+                Role::Follower(Follower(flight))
+            }
+        },
     }
-    let (sender, receiver) = watch::channel(None);
-    flights.insert(id, receiver);
-    Role::Leader(Leader { id, sender })
 }
 
 /// The call that talks to the store for everyone waiting on the same key. Dropping it without
 /// [`Leader::publish`] sends the followers back to try again (one of them leads next).
 pub(crate) struct Leader {
     id: FlightId,
-    sender: watch::Sender<Option<Shared>>,
+    done: bool,
 }
 
 impl Leader {
-    /// Hands the recorded result to every follower.
-    pub(crate) fn publish(self, fingerprint: Fingerprint, bytes: Vec<u8>) {
-        self.leave();
-        if !self.sender.is_closed() {
-            self.sender
-                .send_replace(Some(Arc::new((fingerprint, bytes))));
-        }
+    /// Hands the recorded result to every follower and ends the flight.
+    pub(crate) fn publish(mut self, shared: Shared) {
+        self.finish(State::Done(shared), None);
     }
 
-    /// Whether any follower waits on this flight.
-    pub(crate) fn has_followers(&self) -> bool {
-        // The registry holds one receiver itself.
-        self.sender.receiver_count() > 1
+    /// Hands the result to every follower, and keeps handing it to new callers until the
+    /// returned [`Lingering`] is dropped (the result is being recorded in the background).
+    pub(crate) fn linger(mut self, shared: Shared) -> Lingering {
+        self.finish(State::Done(Arc::clone(&shared)), Some(shared));
+        Lingering { id: self.id }
     }
 
-    fn leave(&self) {
+    fn finish(&mut self, state: State, linger: Option<Shared>) {
+        self.done = true;
         let mut flights = shard(&self.id);
-        if flights
-            .get(&self.id)
-            .is_some_and(|slot| slot.same_channel(&self.sender.subscribe()))
-        {
-            flights.remove(&self.id);
+        let slot = match linger {
+            Some(shared) => flights.insert(self.id, Slot::Lingering(shared)),
+            None => flights.remove(&self.id),
+        };
+        drop(flights);
+        if let Some(Slot::Watched(flight)) = slot {
+            *lock(&flight.state) = state;
+            flight.notify.notify_waiters();
         }
     }
 }
 
 impl Drop for Leader {
     fn drop(&mut self) {
-        self.leave();
+        if !self.done {
+            self.finish(State::Abandoned, None);
+        }
+    }
+}
+
+/// A finished flight whose result is still offered to new callers.
+pub(crate) struct Lingering {
+    id: FlightId,
+}
+
+impl Drop for Lingering {
+    fn drop(&mut self) {
+        let mut flights = shard(&self.id);
+        if matches!(flights.get(&self.id), Some(Slot::Lingering(_))) {
+            flights.remove(&self.id);
+        }
     }
 }
 
 /// A call waiting for an identical call in this process.
-pub(crate) struct Follower(Slot);
+pub(crate) struct Follower(Arc<Flight>);
+
+/// What a follower learns.
+pub(crate) enum Waited {
+    /// The leader's recorded result.
+    Done(Shared),
+    /// The leader finished without one (error, cancellation, panic, store failure): try again.
+    Abandoned,
+    /// The deadline passed first.
+    TimedOut,
+}
 
 impl Follower {
-    /// The leader's recorded result, or `None` if it finished without one (error, cancellation,
-    /// panic, store failure): then try again.
-    pub(crate) async fn wait(mut self) -> Option<Shared> {
-        match self.0.wait_for(Option::is_some).await {
-            Ok(shared) => shared.clone(),
-            Err(_) => None,
+    /// Waits for the leader, until `deadline` at most.
+    pub(crate) async fn wait(self, deadline: Instant) -> Waited {
+        loop {
+            let notified = self.0.notify.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            match &*lock(&self.0.state) {
+                State::Done(shared) => return Waited::Done(Arc::clone(shared)),
+                State::Abandoned => return Waited::Abandoned,
+                State::Running => {}
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Waited::TimedOut;
+            }
         }
     }
+}
+
+/// Flights registered right now (for soak tests that check the map stays bounded).
+pub(crate) fn registered() -> usize {
+    FLIGHTS.iter().map(|s| lock(s).len()).sum()
 }

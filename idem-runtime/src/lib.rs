@@ -17,7 +17,10 @@ pub mod store;
 pub mod tool;
 pub mod turn;
 
-pub use engine::{Call, current_key, execute, execute_caching_errors};
+pub use engine::{
+    Call, current_key, execute, execute_caching_errors, execute_detached,
+    execute_detached_caching_errors,
+};
 pub use error::{Error, Result};
 pub use key::{Fingerprint, Key};
 pub use stats::{Outcome, Stats, stats};

@@ -31,6 +31,46 @@ enum Envelope<T, E> {
     Ok(T),
     #[serde(rename = "err")]
     Err(E),
+    #[serde(rename = "interrupted")]
+    Interrupted,
+    #[serde(rename = "unreplayable")]
+    Unreplayable(String),
+}
+
+/// The record of a call interrupted mid-run: retries get [`Error::Interrupted`].
+pub(crate) fn encode_interrupted() -> Vec<u8> {
+    br#"{"interrupted":null}"#.to_vec()
+}
+
+/// The record of a call that ran but whose result cannot be replayed faithfully: retries get
+/// [`Error::NotReplayable`] with `message`.
+pub(crate) fn encode_unreplayable(message: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({ "unreplayable": message }))
+        .unwrap_or_else(|_| br#"{"unreplayable":""}"#.to_vec())
+}
+
+/// Checks that `bytes` decode back as the codec's result type, before they are recorded.
+pub(crate) fn verify<C: ResultCodec<T, E>, T, E>(
+    tool: &'static str,
+    key: &Key,
+    bytes: &[u8],
+) -> Result<(), Error> {
+    C::decode(tool, key, bytes).map(drop)
+}
+
+fn marker(tool: &'static str, key: &Key, envelope: Envelope<IgnoredAny, IgnoredAny>) -> Error {
+    match envelope {
+        Envelope::Interrupted => Error::Interrupted {
+            tool,
+            key: key.short(),
+        },
+        Envelope::Unreplayable(message) => Error::NotReplayable {
+            tool,
+            key: key.short(),
+            message,
+        },
+        Envelope::Ok(_) | Envelope::Err(_) => decode_error(tool, key, "unexpected envelope"),
+    }
 }
 
 /// How one kind of tool records and replays its results.
@@ -82,6 +122,8 @@ impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
                 key,
                 "the record holds a cached error but the tool does not cache errors",
             )),
+            Ok(Envelope::Interrupted) => Err(marker(tool, key, Envelope::Interrupted)),
+            Ok(Envelope::Unreplayable(m)) => Err(marker(tool, key, Envelope::Unreplayable(m))),
             Err(e) => Err(decode_error(tool, key, e)),
         }
     }
@@ -103,6 +145,8 @@ where
         match serde_json::from_slice::<Envelope<T, E>>(bytes) {
             Ok(Envelope::Ok(value)) => Ok(Ok(value)),
             Ok(Envelope::Err(error)) => Ok(Err(error)),
+            Ok(Envelope::Interrupted) => Err(marker(tool, key, Envelope::Interrupted)),
+            Ok(Envelope::Unreplayable(m)) => Err(marker(tool, key, Envelope::Unreplayable(m))),
             Err(e) => Err(decode_error(tool, key, e)),
         }
     }

@@ -26,15 +26,26 @@ pub enum Outcome {
     StoreError,
     /// A stored result could not be decoded.
     DecodeError,
-    /// The caller dropped the call while the tool ran; the key was released.
+    /// The caller dropped the call before the tool started (the key was released), or while
+    /// it ran with `release_on_cancel`.
     Cancelled,
     /// The tool panicked; the key was released and the panic propagated.
     Panicked,
+    /// The caller dropped the call while the tool ran: the key is kept as interrupted, and
+    /// retries are told the outcome is unknown.
+    Interrupted,
+    /// A call past the per-key budget on a key whose action already succeeded.
+    AlreadySucceeded,
+    /// A tool called itself (directly or through other tools) with a key its task holds.
+    Reentrant,
+    /// The call could not be made as configured (no turn, an invalid lease, two tools with
+    /// one name); nothing ran.
+    ConfigError,
 }
 
 impl Outcome {
     /// All outcomes, in the order of [`Stats`] fields.
-    pub const ALL: [Outcome; 11] = [
+    pub const ALL: [Outcome; 15] = [
         Outcome::Executed,
         Outcome::Failed,
         Outcome::Replayed,
@@ -46,6 +57,10 @@ impl Outcome {
         Outcome::DecodeError,
         Outcome::Cancelled,
         Outcome::Panicked,
+        Outcome::Interrupted,
+        Outcome::AlreadySucceeded,
+        Outcome::Reentrant,
+        Outcome::ConfigError,
     ];
 
     /// The snake_case name used in logs.
@@ -62,6 +77,10 @@ impl Outcome {
             Outcome::DecodeError => "decode_error",
             Outcome::Cancelled => "cancelled",
             Outcome::Panicked => "panicked",
+            Outcome::Interrupted => "interrupted",
+            Outcome::AlreadySucceeded => "already_succeeded",
+            Outcome::Reentrant => "reentrant",
+            Outcome::ConfigError => "config_error",
         }
     }
 
@@ -102,6 +121,14 @@ pub struct Stats {
     pub cancelled: u64,
     /// Calls whose tool panicked.
     pub panicked: u64,
+    /// Calls dropped while the tool ran, their key kept as interrupted.
+    pub interrupted: u64,
+    /// Calls past the budget of an action that already succeeded.
+    pub already_succeeded: u64,
+    /// Calls refused because their task already holds the key.
+    pub reentrant: u64,
+    /// Calls refused by their configuration (no turn, invalid lease, duplicate tool name).
+    pub config_error: u64,
 }
 
 impl Stats {
@@ -119,6 +146,10 @@ impl Stats {
             Outcome::DecodeError => self.decode_error,
             Outcome::Cancelled => self.cancelled,
             Outcome::Panicked => self.panicked,
+            Outcome::Interrupted => self.interrupted,
+            Outcome::AlreadySucceeded => self.already_succeeded,
+            Outcome::Reentrant => self.reentrant,
+            Outcome::ConfigError => self.config_error,
         }
     }
 
@@ -155,6 +186,10 @@ impl StatsCounters {
             decode_error: c(Outcome::DecodeError),
             cancelled: c(Outcome::Cancelled),
             panicked: c(Outcome::Panicked),
+            interrupted: c(Outcome::Interrupted),
+            already_succeeded: c(Outcome::AlreadySucceeded),
+            reentrant: c(Outcome::Reentrant),
+            config_error: c(Outcome::ConfigError),
         }
     }
 }

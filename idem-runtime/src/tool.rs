@@ -39,6 +39,9 @@ pub struct ToolInfo {
     pub cache_errors: bool,
     /// How long a claim lasts without renewal (`None`: [`DEFAULT_LEASE`](crate::store::DEFAULT_LEASE)).
     pub lease: Option<Duration>,
+    /// For a tool that runs in its caller's task: whether a call dropped mid-run releases the
+    /// key (a retry runs the tool again) instead of keeping it as interrupted.
+    pub release_on_cancel: bool,
 }
 
 impl ToolInfo {
@@ -52,6 +55,7 @@ impl ToolInfo {
             budget: None,
             cache_errors: false,
             lease: None,
+            release_on_cancel: false,
         }
     }
 
@@ -90,6 +94,13 @@ impl ToolInfo {
     /// Sets the lease duration.
     pub const fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// A call dropped mid-run releases the key, so a retry runs the tool again (the default
+    /// keeps the key as interrupted: a retry is told the outcome is unknown).
+    pub const fn with_release_on_cancel(mut self) -> Self {
+        self.release_on_cancel = true;
         self
     }
 

@@ -1,17 +1,15 @@
 //! Turns: the unit of agent work that keys and retry budgets are scoped to.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::key::Key;
 use crate::stats::{Outcome, Stats, StatsCounters};
-use crate::store::Store;
+use crate::store::{Charge, DEFAULT_BUDGET_WINDOW, Store};
 use crate::{Error, Result};
 
-/// How many attempts a turn allows per distinct key when the tool sets no `budget`.
+/// How many calls a turn allows per distinct key when the tool sets no `budget`.
 pub const DEFAULT_ATTEMPTS_PER_KEY: u32 = 3;
 
 /// How long a call waits for the same key running in another process before failing with
@@ -27,6 +25,11 @@ tokio::task_local! {
 /// A genuine retry inside the same turn derives the same key and is deduplicated; a new turn
 /// derives new keys. Enter a turn for a future with [`Turn::scope`]; tools read it with
 /// [`Turn::current`] (or take a `&Turn` parameter).
+///
+/// A `Turn` value holds only settings. The budget it names belongs to the turn's identity
+/// (namespace + id) and is counted in the store, atomically with each claim: every `Turn` with
+/// the same identity shares it — in this process, and with a durable or shared store in every
+/// process and across restarts. Changing a setting never resets the budget.
 ///
 /// ```
 /// use idem_runtime::Turn;
@@ -45,21 +48,17 @@ pub struct Turn {
     inner: Arc<TurnInner>,
 }
 
+#[derive(Clone)]
 struct TurnInner {
-    id: String,
-    namespace: String,
+    id: Arc<str>,
+    namespace: Arc<str>,
     max_attempts_per_key: u32,
     max_calls: Option<u32>,
     in_flight_wait: Duration,
+    budget_window: Duration,
     store: Option<Arc<dyn Store>>,
-    budget: Mutex<Budget>,
-    stats: StatsCounters,
-}
-
-#[derive(Default)]
-struct Budget {
-    attempts: HashMap<Key, u32>,
-    calls: u32,
+    /// Counters of calls made through this value and its clones and edits.
+    stats: Arc<StatsCounters>,
 }
 
 impl Turn {
@@ -67,61 +66,52 @@ impl Turn {
     pub fn new(id: impl Into<String>) -> Self {
         Turn {
             inner: Arc::new(TurnInner {
-                id: id.into(),
-                namespace: String::new(),
+                id: Arc::from(id.into()),
+                namespace: Arc::from(""),
                 max_attempts_per_key: DEFAULT_ATTEMPTS_PER_KEY,
                 max_calls: None,
                 in_flight_wait: DEFAULT_IN_FLIGHT_WAIT,
+                budget_window: DEFAULT_BUDGET_WINDOW,
                 store: None,
-                budget: Mutex::default(),
-                stats: StatsCounters::default(),
+                stats: Arc::default(),
             }),
         }
     }
 
     fn edit(mut self, f: impl FnOnce(&mut TurnInner)) -> Self {
-        match Arc::get_mut(&mut self.inner) {
-            Some(inner) => f(inner),
-            None => {
-                // Shared already: build a fresh turn with the same settings (budgets restart).
-                let old = &self.inner;
-                let mut inner = TurnInner {
-                    id: old.id.clone(),
-                    namespace: old.namespace.clone(),
-                    max_attempts_per_key: old.max_attempts_per_key,
-                    max_calls: old.max_calls,
-                    in_flight_wait: old.in_flight_wait,
-                    store: old.store.clone(),
-                    budget: Mutex::default(),
-                    stats: StatsCounters::default(),
-                };
-                f(&mut inner);
-                self.inner = Arc::new(inner);
-            }
-        }
+        f(Arc::make_mut(&mut self.inner));
         self
     }
 
     /// The tenant or namespace keys are scoped to: the same call in two namespaces gets two keys.
     pub fn with_namespace(self, namespace: impl Into<String>) -> Self {
-        let namespace = namespace.into();
+        let namespace = Arc::from(namespace.into());
         self.edit(|t| t.namespace = namespace)
     }
 
-    /// Attempts allowed per distinct key in this turn, counting replays and joins (default 3).
+    /// Calls allowed per distinct key in this turn (default 3): see [`Turn`] for what counts.
     /// A tool's own `budget` takes precedence.
     pub fn with_max_attempts_per_key(self, limit: u32) -> Self {
         self.edit(|t| t.max_attempts_per_key = limit)
     }
 
-    /// Caps all state-changing calls in this turn, whatever their keys (default: no cap).
+    /// Caps the state-changing calls in this turn, whatever their keys (default: no cap).
+    /// Counts the same unit as the per-key budget; a call refused by its per-key budget does
+    /// not count.
     pub fn with_max_calls(self, limit: u32) -> Self {
         self.edit(|t| t.max_calls = Some(limit))
     }
 
-    /// How long a call waits for its key to finish in another process (default 10 s).
+    /// How long a call waits for its key to finish elsewhere — another process, or another
+    /// task of this one — before [`Error::InFlight`] (default 10 s).
     pub fn with_in_flight_wait(self, wait: Duration) -> Self {
         self.edit(|t| t.in_flight_wait = wait)
+    }
+
+    /// How long the store keeps this turn's budget counts after their last charge (default one
+    /// day): the memory budgets take is bounded by the turns active within this window.
+    pub fn with_budget_window(self, window: Duration) -> Self {
+        self.edit(|t| t.budget_window = window)
     }
 
     /// The store for tools in this turn that name none (default: [`default_store`](crate::store::default_store)).
@@ -139,6 +129,10 @@ impl Turn {
         &self.inner.namespace
     }
 
+    pub(crate) fn namespace_arc(&self) -> &Arc<str> {
+        &self.inner.namespace
+    }
+
     /// The store chosen for this turn, if any.
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.inner.store.as_ref()
@@ -149,13 +143,24 @@ impl Turn {
         self.inner.in_flight_wait
     }
 
-    /// Counters of the calls made in this turn.
+    /// Counters of the calls made through this `Turn` value, its clones and its edits.
     pub fn stats(&self) -> Stats {
         self.inner.stats.snapshot()
     }
 
     pub(crate) fn record(&self, outcome: Outcome) {
         self.inner.stats.add(outcome);
+    }
+
+    /// What one call charges to this turn's budget, with `limit` the tool's own per-key
+    /// budget if it sets one.
+    pub fn charge(&self, limit: Option<u32>) -> Charge<'_> {
+        Charge {
+            turn: &self.inner.id,
+            max_attempts: limit.unwrap_or(self.inner.max_attempts_per_key),
+            max_calls: self.inner.max_calls,
+            window: self.inner.budget_window,
+        }
     }
 
     /// Runs `future` with this turn as [`Turn::current`].
@@ -177,44 +182,6 @@ impl Turn {
     /// [`Error::NoTurn`] outside of [`Turn::scope`].
     pub fn current_for(tool: &'static str) -> Result<Turn> {
         Self::current().ok_or(Error::NoTurn { tool })
-    }
-
-    /// Counts one attempt with `key`, failing when a budget is used up.
-    ///
-    /// # Errors
-    /// [`Error::BudgetExhausted`] past the per-key limit (`limit`, or the turn's default),
-    /// [`Error::TurnBudgetExhausted`] past [`Turn::with_max_calls`].
-    pub fn charge(&self, tool: &'static str, key: &Key, limit: Option<u32>) -> Result<u32> {
-        let limit = limit.unwrap_or(self.inner.max_attempts_per_key);
-        let mut budget = self
-            .inner
-            .budget
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let calls = budget.calls.saturating_add(1);
-        if let Some(max) = self.inner.max_calls
-            && calls > max
-        {
-            return Err(Error::TurnBudgetExhausted {
-                tool,
-                turn: self.inner.id.clone(),
-                calls,
-                limit: max,
-            });
-        }
-        let attempts = budget.attempts.entry(*key).or_insert(0);
-        *attempts = attempts.saturating_add(1);
-        let attempts = *attempts;
-        budget.calls = calls;
-        if attempts > limit {
-            return Err(Error::BudgetExhausted {
-                tool,
-                key: key.short(),
-                attempts,
-                limit,
-            });
-        }
-        Ok(attempts)
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::key::Key;
 use idem_runtime::store::conformance::{self, Harness};
-use idem_runtime::store::{MemoryStore, Store, StoreFuture};
+use idem_runtime::store::{BeginRequest, LeaseToken, MemoryStore, Store, StoreFuture};
 
 struct Memory {
     clock: ManualClock,
@@ -27,6 +27,21 @@ impl Harness for Memory {
     fn corrupt<'a>(&'a self, _: &'a str, _: &'a Key) -> Option<StoreFuture<'a, ()>> {
         None
     }
+    fn exact_time(&self) -> bool {
+        true
+    }
+}
+
+fn request<'a>(key: &'a Key, fp: &'a idem_runtime::Fingerprint) -> BeginRequest<'a> {
+    BeginRequest {
+        namespace: "",
+        key,
+        tool: "t",
+        fingerprint: fp,
+        lease: Duration::from_secs(1),
+        token: LeaseToken::generate(),
+        charge: None,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -43,14 +58,7 @@ async fn expired_records_are_reclaimed_without_a_purge() {
     let fp = idem_runtime::Fingerprint::from_bytes([7; 32]);
     for i in 0..500u32 {
         let key = conformance::fresh_key(&i.to_string());
-        let request = idem_runtime::store::BeginRequest {
-            namespace: "",
-            key: &key,
-            tool: "t",
-            fingerprint: &fp,
-            lease: Duration::from_secs(1),
-        };
-        memory.begin(request).await.unwrap();
+        memory.begin(request(&key, &fp)).await.unwrap();
     }
     assert_eq!(memory.len(), 500);
     clock.advance(Duration::from_secs(2));
@@ -64,4 +72,29 @@ async fn expired_records_are_reclaimed_without_a_purge() {
         0,
         "touches reclaimed everything"
     );
+}
+
+#[tokio::test]
+async fn expiry_work_is_bounded_per_call() {
+    let clock = ManualClock::new(1_000);
+    let memory = MemoryStore::with_clock(Arc::new(clock.clone()));
+    let fp = idem_runtime::Fingerprint::from_bytes([7; 32]);
+    let mut keys = Vec::new();
+    for i in 0..20_000u32 {
+        let key = conformance::fresh_key(&i.to_string());
+        memory.begin(request(&key, &fp)).await.unwrap();
+        keys.push(key);
+    }
+    clock.advance(Duration::from_secs(2));
+    let before = memory.footprint();
+    // One call touches one shard and reclaims a bounded number of its expired entries, not
+    // the ~600 that shard holds.
+    memory.get("", &keys[0]).await.unwrap();
+    let reclaimed = before - memory.footprint();
+    assert!(
+        (1..=64).contains(&reclaimed),
+        "one call reclaimed {reclaimed} entries"
+    );
+    assert!(memory.purge_expired().await.unwrap() > 19_000);
+    assert_eq!(memory.footprint(), 0, "purge reclaims everything expired");
 }

@@ -47,7 +47,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{Begin, BeginRequest, LeaseToken, RecordState, Store, StoreFuture};
+use super::{
+    Begin, BeginRequest, Charge, Exhausted, Lease, LeaseToken, RecordState, Store, StoreFuture,
+};
 use crate::key::{Fingerprint, Key};
 use crate::{Call, Error, ToolInfo, Turn, execute};
 
@@ -72,6 +74,12 @@ pub trait Harness: Send + Sync {
     fn expires_by_itself(&self) -> bool {
         false
     }
+
+    /// Whether [`Harness::advance`] moves the store's clock exactly (a manual clock), so that
+    /// the expiry boundary can be checked to the millisecond.
+    fn exact_time(&self) -> bool {
+        false
+    }
 }
 
 /// Runs every check.
@@ -88,6 +96,13 @@ pub async fn run_all(h: &impl Harness) {
     purge_deletes_expired_records(h).await;
     large_results_round_trip(h).await;
     corrupt_records_are_errors(h).await;
+    expiry_boundary_is_exclusive(h).await;
+    abandoned_claim_is_given_back(h).await;
+    budget_counts_attempts_per_key(h).await;
+    budget_says_whether_the_key_completed(h).await;
+    budget_caps_the_turn(h).await;
+    budget_is_atomic_under_concurrency(h).await;
+    budget_counts_expire(h).await;
     engine_executes_once(h).await;
 }
 
@@ -113,13 +128,34 @@ fn request<'a>(key: &'a Key, fp: &'a Fingerprint, lease: Duration) -> BeginReque
         tool: "conformance_tool",
         fingerprint: fp,
         lease,
+        token: LeaseToken::generate(),
+        charge: None,
     }
 }
 
-async fn claim(store: &dyn Store, key: &Key, fp: &Fingerprint, lease: Duration) -> LeaseToken {
-    match store.begin(request(key, fp, lease)).await {
-        Ok(Begin::Claimed(token)) => token,
+/// The lease a request claims if it claims its key.
+pub fn lease_of(req: &BeginRequest<'_>) -> Lease {
+    Lease {
+        namespace: Arc::from(req.namespace),
+        key: *req.key,
+        token: req.token,
+    }
+}
+
+async fn claim(store: &dyn Store, key: &Key, fp: &Fingerprint, lease: Duration) -> Lease {
+    let req = request(key, fp, lease);
+    let held = lease_of(&req);
+    match store.begin(req).await {
+        Ok(Begin::Claimed) => held,
         other => panic!("begin on a free key must claim it, got {other:?}"),
+    }
+}
+
+fn stranger(key: &Key) -> Lease {
+    Lease {
+        namespace: Arc::from(NS),
+        key: *key,
+        token: LeaseToken::generate(),
     }
 }
 
@@ -153,7 +189,7 @@ pub async fn claim_complete_replay(h: &impl Harness) {
         other => panic!("claim_complete_replay: a claimed key must be in flight, got {other:?}"),
     }
     store
-        .complete(NS, &key, token, b"{\"ok\":1}", lease)
+        .complete(&token, b"{\"ok\":1}", lease)
         .await
         .expect("claim_complete_replay: complete with the current token");
     match store.begin(request(&key, &fp, lease)).await {
@@ -171,15 +207,24 @@ pub async fn claim_complete_replay(h: &impl Harness) {
         Some(b"{\"ok\":1}".to_vec()),
         "claim_complete_replay: get returns the result"
     );
-    let again = store.complete(NS, &key, token, b"{\"ok\":2}", lease).await;
+    store
+        .complete(&token, b"{\"ok\":2}", lease)
+        .await
+        .expect("claim_complete_replay: complete repeated by its own lease (a lost reply) succeeds");
+    let kept = store.get(NS, &key).await.expect("get").and_then(|r| r.result);
+    assert_eq!(
+        kept,
+        Some(b"{\"ok\":1}".to_vec()),
+        "claim_complete_replay: a repeated complete must not change the recorded result"
+    );
+    let other = stranger(&key);
+    let foreign = store.complete(&other, b"{\"ok\":3}", lease).await;
     assert!(
-        is_lease_lost(&again),
-        "claim_complete_replay: a second complete must be refused, got {again:?}"
+        is_lease_lost(&foreign),
+        "claim_complete_replay: completing with another token must be refused, got {foreign:?}"
     );
     let unclaimed = fresh_key("never-claimed");
-    let stray = store
-        .complete(NS, &unclaimed, LeaseToken::generate(), b"x", lease)
-        .await;
+    let stray = store.complete(&stranger(&unclaimed), b"x", lease).await;
     assert!(
         is_lease_lost(&stray),
         "claim_complete_replay: completing an unclaimed key must be refused, got {stray:?}"
@@ -193,7 +238,7 @@ pub async fn release_frees_the_key(h: &impl Harness) {
     let lease = h.short() * 4;
     let token = claim(&*store, &key, &fp, lease).await;
     store
-        .release(NS, &key, token)
+        .release(&token)
         .await
         .expect("release_frees_the_key: release with the current token");
     assert_eq!(store.get(NS, &key).await.expect("get"), None);
@@ -225,24 +270,24 @@ pub async fn stale_holder_is_fenced_off(h: &impl Harness) {
     advance(h, h.short() + h.short() / 2).await;
     let fresh = claim(&*store, &key, &fp, h.short() * 4).await;
     let late = store
-        .complete(NS, &key, stale, b"stale", h.short() * 4)
+        .complete(&stale, b"stale", h.short() * 4)
         .await;
     assert!(
         is_lease_lost(&late),
         "fencing: stale complete must fail, got {late:?}"
     );
-    let renew = store.renew(NS, &key, stale, h.short() * 4).await;
+    let renew = store.renew(&stale, h.short() * 4).await;
     assert!(
         is_lease_lost(&renew),
         "fencing: stale renew must fail, got {renew:?}"
     );
-    let release = store.release(NS, &key, stale).await;
+    let release = store.release(&stale).await;
     assert!(
         is_lease_lost(&release),
         "fencing: stale release must fail, got {release:?}"
     );
     store
-        .complete(NS, &key, fresh, b"fresh", h.short() * 4)
+        .complete(&fresh, b"fresh", h.short() * 4)
         .await
         .expect("fencing: the current holder completes");
     let record = store.get(NS, &key).await.expect("get").expect("record");
@@ -261,7 +306,7 @@ pub async fn renew_extends_the_lease(h: &impl Harness) {
     let token = claim(&*store, &key, &fp, lease).await;
     advance(h, h.short()).await;
     store
-        .renew(NS, &key, token, lease)
+        .renew(&token, lease)
         .await
         .expect("renew: the holder renews");
     advance(h, h.short() + h.short() / 2).await;
@@ -270,7 +315,7 @@ pub async fn renew_extends_the_lease(h: &impl Harness) {
         other => panic!("renew: the renewed lease must still hold, got {other:?}"),
     }
     store
-        .complete(NS, &key, token, b"done", lease)
+        .complete(&token, b"done", lease)
         .await
         .expect("renew: the holder still completes");
 }
@@ -281,7 +326,7 @@ pub async fn ttl_expiry_forgets_the_result(h: &impl Harness) {
     let (key, fp) = (fresh_key("ttl"), fingerprint("ttl"));
     let token = claim(&*store, &key, &fp, h.short() * 4).await;
     store
-        .complete(NS, &key, token, b"once", h.short())
+        .complete(&token, b"once", h.short())
         .await
         .expect("ttl: complete");
     assert!(store.get(NS, &key).await.expect("get").is_some());
@@ -302,7 +347,7 @@ pub async fn fingerprint_is_kept(h: &impl Harness) {
     let lease = h.short() * 4;
     let token = claim(&*store, &key, &first, lease).await;
     store
-        .complete(NS, &key, token, b"r", lease)
+        .complete(&token, b"r", lease)
         .await
         .expect("complete");
     match store.begin(request(&key, &other, lease)).await {
@@ -325,7 +370,7 @@ pub async fn concurrent_begins_claim_once(h: &impl Harness) {
                 let fp = fp;
                 matches!(
                     store.begin(request(&key, &fp, lease)).await,
-                    Ok(Begin::Claimed(_))
+                    Ok(Begin::Claimed)
                 )
             }));
         }
@@ -353,12 +398,13 @@ pub async fn admin_list_and_remove(h: &impl Harness) {
             namespace: &namespace,
             ..request(&key, &fp, lease)
         };
-        let Ok(Begin::Claimed(token)) = store.begin(req).await else {
+        let token = lease_of(&req);
+        let Ok(Begin::Claimed) = store.begin(req).await else {
             panic!("admin: claim");
         };
         if i > 0 {
             store
-                .complete(&namespace, &key, token, b"r", lease)
+                .complete(&token, b"r", lease)
                 .await
                 .expect("admin: complete");
         }
@@ -395,12 +441,12 @@ pub async fn purge_deletes_expired_records(h: &impl Harness) {
     let (old, live) = (fresh_key("purge old"), fresh_key("purge live"));
     let token = claim(&*store, &old, &fp, h.short() * 4).await;
     store
-        .complete(NS, &old, token, b"r", h.short())
+        .complete(&token, b"r", h.short())
         .await
         .expect("complete");
     let token = claim(&*store, &live, &fp, h.short() * 40).await;
     store
-        .complete(NS, &live, token, b"r", h.short() * 40)
+        .complete(&token, b"r", h.short() * 40)
         .await
         .expect("complete");
     advance(h, h.short() * 2).await;
@@ -425,7 +471,7 @@ pub async fn large_results_round_trip(h: &impl Harness) {
         .collect();
     let token = claim(&*store, &key, &fp, lease).await;
     store
-        .complete(NS, &key, token, &big, lease)
+        .complete(&token, &big, lease)
         .await
         .expect("complete large");
     match store.begin(request(&key, &fp, lease)).await {
@@ -441,7 +487,7 @@ pub async fn corrupt_records_are_errors(h: &impl Harness) {
     let lease = h.short() * 4;
     let token = claim(&*store, &key, &fp, lease).await;
     store
-        .complete(NS, &key, token, b"r", lease)
+        .complete(&token, b"r", lease)
         .await
         .expect("complete");
     let Some(corrupt) = h.corrupt(NS, &key) else {
@@ -460,6 +506,216 @@ pub async fn corrupt_records_are_errors(h: &impl Harness) {
     assert!(
         get.is_err(),
         "corrupt: get must report the corruption, got {get:?}"
+    );
+}
+
+/// A record is live while `now < expires_at_ms`, and gone at `expires_at_ms` exactly — the
+/// same boundary in every store.
+pub async fn expiry_boundary_is_exclusive(h: &impl Harness) {
+    if !h.exact_time() {
+        return;
+    }
+    let store = h.store();
+    let (key, fp) = (fresh_key("boundary"), fingerprint("boundary"));
+    let lease = claim(&*store, &key, &fp, h.short() * 4).await;
+    store
+        .complete(&lease, b"r", h.short())
+        .await
+        .expect("complete");
+    let record = store.get(NS, &key).await.expect("get").expect("live");
+    let until = record.expires_at_ms - record.created_at_ms;
+    advance(h, Duration::from_millis(until.saturating_sub(1))).await;
+    assert!(
+        store.get(NS, &key).await.expect("get").is_some(),
+        "boundary: a record is live 1 ms before its expiry"
+    );
+    advance(h, Duration::from_millis(1)).await;
+    assert_eq!(
+        store.get(NS, &key).await.expect("get"),
+        None,
+        "boundary: a record is gone at its expiry"
+    );
+}
+
+/// A claim whose `begin` reply never reached the caller is given back with the token chosen
+/// before sending: the key is free again at once.
+pub async fn abandoned_claim_is_given_back(h: &impl Harness) {
+    let store = h.store();
+    let (key, fp) = (fresh_key("abandoned"), fingerprint("abandoned"));
+    let req = request(&key, &fp, h.short() * 40);
+    let lease = lease_of(&req);
+    let _lost_reply = store.begin(req).await;
+    store
+        .release(&lease)
+        .await
+        .expect("abandoned: release with the pre-chosen token");
+    claim(&*store, &key, &fp, h.short() * 4).await;
+}
+
+fn charged<'a>(
+    key: &'a Key,
+    fp: &'a Fingerprint,
+    turn: &'a str,
+    max_attempts: u32,
+    max_calls: Option<u32>,
+    window: Duration,
+) -> BeginRequest<'a> {
+    BeginRequest {
+        charge: Some(Charge {
+            turn,
+            max_attempts,
+            max_calls,
+            window,
+        }),
+        ..request(key, fp, window)
+    }
+}
+
+/// Each charged `begin` is one attempt with its key in its turn; past the limit it is refused
+/// without claiming; an uncharged `begin` (a poll) counts nothing; another turn counts apart.
+pub async fn budget_counts_attempts_per_key(h: &impl Harness) {
+    let store = h.store();
+    let (key, fp) = (fresh_key("budget"), fingerprint("budget"));
+    let turn = format!("turn-{}", LeaseToken::generate().0);
+    let window = h.short() * 40;
+    let first = charged(&key, &fp, &turn, 2, None, window);
+    let lease = lease_of(&first);
+    assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
+    store.release(&lease).await.expect("release");
+    for _ in 0..3 {
+        let poll = request(&key, &fp, window);
+        let poll_lease = lease_of(&poll);
+        assert_eq!(
+            store.begin(poll).await.expect("poll"),
+            Begin::Claimed,
+            "budget: an uncharged begin is not refused"
+        );
+        store.release(&poll_lease).await.expect("release");
+    }
+    let second = charged(&key, &fp, &turn, 2, None, window);
+    let lease = lease_of(&second);
+    assert_eq!(store.begin(second).await.expect("begin"), Begin::Claimed);
+    store.release(&lease).await.expect("release");
+    for attempts in 3..5 {
+        match store.begin(charged(&key, &fp, &turn, 2, None, window)).await {
+            Ok(Begin::Exhausted(Exhausted::Key {
+                attempts: got,
+                limit: 2,
+                completed: false,
+            })) => assert_eq!(got, attempts, "budget: the refusal counts honestly"),
+            other => panic!("budget: attempt {attempts} of 2 must be refused, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        store.get(NS, &key).await.expect("get"),
+        None,
+        "budget: a refused begin claims nothing"
+    );
+    let other_turn = format!("{turn}-other");
+    let fresh = charged(&key, &fp, &other_turn, 2, None, window);
+    assert_eq!(
+        store.begin(fresh).await.expect("begin"),
+        Begin::Claimed,
+        "budget: another turn has its own count"
+    );
+}
+
+/// Past the limit on a key whose record is completed, the refusal says so: the action
+/// already happened.
+pub async fn budget_says_whether_the_key_completed(h: &impl Harness) {
+    let store = h.store();
+    let (key, fp) = (fresh_key("budget done"), fingerprint("budget done"));
+    let turn = format!("turn-{}", LeaseToken::generate().0);
+    let window = h.short() * 40;
+    let first = charged(&key, &fp, &turn, 1, None, window);
+    let lease = lease_of(&first);
+    assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
+    store.complete(&lease, b"r", window).await.expect("complete");
+    match store.begin(charged(&key, &fp, &turn, 1, None, window)).await {
+        Ok(Begin::Exhausted(Exhausted::Key {
+            attempts: 2,
+            completed: true,
+            ..
+        })) => {}
+        other => panic!("budget: a completed key past its limit says so, got {other:?}"),
+    }
+}
+
+/// The turn-wide cap counts charged calls of every key; a call refused by its per-key limit
+/// does not count against it.
+pub async fn budget_caps_the_turn(h: &impl Harness) {
+    let store = h.store();
+    let fp = fingerprint("turn cap");
+    let turn = format!("turn-{}", LeaseToken::generate().0);
+    let window = h.short() * 40;
+    let a = fresh_key("turn cap a");
+    let first = charged(&a, &fp, &turn, 1, Some(3), window);
+    assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
+    // Refused per key (1 attempt allowed): must not use up the turn's calls.
+    for _ in 0..3 {
+        let refused = store.begin(charged(&a, &fp, &turn, 1, Some(3), window)).await;
+        assert!(
+            matches!(refused, Ok(Begin::Exhausted(Exhausted::Key { .. }))),
+            "turn cap: refused per key, got {refused:?}"
+        );
+    }
+    for i in 0..2 {
+        let key = fresh_key(&format!("turn cap {i}"));
+        let req = charged(&key, &fp, &turn, 1, Some(3), window);
+        assert_eq!(store.begin(req).await.expect("begin"), Begin::Claimed);
+    }
+    let key = fresh_key("turn cap last");
+    match store.begin(charged(&key, &fp, &turn, 1, Some(3), window)).await {
+        Ok(Begin::Exhausted(Exhausted::Turn { calls: 4, limit: 3 })) => {}
+        other => panic!("turn cap: the 4th call of the turn is refused, got {other:?}"),
+    }
+    assert_eq!(store.get(NS, &key).await.expect("get"), None);
+}
+
+/// Of many concurrent charged `begin`s with one key, exactly `limit` are counted as allowed.
+pub async fn budget_is_atomic_under_concurrency(h: &impl Harness) {
+    let store = h.store();
+    let turn: Arc<str> = Arc::from(format!("turn-{}", LeaseToken::generate().0));
+    let window = h.short() * 40;
+    let key = fresh_key("budget storm");
+    let mut tasks = Vec::new();
+    for _ in 0..48 {
+        let (store, turn) = (Arc::clone(&store), Arc::clone(&turn));
+        tasks.push(tokio::spawn(async move {
+            let fp = fingerprint("budget storm");
+            let req = charged(&key, &fp, &turn, 5, None, window);
+            store.begin(req).await
+        }));
+    }
+    let mut allowed = 0;
+    for task in tasks {
+        match task.await.expect("task") {
+            Ok(Begin::Exhausted(_)) => {}
+            Ok(_) => allowed += 1,
+            Err(error) => panic!("budget storm: begin failed: {error}"),
+        }
+    }
+    assert_eq!(allowed, 5, "budget storm: exactly the limit is allowed");
+}
+
+/// Budget counts expire `window` after their last charge.
+pub async fn budget_counts_expire(h: &impl Harness) {
+    let store = h.store();
+    let (key, fp) = (fresh_key("budget window"), fingerprint("budget window"));
+    let turn = format!("turn-{}", LeaseToken::generate().0);
+    let window = h.short();
+    let first = charged(&key, &fp, &turn, 1, None, window);
+    let lease = lease_of(&first);
+    assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
+    store.release(&lease).await.expect("release");
+    let refused = store.begin(charged(&key, &fp, &turn, 1, None, window)).await;
+    assert!(matches!(refused, Ok(Begin::Exhausted(_))), "window: refused, got {refused:?}");
+    advance(h, h.short() * 2).await;
+    let later = store.begin(charged(&key, &fp, &turn, 1, None, window)).await;
+    assert_eq!(
+        later.expect("begin"),
+        Begin::Claimed,
+        "window: counts expire after the window"
     );
 }
 

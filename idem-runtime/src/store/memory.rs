@@ -6,24 +6,34 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use super::{Begin, BeginRequest, LeaseToken, Record, RecordState, Store, StoreFuture};
-use crate::clock::{Clock, SystemClock, duration_ms};
+use super::budget::{self, Count, CounterId};
+use super::{
+    Begin, BeginRequest, Charge, Exhausted, Lease, Record, RecordState, Store, StoreFuture,
+};
+use crate::clock::{Clock, MonotonicClock, duration_ms};
 use crate::key::Key;
 use crate::{Error, Result};
 
 const SHARDS: usize = 32;
 
+/// How many expiry-heap entries one call may pop: expiry work is bounded per call, so a burst
+/// of expirations never pauses a caller; [`Store::purge_expired`] does the rest at once.
+const RECLAIM_PER_CALL: usize = 32;
+
 /// An in-memory dedup store: fast, concurrent, and forgotten when the process exits.
 ///
 /// Keys are spread over independently locked shards, so concurrent calls on different keys
 /// rarely contend and no lock is held across an `.await`. Expired records are reclaimed from a
-/// per-shard expiry heap as calls touch the shard (amortised O(log n) per expired record, never a
-/// scan of all keys); [`Store::purge_expired`] reclaims the rest.
+/// per-shard expiry heap as calls touch the shard (a bounded amount per call, never a scan of
+/// all keys); [`Store::purge_expired`] reclaims the rest.
+///
+/// Time is read from a [`MonotonicClock`]: a wall-clock step (NTP, a VM resumed) cannot free a
+/// live lease early or keep a dead one blocked.
 ///
 /// **What it cannot survive:** a process restart. Everything it remembers lives in this
 /// process's memory, so an orchestrator that restarts a run in a new process will execute tools
-/// again, and separate worker processes do not see each other's keys. Use a durable store
-/// (SQLite) or a shared one (Redis) for those.
+/// again, and separate worker processes do not see each other's keys or budgets. Use a durable
+/// store (SQLite) or a shared one (Redis) for those.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -34,25 +44,67 @@ const SHARDS: usize = 32;
 /// ```
 pub struct MemoryStore {
     shards: Box<[Mutex<Shard>]>,
+    /// Turn-wide call counts (only used by turns with a call cap).
+    turns: Mutex<TurnCounts>,
     clock: Arc<dyn Clock>,
+}
+
+/// What an expiry-heap entry points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Expiring {
+    Record(Key),
+    Budget(CounterId),
+}
+
+/// Turn-wide counts, swept of expired ones whenever the map doubles since the last sweep
+/// (amortised O(1) per charge, memory bounded by twice the live turns).
+struct TurnCounts {
+    counts: HashMap<CounterId, Count>,
+    sweep_at: usize,
+}
+
+impl Default for TurnCounts {
+    fn default() -> Self {
+        TurnCounts {
+            counts: HashMap::new(),
+            sweep_at: 1024,
+        }
+    }
+}
+
+impl TurnCounts {
+    fn insert(&mut self, id: CounterId, count: Count, now: u64) {
+        self.counts.insert(id, count);
+        if self.counts.len() >= self.sweep_at {
+            self.sweep(now);
+        }
+    }
+
+    fn sweep(&mut self, now: u64) {
+        self.counts.retain(|_, c| now < c.expires_at_ms);
+        self.sweep_at = (self.counts.len() * 2).max(1024);
+    }
 }
 
 #[derive(Default)]
 struct Shard {
     records: HashMap<Key, Entry>,
-    /// `(expires_at_ms, key)`, smallest first; an item is stale when the record's expiry moved.
-    expiries: BinaryHeap<Reverse<(u64, Key)>>,
+    /// Per-key attempt counts of the keys in this shard.
+    budgets: HashMap<CounterId, Count>,
+    /// `(expires_at_ms, what)`, smallest first; an item is stale when the expiry moved.
+    expiries: BinaryHeap<Reverse<(u64, Expiring)>>,
 }
 
 struct Entry {
     record: Record,
-    token: Option<LeaseToken>,
+    /// The token of the claim that holds (or completed) the record.
+    token: super::LeaseToken,
 }
 
 impl MemoryStore {
-    /// An empty store on the system clock.
+    /// An empty store on a [`MonotonicClock`].
     pub fn new() -> Self {
-        Self::with_clock(Arc::new(SystemClock))
+        Self::with_clock(Arc::new(MonotonicClock::new()))
     }
 
     /// An empty store reading time from `clock` (a [`ManualClock`](crate::clock::ManualClock)
@@ -60,6 +112,7 @@ impl MemoryStore {
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            turns: Mutex::default(),
             clock,
         }
     }
@@ -73,7 +126,7 @@ impl MemoryStore {
                 lock(s)
                     .records
                     .values()
-                    .filter(|e| e.record.expires_at_ms > now)
+                    .filter(|e| now < e.record.expires_at_ms)
                     .count()
             })
             .sum()
@@ -84,11 +137,73 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    fn shard(&self, key: &Key) -> MutexGuard<'_, Shard> {
+    /// Entries held in memory, live or awaiting reclamation: records, budget counts and expiry
+    /// bookkeeping (for soak tests that check memory stays bounded).
+    pub fn footprint(&self) -> usize {
+        let shards: usize = self
+            .shards
+            .iter()
+            .map(|s| {
+                let s = lock(s);
+                s.records.len() + s.budgets.len() + s.expiries.len()
+            })
+            .sum();
+        shards + lock(&self.turns).counts.len()
+    }
+
+    fn shard(&self, key: &Key, now: u64) -> MutexGuard<'_, Shard> {
         let index = usize::from(key.as_bytes()[0]) % SHARDS;
         let mut shard = lock(&self.shards[index]);
-        shard.reclaim(self.clock.now_ms());
+        shard.reclaim(now, RECLAIM_PER_CALL);
         shard
+    }
+
+    /// Charges `charge` for `key`; `Err` is the refusal to answer.
+    fn charge(
+        &self,
+        shard: &mut Shard,
+        namespace: &str,
+        key: &Key,
+        charge: &Charge<'_>,
+        now: u64,
+    ) -> std::result::Result<(), Exhausted> {
+        let expires_at_ms = now.saturating_add(duration_ms(charge.window));
+        let key_id = budget::key_counter(namespace, charge.turn, key);
+        let completed = shard
+            .records
+            .get(key)
+            .is_some_and(|e| e.record.state == RecordState::Completed);
+        let attempts_before = budget::live(&shard.budgets, &key_id, now);
+        let mut turns = charge.max_calls.map(|_| lock(&self.turns));
+        let turn_id = budget::turn_counter(namespace, charge.turn);
+        let calls_before = turns
+            .as_ref()
+            .map(|t| budget::live(&t.counts, &turn_id, now));
+        let decision = budget::decide(
+            attempts_before,
+            calls_before,
+            charge.max_attempts,
+            charge.max_calls,
+            completed,
+        );
+        let (attempts, calls, refused) = match decision {
+            Ok((attempts, calls)) => (attempts, calls, None),
+            Err((refused, attempts)) => (attempts, None, Some(refused)),
+        };
+        shard.budgets.insert(
+            key_id,
+            Count {
+                n: attempts,
+                expires_at_ms,
+            },
+        );
+        shard
+            .expiries
+            .push(Reverse((expires_at_ms, Expiring::Budget(key_id))));
+        if let (Some(turns), Some(n)) = (turns.as_mut(), calls) {
+            turns.insert(turn_id, Count { n, expires_at_ms }, now);
+        }
+        refused.map_or(Ok(()), Err)
     }
 }
 
@@ -106,43 +221,70 @@ impl fmt::Debug for MemoryStore {
     }
 }
 
-/// Locks a shard; a poisoned lock is still consistent (no user code runs under it).
-fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    shard
+/// Locks a mutex; a poisoned lock is still consistent (no user code runs under it).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Shard {
-    /// Drops records whose expiry has passed, oldest first.
-    fn reclaim(&mut self, now: u64) -> u64 {
+    /// Drops up to `most` expired entries, oldest first; returns how many records it dropped.
+    fn reclaim(&mut self, now: u64, most: usize) -> u64 {
         let mut removed = 0;
-        while let Some(Reverse((at, key))) = self.expiries.peek().copied() {
+        for _ in 0..most {
+            let Some(&Reverse((at, what))) = self.expiries.peek() else {
+                break;
+            };
             if at > now {
                 break;
             }
             self.expiries.pop();
-            if self
-                .records
-                .get(&key)
-                .is_some_and(|e| e.record.expires_at_ms == at)
-            {
-                self.records.remove(&key);
-                removed += 1;
+            match what {
+                Expiring::Record(key) => {
+                    if self
+                        .records
+                        .get(&key)
+                        .is_some_and(|e| e.record.expires_at_ms == at)
+                    {
+                        self.records.remove(&key);
+                        removed += 1;
+                    }
+                }
+                Expiring::Budget(id) => {
+                    if self.budgets.get(&id).is_some_and(|c| c.expires_at_ms == at) {
+                        self.budgets.remove(&id);
+                    }
+                }
             }
         }
         removed
     }
 
     fn set_expiry(&mut self, key: Key, at: u64) {
-        self.expiries.push(Reverse((at, key)));
+        self.expiries.push(Reverse((at, Expiring::Record(key))));
     }
 
-    /// The entry for `key` if `token` holds its lease.
-    fn held(&mut self, key: &Key, token: LeaseToken) -> Result<&mut Entry> {
-        match self.records.get_mut(key) {
-            Some(entry) if entry.token == Some(token) => Ok(entry),
-            _ => Err(Error::LeaseLost { key: key.short() }),
+    /// The live entry for `key`, if any (reclamation is bounded, so an expired one may linger).
+    fn live(&self, key: &Key, now: u64) -> Option<&Entry> {
+        self.records
+            .get(key)
+            .filter(|e| now < e.record.expires_at_ms)
+    }
+
+    /// The entry for the lease's key if the lease holds it.
+    fn held(&mut self, lease: &Lease, now: u64) -> Result<&mut Entry> {
+        match self.records.get_mut(&lease.key) {
+            Some(entry)
+                if entry.token == lease.token
+                    && entry.record.state == RecordState::InProgress
+                    && now < entry.record.expires_at_ms =>
+            {
+                Ok(entry)
+            }
+            _ => Err(Error::LeaseLost {
+                key: lease.key.short(),
+            }),
         }
     }
 }
@@ -154,16 +296,19 @@ fn ready<'a, T: Send + 'a>(value: Result<T>) -> StoreFuture<'a, T> {
 impl Store for MemoryStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         let now = self.clock.now_ms();
-        let mut shard = self.shard(req.key);
-        // `reclaim` ran in `shard()`, so any record still present is live.
-        if let Some(entry) = shard.records.get(req.key) {
+        let mut shard = self.shard(req.key, now);
+        if let Some(charge) = &req.charge
+            && let Err(refused) = self.charge(&mut shard, req.namespace, req.key, charge, now)
+        {
+            return ready(Ok(Begin::Exhausted(refused)));
+        }
+        if let Some(entry) = shard.live(req.key, now) {
             let record = entry.record.clone();
             return ready(Ok(match record.state {
                 RecordState::Completed => Begin::Completed(record),
                 RecordState::InProgress => Begin::InFlight(record),
             }));
         }
-        let token = LeaseToken::generate();
         let expires_at_ms = now.saturating_add(duration_ms(req.lease));
         shard.records.insert(
             *req.key,
@@ -178,75 +323,75 @@ impl Store for MemoryStore {
                     created_at_ms: now,
                     expires_at_ms,
                 },
-                token: Some(token),
+                token: req.token,
             },
         );
         shard.set_expiry(*req.key, expires_at_ms);
-        ready(Ok(Begin::Claimed(token)))
+        ready(Ok(Begin::Claimed))
     }
 
-    fn renew<'a>(
-        &'a self,
-        _namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, ()> {
-        let at = self.clock.now_ms().saturating_add(duration_ms(lease));
-        let mut shard = self.shard(key);
-        let result = shard.held(key, token).map(|entry| {
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        let now = self.clock.now_ms();
+        let at = now.saturating_add(duration_ms(duration));
+        let mut shard = self.shard(&lease.key, now);
+        let result = shard.held(lease, now).map(|entry| {
             entry.record.expires_at_ms = at;
         });
         if result.is_ok() {
-            shard.set_expiry(*key, at);
+            shard.set_expiry(lease.key, at);
         }
         ready(result)
     }
 
     fn complete<'a>(
         &'a self,
-        _namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
+        lease: &'a Lease,
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        let at = self.clock.now_ms().saturating_add(duration_ms(ttl));
-        let mut shard = self.shard(key);
-        let outcome = shard.held(key, token).map(|entry| {
-            entry.token = None;
+        let now = self.clock.now_ms();
+        let at = now.saturating_add(duration_ms(ttl));
+        let mut shard = self.shard(&lease.key, now);
+        if shard.live(&lease.key, now).is_some_and(|e| {
+            e.token == lease.token && e.record.state == RecordState::Completed
+        }) {
+            return ready(Ok(())); // completed by this lease already: a retried complete
+        }
+        let outcome = shard.held(lease, now).map(|entry| {
             entry.record.state = RecordState::Completed;
             entry.record.result = Some(result.to_vec());
             entry.record.expires_at_ms = at;
         });
         if outcome.is_ok() {
-            shard.set_expiry(*key, at);
+            shard.set_expiry(lease.key, at);
         }
         ready(outcome)
     }
 
-    fn release<'a>(
-        &'a self,
-        _namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-    ) -> StoreFuture<'a, ()> {
-        let mut shard = self.shard(key);
-        let outcome = shard.held(key, token).map(|_| ());
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        let now = self.clock.now_ms();
+        let mut shard = self.shard(&lease.key, now);
+        let outcome = shard.held(lease, now).map(|_| ());
         if outcome.is_ok() {
-            shard.records.remove(key);
+            shard.records.remove(&lease.key);
         }
         ready(outcome)
     }
 
     fn get<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        let shard = self.shard(key);
-        ready(Ok(shard.records.get(key).map(|e| e.record.clone())))
+        let now = self.clock.now_ms();
+        let shard = self.shard(key, now);
+        ready(Ok(shard.live(key, now).map(|e| e.record.clone())))
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
         let now = self.clock.now_ms();
-        let removed = self.shards.iter().map(|s| lock(s).reclaim(now)).sum();
+        let removed = self
+            .shards
+            .iter()
+            .map(|s| lock(s).reclaim(now, usize::MAX))
+            .sum();
+        lock(&self.turns).sweep(now);
         ready(Ok(removed))
     }
 
@@ -261,7 +406,7 @@ impl Store for MemoryStore {
             let shard = lock(shard);
             let live =
                 shard.records.values().map(|e| &e.record).filter(|r| {
-                    r.expires_at_ms > now && namespace.is_none_or(|ns| r.namespace == ns)
+                    now < r.expires_at_ms && namespace.is_none_or(|ns| r.namespace == ns)
                 });
             out.extend(live.take(limit - out.len()).cloned());
             if out.len() >= limit {
@@ -272,6 +417,8 @@ impl Store for MemoryStore {
     }
 
     fn remove<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        ready(Ok(self.shard(key).records.remove(key).is_some()))
+        let now = self.clock.now_ms();
+        let removed = self.shard(key, now).records.remove(key);
+        ready(Ok(removed.is_some_and(|e| now < e.record.expires_at_ms)))
     }
 }

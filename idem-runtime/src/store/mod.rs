@@ -16,7 +16,9 @@
 //! `release` only act when the caller still holds the newest token, so a holder whose lease
 //! expired cannot overwrite the work of the caller that took over.
 
+pub mod budget;
 pub mod conformance;
+pub mod fault;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
@@ -80,6 +82,49 @@ impl LeaseToken {
     }
 }
 
+/// The shortest lease a tool may ask for: below it, store round trips and timer granularity
+/// eat the whole lease and exclusion means nothing.
+pub const MIN_LEASE: Duration = Duration::from_millis(10);
+
+/// The longest lease a tool may ask for: a crashed holder blocks its key for at most this long.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// How long a turn's budget counters are kept after their last charge, unless the turn says
+/// otherwise ([`Turn::with_budget_window`](crate::Turn::with_budget_window)): one day.
+pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// A claim on a key: handed out by [`Store::begin`], taken by [`Store::renew`],
+/// [`Store::complete`] and [`Store::release`].
+///
+/// The token is chosen by the caller *before* `begin` is sent ([`LeaseToken::generate`]), so a
+/// caller that gives up on an unanswered `begin` can still give back a claim that did land.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// Tenant or namespace the key belongs to.
+    pub namespace: Arc<str>,
+    /// The idempotency key.
+    pub key: Key,
+    /// The fencing token of the claim.
+    pub token: LeaseToken,
+}
+
+/// What a call charges to its turn's retry budget, atomically with its claim.
+///
+/// Counts belong to the turn's identity (namespace + turn id) in the store, not to a `Turn`
+/// value: every process sharing the store shares them, and they outlive restarts with a
+/// durable store. Each count expires `window` after its last charge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Charge<'a> {
+    /// The turn id (the namespace is the request's).
+    pub turn: &'a str,
+    /// Attempts allowed with this key in this turn.
+    pub max_attempts: u32,
+    /// State-changing calls allowed in this turn, whatever their keys (`None`: no cap).
+    pub max_calls: Option<u32>,
+    /// How long counts are kept after their last charge.
+    pub window: Duration,
+}
+
 /// What [`Store::begin`] is asked to claim.
 #[derive(Debug, Clone, Copy)]
 pub struct BeginRequest<'a> {
@@ -93,6 +138,11 @@ pub struct BeginRequest<'a> {
     pub fingerprint: &'a Fingerprint,
     /// How long the claim lasts unless renewed.
     pub lease: Duration,
+    /// The fencing token the claim gets if this request claims the key.
+    pub token: LeaseToken,
+    /// The attempt to charge to the turn's budget before anything else (`None`: charge
+    /// nothing, e.g. when a call polls again for a key in flight elsewhere).
+    pub charge: Option<Charge<'a>>,
 }
 
 /// The state of a stored record.
@@ -102,6 +152,16 @@ pub enum RecordState {
     InProgress,
     /// The tool finished; the record holds its encoded result.
     Completed,
+}
+
+impl RecordState {
+    /// `in_progress` or `completed`, as stores and the CLI spell it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RecordState::InProgress => "in_progress",
+            RecordState::Completed => "completed",
+        }
+    }
 }
 
 /// One remembered key.
@@ -122,20 +182,43 @@ pub struct Record {
     /// When the key was first claimed (ms since the Unix epoch).
     pub created_at_ms: u64,
     /// When the record stops counting: the lease's end while in progress, the TTL's end once
-    /// completed (ms since the Unix epoch).
+    /// completed (ms since the Unix epoch). A record is live while `now < expires_at_ms`.
     pub expires_at_ms: u64,
+}
+
+/// Why [`Store::begin`] refused to charge the turn's budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exhausted {
+    /// This key was attempted `attempts` times in the turn (this one included), over `limit`.
+    Key {
+        /// Attempts with this key, this one included.
+        attempts: u32,
+        /// The per-key limit.
+        limit: u32,
+        /// Whether the key holds a completed record: the action already happened.
+        completed: bool,
+    },
+    /// The turn made `calls` state-changing calls (this one included), over `limit`.
+    Turn {
+        /// Calls in the turn, this one included.
+        calls: u32,
+        /// The turn-wide limit.
+        limit: u32,
+    },
 }
 
 /// The answer of [`Store::begin`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Begin {
-    /// The key was free (absent, expired, or its lease ran out): the caller now holds it and
-    /// must run the tool, then `complete` or `release` with this token.
-    Claimed(LeaseToken),
+    /// The key was free (absent, expired, or its lease ran out): the caller now holds it with
+    /// the request's token and must run the tool, then `complete` or `release` it.
+    Claimed,
     /// The key was handled already: replay this record.
     Completed(Record),
     /// Another caller holds a live lease on the key.
     InFlight(Record),
+    /// The charge was refused: nothing was claimed.
+    Exhausted(Exhausted),
 }
 
 /// A dedup store.
@@ -143,43 +226,39 @@ pub enum Begin {
 /// Implementations must make each method atomic with respect to the others for the same key:
 /// of any number of concurrent `begin` calls on a free key exactly one returns
 /// [`Begin::Claimed`]. `complete`, `renew` and `release` must fail with
-/// [`Error::LeaseLost`](crate::Error::LeaseLost) unless `token` is the newest claim's token.
+/// [`Error::LeaseLost`](crate::Error::LeaseLost) unless the lease's token is the newest
+/// claim's token — except that `complete` repeated with the token that completed the record
+/// succeeds again without changing it (a retried `complete` whose first reply was lost).
 /// Keys already commit to their namespace, so a store may index by key alone.
+///
+/// `begin` with a [`Charge`] first counts the attempt against the turn's budget, in the same
+/// atomic step: past the per-key limit it answers [`Begin::Exhausted`] (saying whether the key
+/// is completed) and claims nothing; past the turn-wide limit likewise, without counting the
+/// attempt against the key. A refused per-key attempt does not count against the turn.
 pub trait Store: Send + Sync + 'static {
-    /// Claims `req.key`, or reports that it is completed or in flight.
+    /// Charges `req.charge`, then claims `req.key` with `req.token`, or reports that it is
+    /// completed or in flight.
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin>;
 
-    /// Extends the lease held with `token` to `lease` from now.
-    fn renew<'a>(
-        &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, ()>;
+    /// Extends `lease` to `duration` from now.
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()>;
 
-    /// Stores `result` for the key held with `token` and keeps it for `ttl`.
+    /// Stores `result` for the key held with `lease` and keeps it for `ttl`.
     fn complete<'a>(
         &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
+        lease: &'a Lease,
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()>;
 
-    /// Gives up the claim held with `token`, so that a retry can run the tool.
-    fn release<'a>(
-        &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-    ) -> StoreFuture<'a, ()>;
+    /// Gives up `lease`, so that a retry can run the tool.
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()>;
 
     /// The live (unexpired) record for a key, if any.
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>>;
 
-    /// Deletes expired records; returns how many were deleted.
+    /// Deletes expired records (and expired budget counts); returns how many records were
+    /// deleted.
     fn purge_expired(&self) -> StoreFuture<'_, u64>;
 
     /// Admin: up to `limit` live records, optionally of one namespace, in no particular order.

@@ -1,0 +1,295 @@
+//! A claimed key: running the tool, recording its result, and what happens when the call ends
+//! early.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::Error;
+use crate::flight::{Leader, Lingering};
+use crate::replay::{self, ResultCodec};
+use crate::stats::Outcome;
+use crate::store::{DEFAULT_TTL, Lease, Store};
+
+use super::report::Reporter;
+use super::{held, lease};
+
+/// A key this call holds in the store, and everything needed to run the tool under it.
+pub(crate) struct Claimed {
+    report: Reporter,
+    store: Arc<dyn Store>,
+    lease: Lease,
+    duration: Duration,
+    /// When the claiming `begin` was sent: the lease's conservative start.
+    sent: Instant,
+    leader: Leader,
+}
+
+impl Claimed {
+    pub(super) fn new(
+        report: Reporter,
+        store: Arc<dyn Store>,
+        lease: Lease,
+        duration: Duration,
+        sent: Instant,
+        leader: Leader,
+    ) -> Self {
+        Claimed {
+            report,
+            store,
+            lease,
+            duration,
+            sent,
+            leader,
+        }
+    }
+
+    /// Runs the tool in the caller's task: cancelled with it.
+    pub(super) async fn attached<C, T, E, F>(self, body: F) -> Result<T, E>
+    where
+        C: ResultCodec<T, E>,
+        E: From<Error>,
+        F: Future<Output = Result<T, E>>,
+    {
+        let held = held::with(self.lease.key);
+        held::scope(held, self.run::<C, T, E, F>(body)).await
+    }
+
+    /// Runs the tool in a task of its own: it finishes and records its result even if the
+    /// caller goes away.
+    pub(super) async fn detached<C, T, E, F>(self, body: F) -> Result<T, E>
+    where
+        C: ResultCodec<T, E> + 'static,
+        T: Send + 'static,
+        E: From<Error> + Send + 'static,
+        F: Future<Output = Result<T, E>> + Send + 'static,
+    {
+        let turn = self.report.call().turn.clone();
+        let held = held::with(self.lease.key);
+        let task = turn.scope(held::scope(held, self.run::<C, T, E, F>(body)));
+        let task = tokio::spawn(task.instrument(tracing::Span::current()));
+        match task.await {
+            Ok(result) => result,
+            Err(error) => match error.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // The runtime is shutting down: the tool's task was dropped, and its guard
+                // kept the key as interrupted.
+                Err(_) => Err(Error::Config(
+                    "the Tokio runtime shut down while the tool ran".to_owned(),
+                )
+                .into()),
+            },
+        }
+    }
+
+    /// Runs the body under a guard, then records its result.
+    async fn run<C, T, E, F>(self, body: F) -> Result<T, E>
+    where
+        C: ResultCodec<T, E>,
+        E: From<Error>,
+        F: Future<Output = Result<T, E>>,
+    {
+        let started = Arc::new(AtomicBool::new(false));
+        let mut guard = Guard {
+            claimed: Some(self),
+            started: Arc::clone(&started),
+            recording: None,
+        };
+        let mut body = std::pin::pin!(body);
+        let body = std::future::poll_fn(|cx| {
+            started.store(true, Ordering::Relaxed);
+            body.as_mut().poll(cx)
+        });
+        let renewed = {
+            let c = guard.claimed();
+            lease::renewing(body, &*c.store, &c.lease, c.duration, c.sent).await
+        };
+        match renewed {
+            Ok(result) => guard.finish::<C, T, E>(result).await,
+            Err(error) => {
+                // The lease ran out: the body was stopped, and the key is no longer ours.
+                let claimed = guard.disarm();
+                claimed.report.fail(Outcome::StoreError, error)
+            }
+        }
+    }
+}
+
+/// Ends a claim whichever way the call ends: recorded, released, kept as interrupted, or
+/// recorded in the background.
+struct Guard {
+    claimed: Option<Claimed>,
+    /// Whether the body was polled: a body that never started did nothing.
+    started: Arc<AtomicBool>,
+    /// The bytes being recorded, while `complete` is awaited.
+    recording: Option<Vec<u8>>,
+}
+
+impl Guard {
+    fn claimed(&self) -> &Claimed {
+        self.claimed.as_ref().unwrap_or_else(|| unreachable!("the guard holds its claim until disarmed"))
+    }
+
+    fn disarm(&mut self) -> Claimed {
+        self.claimed.take().unwrap_or_else(|| unreachable!("the guard is disarmed once"))
+    }
+
+    /// Records the tool's result (or releases the key for an `Err` that is not recorded).
+    async fn finish<C, T, E>(mut self, result: Result<T, E>) -> Result<T, E>
+    where
+        C: ResultCodec<T, E>,
+        E: From<Error>,
+    {
+        let c = self.claimed();
+        let (tool, key) = (c.report.call().tool, c.lease.key);
+        let Some(encoded) = C::encode(tool.name, &result) else {
+            // An `Err` that is not recorded: give the key back so a retry runs the tool again.
+            let mut claimed = self.disarm();
+            if let Err(error) = claimed.store.release(&claimed.lease).await {
+                tracing::warn!(target: "idem", tool = tool.name, key = %key.short(), %error,
+                    "could not release the key; it is freed when its lease expires");
+            }
+            claimed.report.report(Outcome::Failed);
+            return result;
+        };
+        // A result that cannot be recorded faithfully is never a reason to run the tool again:
+        // retries are told it ran.
+        let bytes = match encoded.and_then(|bytes| {
+            replay::verify::<C, T, E>(tool.name, &key, &bytes).map(|()| bytes)
+        }) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                tracing::error!(target: "idem", tool = tool.name, key = %key.short(), %error,
+                    "the result cannot be replayed faithfully; retries will be told the tool ran");
+                replay::encode_unreplayable(&error.to_string())
+            }
+        };
+        let ttl = tool.ttl.unwrap_or(DEFAULT_TTL);
+        self.recording = Some(bytes);
+        let completed = match (&self.claimed, &self.recording) {
+            (Some(c), Some(bytes)) => c.store.complete(&c.lease, bytes, ttl).await,
+            _ => unreachable!("the guard holds its claim and the bytes being recorded"),
+        };
+        let bytes = self.recording.take().unwrap_or_default();
+        let mut claimed = self.disarm();
+        let outcome = if result.is_ok() {
+            Outcome::Executed
+        } else {
+            Outcome::Failed
+        };
+        match completed {
+            Ok(()) => {
+                let fingerprint = claimed.report.call().fingerprint;
+                claimed.leader.publish(Arc::new((fingerprint, bytes)));
+                claimed.report.report(outcome);
+            }
+            Err(error @ Error::LeaseLost { .. }) => {
+                tracing::error!(target: "idem", tool = tool.name, key = %key.short(), %error,
+                    "the tool ran but its lease was lost before the result was recorded");
+                claimed.report.report(Outcome::StoreError);
+            }
+            Err(error) => {
+                tracing::error!(target: "idem", tool = tool.name, key = %key.short(), %error,
+                    "the tool ran but its result could not be recorded yet; retrying in the \
+                     background while holding the key");
+                claimed.report.report(outcome);
+                record_in_background(claimed, bytes, ttl);
+            }
+        }
+        result
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some(mut claimed) = self.claimed.take() else {
+            return;
+        };
+        let tool = claimed.report.call().tool;
+        if let Some(bytes) = self.recording.take() {
+            // The caller went away while the result was being recorded: finish recording it,
+            // so that a retry replays instead of running the tool again.
+            claimed.report.report(Outcome::Executed);
+            record_in_background(claimed, bytes, tool.ttl.unwrap_or(DEFAULT_TTL));
+            return;
+        }
+        let started = self.started.load(Ordering::Relaxed);
+        let (store, lease) = (Arc::clone(&claimed.store), claimed.lease.clone());
+        if std::thread::panicking() {
+            claimed.report.report(Outcome::Panicked);
+            lease::release_in_background(store, lease);
+        } else if !started || tool.release_on_cancel {
+            claimed.report.report(Outcome::Cancelled);
+            lease::release_in_background(store, lease);
+        } else {
+            // Dropped mid-run: the side effect may or may not have happened. Running it again
+            // could do it twice, so retries are told the outcome is unknown instead.
+            claimed.report.report(Outcome::Interrupted);
+            let ttl = tool.ttl.unwrap_or(DEFAULT_TTL);
+            let key = lease.key;
+            lease::cleanup(async move {
+                let marker = replay::encode_interrupted();
+                if let Err(error) = store.complete(&lease, &marker, ttl).await {
+                    tracing::warn!(target: "idem", key = %key.short(), %error,
+                        "could not mark the interrupted key; it is freed when its lease expires");
+                }
+            });
+        }
+        // `claimed.leader` drops last: followers wake after the key was given back or marked
+        // (at once for in-memory stores).
+    }
+}
+
+/// Keeps trying to record `bytes` under the claim, renewing it meanwhile, until it lands, the
+/// lease is lost, or the TTL would have passed. Until then, callers in this process get the
+/// result from the flight and callers elsewhere see the key in flight.
+fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
+    let Claimed {
+        report,
+        store,
+        lease,
+        duration,
+        leader,
+        ..
+    } = claimed;
+    let shared = Arc::new((report.call().fingerprint, bytes));
+    let lingering: Lingering = leader.linger(Arc::clone(&shared));
+    drop(report);
+    let give_up = Instant::now() + ttl;
+    lease::cleanup(async move {
+        let key = lease.key.short();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match store.complete(&lease, &shared.1, ttl).await {
+                Ok(()) => {
+                    tracing::info!(target: "idem", %key, "the result was recorded after a retry");
+                    break;
+                }
+                Err(error @ Error::LeaseLost { .. }) => {
+                    tracing::error!(target: "idem", %key, %error,
+                        "the result could not be recorded: another caller took the key over");
+                    break;
+                }
+                Err(error) => tracing::warn!(target: "idem", %key, %error,
+                    "recording the result failed; retrying"),
+            }
+            if Instant::now() + backoff >= give_up {
+                tracing::error!(target: "idem", %key,
+                    "gave up recording the result: its TTL would have passed");
+                break;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(duration / 3);
+            if let Err(error @ Error::LeaseLost { .. }) = store.renew(&lease, duration).await {
+                tracing::error!(target: "idem", %key, %error,
+                    "the result could not be recorded: the key's lease was lost");
+                break;
+            }
+        }
+        drop(lingering);
+    });
+}

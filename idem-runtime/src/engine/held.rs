@@ -1,0 +1,70 @@
+//! The keys a task holds: what `current_key` reports and what re-entrancy is checked against.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::key::Key;
+
+tokio::task_local! {
+    static HELD: Arc<Held>;
+}
+
+/// The keys held by the running tool and the tools that called it, innermost first.
+pub(crate) struct Held {
+    key: Key,
+    outer: Option<Arc<Held>>,
+}
+
+/// The key of the `#[idempotent]` tool running in this task, if any.
+///
+/// Forward it to downstream APIs that deduplicate (an `Idempotency-Key` HTTP header, a message
+/// id): that closes the one window idem cannot close alone, a crash after the side effect and
+/// before the result is recorded.
+///
+/// ```
+/// # use idem_runtime::{current_key, execute, Call, ToolInfo, Turn, key::ArgsDigest};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_runtime::Error> {
+/// const CHARGE: ToolInfo = ToolInfo::idempotent("charge");
+/// let turn = Turn::new("turn-1");
+/// let mut args = ArgsDigest::new(CHARGE.name);
+/// args.arg("cents", &500)?;
+/// let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), CHARGE.name, CHARGE.version);
+/// let header = execute(Call::new(&CHARGE, &turn, key, fingerprint), async {
+///     let key = current_key().expect("inside a tool");
+///     Ok::<_, idem_runtime::Error>(format!("Idempotency-Key: {key}"))
+/// })
+/// .await?;
+/// assert_eq!(header, format!("Idempotency-Key: {key}"));
+/// # Ok(()) }
+/// ```
+pub fn current_key() -> Option<Key> {
+    HELD.try_with(|held| held.key).ok()
+}
+
+/// Whether this task (or a tool that called it) holds `key`.
+pub(crate) fn holds(key: &Key) -> bool {
+    HELD.try_with(|held| {
+        let mut next = Some(held);
+        while let Some(held) = next {
+            if held.key == *key {
+                return true;
+            }
+            next = held.outer.as_ref();
+        }
+        false
+    })
+    .unwrap_or(false)
+}
+
+/// The held keys of this task with `key` added.
+pub(crate) fn with(key: Key) -> Arc<Held> {
+    Arc::new(Held {
+        key,
+        outer: HELD.try_with(Arc::clone).ok(),
+    })
+}
+
+/// Runs `future` holding `held`.
+pub(crate) fn scope<F: Future>(held: Arc<Held>, future: F) -> impl Future<Output = F::Output> {
+    HELD.scope(held, future)
+}

@@ -1,0 +1,80 @@
+//! One outcome per call: the log event and the counters.
+
+use crate::Error;
+use crate::stats::{GLOBAL, Outcome};
+use crate::tool::ToolInfo;
+
+use super::Call;
+
+/// Owns a call until its outcome is reported; a call dropped before that is reported as
+/// [`Outcome::Cancelled`], so every call yields exactly one event and one count.
+pub(crate) struct Reporter {
+    call: Call,
+    done: bool,
+}
+
+impl Reporter {
+    pub(crate) fn new(call: Call) -> Self {
+        Reporter { call, done: false }
+    }
+
+    pub(crate) fn call(&self) -> &Call {
+        &self.call
+    }
+
+    /// Reports the outcome of a call that did not fail.
+    pub(crate) fn report(&mut self, outcome: Outcome) {
+        self.emit(outcome, None);
+    }
+
+    /// Reports a failed call and returns its error.
+    pub(crate) fn fail<T, E: From<Error>>(mut self, outcome: Outcome, error: Error) -> Result<T, E> {
+        self.emit(outcome, Some(&error));
+        Err(error.into())
+    }
+
+    fn emit(&mut self, outcome: Outcome, error: Option<&Error>) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
+        GLOBAL.add(outcome);
+        let call = &self.call;
+        call.turn.record(outcome);
+        let (tool, key, turn) = (call.tool.name, call.key.short(), call.turn.id());
+        let namespace = call.turn.namespace();
+        let routine = matches!(
+            outcome,
+            Outcome::Executed | Outcome::Replayed | Outcome::Joined | Outcome::Failed
+        );
+        let outcome = outcome.as_str();
+        match error {
+            None if routine => {
+                tracing::info!(target: "idem", tool, %key, turn, namespace, outcome, "tool call");
+            }
+            None => {
+                tracing::warn!(target: "idem", tool, %key, turn, namespace, outcome, "tool call");
+            }
+            Some(error) => tracing::warn!(
+                target: "idem", tool, %key, turn, namespace, outcome, %error, "tool call"
+            ),
+        }
+    }
+}
+
+impl Drop for Reporter {
+    fn drop(&mut self) {
+        let outcome = if std::thread::panicking() {
+            Outcome::Panicked
+        } else {
+            Outcome::Cancelled
+        };
+        self.emit(outcome, None);
+    }
+}
+
+/// Logs and counts a call refused before it could be made (no turn, for instance).
+pub(crate) fn refused(tool: &'static ToolInfo, error: &Error) {
+    GLOBAL.add(Outcome::ConfigError);
+    tracing::warn!(target: "idem", tool = tool.name, outcome = Outcome::ConfigError.as_str(),
+        %error, "tool call");
+}

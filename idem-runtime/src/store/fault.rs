@@ -1,0 +1,176 @@
+//! A fault-injecting wrapper around any store, for tests of what callers see when a store is
+//! slow, down, or loses replies.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
+use crate::Error;
+use crate::key::Key;
+
+/// A store operation, as [`FaultStore`] plans faults for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// [`Store::begin`].
+    Begin,
+    /// [`Store::renew`].
+    Renew,
+    /// [`Store::complete`].
+    Complete,
+    /// [`Store::release`].
+    Release,
+    /// [`Store::get`].
+    Get,
+    /// [`Store::purge_expired`], [`Store::list`] and [`Store::remove`].
+    Admin,
+}
+
+impl Op {
+    const COUNT: usize = 6;
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What happens to one operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The operation runs normally.
+    None,
+    /// The operation runs after a delay (a slow network or a busy server).
+    Delay(Duration),
+    /// The operation fails without taking effect (the server was unreachable).
+    FailBefore,
+    /// The operation takes effect, then fails (the reply was lost).
+    FailAfter,
+    /// The operation takes effect, then the reply never comes: the future stays pending until
+    /// the caller drops it.
+    HangAfter,
+}
+
+type Plan = dyn Fn(Op) -> Fault + Send + Sync;
+
+/// Wraps a store and injects a [`Fault`] into each operation, as a plan decides.
+///
+/// ```
+/// use std::sync::Arc;
+/// use idem_runtime::store::fault::{Fault, FaultStore, Op};
+/// use idem_runtime::store::{MemoryStore, Store};
+///
+/// // A store whose `complete` replies are all lost after they took effect.
+/// let store = FaultStore::new(Arc::new(MemoryStore::new()), |op| match op {
+///     Op::Complete => Fault::FailAfter,
+///     _ => Fault::None,
+/// });
+/// let store: Arc<dyn Store> = Arc::new(store);
+/// # let _ = store;
+/// ```
+pub struct FaultStore {
+    inner: Arc<dyn Store>,
+    plan: Box<Plan>,
+    calls: [AtomicUsize; Op::COUNT],
+}
+
+impl FaultStore {
+    /// Wraps `inner`; `plan` is asked once per operation.
+    pub fn new(inner: Arc<dyn Store>, plan: impl Fn(Op) -> Fault + Send + Sync + 'static) -> Self {
+        FaultStore {
+            inner,
+            plan: Box::new(plan),
+            calls: Default::default(),
+        }
+    }
+
+    /// How many times `op` was called.
+    pub fn calls(&self, op: Op) -> usize {
+        self.calls[op.index()].load(Ordering::SeqCst)
+    }
+
+    /// The wrapped store.
+    pub fn inner(&self) -> &Arc<dyn Store> {
+        &self.inner
+    }
+
+    fn wrap<'a, T: Send + 'a>(&'a self, op: Op, work: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+        self.calls[op.index()].fetch_add(1, Ordering::SeqCst);
+        let fault = (self.plan)(op);
+        Box::pin(async move {
+            let lost = || Error::store(op_name(op), "injected fault: the reply was lost");
+            match fault {
+                Fault::None => work.await,
+                Fault::Delay(by) => {
+                    tokio::time::sleep(by).await;
+                    work.await
+                }
+                Fault::FailBefore => Err(Error::store(
+                    op_name(op),
+                    "injected fault: the store was unreachable",
+                )),
+                Fault::FailAfter => {
+                    drop(work.await);
+                    Err(lost())
+                }
+                Fault::HangAfter => {
+                    drop(work.await);
+                    std::future::pending().await
+                }
+            }
+        })
+    }
+}
+
+fn op_name(op: Op) -> &'static str {
+    match op {
+        Op::Begin => "begin",
+        Op::Renew => "renew",
+        Op::Complete => "complete",
+        Op::Release => "release",
+        Op::Get => "get",
+        Op::Admin => "admin",
+    }
+}
+
+impl fmt::Debug for FaultStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FaultStore").finish_non_exhaustive()
+    }
+}
+
+impl Store for FaultStore {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        self.wrap(Op::Begin, self.inner.begin(req))
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        self.wrap(Op::Renew, self.inner.renew(lease, duration))
+    }
+    fn complete<'a>(
+        &'a self,
+        lease: &'a Lease,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        self.wrap(Op::Complete, self.inner.complete(lease, result, ttl))
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        self.wrap(Op::Release, self.inner.release(lease))
+    }
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        self.wrap(Op::Get, self.inner.get(namespace, key))
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        self.wrap(Op::Admin, self.inner.purge_expired())
+    }
+    fn list<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        self.wrap(Op::Admin, self.inner.list(namespace, limit))
+    }
+    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        self.wrap(Op::Admin, self.inner.remove(namespace, key))
+    }
+}
