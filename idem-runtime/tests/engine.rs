@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use idem_runtime::clock::ManualClock;
 use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{Begin, BeginRequest, LeaseToken, MemoryStore, Store, StoreFuture};
+use idem_runtime::store::fault::{Fault, FaultStore, Op};
+use idem_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, MemoryStore, Store};
 use idem_runtime::{Call, Error, Key, Outcome, ToolInfo, Turn, current_key, execute};
 use idem_runtime::{execute_caching_errors, key::Fingerprint};
 use serde::{Deserialize, Serialize};
@@ -45,19 +46,35 @@ fn memory() -> Arc<dyn Store> {
     Arc::new(MemoryStore::new())
 }
 
-/// What another process does to claim `key` directly in the store: its lease token.
-async fn claim_elsewhere(store: &Arc<dyn Store>, key: &Key, fp: &Fingerprint) -> LeaseToken {
-    let request = BeginRequest {
+fn request<'a>(key: &'a Key, fp: &'a Fingerprint, lease: Duration) -> BeginRequest<'a> {
+    BeginRequest {
         namespace: "",
         key,
         tool: SEND.name,
         fingerprint: fp,
-        lease: Duration::from_secs(30),
+        lease,
+        token: LeaseToken::generate(),
+        charge: None,
+    }
+}
+
+/// What another process does to claim `key` directly in the store: its lease.
+async fn claim_elsewhere(store: &Arc<dyn Store>, key: &Key, fp: &Fingerprint) -> Lease {
+    let request = request(key, fp, Duration::from_secs(30));
+    let lease = Lease {
+        namespace: Arc::from(""),
+        key: *key,
+        token: request.token,
     };
     match store.begin(request).await.unwrap() {
-        Begin::Claimed(token) => token,
+        Begin::Claimed => lease,
         other => panic!("the key should have been free, got {other:?}"),
     }
+}
+
+/// A memory store with `plan` injecting faults.
+fn faulty(plan: impl Fn(Op) -> Fault + Send + Sync + 'static) -> Arc<FaultStore> {
+    Arc::new(FaultStore::new(memory(), plan))
 }
 
 #[tokio::test]
@@ -87,84 +104,12 @@ async fn a_new_action_gets_a_new_key_and_runs() {
     assert_eq!(sent.load(Ordering::SeqCst), 3);
 }
 
-/// A real store with one injected fault.
-struct Faulty(Arc<dyn Store>, Fault);
-
-#[derive(PartialEq)]
-enum Fault {
-    /// Takes its time recording results, so a caller can give up mid-way.
-    SlowComplete,
-    /// Cannot be reached to claim a key.
-    BeginFails,
-    /// Goes down between running the tool and recording its result.
-    CompleteFails,
-}
-
-fn unreachable(operation: &'static str) -> Error {
-    Error::store(operation, "connection refused")
-}
-
-impl Store for Faulty {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        if self.1 == Fault::BeginFails {
-            return Box::pin(async { Err(unreachable("begin")) });
-        }
-        self.0.begin(req)
-    }
-    fn renew<'a>(
-        &'a self,
-        ns: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, ()> {
-        self.0.renew(ns, key, token, lease)
-    }
-    fn complete<'a>(
-        &'a self,
-        ns: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            match self.1 {
-                Fault::SlowComplete => tokio::time::sleep(Duration::from_millis(50)).await,
-                Fault::CompleteFails => return Err(unreachable("complete")),
-                Fault::BeginFails => {}
-            }
-            self.0.complete(ns, key, token, result, ttl).await
-        })
-    }
-    fn release<'a>(&'a self, ns: &'a str, key: &'a Key, token: LeaseToken) -> StoreFuture<'a, ()> {
-        self.0.release(ns, key, token)
-    }
-    fn get<'a>(
-        &'a self,
-        ns: &'a str,
-        key: &'a Key,
-    ) -> StoreFuture<'a, Option<idem_runtime::store::Record>> {
-        self.0.get(ns, key)
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.0.purge_expired()
-    }
-    fn list<'a>(
-        &'a self,
-        ns: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<idem_runtime::store::Record>> {
-        self.0.list(ns, limit)
-    }
-    fn remove<'a>(&'a self, ns: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        self.0.remove(ns, key)
-    }
-}
-
 #[tokio::test]
 async fn a_caller_dropped_while_the_result_is_recorded_still_gets_it_recorded() {
-    let store: Arc<dyn Store> = Arc::new(Faulty(memory(), Fault::SlowComplete));
+    let store: Arc<dyn Store> = faulty(|op| match op {
+        Op::Complete => Fault::Delay(Duration::from_millis(50)),
+        _ => Fault::None,
+    });
     let turn = turn("t", &store);
     let sent = AtomicUsize::new(0);
     // The caller times out after the tool ran but before the store confirmed the record.
@@ -183,7 +128,10 @@ async fn a_caller_dropped_while_the_result_is_recorded_still_gets_it_recorded() 
 
 #[tokio::test]
 async fn an_unreachable_store_fails_closed_without_running_the_tool() {
-    let store: Arc<dyn Store> = Arc::new(Faulty(memory(), Fault::BeginFails));
+    let store: Arc<dyn Store> = faulty(|op| match op {
+        Op::Begin => Fault::FailBefore,
+        _ => Fault::None,
+    });
     let turn = turn("t", &store);
     let sent = AtomicUsize::new(0);
     let refused = send_message(&turn, &sent, "ada").await;
@@ -206,21 +154,47 @@ async fn an_unreachable_store_fails_closed_without_running_the_tool() {
 }
 
 #[tokio::test]
-async fn a_result_that_cannot_be_recorded_is_still_returned() {
-    let store: Arc<dyn Store> = Arc::new(Faulty(memory(), Fault::CompleteFails));
-    let turn = turn("t", &store);
+async fn a_result_that_cannot_be_recorded_yet_is_returned_shared_and_recorded_later() {
+    // The store goes down between the side effect and recording it, and comes back.
+    let failures = Arc::new(AtomicUsize::new(3));
+    let down = Arc::clone(&failures);
+    let store = faulty(move |op| match op {
+        Op::Complete if down.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() => {
+            Fault::FailBefore
+        }
+        _ => Fault::None,
+    });
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let turn = turn("t", &dyn_store);
     let sent = AtomicUsize::new(0);
     // The work is done: the caller gets its receipt rather than an error inviting a retry.
     let receipt = send_message(&turn, &sent, "ada").await.unwrap();
     assert_eq!(receipt, Receipt { id: 1 });
-    assert_eq!(turn.stats().store_error, 1);
-    assert_eq!(turn.stats().executed, 0);
+    assert_eq!(turn.stats().executed, 1, "the outcome says the tool ran");
+    // Meanwhile, a retry in this process gets the same result without running the tool.
+    let joined = send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(joined, Receipt { id: 1 });
+    // The completion is retried in the background, holding the key, until it lands.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        let (key, _) = digest(&SEND, &turn, "ada", "hello");
+        while !store.inner().get("", &key).await.unwrap().is_some_and(|r| r.result.is_some()) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the result was never recorded");
+    assert_eq!(failures.load(Ordering::SeqCst), 0);
+    let replayed = send_message(&turn, &sent, "ada").await.unwrap();
+    assert_eq!(replayed, Receipt { id: 1 });
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "the tool ran again");
+    assert_eq!(idem_runtime::engine::flights_registered(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_identical_calls_execute_once() {
     let store = memory();
-    let turn = turn("t", &store).with_max_attempts_per_key(1000);
+    // The default budget: duplicates that join one execution are one attempt.
+    let turn = turn("t", &store);
     let sent = Arc::new(AtomicUsize::new(0));
     let mut tasks = Vec::new();
     for _ in 0..1000 {
@@ -228,7 +202,7 @@ async fn a_thousand_concurrent_identical_calls_execute_once() {
         tasks.push(tokio::spawn(async move {
             let (key, fp) = digest(&SEND, &turn, "ada", "hello");
             execute(Call::new(&SEND, &turn, key, fp), async {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(Duration::from_millis(300)).await;
                 send(&sent).await
             })
             .await
@@ -240,7 +214,7 @@ async fn a_thousand_concurrent_identical_calls_execute_once() {
     assert_eq!(sent.load(Ordering::SeqCst), 1);
     let stats = turn.stats();
     assert_eq!(stats.executed, 1);
-    assert_eq!(stats.joined + stats.replayed, 999, "{stats:?}");
+    assert_eq!(stats.joined, 999, "{stats:?}");
     assert!(
         stats.joined > 0,
         "identical calls in one process must join the first: {stats:?}"
@@ -441,7 +415,7 @@ async fn a_call_waits_for_the_same_key_running_in_another_process() {
         tokio::time::sleep(Duration::from_millis(40)).await;
         let bytes = serde_json::to_vec(&serde_json::json!({"ok": {"id": 41}})).unwrap();
         other
-            .complete("", &key, token, &bytes, Duration::from_secs(60))
+            .complete(&token, &bytes, Duration::from_secs(60))
             .await
             .unwrap();
     });
@@ -466,14 +440,10 @@ async fn a_long_tool_keeps_its_lease() {
         // Meanwhile another process keeps trying to claim the key.
         for _ in 0..10 {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            let request = BeginRequest {
-                namespace: "",
-                key: &key,
-                tool: SLOW.name,
-                fingerprint: &fp,
-                lease: Duration::from_millis(90),
-            };
-            let begin = store.begin(request).await.unwrap();
+            let begin = store
+                .begin(request(&key, &fp, Duration::from_millis(90)))
+                .await
+                .unwrap();
             assert!(
                 matches!(begin, Begin::InFlight(_)),
                 "lease lapsed while the tool ran: {begin:?}"
@@ -607,7 +577,7 @@ async fn a_corrupt_record_is_a_decode_error_not_a_panic() {
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
     let token = claim_elsewhere(&store, &key, &fp).await;
     store
-        .complete("", &key, token, b"\xff{not json", Duration::from_secs(60))
+        .complete(&token, b"\xff{not json", Duration::from_secs(60))
         .await
         .unwrap();
     let sent = AtomicUsize::new(0);

@@ -94,27 +94,33 @@ impl FaultStore {
         &self.inner
     }
 
-    fn wrap<'a, T: Send + 'a>(&'a self, op: Op, work: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+    /// Runs `work` (which may act as soon as it is called: in-memory stores do) under the
+    /// planned fault.
+    fn wrap<'a, T: Send + 'a>(
+        &'a self,
+        op: Op,
+        work: impl FnOnce() -> StoreFuture<'a, T> + Send + 'a,
+    ) -> StoreFuture<'a, T> {
         self.calls[op.index()].fetch_add(1, Ordering::SeqCst);
         let fault = (self.plan)(op);
         Box::pin(async move {
             let lost = || Error::store(op_name(op), "injected fault: the reply was lost");
             match fault {
-                Fault::None => work.await,
+                Fault::None => work().await,
                 Fault::Delay(by) => {
                     tokio::time::sleep(by).await;
-                    work.await
+                    work().await
                 }
                 Fault::FailBefore => Err(Error::store(
                     op_name(op),
                     "injected fault: the store was unreachable",
                 )),
                 Fault::FailAfter => {
-                    drop(work.await);
+                    drop(work().await);
                     Err(lost())
                 }
                 Fault::HangAfter => {
-                    drop(work.await);
+                    drop(work().await);
                     std::future::pending().await
                 }
             }
@@ -141,10 +147,10 @@ impl fmt::Debug for FaultStore {
 
 impl Store for FaultStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        self.wrap(Op::Begin, self.inner.begin(req))
+        self.wrap(Op::Begin, move || self.inner.begin(req))
     }
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        self.wrap(Op::Renew, self.inner.renew(lease, duration))
+        self.wrap(Op::Renew, move || self.inner.renew(lease, duration))
     }
     fn complete<'a>(
         &'a self,
@@ -152,25 +158,25 @@ impl Store for FaultStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        self.wrap(Op::Complete, self.inner.complete(lease, result, ttl))
+        self.wrap(Op::Complete, move || self.inner.complete(lease, result, ttl))
     }
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        self.wrap(Op::Release, self.inner.release(lease))
+        self.wrap(Op::Release, move || self.inner.release(lease))
     }
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        self.wrap(Op::Get, self.inner.get(namespace, key))
+        self.wrap(Op::Get, move || self.inner.get(namespace, key))
     }
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.wrap(Op::Admin, self.inner.purge_expired())
+        self.wrap(Op::Admin, move || self.inner.purge_expired())
     }
     fn list<'a>(
         &'a self,
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
-        self.wrap(Op::Admin, self.inner.list(namespace, limit))
+        self.wrap(Op::Admin, move || self.inner.list(namespace, limit))
     }
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        self.wrap(Op::Admin, self.inner.remove(namespace, key))
+        self.wrap(Op::Admin, move || self.inner.remove(namespace, key))
     }
 }
