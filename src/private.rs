@@ -237,7 +237,9 @@ where
     F: Future<Output = R>,
 {
     match prepare(digest, store) {
-        Ok(call) => R::from_result(execute(call, async move { tool_future.await.into_result() }).await),
+        Ok(call) => {
+            R::from_result(execute(call, async move { tool_future.await.into_result() }).await)
+        }
         Err(error) => R::from_result(Err(R::Err::from(error))),
     }
 }

@@ -55,7 +55,8 @@ impl Default for MonotonicClock {
 
 impl Clock for MonotonicClock {
     fn now_ms(&self) -> u64 {
-        self.wall_ms.saturating_add(duration_ms(self.start.elapsed()))
+        self.wall_ms
+            .saturating_add(duration_ms(self.start.elapsed()))
     }
 }
 

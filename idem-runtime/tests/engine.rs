@@ -159,7 +159,11 @@ async fn a_result_that_cannot_be_recorded_yet_is_returned_shared_and_recorded_la
     let failures = Arc::new(AtomicUsize::new(3));
     let down = Arc::clone(&failures);
     let store = faulty(move |op| match op {
-        Op::Complete if down.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok() => {
+        Op::Complete
+            if down
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok() =>
+        {
             Fault::FailBefore
         }
         _ => Fault::None,
@@ -177,7 +181,13 @@ async fn a_result_that_cannot_be_recorded_yet_is_returned_shared_and_recorded_la
     // The completion is retried in the background, holding the key, until it lands.
     tokio::time::timeout(Duration::from_secs(5), async {
         let (key, _) = digest(&SEND, &turn, "ada", "hello");
-        while !store.inner().get("", &key).await.unwrap().is_some_and(|r| r.result.is_some()) {
+        while !store
+            .inner()
+            .get("", &key)
+            .await
+            .unwrap()
+            .is_some_and(|r| r.result.is_some())
+        {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -187,7 +197,6 @@ async fn a_result_that_cannot_be_recorded_yet_is_returned_shared_and_recorded_la
     let replayed = send_message(&turn, &sent, "ada").await.unwrap();
     assert_eq!(replayed, Receipt { id: 1 });
     assert_eq!(sent.load(Ordering::SeqCst), 1, "the tool ran again");
-    assert_eq!(idem_runtime::engine::flights_registered(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,7 +290,7 @@ async fn with_cache_errors_an_err_is_replayed() {
 }
 
 #[tokio::test]
-async fn a_cancelled_call_releases_the_key() {
+async fn a_call_cancelled_mid_run_is_kept_as_interrupted_not_run_again() {
     let store = memory();
     let turn = turn("t", &store);
     let runs = AtomicUsize::new(0);
@@ -298,11 +307,49 @@ async fn a_cancelled_call_releases_the_key() {
     };
     let cancelled = tokio::time::timeout(Duration::from_millis(20), call(true)).await;
     assert!(cancelled.is_err());
+    let retry = call(false).await;
+    assert!(
+        matches!(
+            retry,
+            Err(Error::Interrupted {
+                tool: "send_message",
+                ..
+            })
+        ),
+        "{retry:?}"
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the retry ran a maybe-done action again"
+    );
+    assert_eq!(turn.stats().interrupted, 1);
+}
+
+#[tokio::test]
+async fn with_release_on_cancel_a_call_cancelled_mid_run_releases_the_key() {
+    const RELEASING: ToolInfo = ToolInfo::idempotent("send_message").with_release_on_cancel();
+    let store = memory();
+    let turn = turn("t", &store);
+    let runs = AtomicUsize::new(0);
+    let call = |hang: bool| {
+        let (key, fp) = digest(&RELEASING, &turn, "ada", "hello");
+        let runs = &runs;
+        execute(Call::new(&RELEASING, &turn, key, fp), async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            if hang {
+                std::future::pending::<()>().await;
+            }
+            Ok::<_, Error>("sent".to_owned())
+        })
+    };
+    let cancelled = tokio::time::timeout(Duration::from_millis(20), call(true)).await;
+    assert!(cancelled.is_err());
     assert_eq!(call(false).await.unwrap(), "sent");
     assert_eq!(
         runs.load(Ordering::SeqCst),
         2,
-        "the retry must run after a cancellation"
+        "the retry must run after a release"
     );
     assert_eq!(turn.stats().cancelled, 1);
 }
@@ -503,21 +550,22 @@ async fn the_budget_stops_the_fourth_attempt_and_a_new_turn_starts_fresh() {
 }
 
 #[tokio::test]
-async fn replays_count_against_the_budget() {
+async fn past_the_budget_a_succeeded_action_says_it_already_succeeded() {
     let store = memory();
     let turn = turn("t", &store).with_max_attempts_per_key(2);
     let sent = AtomicUsize::new(0);
     send_message(&turn, &sent, "ada").await.unwrap();
     send_message(&turn, &sent, "ada").await.unwrap();
     let third = send_message(&turn, &sent, "ada").await;
-    assert!(matches!(
-        third,
-        Err(Error::BudgetExhausted {
-            attempts: 3,
-            limit: 2,
-            ..
-        })
-    ));
+    assert!(
+        matches!(third, Err(Error::AlreadySucceeded { attempts: 3, .. })),
+        "{third:?}"
+    );
+    let message = third.unwrap_err().to_string();
+    assert!(message.contains("already succeeded"), "{message}");
+    assert!(!message.contains("report the failure"), "{message}");
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    assert_eq!(turn.stats().already_succeeded, 1);
 }
 
 #[tokio::test]

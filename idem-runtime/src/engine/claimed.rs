@@ -131,11 +131,15 @@ struct Guard {
 
 impl Guard {
     fn claimed(&self) -> &Claimed {
-        self.claimed.as_ref().unwrap_or_else(|| unreachable!("the guard holds its claim until disarmed"))
+        self.claimed
+            .as_ref()
+            .unwrap_or_else(|| unreachable!("the guard holds its claim until disarmed"))
     }
 
     fn disarm(&mut self) -> Claimed {
-        self.claimed.take().unwrap_or_else(|| unreachable!("the guard is disarmed once"))
+        self.claimed
+            .take()
+            .unwrap_or_else(|| unreachable!("the guard is disarmed once"))
     }
 
     /// Records the tool's result (or releases the key for an `Err` that is not recorded).
@@ -158,9 +162,9 @@ impl Guard {
         };
         // A result that cannot be recorded faithfully is never a reason to run the tool again:
         // retries are told it ran.
-        let bytes = match encoded.and_then(|bytes| {
-            replay::verify::<C, T, E>(tool.name, &key, &bytes).map(|()| bytes)
-        }) {
+        let bytes = match encoded
+            .and_then(|bytes| replay::verify::<C, T, E>(tool.name, &key, &bytes).map(|()| bytes))
+        {
             Ok(bytes) => bytes,
             Err(error) => {
                 tracing::error!(target: "idem", tool = tool.name, key = %key.short(), %error,

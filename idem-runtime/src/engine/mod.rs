@@ -18,7 +18,9 @@ use crate::flight::{self, Leader, Role, Shared, Waited};
 use crate::key::{Fingerprint, Key};
 use crate::replay::{OkAndErr, OkOnly, ResultCodec};
 use crate::stats::Outcome;
-use crate::store::{Begin, BeginRequest, Exhausted, Lease, LeaseToken, Record, Store, default_store};
+use crate::store::{
+    Begin, BeginRequest, Exhausted, Lease, LeaseToken, Record, Store, default_store,
+};
 use crate::tool::ToolInfo;
 use crate::turn::Turn;
 
@@ -107,8 +109,10 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
-    run::<OkOnly, T, E, _, _>(call, |claimed| claimed.attached::<OkOnly, T, E, F>(tool_future))
-        .await
+    run::<OkOnly, T, E, _, _>(call, |claimed| {
+        claimed.attached::<OkOnly, T, E, F>(tool_future)
+    })
+    .await
 }
 
 /// Like [`execute`], but an `Err` result is recorded and replayed too (Stripe's behaviour), so
@@ -143,8 +147,10 @@ where
     E: From<Error> + Send + 'static,
     F: Future<Output = Result<T, E>> + Send + 'static,
 {
-    run::<OkOnly, T, E, _, _>(call, |claimed| claimed.detached::<OkOnly, T, E, F>(tool_future))
-        .await
+    run::<OkOnly, T, E, _, _>(call, |claimed| {
+        claimed.detached::<OkOnly, T, E, F>(tool_future)
+    })
+    .await
 }
 
 /// [`execute_detached`] with `Err` results recorded and replayed too.

@@ -28,7 +28,11 @@ impl Reporter {
     }
 
     /// Reports a failed call and returns its error.
-    pub(crate) fn fail<T, E: From<Error>>(mut self, outcome: Outcome, error: Error) -> Result<T, E> {
+    pub(crate) fn fail<T, E: From<Error>>(
+        mut self,
+        outcome: Outcome,
+        error: Error,
+    ) -> Result<T, E> {
         self.emit(outcome, Some(&error));
         Err(error.into())
     }

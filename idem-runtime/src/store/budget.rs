@@ -52,7 +52,9 @@ pub(crate) struct Count {
 
 /// The live count in `map` (0 if absent or expired).
 pub(crate) fn live(map: &HashMap<CounterId, Count>, id: &CounterId, now: u64) -> u32 {
-    map.get(id).filter(|c| now < c.expires_at_ms).map_or(0, |c| c.n)
+    map.get(id)
+        .filter(|c| now < c.expires_at_ms)
+        .map_or(0, |c| c.n)
 }
 
 /// The decision of one charge, given the counts before it: `Ok((attempts, calls))` to store,

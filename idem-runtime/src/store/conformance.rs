@@ -207,11 +207,14 @@ pub async fn claim_complete_replay(h: &impl Harness) {
         Some(b"{\"ok\":1}".to_vec()),
         "claim_complete_replay: get returns the result"
     );
-    store
-        .complete(&token, b"{\"ok\":2}", lease)
+    store.complete(&token, b"{\"ok\":2}", lease).await.expect(
+        "claim_complete_replay: complete repeated by its own lease (a lost reply) succeeds",
+    );
+    let kept = store
+        .get(NS, &key)
         .await
-        .expect("claim_complete_replay: complete repeated by its own lease (a lost reply) succeeds");
-    let kept = store.get(NS, &key).await.expect("get").and_then(|r| r.result);
+        .expect("get")
+        .and_then(|r| r.result);
     assert_eq!(
         kept,
         Some(b"{\"ok\":1}".to_vec()),
@@ -269,9 +272,7 @@ pub async fn stale_holder_is_fenced_off(h: &impl Harness) {
     let stale = claim(&*store, &key, &fp, h.short()).await;
     advance(h, h.short() + h.short() / 2).await;
     let fresh = claim(&*store, &key, &fp, h.short() * 4).await;
-    let late = store
-        .complete(&stale, b"stale", h.short() * 4)
-        .await;
+    let late = store.complete(&stale, b"stale", h.short() * 4).await;
     assert!(
         is_lease_lost(&late),
         "fencing: stale complete must fail, got {late:?}"
@@ -346,10 +347,7 @@ pub async fn fingerprint_is_kept(h: &impl Harness) {
     let (first, other) = (fingerprint("first args"), fingerprint("other args"));
     let lease = h.short() * 4;
     let token = claim(&*store, &key, &first, lease).await;
-    store
-        .complete(&token, b"r", lease)
-        .await
-        .expect("complete");
+    store.complete(&token, b"r", lease).await.expect("complete");
     match store.begin(request(&key, &other, lease)).await {
         Ok(Begin::Completed(record)) => assert_eq!(record.fingerprint, first, "fingerprint"),
         other => panic!("fingerprint: expected the completed record, got {other:?}"),
@@ -486,10 +484,7 @@ pub async fn corrupt_records_are_errors(h: &impl Harness) {
     let (key, fp) = (fresh_key("corrupt"), fingerprint("corrupt"));
     let lease = h.short() * 4;
     let token = claim(&*store, &key, &fp, lease).await;
-    store
-        .complete(&token, b"r", lease)
-        .await
-        .expect("complete");
+    store.complete(&token, b"r", lease).await.expect("complete");
     let Some(corrupt) = h.corrupt(NS, &key) else {
         return;
     };
@@ -597,7 +592,10 @@ pub async fn budget_counts_attempts_per_key(h: &impl Harness) {
     assert_eq!(store.begin(second).await.expect("begin"), Begin::Claimed);
     store.release(&lease).await.expect("release");
     for attempts in 3..5 {
-        match store.begin(charged(&key, &fp, &turn, 2, None, window)).await {
+        match store
+            .begin(charged(&key, &fp, &turn, 2, None, window))
+            .await
+        {
             Ok(Begin::Exhausted(Exhausted::Key {
                 attempts: got,
                 limit: 2,
@@ -630,8 +628,14 @@ pub async fn budget_says_whether_the_key_completed(h: &impl Harness) {
     let first = charged(&key, &fp, &turn, 1, None, window);
     let lease = lease_of(&first);
     assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
-    store.complete(&lease, b"r", window).await.expect("complete");
-    match store.begin(charged(&key, &fp, &turn, 1, None, window)).await {
+    store
+        .complete(&lease, b"r", window)
+        .await
+        .expect("complete");
+    match store
+        .begin(charged(&key, &fp, &turn, 1, None, window))
+        .await
+    {
         Ok(Begin::Exhausted(Exhausted::Key {
             attempts: 2,
             completed: true,
@@ -653,7 +657,9 @@ pub async fn budget_caps_the_turn(h: &impl Harness) {
     assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
     // Refused per key (1 attempt allowed): must not use up the turn's calls.
     for _ in 0..3 {
-        let refused = store.begin(charged(&a, &fp, &turn, 1, Some(3), window)).await;
+        let refused = store
+            .begin(charged(&a, &fp, &turn, 1, Some(3), window))
+            .await;
         assert!(
             matches!(refused, Ok(Begin::Exhausted(Exhausted::Key { .. }))),
             "turn cap: refused per key, got {refused:?}"
@@ -665,7 +671,10 @@ pub async fn budget_caps_the_turn(h: &impl Harness) {
         assert_eq!(store.begin(req).await.expect("begin"), Begin::Claimed);
     }
     let key = fresh_key("turn cap last");
-    match store.begin(charged(&key, &fp, &turn, 1, Some(3), window)).await {
+    match store
+        .begin(charged(&key, &fp, &turn, 1, Some(3), window))
+        .await
+    {
         Ok(Begin::Exhausted(Exhausted::Turn { calls: 4, limit: 3 })) => {}
         other => panic!("turn cap: the 4th call of the turn is refused, got {other:?}"),
     }
@@ -708,10 +717,17 @@ pub async fn budget_counts_expire(h: &impl Harness) {
     let lease = lease_of(&first);
     assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
     store.release(&lease).await.expect("release");
-    let refused = store.begin(charged(&key, &fp, &turn, 1, None, window)).await;
-    assert!(matches!(refused, Ok(Begin::Exhausted(_))), "window: refused, got {refused:?}");
+    let refused = store
+        .begin(charged(&key, &fp, &turn, 1, None, window))
+        .await;
+    assert!(
+        matches!(refused, Ok(Begin::Exhausted(_))),
+        "window: refused, got {refused:?}"
+    );
     advance(h, h.short() * 2).await;
-    let later = store.begin(charged(&key, &fp, &turn, 1, None, window)).await;
+    let later = store
+        .begin(charged(&key, &fp, &turn, 1, None, window))
+        .await;
     assert_eq!(
         later.expect("begin"),
         Begin::Claimed,

@@ -158,7 +158,9 @@ impl Store for FaultStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        self.wrap(Op::Complete, move || self.inner.complete(lease, result, ttl))
+        self.wrap(Op::Complete, move || {
+            self.inner.complete(lease, result, ttl)
+        })
     }
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
         self.wrap(Op::Release, move || self.inner.release(lease))

@@ -352,9 +352,10 @@ impl Store for MemoryStore {
         let now = self.clock.now_ms();
         let at = now.saturating_add(duration_ms(ttl));
         let mut shard = self.shard(&lease.key, now);
-        if shard.live(&lease.key, now).is_some_and(|e| {
-            e.token == lease.token && e.record.state == RecordState::Completed
-        }) {
+        if shard
+            .live(&lease.key, now)
+            .is_some_and(|e| e.token == lease.token && e.record.state == RecordState::Completed)
+        {
             return ready(Ok(())); // completed by this lease already: a retried complete
         }
         let outcome = shard.held(lease, now).map(|entry| {
