@@ -104,6 +104,7 @@ pub async fn run_all(h: &impl Harness) {
     budget_is_atomic_under_concurrency(h).await;
     budget_counts_expire(h).await;
     engine_executes_once(h).await;
+    engine_budget_follows_the_turn_id(h).await;
 }
 
 /// A key no other check or run uses.
@@ -769,4 +770,71 @@ pub async fn engine_executes_once(h: &impl Harness) {
     .await;
     assert_eq!(lost.expect("replay"), 0);
     assert_eq!(runs.load(Ordering::SeqCst), 1, "engine: the tool ran once");
+}
+
+/// Through the engine, with a new `Turn` value per call (a server building one per request):
+/// concurrent duplicates are one attempt, the 4th sequential call of a succeeded action says it
+/// already succeeded, and the 4th call of a failing one says it is stuck.
+pub async fn engine_budget_follows_the_turn_id(h: &impl Harness) {
+    const TOOL: ToolInfo = ToolInfo::idempotent("conformance_budget");
+    let store = h.store();
+    let id = format!("conformance-budget-{}", LeaseToken::generate().0);
+    let turn = || Turn::new(id.clone()).with_store(Arc::clone(&store));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let ok_key = fresh_key("budget ok");
+    let fp = fingerprint("budget ok");
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let (turn, runs) = (turn(), Arc::clone(&runs));
+        tasks.push(tokio::spawn(async move {
+            execute(Call::new(&TOOL, &turn, ok_key, fp), async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst))
+            })
+            .await
+        }));
+    }
+    for task in tasks {
+        assert_eq!(
+            task.await.expect("task").expect("fan-out call"),
+            0,
+            "engine budget: a concurrent fan-out is one attempt with one result"
+        );
+    }
+    for _ in 0..2 {
+        let replay = execute(Call::new(&TOOL, &turn(), ok_key, fp), async {
+            Ok::<_, Error>(usize::MAX)
+        });
+        assert_eq!(replay.await.expect("replay within budget"), 0);
+    }
+    let fourth = execute(Call::new(&TOOL, &turn(), ok_key, fp), async {
+        Ok::<_, Error>(usize::MAX)
+    })
+    .await;
+    assert!(
+        matches!(fourth, Err(Error::AlreadySucceeded { .. })),
+        "engine budget: the 4th call of a succeeded action, got {fourth:?}"
+    );
+    let failing = fresh_key("budget failing");
+    let mut answers = Vec::new();
+    for _ in 0..4 {
+        let runs = Arc::clone(&runs);
+        answers.push(
+            execute(Call::new(&TOOL, &turn(), failing, fp), async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Err::<usize, _>(Error::Config("upstream down".to_owned()))
+            })
+            .await,
+        );
+    }
+    assert!(
+        matches!(answers[3], Err(Error::BudgetExhausted { attempts: 4, .. })),
+        "engine budget: the 4th call of a failing action is stuck, got {:?}",
+        answers[3]
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        4,
+        "engine budget: one execution of the succeeded action, three of the failing one"
+    );
 }
