@@ -324,7 +324,8 @@ where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
     R::Err: ToolErr + Send + 'static,
-    F: DetachedBody<R>,
+    // rustc reports a body that is not `Send` with its own message, which shows this line:
+    F: DetachedBody<R>, // the body is not `Send`? write `#[idempotent(attached)]`
 {
     run(digest, store, tool_future).await
 }
@@ -345,7 +346,7 @@ where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
     R::Err: CachedErr + Send + 'static,
-    F: DetachedBody<R>,
+    F: DetachedBody<R>, // the body is not `Send`? write `#[idempotent(attached)]`
 {
     run_caching_errors(digest, store, tool_future).await
 }

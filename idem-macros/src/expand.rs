@@ -49,6 +49,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         options: &options,
         plan: &plan,
         params: &params,
+        pin: pin.as_ref(),
     }
     .tokens(body);
     rename_patterns(&params, &mut func);
@@ -70,6 +71,8 @@ struct Body<'a> {
     options: &'a IdempotentOptions,
     plan: &'a Plan,
     params: &'a [Param],
+    /// `Box::pin`, for an `#[async_trait]` method.
+    pin: Option<&'a syn::Expr>,
 }
 
 impl Body<'_> {
@@ -83,6 +86,7 @@ impl Body<'_> {
             options,
             plan,
             params,
+            pin,
         } = *self;
         let tool = Ident::new("__IDEM_TOOL", Span::call_site());
         let slot = Ident::new("__IDEM_SLOT", Span::call_site());
@@ -133,8 +137,16 @@ impl Body<'_> {
             quote!(#digest, #store, #tool_future),
         );
         run_args.set_span(at);
-        let ret_arg = respan(ret.to_token_stream(), at);
-        let turbofish = respan(quote!(::<#ret_arg, _>), at);
+        // An `async fn` body's type is known, so `R` is inferred: naming it would have rustc
+        // check the bounds twice, once with our messages and once with its own. The
+        // `#[async_trait]` block's type is not known, so there it is named.
+        let turbofish = match pin {
+            None => TokenStream::new(),
+            Some(_) => {
+                let ret_arg = respan(ret.to_token_stream(), at);
+                respan(quote!(::<#ret_arg, _>), at)
+            }
+        };
         let await_ = respan(quote!(.await), at);
         let run = quote!(#runner_path #turbofish #run_args #await_);
         quote! {
@@ -154,8 +166,17 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
     let path = respan(private.clone(), at);
     match p.role {
         Role::Key => {
+            // Errors point at the parameter's name (its type, for a pattern).
+            let at = if p.pattern.is_none() {
+                binding.span()
+            } else {
+                at
+            };
+            let path = respan(private.clone(), at);
             // A type named like the parameter, so that the "not `Serialize`" note can say
             // `skip(<its name>)`.
+            // The argument, spanned at the parameter's name: the error points there.
+            let value = quote_spanned!(binding.span()=> &#binding);
             let marker = syn::parse_str::<Ident>(name)
                 .map(|ident| Ident::new(&ident.to_string(), at))
                 .unwrap_or_else(|_| Ident::new_raw(name, at));
@@ -163,7 +184,7 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
                 {
                     #[allow(dead_code, non_camel_case_types)]
                     struct #marker {}
-                    #path::key_arg::<_, #marker>(&mut #digest, #name, &#binding);
+                    #path::key_arg::<_, #marker>(&mut #digest, #name, #value);
                 }
             })
         }

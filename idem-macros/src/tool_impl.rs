@@ -54,13 +54,15 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         );
         return fail(errors, item);
     };
-    if errors.any() {
-        return fail(errors, item);
-    }
     for item in &mut block.items {
         if let ImplItem::Fn(method) = item {
             name_after(method, &type_name);
         }
+    }
+    // With options given to it, the methods are still named (so that they report no errors of
+    // their own about it), but no descriptors are emitted.
+    if errors.any() {
+        return fail(errors, block.into_token_stream());
     }
     let descriptors: Vec<TokenStream> = block
         .items
