@@ -55,8 +55,9 @@ async fn descriptors_carry_ttl_lease_and_release_on_cancel() {
         __idem_tool_longest_lease.lease,
         Some(Duration::from_secs(24 * 3600))
     );
-    assert!(__idem_tool_attached_with_rc.release_on_cancel);
-    assert!(!__idem_tool_borrowing.release_on_cancel);
+    let (attached, borrows) = (__idem_tool_attached_with_rc, __idem_tool_borrowing);
+    assert!(attached.release_on_cancel);
+    assert!(!borrows.release_on_cancel);
     Turn::new("options-1")
         .with_store(Arc::new(MemoryStore::new()))
         .scope(async {

@@ -2,14 +2,14 @@
 //! the macros are documented, and their generated code resolved, through `idem`.
 //!
 //! The pipeline, one module per step:
-//! - [`attr`]: the attribute options, parsed with their spans;
-//! - [`ast`]: the input model, the annotated function read from its tokens;
-//! - [`valid`]: the rules, each an error at the tokens or option that broke it;
-//! - [`expand`]: code generation for `#[idempotent]` and `#[read_only]`;
-//! - [`descriptor`]: tool names and the `ToolInfo` descriptors;
-//! - [`catalog`]: `tools![]` and its compile-time checks;
-//! - [`tool_impl`]: `#[tool_impl]` on an `impl` block;
-//! - [`errors`]: the error collector every step reports into.
+//! - `attr`: the attribute options, parsed with their spans;
+//! - `ast`: the input model, the annotated function read from its tokens;
+//! - `valid`: the rules, each an error at the tokens or option that broke it;
+//! - `expand`: code generation for `#[idempotent]` and `#[read_only]`;
+//! - `descriptor`: tool names and the `ToolInfo` descriptors;
+//! - `catalog`: `tools![]` and its compile-time checks;
+//! - `tool_impl`: `#[tool_impl]` on an `impl` block;
+//! - `errors`: the error collector every step reports into.
 #![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
