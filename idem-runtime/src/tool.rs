@@ -31,7 +31,8 @@ pub enum ToolKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ToolInfo {
-    /// The key namespace of the tool (its function name unless renamed).
+    /// The tool's name, part of every key: `name = "…"` if given, else `Type::method` for a
+    /// method under `#[tool_impl]`, else the function's name.
     pub name: &'static str,
     /// Read-only or idempotent.
     pub kind: ToolKind,
