@@ -11,6 +11,7 @@ use syn::spanned::Spanned;
 use syn::{Ident, Path, Token};
 
 use crate::descriptor::descriptor_ident;
+use crate::expand::respan;
 
 /// `tools![$crate; a, b::c, Type::method]`.
 pub(crate) fn tools(input: TokenStream) -> TokenStream {
@@ -106,6 +107,8 @@ fn unique_names(private: &TokenStream, paths: &[Path]) -> TokenStream {
                  `Type::method`",
                 labels[i], labels[j]
             );
+            // Spanned at the second entry, so that the error points there.
+            let private = respan(private.clone(), at);
             checks.push(quote_spanned! {at=>
                 if #private::same_name(&IDEM_TOOLS[#i], &IDEM_TOOLS[#j]) {
                     #private::duplicate_tool(#message);
