@@ -75,11 +75,14 @@
 /// # Requirements (each a compile error spanned at the offending tokens)
 ///
 /// - an `async fn` (free function, inherent or trait method: `&self`, `&mut self`,
-///   `self: Arc<Self>`; generics and `impl Trait` arguments are fine);
+///   `self: Arc<Self>`; generics and `impl Trait` arguments are fine); a method with a receiver
+///   needs [`#[tool_impl]`](macro@tool_impl) on its `impl` block or a `name = "…"` (see
+///   [the name](#the-name));
 /// - returns `Result<T, E>` (or an alias, such as `anyhow::Result<T>`) with
 ///   `T: Serialize + DeserializeOwned` (recorded and replayed) and `E: From<idem::Error>`
 ///   (budget, store and turn failures come out as the tool's own error; `idem::Error` and
-///   `anyhow::Error` qualify);
+///   `anyhow::Error` qualify); `T` is owned (`String`, not `&str`): a replay has nothing to
+///   borrow from;
 /// - every argument in the key is `Serialize`; leave others out with `skip(..)`.
 ///
 /// # The key
@@ -88,6 +91,59 @@
 /// A pattern parameter (`(a, b): (u32, u32)`) is hashed whole under its position, `argN`
 /// (counting parameters after `self` from 0), and can be skipped by that name. Renaming or
 /// reordering such parameters therefore changes keys, like renaming a named one.
+///
+/// # The name
+///
+/// The name is part of every key, so two tools must never share one. A free function is named
+/// after itself. A method is named after its type too, `Type::method`, when its `impl` block is
+/// under [`#[tool_impl]`](macro@tool_impl) (`Type` is the last segment of the self type,
+/// without generic arguments: `impl<T> Tool for Wrapper<T>` gives `Wrapper::call`). A method
+/// with a `self` receiver outside such a block must be given `name = "…"`: otherwise
+/// `CreateInvoice::call` and `DeleteAccount::call` would both be `call` and replay each other's
+/// results; it is a compile error that says so. `name = "…"` always wins.
+///
+/// Two listed tools with one name are a compile error of [`tools!`]. Two different tools that
+/// reach the engine under one name (and version) in one process are refused at run time with
+/// [`Error::DuplicateTool`]: each tool has a `static` slot that registers its name on the first
+/// call, after which the check is one atomic load.
+///
+/// # Detached and attached tools
+///
+/// When a caller gives up on a call (a `tokio::time::timeout`, a `select!`), an attached body
+/// is cancelled mid-flight and a retry has to run it again. So a tool whose body owns
+/// everything it uses runs **detached**: its body can run in a task of its own and finish,
+/// record its result and serve retries even if the caller goes away. The macro decides from the
+/// signature: detached when there is no receiver or the receiver is `self: Arc<Self>`, no
+/// parameter type has a reference or a lifetime, no parameter is `impl Trait`, the function
+/// has no type parameters, and it is a native `async fn` (not `#[async_trait]`). A detached
+/// body must be `Send + 'static`; the error when it is not names `attached`.
+///
+/// Every other tool, and one marked `attached`, runs **attached**, in the caller's task. If
+/// it is cancelled after it started, its key is kept as interrupted (a retry gets an error
+/// saying the outcome is unknown), unless it is marked `release_on_cancel`, which releases the
+/// key so a retry runs the body again.
+///
+/// ```
+/// # use idem::idempotent;
+/// # use std::rc::Rc;
+/// #[idempotent(attached)] // holds an `Rc` across `.await`: not `Send`
+/// async fn count(n: u32) -> Result<u32, idem::Error> {
+///     let shared = Rc::new(n);
+///     tokio::task::yield_now().await;
+///     Ok(*shared)
+/// }
+/// ```
+///
+/// ```compile_fail
+/// # use idem::idempotent;
+/// # use std::rc::Rc;
+/// #[idempotent] // detached: the body must be `Send`
+/// async fn count(n: u32) -> Result<u32, idem::Error> {
+///     let shared = Rc::new(n);
+///     tokio::task::yield_now().await;
+///     Ok(*shared)
+/// }
+/// ```
 ///
 /// # The turn
 ///
@@ -98,21 +154,11 @@
 ///
 /// # Options
 ///
-/// | option | effect | example |
-/// |---|---|---|
-/// | `name = "…"` | the tool's name and key namespace (default: the function's name, so moving it between modules keeps its keys) | `#[idempotent(name = "send_email")]` |
-/// | `version = N` | part of the key: bump it to invalidate old records, e.g. when `T` changes | `#[idempotent(version = 2)]` |
-/// | `skip(a, b)` | arguments left out of the key; still in the fingerprint if `Serialize` (see below) | `#[idempotent(skip(client))]` |
-/// | `ignore(a, b)` | arguments in neither the key nor the fingerprint: values that change between retries (trace ids, deadlines) | `#[idempotent(ignore(trace_id))]` |
-/// | `#[key]` on a parameter | a caller-supplied idempotency key (`AsRef<str>`): the key is derived from it alone, across turns; the other arguments form the fingerprint | `async fn refund(#[key] request_id: &str, cents: u64)` |
-/// | `ttl = "…"` | how long a result is replayed (humantime, checked at compile time) | `#[idempotent(ttl = "7days")]` |
-/// | `budget = N` | attempts per key per turn, replays included (default: the turn's, 3) | `#[idempotent(budget = 5)]` |
-/// | `store = EXPR` | a store other than the turn's or the default: `EXPR` is evaluated on each call and gives an `Arc<S: Store>`, an `Arc<dyn Store>`, or a `LazyLock` (`static`) of one | `#[idempotent(store = AUDIT_STORE)]` |
-/// | `cache_errors` | `Err` results are recorded and replayed too (`E` must also be `Serialize + DeserializeOwned`) | `#[idempotent(cache_errors)]` |
-/// | `crate = "…"` | the path of `idem` when renamed in `Cargo.toml` (absolute: `::name` or `crate::…`) | `#[idempotent(crate = "::my_idem")]` |
+#[doc = include_str!("../docs/options.md")]
 ///
 /// Unknown and duplicate options, a `skip` of a parameter that does not exist, two `#[key]`
-/// parameters and a malformed `ttl` are compile errors, all reported at once.
+/// parameters, a malformed `ttl`, a `lease` out of bounds and `release_on_cancel` on a detached
+/// tool are compile errors, all reported at once, each at the option that caused it.
 ///
 /// **`skip` and the fingerprint.** A skipped argument is not part of the key, but if it
 /// implements `Serialize` it is part of the fingerprint: replaying a recorded key for a call
@@ -152,9 +198,10 @@
 ///   `#[idempotent]` sees its output: a non-`async` `fn` returning
 ///   `Pin<Box<dyn Future<Output = R> + Send + '_>>` whose body is `Box::pin(async move { … })`.
 ///   `#[idempotent]` recognises that shape and wraps the inner block; nothing to do but keep
-///   `#[async_trait]` on the block and `#[idempotent]` on the method. The method gets no
-///   descriptor of its own (it has no visibility): add [`#[tool_impl]`](macro@tool_impl) to
-///   the block, above or below `#[async_trait]`, to list it in [`tools!`].
+///   `#[async_trait]` on the block and `#[idempotent]` on the method, and add
+///   [`#[tool_impl]`](macro@tool_impl) to the block, above or below `#[async_trait]`: it names
+///   the method `Type::method` and emits its descriptor for [`tools!`]. An `#[async_trait]`
+///   tool always runs attached (its body borrows `self`).
 /// - any macro that turns the `async fn` into something else must go **below** `#[idempotent]`
 ///   unless it produces the `#[async_trait]` shape.
 ///
@@ -168,6 +215,7 @@
 ///
 /// struct Bank;
 ///
+/// #[idem::tool_impl]
 /// #[async_trait::async_trait]
 /// impl Payments for Bank {
 ///     #[idempotent]
@@ -203,15 +251,22 @@ pub use idem_macros::idempotent;
 /// ```
 pub use idem_macros::read_only;
 
-/// Emits the descriptors of an `impl` block's tool methods that cannot carry their own: those
-/// with a `self` receiver and no visibility, so that [`tools!`] can list them.
+/// Names the tool methods of an `impl` block after its type (`Type::method`), and emits the
+/// descriptors of those that cannot carry their own (a `self` receiver and no visibility), so
+/// that [`tools!`] can list them.
 ///
+/// **Names.** Every `#[idempotent]` / `#[read_only]` method or associated function of the block
+/// gets the default name `Type::method` (see [`idempotent`](macro@idempotent#the-name)): two
+/// trait impls' `call` methods are two tools with different keys. `#[tool_impl]` expands first
+/// and passes the type name to the methods' attributes; an explicit `name = "…"` still wins.
+///
+/// **Descriptors.**
 /// `#[idempotent]` and `#[read_only]` put a method's descriptor (see
 /// [`idempotent`](macro@idempotent#the-descriptor)) next to the method, as an associated
 /// constant. A trait impl cannot hold extra items, so a method with a receiver and no
 /// visibility — every method of a trait impl (`impl Tool for X { async fn call(&self, …) }`),
 /// and the usual `#[tool]` method of an rmcp-style MCP server — gets none. Put `#[tool_impl]`
-/// on the `impl` block: it leaves the block unchanged and adds after it an inherent
+/// on the `impl` block: it adds after it an inherent
 /// `impl SelfTy { pub const __idem_tool_<method>: ToolInfo = …; }` with those descriptors,
 /// the same ones the method-level attribute would have built from its options.
 ///
@@ -245,8 +300,9 @@ pub use idem_macros::read_only;
 /// const TOOLS: &[ToolInfo] = idem::tools![SendEmail::call, Server::search];
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem::Error> {
-/// assert_eq!(TOOLS[0].name, "send_email");
+/// assert_eq!(TOOLS[0].name, "send_email"); // `name` wins
 /// assert_eq!(TOOLS[0].budget, Some(2));
+/// assert_eq!(TOOLS[1].name, "Server::search");
 /// assert_eq!(TOOLS[1].kind, ToolKind::ReadOnly);
 ///
 /// // The methods themselves are unchanged: still deduplicated.
@@ -268,9 +324,10 @@ pub use idem_macros::read_only;
 /// method's options are reported once, by the method's attribute; that method then gets no
 /// descriptor here.
 ///
-/// `#[tool_impl]` must be the outermost attribute of the block, or at least above any that
-/// removes the methods' attributes; `#[async_trait]` may be above or below it. It takes no
-/// options, and anything but an `impl` block is a compile error.
+/// `#[tool_impl]` must be above any attribute of the block that removes the methods'
+/// attributes; `#[async_trait]` may be above or below it, and so may an rmcp-style
+/// `#[tool_router]`, which leaves the methods' attributes alone. It takes no options, and
+/// anything but an `impl` block of a named type is a compile error.
 ///
 /// Limits: the descriptors live in an inherent impl of the self type, so that type must be
 /// local to the crate (not `Vec<X>` nor `&X`), and two listed methods of one type cannot share
@@ -283,6 +340,11 @@ pub use idem_runtime::*;
 #[doc(hidden)]
 #[path = "private.rs"]
 pub mod __private;
+
+/// The README's Rust examples, run as doctests so that they cannot rot.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// A `&'static [ToolInfo]` catalog of annotated tools, in the order given; **fails to compile if
 /// a listed tool is not annotated** with `#[idempotent]` or `#[read_only]` (the error names it).
@@ -319,6 +381,16 @@ pub mod __private;
 /// ```compile_fail
 /// async fn not_annotated() {}
 /// const TOOLS: &[idem::ToolInfo] = idem::tools![not_annotated];
+/// ```
+///
+/// So are two entries with one name (they would share keys); the error names both:
+///
+/// ```compile_fail,E0080
+/// #[idem::idempotent(name = "charge")]
+/// async fn charge(cents: u64) -> Result<u64, idem::Error> { Ok(cents) }
+/// #[idem::idempotent(name = "charge")]
+/// async fn charge_card(cents: u64) -> Result<u64, idem::Error> { Ok(cents) }
+/// const TOOLS: &[idem::ToolInfo] = idem::tools![charge, charge_card];
 /// ```
 #[macro_export]
 macro_rules! tools {

@@ -15,6 +15,7 @@ pub use ::std::time::Duration;
 
 pub use idem_macros::tools_impl;
 pub use idem_runtime::key::ArgsDigest;
+pub use idem_runtime::tool::ToolSlot;
 pub use idem_runtime::{Error, Store, ToolInfo, Turn};
 
 use idem_runtime::{
@@ -69,7 +70,11 @@ impl<T: Serialize + DeserializeOwned> ToolOk for T {}
                `From<idem::Error>`",
     label = "budget, turn and store failures are returned as the tool's own error",
     note = "add `impl From<idem::Error> for {Self}`, or use an error type that has one \
-            (`idem::Error`, `anyhow::Error`, `Box<dyn std::error::Error + Send + Sync>`)"
+            (`idem::Error`, `anyhow::Error`, `Box<dyn std::error::Error + Send + Sync>`)",
+    note = "if `{Self}` is defined in another crate (the orphan rule forbids that impl there, \
+            e.g. for `rmcp::ErrorData`), make the `#[idempotent]` fn return a local error type \
+            that has `From<idem::Error>`, or `idem::Error` itself, and convert it into \
+            `{Self}` with `?` or `map_err` in the handler that calls the tool"
 )]
 pub trait ToolErr: From<Error> {}
 impl<E: From<Error>> ToolErr for E {}
@@ -85,15 +90,16 @@ impl<E: From<Error>> ToolErr for E {}
 pub trait CachedErr: From<Error> + Serialize + DeserializeOwned {}
 impl<E: From<Error> + Serialize + DeserializeOwned> CachedErr for E {}
 
-/// An argument that is part of the key.
+/// An argument that is part of the key; `Name` is a type named like the parameter, so that the
+/// note can name it.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not implement `Serialize`, so it cannot be part of the idempotency key",
     label = "an argument of an `#[idempotent]` tool",
     note = "derive `serde::Serialize` for it, or leave the argument out of the key with \
-            `#[idempotent(skip(name))]`"
+            `#[idempotent(skip({Name}))]`"
 )]
-pub trait KeyArg: Serialize {}
-impl<T: Serialize + ?Sized> KeyArg for T {}
+pub trait KeyArg<Name>: Serialize {}
+impl<T: Serialize + ?Sized, Name> KeyArg<Name> for T {}
 
 /// A `#[key]` parameter: a caller-supplied idempotency key.
 #[diagnostic::on_unimplemented(
@@ -148,18 +154,25 @@ pub struct Digest {
 
 impl Digest {
     /// The turn from the task-local scope ([`Turn::current_for`]): `Error::NoTurn` outside one.
-    pub fn from_scope(tool: &'static ToolInfo) -> Self {
-        let state = Turn::current_for(tool.name).map(|turn| (turn, ArgsDigest::new(tool.name)));
+    /// `slot` is checked first: `Error::DuplicateTool` if another tool has this one's name.
+    pub fn from_scope(tool: &'static ToolInfo, slot: &'static ToolSlot) -> Self {
+        let state = slot
+            .register(tool)
+            .and_then(|()| Turn::current_for(tool.name))
+            .map(|turn| (turn, ArgsDigest::new(tool.name)));
         Digest { tool, state }
     }
 
-    /// The turn from a `Turn` or `&Turn` parameter.
-    pub fn with_turn<T: ::std::borrow::Borrow<Turn>>(tool: &'static ToolInfo, turn: &T) -> Self {
-        let turn = turn.borrow().clone();
-        Digest {
-            tool,
-            state: Ok((turn, ArgsDigest::new(tool.name))),
-        }
+    /// The turn from a `Turn` or `&Turn` parameter; `slot` is checked first.
+    pub fn with_turn<T: ::std::borrow::Borrow<Turn>>(
+        tool: &'static ToolInfo,
+        slot: &'static ToolSlot,
+        turn: &T,
+    ) -> Self {
+        let state = slot
+            .register(tool)
+            .map(|()| (turn.borrow().clone(), ArgsDigest::new(tool.name)));
+        Digest { tool, state }
     }
 
     fn add(&mut self, f: impl FnOnce(&mut ArgsDigest) -> Result<(), Error>) {
@@ -180,7 +193,7 @@ impl Digest {
 }
 
 /// An argument in the key and the fingerprint.
-pub fn key_arg<T: KeyArg + ?Sized>(digest: &mut Digest, name: &str, value: &T) {
+pub fn key_arg<T: KeyArg<Name> + ?Sized, Name>(digest: &mut Digest, name: &str, value: &T) {
     digest.add(|d| d.arg(name, value));
 }
 
@@ -268,21 +281,31 @@ where
     }
 }
 
-/// The body of a tool that runs detached from its caller.
+/// Implemented by no type: `tools![Type::method]` requires it when `Type` has no descriptor
+/// for `method`, so that the error says what to do. `Method` is a type named like the method.
 #[diagnostic::on_unimplemented(
-    message = "this `#[idempotent]` tool runs detached from its caller, so its body must be \
-               `Send + 'static`",
-    label = "the body holds something that is not `Send` (an `Rc`, a `MutexGuard`, …) across \
-             an `.await`, or borrows",
-    note = "a detached tool keeps running when its caller times out, so a retry joins it \
-            instead of running it twice; to run it in the caller's task instead, add \
-            `#[idempotent(attached)]` (a call dropped mid-run is then kept as interrupted)"
+    message = "`{Self}::{Method}` has no idem descriptor, so `tools![]` cannot list it",
+    label = "not annotated, or its descriptor is not emitted",
+    note = "annotate the method with `#[idempotent]` or `#[read_only]`; a method with a `self` \
+            receiver and no visibility (in a trait impl, or an rmcp-style server) gets its \
+            descriptor from `#[idem::tool_impl]` on its `impl` block: add it there, or give an \
+            inherent method a visibility such as `pub`"
+)]
+pub trait NoDescriptor<Method> {}
+
+/// The body of a detached tool: it runs in a task of its own, so it must be `Send + 'static`.
+#[diagnostic::on_unimplemented(
+    message = "the body of this `#[idempotent]` tool runs detached, in a task of its own, so it \
+               must be `Send + 'static`",
+    label = "holds something that is not `Send` across an `.await`, or borrows",
+    note = "a detached body finishes and records its result even if the caller times out; to \
+            run it in the caller's task instead, write `#[idempotent(attached)]`"
 )]
 pub trait DetachedBody<R>: Future<Output = R> + Send + 'static {}
 impl<R, F: Future<Output = R> + Send + 'static> DetachedBody<R> for F {}
 
-/// Runs an `#[idempotent]` tool's body through [`execute_detached`]: in a task of its own, so
-/// it finishes and records its result even if the caller goes away.
+/// Runs a detached `#[idempotent]` tool's body through [`execute_detached`]: the engine spawns
+/// it, so it finishes, records its result and serves retries even if the caller goes away.
 ///
 /// # Errors
 /// As [`run`].
@@ -291,7 +314,8 @@ where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
     R::Err: ToolErr + Send + 'static,
-    F: DetachedBody<R>,
+    // rustc reports a body that is not `Send` with its own message, which shows this line:
+    F: DetachedBody<R>, // the body is not `Send`? write `#[idempotent(attached)]`
 {
     match prepare(digest, store) {
         Ok(call) => {
@@ -315,7 +339,7 @@ where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
     R::Err: CachedErr + Send + 'static,
-    F: DetachedBody<R>,
+    F: DetachedBody<R>, // the body is not `Send`? write `#[idempotent(attached)]`
 {
     match prepare(digest, store) {
         Ok(call) => {
@@ -324,4 +348,25 @@ where
         }
         Err(error) => R::from_result(Err(R::Err::from(error))),
     }
+}
+
+/// Whether two descriptors have one name, in a constant (for `tools![]`).
+pub const fn same_name(a: &ToolInfo, b: &ToolInfo) -> bool {
+    let (a, b) = (a.name.as_bytes(), b.name.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// Fails the evaluation of `tools![]`'s constant with `message`, which names both tools.
+pub const fn duplicate_tool(message: &'static str) {
+    panic!("{}", message);
 }

@@ -38,6 +38,7 @@ mod billing {
 
     pub struct Ledger;
 
+    #[idem::tool_impl]
     impl Ledger {
         #[idem::read_only]
         pub fn balance(&self) -> u64 {
@@ -70,8 +71,8 @@ fn the_catalog_lists_every_tool_with_its_classification() {
             "search_docs",
             "word_count",
             "charge_card",
-            "balance",
-            "append"
+            "Ledger::balance",
+            "Ledger::append"
         ]
     );
     let kinds: Vec<_> = TOOLS.iter().map(|t| t.kind).collect();

@@ -52,6 +52,7 @@ mod tools {
 
     pub struct Mailer;
 
+    #[::idem::tool_impl]
     impl Mailer {
         #[::idem::idempotent]
         pub async fn deliver(&self, to: u32) -> ::std::result::Result<u32, ::idem::Error> {

@@ -79,7 +79,7 @@ struct Vault;
 #[async_trait::async_trait]
 #[tool_impl]
 impl Payments for Vault {
-    #[idempotent(name = "vault_pay")]
+    #[idempotent]
     async fn pay(&self, cents: u64) -> Result<u64, Error> {
         Ok(cents)
     }
@@ -123,12 +123,12 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
         names,
         [
             "send_email",
-            "create_ticket",
-            "search",
-            "close_ticket",
-            "pay",
-            "vault_pay",
-            "handle"
+            "Server::create_ticket",
+            "Server::search",
+            "Server::close_ticket",
+            "Bank::pay",
+            "Vault::pay",
+            "Wrapper::handle"
         ]
     );
     use ToolKind::{Idempotent, ReadOnly};
@@ -159,8 +159,8 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
             .with_ttl(Duration::from_secs(1800))
             .with_budget(2)
     );
-    assert_eq!(TOOLS[2], ToolInfo::read_only("search"));
-    assert_eq!(TOOLS[6], ToolInfo::read_only("handle"));
+    assert_eq!(TOOLS[2], ToolInfo::read_only("Server::search"));
+    assert_eq!(TOOLS[6], ToolInfo::read_only("Wrapper::handle"));
 }
 
 #[tokio::test]

@@ -1,12 +1,27 @@
 //! Procedural macros for [`idem`](https://docs.rs/idem). Depend on `idem`, not on this crate:
 //! the macros are documented, and their generated code resolved, through `idem`.
+//!
+//! The pipeline, one module per step:
+//! - `attr`: the attribute options, parsed with their spans;
+//! - `ast`: the input model, the annotated function read from its tokens;
+//! - `valid`: the rules, each an error at the tokens or option that broke it;
+//! - `expand`: code generation for `#[idempotent]` and `#[read_only]`;
+//! - `descriptor`: tool names and the `ToolInfo` descriptors;
+//! - `catalog`: `tools![]` and its compile-time checks;
+//! - `tool_impl`: `#[tool_impl]` on an `impl` block;
+//! - `errors`: the error collector every step reports into.
 #![forbid(unsafe_code)]
 
 use proc_macro::TokenStream;
 
+mod ast;
+mod attr;
+mod catalog;
+mod descriptor;
+mod errors;
 mod expand;
-mod options;
 mod tool_impl;
+mod valid;
 
 /// Makes an `async fn` tool safe to retry. Documented in `idem`, which re-exports it.
 #[proc_macro_attribute]
@@ -20,8 +35,8 @@ pub fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::read_only(args.into(), item.into()).into()
 }
 
-/// Emits the descriptors of an `impl` block's visibility-less tool methods. Documented in
-/// `idem`, which re-exports it.
+/// Names the tool methods of an `impl` block after its type and emits the descriptors of its
+/// visibility-less ones. Documented in `idem`, which re-exports it.
 #[proc_macro_attribute]
 pub fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
     tool_impl::tool_impl(args.into(), item.into()).into()
@@ -31,5 +46,5 @@ pub fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
 #[doc(hidden)]
 #[proc_macro]
 pub fn tools_impl(input: TokenStream) -> TokenStream {
-    expand::tools(input.into()).into()
+    catalog::tools(input.into()).into()
 }

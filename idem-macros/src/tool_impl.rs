@@ -1,5 +1,6 @@
-//! The expansion of `#[tool_impl]`: descriptors for the methods of an `impl` block that the
-//! method-level macros cannot emit themselves.
+//! The expansion of `#[tool_impl]`: it gives the tool methods of an `impl` block their type's
+//! name (`Type::method`, through the hidden option `__impl = Type` inserted into their
+//! attributes), and emits the descriptors that the method-level macros cannot emit themselves.
 
 use std::collections::HashSet;
 
@@ -7,16 +8,17 @@ use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote};
 use syn::punctuated::Punctuated;
 use syn::{
-    Attribute, GenericParam, ImplItem, ImplItemFn, ItemImpl, Meta, WherePredicate, parse_quote,
+    Attribute, GenericParam, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, WherePredicate,
+    parse_quote,
 };
 
-use crate::expand::{
-    descriptor_const, emits_own_descriptor, fail, idempotent_info, read_only_info,
-};
-use crate::options::{Errors, IdempotentOptions, parse_read_only};
+use crate::attr::{IMPL_OPTION, IdempotentOptions, ReadOnlyOptions};
+use crate::descriptor::{descriptor_const, emits_own_descriptor, idempotent_info, read_only_info};
+use crate::errors::{Errors, fail};
 
-/// `#[tool_impl]`: the `impl` block unchanged, then an inherent `impl` holding the descriptors
-/// of its `#[idempotent]` / `#[read_only]` methods that have a receiver and no visibility.
+/// `#[tool_impl]`: the `impl` block, its methods' classification attributes given
+/// `__impl = Type`, then an inherent `impl` holding the descriptors of its `#[idempotent]` /
+/// `#[read_only]` methods that have a receiver and no visibility.
 pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     if !args.is_empty() {
@@ -26,7 +28,7 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
              (including `crate = \"…\"` for a renamed `idem`)",
         ));
     }
-    let block = match syn::parse2::<ItemImpl>(item.clone()) {
+    let mut block = match syn::parse2::<ItemImpl>(item.clone()) {
         Ok(block) => block,
         Err(_) => {
             let hint = if syn::parse2::<syn::ItemFn>(item.clone()).is_ok() {
@@ -44,8 +46,23 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
             return fail(errors, item);
         }
     };
-    if errors.peek().is_some() {
+    let Some(type_name) = type_name(&block.self_ty) else {
+        errors.spanned(
+            &block.self_ty,
+            "`#[tool_impl]` needs a named self type (`impl Tool for MyType`): its methods are \
+             named after it",
+        );
         return fail(errors, item);
+    };
+    for item in &mut block.items {
+        if let ImplItem::Fn(method) = item {
+            name_after(method, &type_name);
+        }
+    }
+    // With options given to it, the methods are still named (so that they report no errors of
+    // their own about it), but no descriptors are emitted.
+    if errors.any() {
+        return fail(errors, block.into_token_stream());
     }
     let descriptors: Vec<TokenStream> = block
         .items
@@ -56,11 +73,11 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         })
         .collect();
     if descriptors.is_empty() {
-        return item;
+        return block.into_token_stream();
     }
     let (impl_generics, self_ty, where_clause) = inherent_header(&block);
     quote! {
-        #item
+        #block
         #[allow(clippy::multiple_inherent_impl)]
         impl #impl_generics #self_ty #where_clause {
             #(#descriptors)*
@@ -89,13 +106,58 @@ fn method_descriptor(method: &ImplItemFn) -> Option<TokenStream> {
         let options = IdempotentOptions::parse(args, &mut errors);
         idempotent_info(ident, &options)
     } else {
-        let krate = parse_read_only(args, &mut errors);
-        read_only_info(ident, krate.as_ref())
+        let options = ReadOnlyOptions::parse(args, &mut errors);
+        read_only_info(ident, &options)
     };
-    if errors.peek().is_some() {
+    if errors.any() {
         return None;
     }
     Some(descriptor_const(&parse_quote!(pub), ident, &private, &info))
+}
+
+/// The last segment of the self type's path, without generic arguments: `Wrapper` for
+/// `Wrapper<T>`, `X` for `&X`.
+fn type_name(ty: &Type) -> Option<Ident> {
+    match ty {
+        Type::Path(path) => path.path.segments.last().map(|s| s.ident.clone()),
+        Type::Reference(r) => type_name(&r.elem),
+        Type::Paren(p) => type_name(&p.elem),
+        Type::Group(g) => type_name(&g.elem),
+        _ => None,
+    }
+}
+
+/// Adds `__impl = Type` to the method's `#[idempotent]` / `#[read_only]` attributes (all of
+/// them: two on one method are reported by the method-level macro).
+fn name_after(method: &mut ImplItemFn, type_name: &Ident) {
+    let option = Ident::new(IMPL_OPTION, Span::call_site());
+    for attr in &mut method.attrs {
+        let Some(last) = attr.path().segments.last() else {
+            continue;
+        };
+        if last.ident != "idempotent" && last.ident != "read_only" {
+            continue;
+        }
+        let added = quote!(#option = #type_name);
+        match &mut attr.meta {
+            Meta::Path(path) => {
+                attr.meta = Meta::List(syn::MetaList {
+                    path: path.clone(),
+                    delimiter: syn::MacroDelimiter::Paren(Default::default()),
+                    tokens: added,
+                });
+            }
+            Meta::List(list) => {
+                let tokens = &list.tokens;
+                list.tokens = if tokens.is_empty() {
+                    added
+                } else {
+                    quote!(#tokens, #added)
+                };
+            }
+            Meta::NameValue(_) => {}
+        }
+    }
 }
 
 /// The arguments of `#[attr]` / `#[attr(...)]`; `None` for `#[attr = …]`.

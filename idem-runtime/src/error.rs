@@ -190,6 +190,18 @@ pub enum Error {
         message: String,
     },
 
+    /// Two different tools reached the engine under one name, so they would share keys.
+    #[error(
+        "two different tools are named `{name}` in this process, so they would share \
+         idempotency keys and replay each other's results; this call was refused: give one of \
+         them `#[idempotent(name = \"…\")]` (for methods, `#[idem::tool_impl]` on the impl \
+         block names them `Type::method`)"
+    )]
+    DuplicateTool {
+        /// The shared name.
+        name: &'static str,
+    },
+
     /// An invalid configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),

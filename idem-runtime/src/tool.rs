@@ -1,6 +1,12 @@
-//! Tool descriptors: the compile-time classification of every tool.
+//! Tool descriptors: the compile-time classification of every tool, and the slot that makes
+//! sure two different tools never reach the engine under one name.
 
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
+
+use crate::error::Error;
 
 /// Whether a tool changes the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,7 +31,8 @@ pub enum ToolKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ToolInfo {
-    /// The key namespace of the tool (its function name unless renamed).
+    /// The tool's name, part of every key: `name = "…"` if given, else `Type::method` for a
+    /// method under `#[tool_impl]`, else the function's name.
     pub name: &'static str,
     /// Read-only or idempotent.
     pub kind: ToolKind,
@@ -120,5 +127,106 @@ impl ToolInfo {
     /// read-only.
     pub const fn destructive_hint(&self) -> bool {
         !self.read_only_hint()
+    }
+}
+
+/// The tools registered by [`ToolSlot`]s: (name, version) → address of the slot that registered
+/// it. The version is part of the identity: two versions of a tool derive different keys.
+static REGISTRY: Mutex<BTreeMap<(&'static str, u32), usize>> = Mutex::new(BTreeMap::new());
+
+const UNREGISTERED: u8 = 0;
+const REGISTERED: u8 = 1;
+const DUPLICATE: u8 = 2;
+
+/// The identity of one tool in the process: `#[idempotent]` emits one `static` slot per tool
+/// and checks it before every call, so that two different tools reaching the engine under one
+/// name (and so sharing keys) are refused instead of replaying each other's results.
+///
+/// The first call registers `(name, version) → this slot` in a global map (under a mutex);
+/// every later call is a single atomic load. Two versions of one name are two tools (their keys
+/// differ), so they may coexist.
+///
+/// ```
+/// use idem_runtime::ToolInfo;
+/// use idem_runtime::tool::ToolSlot;
+///
+/// static TOOL: ToolInfo = ToolInfo::idempotent("doc_example_tool");
+/// static FIRST: ToolSlot = ToolSlot::new();
+/// static SECOND: ToolSlot = ToolSlot::new();
+/// assert!(FIRST.register(&TOOL).is_ok());
+/// assert!(FIRST.register(&TOOL).is_ok()); // the same tool again
+/// assert!(SECOND.register(&TOOL).is_err()); // another tool, same name
+/// ```
+#[derive(Debug)]
+pub struct ToolSlot {
+    state: AtomicU8,
+}
+
+impl ToolSlot {
+    /// An unregistered slot, for a `static`.
+    pub const fn new() -> Self {
+        ToolSlot {
+            state: AtomicU8::new(UNREGISTERED),
+        }
+    }
+
+    /// Registers this slot as `tool` (its name and version), or checks that it is.
+    ///
+    /// # Errors
+    /// [`Error::DuplicateTool`] if another slot registered that name and version first.
+    pub fn register(&'static self, tool: &ToolInfo) -> Result<(), Error> {
+        let name = tool.name;
+        match self.state.load(Ordering::Acquire) {
+            REGISTERED => return Ok(()),
+            DUPLICATE => return Err(Error::DuplicateTool { name }),
+            _ => {}
+        }
+        let address = std::ptr::from_ref(self) as usize;
+        let mut registry = REGISTRY
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let owner = *registry.entry((name, tool.version)).or_insert(address);
+        drop(registry);
+        if owner == address {
+            self.state.store(REGISTERED, Ordering::Release);
+            Ok(())
+        } else {
+            self.state.store(DUPLICATE, Ordering::Release);
+            Err(Error::DuplicateTool { name })
+        }
+    }
+}
+
+impl Default for ToolSlot {
+    fn default() -> Self {
+        ToolSlot::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_slot_with_a_taken_name_is_refused_every_time() {
+        static A: ToolSlot = ToolSlot::new();
+        static B: ToolSlot = ToolSlot::new();
+        static C: ToolSlot = ToolSlot::new();
+        static D: ToolSlot = ToolSlot::new();
+        let tool = ToolInfo::idempotent("slot_test_tool");
+        A.register(&tool).unwrap();
+        for _ in 0..2 {
+            let error = B.register(&tool).unwrap_err();
+            assert!(matches!(
+                error,
+                Error::DuplicateTool {
+                    name: "slot_test_tool"
+                }
+            ));
+        }
+        A.register(&tool).unwrap();
+        C.register(&ToolInfo::idempotent("slot_test_other"))
+            .unwrap();
+        D.register(&tool.with_version(2)).unwrap();
     }
 }

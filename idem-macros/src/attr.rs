@@ -1,4 +1,9 @@
-//! The options of `#[idempotent(...)]`, parsed into [`IdempotentOptions`], every error kept.
+//! The attribute options: `#[idempotent(...)]` parsed into [`IdempotentOptions`], `#[read_only]`
+//! into [`ReadOnlyOptions`]. Every error is kept, and every value keeps its span so that a later
+//! rule can point at the option that caused an error.
+//!
+//! The one option users never write, `__impl = Type`, is inserted by `#[tool_impl]` into the
+//! attributes of the methods of its block: it gives them the name of the type they belong to.
 
 use std::time::Duration;
 
@@ -8,30 +13,24 @@ use syn::parse::Parser;
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, LitInt, LitStr, Path, Token};
 
-/// Errors gathered while expanding, reported all at once.
-#[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
+use crate::errors::Errors;
 
-impl Errors {
-    pub(crate) fn push(&mut self, error: syn::Error) {
-        match &mut self.0 {
-            Some(errors) => errors.combine(error),
-            None => self.0 = Some(error),
-        }
-    }
-
-    pub(crate) fn at(&mut self, span: Span, message: impl std::fmt::Display) {
-        self.push(syn::Error::new(span, message));
-    }
-
-    pub(crate) fn peek(&self) -> Option<&syn::Error> {
-        self.0.as_ref()
-    }
-
-    pub(crate) fn into_compile_errors(self) -> Option<TokenStream> {
-        self.0.map(|e| e.to_compile_error())
-    }
+/// An option's value and where it was written.
+#[derive(Clone, Copy)]
+pub(crate) struct Located<T> {
+    /// The parsed value.
+    pub value: T,
+    /// The option as written (name and value).
+    pub span: Span,
 }
+
+/// The hidden option `#[tool_impl]` inserts: the name of the impl block's self type.
+pub(crate) const IMPL_OPTION: &str = "__impl";
+
+/// The shortest and longest `lease`; the runtime checks the same bounds.
+pub(crate) const LEASE_MIN: Duration = Duration::from_millis(10);
+/// See [`LEASE_MIN`].
+pub(crate) const LEASE_MAX: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// `#[idempotent(...)]`, as written.
 #[derive(Default)]
@@ -39,25 +38,35 @@ pub(crate) struct IdempotentOptions {
     /// `name = "…"`: the tool's name and key namespace.
     pub name: Option<LitStr>,
     /// `version = N`.
-    pub version: Option<u32>,
+    pub version: Option<Located<u32>>,
     /// `skip(a, b)`.
     pub skip: Vec<Ident>,
     /// `ignore(a, b)`.
     pub ignore: Vec<Ident>,
     /// `ttl = "1h"`, parsed.
-    pub ttl: Option<Duration>,
+    pub ttl: Option<Located<Duration>>,
+    /// `lease = "30s"`, parsed and within bounds.
+    pub lease: Option<Located<Duration>>,
     /// `budget = N`.
-    pub budget: Option<u32>,
+    pub budget: Option<Located<u32>>,
     /// `store = EXPR`.
     pub store: Option<Expr>,
     /// `cache_errors`.
-    pub cache_errors: bool,
+    pub cache_errors: Option<Span>,
+    /// `attached`: run the body in the caller's task.
+    pub attached: Option<Span>,
+    /// `release_on_cancel`: an attached body cancelled mid-run frees its key.
+    pub release_on_cancel: Option<Span>,
     /// `crate = "…"`.
     pub krate: Option<Path>,
+    /// `__impl = Type`, from `#[tool_impl]`.
+    pub impl_type: Option<Ident>,
 }
 
-const OPTIONS: &str = "`name = \"…\"`, `version = N`, `skip(arg, …)`, `ignore(arg, …)`, `ttl = \"1h\"`, \
-                       `budget = N`, `store = EXPR`, `cache_errors`, `crate = \"…\"`";
+/// The options users can write, for error messages.
+const OPTIONS: &str = "`name = \"…\"`, `version = N`, `skip(arg, …)`, `ignore(arg, …)`, \
+                       `ttl = \"1h\"`, `lease = \"30s\"`, `budget = N`, `store = EXPR`, \
+                       `cache_errors`, `attached`, `release_on_cancel`, `crate = \"…\"`";
 
 impl IdempotentOptions {
     /// Parses the attribute's arguments; errors go to `errors` and the option is left unset.
@@ -101,55 +110,60 @@ impl IdempotentOptions {
             }
             "version" => {
                 let lit = lit_int(meta, "version = 2")?;
-                self.version = Some(lit.base10_parse::<u32>().map_err(|_| {
+                let value = lit.base10_parse::<u32>().map_err(|_| {
                     syn::Error::new(
                         lit.span(),
                         "`version` must be an integer from 0 to u32::MAX",
                     )
-                })?);
+                })?;
+                self.version = Some(joined(value, span, lit.span()));
             }
             "budget" => {
                 let lit = lit_int(meta, "budget = 3")?;
                 let budget = lit.base10_parse::<u32>().ok().filter(|b| *b > 0);
-                self.budget = Some(budget.ok_or_else(|| {
+                let value = budget.ok_or_else(|| {
                     syn::Error::new(
                         lit.span(),
                         "`budget` is the number of attempts allowed per key per turn: an \
                          integer from 1 to u32::MAX",
                     )
-                })?);
+                })?;
+                self.budget = Some(joined(value, span, lit.span()));
             }
             "ttl" => {
-                let lit = lit_str(meta, "ttl = \"1h\"")?;
-                let ttl = humantime::parse_duration(&lit.value()).map_err(|e| {
-                    syn::Error::new(
-                        lit.span(),
-                        format!(
-                            "invalid `ttl` {:?}: {e}; write a duration like \"30s\", \"15m\", \
-                             \"1h\" or \"7days\"",
-                            lit.value()
-                        ),
-                    )
-                })?;
+                let (ttl, lit) = duration(meta, "ttl")?;
                 if ttl.is_zero() {
                     return Err(syn::Error::new(
                         lit.span(),
                         "`ttl` must be longer than zero: a result kept for no time replays nothing",
                     ));
                 }
-                self.ttl = Some(ttl);
+                self.ttl = Some(joined(ttl, span, lit.span()));
+            }
+            "lease" => {
+                let (lease, lit) = duration(meta, "lease")?;
+                if lease < LEASE_MIN || lease > LEASE_MAX {
+                    return Err(syn::Error::new(
+                        lit.span(),
+                        format!(
+                            "`lease` must be from 10ms to 24h, found {}: it is how long a call \
+                             holds its key without renewal, so a crashed holder blocks retries \
+                             at most that long",
+                            humantime::format_duration(lease)
+                        ),
+                    ));
+                }
+                self.lease = Some(joined(lease, span, lit.span()));
             }
             "store" => self.store = Some(meta.value()?.parse()?),
-            "cache_errors" => {
-                if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
-                    return Err(syn::Error::new(span, "`cache_errors` takes no value"));
-                }
-                self.cache_errors = true;
-            }
+            "cache_errors" => self.cache_errors = Some(flag(meta, name)?),
+            "attached" => self.attached = Some(flag(meta, name)?),
+            "release_on_cancel" => self.release_on_cancel = Some(flag(meta, name)?),
             "crate" => {
                 let lit = lit_str(meta, "crate = \"my_idem\"")?;
                 self.krate = Some(lit.parse()?);
             }
+            IMPL_OPTION => self.impl_type = Some(impl_type(meta)?),
             "skip" | "ignore" => {
                 if !meta.input.peek(syn::token::Paren) {
                     return Err(syn::Error::new(span, format!("write `{name}(arg, …)`")));
@@ -185,6 +199,51 @@ impl IdempotentOptions {
     }
 }
 
+/// `#[read_only]`, as written: only `crate = "…"` (and the hidden `__impl`).
+#[derive(Default)]
+pub(crate) struct ReadOnlyOptions {
+    /// `crate = "…"`.
+    pub krate: Option<Path>,
+    /// `__impl = Type`, from `#[tool_impl]`.
+    pub impl_type: Option<Ident>,
+}
+
+impl ReadOnlyOptions {
+    /// Parses the attribute's arguments; errors go to `errors`.
+    pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Self {
+        let mut options = ReadOnlyOptions::default();
+        let parser = syn::meta::parser(|meta| {
+            if meta.path.is_ident("crate") && options.krate.is_none() {
+                let lit = lit_str(&meta, "crate = \"my_idem\"")?;
+                options.krate = Some(lit.parse()?);
+                return Ok(());
+            }
+            if meta.path.is_ident(IMPL_OPTION) && options.impl_type.is_none() {
+                options.impl_type = Some(impl_type(&meta)?);
+                return Ok(());
+            }
+            errors.at(
+                meta.path.span(),
+                "`#[read_only]` takes no options: a read-only tool has no key, store or budget \
+                 (only `crate = \"…\"` is accepted, for a renamed `idem` dependency)",
+            );
+            skip_value(&meta)
+        });
+        if let Err(error) = parser.parse2(args) {
+            errors.push(error);
+        }
+        options
+    }
+}
+
+/// A value spanning from the option's name to its value.
+fn joined<T>(value: T, name: Span, value_span: Span) -> Located<T> {
+    Located {
+        value,
+        span: name.join(value_span).unwrap_or(value_span),
+    }
+}
+
 /// The option's name: one identifier (or `crate`).
 fn option_name(path: &Path) -> Option<String> {
     if path.leading_colon.is_some() || path.segments.len() != 1 {
@@ -195,6 +254,38 @@ fn option_name(path: &Path) -> Option<String> {
         .arguments
         .is_none()
         .then(|| segment.ident.to_string())
+}
+
+/// A flag option (`cache_errors`): its span; a value is an error.
+fn flag(meta: &ParseNestedMeta<'_>, name: &str) -> syn::Result<Span> {
+    if !meta.input.is_empty() && !meta.input.peek(Token![,]) {
+        return Err(syn::Error::new(
+            meta.path.span(),
+            format!("`{name}` takes no value"),
+        ));
+    }
+    Ok(meta.path.span())
+}
+
+/// `__impl = Type`.
+fn impl_type(meta: &ParseNestedMeta<'_>) -> syn::Result<Ident> {
+    meta.value()?.parse()
+}
+
+/// The value of `option = "<humantime duration>"`, parsed.
+fn duration(meta: &ParseNestedMeta<'_>, option: &str) -> syn::Result<(Duration, LitStr)> {
+    let lit = lit_str(meta, &format!("{option} = \"1h\""))?;
+    let parsed = humantime::parse_duration(&lit.value()).map_err(|e| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "invalid `{option}` {:?}: {e}; write a duration like \"30s\", \"15m\", \"1h\" \
+                 or \"7days\"",
+                lit.value()
+            ),
+        )
+    })?;
+    Ok((parsed, lit))
 }
 
 /// The value of `option = "…"`.
@@ -241,26 +332,4 @@ fn skip_value(meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
         syn::parenthesized!(_content in meta.input);
     }
     Ok(())
-}
-
-/// `#[read_only]` takes no options but `crate = "…"`.
-pub(crate) fn parse_read_only(args: TokenStream, errors: &mut Errors) -> Option<Path> {
-    let mut krate = None;
-    let parser = syn::meta::parser(|meta| {
-        if meta.path.is_ident("crate") && krate.is_none() {
-            let lit = lit_str(&meta, "crate = \"my_idem\"")?;
-            krate = Some(lit.parse()?);
-            return Ok(());
-        }
-        errors.at(
-            meta.path.span(),
-            "`#[read_only]` takes no options: a read-only tool has no key, store or budget \
-             (only `crate = \"…\"` is accepted, for a renamed `idem` dependency)",
-        );
-        skip_value(&meta)
-    });
-    if let Err(error) = parser.parse2(args) {
-        errors.push(error);
-    }
-    krate
 }

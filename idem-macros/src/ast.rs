@@ -1,0 +1,243 @@
+//! The input model: what an annotated function is made of, read from its tokens with no
+//! judgement. The rules live in [`crate::valid`], the generated code in [`crate::expand`].
+
+use proc_macro2::Span;
+use quote::format_ident;
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{
+    Attribute, Expr, ExprAsync, FnArg, GenericArgument, Ident, ItemFn, Pat, PatIdent,
+    PathArguments, Receiver, ReturnType, Stmt, Type, TypeParamBound,
+};
+
+/// An `#[idempotent]` function, `#[key]` attributes taken off its parameters.
+pub(crate) struct ToolFn {
+    /// The function as it will be emitted (its body is replaced by the expansion).
+    pub func: ItemFn,
+    /// How its body is written.
+    pub form: Form,
+    /// The `self` parameter, if any.
+    pub receiver: Option<Receiver>,
+    /// `#[key]` attributes found on `self`.
+    pub key_on_self: Vec<Attribute>,
+    /// The other parameters, in order.
+    pub params: Vec<Param>,
+}
+
+/// How the function is written.
+pub(crate) enum Form {
+    /// `async fn … -> R`.
+    Native(Type),
+    /// `#[async_trait]` already ran: `fn … -> Pin<Box<dyn Future<Output = R> + …>>` whose body
+    /// is `Box::pin(async move { … })`.
+    AsyncTrait {
+        /// `R`.
+        output: Type,
+        /// The `Box::pin` path.
+        pin: Expr,
+        /// The `async move` block.
+        inner: Box<ExprAsync>,
+    },
+    /// `async fn` without a return type.
+    NoReturn,
+    /// Neither `async` nor the `#[async_trait]` shape.
+    NotAsync,
+}
+
+impl Form {
+    /// `R`, the tool's return type.
+    pub(crate) fn output(&self) -> Option<&Type> {
+        match self {
+            Form::Native(ty) | Form::AsyncTrait { output: ty, .. } => Some(ty),
+            Form::NoReturn | Form::NotAsync => None,
+        }
+    }
+}
+
+/// What a parameter is to the key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// In the key and the fingerprint.
+    Key,
+    /// `skip(..)`: in the fingerprint only (if `Serialize`).
+    Skip,
+    /// `ignore(..)`: in neither the key nor the fingerprint.
+    Ignore,
+    /// `#[key]`: the caller-supplied key.
+    CallerKey,
+    /// `Turn` / `&Turn`: where the turn comes from.
+    Turn,
+}
+
+/// One parameter after `self`.
+pub(crate) struct Param {
+    /// Its role; [`Role::Key`] or [`Role::Turn`] until the options are applied.
+    pub role: Role,
+    /// The name in the key: the identifier, or `argN` for a pattern.
+    pub name: String,
+    /// The variable holding the argument.
+    pub binding: Ident,
+    /// The pattern to destructure `binding` into, for pattern parameters.
+    pub pattern: Option<Pat>,
+    /// Its type.
+    pub ty: Type,
+    /// The `#[key]` attributes it carried.
+    pub key_attrs: Vec<Attribute>,
+}
+
+impl Param {
+    /// Where errors about it point: its type.
+    pub(crate) fn span(&self) -> Span {
+        self.ty.span()
+    }
+}
+
+impl ToolFn {
+    /// Reads `func`, removing the `#[key]` attributes of its parameters.
+    pub(crate) fn read(mut func: ItemFn) -> ToolFn {
+        let form = if func.sig.asyncness.is_some() {
+            match &func.sig.output {
+                ReturnType::Type(_, ty) => Form::Native((**ty).clone()),
+                ReturnType::Default => Form::NoReturn,
+            }
+        } else {
+            async_trait_form(&func).unwrap_or(Form::NotAsync)
+        };
+        let mut receiver = None;
+        let mut key_on_self = Vec::new();
+        let mut params = Vec::new();
+        let mut index = 0_usize;
+        for input in &mut func.sig.inputs {
+            let typed = match input {
+                FnArg::Receiver(r) => {
+                    key_on_self = take_attrs(&mut r.attrs, "key");
+                    receiver = Some(r.clone());
+                    continue;
+                }
+                FnArg::Typed(typed) => typed,
+            };
+            let position = index;
+            index += 1;
+            let key_attrs = take_attrs(&mut typed.attrs, "key");
+            let (name, binding, pattern) = match &*typed.pat {
+                Pat::Ident(PatIdent {
+                    by_ref: None,
+                    subpat: None,
+                    ident,
+                    ..
+                }) => {
+                    let mut name = ident.unraw().to_string();
+                    // `#[async_trait]` names pattern parameters `__argN`.
+                    if let Some(n) = name.strip_prefix("__arg")
+                        && n.parse::<usize>().is_ok()
+                    {
+                        name = format!("arg{n}");
+                    }
+                    (name, ident.clone(), None)
+                }
+                pat => (
+                    format!("arg{position}"),
+                    format_ident!("idem_arg{}", position, span = Span::mixed_site()),
+                    Some(pat.clone()),
+                ),
+            };
+            let role = if is_turn(&typed.ty) {
+                Role::Turn
+            } else {
+                Role::Key
+            };
+            params.push(Param {
+                role,
+                name,
+                binding,
+                pattern,
+                ty: (*typed.ty).clone(),
+                key_attrs,
+            });
+        }
+        ToolFn {
+            func,
+            form,
+            receiver,
+            key_on_self,
+            params,
+        }
+    }
+}
+
+/// Recognises the output of `#[async_trait]`.
+fn async_trait_form(func: &ItemFn) -> Option<Form> {
+    let ReturnType::Type(_, ty) = &func.sig.output else {
+        return None;
+    };
+    let pin = last_segment_args(ty, "Pin")?;
+    let boxed = last_segment_args(first_type_arg(pin)?, "Box")?;
+    let Type::TraitObject(object) = first_type_arg(boxed)? else {
+        return None;
+    };
+    let output = object.bounds.iter().find_map(|bound| match bound {
+        TypeParamBound::Trait(t) => {
+            let last = t.path.segments.last()?;
+            let PathArguments::AngleBracketed(args) = &last.arguments else {
+                return None;
+            };
+            (last.ident == "Future").then_some(())?;
+            args.args.iter().find_map(|arg| match arg {
+                GenericArgument::AssocType(a) if a.ident == "Output" => Some(a.ty.clone()),
+                _ => None,
+            })
+        }
+        _ => None,
+    })?;
+    let [Stmt::Expr(Expr::Call(call), None)] = func.block.stmts.as_slice() else {
+        return None;
+    };
+    let Expr::Path(pin_path) = &*call.func else {
+        return None;
+    };
+    let last = pin_path.path.segments.last()?;
+    let [Expr::Async(inner)] = call.args.iter().collect::<Vec<_>>().as_slice() else {
+        return None;
+    };
+    (last.ident == "pin" && inner.capture.is_some()).then(|| Form::AsyncTrait {
+        output,
+        pin: (*call.func).clone(),
+        inner: Box::new((*inner).clone()),
+    })
+}
+
+fn last_segment_args<'t>(ty: &'t Type, name: &str) -> Option<&'t PathArguments> {
+    let Type::Path(path) = ty else { return None };
+    let last = path.path.segments.last()?;
+    (last.ident == name).then_some(&last.arguments)
+}
+
+/// The first type argument of `<…>`.
+pub(crate) fn first_type_arg(args: &PathArguments) -> Option<&Type> {
+    let PathArguments::AngleBracketed(args) = args else {
+        return None;
+    };
+    args.args.iter().find_map(|a| match a {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    })
+}
+
+/// Removes and returns the attributes whose path ends in `name`.
+pub(crate) fn take_attrs(attrs: &mut Vec<Attribute>, name: &str) -> Vec<Attribute> {
+    let (taken, kept) = std::mem::take(attrs)
+        .into_iter()
+        .partition(|a| a.path().segments.last().is_some_and(|s| s.ident == name));
+    *attrs = kept;
+    taken
+}
+
+/// `Turn` or `&Turn` (any path ending in `Turn`).
+fn is_turn(ty: &Type) -> bool {
+    let ty = match ty {
+        Type::Reference(r) if r.mutability.is_none() => &*r.elem,
+        ty => ty,
+    };
+    matches!(ty, Type::Path(p) if p.qself.is_none()
+        && p.path.segments.last().is_some_and(|s| s.ident == "Turn" && s.arguments.is_none()))
+}

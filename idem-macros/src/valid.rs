@@ -1,0 +1,269 @@
+//! The rules: every check on an annotated function and its options, each reported into
+//! [`Errors`] at the tokens (or the option) that caused it. A new rule goes here.
+
+use proc_macro2::{TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::ext::IdentExt;
+use syn::spanned::Spanned;
+use syn::{Attribute, FnArg, Ident, ItemFn, Type};
+
+use crate::ast::{Form, Role, ToolFn, first_type_arg, take_attrs};
+use crate::attr::IdempotentOptions;
+use crate::errors::Errors;
+
+/// What the rules decided about a valid `#[idempotent]` function.
+pub(crate) struct Plan {
+    /// The body runs in a task of its own (see [`detachable`]).
+    pub detached: bool,
+}
+
+/// The message for a tool that does not return a `Result`.
+pub(crate) const NOT_RESULT: &str = "an `#[idempotent]` tool must return `Result<T, E>` with \
+                                     `T: Serialize + DeserializeOwned` and \
+                                     `E: From<idem::Error>`";
+
+/// Checks an `#[idempotent]` function against its options, and gives each parameter its role.
+pub(crate) fn idempotent(
+    tool: &mut ToolFn,
+    options: &IdempotentOptions,
+    errors: &mut Errors,
+) -> Plan {
+    conflicting(&mut tool.func.attrs, "read_only", "idempotent", errors);
+    form(tool, errors);
+    receiver_named(tool, options, errors);
+    caller_key(tool, errors);
+    unique_names(tool, errors);
+    skip_and_ignore(tool, options, errors);
+    owned_ok(tool, errors);
+    let detached = options.attached.is_none() && detachable(tool);
+    if detached && let Some(span) = options.release_on_cancel {
+        errors.at(
+            span,
+            "`release_on_cancel` applies to attached tools only: this tool is detached (its body \
+             runs in a task of its own), so a caller that times out or is dropped does not \
+             cancel it: it finishes and its result is recorded; add `attached` to run the body \
+             in the caller's task, or remove `release_on_cancel`",
+        );
+    }
+    Plan { detached }
+}
+
+/// Checks a `#[read_only]` function.
+pub(crate) fn read_only(func: &mut ItemFn, errors: &mut Errors) {
+    conflicting(&mut func.attrs, "idempotent", "read_only", errors);
+    for input in &func.sig.inputs {
+        let tokens = match input {
+            FnArg::Receiver(r) if r.reference.is_some() && r.mutability.is_some() => {
+                r.to_token_stream()
+            }
+            FnArg::Typed(t) if matches!(&*t.ty, Type::Reference(r) if r.mutability.is_some()) => {
+                t.ty.to_token_stream()
+            }
+            _ => continue,
+        };
+        errors.spanned(
+            tokens,
+            "a `#[read_only]` tool cannot take a `&mut` parameter: it could change state through \
+             it; take `&` instead, or make the tool `#[idempotent]`",
+        );
+    }
+}
+
+/// `#[read_only]` next to `#[idempotent]` (or the reverse): reported and removed.
+fn conflicting(attrs: &mut Vec<Attribute>, other: &str, this: &str, errors: &mut Errors) {
+    for attr in take_attrs(attrs, other) {
+        errors.at(
+            attr.span(),
+            format!(
+                "`#[{other}]` and `#[{this}]` cannot both apply: a tool either changes state \
+                 (`#[idempotent]`) or only reads (`#[read_only]`); keep one"
+            ),
+        );
+    }
+}
+
+/// An `async fn` with a return type, or the `#[async_trait]` shape.
+fn form(tool: &ToolFn, errors: &mut Errors) {
+    match tool.form {
+        Form::NoReturn => errors.at(tool.func.sig.ident.span(), NOT_RESULT),
+        Form::NotAsync => errors.at(
+            tool.func.sig.fn_token.span,
+            "`#[idempotent]` needs an `async fn`: the tool runs through idem's async engine \
+             (key, budget, store); make it `async fn`",
+        ),
+        Form::Native(_) | Form::AsyncTrait { .. } => {}
+    }
+}
+
+/// A method's default name needs its type, which only `#[tool_impl]` can give.
+fn receiver_named(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Errors) {
+    let Some(receiver) = &tool.receiver else {
+        return;
+    };
+    if options.name.is_some() || options.impl_type.is_some() {
+        return;
+    }
+    let method = tool.func.sig.ident.unraw();
+    errors.spanned(
+        receiver,
+        format!(
+            "an `#[idempotent]` method needs its type in its name, or two types' `{method}` \
+             methods would share keys: add `#[idem::tool_impl]` to the `impl` block (the name \
+             becomes `Type::{method}`), or give the tool a name: \
+             `#[idempotent(name = \"…\")]`"
+        ),
+    );
+}
+
+/// At most one `#[key]`, never on `self` nor on the turn.
+fn caller_key(tool: &mut ToolFn, errors: &mut Errors) {
+    for attr in &tool.key_on_self {
+        errors.at(attr.span(), "`self` cannot be the `#[key]`");
+    }
+    let mut first: Option<proc_macro2::Span> = None;
+    for param in &mut tool.params {
+        for attr in &param.key_attrs {
+            if param.role == Role::Turn {
+                errors.at(attr.span(), "the `Turn` parameter cannot be the `#[key]`");
+            } else if let Some(first) = first {
+                let mut error = syn::Error::new(
+                    attr.span(),
+                    "only one parameter can be the `#[key]`: it is the whole caller-supplied \
+                     idempotency key",
+                );
+                error.combine(syn::Error::new(first, "the first `#[key]` is here"));
+                errors.push(error);
+            } else {
+                first = Some(attr.span());
+                param.role = Role::CallerKey;
+            }
+        }
+    }
+}
+
+/// Two parameters cannot enter the key under one name.
+fn unique_names(tool: &ToolFn, errors: &mut Errors) {
+    let params = &tool.params;
+    for (i, param) in params.iter().enumerate() {
+        if params[..i].iter().any(|p| p.name == param.name) {
+            errors.at(
+                param.span(),
+                format!(
+                    "two parameters are named `{}` in the key (a pattern parameter is named \
+                     `argN` after its position): rename one",
+                    param.name
+                ),
+            );
+        }
+    }
+}
+
+/// `skip(..)` and `ignore(..)` name existing parameters that are not the turn or the `#[key]`,
+/// each once.
+fn skip_and_ignore(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut Errors) {
+    let listed = options.skip.iter().map(|i| (i, Role::Skip, "skip"));
+    let listed: Vec<(&Ident, Role, &str)> = listed
+        .chain(options.ignore.iter().map(|i| (i, Role::Ignore, "ignore")))
+        .collect();
+    let params = &mut tool.params;
+    for (i, &(ident, role, option)) in listed.iter().enumerate() {
+        let name = ident.unraw().to_string();
+        if let Some((_, _, first)) = listed[..i].iter().find(|(s, _, _)| s.unraw() == name) {
+            errors.at(
+                ident.span(),
+                format!("`{name}` is already listed in `{first}(..)`"),
+            );
+            continue;
+        }
+        match params.iter_mut().find(|p| p.name == name) {
+            None => {
+                let names: Vec<_> = params.iter().map(|p| format!("`{}`", p.name)).collect();
+                let names = if names.is_empty() {
+                    "it has none".to_owned()
+                } else {
+                    format!("it has {}", names.join(", "))
+                };
+                errors.at(
+                    ident.span(),
+                    format!(
+                        "`{option}({name})`: the function has no parameter named `{name}` \
+                         ({names}; a pattern parameter is named `argN` after its position)"
+                    ),
+                );
+            }
+            Some(p) if p.role == Role::Turn => errors.at(
+                ident.span(),
+                format!(
+                    "`{name}` is the turn: it is never part of the key, no need to {option} it"
+                ),
+            ),
+            Some(p) if p.role == Role::CallerKey => errors.at(
+                ident.span(),
+                format!("`{name}` is the `#[key]`: it cannot be in `{option}(..)`"),
+            ),
+            Some(p) => p.role = role,
+        }
+    }
+}
+
+/// `Result<&str, E>` cannot be replayed: the recorded value has nowhere to borrow from.
+/// Checked here because rustc's own error ("`Deserialize` is not general enough") says nothing
+/// useful.
+fn owned_ok(tool: &ToolFn, errors: &mut Errors) {
+    let Some(Type::Path(path)) = tool.form.output() else {
+        return;
+    };
+    let Some(last) = path.path.segments.last() else {
+        return;
+    };
+    let Some(ok) = first_type_arg(&last.arguments) else {
+        return;
+    };
+    if last.ident == "Result" && borrows(ok.to_token_stream()) {
+        errors.spanned(
+            ok,
+            "the `Ok` type of an `#[idempotent]` tool must be owned (no references or \
+             lifetimes): a retry gets the first result back from the store, with nothing to \
+             borrow from; return an owned type (`String` rather than `&str`, `Vec<T>` rather \
+             than `&[T]`)",
+        );
+    }
+}
+
+/// Whether the body can run in a task of its own, detached from the caller: it must own
+/// everything it uses. So: no receiver but `self: Arc<Self>`, no parameter type with a
+/// reference or a lifetime, no `impl Trait` parameter, no type parameters (whether they are
+/// `'static` is unknowable here), and a native `async fn` (an `#[async_trait]` body borrows its
+/// receiver).
+pub(crate) fn detachable(tool: &ToolFn) -> bool {
+    let receiver_ok = tool.receiver.as_ref().is_none_or(|r| {
+        r.colon_token.is_some()
+            && matches!(&*r.ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Arc"))
+    });
+    receiver_ok
+        && matches!(tool.form, Form::Native(_))
+        && tool.func.sig.generics.type_params().next().is_none()
+        && tool.func.sig.generics.lifetimes().next().is_none()
+        && tool
+            .params
+            .iter()
+            .all(|p| !borrows(p.ty.to_token_stream()) && !has_impl(p.ty.to_token_stream()))
+}
+
+/// Whether `tokens` hold a `&` or a lifetime.
+fn borrows(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Punct(p) => p.as_char() == '&' || p.as_char() == '\'',
+        TokenTree::Group(g) => borrows(g.stream()),
+        TokenTree::Ident(_) | TokenTree::Literal(_) => false,
+    })
+}
+
+/// Whether `tokens` hold `impl`.
+fn has_impl(tokens: TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Group(g) => has_impl(g.stream()),
+        TokenTree::Punct(_) | TokenTree::Literal(_) => false,
+    })
+}

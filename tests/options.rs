@@ -1,0 +1,71 @@
+//! The options that shape how a tool runs: `ttl` syntax, `lease`, `attached` and
+//! `release_on_cancel`, and which tools run detached.
+
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::{Error, MemoryStore, Turn, idempotent};
+
+/// `ttl` is parsed by humantime: `"1 hour"` (with a space) is the same as `"1h"`. Intended:
+/// the value stays readable and is still checked at compile time.
+#[idempotent(ttl = "1 hour", lease = "90s")]
+async fn spaced_ttl(n: u32) -> Result<u32, Error> {
+    Ok(n)
+}
+
+/// The bounds of `lease` are inclusive.
+#[idempotent(lease = "10ms")]
+async fn shortest_lease(n: u32) -> Result<u32, Error> {
+    Ok(n)
+}
+
+#[idempotent(lease = "24h")]
+async fn longest_lease(n: u32) -> Result<u32, Error> {
+    Ok(n)
+}
+
+/// `attached`: the body runs in the caller's task, so it may hold an `Rc` across `.await`.
+#[idempotent(attached, release_on_cancel)]
+async fn attached_with_rc(n: u32) -> Result<u32, Error> {
+    let shared = Rc::new(n);
+    tokio::task::yield_now().await;
+    Ok(*shared)
+}
+
+/// A borrowed parameter makes a tool attached by itself: no option needed.
+#[idempotent]
+async fn borrowing(name: &str) -> Result<usize, Error> {
+    let shared = Rc::new(name.len());
+    tokio::task::yield_now().await;
+    Ok(*shared)
+}
+
+#[tokio::test]
+async fn descriptors_carry_ttl_lease_and_release_on_cancel() {
+    let spaced = __idem_tool_spaced_ttl;
+    assert_eq!(spaced.ttl, Some(Duration::from_secs(3600)));
+    assert_eq!(spaced.lease, Some(Duration::from_secs(90)));
+    assert!(!spaced.release_on_cancel);
+    assert_eq!(
+        __idem_tool_shortest_lease.lease,
+        Some(Duration::from_millis(10))
+    );
+    assert_eq!(
+        __idem_tool_longest_lease.lease,
+        Some(Duration::from_secs(24 * 3600))
+    );
+    let (attached, borrows) = (__idem_tool_attached_with_rc, __idem_tool_borrowing);
+    assert!(attached.release_on_cancel);
+    assert!(!borrows.release_on_cancel);
+    Turn::new("options-1")
+        .with_store(Arc::new(MemoryStore::new()))
+        .scope(async {
+            assert_eq!(spaced_ttl(1).await.unwrap(), 1);
+            assert_eq!(shortest_lease(2).await.unwrap(), 2);
+            assert_eq!(longest_lease(3).await.unwrap(), 3);
+            assert_eq!(attached_with_rc(4).await.unwrap(), 4);
+            assert_eq!(borrowing("abc").await.unwrap(), 3);
+        })
+        .await;
+}

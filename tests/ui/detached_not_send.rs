@@ -1,0 +1,13 @@
+use std::rc::Rc;
+
+use idem::idempotent;
+
+/// No receiver and owned arguments: detached, so the body must be `Send`.
+#[idempotent]
+async fn count(n: u32) -> Result<u32, idem::Error> {
+    let shared = Rc::new(n);
+    tokio::task::yield_now().await;
+    Ok(*shared)
+}
+
+fn main() {}

@@ -1,0 +1,43 @@
+use idem::{idempotent, tool_impl};
+
+mod billing {
+    #[idem::idempotent(name = "charge")]
+    pub async fn charge(cents: u64) -> Result<u64, idem::Error> {
+        Ok(cents)
+    }
+}
+
+#[idempotent(name = "charge")]
+async fn charge_card(cents: u64) -> Result<u64, idem::Error> {
+    Ok(cents)
+}
+
+trait Tool {
+    async fn call(&self, input: String) -> Result<String, idem::Error>;
+}
+
+struct A;
+struct B;
+
+/// Two methods named `call`, told apart by `#[tool_impl]`: not a duplicate.
+#[tool_impl]
+impl Tool for A {
+    #[idempotent]
+    async fn call(&self, input: String) -> Result<String, idem::Error> {
+        Ok(input)
+    }
+}
+
+#[tool_impl]
+impl Tool for B {
+    #[idempotent]
+    async fn call(&self, input: String) -> Result<String, idem::Error> {
+        Ok(input)
+    }
+}
+
+const TOOLS: &[idem::ToolInfo] = idem::tools![A::call, billing::charge, B::call, charge_card];
+
+fn main() {
+    let _ = TOOLS;
+}

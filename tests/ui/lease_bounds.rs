@@ -1,0 +1,18 @@
+use idem::idempotent;
+
+#[idempotent(lease = "5ms")]
+async fn too_short(n: u32) -> Result<u32, idem::Error> {
+    Ok(n)
+}
+
+#[idempotent(lease = "25h")]
+async fn too_long(n: u32) -> Result<u32, idem::Error> {
+    Ok(n)
+}
+
+#[idempotent(lease = "soon")]
+async fn not_a_duration(n: u32) -> Result<u32, idem::Error> {
+    Ok(n)
+}
+
+fn main() {}

@@ -1,0 +1,21 @@
+use idem::idempotent;
+
+struct Server;
+
+impl Server {
+    /// Named, but with no visibility and no `#[tool_impl]`: no descriptor.
+    #[idempotent(name = "server_send")]
+    async fn send(&self, to: String) -> Result<u32, idem::Error> {
+        let _ = to;
+        Ok(1)
+    }
+
+    /// Not annotated at all.
+    pub async fn delete_repo(&self) {}
+}
+
+const TOOLS: &[idem::ToolInfo] = idem::tools![Server::send, Server::delete_repo];
+
+fn main() {
+    let _ = TOOLS;
+}

@@ -1,0 +1,16 @@
+use idem::idempotent;
+
+#[idempotent(release_on_cancel)]
+async fn send(to: String) -> Result<u32, idem::Error> {
+    let _ = to;
+    Ok(1)
+}
+
+/// With `attached`, `release_on_cancel` is accepted.
+#[idempotent(attached, release_on_cancel)]
+async fn send_attached(to: String) -> Result<u32, idem::Error> {
+    let _ = to;
+    Ok(1)
+}
+
+fn main() {}

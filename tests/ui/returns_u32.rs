@@ -1,0 +1,9 @@
+use idem::idempotent;
+
+#[idempotent]
+async fn count(to: String) -> u32 {
+    let _ = to;
+    1
+}
+
+fn main() {}
