@@ -58,7 +58,12 @@ async fn an_attached_tool_cut_mid_run_tells_the_retry_the_outcome_is_unknown() {
         let Err(error @ Error::Interrupted { .. }) = retry else {
             panic!("expected Interrupted, got {retry:?}");
         };
-        assert!(error.to_string().contains("may or may not have taken effect"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("may or may not have taken effect"),
+            "{error}"
+        );
         assert_eq!(ATTACHED_RUNS.load(Ordering::SeqCst), 1);
     })
     .await;

@@ -98,3 +98,29 @@ async fn expiry_work_is_bounded_per_call() {
     assert!(memory.purge_expired().await.unwrap() > 19_000);
     assert_eq!(memory.footprint(), 0, "purge reclaims everything expired");
 }
+
+#[tokio::test]
+async fn memory_does_not_grow_with_the_number_of_calls() {
+    use idem_runtime::store::Charge;
+    let clock = ManualClock::new(1_000);
+    let memory = MemoryStore::with_clock(Arc::new(clock.clone()));
+    let fp = idem_runtime::Fingerprint::from_bytes([7; 32]);
+    let key = conformance::fresh_key("hot");
+    let charge = Charge {
+        turn: "t",
+        max_attempts: u32::MAX,
+        max_calls: None,
+        window: Duration::from_secs(3600),
+    };
+    for _ in 0..10_000 {
+        let req = BeginRequest {
+            charge: Some(charge),
+            ..request(&key, &fp)
+        };
+        memory.begin(req).await.unwrap();
+        clock.advance(Duration::from_millis(1));
+    }
+    // One record (in flight, then re-claimed as its lease lapses), one counter, and one heap
+    // entry each: charges and renewals reschedule instead of pushing.
+    assert!(memory.footprint() <= 4, "footprint {}", memory.footprint());
+}

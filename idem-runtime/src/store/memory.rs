@@ -190,16 +190,15 @@ impl MemoryStore {
             Ok((attempts, calls)) => (attempts, calls, None),
             Err((refused, attempts)) => (attempts, None, Some(refused)),
         };
-        shard.budgets.insert(
-            key_id,
-            Count {
-                n: attempts,
-                expires_at_ms,
-            },
-        );
-        shard
-            .expiries
-            .push(Reverse((expires_at_ms, Expiring::Budget(key_id))));
+        let count = Count {
+            n: attempts,
+            expires_at_ms,
+        };
+        if shard.budgets.insert(key_id, count).is_none() {
+            shard
+                .expiries
+                .push(Reverse((expires_at_ms, Expiring::Budget(key_id))));
+        }
         if let (Some(turns), Some(n)) = (turns.as_mut(), calls) {
             turns.insert(turn_id, Count { n, expires_at_ms }, now);
         }
@@ -230,6 +229,11 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Shard {
     /// Drops up to `most` expired entries, oldest first; returns how many records it dropped.
+    ///
+    /// The heap holds one entry per record and per counter, at the expiry it had when the
+    /// entry was pushed. Renewals, completions and charges move expiries later without pushing:
+    /// an entry found early is pushed again at the new expiry (lazy rescheduling), so the heap
+    /// never grows with the number of calls.
     fn reclaim(&mut self, now: u64, most: usize) -> u64 {
         let mut removed = 0;
         for _ in 0..most {
@@ -240,29 +244,33 @@ impl Shard {
                 break;
             }
             self.expiries.pop();
-            match what {
-                Expiring::Record(key) => {
-                    if self
-                        .records
-                        .get(&key)
-                        .is_some_and(|e| e.record.expires_at_ms == at)
-                    {
+            let current = match what {
+                Expiring::Record(key) => self.records.get(&key).map(|e| e.record.expires_at_ms),
+                Expiring::Budget(id) => self.budgets.get(&id).map(|c| c.expires_at_ms),
+            };
+            match current {
+                Some(later) if later > now => self.expiries.push(Reverse((later, what))),
+                Some(_) => match what {
+                    Expiring::Record(key) => {
                         self.records.remove(&key);
                         removed += 1;
                     }
-                }
-                Expiring::Budget(id) => {
-                    if self.budgets.get(&id).is_some_and(|c| c.expires_at_ms == at) {
+                    Expiring::Budget(id) => {
                         self.budgets.remove(&id);
                     }
-                }
+                },
+                None => {}
             }
         }
         removed
     }
 
-    fn set_expiry(&mut self, key: Key, at: u64) {
-        self.expiries.push(Reverse((at, Expiring::Record(key))));
+    /// A record's expiry moved from `was` to `at`: a later expiry is picked up lazily by
+    /// `reclaim`, an earlier one needs its own heap entry.
+    fn moved(&mut self, key: Key, was: u64, at: u64) {
+        if at < was {
+            self.expiries.push(Reverse((at, Expiring::Record(key))));
+        }
     }
 
     /// The live entry for `key`, if any (reclamation is bounded, so an expired one may linger).
@@ -310,7 +318,7 @@ impl Store for MemoryStore {
             }));
         }
         let expires_at_ms = now.saturating_add(duration_ms(req.lease));
-        shard.records.insert(
+        let replaced = shard.records.insert(
             *req.key,
             Entry {
                 record: Record {
@@ -326,7 +334,12 @@ impl Store for MemoryStore {
                 token: req.token,
             },
         );
-        shard.set_expiry(*req.key, expires_at_ms);
+        // An expired entry still in the map already has its heap entry; it is rescheduled.
+        if replaced.is_none() {
+            shard
+                .expiries
+                .push(Reverse((expires_at_ms, Expiring::Record(*req.key))));
+        }
         ready(Ok(Begin::Claimed))
     }
 
@@ -334,13 +347,10 @@ impl Store for MemoryStore {
         let now = self.clock.now_ms();
         let at = now.saturating_add(duration_ms(duration));
         let mut shard = self.shard(&lease.key, now);
-        let result = shard.held(lease, now).map(|entry| {
-            entry.record.expires_at_ms = at;
-        });
-        if result.is_ok() {
-            shard.set_expiry(lease.key, at);
-        }
-        ready(result)
+        let result = shard
+            .held(lease, now)
+            .map(|entry| std::mem::replace(&mut entry.record.expires_at_ms, at));
+        ready(result.map(|was| shard.moved(lease.key, was, at)))
     }
 
     fn complete<'a>(
@@ -361,12 +371,9 @@ impl Store for MemoryStore {
         let outcome = shard.held(lease, now).map(|entry| {
             entry.record.state = RecordState::Completed;
             entry.record.result = Some(result.to_vec());
-            entry.record.expires_at_ms = at;
+            std::mem::replace(&mut entry.record.expires_at_ms, at)
         });
-        if outcome.is_ok() {
-            shard.set_expiry(lease.key, at);
-        }
-        ready(outcome)
+        ready(outcome.map(|was| shard.moved(lease.key, was, at)))
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
