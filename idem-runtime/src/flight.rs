@@ -97,9 +97,15 @@ pub(crate) struct Leader {
 }
 
 impl Leader {
-    /// Hands the recorded result to every follower and ends the flight.
-    pub(crate) fn publish(mut self, shared: Shared) {
-        self.finish(State::Done(shared), None);
+    /// Hands the recorded result to every follower and ends the flight (the result is only
+    /// packed for sharing when somebody waits).
+    pub(crate) fn publish(mut self, fingerprint: Fingerprint, bytes: Vec<u8>) {
+        self.done = true;
+        let slot = shard(&self.id).remove(&self.id);
+        if let Some(Slot::Watched(flight)) = slot {
+            *lock(&flight.state) = State::Done(Arc::new((fingerprint, bytes)));
+            flight.notify.notify_waiters();
+        }
     }
 
     /// Hands the result to every follower, and keeps handing it to new callers until the

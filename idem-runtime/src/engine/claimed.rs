@@ -188,7 +188,7 @@ impl Guard {
         match completed {
             Ok(()) => {
                 let fingerprint = claimed.report.call().fingerprint;
-                claimed.leader.publish(Arc::new((fingerprint, bytes)));
+                claimed.leader.publish(fingerprint, bytes);
                 claimed.report.report(outcome);
             }
             Err(error @ Error::LeaseLost { .. }) => {

@@ -282,7 +282,7 @@ where
     };
     match C::decode(call.tool.name, &call.key, &bytes) {
         Ok(result) => {
-            leader.publish(Arc::new((record.fingerprint, bytes)));
+            leader.publish(record.fingerprint, bytes);
             report.report(Outcome::Replayed);
             result
         }

@@ -2,8 +2,9 @@
 //! value.
 //!
 //! A per-key count is named by `BLAKE3(namespace, turn id, key)` and a turn-wide count by
-//! `BLAKE3(namespace, turn id)` (each string length-prefixed, under its own derive-key
-//! context), truncated to 16 bytes: fixed-size names that never spell out a turn id.
+//! `BLAKE3(namespace, turn id)` — keyed hashes whose keys are derived once from their own
+//! contexts, each part prefixed by its length as 8 bytes little-endian — truncated to 16
+//! bytes: fixed-size names that never spell out a turn id.
 
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -14,8 +15,8 @@ use crate::key::Key;
 /// The name of one budget counter.
 pub type CounterId = [u8; 16];
 
-fn counter_id(context: &'static LazyLock<blake3::Hasher>, parts: &[&[u8]]) -> CounterId {
-    let mut hasher = (**context).clone();
+fn counter_id(key: &LazyLock<[u8; 32]>, parts: &[&[u8]]) -> CounterId {
+    let mut hasher = blake3::Hasher::new_keyed(key);
     for part in parts {
         hasher.update(&(part.len() as u64).to_le_bytes());
         hasher.update(part);
@@ -25,10 +26,10 @@ fn counter_id(context: &'static LazyLock<blake3::Hasher>, parts: &[&[u8]]) -> Co
     id
 }
 
-static KEY_COUNTER: LazyLock<blake3::Hasher> =
-    LazyLock::new(|| blake3::Hasher::new_derive_key("idem 2026-12-02 per-key attempt counter"));
-static TURN_COUNTER: LazyLock<blake3::Hasher> =
-    LazyLock::new(|| blake3::Hasher::new_derive_key("idem 2026-12-02 turn call counter"));
+static KEY_COUNTER: LazyLock<[u8; 32]> =
+    LazyLock::new(|| blake3::derive_key("idem 2026-12-02 per-key attempt counter", b""));
+static TURN_COUNTER: LazyLock<[u8; 32]> =
+    LazyLock::new(|| blake3::derive_key("idem 2026-12-02 turn call counter", b""));
 
 /// The counter of attempts with `key` in the turn `(namespace, turn)`.
 pub fn key_counter(namespace: &str, turn: &str, key: &Key) -> CounterId {
