@@ -90,3 +90,50 @@ pub(crate) fn decide(
     };
     Ok((attempts, calls))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(id: CounterId) -> String {
+        id.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// Durable stores keep counts under these names: they must not change silently.
+    #[test]
+    fn counter_ids_are_stable() {
+        let key = Key::from_bytes([0x11; 32]);
+        assert_eq!(
+            hex(key_counter("acme", "turn-7", &key)),
+            "bd19ebcf5c5e77f81d2aa106f06a289f"
+        );
+        assert_eq!(
+            hex(turn_counter("acme", "turn-7")),
+            "ea5e5aeed0db3dd30e7f0136dbcf828e"
+        );
+        assert_ne!(
+            turn_counter("ac", "meturn-7"),
+            turn_counter("acme", "turn-7")
+        );
+    }
+
+    #[test]
+    fn decide_counts_the_refused_attempt_but_not_against_the_turn() {
+        assert_eq!(decide(0, Some(0), 1, Some(1), false), Ok((1, Some(1))));
+        assert_eq!(
+            decide(1, Some(1), 1, Some(5), true),
+            Err((
+                Exhausted::Key {
+                    attempts: 2,
+                    limit: 1,
+                    completed: true
+                },
+                2
+            ))
+        );
+        assert_eq!(
+            decide(0, Some(5), 3, Some(5), false),
+            Err((Exhausted::Turn { calls: 6, limit: 5 }, 0))
+        );
+    }
+}
