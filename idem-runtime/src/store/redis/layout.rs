@@ -125,10 +125,12 @@ mod tests {
     #[test]
     fn the_slot_function_matches_redis() {
         // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
-        assert_eq!(slot("123456789"), 0x31C3 % 16384);
+        assert_eq!(slot("123456789"), 0x31C3);
         assert_eq!(slot("foo"), 12182);
-        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
-        assert_eq!(slot("foo{}{bar}"), slot("foo{}{bar}"));
+        assert_eq!(slot("somekey"), 11058);
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_ne!(slot("foo{}{bar}"), slot("bar"));
     }
 
     #[test]
