@@ -69,16 +69,19 @@ const STATE_COMPLETED: &str = "completed";
 ///   (never corrupting the file). Losing a completion means one re-execution after a reboot.
 ///
 /// # Cost per call
-/// A first execution is two store calls: `begin` (one read, then one small write transaction
-/// that claims the key) and `complete` (one write transaction), plus one write per lease renewal
-/// (every `lease / 3` while the tool runs). A replay is one store call, one read transaction,
-/// and takes no write lock. Writes commit without `fsync` (`synchronous = NORMAL`).
+/// A first execution is two store calls: `begin` (one write transaction that charges the turn's
+/// budget and claims the key) and `complete` (one write transaction), plus one write per lease
+/// renewal (every `lease / 3` while the tool runs). A replay is one store call: its `begin` is
+/// charged too, so it is one small write transaction; only an uncharged `begin` (polling a key
+/// in flight elsewhere) is a plain read without the write lock. Writes commit without `fsync`
+/// (`synchronous = NORMAL`).
 ///
-/// Measured roughly on a small 2-core VM with the `measure_cost_per_call` test (release build):
-/// a first execution costs 0.06–0.27 ms, a replay about 0.1 ms, against 2 µs with
-/// [`MemoryStore`](super::MemoryStore). SQLite's own share is about 35 µs per write and 8 µs per
-/// read; most of the rest is the hand-off to the store's thread and back. Either way it is far
-/// below the cost of the tools it protects.
+/// Measured roughly on a small 2-core VM with the `measure_cost_per_call` test (release build,
+/// before budgets were kept in the file): a first execution cost 0.06–0.27 ms, a replay about
+/// 0.1 ms, against 2 µs with [`MemoryStore`](super::MemoryStore). SQLite's own share is about
+/// 35 µs per write and 8 µs per read, so charging the budget in the claim's transaction adds
+/// tens of microseconds to a replay; most of the rest is the hand-off to the store's thread
+/// and back. Either way it is far below the cost of the tools it protects.
 ///
 /// # Budgets
 /// A charged `begin` counts the attempt in the same `BEGIN IMMEDIATE` transaction as the claim,
