@@ -298,18 +298,20 @@ async fn restarting_redis_fails_closed_and_forgets_nothing_recorded() {
         let replay = call(&store, &ledger, key).await;
         assert_eq!(replay.stats.replayed, 1, "key {key}: {replay:?}");
         assert!(!replay.ran);
-        let Some(Some(first)) = recorded.first() else {
-            panic!("key {key} replays, but no result was acknowledged: {recorded:?}");
-        };
-        assert_eq!(
-            replay.result.as_ref().unwrap(),
-            first,
-            "key {key} replays another run than the recorded one"
-        );
+        // What Redis holds now. A completion can land without its acknowledgement (the server
+        // killed before replying), so it may be a run nobody saw acknowledged.
+        let held = *replay.result.as_ref().unwrap();
+        if let Some(acknowledged) = recorded.first() {
+            assert_eq!(
+                *acknowledged,
+                Some(held),
+                "key {key} replays another run than the recorded one"
+            );
+        }
         // Earlier runs lost their completion to a crash (the documented window); none may come
         // after the recorded one.
         assert_eq!(
-            runs, *first,
+            runs, held,
             "key {key} ran again after its result was recorded"
         );
     }

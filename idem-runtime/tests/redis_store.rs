@@ -446,3 +446,48 @@ async fn the_engine_runs_a_tool_once_through_redis() {
     assert_eq!(sent.load(Ordering::SeqCst), 1);
     cleanup(&url, &prefix).await;
 }
+
+/// A record is live while `now < exp`, as in every store, although Redis keeps a key until
+/// *after* its `PEXPIREAT` instant: the scripts treat a record whose `exp` has come as absent.
+#[tokio::test]
+async fn a_record_is_gone_at_its_expiry_instant() {
+    let Some(url) = redis_url("a_record_is_gone_at_its_expiry_instant") else {
+        return;
+    };
+    let store = store(&url, "boundary").await;
+    let (k, fp) = (key("boundary"), fingerprint("boundary"));
+    let mut conn = raw(&url).await;
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
+    let now_ms = secs * 1000 + micros / 1000;
+    // A completed record whose `exp` is now, but which Redis itself keeps for another minute.
+    let redis_key = store.redis_key("ns", &k);
+    let () = redis::pipe()
+        .cmd("HSET")
+        .arg(&redis_key)
+        .arg("state")
+        .arg("completed")
+        .arg("tok")
+        .arg("1")
+        .arg("fp")
+        .arg(fp.as_bytes().as_slice())
+        .arg("tool")
+        .arg("send_message")
+        .arg("created")
+        .arg(now_ms - 1000)
+        .arg("exp")
+        .arg(now_ms)
+        .arg("res")
+        .arg("old")
+        .ignore()
+        .cmd("PEXPIREAT")
+        .arg(&redis_key)
+        .arg(now_ms + 60_000)
+        .ignore()
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(store.get("ns", &k).await.unwrap(), None, "gone at exp");
+    let begun = store.begin(request("ns", &k, &fp, LONG)).await.unwrap();
+    assert_eq!(begun, Begin::Claimed, "claimable at exp");
+    cleanup(&url, store.prefix()).await;
+}
