@@ -7,6 +7,10 @@
 -- Replies: {'claimed'} | {'record', state, fp, tool, created, exp, res} | {'wrongtype', type}
 --        | {'exhausted_key', attempts, completed (0 or 1)} | {'exhausted_turn'}.
 local kind = live_kind(KEYS[1])
+if kind ~= 'none' and kind ~= 'hash' then
+  -- Not a record: an error, and no attempt counted.
+  return {'wrongtype', kind}
+end
 local charge = ARGV[5]
 if charge ~= '' then
   local completed = 0
@@ -31,8 +35,6 @@ if charge ~= '' then
 end
 if kind == 'hash' then
   return record(KEYS[1])
-elseif kind ~= 'none' then
-  return {'wrongtype', kind}
 end
 local expires = ms(now + tonumber(ARGV[4]))
 redis.call('HSET', KEYS[1], 'state', 'in_progress', 'tok', ARGV[1], 'fp', ARGV[2],
