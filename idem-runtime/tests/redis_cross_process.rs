@@ -125,6 +125,9 @@ fn cross_process_child() {
                     let turn = Turn::new("xproc-turn")
                         .with_namespace("xproc")
                         .with_in_flight_wait(Duration::from_secs(30))
+                        // The budget is counted in Redis, across processes: every process
+                        // calls every key on purpose.
+                        .with_max_attempts_per_key(1_000)
                         .with_store(Arc::clone(&store));
                     let mut args = ArgsDigest::new(CHARGE.name);
                     args.arg("invoice", &i).unwrap();

@@ -61,6 +61,11 @@ impl Harness for Sqlite {
         Box::pin(async { Ok(()) })
     }
 
+    /// A ManualClock drives the store: the expiry boundary is checked to the millisecond.
+    fn exact_time(&self) -> bool {
+        true
+    }
+
     fn corrupt<'a>(&'a self, namespace: &'a str, key: &'a Key) -> Option<StoreFuture<'a, ()>> {
         let path = self.path.clone()?;
         let (namespace, key) = (namespace.to_owned(), *key);

@@ -1,6 +1,12 @@
-//! A dedup store in Redis, shared by every worker process and host that can reach it.
+//! A dedup store in Redis, shared by every worker process and host that can reach it: one
+//! server, or a Redis Cluster.
 
-use std::collections::HashSet;
+mod builder;
+mod conn;
+mod layout;
+mod ops;
+mod reply;
+
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -8,45 +14,59 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Script, ScriptInvocation, Value};
 
-use super::{Begin, BeginRequest, LeaseToken, Record, RecordState, Store, StoreFuture};
+pub use self::builder::RedisStoreBuilder;
+use self::conn::Conn;
+use self::reply::{Reply, decode_record, unexpected, wrong_type};
 use crate::clock::duration_ms;
-use crate::key::{Fingerprint, Key};
+use crate::key::Key;
+use crate::store::Record;
 use crate::{Error, Result};
 
 /// The key prefix used unless [`RedisStore::with_prefix`] chooses another.
 pub const DEFAULT_PREFIX: &str = "idem";
 
-/// Leases and TTLs are capped at about a hundred years, so that `now + duration` stays exact in
-/// Lua's doubles and within what `PEXPIREAT` accepts.
+/// Leases, TTLs and budget windows are capped at about a hundred years, so that
+/// `now + duration` stays exact in Lua's doubles and within what `PEXPIREAT` accepts.
 const MAX_DURATION_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 
-/// Keys asked for per `SCAN` step of [`Store::list`].
+/// Keys asked for per `SCAN` step of [`Store::list`](super::Store::list).
 const SCAN_COUNT: usize = 500;
 
-/// Length of a key in hex, the last component of every store key.
-const KEY_HEX_LEN: usize = 64;
-
-/// The Lua scripts, one per state transition; each touches exactly one Redis key (`KEYS[1]`).
+/// The Lua scripts, one per state transition, each prefixed with `prelude.lua`.
 struct Scripts {
     begin: Script,
+    turn: Script,
     get: Script,
     complete: Script,
     renew: Script,
     release: Script,
 }
 
-const BEGIN_LUA: &str = include_str!("redis/begin.lua");
-const GET_LUA: &str = include_str!("redis/get.lua");
-const COMPLETE_LUA: &str = include_str!("redis/complete.lua");
-const RENEW_LUA: &str = include_str!("redis/renew.lua");
-const RELEASE_LUA: &str = include_str!("redis/release.lua");
+macro_rules! lua {
+    ($file:literal) => {
+        concat!(include_str!("redis/prelude.lua"), include_str!($file))
+    };
+}
 
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
-    begin: Script::new(BEGIN_LUA),
-    get: Script::new(GET_LUA),
-    complete: Script::new(COMPLETE_LUA),
-    renew: Script::new(RENEW_LUA),
-    release: Script::new(RELEASE_LUA),
+const LUA: [&str; 6] = [
+    lua!("redis/begin.lua"),
+    lua!("redis/turn.lua"),
+    lua!("redis/get.lua"),
+    lua!("redis/complete.lua"),
+    lua!("redis/renew.lua"),
+    lua!("redis/release.lua"),
+];
+
+static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
+    let [begin, turn, get, complete, renew, release] = LUA.map(Script::new);
+    Scripts {
+        begin,
+        turn,
+        get,
+        complete,
+        renew,
+        release,
+    }
 });
 
 /// A dedup store in Redis: one store for many worker processes and hosts.
@@ -59,44 +79,79 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 /// let store: Arc<dyn Store> =
 ///     Arc::new(RedisStore::connect("redis://127.0.0.1:6379").await?.with_prefix("billing"));
 /// idem_runtime::set_default_store(store)?;
+///
+/// // A Redis Cluster: any of its nodes as seeds.
+/// let cluster = RedisStore::builder()
+///     .prefix("billing")
+///     .connect_cluster(&["redis://10.0.0.1:6379", "redis://10.0.0.2:6379"])
+///     .await?;
+/// # let _ = cluster;
 /// # Ok(()) }
 /// ```
 ///
 /// # Layout
 ///
-/// Each idempotency key is one Redis hash at `<prefix>:<namespace>:<key as 64 hex digits>`
+/// Each idempotency key is one Redis hash at `<prefix>:<namespace>:{<key as 64 hex digits>}`
 /// (prefix [`DEFAULT_PREFIX`] unless [`with_prefix`](Self::with_prefix) says otherwise). Tool
 /// arguments never appear in Redis keys, only their digest. The hash holds the fields `state`
-/// (`in_progress` or `completed`), `tok` (the fencing token, while in progress), `fp` (the
-/// 32-byte argument fingerprint), `tool`, `created` and `exp` (ms since the Unix epoch) and
-/// `res` (the encoded result, once completed), so `HGETALL` shows a record by hand.
+/// (`in_progress` or `completed`), `tok` (the fencing token of the claim that holds or
+/// completed it), `fp` (the 32-byte argument fingerprint), `tool`, `created` and `exp` (ms since
+/// the Unix epoch) and `res` (the encoded result, once completed), so `HGETALL` shows a record
+/// by hand.
 ///
-/// A hash rather than one encoded string: either way each operation is a single `EVALSHA`, but
-/// with a hash the scripts compare and update the `state` and `tok` fields directly instead of
-/// parsing a binary format in Lua, `complete` sends only the result (not the metadata again), and
-/// the record stays readable with `redis-cli`.
+/// Turn budgets are hashes (`n`, `exp`) next to what they count:
+/// - the attempts with one key in one turn at `<record key>:b:<counter id in hex>`, where the
+///   counter id is [`budget::key_counter`](super::budget::key_counter);
+/// - the turn-wide call count (only for turns with `max_calls`) at
+///   `<prefix>:<namespace>:t:{<turn counter id in hex>}`
+///   ([`budget::turn_counter`](super::budget::turn_counter)).
 ///
-/// Every script touches exactly one Redis key, so the layout suits Redis Cluster: put a hash tag
-/// in the namespace (`{tenant-42}`) to keep one tenant's keys on one slot. `RedisStore` itself
-/// talks to one endpoint through a [`ConnectionManager`] (a standalone server, or a proxy in
-/// front of a cluster); [`Store::list`] scans that endpoint only.
+/// # Redis Cluster
+///
+/// [`connect_cluster`](RedisStoreBuilder::connect_cluster) talks to a cluster natively (the
+/// `redis` crate's cluster client: slot routing, `MOVED`/`ASK` redirections). The `{…}` around
+/// the key's hex is a hash tag: a record and its per-key count always share a slot, so a claim
+/// and its budget charge run in one atomic script on one master. Keys are uniform BLAKE3
+/// hashes, so records spread evenly over the 16384 slots and the masters. If the namespace
+/// contains a hash tag (`{tenant-42}`), the first tag wins for the record, its count and the
+/// turn count alike: one tenant's keys then live on one slot (useful to keep a tenant's data
+/// together, at the price of balance). [`Store::list`](super::Store::list) scans every master.
+///
+/// The turn-wide count lives in its turn's own slot, so a turn with `max_calls` costs one more
+/// round trip per charged `begin`: a script that counts the call (or refuses it) **before** the
+/// claim script. Per-key counting stays atomic with the claim. The two steps are not one
+/// transaction: an attempt then refused by its per-key limit gives its turn-wide call back with
+/// a third script call, and meanwhile a concurrent call in the same turn may see the count one
+/// too high; a `begin` that fails after the first step keeps its call counted (it may have
+/// claimed). A standalone server uses the same layout and steps.
 ///
 /// # Time and expiry
 ///
-/// Redis expires records itself: an in-progress record's `PEXPIREAT` is its lease, a completed
-/// record's is its TTL. `created_at_ms` and `expires_at_ms` are read from the Redis server's
-/// clock (`TIME` inside the scripts, replicated by effects, Redis ≥ 5), the same clock that
-/// expires the keys, so `expires_at_ms` is exactly when Redis drops the record. This store does
-/// not use a [`Clock`](crate::clock::Clock): a `ManualClock` cannot move its time, so tests of
-/// lease and TTL expiry use short real durations. [`Store::purge_expired`] has nothing to do
-/// and returns 0 without contacting Redis. Leases and TTLs are capped at 100 years.
+/// `created_at_ms` and `expires_at_ms` are read from the Redis server's clock (`TIME` inside
+/// the scripts, replicated by effects, Redis ≥ 5), and a record is live while
+/// `now < expires_at_ms`, as in every store. Redis expires a key only *after* its
+/// `PEXPIREAT` instant, so the scripts treat a record whose `exp` has come as absent (and
+/// delete it); Redis drops the rest by itself, so [`Store::purge_expired`](super::Store::purge_expired)
+/// has nothing to do and returns 0 without contacting Redis. This store does not use a
+/// [`Clock`](crate::clock::Clock): tests of lease and TTL expiry use short real durations.
+/// Leases, TTLs and budget windows are capped at 100 years.
+///
+/// # Eviction
+///
+/// Every key the store writes carries a TTL, so any eviction policy (`volatile-*` as much as
+/// `allkeys-*`) may drop a live claim or a recorded result under memory pressure, and the tool
+/// then runs a second time. Connecting therefore runs `CONFIG GET maxmemory-policy` on every
+/// master and fails with [`Error::Config`] unless it is `noeviction`, or the builder says
+/// [`allow_eviction(true)`](RedisStoreBuilder::allow_eviction) (then it logs a loud warning).
+/// Where `CONFIG` is not permitted (managed Redis), it logs a warning and connects.
 ///
 /// # Cost per call
 ///
 /// One round trip per store operation, each an `EVALSHA` of a cached script: a first execution
-/// costs two (`begin`, `complete`) plus one `renew` per third of the lease the tool runs, a replay
-/// costs one. The scripts are loaded when connecting; after a server restart empties the script
-/// cache, the first call of each script costs one extra `SCRIPT LOAD` round trip.
+/// costs two (`begin`, `complete`) plus one `renew` per third of the lease the tool runs, a
+/// replay costs one; a turn with `max_calls` adds one per charged `begin`. The scripts are
+/// loaded when connecting; after a server restart empties the script cache, the first call of
+/// each script costs one extra `SCRIPT LOAD` round trip.
 ///
 /// # What it survives, and what it does not
 ///
@@ -107,8 +162,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 ///   every acknowledged claim and completion survives a crash; `appendfsync everysec` may lose
 ///   the last second of them, and those keys can run again. Without persistence a restart
 ///   forgets every key.
-/// - **Redis unreachable:** every operation fails with [`Error::Store`] and the engine does not
-///   run the tool (idem fails closed). The connection manager reconnects in the background.
+/// - **Redis unreachable or too slow:** every operation fails with [`Error::Store`] and the
+///   engine does not run the tool (idem fails closed). The connection reconnects in the
+///   background. A `begin` whose reply timed out may still have claimed: the engine gives the
+///   claim back with the token it chose before sending, so no orphaned claim blocks the key.
 /// - **Not survived: failover with asynchronous replication.** A replica promoted before it
 ///   received a claim or a completion lets a second caller claim the same key, so the tool can
 ///   run twice. `WAIT` does not make Redis replication synchronous; if that matters, use one
@@ -123,26 +180,31 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
 /// Every Redis error (connection refused, timeout, script error) is returned as
 /// [`Error::Store`] naming the operation. A key that holds something other than a well-formed
 /// record (written by hand, or by something else sharing the prefix) is
-/// [`Error::CorruptRecord`]; remove it with [`Store::remove`].
+/// [`Error::CorruptRecord`]; remove it with [`Store::remove`](super::Store::remove).
 #[derive(Clone)]
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: Arc<str>,
 }
 
 impl RedisStore {
+    /// Options for connecting: prefix, timeouts, cluster, eviction policy.
+    pub fn builder() -> RedisStoreBuilder {
+        RedisStoreBuilder::default()
+    }
+
     /// Connects to the Redis server at `url` (`redis://[user:password@]host:port[/db]`) with
-    /// the default connection settings, and loads the store's scripts.
+    /// the default settings, checks its eviction policy, and loads the store's scripts.
     ///
     /// The defaults: 1 s to connect, 2 s for a reply, and two reconnection attempts before an
-    /// operation gives up with [`Error::Store`]. Use
-    /// [`connect_with_config`](Self::connect_with_config) to change them.
+    /// operation gives up with [`Error::Store`]. Use [`builder`](Self::builder) to change them.
     ///
     /// # Errors
-    /// [`Error::Config`] if `url` is not a Redis URL; [`Error::Store`] if the server cannot be
+    /// [`Error::Config`] if `url` is not a Redis URL or the server may evict keys
+    /// (`maxmemory-policy` other than `noeviction`); [`Error::Store`] if the server cannot be
     /// reached.
     pub async fn connect(url: &str) -> Result<Self> {
-        Self::connect_with_config(url, default_config()).await
+        Self::builder().connect(url).await
     }
 
     /// Like [`connect`](Self::connect), with the connection manager's timeouts and
@@ -151,20 +213,23 @@ impl RedisStore {
     /// # Errors
     /// As [`connect`](Self::connect).
     pub async fn connect_with_config(url: &str, config: ConnectionManagerConfig) -> Result<Self> {
-        let client = ::redis::Client::open(url)
-            .map_err(|e| Error::Config(format!("invalid Redis URL: {e}")))?;
-        let conn = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(|e| Error::store("connect", e))?;
-        let store = Self::from_connection_manager(conn);
-        store.load_scripts().await?;
-        Ok(store)
+        Self::builder().connect_with_config(url, config).await
     }
 
-    /// A store over an existing connection manager. Its scripts are loaded on first use.
+    /// Connects to a Redis Cluster with the default settings; see
+    /// [`RedisStoreBuilder::connect_cluster`].
+    ///
+    /// # Errors
+    /// As [`RedisStoreBuilder::connect_cluster`].
+    pub async fn connect_cluster<S: AsRef<str>>(seeds: &[S]) -> Result<Self> {
+        Self::builder().connect_cluster(seeds).await
+    }
+
+    /// A store over an existing connection manager. Its scripts are loaded on first use, and
+    /// the eviction policy is not checked.
     pub fn from_connection_manager(conn: ConnectionManager) -> Self {
         RedisStore {
-            conn,
+            conn: Conn::Single(conn),
             prefix: Arc::from(DEFAULT_PREFIX),
         }
     }
@@ -172,8 +237,9 @@ impl RedisStore {
     /// Uses `prefix` as the first component of every Redis key instead of [`DEFAULT_PREFIX`].
     ///
     /// Stores with different prefixes do not see each other's records. Avoid a prefix that is
-    /// another prefix followed by `:`, or [`Store::list`] on the shorter one reports the longer
-    /// one's records too.
+    /// another prefix followed by `:`, or [`Store::list`](super::Store::list) on the shorter
+    /// one reports the longer one's records too.
+    #[must_use]
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Arc::from(prefix.into());
         self
@@ -184,22 +250,46 @@ impl RedisStore {
         &self.prefix
     }
 
-    /// The Redis key that holds the record of `key` in `namespace`:
-    /// `<prefix>:<namespace>:<key in hex>`.
-    pub fn redis_key(&self, namespace: &str, key: &Key) -> String {
-        format!("{}:{namespace}:{}", self.prefix, key.to_hex())
+    /// Whether this store talks to a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
     }
 
-    /// Loads every script into the server's script cache in one round trip.
+    /// The Redis key that holds the record of `key` in `namespace`:
+    /// `<prefix>:<namespace>:{<key in hex>}`.
+    pub fn redis_key(&self, namespace: &str, key: &Key) -> String {
+        layout::record_key(&self.prefix, namespace, key)
+    }
+
+    /// Loads every script into the script cache of every node.
     async fn load_scripts(&self) -> Result<()> {
-        let mut pipe = ::redis::pipe();
-        for code in [BEGIN_LUA, GET_LUA, COMPLETE_LUA, RENEW_LUA, RELEASE_LUA] {
-            pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
-        }
         let mut conn = self.conn.clone();
-        pipe.exec_async(&mut conn)
-            .await
-            .map_err(|e| Error::store("connect", e))
+        let loaded = match &conn {
+            // One round trip.
+            Conn::Single(_) => {
+                let mut pipe = ::redis::pipe();
+                for code in LUA {
+                    pipe.cmd("SCRIPT").arg("LOAD").arg(code).ignore();
+                }
+                pipe.exec_async(&mut conn).await
+            }
+            // The cluster client sends `SCRIPT LOAD` to every node.
+            Conn::Cluster(_) => {
+                let mut loaded = Ok(());
+                for code in LUA {
+                    loaded = ::redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(code)
+                        .exec_async(&mut conn)
+                        .await;
+                    if loaded.is_err() {
+                        break;
+                    }
+                }
+                loaded
+            }
+        };
+        loaded.map_err(|e| Error::store("connect", e))
     }
 
     /// Runs a script: `EVALSHA`, plus `SCRIPT LOAD` and a second `EVALSHA` if the server lost
@@ -245,34 +335,16 @@ impl RedisStore {
             Reply::Tag(tag) if tag == b"none" => Ok(None),
             Reply::Record(fields) => decode_record(namespace, key, &fields).map(Some),
             Reply::WrongType(kind) => Err(wrong_type(key, &kind)),
-            Reply::Tag(_) => Err(Error::store(operation, "unexpected reply from Redis")),
+            _ => Err(Error::store(operation, "unexpected reply from Redis")),
         }
     }
-}
-
-/// Splits a Redis key `<prefix>:<namespace>:<key in hex>` into its namespace and key.
-fn parse_redis_key(prefix: &str, raw: &[u8]) -> Option<(String, Key)> {
-    let text = std::str::from_utf8(raw).ok()?;
-    let rest = text.strip_prefix(prefix)?.strip_prefix(':')?;
-    let split = rest.len().checked_sub(KEY_HEX_LEN + 1)?;
-    let (namespace, tail) = (rest.get(..split)?, rest.get(split..)?);
-    let hex = tail.strip_prefix(':')?;
-    Some((namespace.to_owned(), Key::from_hex(hex).ok()?))
-}
-
-/// The connection settings of [`RedisStore::connect`].
-fn default_config() -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(1)))
-        .set_response_timeout(Some(Duration::from_secs(2)))
-        .set_number_of_retries(2)
-        .set_max_delay(Duration::from_millis(500))
 }
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
+            .field("cluster", &self.is_cluster())
             .finish_non_exhaustive()
     }
 }
@@ -282,372 +354,13 @@ fn script_ms(duration: Duration) -> u64 {
     duration_ms(duration).min(MAX_DURATION_MS)
 }
 
-/// The replies of the `begin` and `get` scripts.
-enum Reply {
-    /// `{'claimed'}` or `{'none'}`.
-    Tag(Vec<u8>),
-    /// `{'record', state, fp, tool, created, exp, res}`: the six fields, `None` where absent.
-    Record(Vec<Option<Vec<u8>>>),
-    /// `{'wrongtype', type}`: the key holds another Redis type.
-    WrongType(String),
-}
-
-impl Reply {
-    fn parse(operation: &'static str, reply: Value) -> Result<Reply> {
-        let Value::Array(items) = reply else {
-            return Err(unexpected(operation, &reply));
-        };
-        let mut items = items.into_iter();
-        let tag = match items.next() {
-            Some(Value::BulkString(tag)) => tag,
-            _ => return Err(Error::store(operation, "unexpected reply from Redis")),
-        };
-        match tag.as_slice() {
-            b"record" => {
-                let fields = items
-                    .map(|item| match item {
-                        Value::BulkString(bytes) => Ok(Some(bytes)),
-                        Value::Nil => Ok(None),
-                        other => Err(unexpected(operation, &other)),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(Reply::Record(fields))
-            }
-            b"wrongtype" => {
-                let kind = match items.next() {
-                    Some(Value::BulkString(kind)) => String::from_utf8_lossy(&kind).into_owned(),
-                    _ => "unknown".to_owned(),
-                };
-                Ok(Reply::WrongType(kind))
-            }
-            _ => Ok(Reply::Tag(tag)),
-        }
-    }
-}
-
-/// A reply of an unexpected shape (never data from the record: it may be large or private).
-fn unexpected(operation: &'static str, value: &Value) -> Error {
-    let shape = match value {
-        Value::Nil => "nil",
-        Value::Int(_) => "an integer",
-        Value::BulkString(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::ServerError(_) => "an error",
-        _ => "an unexpected type",
-    };
-    Error::store(operation, format!("unexpected reply from Redis: {shape}"))
-}
-
-fn corrupt(key: &Key, message: impl Into<String>) -> Error {
-    Error::CorruptRecord {
-        key: key.short(),
-        message: message.into(),
-    }
-}
-
-fn wrong_type(key: &Key, kind: &str) -> Error {
-    corrupt(
-        key,
-        format!("the Redis key holds a {kind}, not an idem record (a hash)"),
-    )
-}
-
-/// Builds a [`Record`] from the fields `state, fp, tool, created, exp, res`.
-fn decode_record(namespace: &str, key: &Key, fields: &[Option<Vec<u8>>]) -> Result<Record> {
-    let [state, fp, tool, created, exp, res] = fields else {
-        return Err(corrupt(
-            key,
-            format!("expected 6 fields, got {}", fields.len()),
-        ));
-    };
-    let field = |value: &Option<Vec<u8>>, name: &str| -> Result<Vec<u8>> {
-        value
-            .clone()
-            .ok_or_else(|| corrupt(key, format!("field `{name}` is missing")))
-    };
-    let millis = |value: &Option<Vec<u8>>, name: &str| -> Result<u64> {
-        let bytes = field(value, name)?;
-        std::str::from_utf8(&bytes)
-            .ok()
-            .and_then(|text| text.parse().ok())
-            .ok_or_else(|| corrupt(key, format!("field `{name}` is not a number of ms")))
-    };
-    let state = match field(state, "state")?.as_slice() {
-        b"in_progress" => RecordState::InProgress,
-        b"completed" => RecordState::Completed,
-        _ => {
-            return Err(corrupt(
-                key,
-                "field `state` is neither in_progress nor completed",
-            ));
-        }
-    };
-    let fingerprint = <[u8; 32]>::try_from(field(fp, "fp")?.as_slice())
-        .map(Fingerprint::from_bytes)
-        .map_err(|_| corrupt(key, "field `fp` is not 32 bytes"))?;
-    let tool = String::from_utf8(field(tool, "tool")?)
-        .map_err(|_| corrupt(key, "field `tool` is not UTF-8"))?;
-    let result = match state {
-        RecordState::Completed => Some(field(res, "res")?),
-        RecordState::InProgress => None,
-    };
-    Ok(Record {
-        namespace: namespace.to_owned(),
-        key: *key,
-        tool,
-        state,
-        fingerprint,
-        result,
-        created_at_ms: millis(created, "created")?,
-        expires_at_ms: millis(exp, "exp")?,
-    })
-}
-
-/// Escapes the glob characters of `text` for `SCAN MATCH`.
-fn glob_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
-impl Store for RedisStore {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        Box::pin(async move {
-            const OP: &str = "begin";
-            let token = LeaseToken::generate();
-            let mut invocation = SCRIPTS.begin.prepare_invoke();
-            invocation
-                .key(self.redis_key(req.namespace, req.key))
-                .arg(token.0.to_string())
-                .arg(req.fingerprint.as_bytes().as_slice())
-                .arg(req.tool)
-                .arg(script_ms(req.lease));
-            let reply = self.invoke(OP, invocation).await?;
-            match Reply::parse(OP, reply)? {
-                Reply::Tag(tag) if tag == b"claimed" => Ok(Begin::Claimed(token)),
-                Reply::Record(fields) => {
-                    let record = decode_record(req.namespace, req.key, &fields)?;
-                    Ok(match record.state {
-                        RecordState::Completed => Begin::Completed(record),
-                        RecordState::InProgress => Begin::InFlight(record),
-                    })
-                }
-                Reply::WrongType(kind) => Err(wrong_type(req.key, &kind)),
-                Reply::Tag(_) => Err(Error::store(OP, "unexpected reply from Redis")),
-            }
-        })
-    }
-
-    fn renew<'a>(
-        &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let mut invocation = SCRIPTS.renew.prepare_invoke();
-            invocation
-                .key(self.redis_key(namespace, key))
-                .arg(token.0.to_string())
-                .arg(script_ms(lease));
-            self.fenced("renew", invocation, key).await
-        })
-    }
-
-    fn complete<'a>(
-        &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let mut invocation = SCRIPTS.complete.prepare_invoke();
-            invocation
-                .key(self.redis_key(namespace, key))
-                .arg(token.0.to_string())
-                .arg(script_ms(ttl))
-                .arg(result);
-            self.fenced("complete", invocation, key).await
-        })
-    }
-
-    fn release<'a>(
-        &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
-            let mut invocation = SCRIPTS.release.prepare_invoke();
-            invocation
-                .key(self.redis_key(namespace, key))
-                .arg(token.0.to_string());
-            self.fenced("release", invocation, key).await
-        })
-    }
-
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(async move {
-            self.read("get", &self.redis_key(namespace, key), namespace, key)
-                .await
-        })
-    }
-
-    /// Redis expires records itself (`PEXPIREAT`), so there is nothing to purge: returns 0
-    /// without contacting the server.
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        Box::pin(std::future::ready(Ok(0)))
-    }
-
-    /// `SCAN`s `<prefix>:<namespace>:*` (or `<prefix>:*`) and reads each record with one
-    /// script call: an admin operation, not for hot paths. Records that fail to decode are
-    /// skipped with a warning, so that one corrupt key does not hide the others.
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        Box::pin(async move {
-            const OP: &str = "list";
-            let mut out = Vec::new();
-            if limit == 0 {
-                return Ok(out);
-            }
-            let pattern = match namespace {
-                Some(ns) => format!(
-                    "{}:{}:{}",
-                    glob_escape(&self.prefix),
-                    glob_escape(ns),
-                    "?".repeat(KEY_HEX_LEN)
-                ),
-                None => format!("{}:*", glob_escape(&self.prefix)),
-            };
-            let mut conn = self.conn.clone();
-            let mut seen = HashSet::new();
-            let mut cursor: u64 = 0;
-            loop {
-                let (next, batch): (u64, Vec<Vec<u8>>) = ::redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(&pattern)
-                    .arg("COUNT")
-                    .arg(SCAN_COUNT)
-                    .query_async(&mut conn)
-                    .await
-                    .map_err(|e| Error::store(OP, e))?;
-                for raw in batch {
-                    let Some((ns, key)) = parse_redis_key(&self.prefix, &raw) else {
-                        continue;
-                    };
-                    if namespace.is_some_and(|wanted| wanted != ns) || !seen.insert(raw.clone()) {
-                        continue;
-                    }
-                    let redis_key = String::from_utf8_lossy(&raw);
-                    match self.read(OP, &redis_key, &ns, &key).await {
-                        Ok(Some(record)) => out.push(record),
-                        Ok(None) => {} // expired or removed since the scan saw it
-                        Err(error @ Error::CorruptRecord { .. }) => {
-                            tracing::warn!(target: "idem", redis_key = %redis_key, %error,
-                                "skipping a corrupt record");
-                        }
-                        Err(error) => return Err(error),
-                    }
-                    if out.len() >= limit {
-                        return Ok(out);
-                    }
-                }
-                if next == 0 {
-                    return Ok(out);
-                }
-                cursor = next;
-            }
-        })
-    }
-
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
-            let mut conn = self.conn.clone();
-            let removed: u64 = ::redis::cmd("DEL")
-                .arg(self.redis_key(namespace, key))
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| Error::store("remove", e))?;
-            Ok(removed > 0)
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn glob_characters_are_escaped() {
-        assert_eq!(glob_escape(r"a*b?c[d]e\f"), r"a\*b\?c\[d\]e\\f");
-    }
-
-    #[test]
-    fn redis_keys_split_into_namespace_and_key() {
-        let key = Key::from_bytes([0xab; 32]);
-        let raw = format!("idem:a:b:{}", key.to_hex());
-        assert_eq!(
-            parse_redis_key("idem", raw.as_bytes()),
-            Some(("a:b".to_owned(), key))
-        );
-        let empty = format!("idem::{}", key.to_hex());
-        assert_eq!(
-            parse_redis_key("idem", empty.as_bytes()),
-            Some((String::new(), key))
-        );
-        assert_eq!(parse_redis_key("other", raw.as_bytes()), None);
-        assert_eq!(parse_redis_key("idem", b"idem:ns:not-a-key"), None);
-    }
-
-    #[test]
     fn script_durations_are_capped() {
         assert_eq!(script_ms(Duration::MAX), MAX_DURATION_MS);
         assert_eq!(script_ms(Duration::from_millis(1500)), 1500);
-    }
-
-    #[test]
-    fn records_with_missing_or_bad_fields_are_corrupt() {
-        let key = Key::from_bytes([7; 32]);
-        let good = |state: &str| {
-            vec![
-                Some(state.as_bytes().to_vec()),
-                Some(vec![1; 32]),
-                Some(b"send".to_vec()),
-                Some(b"1000".to_vec()),
-                Some(b"2000".to_vec()),
-                Some(b"result".to_vec()),
-            ]
-        };
-        let record = decode_record("ns", &key, &good("completed")).ok();
-        assert_eq!(record.and_then(|r| r.result), Some(b"result".to_vec()));
-        let running = decode_record("ns", &key, &good("in_progress")).ok();
-        assert_eq!(running.map(|r| r.result), Some(None));
-
-        let mut bad_state = good("completed");
-        bad_state[0] = Some(b"zzz".to_vec());
-        let mut short_fp = good("completed");
-        short_fp[1] = Some(vec![1; 31]);
-        let mut no_result = good("completed");
-        no_result[5] = None;
-        let mut bad_time = good("completed");
-        bad_time[3] = Some(b"soon".to_vec());
-        for fields in [bad_state, short_fp, no_result, bad_time, vec![None]] {
-            assert!(matches!(
-                decode_record("ns", &key, &fields),
-                Err(Error::CorruptRecord { .. })
-            ));
-        }
     }
 }

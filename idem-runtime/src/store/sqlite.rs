@@ -1,27 +1,31 @@
 //! A durable store on a local SQLite file (feature `sqlite`).
 
+mod ops;
+mod row;
+mod schema;
+mod worker;
+
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use rusqlite::types::ValueRef;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::{Begin, BeginRequest, LeaseToken, Record, RecordState, Store, StoreFuture};
-use crate::clock::{Clock, SystemClock, duration_ms};
-use crate::key::{Fingerprint, Key};
+use self::worker::Worker;
+use super::{LeaseToken, StoreFuture};
+use crate::clock::{Clock, SystemClock};
 use crate::{Error, Result};
 
-/// The schema version this build writes, kept in `PRAGMA user_version`.
-pub const SCHEMA_VERSION: i64 = 1;
+pub use self::schema::SCHEMA_VERSION;
 
-/// How long a connection waits for another process's write lock before failing.
+/// How long a connection waits for another process's write lock before failing, unless
+/// [`SqliteStore::with_busy_timeout`] says otherwise.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Expired rows deleted per batch by [`Store::purge_expired`] and by the store's own
+/// Expired rows deleted per batch by [`Store::purge_expired`](super::Store::purge_expired) and by the store's own
 /// housekeeping, so that no single transaction holds the write lock for long.
 const PURGE_BATCH: i64 = 512;
 
@@ -30,25 +34,6 @@ const HOUSEKEEPING_EVERY: u32 = 512;
 
 const STATE_IN_PROGRESS: &str = "in_progress";
 const STATE_COMPLETED: &str = "completed";
-
-const SCHEMA_V1: &str = "
-CREATE TABLE IF NOT EXISTS idem_records (
-    namespace     TEXT    NOT NULL,
-    key           BLOB    NOT NULL,
-    tool          TEXT    NOT NULL,
-    state         TEXT    NOT NULL CHECK (state IN ('in_progress', 'completed')),
-    fingerprint   BLOB    NOT NULL,
-    result        BLOB,
-    created_at_ms INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL,
-    token         INTEGER,
-    PRIMARY KEY (namespace, key)
-) STRICT;
-CREATE INDEX IF NOT EXISTS idem_records_expires_at ON idem_records (expires_at_ms);
-";
-
-const COLUMNS: &str =
-    "namespace, key, tool, state, fingerprint, result, created_at_ms, expires_at_ms, token";
 
 /// A durable dedup store on a local SQLite file: remembered keys survive process restarts, and
 /// several processes on one host can share the file.
@@ -84,16 +69,37 @@ const COLUMNS: &str =
 ///   (never corrupting the file). Losing a completion means one re-execution after a reboot.
 ///
 /// # Cost per call
-/// A first execution is two store calls: `begin` (one read, then one small write transaction
-/// that claims the key) and `complete` (one write transaction), plus one write per lease renewal
-/// (every `lease / 3` while the tool runs). A replay is one store call, one read transaction,
-/// and takes no write lock. Writes commit without `fsync` (`synchronous = NORMAL`).
+/// A first execution is two store calls: `begin` (one write transaction that charges the turn's
+/// budget and claims the key) and `complete` (one write transaction), plus one write per lease
+/// renewal (every `lease / 3` while the tool runs). A replay is one store call: its `begin` is
+/// charged too, so it is one small write transaction; only an uncharged `begin` (polling a key
+/// in flight elsewhere) is a plain read without the write lock. Writes commit without `fsync`
+/// (`synchronous = NORMAL`).
 ///
-/// Measured roughly on a small 2-core VM with the `measure_cost_per_call` test (release build):
-/// a first execution costs 0.06–0.27 ms, a replay about 0.1 ms, against 2 µs with
-/// [`MemoryStore`](super::MemoryStore). SQLite's own share is about 35 µs per write and 8 µs per
-/// read; most of the rest is the hand-off to the store's thread and back. Either way it is far
-/// below the cost of the tools it protects.
+/// Measured roughly on a small 2-core VM with the `measure_cost_per_call` test (release build,
+/// before budgets were kept in the file): a first execution cost 0.06–0.27 ms, a replay about
+/// 0.1 ms, against 2 µs with [`MemoryStore`](super::MemoryStore). SQLite's own share is about
+/// 35 µs per write and 8 µs per read, so charging the budget in the claim's transaction adds
+/// tens of microseconds to a replay; most of the rest is the hand-off to the store's thread
+/// and back. Either way it is far below the cost of the tools it protects.
+///
+/// # Budgets
+/// A charged `begin` counts the attempt in the same `BEGIN IMMEDIATE` transaction as the claim,
+/// so concurrent calls in any number of processes never exceed a turn's budget: the per-key
+/// count first, then the turn-wide count when the turn sets `max_calls`, exactly as
+/// [`MemoryStore`](super::MemoryStore) counts. A charged `begin` always takes the write lock,
+/// even to answer a replay; an uncharged one (a poll) reads without it.
+///
+/// # Time
+/// Processes sharing the file must agree on the time, so the store reads the **wall clock**
+/// ([`SystemClock`]), not a monotonic one: a lease ends at an instant written in the file.
+/// The limit: a wall-clock step larger than the lease (NTP correcting a badly wrong clock, a VM
+/// resumed) can free a live holder's key early (a step forward: another caller claims it and
+/// the holder's renewal is refused) or keep a dead holder's key blocked for longer (a step
+/// back). The engine tracks each lease on its own monotonic clock and stops the tool body when
+/// it cannot renew in time, so two executions of one key still do not overlap within one
+/// process; across processes, keep host clocks disciplined (slewed, not stepped) and leases
+/// well above the largest expected step.
 ///
 /// # How it runs
 /// SQLite calls block, so each store owns **one connection on one dedicated thread**; the async
@@ -102,20 +108,23 @@ const COLUMNS: &str =
 /// and SQLite admits one writer per file at a time anyway. A pool of writers in one process
 /// would only queue on the file lock, where SQLite's busy handler sleeps and polls; queueing in
 /// a channel hands the connection over at once. Across processes, writers wait for each other
-/// for up to [`DEFAULT_BUSY_TIMEOUT`] (then the call fails closed with
+/// for up to [`DEFAULT_BUSY_TIMEOUT`] ([`with_busy_timeout`](Self::with_busy_timeout); then the call fails closed with
 /// [`Error::Store`] and the tool is not run); meanwhile this store's other calls queue behind
 /// the waiting one. To spread a hot file over more writers, give processes separate files.
 ///
 /// Each method sends its job when called, not when first polled, so a `complete` or `release`
 /// issued from a destructor is carried out even if its future is never polled again. A `begin`
 /// whose future is dropped before the job starts is skipped; once started, a dropped `begin`'s
-/// claim is held until its lease expires.
+/// claim is given back by a `release` with the request's token (as the engine does), which
+/// runs after it on the same thread, so no orphaned claim is left behind.
 ///
 /// # Storage
-/// One table, `idem_records`, keyed by `(namespace, key)` with an index on `expires_at_ms`, in a
-/// schema whose version is kept in `PRAGMA user_version` and migrated on open. Expired rows are
-/// overwritten by the next claim of their key, deleted in small batches as the store is used,
-/// and all at once by [`Store::purge_expired`]. Results are stored as written by the engine
+/// Two tables: `idem_records`, keyed by `(namespace, key)`, and `idem_budgets`, the turn budget
+/// counts (`id` as named by [`budget`](super::budget), `count`, `expires_at_ms`), each with an
+/// index on `expires_at_ms`, in a schema whose version is kept in `PRAGMA user_version` and
+/// migrated on open ([`SCHEMA_VERSION`]). Expired rows are overwritten by the next claim of
+/// their key (or charge of their count), deleted in small batches as the store is used, and
+/// all at once by [`Store::purge_expired`](super::Store::purge_expired). Results are stored as written by the engine
 /// (JSON), so `sqlite3 idem.db "select tool, cast(result as text) from idem_records"` shows what
 /// the agent was told.
 ///
@@ -131,12 +140,6 @@ pub struct SqliteStore {
 
 /// Work sent to the connection's thread.
 type Job = Box<dyn FnOnce(&mut Worker) + Send>;
-
-/// The state owned by the connection's thread.
-struct Worker {
-    conn: Connection,
-    writes_since_housekeeping: u32,
-}
 
 impl SqliteStore {
     /// Opens (creating it if needed) the database at `path`, migrating its schema to this
@@ -173,13 +176,28 @@ impl SqliteStore {
         self
     }
 
+    /// Waits up to `timeout` for another process's write lock before failing a call with
+    /// [`Error::Store`], instead of [`DEFAULT_BUSY_TIMEOUT`].
+    #[must_use]
+    pub fn with_busy_timeout(self, timeout: Duration) -> Self {
+        let job: Job = Box::new(move |worker: &mut Worker| {
+            if let Err(error) = worker.conn.busy_timeout(timeout) {
+                tracing::warn!(target: "idem", %error, "could not set the SQLite busy timeout");
+            }
+        });
+        // Jobs run in order, so every later call waits `timeout`. If the thread is gone, every
+        // call fails anyway.
+        let _ = self.jobs.send(job);
+        self
+    }
+
     /// The database file, or `None` for an in-memory store.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
 
     fn start(mut conn: Connection, path: Option<PathBuf>) -> Result<SqliteStore> {
-        configure(&mut conn, path.as_deref())?;
+        schema::configure(&mut conn, path.as_deref(), DEFAULT_BUSY_TIMEOUT)?;
         let (jobs, queue) = mpsc::channel::<Job>();
         let mut worker = Worker {
             conn,
@@ -260,65 +278,6 @@ impl<T: Send + 'static> Answer<T> {
     }
 }
 
-impl fmt::Debug for SqliteStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SqliteStore")
-            .field("path", &self.path)
-            .field("clock", &self.clock)
-            .finish_non_exhaustive()
-    }
-}
-
-/// Sets the connection up: busy timeout, WAL, and the schema.
-fn configure(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
-    let fail = |e: rusqlite::Error| Error::store("open", e);
-    conn.busy_timeout(DEFAULT_BUSY_TIMEOUT).map_err(fail)?;
-    let mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
-        .map_err(fail)?;
-    if path.is_some() && !mode.eq_ignore_ascii_case("wal") {
-        tracing::warn!(target: "idem", mode, "SQLite refused WAL mode; writers will block readers");
-    }
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(fail)?;
-    migrate(conn, path)
-}
-
-/// Brings the schema to [`SCHEMA_VERSION`], under the write lock so that processes opening the
-/// same file at once migrate it once.
-fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
-    let fail = |e: rusqlite::Error| Error::store("migrate", e);
-    let tx = conn
-        .transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(fail)?;
-    let version: i64 = tx
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .map_err(fail)?;
-    match version {
-        SCHEMA_VERSION => return Ok(()),
-        0 => {
-            tx.execute_batch(SCHEMA_V1).map_err(fail)?;
-            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
-                .map_err(fail)?;
-        }
-        newer if newer > SCHEMA_VERSION => {
-            let file = path.map_or_else(|| "(in memory)".to_owned(), |p| p.display().to_string());
-            return Err(Error::Config(format!(
-                "the idem database {file} has schema version {newer}, but this build of idem \
-                 only knows versions up to {SCHEMA_VERSION}: upgrade idem, or point it at \
-                 another file"
-            )));
-        }
-        unknown => {
-            return Err(Error::Config(format!(
-                "the idem database has an unknown schema version {unknown} \
-                 (PRAGMA user_version); point idem at another file"
-            )));
-        }
-    }
-    tx.commit().map_err(fail)
-}
-
 /// A timestamp as SQLite stores it.
 fn sql_ms(ms: u64) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
@@ -333,439 +292,11 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// A row as read, before validation.
-struct Row {
-    namespace: String,
-    key: Vec<u8>,
-    tool: String,
-    state: String,
-    fingerprint: Vec<u8>,
-    result: Option<Vec<u8>>,
-    created_at_ms: i64,
-    expires_at_ms: i64,
-    token: Option<i64>,
-}
-
-/// Whatever is wrong with a row; becomes [`Error::CorruptRecord`].
-struct Corrupt(String);
-
-fn text(row: &rusqlite::Row<'_>, i: usize, name: &str) -> Result<String, Corrupt> {
-    match row.get_ref(i) {
-        Ok(ValueRef::Text(t)) => String::from_utf8(t.to_vec())
-            .map_err(|_| Corrupt(format!("column `{name}` is not valid UTF-8"))),
-        Ok(other) => Err(Corrupt(format!(
-            "column `{name}` holds {:?}, not text",
-            other.data_type()
-        ))),
-        Err(e) => Err(Corrupt(format!("column `{name}` unreadable: {e}"))),
-    }
-}
-
-fn blob(row: &rusqlite::Row<'_>, i: usize, name: &str) -> Result<Option<Vec<u8>>, Corrupt> {
-    match row.get_ref(i) {
-        Ok(ValueRef::Blob(b)) => Ok(Some(b.to_vec())),
-        Ok(ValueRef::Null) => Ok(None),
-        Ok(other) => Err(Corrupt(format!(
-            "column `{name}` holds {:?}, not a blob",
-            other.data_type()
-        ))),
-        Err(e) => Err(Corrupt(format!("column `{name}` unreadable: {e}"))),
-    }
-}
-
-fn integer(row: &rusqlite::Row<'_>, i: usize, name: &str) -> Result<Option<i64>, Corrupt> {
-    match row.get_ref(i) {
-        Ok(ValueRef::Integer(n)) => Ok(Some(n)),
-        Ok(ValueRef::Null) => Ok(None),
-        Ok(other) => Err(Corrupt(format!(
-            "column `{name}` holds {:?}, not an integer",
-            other.data_type()
-        ))),
-        Err(e) => Err(Corrupt(format!("column `{name}` unreadable: {e}"))),
-    }
-}
-
-fn required<T>(value: Option<T>, name: &str) -> Result<T, Corrupt> {
-    value.ok_or_else(|| Corrupt(format!("column `{name}` is NULL")))
-}
-
-/// Reads a row selected with [`COLUMNS`]; a malformed row is an inner `Err`, never a panic.
-fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Row, Corrupt>> {
-    let read = || -> Result<Row, Corrupt> {
-        Ok(Row {
-            namespace: text(row, 0, "namespace")?,
-            key: required(blob(row, 1, "key")?, "key")?,
-            tool: text(row, 2, "tool")?,
-            state: text(row, 3, "state")?,
-            fingerprint: required(blob(row, 4, "fingerprint")?, "fingerprint")?,
-            result: blob(row, 5, "result")?,
-            created_at_ms: required(integer(row, 6, "created_at_ms")?, "created_at_ms")?,
-            expires_at_ms: required(integer(row, 7, "expires_at_ms")?, "expires_at_ms")?,
-            token: integer(row, 8, "token")?,
-        })
-    };
-    Ok(read())
-}
-
-fn timestamp(ms: i64, name: &str) -> Result<u64, Corrupt> {
-    u64::try_from(ms).map_err(|_| Corrupt(format!("`{name}` is negative ({ms})")))
-}
-
-impl Row {
-    /// Whether the row still counts at `now`.
-    fn is_live(&self, now: u64) -> bool {
-        u64::try_from(self.expires_at_ms).is_ok_and(|at| at > now)
-    }
-
-    /// Validates the row into a [`Record`].
-    fn into_record(self) -> Result<Record, Corrupt> {
-        let key = <[u8; 32]>::try_from(self.key.as_slice())
-            .map(Key::from_bytes)
-            .map_err(|_| Corrupt(format!("key is {} bytes, not 32", self.key.len())))?;
-        let fingerprint = <[u8; 32]>::try_from(self.fingerprint.as_slice())
-            .map(Fingerprint::from_bytes)
-            .map_err(|_| {
-                Corrupt(format!(
-                    "fingerprint is {} bytes, not 32",
-                    self.fingerprint.len()
-                ))
-            })?;
-        let state = match self.state.as_str() {
-            STATE_IN_PROGRESS => {
-                if self.token.is_none() {
-                    return Err(Corrupt("in progress without a lease token".to_owned()));
-                }
-                RecordState::InProgress
-            }
-            STATE_COMPLETED => {
-                if self.result.is_none() {
-                    return Err(Corrupt("completed without a result".to_owned()));
-                }
-                RecordState::Completed
-            }
-            other => return Err(Corrupt(format!("unknown state {other:?}"))),
-        };
-        Ok(Record {
-            namespace: self.namespace,
-            key,
-            tool: self.tool,
-            state,
-            fingerprint,
-            result: match state {
-                RecordState::Completed => self.result,
-                RecordState::InProgress => None,
-            },
-            created_at_ms: timestamp(self.created_at_ms, "created_at_ms")?,
-            expires_at_ms: timestamp(self.expires_at_ms, "expires_at_ms")?,
-        })
-    }
-}
-
-fn corrupt(key: &Key) -> impl FnOnce(Corrupt) -> Error + '_ {
-    move |Corrupt(message)| Error::CorruptRecord {
-        key: key.short(),
-        message,
-    }
-}
-
-/// The row for a key, live or not.
-fn select(
-    conn: &Connection,
-    operation: &'static str,
-    namespace: &str,
-    key: &Key,
-) -> Result<Option<Row>> {
-    let sql = format!("SELECT {COLUMNS} FROM idem_records WHERE namespace = ?1 AND key = ?2");
-    let row = conn
-        .prepare_cached(&sql)
-        .and_then(|mut stmt| {
-            stmt.query_row(params![namespace, key.as_bytes().as_slice()], read_row)
-                .optional()
-        })
-        .map_err(|e| Error::store(operation, e))?;
-    row.transpose().map_err(corrupt(key))
-}
-
-impl Worker {
-    /// Runs one write statement; returns the number of rows changed.
-    fn write(
-        &mut self,
-        operation: &'static str,
-        sql: &str,
-        params: impl rusqlite::Params,
-    ) -> Result<usize> {
-        let changed = self
-            .conn
-            .prepare_cached(sql)
-            .and_then(|mut stmt| stmt.execute(params))
-            .map_err(|e| Error::store(operation, e))?;
-        self.writes_since_housekeeping += 1;
-        Ok(changed)
-    }
-
-    /// Every [`HOUSEKEEPING_EVERY`] writes, deletes a batch of rows expired at `now`, so that
-    /// the file does not grow without bound when nobody calls [`Store::purge_expired`].
-    fn housekeeping(&mut self, now: u64) {
-        if self.writes_since_housekeeping >= HOUSEKEEPING_EVERY {
-            self.writes_since_housekeeping = 0;
-            if let Err(error) = self.purge_batch(now) {
-                tracing::warn!(target: "idem", %error, "could not delete expired SQLite records");
-            }
-        }
-    }
-
-    /// Deletes up to [`PURGE_BATCH`] rows expired at `now`.
-    fn purge_batch(&self, now: u64) -> rusqlite::Result<usize> {
-        self.conn
-            .prepare_cached(
-                "DELETE FROM idem_records WHERE rowid IN (SELECT rowid FROM idem_records \
-                 WHERE expires_at_ms <= ?1 LIMIT ?2)",
-            )?
-            .execute(params![sql_ms(now), PURGE_BATCH])
-    }
-
-    fn begin(&mut self, req: &OwnedBegin, now: u64, clock: &dyn Clock) -> Result<Begin> {
-        // Fast path, without the write lock: a live record answers a replay or a duplicate.
-        if let Some(row) = select(&self.conn, "begin", &req.namespace, &req.key)?
-            && row.is_live(now)
-        {
-            return live(row, &req.key);
-        }
-        let fail = |e: rusqlite::Error| Error::store("begin", e);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(fail)?;
-        // Taking the lock may have waited for another process: read the clock again, so that a
-        // claim's lease starts when it is taken.
-        let now = clock.now_ms().max(now);
-        // Under the write lock: nobody can claim between this read and the upsert below.
-        if let Some(row) = select(&tx, "begin", &req.namespace, &req.key)?
-            && row.is_live(now)
-        {
-            return live(row, &req.key); // drops `tx`: rolls back a transaction that wrote nothing
-        }
-        let token = LeaseToken::generate();
-        tx.prepare_cached(
-            "INSERT INTO idem_records (namespace, key, tool, state, fingerprint, result, \
-             created_at_ms, expires_at_ms, token) VALUES (?1, ?2, ?3, 'in_progress', ?4, NULL, \
-             ?5, ?6, ?7) ON CONFLICT (namespace, key) DO UPDATE SET tool = excluded.tool, \
-             state = excluded.state, fingerprint = excluded.fingerprint, result = NULL, \
-             created_at_ms = excluded.created_at_ms, expires_at_ms = excluded.expires_at_ms, \
-             token = excluded.token",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                req.namespace,
-                req.key.as_bytes().as_slice(),
-                req.tool,
-                req.fingerprint.as_bytes().as_slice(),
-                sql_ms(now),
-                sql_ms(now.saturating_add(duration_ms(req.lease))),
-                sql_token(token),
-            ])
-        })
-        .map_err(fail)?;
-        tx.commit().map_err(fail)?;
-        self.writes_since_housekeeping += 1;
-        Ok(Begin::Claimed(token))
-    }
-}
-
-/// The answer of `begin` for a live row.
-fn live(row: Row, key: &Key) -> Result<Begin> {
-    let record = row.into_record().map_err(corrupt(key))?;
-    Ok(match record.state {
-        RecordState::Completed => Begin::Completed(record),
-        RecordState::InProgress => Begin::InFlight(record),
-    })
-}
-
-/// A [`BeginRequest`] that can travel to the connection's thread.
-struct OwnedBegin {
-    namespace: String,
-    key: Key,
-    tool: String,
-    fingerprint: Fingerprint,
-    lease: Duration,
-}
-
-/// `Ok` if a statement guarded by the lease token changed a row, else [`Error::LeaseLost`].
-fn held(changed: usize, key: &Key) -> Result<()> {
-    if changed == 0 {
-        Err(Error::LeaseLost { key: key.short() })
-    } else {
-        Ok(())
-    }
-}
-
-impl Store for SqliteStore {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        let req = OwnedBegin {
-            namespace: req.namespace.to_owned(),
-            key: *req.key,
-            tool: req.tool.to_owned(),
-            fingerprint: *req.fingerprint,
-            lease: req.lease,
-        };
-        let clock = Arc::clone(&self.clock);
-        self.submit("begin", true, move |worker, now| {
-            worker.begin(&req, now, &*clock)
-        })
-        .boxed()
-    }
-
-    fn renew<'a>(
-        &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-        lease: Duration,
-    ) -> StoreFuture<'a, ()> {
-        let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("renew", false, move |worker, now| {
-            let changed = worker.write(
-                "renew",
-                "UPDATE idem_records SET expires_at_ms = ?1 WHERE namespace = ?2 AND key = ?3 \
-                 AND token = ?4 AND state = 'in_progress' AND expires_at_ms > ?5",
-                params![
-                    sql_ms(now.saturating_add(duration_ms(lease))),
-                    namespace,
-                    key.as_bytes().as_slice(),
-                    sql_token(token),
-                    sql_ms(now),
-                ],
-            )?;
-            held(changed, &key)
-        })
-        .boxed()
-    }
-
-    fn complete<'a>(
-        &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        let (namespace, key, result) = (namespace.to_owned(), *key, result.to_vec());
-        self.submit("complete", false, move |worker, now| {
-            let changed = worker.write(
-                "complete",
-                "UPDATE idem_records SET state = 'completed', result = ?1, expires_at_ms = ?2, \
-                 token = NULL WHERE namespace = ?3 AND key = ?4 AND token = ?5 \
-                 AND state = 'in_progress' AND expires_at_ms > ?6",
-                params![
-                    result,
-                    sql_ms(now.saturating_add(duration_ms(ttl))),
-                    namespace,
-                    key.as_bytes().as_slice(),
-                    sql_token(token),
-                    sql_ms(now),
-                ],
-            )?;
-            held(changed, &key)
-        })
-        .boxed()
-    }
-
-    fn release<'a>(
-        &'a self,
-        namespace: &'a str,
-        key: &'a Key,
-        token: LeaseToken,
-    ) -> StoreFuture<'a, ()> {
-        let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("release", false, move |worker, now| {
-            let changed = worker.write(
-                "release",
-                "DELETE FROM idem_records WHERE namespace = ?1 AND key = ?2 AND token = ?3 \
-                 AND state = 'in_progress' AND expires_at_ms > ?4",
-                params![
-                    namespace,
-                    key.as_bytes().as_slice(),
-                    sql_token(token),
-                    sql_ms(now)
-                ],
-            )?;
-            held(changed, &key)
-        })
-        .boxed()
-    }
-
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("get", true, move |worker, now| {
-            match select(&worker.conn, "get", &namespace, &key)? {
-                Some(row) if row.is_live(now) => row.into_record().map(Some).map_err(corrupt(&key)),
-                _ => Ok(None),
-            }
-        })
-        .boxed()
-    }
-
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.submit("purge_expired", true, move |worker, now| {
-            let mut total = 0u64;
-            loop {
-                let deleted = worker
-                    .purge_batch(now)
-                    .map_err(|e| Error::store("purge_expired", e))?;
-                total = total.saturating_add(u64::try_from(deleted).unwrap_or(u64::MAX));
-                if deleted == 0 {
-                    return Ok(total);
-                }
-            }
-        })
-        .boxed()
-    }
-
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        let namespace = namespace.map(str::to_owned);
-        self.submit("list", true, move |worker, now| {
-            let fail = |e: rusqlite::Error| Error::store("list", e);
-            let sql = format!(
-                "SELECT {COLUMNS} FROM idem_records WHERE expires_at_ms > ?1 \
-                 AND (?2 IS NULL OR namespace = ?2) LIMIT ?3"
-            );
-            let mut stmt = worker.conn.prepare_cached(&sql).map_err(fail)?;
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let rows = stmt
-                .query_map(params![sql_ms(now), namespace, limit], read_row)
-                .map_err(fail)?;
-            let mut out = Vec::new();
-            for row in rows {
-                // One corrupt row must not hide the others: it is skipped, and named in the log.
-                let (namespace, key, record) = match row.map_err(fail)? {
-                    Ok(row) => (row.namespace.clone(), hex(&row.key), row.into_record()),
-                    Err(corrupt) => (String::new(), String::new(), Err(corrupt)),
-                };
-                match record {
-                    Ok(record) => out.push(record),
-                    Err(Corrupt(message)) => tracing::warn!(target: "idem", namespace, key,
-                        message, "skipping a corrupt SQLite record; remove it with `remove`"),
-                }
-            }
-            Ok(out)
-        })
-        .boxed()
-    }
-
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("remove", false, move |worker, _now| {
-            let changed = worker.write(
-                "remove",
-                "DELETE FROM idem_records WHERE namespace = ?1 AND key = ?2",
-                params![namespace, key.as_bytes().as_slice()],
-            )?;
-            Ok(changed > 0)
-        })
-        .boxed()
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
     }
 }

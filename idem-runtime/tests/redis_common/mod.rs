@@ -36,6 +36,57 @@ pub fn redis_url(test: &str) -> Option<String> {
     }
 }
 
+/// The seed URLs of the test cluster (`IDEM_REDIS_CLUSTER_URLS`, comma-separated, as
+/// `scripts/redis-cluster.sh` exports it), or `None` (after a skip notice) when unset.
+pub fn cluster_urls(test: &str) -> Option<Vec<String>> {
+    match std::env::var("IDEM_REDIS_CLUSTER_URLS") {
+        Ok(urls) if !urls.is_empty() => Some(urls.split(',').map(str::to_owned).collect()),
+        _ => {
+            assert!(
+                std::env::var_os("IDEM_REQUIRE_REDIS").is_none(),
+                "{test}: IDEM_REQUIRE_REDIS is set (as in CI) but IDEM_REDIS_CLUSTER_URLS is not; \
+                 run the tests under scripts/redis-cluster.sh"
+            );
+            eprintln!(
+                "SKIPPED {test}: IDEM_REDIS_CLUSTER_URLS is not set; run \
+                 scripts/redis-cluster.sh run cargo test ... to run the Redis Cluster tests"
+            );
+            None
+        }
+    }
+}
+
+/// Deletes every key under `prefix` on each node of a cluster, one key at a time (a multi-key
+/// `DEL` would cross slots).
+pub async fn cleanup_cluster(urls: &[String], prefix: &str) {
+    for url in urls {
+        let mut conn = raw(url).await;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(format!("{prefix}:*"))
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .expect("SCAN");
+            for key in keys {
+                let _: u64 = redis::cmd("DEL")
+                    .arg(&key)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("DEL");
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+}
+
 /// A prefix no other test run uses, so tests can share one server.
 pub fn unique_prefix(tag: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -99,12 +150,18 @@ pub struct PrivateServer {
     port: u16,
     dir: PathBuf,
     persistent: bool,
+    extra: Vec<String>,
 }
 
 impl PrivateServer {
     /// Starts a server. `persistent`: append-only file fsynced on every write (`appendfsync
     /// always`) in a fresh directory, so acknowledged writes survive `SIGKILL`.
     pub fn start(persistent: bool) -> PrivateServer {
+        Self::start_with(persistent, &[])
+    }
+
+    /// Starts a server with extra command-line arguments (`--enable-debug-command yes`, ...).
+    pub fn start_with(persistent: bool, extra: &[&str]) -> PrivateServer {
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free loopback port")
@@ -122,6 +179,7 @@ impl PrivateServer {
             port,
             dir,
             persistent,
+            extra: extra.iter().map(|a| (*a).to_owned()).collect(),
         };
         server.spawn();
         server
@@ -146,6 +204,7 @@ impl PrivateServer {
         } else {
             command.args(["--appendonly", "no"]);
         }
+        command.args(&self.extra);
         let child = command
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,11 +1,9 @@
--- renew: extend the lease to ARGV[2] ms from now if ARGV[1] is the current claim's token.
+-- renew: extend the live lease to ARGV[2] ms from now if ARGV[1] is the claim's token.
 -- Replies 1, or 0 if the lease is lost.
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end
+if live_kind(KEYS[1]) ~= 'hash' then return 0 end
 local held = redis.call('HMGET', KEYS[1], 'state', 'tok')
 if held[1] ~= 'in_progress' or held[2] ~= ARGV[1] then return 0 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local expires = string.format('%.0f', now + tonumber(ARGV[2]))
+local expires = ms(now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'exp', expires)
 redis.call('PEXPIREAT', KEYS[1], expires)
 return 1

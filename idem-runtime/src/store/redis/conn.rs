@@ -1,0 +1,229 @@
+//! One connection type for a standalone server and for a Redis Cluster, plus the per-node
+//! commands the store needs (`SCAN`, `CONFIG GET`) on every master.
+
+use ::redis::aio::{ConnectionLike, ConnectionManager};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
+
+use crate::{Error, Result};
+
+/// A connection to a standalone server (or a proxy), or to a cluster.
+#[derive(Clone)]
+pub(super) enum Conn {
+    /// A reconnecting connection to one endpoint.
+    Single(ConnectionManager),
+    /// The cluster client: routes each command to the master of its key's slot, following
+    /// `MOVED`/`ASK` redirections.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// A master: the one endpoint of a standalone connection, or a cluster master's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Node {
+    /// The endpoint of a [`Conn::Single`].
+    Endpoint,
+    /// A cluster master.
+    Master {
+        /// Host as the cluster announces it.
+        host: String,
+        /// Port.
+        port: u16,
+    },
+}
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Node::Endpoint => f.write_str("the server"),
+            Node::Master { host, port } => write!(f, "master {host}:{port}"),
+        }
+    }
+}
+
+impl Conn {
+    /// Every master: the endpoint alone, or each master of the cluster (from `CLUSTER SLOTS`).
+    pub(super) async fn masters(&mut self) -> RedisResult<Vec<Node>> {
+        let Conn::Cluster(conn) = self else {
+            return Ok(vec![Node::Endpoint]);
+        };
+        let slots: Value = ::redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(conn)
+            .await?;
+        let mut masters = Vec::new();
+        let Value::Array(ranges) = slots else {
+            return Err(malformed("CLUSTER SLOTS"));
+        };
+        for range in ranges {
+            // [start, end, [host, port, id, ...], replicas...]
+            let Value::Array(range) = range else {
+                return Err(malformed("CLUSTER SLOTS"));
+            };
+            let Some(Value::Array(master)) = range.get(2) else {
+                return Err(malformed("CLUSTER SLOTS"));
+            };
+            let host = match master.first() {
+                Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+                Some(Value::SimpleString(host)) => host.clone(),
+                _ => return Err(malformed("CLUSTER SLOTS")),
+            };
+            let port = match master.get(1) {
+                Some(Value::Int(port)) => u16::try_from(*port).map_err(|_| malformed("port"))?,
+                _ => return Err(malformed("CLUSTER SLOTS")),
+            };
+            let node = Node::Master { host, port };
+            if !masters.contains(&node) {
+                masters.push(node);
+            }
+        }
+        Ok(masters)
+    }
+
+    /// Runs `cmd` on `node`.
+    pub(super) async fn on_node(&mut self, node: &Node, cmd: &Cmd) -> RedisResult<Value> {
+        match (self, node) {
+            (Conn::Cluster(conn), Node::Master { host, port }) => {
+                let route = SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                };
+                conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route))
+                    .await
+            }
+            (conn, _) => cmd.query_async(conn).await,
+        }
+    }
+}
+
+fn malformed(what: &'static str) -> RedisError {
+    RedisError::from((
+        ::redis::ErrorKind::Client,
+        "unexpected reply from Redis",
+        what.to_owned(),
+    ))
+}
+
+/// The eviction policies under which Redis never drops a key to free memory.
+const SAFE_POLICY: &str = "noeviction";
+
+/// Checks `maxmemory-policy` on every master: anything but `noeviction` can evict a live claim
+/// or record (every key of the store carries a TTL), so it is refused unless `allow` — then a
+/// loud warning. Where `CONFIG` is not permitted (managed Redis), warns and goes on.
+pub(super) async fn check_eviction_policy(conn: &mut Conn, allow: bool) -> Result<()> {
+    let masters = match conn.masters().await {
+        Ok(masters) => masters,
+        Err(error) if unreachable(&error) => return Err(Error::store("connect", error)),
+        Err(error) => {
+            cannot_check(&Node::Endpoint, &error);
+            return Ok(());
+        }
+    };
+    let mut get = ::redis::cmd("CONFIG");
+    get.arg("GET").arg("maxmemory-policy");
+    for node in masters {
+        let policy = match conn.on_node(&node, &get).await {
+            Ok(reply) => policy_of(&reply),
+            Err(error) if unreachable(&error) => return Err(Error::store("connect", error)),
+            Err(error) => {
+                cannot_check(&node, &error);
+                continue;
+            }
+        };
+        let Some(policy) = policy else {
+            tracing::warn!(target: "idem", %node, "CONFIG GET maxmemory-policy gave no policy; \
+                make sure it is `noeviction`");
+            continue;
+        };
+        if policy == SAFE_POLICY {
+            continue;
+        }
+        if allow {
+            tracing::warn!(target: "idem", %node, policy,
+                "EVICTION ALLOWED: Redis may evict idem's claims and records under memory \
+                 pressure, and an evicted key runs its tool again; set `maxmemory-policy \
+                 noeviction` to make that impossible");
+            continue;
+        }
+        return Err(Error::Config(format!(
+            "Redis {node} has maxmemory-policy `{policy}`: every idem key carries a TTL, so an \
+             eviction policy can drop a live claim or a recorded result under memory pressure, \
+             and the tool then runs a second time. Set `CONFIG SET maxmemory-policy noeviction` \
+             (and in redis.conf), or give idem its own Redis; to accept the risk, connect with \
+             `RedisStore::builder().allow_eviction(true)`"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether an error means the server could not be reached (as opposed to a refused command).
+fn unreachable(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+}
+
+fn cannot_check(node: &Node, error: &RedisError) {
+    tracing::warn!(target: "idem", %node, %error,
+        "cannot read maxmemory-policy (CONFIG is not permitted here?); make sure it is \
+         `noeviction`, or Redis may evict live claims and run tools twice");
+}
+
+/// The policy in a `CONFIG GET maxmemory-policy` reply (`[name, value]`, or a map in RESP3).
+fn policy_of(reply: &Value) -> Option<String> {
+    let text = |value: &Value| match value {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(text) => Some(text.clone()),
+        _ => None,
+    };
+    match reply {
+        Value::Array(items) => items.get(1).and_then(text),
+        Value::Map(pairs) => pairs.first().and_then(|(_, value)| text(value)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_is_read_from_either_protocol() {
+        let name = Value::BulkString(b"maxmemory-policy".to_vec());
+        let value = Value::BulkString(b"allkeys-lru".to_vec());
+        let resp2 = Value::Array(vec![name.clone(), value.clone()]);
+        let resp3 = Value::Map(vec![(name, value)]);
+        assert_eq!(policy_of(&resp2).as_deref(), Some("allkeys-lru"));
+        assert_eq!(policy_of(&resp3).as_deref(), Some("allkeys-lru"));
+        assert_eq!(policy_of(&Value::Array(vec![])), None);
+    }
+}

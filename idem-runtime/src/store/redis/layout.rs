@@ -1,0 +1,163 @@
+//! Where a [`RedisStore`](super::RedisStore) keeps things: Redis key names, laid out so that a
+//! claim and its per-key budget count share a Redis Cluster hash slot.
+
+use crate::key::Key;
+use crate::store::budget::CounterId;
+
+/// Length of a key in hex, inside the hash tag that ends every record's Redis key.
+pub(super) const KEY_HEX_LEN: usize = 64;
+
+/// The tail of a record's Redis key: `:{` + 64 hex digits + `}`.
+const RECORD_TAIL_LEN: usize = KEY_HEX_LEN + 3;
+
+/// `<prefix>:<namespace>:{<key in hex>}`.
+pub(super) fn record_key(prefix: &str, namespace: &str, key: &Key) -> String {
+    format!("{prefix}:{namespace}:{{{}}}", key.to_hex())
+}
+
+/// `<record key>:b:<counter id in hex>`: the record's key is a prefix of it, so whichever hash
+/// tag decides the record's slot (the key's, or an earlier one in the namespace) decides the
+/// count's too.
+pub(super) fn key_counter_key(record_key: &str, id: &CounterId) -> String {
+    format!("{record_key}:b:{}", hex(id))
+}
+
+/// `<prefix>:<namespace>:t:{<turn counter id in hex>}`: in the turn's own slot (or the
+/// namespace's, if it has a hash tag).
+pub(super) fn turn_counter_key(prefix: &str, namespace: &str, id: &CounterId) -> String {
+    format!("{prefix}:{namespace}:t:{{{}}}", hex(id))
+}
+
+/// The `SCAN MATCH` pattern of the records of one namespace, or of every namespace.
+pub(super) fn record_pattern(prefix: &str, namespace: Option<&str>) -> String {
+    match namespace {
+        Some(ns) => format!(
+            "{}:{}:{{{}}}",
+            glob_escape(prefix),
+            glob_escape(ns),
+            "?".repeat(KEY_HEX_LEN)
+        ),
+        None => format!("{}:*}}", glob_escape(prefix)),
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Splits a record's Redis key `<prefix>:<namespace>:{<key in hex>}` into its namespace and
+/// key; `None` for anything else (budget counts, foreign keys).
+pub(super) fn parse_record_key(prefix: &str, raw: &[u8]) -> Option<(String, Key)> {
+    let text = std::str::from_utf8(raw).ok()?;
+    let rest = text.strip_prefix(prefix)?.strip_prefix(':')?;
+    let split = rest.len().checked_sub(RECORD_TAIL_LEN)?;
+    let (namespace, tail) = (rest.get(..split)?, rest.get(split..)?);
+    let hex = tail.strip_prefix(":{")?.strip_suffix('}')?;
+    Some((namespace.to_owned(), Key::from_hex(hex).ok()?))
+}
+
+/// Escapes the glob characters of `text` for `SCAN MATCH`.
+pub(super) fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The Redis Cluster hash slot of a Redis key (CRC16/XMODEM of its hash tag, mod 16384), for
+/// tests of the layout.
+#[cfg(test)]
+pub(super) fn slot(redis_key: &str) -> u16 {
+    let bytes = redis_key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    let mut crc: u16 = 0;
+    for &b in tagged.unwrap_or(bytes) {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_characters_are_escaped() {
+        assert_eq!(glob_escape(r"a*b?c[d]e\f"), r"a\*b\?c\[d\]e\\f");
+    }
+
+    #[test]
+    fn record_keys_split_into_namespace_and_key() {
+        let key = Key::from_bytes([0xab; 32]);
+        let raw = record_key("idem", "a:b", &key);
+        assert_eq!(raw, format!("idem:a:b:{{{}}}", key.to_hex()));
+        assert_eq!(
+            parse_record_key("idem", raw.as_bytes()),
+            Some(("a:b".to_owned(), key))
+        );
+        let empty = record_key("idem", "", &key);
+        assert_eq!(
+            parse_record_key("idem", empty.as_bytes()),
+            Some((String::new(), key))
+        );
+        assert_eq!(parse_record_key("other", raw.as_bytes()), None);
+        assert_eq!(parse_record_key("idem", b"idem:ns:{not-a-key}"), None);
+        let count = key_counter_key(&raw, &[7; 16]);
+        assert_eq!(parse_record_key("idem", count.as_bytes()), None);
+        let turn = turn_counter_key("idem", "a:b", &[7; 16]);
+        assert_eq!(parse_record_key("idem", turn.as_bytes()), None);
+    }
+
+    #[test]
+    fn the_slot_function_matches_redis() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(slot("123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("somekey"), 11058);
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        // An empty tag does not count: the whole key is hashed.
+        assert_ne!(slot("foo{}{bar}"), slot("bar"));
+    }
+
+    #[test]
+    fn a_claim_and_its_count_share_a_slot_and_keys_spread() {
+        let mut slots = std::collections::HashSet::new();
+        for i in 0..64u8 {
+            let key = Key::from_bytes(*blake3::hash(&[i]).as_bytes());
+            for ns in ["tenant", "a{b", "x}y", ""] {
+                let record = record_key("idem", ns, &key);
+                let count = key_counter_key(&record, &[i; 16]);
+                assert_eq!(slot(&record), slot(&count), "{record} / {count}");
+            }
+            slots.insert(slot(&record_key("idem", "tenant", &key)));
+        }
+        assert!(slots.len() > 50, "keys spread over slots: {}", slots.len());
+        // A namespace hash tag pins a tenant to one slot, counts and turns included.
+        let tagged: std::collections::HashSet<u16> = (0..16u8)
+            .flat_map(|i| {
+                let key = Key::from_bytes([i; 32]);
+                let record = record_key("idem", "{tenant-42}", &key);
+                [
+                    slot(&record),
+                    slot(&key_counter_key(&record, &[i; 16])),
+                    slot(&turn_counter_key("idem", "{tenant-42}", &[i; 16])),
+                ]
+            })
+            .collect();
+        assert_eq!(tagged.len(), 1);
+    }
+}

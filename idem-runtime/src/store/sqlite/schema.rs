@@ -1,0 +1,95 @@
+//! Opening a database: connection settings, and the schema migrated to this build's version.
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::{Error, Result};
+
+/// The schema version this build writes, kept in `PRAGMA user_version`.
+///
+/// Version 1 is the records table; version 2 adds the budget counters.
+pub const SCHEMA_VERSION: i64 = 2;
+
+/// Version 1: one row per remembered key.
+const SCHEMA_V1: &str = "
+CREATE TABLE IF NOT EXISTS idem_records (
+    namespace     TEXT    NOT NULL,
+    key           BLOB    NOT NULL,
+    tool          TEXT    NOT NULL,
+    state         TEXT    NOT NULL CHECK (state IN ('in_progress', 'completed')),
+    fingerprint   BLOB    NOT NULL,
+    result        BLOB,
+    created_at_ms INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    token         INTEGER,
+    PRIMARY KEY (namespace, key)
+) STRICT;
+CREATE INDEX IF NOT EXISTS idem_records_expires_at ON idem_records (expires_at_ms);
+";
+
+/// Version 2: turn budget counters, named by [`budget::key_counter`](crate::store::budget::key_counter)
+/// and [`budget::turn_counter`](crate::store::budget::turn_counter).
+const SCHEMA_V2: &str = "
+CREATE TABLE IF NOT EXISTS idem_budgets (
+    id            BLOB    NOT NULL PRIMARY KEY,
+    count         INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS idem_budgets_expires_at ON idem_budgets (expires_at_ms);
+";
+
+/// Sets the connection up: busy timeout, WAL, and the schema.
+pub(super) fn configure(conn: &mut Connection, path: Option<&Path>, busy: Duration) -> Result<()> {
+    let fail = |e: rusqlite::Error| Error::store("open", e);
+    conn.busy_timeout(busy).map_err(fail)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+        .map_err(fail)?;
+    if path.is_some() && !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(target: "idem", mode, "SQLite refused WAL mode; writers will block readers");
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(fail)?;
+    migrate(conn, path)
+}
+
+/// Brings the schema to [`SCHEMA_VERSION`], under the write lock so that processes opening the
+/// same file at once migrate it once. Each step is idempotent and the version is written in
+/// the same transaction, so an interrupted migration is simply done again.
+fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
+    let fail = |e: rusqlite::Error| Error::store("migrate", e);
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(fail)?;
+    let version: i64 = tx
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(fail)?;
+    match version {
+        SCHEMA_VERSION => return Ok(()),
+        0 | 1 => {
+            if version == 0 {
+                tx.execute_batch(SCHEMA_V1).map_err(fail)?;
+            }
+            tx.execute_batch(SCHEMA_V2).map_err(fail)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(fail)?;
+        }
+        newer if newer > SCHEMA_VERSION => {
+            let file = path.map_or_else(|| "(in memory)".to_owned(), |p| p.display().to_string());
+            return Err(Error::Config(format!(
+                "the idem database {file} has schema version {newer}, but this build of idem \
+                 only knows versions up to {SCHEMA_VERSION}: upgrade idem, or point it at \
+                 another file"
+            )));
+        }
+        unknown => {
+            return Err(Error::Config(format!(
+                "the idem database has an unknown schema version {unknown} \
+                 (PRAGMA user_version); point idem at another file"
+            )));
+        }
+    }
+    tx.commit().map_err(fail)
+}

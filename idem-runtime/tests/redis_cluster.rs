@@ -1,0 +1,259 @@
+//! `RedisStore` on a real three-master Redis Cluster (`IDEM_REDIS_CLUSTER_URLS`, as
+//! `scripts/redis-cluster.sh run CMD` exports it): the conformance suite, claims with their
+//! budget charges on the master of their slot, replay through the engine, and `list` across
+//! every master.
+#![cfg(feature = "redis")]
+
+mod redis_common;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idem_runtime::key::{ArgsDigest, Key};
+use idem_runtime::store::conformance::{self, Harness};
+use idem_runtime::store::{RedisStore, Store, StoreFuture};
+use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use redis::cluster_async::ClusterConnection;
+use redis_common::{cleanup_cluster, cluster_urls, raw, unique_prefix};
+
+async fn cluster_store(urls: &[String], tag: &str) -> RedisStore {
+    RedisStore::builder()
+        .prefix(unique_prefix(tag))
+        .connect_cluster(urls)
+        .await
+        .expect("connect to the cluster")
+}
+
+async fn cluster_conn(urls: &[String]) -> ClusterConnection {
+    redis::cluster::ClusterClient::new(urls.to_vec())
+        .expect("cluster URLs")
+        .get_async_connection()
+        .await
+        .expect("the test cluster is reachable")
+}
+
+/// The URL of the node holding each of `redis_keys` (asked of every node with `EXISTS`).
+async fn nodes_holding(urls: &[String], redis_keys: &[String]) -> HashMap<String, String> {
+    let mut holders = HashMap::new();
+    for url in urls {
+        let mut conn = raw(url).await;
+        for redis_key in redis_keys {
+            // READONLY-free: a master answers EXISTS for its own slots and MOVED otherwise.
+            let exists: redis::RedisResult<u64> = redis::cmd("EXISTS")
+                .arg(redis_key)
+                .query_async(&mut conn)
+                .await;
+            if exists == Ok(1) {
+                holders.insert(redis_key.clone(), url.clone());
+            }
+        }
+    }
+    holders
+}
+
+struct Cluster {
+    store: RedisStore,
+    shared: Arc<dyn Store>,
+    conn: ClusterConnection,
+}
+
+impl Harness for Cluster {
+    fn store(&self) -> Arc<dyn Store> {
+        Arc::clone(&self.shared)
+    }
+
+    fn short(&self) -> Duration {
+        Duration::from_millis(400)
+    }
+
+    fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
+        Box::pin(async move {
+            tokio::time::sleep(by).await;
+            Ok(())
+        })
+    }
+
+    fn corrupt<'a>(&'a self, namespace: &'a str, key: &'a Key) -> Option<StoreFuture<'a, ()>> {
+        let redis_key = self.store.redis_key(namespace, key);
+        let mut conn = self.conn.clone();
+        Some(Box::pin(async move {
+            redis::cmd("SET")
+                .arg(redis_key)
+                .arg(b"\x00\xffnot a record".as_slice())
+                .query_async::<()>(&mut conn)
+                .await
+                .map_err(|e| Error::store("corrupt", e))
+        }))
+    }
+
+    fn expires_by_itself(&self) -> bool {
+        true
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_cluster_store_conforms() {
+    let Some(urls) = cluster_urls("redis_cluster_store_conforms") else {
+        return;
+    };
+    let store = cluster_store(&urls, "cluster-conformance").await;
+    assert!(store.is_cluster());
+    let harness = Cluster {
+        shared: Arc::new(store.clone()),
+        conn: cluster_conn(&urls).await,
+        store,
+    };
+    conformance::run_all(&harness).await;
+    cleanup_cluster(&urls, harness.store.prefix()).await;
+}
+
+const SEND: ToolInfo = ToolInfo::idempotent("send_invoice");
+
+/// Through the engine on a cluster: keys spread over every master, each claim's budget count
+/// sits on its record's master, the turn count is charged, calls replay, and `list` finds the
+/// records of every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_budgets_and_replays_spread_over_the_masters() {
+    let Some(urls) = cluster_urls("claims_budgets_and_replays_spread_over_the_masters") else {
+        return;
+    };
+    let store = cluster_store(&urls, "cluster-engine").await;
+    let prefix = store.prefix().to_owned();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let runs = Arc::new(AtomicUsize::new(0));
+    const KEYS: usize = 24;
+    // Every charged call counts against the turn, replays included: two rounds exactly.
+    const CAP: u32 = 2 * KEYS as u32;
+    let mut keys = Vec::new();
+    for round in 0..2 {
+        // A fresh turn object each round, as after a restart: only the cluster remembers.
+        let turn = Turn::new("cluster-turn")
+            .with_namespace("tenant")
+            .with_max_calls(CAP)
+            .with_store(Arc::clone(&shared));
+        for i in 0..KEYS {
+            let mut args = ArgsDigest::new(SEND.name);
+            args.arg("invoice", &i).unwrap();
+            let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+            let runs = Arc::clone(&runs);
+            let receipt = execute(Call::new(&SEND, &turn, k, fp), async move {
+                Ok::<_, Error>(format!(
+                    "receipt {i} run {}",
+                    runs.fetch_add(1, Ordering::SeqCst)
+                ))
+            })
+            .await
+            .unwrap();
+            assert!(
+                receipt.starts_with(&format!("receipt {i} run")),
+                "{receipt}"
+            );
+            if round == 0 {
+                keys.push(k);
+            }
+        }
+        let stats = turn.stats();
+        assert_eq!(
+            (stats.executed, stats.replayed),
+            if round == 0 {
+                (KEYS as u64, 0)
+            } else {
+                (0, KEYS as u64)
+            },
+            "round {round}"
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), KEYS, "each tool ran once");
+
+    // Every record and its per-key count live on the same master; the records spread.
+    let records: Vec<String> = keys.iter().map(|k| store.redis_key("tenant", k)).collect();
+    let holders = nodes_holding(&urls, &records).await;
+    assert_eq!(holders.len(), KEYS, "every record is on some master");
+    let masters: HashSet<&String> = holders.values().collect();
+    assert!(
+        masters.len() >= 2,
+        "{KEYS} keys on one master only: {masters:?}"
+    );
+    for (record, url) in &holders {
+        let mut conn = raw(url).await;
+        let counts: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{record}:b:*"))
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(
+            counts.len(),
+            1,
+            "{record}: its budget count is on its master"
+        );
+    }
+
+    // The turn's call cap, counted in the turn's own slot, refuses the next call.
+    let turn = Turn::new("cluster-turn")
+        .with_namespace("tenant")
+        .with_max_calls(CAP)
+        .with_store(Arc::clone(&shared));
+    let mut args = ArgsDigest::new(SEND.name);
+    args.arg("invoice", &"one too many").unwrap();
+    let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+    let refused = execute(Call::new(&SEND, &turn, k, fp), async {
+        Ok::<_, Error>(String::new())
+    })
+    .await;
+    assert!(
+        matches!(refused, Err(Error::TurnBudgetExhausted { .. })),
+        "{refused:?}"
+    );
+
+    // The admin listing scans every master.
+    let listed = store.list(Some("tenant"), 1000).await.unwrap();
+    let listed: HashSet<Key> = listed.into_iter().map(|r| r.key).collect();
+    assert_eq!(listed, keys.iter().copied().collect::<HashSet<_>>());
+    assert_eq!(store.list(None, 5).await.unwrap().len(), 5);
+    assert!(store.remove("tenant", &keys[0]).await.unwrap());
+    assert_eq!(
+        store.list(Some("tenant"), 1000).await.unwrap().len(),
+        KEYS - 1
+    );
+    cleanup_cluster(&urls, &prefix).await;
+}
+
+/// A namespace hash tag pins a tenant's records, counts and turn count to one slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_hash_tag_pins_a_tenant_to_one_master() {
+    let Some(urls) = cluster_urls("a_namespace_hash_tag_pins_a_tenant_to_one_master") else {
+        return;
+    };
+    let store = cluster_store(&urls, "cluster-tag").await;
+    let prefix = store.prefix().to_owned();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let turn = Turn::new("tagged-turn")
+        .with_namespace("{tenant-42}")
+        .with_max_calls(100)
+        .with_store(Arc::clone(&shared));
+    let mut records = Vec::new();
+    for i in 0..12 {
+        let mut args = ArgsDigest::new(SEND.name);
+        args.arg("invoice", &i).unwrap();
+        let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+        execute(Call::new(&SEND, &turn, k, fp), async { Ok::<_, Error>(i) })
+            .await
+            .unwrap();
+        records.push(store.redis_key("{tenant-42}", &k));
+    }
+    let holders = nodes_holding(&urls, &records).await;
+    let masters: HashSet<&String> = holders.values().collect();
+    assert_eq!((holders.len(), masters.len()), (12, 1), "{holders:?}");
+    let master = masters.into_iter().next().unwrap();
+    let mut conn = raw(master).await;
+    let everything: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    // 12 records, 12 per-key counts and the turn count, all on the tenant's master.
+    assert_eq!(everything.len(), 25, "{everything:?}");
+    cleanup_cluster(&urls, &prefix).await;
+}
