@@ -12,7 +12,15 @@ async fn charge_card(cents: u64) -> Result<u64, Error> {
 async fn a_call_outside_a_turn_is_refused_and_counted() {
     let before = idem::stats().config_error;
     let refused = charge_card(500).await;
-    assert!(matches!(refused, Err(Error::NoTurn { tool: "charge_card" })), "{refused:?}");
+    assert!(
+        matches!(
+            refused,
+            Err(Error::NoTurn {
+                tool: "charge_card"
+            })
+        ),
+        "{refused:?}"
+    );
     assert!(
         idem::stats().config_error > before,
         "a refused call must still be one outcome"

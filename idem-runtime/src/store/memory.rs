@@ -170,8 +170,7 @@ impl MemoryStore {
         let expires_at_ms = now.saturating_add(duration_ms(charge.window));
         let key_id = budget::key_counter(namespace, charge.turn, key);
         let completed = shard
-            .records
-            .get(key)
+            .live(key, now)
             .is_some_and(|e| e.record.state == RecordState::Completed);
         let attempts_before = budget::live(&shard.budgets, &key_id, now);
         let mut turns = charge.max_calls.map(|_| lock(&self.turns));
