@@ -19,7 +19,7 @@ pub struct Cli {
     #[arg(long, value_name = "PATH", global = true, conflicts_with = "redis")]
     pub sqlite: Option<PathBuf>,
 
-    /// The Redis server of a `RedisStore`: redis://[user:password@]host:port[/db].
+    /// The Redis server of a `RedisStore`: `redis://[user:password@]host:port[/db]`.
     #[arg(long, value_name = "URL", global = true)]
     pub redis: Option<String>,
 

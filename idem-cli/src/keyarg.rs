@@ -92,7 +92,7 @@ pub async fn resolve(store: &dyn Store, namespace: &str, arg: &KeyArg) -> Result
                 0 => Err(not_found(store, namespace, prefix).await),
                 1 => Ok(Found::Record(Box::new(matches.remove(0)))),
                 n => {
-                    matches.sort_by(|a, b| a.key.cmp(&b.key));
+                    matches.sort_by_key(|r| r.key);
                     let mut message = format!(
                         "key prefix {prefix} is ambiguous: it matches {n} records in namespace \
                          {}; give more digits:",

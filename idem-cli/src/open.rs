@@ -8,6 +8,7 @@ use crate::args::Cli;
 use crate::error::CliError;
 
 /// Which kind of store was opened.
+#[cfg_attr(not(all(feature = "sqlite", feature = "redis")), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// A `SqliteStore` file.
@@ -117,6 +118,7 @@ async fn open_redis(_url: &str, _prefix: Option<&str>) -> Result<Opened, CliErro
 }
 
 /// The underlying cause of a store error, without the engine's advice about tool calls.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
 fn store_source(error: &idem_runtime::Error) -> String {
     match error {
         idem_runtime::Error::Store { source, .. } => source.to_string(),
@@ -125,6 +127,7 @@ fn store_source(error: &idem_runtime::Error) -> String {
 }
 
 /// `url` with any password replaced by `***`, fit for messages.
+#[cfg(feature = "redis")]
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
@@ -145,7 +148,7 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "redis"))]
 mod tests {
     use super::redact;
 
