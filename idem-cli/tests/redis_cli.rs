@@ -14,8 +14,8 @@ use common::{REFUND, SEND, call, claim, idem, key_of, turn};
 use idem_runtime::store::{RecordState, RedisStore, Store};
 use idem_runtime::{Error, ToolInfo};
 
-/// Kept for half a second: expires during the test.
-static FLEETING: ToolInfo = ToolInfo::idempotent("fleeting").with_ttl(Duration::from_millis(500));
+/// Kept for two seconds: expires during the test.
+static FLEETING: ToolInfo = ToolInfo::idempotent("fleeting").with_ttl(Duration::from_secs(2));
 
 /// The shared test server's URL, or `None` (after a skip notice) when `IDEM_REDIS_URL` is unset.
 fn redis_url(test: &str) -> Option<String> {
@@ -224,7 +224,7 @@ async fn expired_records_vanish_and_purge_says_redis_expires_them() {
     };
     let short = key.short().to_hex();
     with(&["show", &short]).expect_code(0);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(2300)).await;
     let gone = with(&["show", &short]).expect_code(1);
     assert!(gone.stderr.contains("no live record"), "{}", gone.stderr);
     assert_eq!(
