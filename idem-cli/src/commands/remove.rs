@@ -54,7 +54,7 @@ pub async fn remove(
             }
             Found::Corrupt(..) => "",
         };
-        let question = format!("Remove {what}?{consequence}\nRemove it?");
+        let question = format!("About to remove {what}.{consequence}\nRemove it?");
         let stdin = std::io::stdin();
         let confirmed = confirm::ask(&question, &mut stdin.lock(), &mut std::io::stderr())?;
         if !confirmed {
