@@ -137,19 +137,20 @@ async fn not_found(store: &dyn Store, namespace: &str, hex: &str) -> CliError {
         }
         Err(_) => Vec::new(),
     };
-    if elsewhere.is_empty() {
-        message.push_str(
+    match elsewhere.first() {
+        None => message.push_str(
             " (it may have expired, or been removed; `idem list` shows the live records; a \
              corrupt record is found by its full 64-digit key only)",
-        );
-    } else {
-        let names: Vec<String> = elsewhere.iter().map(|n| namespace_label(n)).collect();
-        let _ = write!(
-            message,
-            "; it is in namespace {}: pass --namespace {}",
-            names.join(", "),
-            shell_word(&elsewhere[0])
-        );
+        ),
+        Some(first) => {
+            let names: Vec<String> = elsewhere.iter().map(|n| namespace_label(n)).collect();
+            let _ = write!(
+                message,
+                "; it is in namespace {}: pass --namespace {}",
+                names.join(", "),
+                shell_word(first)
+            );
+        }
     }
     CliError::not_found(message)
 }

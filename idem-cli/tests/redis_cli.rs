@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{REFUND, SEND, call, claim, idem, key_of, turn};
+use common::{REFUND, SEND, call, claim, idem, key_of, listed_keys, turn};
 use idem_runtime::store::{RecordState, RedisStore, Store};
 use idem_runtime::{Error, ToolInfo};
 
@@ -59,15 +59,6 @@ async fn cleanup(store: &dyn Store) {
         store.remove(&r.namespace, &r.key).await.expect("remove");
     }
     assert!(store.list(None, 1).await.expect("list").is_empty());
-}
-
-/// The short keys of a `list` table, top to bottom.
-fn listed_keys(stdout: &str) -> Vec<String> {
-    stdout
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
-        .collect()
 }
 
 #[tokio::test]

@@ -201,3 +201,23 @@ pub fn turn(id: &str, namespace: &str) -> Turn {
         .with_namespace(namespace)
         .with_in_flight_wait(Duration::from_millis(200))
 }
+
+/// A `SqliteStore` on `db`, created if needed.
+#[cfg(feature = "sqlite")]
+pub fn open_sqlite(db: &str) -> Arc<dyn Store> {
+    Arc::new(idem_runtime::store::SqliteStore::open(db).expect("a new SQLite store"))
+}
+
+/// The short keys of a `list` table, top to bottom.
+pub fn listed_keys(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// The 12 hex digits the logs print for `key`.
+pub fn short(key: &Key) -> String {
+    key.short().to_hex()
+}
