@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
 use self::worker::Worker;
@@ -153,6 +153,31 @@ impl SqliteStore {
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
         let path = path.as_ref();
         let conn = Connection::open(path).map_err(|e| Error::store("open", e))?;
+        Self::start(conn, Some(path.to_owned()))
+    }
+
+    /// Opens the idem database at `path` only if it exists and already holds idem's schema:
+    /// never creates a file, and never adds idem's table to another application's database.
+    /// For tools that inspect and repair a store (the `idem` CLI).
+    ///
+    /// # Errors
+    /// [`Error::Store`] if the file does not exist, cannot be opened or is not a database;
+    /// [`Error::Config`] if it has no idem schema or was written by a newer version of idem.
+    pub fn open_existing(path: impl AsRef<Path>) -> Result<SqliteStore> {
+        let path = path.as_ref();
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(path, flags).map_err(|e| Error::store("open", e))?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .map_err(|e| Error::store("open", e))?;
+        if version == 0 {
+            return Err(Error::Config(format!(
+                "{} is not an idem database (it has no idem schema): check the path",
+                path.display()
+            )));
+        }
         Self::start(conn, Some(path.to_owned()))
     }
 

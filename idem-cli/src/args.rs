@@ -1,0 +1,85 @@
+//! The command line, as `clap` parses it.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Inspect and repair an idem dedup store: did this action happen, what did the agent get back,
+/// and release a claim that is stuck.
+///
+/// Open a store with `--sqlite PATH` or `--redis URL` (plus `--prefix` if the agents use
+/// `RedisStore::with_prefix`). KEY is the full 64-hex key or any unambiguous prefix of at least
+/// 4 hex digits, such as the 12 digits the logs print.
+///
+/// Exit codes: 0 ok, 1 not found or refused, 2 usage or connection error.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, max_term_width = 100)]
+pub struct Cli {
+    /// The SQLite database file of a `SqliteStore` (never created: it must exist).
+    #[arg(long, value_name = "PATH", global = true, conflicts_with = "redis")]
+    pub sqlite: Option<PathBuf>,
+
+    /// The Redis server of a `RedisStore`: `redis://[user:password@]host:port[/db]`.
+    #[arg(long, value_name = "URL", global = true)]
+    pub redis: Option<String>,
+
+    /// The key prefix the agents' `RedisStore` uses (`with_prefix`); default `idem`.
+    #[arg(long, value_name = "PREFIX", global = true)]
+    pub prefix: Option<String>,
+
+    /// The namespace: filters `list` and `stats`; for `show` and `remove`, the namespace of KEY
+    /// (default: the empty namespace "").
+    #[arg(long, value_name = "NAMESPACE", global = true)]
+    pub namespace: Option<String>,
+
+    /// Print JSON for scripts instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List live records, newest first.
+    List {
+        /// Only records of this tool.
+        #[arg(long)]
+        tool: Option<String>,
+        /// Only records in this state.
+        #[arg(long, value_enum)]
+        state: Option<StateArg>,
+        /// Show at most this many records.
+        #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+    },
+    /// Show one record, with its result.
+    Show {
+        /// The key: 64 hex digits, or an unambiguous prefix of at least 4.
+        key: String,
+    },
+    /// Delete one record, releasing a stuck or interrupted claim (the next call runs the tool).
+    Remove {
+        /// The key: 64 hex digits, or an unambiguous prefix of at least 4.
+        key: String,
+        /// Do not ask for confirmation (required when stdin is not a terminal).
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Delete expired records and print how many.
+    Purge,
+    /// Count live records by state and by tool.
+    Stats,
+}
+
+/// A record state as written on the command line and in the output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    /// A caller holds a lease and is running the tool.
+    InProgress,
+    /// The tool finished and its result is recorded.
+    Completed,
+}

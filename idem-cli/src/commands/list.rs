@@ -1,0 +1,98 @@
+//! `idem list`: live records, newest first.
+
+use idem_runtime::Store;
+use idem_runtime::store::{Record, RecordState};
+use serde_json::Value;
+
+use crate::args::StateArg;
+use crate::error::CliError;
+use crate::output::{namespace_label, record_json, state_name, table};
+use crate::when::{relative, rfc3339};
+
+/// Which records `list` shows.
+#[derive(Debug, Clone, Default)]
+pub struct Filter<'a> {
+    /// Only this namespace.
+    pub namespace: Option<&'a str>,
+    /// Only this tool.
+    pub tool: Option<&'a str>,
+    /// Only this state.
+    pub state: Option<StateArg>,
+}
+
+impl Filter<'_> {
+    fn accepts(&self, record: &Record) -> bool {
+        let state = match self.state {
+            None => true,
+            Some(StateArg::InProgress) => record.state == RecordState::InProgress,
+            Some(StateArg::Completed) => record.state == RecordState::Completed,
+        };
+        state && self.tool.is_none_or(|tool| record.tool == tool)
+    }
+}
+
+/// Every live record that passes `filter`, newest first.
+///
+/// # Errors
+/// A store error.
+pub async fn matching(store: &dyn Store, filter: &Filter<'_>) -> Result<Vec<Record>, CliError> {
+    let mut records: Vec<Record> = store
+        .list(filter.namespace, usize::MAX)
+        .await?
+        .into_iter()
+        .filter(|r| filter.accepts(r))
+        .collect();
+    records.sort_by(|a, b| {
+        b.created_at_ms
+            .cmp(&a.created_at_ms)
+            .then_with(|| a.key.cmp(&b.key))
+    });
+    Ok(records)
+}
+
+/// `idem list`: a table of up to `limit` records (a note on stderr when more matched), or a
+/// JSON array.
+///
+/// # Errors
+/// A store error.
+pub async fn list(
+    store: &dyn Store,
+    filter: &Filter<'_>,
+    limit: usize,
+    json: bool,
+    now: u64,
+) -> Result<String, CliError> {
+    let mut records = matching(store, filter).await?;
+    let total = records.len();
+    records.truncate(limit);
+    if json {
+        let items: Vec<Value> = records.iter().map(record_json).collect();
+        return Ok(super::json_text(&Value::Array(items)));
+    }
+    if total > records.len() {
+        eprintln!(
+            "showing the newest {} of {total} records; pass --limit {total} to see them all",
+            records.len()
+        );
+    }
+    if records.is_empty() {
+        return Ok("no live records match\n".to_owned());
+    }
+    let rows: Vec<Vec<String>> = records
+        .iter()
+        .map(|r| {
+            vec![
+                r.key.short().to_hex(),
+                namespace_label(&r.namespace),
+                r.tool.clone(),
+                state_name(r.state).to_owned(),
+                rfc3339(r.created_at_ms),
+                relative(r.expires_at_ms, now),
+            ]
+        })
+        .collect();
+    Ok(table(
+        &["KEY", "NAMESPACE", "TOOL", "STATE", "CREATED", "EXPIRES"],
+        &rows,
+    ))
+}

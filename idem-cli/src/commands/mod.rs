@@ -1,0 +1,18 @@
+//! One module per subcommand; each returns the text to print on stdout.
+
+pub mod list;
+mod remove;
+mod show;
+mod stats;
+
+pub use list::list;
+pub use remove::remove;
+pub use show::show;
+pub use stats::{purge, stats};
+
+/// `value` as pretty JSON and a final newline.
+fn json_text(value: &serde_json::Value) -> String {
+    let mut text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    text.push('\n');
+    text
+}

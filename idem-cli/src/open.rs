@@ -1,0 +1,165 @@
+//! Opening the store named on the command line, with errors that say what to do.
+
+use std::sync::Arc;
+
+use idem_runtime::Store;
+
+use crate::args::Cli;
+use crate::error::CliError;
+
+/// Which kind of store was opened.
+#[cfg_attr(not(all(feature = "sqlite", feature = "redis")), allow(dead_code))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A `SqliteStore` file.
+    Sqlite,
+    /// A `RedisStore` server.
+    Redis,
+}
+
+/// An open store.
+pub struct Opened {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// Its kind.
+    pub backend: Backend,
+}
+
+/// Opens the store chosen by `--sqlite` or `--redis`.
+///
+/// # Errors
+/// A usage error if neither or both are given, or `--prefix` without `--redis`; a connection
+/// error if the store cannot be opened or reached.
+pub async fn open(cli: &Cli) -> Result<Opened, CliError> {
+    match (&cli.sqlite, &cli.redis) {
+        (Some(path), None) => {
+            if cli.prefix.is_some() {
+                return Err(CliError::usage(
+                    "--prefix applies to Redis stores only: drop it, or use --redis URL",
+                ));
+            }
+            open_sqlite(path)
+        }
+        (None, Some(url)) => open_redis(url, cli.prefix.as_deref()).await,
+        (Some(_), Some(_)) => Err(CliError::usage(
+            "give one store: --sqlite PATH or --redis URL, not both",
+        )),
+        (None, None) => Err(CliError::usage(
+            "say which store to open: --sqlite PATH (a SqliteStore file) or --redis URL \
+             (a RedisStore server, e.g. redis://127.0.0.1:6379)",
+        )),
+    }
+}
+
+#[cfg(feature = "sqlite")]
+fn open_sqlite(path: &std::path::Path) -> Result<Opened, CliError> {
+    use idem_runtime::SqliteStore;
+    if !path.exists() {
+        return Err(CliError::connection(format!(
+            "{} does not exist: check the path to the agents' SQLite file (idem does not create \
+             one here)",
+            path.display()
+        )));
+    }
+    let store = SqliteStore::open_existing(path).map_err(|error| match error {
+        // Already says what to do: a newer schema, or not an idem database.
+        idem_runtime::Error::Config(message) => CliError::connection(message),
+        other => CliError::connection(format!(
+            "could not open {} as an idem SQLite database ({}): check the path and its \
+             permissions",
+            path.display(),
+            store_source(&other)
+        )),
+    })?;
+    Ok(Opened {
+        store: Arc::new(store),
+        backend: Backend::Sqlite,
+    })
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_sqlite(_path: &std::path::Path) -> Result<Opened, CliError> {
+    Err(CliError::usage(
+        "this idem was built without SQLite support: reinstall it with \
+         `cargo install --path idem-cli --features sqlite`",
+    ))
+}
+
+#[cfg(feature = "redis")]
+async fn open_redis(url: &str, prefix: Option<&str>) -> Result<Opened, CliError> {
+    use idem_runtime::RedisStore;
+    use idem_runtime::store::redis::DEFAULT_PREFIX;
+    let shown = redact(url);
+    let store = RedisStore::connect(url)
+        .await
+        .map_err(|error| match error {
+            idem_runtime::Error::Config(message) => CliError::usage(format!(
+                "{message} ({shown}): write it as redis://[user:password@]host:port[/db]"
+            )),
+            other => CliError::connection(format!(
+                "cannot reach the Redis server at {shown} ({}): check the URL and that the \
+                 server is running",
+                store_source(&other)
+            )),
+        })?
+        .with_prefix(prefix.unwrap_or(DEFAULT_PREFIX));
+    Ok(Opened {
+        store: Arc::new(store),
+        backend: Backend::Redis,
+    })
+}
+
+#[cfg(not(feature = "redis"))]
+async fn open_redis(_url: &str, _prefix: Option<&str>) -> Result<Opened, CliError> {
+    Err(CliError::usage(
+        "this idem was built without Redis support: reinstall it with \
+         `cargo install --path idem-cli --features redis`",
+    ))
+}
+
+/// The underlying cause of a store error, without the engine's advice about tool calls.
+#[cfg(any(feature = "sqlite", feature = "redis"))]
+fn store_source(error: &idem_runtime::Error) -> String {
+    match error {
+        idem_runtime::Error::Store { source, .. } => source.to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// `url` with any password replaced by `***`, fit for messages.
+#[cfg(feature = "redis")]
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &rest[..at];
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            let hidden = if userinfo.contains(':') {
+                format!("{user}:***")
+            } else {
+                "***".to_owned()
+            };
+            format!("{scheme}://{hidden}{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(all(test, feature = "redis"))]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_are_hidden_from_messages() {
+        assert_eq!(
+            redact("redis://user:secret@host:6379/0"),
+            "redis://user:***@host:6379/0"
+        );
+        assert_eq!(redact("redis://secret@host:6379"), "redis://***@host:6379");
+        assert_eq!(redact("redis://host:6379/2"), "redis://host:6379/2");
+        assert_eq!(redact("not a url"), "not a url");
+    }
+}

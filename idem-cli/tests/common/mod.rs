@@ -1,0 +1,223 @@
+//! Helpers shared by the CLI tests: running the built `idem` binary, and preparing records
+//! through the real engine and stores.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use idem_runtime::key::ArgsDigest;
+use idem_runtime::store::{Begin, BeginRequest, LeaseToken, Store};
+use idem_runtime::{Call, Error, Fingerprint, Key, ToolInfo, Turn, execute};
+use serde_json::{Value, json};
+
+/// The tool the tests call: "sends" an email and counts how often it really ran.
+pub static SEND: ToolInfo = ToolInfo::idempotent("send_email");
+/// A second tool, for filters and stats.
+pub static REFUND: ToolInfo = ToolInfo::idempotent("refund");
+/// A tool whose results are kept one hour only.
+pub static SHORT_LIVED: ToolInfo = ToolInfo::idempotent("ping").with_ttl(Duration::from_secs(3600));
+
+/// What a run of the binary printed and returned.
+#[derive(Debug)]
+pub struct Run {
+    /// The exit code (`None` if killed by a signal).
+    pub code: Option<i32>,
+    /// Standard output.
+    pub stdout: String,
+    /// Standard error.
+    pub stderr: String,
+}
+
+impl Run {
+    fn from_output(output: Output) -> Run {
+        Run {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    /// Stdout parsed as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+
+    /// Panics with both streams unless the exit code is `code`.
+    pub fn expect_code(self, code: i32) -> Run {
+        assert_eq!(self.code, Some(code), "unexpected exit code: {self:#?}");
+        self
+    }
+}
+
+/// The `idem` command, stdin closed (not a terminal).
+pub fn idem_command(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_idem"));
+    command
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Runs `idem` with `args`, stdin closed, and waits for it.
+pub fn idem(args: &[&str]) -> Run {
+    let output = idem_command(args).output().expect("the idem binary runs");
+    Run::from_output(output)
+}
+
+/// Runs `idem` with `args` on a new pseudo-terminal as stdin, typing `typed` into it.
+pub fn idem_on_terminal(args: &[&str], typed: &str) -> Run {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    use std::io::Write;
+
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("a pseudo-terminal");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let name = ptsname(&master, Vec::new()).expect("ptsname");
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(name.to_str().expect("a UTF-8 device path"))
+        .expect("the terminal's slave side");
+    let mut master = std::fs::File::from(master);
+    master.write_all(typed.as_bytes()).expect("typing");
+    let output = idem_command(args)
+        .stdin(Stdio::from(slave))
+        .output()
+        .expect("the idem binary runs");
+    Run::from_output(output)
+}
+
+/// A fresh directory under the system temp dir, deleted on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir =
+            std::env::temp_dir().join(format!("idem-cli-{name}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    /// A path in the directory, as a string for the command line.
+    pub fn file(&self, name: &str) -> String {
+        self.0
+            .join(name)
+            .to_str()
+            .expect("a UTF-8 temp dir")
+            .to_owned()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The key and fingerprint the engine derives for `tool` called with `to` in `turn`.
+pub fn key_of(tool: &'static ToolInfo, turn: &Turn, to: &str) -> (Key, Fingerprint) {
+    let mut args = ArgsDigest::new(tool.name);
+    args.arg("to", to).expect("a string encodes");
+    args.finish(turn.namespace(), turn.id(), tool.name, tool.version)
+}
+
+/// Calls `tool` with `to` through the engine on `store`; the body counts its runs in `runs`
+/// and returns `{"sent_to": to, "run": n}`.
+pub async fn call(
+    store: &Arc<dyn Store>,
+    tool: &'static ToolInfo,
+    turn: &Turn,
+    to: &str,
+    runs: &AtomicU32,
+) -> Result<Value, Error> {
+    let (key, fingerprint) = key_of(tool, turn, to);
+    let call = Call::new(tool, turn, key, fingerprint).with_store(store);
+    execute(call, async {
+        let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok::<_, Error>(json!({ "sent_to": to, "run": run }))
+    })
+    .await
+}
+
+/// Claims the key of `tool(to)` directly, as a caller that is still running (or crashed):
+/// the record stays in progress for `lease`.
+pub async fn claim(
+    store: &dyn Store,
+    tool: &'static ToolInfo,
+    turn: &Turn,
+    to: &str,
+    lease: Duration,
+) -> (Key, LeaseToken) {
+    let (key, fingerprint) = key_of(tool, turn, to);
+    let token = claim_key(
+        store,
+        turn.namespace(),
+        tool.name,
+        &key,
+        &fingerprint,
+        lease,
+    )
+    .await;
+    (key, token)
+}
+
+/// Claims `key` directly with `Store::begin`.
+pub async fn claim_key(
+    store: &dyn Store,
+    namespace: &str,
+    tool: &str,
+    key: &Key,
+    fingerprint: &Fingerprint,
+    lease: Duration,
+) -> LeaseToken {
+    match store
+        .begin(BeginRequest {
+            namespace,
+            key,
+            tool,
+            fingerprint,
+            lease,
+        })
+        .await
+    {
+        Ok(Begin::Claimed(token)) => token,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+/// A turn whose calls give up quickly on a key in flight elsewhere.
+pub fn turn(id: &str, namespace: &str) -> Turn {
+    Turn::new(id)
+        .with_namespace(namespace)
+        .with_in_flight_wait(Duration::from_millis(200))
+}
+
+/// A `SqliteStore` on `db`, created if needed.
+#[cfg(feature = "sqlite")]
+pub fn open_sqlite(db: &str) -> Arc<dyn Store> {
+    Arc::new(idem_runtime::store::SqliteStore::open(db).expect("a new SQLite store"))
+}
+
+/// The short keys of a `list` table, top to bottom.
+pub fn listed_keys(stdout: &str) -> Vec<String> {
+    stdout
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// The 12 hex digits the logs print for `key`.
+pub fn short(key: &Key) -> String {
+    key.short().to_hex()
+}
