@@ -1,5 +1,6 @@
-//! The canonical value encoding: a `serde::Serializer` that streams into a byte sink (a BLAKE3
-//! hasher when deriving keys, a `Vec<u8>` for [`encode_value`](super::encode_value)).
+//! The canonical value encoding (v2): a `serde::Serializer` that writes into a [`Scratch`]
+//! buffer. Unordered containers (maps, structs, sets) are written entry after entry and then
+//! reordered in place so their entries' encodings ascend bytewise.
 //!
 //! The format is specified in `docs/key-spec.md`; keep the two in sync.
 
@@ -8,10 +9,9 @@ use std::fmt;
 use serde::Serialize;
 use serde::ser;
 
+use super::json::{self, JsonNumber, Token};
+use super::scratch::{Scratch, Span};
 use super::unordered::UNORDERED_MAGIC;
-
-/// BLAKE3 derive-key context of entry (map/struct) and element (set) digests.
-pub const ENTRY_CONTEXT: &str = "idem 2026-12-01 unordered entry v1";
 
 /// One-byte tags of the value encoding.
 pub(crate) mod tag {
@@ -26,7 +26,7 @@ pub(crate) mod tag {
     pub(crate) const BYTES: u8 = 0x08;
     pub(crate) const UNIT_STRUCT: u8 = 0x09;
     pub(crate) const SEQ: u8 = 0x0A;
-    pub(crate) const SEQ_END: u8 = 0x0B;
+    pub(crate) const END: u8 = 0x0B;
     pub(crate) const MAP: u8 = 0x0C;
     pub(crate) const SET: u8 = 0x0D;
     pub(crate) const UNIT_VARIANT: u8 = 0x0E;
@@ -46,24 +46,6 @@ const SET_TYPE_PREFIXES: [&str; 3] = [
     "hashbrown::set::HashSet<",
 ];
 
-/// Where encoded bytes go.
-pub(crate) trait Sink {
-    /// Appends `bytes`.
-    fn put(&mut self, bytes: &[u8]);
-}
-
-impl Sink for blake3::Hasher {
-    fn put(&mut self, bytes: &[u8]) {
-        self.update(bytes);
-    }
-}
-
-impl Sink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
-    }
-}
-
 /// A `Serialize` impl failed (or misused the serializer); carries its message.
 #[derive(Debug)]
 pub(crate) struct EncodeError(pub(crate) String);
@@ -82,104 +64,33 @@ impl ser::Error for EncodeError {
     }
 }
 
-/// Writes a length as u64 little-endian.
-pub(crate) fn put_len<W: Sink + ?Sized>(out: &mut W, len: usize) {
-    // usize is at most 64 bits on every platform Rust supports.
-    out.put(&(len as u64).to_le_bytes());
-}
-
-/// Writes `str(s)`: u64 LE byte length, then the UTF-8 bytes (no tag).
-pub(crate) fn put_str<W: Sink + ?Sized>(out: &mut W, s: &str) {
-    put_len(out, s.len());
-    out.put(s.as_bytes());
-}
-
-/// A fresh hasher for one entry/element digest.
-pub(crate) fn entry_hasher() -> blake3::Hasher {
-    blake3::Hasher::new_derive_key(ENTRY_CONTEXT)
-}
-
-/// Digest of the entry `name: value` of a struct or argument record (the name encoded as a string
-/// value).
-pub(crate) fn field_digest<V: Serialize + ?Sized>(
-    name: &str,
-    value: &V,
-) -> Result<[u8; 32], EncodeError> {
-    let mut h = entry_hasher();
-    h.put(&[tag::STR]);
-    put_str(&mut h, name);
-    value.serialize(ValueSerializer::new(&mut h))?;
-    Ok(*h.finalize().as_bytes())
-}
-
-/// Writes the whole encoding of `value`.
-pub(crate) fn encode_into<W: Sink, V: Serialize + ?Sized>(
-    out: &mut W,
+/// Appends the encoding of `value`; on error the buffer may hold a partial encoding (callers
+/// roll back).
+pub(crate) fn encode_into<V: Serialize + ?Sized>(
+    out: &mut Scratch,
     value: &V,
 ) -> Result<(), EncodeError> {
     value.serialize(ValueSerializer::new(out))
 }
 
-/// How many digests are kept without a heap allocation.
-const INLINE_DIGESTS: usize = 8;
-
-/// A list of 32-byte digests, inline up to [`INLINE_DIGESTS`] entries.
-// The inline variant is large on purpose: it avoids a heap allocation for small maps.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone)]
-pub(crate) enum Digests {
-    /// No heap allocation yet.
-    Inline {
-        /// Storage; the first `len` are used.
-        buf: [[u8; 32]; INLINE_DIGESTS],
-        /// Number of digests in use.
-        len: usize,
-    },
-    /// Spilled to the heap.
-    Heap(Vec<[u8; 32]>),
-}
-
-impl Digests {
-    /// An empty list.
-    pub(crate) const fn new() -> Self {
-        Digests::Inline {
-            buf: [[0; 32]; INLINE_DIGESTS],
-            len: 0,
-        }
-    }
-
-    /// Appends a digest.
-    pub(crate) fn push(&mut self, digest: [u8; 32]) {
-        match self {
-            Digests::Inline { buf, len } => {
-                if let Some(slot) = buf.get_mut(*len) {
-                    *slot = digest;
-                    *len += 1;
-                } else {
-                    let mut v = Vec::with_capacity(INLINE_DIGESTS * 4);
-                    v.extend_from_slice(buf);
-                    v.push(digest);
-                    *self = Digests::Heap(v);
-                }
-            }
-            Digests::Heap(v) => v.push(digest),
-        }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [[u8; 32]] {
-        match self {
-            Digests::Inline { buf, len } => buf.get_mut(..*len).unwrap_or_default(),
-            Digests::Heap(v) => v,
-        }
-    }
-
-    /// Writes `u64 LE count ‖ digests sorted ascending`.
-    pub(crate) fn write_sorted<W: Sink + ?Sized>(&mut self, out: &mut W) {
-        let digests = self.as_mut_slice();
-        digests.sort_unstable();
-        put_len(out, digests.len());
-        for d in digests.iter() {
-            out.put(d);
+/// Appends the entry `str(name) value` of a struct field or argument, returning its span; on
+/// error the buffer is restored.
+pub(crate) fn encode_field<V: Serialize + ?Sized>(
+    out: &mut Scratch,
+    name: &str,
+    value: &V,
+) -> Result<Span, EncodeError> {
+    let (start, spans) = (out.len(), out.spans.len());
+    out.put_u8(tag::STR);
+    out.put_str(name);
+    match value.serialize(ValueSerializer::new(out)) {
+        Ok(()) => Ok(Span {
+            start,
+            end: out.len(),
+        }),
+        Err(e) => {
+            out.rollback(start, spans);
+            Err(e)
         }
     }
 }
@@ -193,21 +104,37 @@ fn is_set_type(type_name: &str) -> bool {
     SET_TYPE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+fn put_int(out: &mut Scratch, negative: bool, magnitude: u128) {
+    out.put(&[tag::INT, u8::from(negative)]);
+    out.put_uv(magnitude);
+}
+
+fn put_float(out: &mut Scratch, v: f64) {
+    let bits = if v.is_nan() {
+        CANONICAL_NAN
+    } else if v == 0.0 {
+        0
+    } else {
+        v.to_bits()
+    };
+    out.put_u8(tag::FLOAT);
+    out.put(&bits.to_le_bytes());
+}
+
 /// The canonical serializer.
-pub(crate) struct ValueSerializer<'a, W: Sink> {
-    out: &'a mut W,
+pub(crate) struct ValueSerializer<'a> {
+    out: &'a mut Scratch,
     /// Encode the next sequence as a set (inside `Unordered`).
     as_set: bool,
 }
 
-impl<'a, W: Sink> ValueSerializer<'a, W> {
-    pub(crate) fn new(out: &'a mut W) -> Self {
+impl<'a> ValueSerializer<'a> {
+    pub(crate) fn new(out: &'a mut Scratch) -> Self {
         ValueSerializer { out, as_set: false }
     }
 
     fn int(self, negative: bool, magnitude: u128) -> Result<(), EncodeError> {
-        self.out.put(&[tag::INT, u8::from(negative)]);
-        self.out.put(&magnitude.to_le_bytes());
+        put_int(self.out, negative, magnitude);
         Ok(())
     }
 
@@ -217,95 +144,174 @@ impl<'a, W: Sink> ValueSerializer<'a, W> {
 }
 
 /// Encoder of sequences (ordered, or as sets) and of tuple variants.
-// Lives on the stack for the duration of one sequence; the size difference is intended.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum SeqEncoder<'a, W: Sink> {
-    /// Elements written in order, then `SEQ_END`.
-    Ordered(&'a mut W),
-    /// Element digests collected, then written sorted.
-    Set {
-        /// The output.
-        out: &'a mut W,
-        /// Digests of the elements so far.
-        digests: Digests,
-    },
+pub(crate) struct SeqEncoder<'a> {
+    out: &'a mut Scratch,
+    /// For a set: where its elements begin and the index of its first span.
+    set: Option<(usize, usize)>,
 }
 
-impl<'a, W: Sink> SeqEncoder<'a, W> {
-    fn start(out: &'a mut W, as_set: bool) -> Self {
+impl<'a> SeqEncoder<'a> {
+    fn start(out: &'a mut Scratch, as_set: bool) -> Self {
         if as_set {
-            out.put(&[tag::SET]);
-            SeqEncoder::Set {
-                out,
-                digests: Digests::new(),
-            }
+            out.put_u8(tag::SET);
+            let set = Some((out.len(), out.spans.len()));
+            SeqEncoder { out, set }
         } else {
-            out.put(&[tag::SEQ]);
-            SeqEncoder::Ordered(out)
+            out.put_u8(tag::SEQ);
+            SeqEncoder { out, set: None }
         }
     }
 
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        match self {
-            SeqEncoder::Ordered(out) => value.serialize(ValueSerializer::new(&mut **out)),
-            SeqEncoder::Set { digests, .. } => {
-                let mut h = entry_hasher();
-                value.serialize(ValueSerializer::new(&mut h))?;
-                digests.push(*h.finalize().as_bytes());
-                Ok(())
-            }
+        let start = self.out.len();
+        value.serialize(ValueSerializer::new(self.out))?;
+        if self.set.is_some() {
+            let end = self.out.len();
+            self.out.spans.push(Span { start, end });
         }
+        Ok(())
     }
 
     fn finish(self) -> Result<(), EncodeError> {
-        match self {
-            SeqEncoder::Ordered(out) => out.put(&[tag::SEQ_END]),
-            SeqEncoder::Set { out, mut digests } => digests.write_sorted(out),
+        if let Some((region, base)) = self.set {
+            self.out.sort_entries(region, base);
         }
+        self.out.put_u8(tag::END);
         Ok(())
     }
 }
 
-/// Encoder of maps, structs and struct variants.
-pub(crate) struct MapEncoder<'a, W: Sink> {
-    out: &'a mut W,
-    digests: Digests,
-    /// Entry hasher holding a key whose value has not been given yet (boxed: only used by
-    /// `Serialize` impls that call `serialize_key`/`serialize_value` separately).
-    pending: Option<Box<blake3::Hasher>>,
+/// Encoder of maps, structs and struct variants (and of serde_json's token structs).
+pub(crate) struct MapEncoder<'a> {
+    out: &'a mut Scratch,
+    /// Where the entries begin.
+    region: usize,
+    /// Index of the first span of this container's entries.
+    base: usize,
+    /// Start of the entry whose key was given by `serialize_key` but whose value was not yet.
+    pending: Option<usize>,
+    /// A serde_json token struct: which, and whether its field was seen.
+    token: Option<(Token, bool)>,
 }
 
-impl<'a, W: Sink> MapEncoder<'a, W> {
-    fn new(out: &'a mut W) -> Self {
+impl<'a> MapEncoder<'a> {
+    fn new(out: &'a mut Scratch, tag: u8) -> Self {
+        out.put_u8(tag);
+        MapEncoder::token(out, None)
+    }
+
+    fn token(out: &'a mut Scratch, token: Option<Token>) -> Self {
         MapEncoder {
+            region: out.len(),
+            base: out.spans.len(),
             out,
-            digests: Digests::new(),
             pending: None,
+            token: token.map(|t| (t, false)),
         }
     }
 
-    fn finish(mut self) -> Result<(), EncodeError> {
+    fn field<T: Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<(), EncodeError> {
+        if let Some((token, seen)) = &mut self.token {
+            if *seen || key != token.name() {
+                return Err(EncodeError(format!(
+                    "`{}` must have exactly one field of that name",
+                    token.name()
+                )));
+            }
+            *seen = true;
+            return token_value(self.out, *token, value);
+        }
+        let start = self.out.len();
+        self.out.put_u8(tag::STR);
+        self.out.put_str(key);
+        value.serialize(ValueSerializer::new(self.out))?;
+        let end = self.out.len();
+        self.out.spans.push(Span { start, end });
+        Ok(())
+    }
+
+    fn finish(self) -> Result<(), EncodeError> {
+        match self.token {
+            Some((_, true)) => return Ok(()),
+            Some((token, false)) => {
+                return Err(EncodeError(format!("`{}` without its field", token.name())));
+            }
+            None => {}
+        }
         if self.pending.is_some() {
             return Err(EncodeError("map key serialized without a value".to_owned()));
         }
-        self.digests.write_sorted(self.out);
+        self.out.sort_entries(self.region, self.base);
+        self.out.put_u8(tag::END);
         Ok(())
     }
 }
 
-impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
+/// Encodes what a serde_json token struct stands for, given its field's value (the text).
+fn token_value<T: Serialize + ?Sized>(
+    out: &mut Scratch,
+    token: Token,
+    value: &T,
+) -> Result<(), EncodeError> {
+    let start = out.len();
+    value.serialize(ValueSerializer::new(out))?;
+    let text = string_at(&out.bytes, start)
+        .ok_or_else(|| EncodeError(format!("the field of `{}` must be a string", token.name())))?;
+    match token {
+        Token::Number => {
+            let number = json::parse_number(text)?;
+            out.bytes.truncate(start);
+            match number {
+                JsonNumber::Int {
+                    negative,
+                    magnitude,
+                } => put_int(out, negative, u128::from(magnitude)),
+                JsonNumber::Float(f) => put_float(out, f),
+            }
+            Ok(())
+        }
+        Token::RawValue => {
+            let parsed: serde_json::Value = serde_json::from_slice(text)
+                .map_err(|e| EncodeError(format!("invalid raw JSON value: {e}")))?;
+            out.bytes.truncate(start);
+            parsed.serialize(ValueSerializer::new(out))
+        }
+    }
+}
+
+/// The bytes of the string value encoded at `bytes[start..]` (which must be exactly one string).
+fn string_at(bytes: &[u8], start: usize) -> Option<&[u8]> {
+    let (&tag, mut rest) = bytes.get(start..)?.split_first()?;
+    if tag != tag::STR {
+        return None;
+    }
+    let mut len: u64 = 0;
+    let mut shift = 0;
+    loop {
+        let (&b, r) = rest.split_first()?;
+        rest = r;
+        len |= u64::from(b & 0x7f).checked_shl(shift)?;
+        if b & 0x80 == 0 {
+            break;
+        }
+        shift += 7;
+    }
+    (usize::try_from(len).ok()? == rest.len()).then_some(rest)
+}
+
+impl<'a> ser::Serializer for ValueSerializer<'a> {
     type Ok = ();
     type Error = EncodeError;
-    type SerializeSeq = SeqEncoder<'a, W>;
-    type SerializeTuple = SeqEncoder<'a, W>;
-    type SerializeTupleStruct = SeqEncoder<'a, W>;
-    type SerializeTupleVariant = SeqEncoder<'a, W>;
-    type SerializeMap = MapEncoder<'a, W>;
-    type SerializeStruct = MapEncoder<'a, W>;
-    type SerializeStructVariant = MapEncoder<'a, W>;
+    type SerializeSeq = SeqEncoder<'a>;
+    type SerializeTuple = SeqEncoder<'a>;
+    type SerializeTupleStruct = SeqEncoder<'a>;
+    type SerializeTupleVariant = SeqEncoder<'a>;
+    type SerializeMap = MapEncoder<'a>;
+    type SerializeStruct = MapEncoder<'a>;
+    type SerializeStructVariant = MapEncoder<'a>;
 
     fn serialize_bool(self, v: bool) -> Result<(), EncodeError> {
-        self.out.put(&[if v { tag::TRUE } else { tag::FALSE }]);
+        self.out.put_u8(if v { tag::TRUE } else { tag::FALSE });
         Ok(())
     }
 
@@ -345,15 +351,7 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
     }
 
     fn serialize_f64(self, v: f64) -> Result<(), EncodeError> {
-        let bits = if v.is_nan() {
-            CANONICAL_NAN
-        } else if v == 0.0 {
-            0
-        } else {
-            v.to_bits()
-        };
-        self.out.put(&[tag::FLOAT]);
-        self.out.put(&bits.to_le_bytes());
+        put_float(self.out, v);
         Ok(())
     }
 
@@ -363,35 +361,35 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
     }
 
     fn serialize_str(self, v: &str) -> Result<(), EncodeError> {
-        self.out.put(&[tag::STR]);
-        put_str(self.out, v);
+        self.out.put_u8(tag::STR);
+        self.out.put_str(v);
         Ok(())
     }
 
     fn serialize_bytes(self, v: &[u8]) -> Result<(), EncodeError> {
-        self.out.put(&[tag::BYTES]);
-        put_len(self.out, v.len());
+        self.out.put_u8(tag::BYTES);
+        self.out.put_len(v.len());
         self.out.put(v);
         Ok(())
     }
 
     fn serialize_none(self) -> Result<(), EncodeError> {
-        self.out.put(&[tag::NONE]);
+        self.out.put_u8(tag::NONE);
         Ok(())
     }
 
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), EncodeError> {
-        self.out.put(&[tag::SOME]);
+        self.out.put_u8(tag::SOME);
         value.serialize(ValueSerializer::new(self.out))
     }
 
     fn serialize_unit(self) -> Result<(), EncodeError> {
-        self.out.put(&[tag::UNIT]);
+        self.out.put_u8(tag::UNIT);
         Ok(())
     }
 
     fn serialize_unit_struct(self, _name: &'static str) -> Result<(), EncodeError> {
-        self.out.put(&[tag::UNIT_STRUCT]);
+        self.out.put_u8(tag::UNIT_STRUCT);
         Ok(())
     }
 
@@ -401,8 +399,8 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         _index: u32,
         variant: &'static str,
     ) -> Result<(), EncodeError> {
-        self.out.put(&[tag::UNIT_VARIANT]);
-        put_str(self.out, variant);
+        self.out.put_u8(tag::UNIT_VARIANT);
+        self.out.put_str(variant);
         Ok(())
     }
 
@@ -425,16 +423,16 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         variant: &'static str,
         value: &T,
     ) -> Result<(), EncodeError> {
-        self.out.put(&[tag::NEWTYPE_VARIANT]);
-        put_str(self.out, variant);
+        self.out.put_u8(tag::NEWTYPE_VARIANT);
+        self.out.put_str(variant);
         value.serialize(ValueSerializer::new(self.out))
     }
 
-    fn serialize_seq(self, _len: Option<usize>) -> Result<SeqEncoder<'a, W>, EncodeError> {
+    fn serialize_seq(self, _len: Option<usize>) -> Result<SeqEncoder<'a>, EncodeError> {
         Ok(SeqEncoder::start(self.out, self.as_set))
     }
 
-    fn serialize_tuple(self, _len: usize) -> Result<SeqEncoder<'a, W>, EncodeError> {
+    fn serialize_tuple(self, _len: usize) -> Result<SeqEncoder<'a>, EncodeError> {
         Ok(SeqEncoder::start(self.out, false))
     }
 
@@ -442,7 +440,7 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         self,
         _name: &'static str,
         _len: usize,
-    ) -> Result<SeqEncoder<'a, W>, EncodeError> {
+    ) -> Result<SeqEncoder<'a>, EncodeError> {
         Ok(SeqEncoder::start(self.out, false))
     }
 
@@ -452,24 +450,28 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         _index: u32,
         variant: &'static str,
         _len: usize,
-    ) -> Result<SeqEncoder<'a, W>, EncodeError> {
-        self.out.put(&[tag::TUPLE_VARIANT]);
-        put_str(self.out, variant);
-        Ok(SeqEncoder::Ordered(self.out))
+    ) -> Result<SeqEncoder<'a>, EncodeError> {
+        self.out.put_u8(tag::TUPLE_VARIANT);
+        self.out.put_str(variant);
+        Ok(SeqEncoder {
+            out: self.out,
+            set: None,
+        })
     }
 
-    fn serialize_map(self, _len: Option<usize>) -> Result<MapEncoder<'a, W>, EncodeError> {
-        self.out.put(&[tag::MAP]);
-        Ok(MapEncoder::new(self.out))
+    fn serialize_map(self, _len: Option<usize>) -> Result<MapEncoder<'a>, EncodeError> {
+        Ok(MapEncoder::new(self.out, tag::MAP))
     }
 
     fn serialize_struct(
         self,
-        _name: &'static str,
+        name: &'static str,
         _len: usize,
-    ) -> Result<MapEncoder<'a, W>, EncodeError> {
-        self.out.put(&[tag::MAP]);
-        Ok(MapEncoder::new(self.out))
+    ) -> Result<MapEncoder<'a>, EncodeError> {
+        Ok(match Token::of(name) {
+            Some(token) => MapEncoder::token(self.out, Some(token)),
+            None => MapEncoder::new(self.out, tag::MAP),
+        })
     }
 
     fn serialize_struct_variant(
@@ -478,10 +480,10 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         _index: u32,
         variant: &'static str,
         _len: usize,
-    ) -> Result<MapEncoder<'a, W>, EncodeError> {
-        self.out.put(&[tag::STRUCT_VARIANT]);
-        put_str(self.out, variant);
-        Ok(MapEncoder::new(self.out))
+    ) -> Result<MapEncoder<'a>, EncodeError> {
+        self.out.put_u8(tag::STRUCT_VARIANT);
+        self.out.put_str(variant);
+        Ok(MapEncoder::token(self.out, None))
     }
 
     fn collect_seq<I>(self, iter: I) -> Result<(), EncodeError>
@@ -498,7 +500,7 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
     }
 }
 
-impl<W: Sink> ser::SerializeSeq for SeqEncoder<'_, W> {
+impl ser::SerializeSeq for SeqEncoder<'_> {
     type Ok = ();
     type Error = EncodeError;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
@@ -509,7 +511,7 @@ impl<W: Sink> ser::SerializeSeq for SeqEncoder<'_, W> {
     }
 }
 
-impl<W: Sink> ser::SerializeTuple for SeqEncoder<'_, W> {
+impl ser::SerializeTuple for SeqEncoder<'_> {
     type Ok = ();
     type Error = EncodeError;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
@@ -520,7 +522,7 @@ impl<W: Sink> ser::SerializeTuple for SeqEncoder<'_, W> {
     }
 }
 
-impl<W: Sink> ser::SerializeTupleStruct for SeqEncoder<'_, W> {
+impl ser::SerializeTupleStruct for SeqEncoder<'_> {
     type Ok = ();
     type Error = EncodeError;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
@@ -531,7 +533,7 @@ impl<W: Sink> ser::SerializeTupleStruct for SeqEncoder<'_, W> {
     }
 }
 
-impl<W: Sink> ser::SerializeTupleVariant for SeqEncoder<'_, W> {
+impl ser::SerializeTupleVariant for SeqEncoder<'_> {
     type Ok = ();
     type Error = EncodeError;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
@@ -542,7 +544,7 @@ impl<W: Sink> ser::SerializeTupleVariant for SeqEncoder<'_, W> {
     }
 }
 
-impl<W: Sink> ser::SerializeMap for MapEncoder<'_, W> {
+impl ser::SerializeMap for MapEncoder<'_> {
     type Ok = ();
     type Error = EncodeError;
 
@@ -552,18 +554,17 @@ impl<W: Sink> ser::SerializeMap for MapEncoder<'_, W> {
                 "map key serialized twice without a value".to_owned(),
             ));
         }
-        let mut h = Box::new(entry_hasher());
-        key.serialize(ValueSerializer::new(&mut *h))?;
-        self.pending = Some(h);
-        Ok(())
+        self.pending = Some(self.out.len());
+        key.serialize(ValueSerializer::new(self.out))
     }
 
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        let Some(mut h) = self.pending.take() else {
+        let Some(start) = self.pending.take() else {
             return Err(EncodeError("map value serialized without a key".to_owned()));
         };
-        value.serialize(ValueSerializer::new(&mut *h))?;
-        self.digests.push(*h.finalize().as_bytes());
+        value.serialize(ValueSerializer::new(self.out))?;
+        let end = self.out.len();
+        self.out.spans.push(Span { start, end });
         Ok(())
     }
 
@@ -572,16 +573,8 @@ impl<W: Sink> ser::SerializeMap for MapEncoder<'_, W> {
         key: &K,
         value: &V,
     ) -> Result<(), EncodeError> {
-        if self.pending.is_some() {
-            return Err(EncodeError(
-                "map key serialized twice without a value".to_owned(),
-            ));
-        }
-        let mut h = entry_hasher();
-        key.serialize(ValueSerializer::new(&mut h))?;
-        value.serialize(ValueSerializer::new(&mut h))?;
-        self.digests.push(*h.finalize().as_bytes());
-        Ok(())
+        ser::SerializeMap::serialize_key(self, key)?;
+        ser::SerializeMap::serialize_value(self, value)
     }
 
     fn end(self) -> Result<(), EncodeError> {
@@ -589,7 +582,7 @@ impl<W: Sink> ser::SerializeMap for MapEncoder<'_, W> {
     }
 }
 
-impl<W: Sink> ser::SerializeStruct for MapEncoder<'_, W> {
+impl ser::SerializeStruct for MapEncoder<'_> {
     type Ok = ();
     type Error = EncodeError;
     fn serialize_field<T: Serialize + ?Sized>(
@@ -597,15 +590,14 @@ impl<W: Sink> ser::SerializeStruct for MapEncoder<'_, W> {
         key: &'static str,
         value: &T,
     ) -> Result<(), EncodeError> {
-        self.digests.push(field_digest(key, value)?);
-        Ok(())
+        self.field(key, value)
     }
     fn end(self) -> Result<(), EncodeError> {
         self.finish()
     }
 }
 
-impl<W: Sink> ser::SerializeStructVariant for MapEncoder<'_, W> {
+impl ser::SerializeStructVariant for MapEncoder<'_> {
     type Ok = ();
     type Error = EncodeError;
     fn serialize_field<T: Serialize + ?Sized>(
@@ -613,8 +605,7 @@ impl<W: Sink> ser::SerializeStructVariant for MapEncoder<'_, W> {
         key: &'static str,
         value: &T,
     ) -> Result<(), EncodeError> {
-        self.digests.push(field_digest(key, value)?);
-        Ok(())
+        self.field(key, value)
     }
     fn end(self) -> Result<(), EncodeError> {
         self.finish()
@@ -635,20 +626,25 @@ mod tests {
         ));
         assert!(is_set_type("hashbrown::set::HashSet<u32>"));
         assert!(!is_set_type("&alloc::vec::Vec<u32>"));
+        assert!(!is_set_type("std::collections::hash::set::Iter<'_, u32>"));
     }
 
     #[test]
-    fn digests_spill_to_heap_in_order() {
-        let mut d = Digests::new();
-        for i in (0..20u8).rev() {
-            d.push([i; 32]);
-        }
-        assert!(matches!(d, Digests::Heap(_)));
-        let mut out = Vec::new();
-        d.write_sorted(&mut out);
-        assert_eq!(out.len(), 8 + 20 * 32);
-        assert_eq!(&out[..8], &20u64.to_le_bytes());
-        assert_eq!(out[8], 0);
-        assert_eq!(out[8 + 19 * 32], 19);
+    fn string_at_reads_exactly_one_string() {
+        let mut s = Scratch::default();
+        s.put(b"xx");
+        encode_into(&mut s, "héllo").expect("encodes");
+        assert_eq!(string_at(&s.bytes, 2), Some("héllo".as_bytes()));
+        assert_eq!(string_at(&s.bytes, 0), None);
+        s.put_u8(0);
+        assert_eq!(string_at(&s.bytes, 2), None, "trailing bytes");
+        let mut n = Scratch::default();
+        encode_into(&mut n, &5u8).expect("encodes");
+        assert_eq!(string_at(&n.bytes, 0), None, "not a string");
+        // A length whose LEB128 never ends, or overflows: no panic.
+        assert_eq!(string_at(&[tag::STR, 0x80, 0x80], 0), None);
+        let mut overlong = vec![tag::STR];
+        overlong.extend([0xff; 12]);
+        assert_eq!(string_at(&overlong, 0), None);
     }
 }

@@ -108,8 +108,14 @@ fn integer_width_and_sign_type_do_not_matter() {
     assert_ne!(enc(&5i32), enc(&-5i32));
     assert_eq!(enc(&0i32), enc(&0u8));
     assert_eq!(enc(&i128::MIN)[1], 1);
-    assert_eq!(&enc(&i128::MIN)[2..], &(1u128 << 127).to_le_bytes());
-    assert_eq!(&enc(&u128::MAX)[2..], &u128::MAX.to_le_bytes());
+    // |i128::MIN| = 2^127: eighteen 7-bit groups of zeros, then 2^(127-126).
+    let mut min = vec![0x80; 18];
+    min.push(0x02);
+    assert_eq!(&enc(&i128::MIN)[2..], &min);
+    let mut max = vec![0xff; 18];
+    max.push(0x03);
+    assert_eq!(&enc(&u128::MAX)[2..], &max);
+    assert_eq!(enc(&300u16), [0x05, 0x00, 0xac, 0x02]);
     assert_eq!(key(&5u32), key(&5i64));
     // An integer is not a float.
     assert_ne!(enc(&5u32), enc(&5.0f64));
@@ -186,10 +192,7 @@ mod serde_bytes_like {
 fn bytes_differ_from_seq_of_u8_and_str() {
     assert_ne!(enc(&serde_bytes_like::Bytes(b"ab")), enc(&b"ab".to_vec()));
     assert_ne!(enc(&serde_bytes_like::Bytes(b"ab")), enc("ab"));
-    assert_eq!(
-        enc(&serde_bytes_like::Bytes(b"ab")),
-        [0x08, 2, 0, 0, 0, 0, 0, 0, 0, b'a', b'b']
-    );
+    assert_eq!(enc(&serde_bytes_like::Bytes(b"ab")), [0x08, 2, b'a', b'b']);
 }
 
 #[test]
@@ -393,12 +396,105 @@ fn split_map_key_value_calls_are_supported_and_checked() {
 }
 
 #[test]
-fn nine_entries_spill_without_changing_the_encoding() {
-    // Maps of 8 (inline) and 9 (heap) entries both sort correctly.
-    for n in [7u32, 8, 9, 17] {
+fn map_entries_are_sorted_by_their_encoding_whatever_the_insertion_order() {
+    for n in [1u32, 2, 7, 9, 17, 300] {
         let m: HashMap<u32, u32> = (0..n).map(|i| (i, i)).collect();
         let r: BTreeMap<u32, u32> = (0..n).rev().map(|i| (i, i)).collect();
         assert_eq!(enc(&m), enc(&r));
-        assert_eq!(enc(&m).len(), 1 + 8 + 32 * n as usize);
+        // 0x0C ‖ entries ascending bytewise ‖ 0x0B.
+        let mut entries: Vec<Vec<u8>> = (0..n).map(|i| [enc(&i), enc(&i)].concat()).collect();
+        entries.sort();
+        assert_eq!(enc(&m), [vec![0x0C], entries.concat(), vec![0x0B]].concat());
     }
+}
+
+#[test]
+fn nested_unordered_containers_are_sorted_inside_out() {
+    let inner_a: HashMap<&str, Vec<u8>> = HashMap::from([("x", vec![1]), ("y", vec![2, 3])]);
+    let inner_b: BTreeMap<&str, Vec<u8>> = BTreeMap::from([("y", vec![2, 3]), ("x", vec![1])]);
+    let a = HashMap::from([
+        ("m", Unordered(vec![inner_a.clone()])),
+        ("n", Unordered(vec![])),
+    ]);
+    #[derive(Serialize)]
+    struct S<'a> {
+        n: Unordered<Vec<BTreeMap<&'a str, Vec<u8>>>>,
+        m: Unordered<Vec<BTreeMap<&'a str, Vec<u8>>>>,
+    }
+    let b = S {
+        n: Unordered(vec![]),
+        m: Unordered(vec![inner_b]),
+    };
+    assert_eq!(enc(&a), enc(&b));
+    // Two set elements that are maps, in both orders.
+    let m1 = BTreeMap::from([("k", 1u8), ("j", 2)]);
+    let m2 = BTreeMap::from([("k", 2u8)]);
+    assert_eq!(
+        enc(&Unordered(vec![m1.clone(), m2.clone()])),
+        enc(&Unordered(vec![m2, m1]))
+    );
+}
+
+#[test]
+fn args_digest_of_large_arguments_matches_derive_key() {
+    // Entries beyond the copy limit are hashed in place: same result.
+    let big = "x".repeat(10_000);
+    let other = "y".repeat(5_000);
+    let map = BTreeMap::from([("a", big.as_str()), ("b", "small"), ("c", other.as_str())]);
+    let mut d = ArgsDigest::new("t");
+    d.arg("c", &other).unwrap();
+    d.arg("a", &big).unwrap();
+    d.arg("b", "small").unwrap();
+    let (k, fp) = d.finish("ns", "turn", "tool", 1);
+    assert_eq!(k, key(&map));
+    assert_eq!(fp, fingerprint("tool", 1, &map).unwrap());
+    // With a fingerprint-only argument, the key covers the others only.
+    let mut d = ArgsDigest::new("t");
+    d.arg("a", &big).unwrap();
+    d.fingerprint_arg("c", &other).unwrap();
+    d.arg("b", "small").unwrap();
+    let (k, fp) = d.finish("ns", "turn", "tool", 1);
+    let keyed = BTreeMap::from([("a", big.as_str()), ("b", "small")]);
+    assert_eq!(k, key(&keyed));
+    assert_eq!(fp, fingerprint("tool", 1, &map).unwrap());
+}
+
+#[test]
+fn digests_reuse_the_thread_buffer_without_leaking_state() {
+    // A digest dropped half-way, a failed argument and a caller key leave nothing behind.
+    let mut d = ArgsDigest::new("t");
+    d.arg("a", &1u8).unwrap();
+    d.caller_key("ck");
+    assert!(d.arg("b", &Failing).is_err());
+    drop(d);
+    let mut d = ArgsDigest::new("t");
+    d.arg("z", &2u8).unwrap();
+    let (k, fp) = d.finish("ns", "turn", "tool", 1);
+    #[derive(Serialize)]
+    struct Z {
+        z: u8,
+    }
+    assert_eq!(k, key(&Z { z: 2 }));
+    assert_eq!(fp, fingerprint("tool", 1, &Z { z: 2 }).unwrap());
+    // A Serialize impl that derives a key itself (nested use of the thread buffer).
+    struct Nested;
+    impl Serialize for Nested {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let inner =
+                derive_key("n", "t", "x", 1, &[1u8, 2]).map_err(serde::ser::Error::custom)?;
+            s.serialize_str(&inner.to_hex())
+        }
+    }
+    let expected = derive_key("n", "t", "x", 1, &[1u8, 2]).unwrap().to_hex();
+    assert_eq!(enc(&Nested), enc(&expected));
+    let mut d = ArgsDigest::new("t");
+    d.arg("n", &Nested).unwrap();
+    d.arg("z", &2u8).unwrap();
+    let (k2, _) = d.finish("ns", "turn", "tool", 1);
+    #[derive(Serialize)]
+    struct Nz {
+        n: String,
+        z: u8,
+    }
+    assert_eq!(k2, key(&Nz { n: expected, z: 2 }));
 }
