@@ -131,10 +131,7 @@ impl ArgsDigest {
             let record = record_digest(s, tool, version, |a| a.in_key);
             hash::turn_key(s, namespace, turn_id, &record)
         };
-        (
-            Key::from_bytes(key),
-            Fingerprint::from_bytes(hash::fingerprint_half(&all)),
-        )
+        (Key::from_bytes(key), Fingerprint::from_bytes(all))
     }
 }
 
@@ -146,7 +143,6 @@ fn record_digest(
     version: u32,
     keep: impl Fn(&ArgEntry) -> bool,
 ) -> ArgsOutput {
-    let mut h = hash::args_hasher();
     let start = s.len();
     hash::put_args_header(s, tool, version);
     s.put_u8(tag::MAP);
@@ -154,7 +150,7 @@ fn record_digest(
         .args
         .iter()
         .filter(|a| keep(a))
-        .map(|a| a.span.end - a.span.start)
+        .map(|a| a.span.len())
         .sum();
     if size <= COPY_LIMIT {
         // One contiguous run: header, the entries in order, end.
@@ -164,15 +160,18 @@ fn record_digest(
             }
         }
         s.put_u8(tag::END);
-        h.update(s.bytes.get(start..).unwrap_or_default());
+        let digest = hash::args_digest(s.bytes.get(start..).unwrap_or_default());
+        s.bytes.truncate(start);
+        digest
     } else {
         // Large entries: each is already contiguous; hash them in place.
+        let mut h = hash::args_hasher();
         h.update(s.bytes.get(start..).unwrap_or_default());
         for a in s.args.iter().filter(|a| keep(a)) {
             h.update(slice(&s.bytes, a.span));
         }
         h.update(&[tag::END]);
+        s.bytes.truncate(start);
+        *h.finalize().as_bytes()
     }
-    s.bytes.truncate(start);
-    hash::args_output(&h)
 }

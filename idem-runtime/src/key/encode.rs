@@ -84,10 +84,7 @@ pub(crate) fn encode_field<V: Serialize + ?Sized>(
     out.put_u8(tag::STR);
     out.put_str(name);
     match value.serialize(ValueSerializer::new(out)) {
-        Ok(()) => Ok(Span {
-            start,
-            end: out.len(),
-        }),
+        Ok(()) => Ok(Span::new(&out.bytes, start, out.len())),
         Err(e) => {
             out.rollback(start, spans);
             Err(e)
@@ -166,8 +163,8 @@ impl<'a> SeqEncoder<'a> {
         let start = self.out.len();
         value.serialize(ValueSerializer::new(self.out))?;
         if self.set.is_some() {
-            let end = self.out.len();
-            self.out.spans.push(Span { start, end });
+            let span = Span::new(&self.out.bytes, start, self.out.len());
+            self.out.spans.push(span);
         }
         Ok(())
     }
@@ -225,8 +222,8 @@ impl<'a> MapEncoder<'a> {
         self.out.put_u8(tag::STR);
         self.out.put_str(key);
         value.serialize(ValueSerializer::new(self.out))?;
-        let end = self.out.len();
-        self.out.spans.push(Span { start, end });
+        let span = Span::new(&self.out.bytes, start, self.out.len());
+        self.out.spans.push(span);
         Ok(())
     }
 
@@ -563,8 +560,8 @@ impl ser::SerializeMap for MapEncoder<'_> {
             return Err(EncodeError("map value serialized without a key".to_owned()));
         };
         value.serialize(ValueSerializer::new(self.out))?;
-        let end = self.out.len();
-        self.out.spans.push(Span { start, end });
+        let span = Span::new(&self.out.bytes, start, self.out.len());
+        self.out.spans.push(span);
         Ok(())
     }
 

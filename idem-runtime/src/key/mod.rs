@@ -69,11 +69,9 @@ fn args_digest<T: Serialize + ?Sized>(
 ) -> Result<hash::ArgsOutput, Error> {
     hash::put_args_header(s, tool, version);
     encode_into(s, args).map_err(|e| encode_error(UNKNOWN_TOOL, "the arguments", e))?;
-    let mut h = hash::args_hasher();
-    h.update(&s.bytes);
+    let digest = hash::args_digest(&s.bytes);
     s.bytes.clear();
-    s.spans.clear();
-    Ok(hash::args_output(&h))
+    Ok(digest)
 }
 
 /// Key of a call whose arguments record is `args` (a struct/map of argument name -> value);
@@ -129,7 +127,7 @@ pub fn fingerprint<T: Serialize + ?Sized>(
 ) -> Result<Fingerprint, Error> {
     let mut s = Pooled::take();
     let digest = args_digest(&mut s, tool, version, args)?;
-    Ok(Fingerprint::from_bytes(hash::fingerprint_half(&digest)))
+    Ok(Fingerprint::from_bytes(digest))
 }
 
 /// Canonical encoding of one value (for the spec, vectors and debugging).

@@ -15,6 +15,38 @@ const MAX_KEPT_BYTES: usize = 256 * 1024;
 pub(crate) struct Span {
     pub(crate) start: usize,
     pub(crate) end: usize,
+    /// The first 8 bytes, big-endian, zero-padded: comparing these first orders spans like
+    /// their bytes do (ties are broken by the full bytes), without a `memcmp` call.
+    prefix: u64,
+}
+
+impl Span {
+    /// The span `start..end` of `bytes`.
+    pub(crate) fn new(bytes: &[u8], start: usize, end: usize) -> Span {
+        let mut head = [0u8; 8];
+        let s = bytes.get(start..end).unwrap_or_default();
+        let n = s.len().min(8);
+        if let (Some(h), Some(b)) = (head.get_mut(..n), s.get(..n)) {
+            h.copy_from_slice(b);
+        }
+        Span {
+            start,
+            end,
+            prefix: u64::from_be_bytes(head),
+        }
+    }
+
+    /// Orders two spans of `bytes` as their bytes compare.
+    pub(crate) fn cmp_in(&self, other: &Span, bytes: &[u8]) -> std::cmp::Ordering {
+        self.prefix
+            .cmp(&other.prefix)
+            .then_with(|| slice(bytes, *self).cmp(slice(bytes, *other)))
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.end - self.start
+    }
 }
 
 /// One argument of an [`ArgsDigest`](super::ArgsDigest): its encoded entry and whether it is
@@ -120,9 +152,9 @@ impl Scratch {
     pub(crate) fn sort_entries(&mut self, region: usize, base: usize) {
         let Scratch { bytes, spans, .. } = self;
         let entries = spans.get_mut(base..).unwrap_or_default();
-        let sorted = entries.is_sorted_by(|a, b| slice(bytes, *a) <= slice(bytes, *b));
+        let sorted = entries.is_sorted_by(|a, b| a.cmp_in(b, bytes).is_le());
         if !sorted {
-            entries.sort_unstable_by(|a, b| slice(bytes, *a).cmp(slice(bytes, *b)));
+            entries.sort_unstable_by(|a, b| a.cmp_in(b, bytes));
             let end = bytes.len();
             for span in entries.iter() {
                 bytes.extend_from_within(span.start..span.end);
@@ -137,8 +169,8 @@ impl Scratch {
     /// Sorts the arguments by the bytes of their entries.
     pub(crate) fn sort_args(&mut self) {
         let Scratch { bytes, args, .. } = self;
-        if !args.is_sorted_by(|a, b| slice(bytes, a.span) <= slice(bytes, b.span)) {
-            args.sort_unstable_by(|a, b| slice(bytes, a.span).cmp(slice(bytes, b.span)));
+        if !args.is_sorted_by(|a, b| a.span.cmp_in(&b.span, bytes).is_le()) {
+            args.sort_unstable_by(|a, b| a.span.cmp_in(&b.span, bytes));
         }
     }
 }
@@ -161,20 +193,13 @@ impl Pooled {
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        let mut scratch = std::mem::take(&mut self.0);
-        if scratch.bytes.capacity() > MAX_KEPT_BYTES {
+        if self.0.bytes.capacity() > MAX_KEPT_BYTES {
             return;
         }
-        scratch.clear();
-        // Keep the larger of the two buffers (a nested use may have taken an empty one).
-        let _ = SPARE.try_with(|spare| {
-            let other = spare.take();
-            spare.set(if other.bytes.capacity() > scratch.bytes.capacity() {
-                other
-            } else {
-                scratch
-            });
-        });
+        self.0.clear();
+        let scratch = std::mem::take(&mut self.0);
+        // Replaces (and frees) the buffer of a nested use, if any: the last one back stays.
+        let _ = SPARE.try_with(|spare| spare.set(scratch));
     }
 }
 
@@ -220,10 +245,7 @@ mod tests {
         for e in [&b"cc"[..], b"a", b"bbb"] {
             let start = s.len();
             s.put(e);
-            s.spans.push(Span {
-                start,
-                end: s.len(),
-            });
+            s.spans.push(Span::new(&s.bytes, start, s.len()));
         }
         s.sort_entries(region, 0);
         assert_eq!(s.bytes, b"HDRabbbcc");
@@ -243,5 +265,37 @@ mod tests {
         // A nested take gets an empty buffer without disturbing the first one.
         let q = Pooled::take();
         assert_eq!(q.bytes.capacity(), 0);
+        drop(q);
+        drop(p);
+        assert_eq!(Pooled::take().bytes.capacity(), capacity);
+    }
+
+    #[test]
+    fn span_prefixes_order_like_the_bytes() {
+        let cases: [&[u8]; 9] = [
+            b"",
+            b"\0",
+            b"\0\0\0\0\0\0\0\0\0",
+            b"a",
+            b"a\0",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefghi",
+            b"abcdefgi",
+        ];
+        let mut bytes = Vec::new();
+        let spans: Vec<Span> = cases
+            .iter()
+            .map(|c| {
+                let start = bytes.len();
+                bytes.extend_from_slice(c);
+                Span::new(&bytes, start, bytes.len())
+            })
+            .collect();
+        for (a, x) in spans.iter().zip(cases) {
+            for (b, y) in spans.iter().zip(cases) {
+                assert_eq!(a.cmp_in(b, &bytes), x.cmp(y), "{x:?} {y:?}");
+            }
+        }
     }
 }
