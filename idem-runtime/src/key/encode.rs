@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::ser;
 
 use super::json::{self, JsonNumber, Token};
+use super::raw;
 use super::scratch::{Scratch, Span};
 use super::unordered::UNORDERED_MAGIC;
 
@@ -101,12 +102,12 @@ fn is_set_type(type_name: &str) -> bool {
     SET_TYPE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-fn put_int(out: &mut Scratch, negative: bool, magnitude: u128) {
+pub(crate) fn put_int(out: &mut Scratch, negative: bool, magnitude: u128) {
     out.put(&[tag::INT, u8::from(negative)]);
     out.put_uv(magnitude);
 }
 
-fn put_float(out: &mut Scratch, v: f64) {
+pub(crate) fn put_float(out: &mut Scratch, v: f64) {
     let bits = if v.is_nan() {
         CANONICAL_NAN
     } else if v == 0.0 {
@@ -268,10 +269,10 @@ fn token_value<T: Serialize + ?Sized>(
             Ok(())
         }
         Token::RawValue => {
-            let parsed: serde_json::Value = serde_json::from_slice(text)
-                .map_err(|e| EncodeError(format!("invalid raw JSON value: {e}")))?;
+            // The text lives in the buffer it is re-encoded into: copy it out (a rare path).
+            let text = text.to_vec();
             out.bytes.truncate(start);
-            parsed.serialize(ValueSerializer::new(out))
+            raw::encode_raw_json(out, &text)
         }
     }
 }

@@ -21,6 +21,7 @@ mod args;
 mod encode;
 mod hash;
 mod json;
+mod raw;
 mod scratch;
 mod types;
 mod unordered;
