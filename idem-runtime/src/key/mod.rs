@@ -18,6 +18,7 @@
 //! Changing the encoding changes every key: bump [`ENCODING_VERSION`] and the context strings.
 
 mod args;
+mod compound;
 mod encode;
 mod hash;
 mod json;
@@ -26,6 +27,8 @@ mod scratch;
 mod types;
 mod unordered;
 
+#[cfg(test)]
+mod args_tests;
 #[cfg(test)]
 mod json_tests;
 #[cfg(test)]
