@@ -728,6 +728,20 @@ fn key_cases() -> Vec<KeyCase> {
             |c| record(c, &Point { point: (1, -2) }),
         ),
         kc(
+            "long_string",
+            "A 5000-byte string argument: encoded by its length and BLAKE3 hash.",
+            r#"Name { name: &"ab".repeat(2500) }"#,
+            json!({"name": "ab".repeat(2500)}),
+            |c| {
+                record(
+                    c,
+                    &Name {
+                        name: &"ab".repeat(2500),
+                    },
+                )
+            },
+        ),
+        kc(
             "json_arbitrary_precision",
             "JSON numbers and a raw JSON value as serde_json serializes them with its \
              arbitrary_precision and raw_value features (token structs): same key as the plain \
@@ -1112,6 +1126,27 @@ fn value_cases() -> Vec<ValueCase> {
             Some(json!(300)),
             || enc(&300u64),
         ),
+        vc(
+            "str_1023",
+            "a 1023-byte string: inline",
+            r#""x".repeat(1023)"#,
+            Some(Value::String("x".repeat(1023))),
+            || enc(&"x".repeat(1023)),
+        ),
+        vc(
+            "str_1024",
+            "a 1024-byte string: uv(1024) and the BLAKE3 hash of its bytes",
+            r#""x".repeat(1024)"#,
+            Some(Value::String("x".repeat(1024))),
+            || enc(&"x".repeat(1024)),
+        ),
+        vc(
+            "bytes_4096",
+            "4096 bytes through serialize_bytes: uv(4096) and their BLAKE3 hash",
+            "Bytes(&[7u8; 4096])",
+            None,
+            || enc(&Bytes(&[7u8; 4096])),
+        ),
     ]
 }
 
@@ -1313,8 +1348,18 @@ mod reference {
         v
     }
 
+    /// A string (0x07) or bytes (0x08) value: inline below 1024 bytes, else BLAKE3 of them.
+    pub fn text(tag: u8, bytes: &[u8]) -> Vec<u8> {
+        let body = if bytes.len() < 1024 {
+            bytes.to_vec()
+        } else {
+            blake3::hash(bytes).as_bytes().to_vec()
+        };
+        [vec![tag], uv(bytes.len() as u128), body].concat()
+    }
+
     pub fn string(s: &str) -> Vec<u8> {
-        [vec![0x07], str_(s)].concat()
+        text(0x07, s.as_bytes())
     }
 
     pub fn int(n: i128) -> Vec<u8> {
@@ -1465,6 +1510,7 @@ fn vectors_agree_with_an_independent_reimplementation() {
         &[("priority", [vec![0x0E], str_("High")].concat())],
     );
     check("char", &[("initial", string("é"))]);
+    check("long_string", &[("name", string(&"ab".repeat(2500)))]);
     check("unit", &[("marker", vec![0x00])]);
     check("tuple", &[("point", seq(&[int(1), int(-2)]))]);
     check(
@@ -1576,6 +1622,10 @@ fn vectors_agree_with_an_independent_reimplementation() {
         ]))
     );
     assert_eq!(vv("serde_untagged"), hex(&int(7)));
+    assert_eq!(vv("str_1023"), hex(&string(&"x".repeat(1023))));
+    assert_eq!(vv("str_1024"), hex(&string(&"x".repeat(1024))));
+    assert!(vv("str_1024").starts_with("078008"));
+    assert_eq!(vv("bytes_4096"), hex(&text(0x08, &[7u8; 4096])));
     assert_eq!(vv("none"), "01");
     assert_eq!(vv("unit"), "00");
     assert_eq!(vv("unit_struct"), "09");

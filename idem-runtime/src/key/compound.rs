@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde::ser;
 
-use super::encode::{EncodeError, ValueSerializer, put_float, put_int, tag};
+use super::encode::{EncodeError, ValueSerializer, put_float, put_int, put_text, tag};
 use super::json::{self, JsonNumber, Token};
 use super::raw;
 use super::scratch::{Scratch, Span};
@@ -97,8 +97,7 @@ impl<'a> MapEncoder<'a> {
             return token_value(self.out, *token, value);
         }
         let start = self.out.len();
-        self.out.put_u8(tag::STR);
-        self.out.put_str(key);
+        put_text(self.out, tag::STR, key.as_bytes());
         value.serialize(ValueSerializer::new(self.out))?;
         let span = Span::new(&self.out.bytes, start, self.out.len());
         self.out.spans.push(span);
@@ -129,7 +128,7 @@ fn token_value<T: Serialize + ?Sized>(
     value: &T,
 ) -> Result<(), EncodeError> {
     let start = out.len();
-    value.serialize(ValueSerializer::new(out))?;
+    value.serialize(ValueSerializer::verbatim(out))?;
     let text = string_at(&out.bytes, start)
         .ok_or_else(|| EncodeError(format!("the field of `{}` must be a string", token.name())))?;
     match token {

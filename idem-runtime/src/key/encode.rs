@@ -36,6 +36,22 @@ pub(crate) mod tag {
     pub(crate) const STRUCT_VARIANT: u8 = 0x11;
 }
 
+/// Strings and byte strings of at least this many bytes (one BLAKE3 chunk) are encoded by their
+/// BLAKE3 hash, computed on the caller's bytes in one aligned pass (the fast path of BLAKE3).
+pub(crate) const LONG_TEXT: usize = 1024;
+
+/// Appends a string (`tag::STR`) or byte string (`tag::BYTES`) value:
+/// `tag ‖ uv(len) ‖ bytes` below [`LONG_TEXT`] bytes, `tag ‖ uv(len) ‖ BLAKE3(bytes)` from it on.
+pub(crate) fn put_text(out: &mut Scratch, tag: u8, bytes: &[u8]) {
+    out.put_u8(tag);
+    out.put_len(bytes.len());
+    if bytes.len() < LONG_TEXT {
+        out.put(bytes);
+    } else {
+        out.put(blake3::hash(bytes).as_bytes());
+    }
+}
+
 /// The bits every NaN is encoded as.
 const CANONICAL_NAN: u64 = 0x7ff8_0000_0000_0000;
 
@@ -82,8 +98,7 @@ pub(crate) fn encode_field<V: Serialize + ?Sized>(
     value: &V,
 ) -> Result<Span, EncodeError> {
     let (start, spans) = (out.len(), out.spans.len());
-    out.put_u8(tag::STR);
-    out.put_str(name);
+    put_text(out, tag::STR, name.as_bytes());
     match value.serialize(ValueSerializer::new(out)) {
         Ok(()) => Ok(Span::new(&out.bytes, start, out.len())),
         Err(e) => {
@@ -124,11 +139,26 @@ pub(crate) struct ValueSerializer<'a> {
     out: &'a mut Scratch,
     /// Encode the next sequence as a set (inside `Unordered`).
     as_set: bool,
+    /// Write a string in full whatever its length (the text of a serde_json token).
+    verbatim: bool,
 }
 
 impl<'a> ValueSerializer<'a> {
     pub(crate) fn new(out: &'a mut Scratch) -> Self {
-        ValueSerializer { out, as_set: false }
+        ValueSerializer {
+            out,
+            as_set: false,
+            verbatim: false,
+        }
+    }
+
+    /// A serializer that writes a string value in full, even from [`LONG_TEXT`] bytes on.
+    pub(crate) fn verbatim(out: &'a mut Scratch) -> Self {
+        ValueSerializer {
+            out,
+            as_set: false,
+            verbatim: true,
+        }
     }
 
     fn int(self, negative: bool, magnitude: u128) -> Result<(), EncodeError> {
@@ -203,15 +233,17 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
     }
 
     fn serialize_str(self, v: &str) -> Result<(), EncodeError> {
-        self.out.put_u8(tag::STR);
-        self.out.put_str(v);
+        if self.verbatim {
+            self.out.put_u8(tag::STR);
+            self.out.put_str(v);
+        } else {
+            put_text(self.out, tag::STR, v.as_bytes());
+        }
         Ok(())
     }
 
     fn serialize_bytes(self, v: &[u8]) -> Result<(), EncodeError> {
-        self.out.put_u8(tag::BYTES);
-        self.out.put_len(v.len());
-        self.out.put(v);
+        put_text(self.out, tag::BYTES, v);
         Ok(())
     }
 
@@ -255,6 +287,7 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         value.serialize(ValueSerializer {
             out: self.out,
             as_set,
+            verbatim: false,
         })
     }
 

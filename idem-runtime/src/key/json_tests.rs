@@ -13,9 +13,9 @@ use super::json::{NUMBER_TOKEN, RAW_VALUE_TOKEN};
 use crate::Error;
 
 /// What `serde_json::Number` serializes as with `arbitrary_precision`.
-struct ApNumber(&'static str);
+struct ApNumber<'a>(&'a str);
 
-impl Serialize for ApNumber {
+impl Serialize for ApNumber<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut st = s.serialize_struct(NUMBER_TOKEN, 1)?;
         st.serialize_field(NUMBER_TOKEN, self.0)?;
@@ -24,9 +24,9 @@ impl Serialize for ApNumber {
 }
 
 /// What `serde_json::value::RawValue` serializes as.
-struct Raw(&'static str);
+struct Raw<'a>(&'a str);
 
-impl Serialize for Raw {
+impl Serialize for Raw<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut st = s.serialize_struct(RAW_VALUE_TOKEN, 1)?;
         st.serialize_field(RAW_VALUE_TOKEN, self.0)?;
@@ -85,9 +85,9 @@ fn json_documents_agree_with_and_without_the_tokens() {
     // A record whose numbers arrive as tokens equals the plain serde_json::Value.
     #[derive(Serialize)]
     struct Args {
-        amount: ApNumber,
-        ratio: ApNumber,
-        items: Vec<ApNumber>,
+        amount: ApNumber<'static>,
+        ratio: ApNumber<'static>,
+        items: Vec<ApNumber<'static>>,
     }
     let tokens = Args {
         amount: ApNumber("1250"),
@@ -108,6 +108,20 @@ fn raw_values_encode_like_the_parsed_json() {
     assert_eq!(enc(&Raw(text)), enc(&Raw(compact)));
     assert_eq!(enc(&Raw("5")), enc(&5u64));
     assert_ne!(enc(&Raw("[1,2]")), enc(&Raw("[2,1]")));
+}
+
+#[test]
+fn long_token_texts_are_read_in_full() {
+    // Token texts from 1024 bytes on, which plain long strings would encode by their hash.
+    let items: Vec<String> = (0..400).map(|i| format!("\"item-{i}\"")).collect();
+    let text = format!("[{}]", items.join(","));
+    assert!(text.len() > 4000);
+    let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(enc(&Raw(&text)), enc(&parsed));
+    let digits = format!("1{}", "0".repeat(1100));
+    assert_eq!(enc(&ApNumber(&digits)), enc(&f64::INFINITY));
+    let fraction = format!("0.{}1", "0".repeat(1100));
+    assert_eq!(enc(&ApNumber(&fraction)), enc(&0.0f64));
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! `arbitrary_precision` or `float_roundtrip` features), and an object with a repeated key
 //! rejected (JSON leaves its meaning open).
 
-use super::encode::{EncodeError, put_float, put_int, tag};
+use super::encode::{EncodeError, put_float, put_int, put_text, tag};
 use super::json::{JsonNumber, parse_number};
 use super::scratch::{Scratch, Span};
 
@@ -95,9 +95,7 @@ impl Parser<'_> {
             }
             Some(b'"') => {
                 self.string()?;
-                out.put_u8(tag::STR);
-                out.put_len(self.string.len());
-                out.put(&self.string);
+                put_text(out, tag::STR, &self.string);
             }
             Some(b'-' | b'0'..=b'9') => self.number(out)?,
             Some(b'[') => {
@@ -152,9 +150,7 @@ impl Parser<'_> {
                 }
                 let start = out.len();
                 self.string()?;
-                out.put_u8(tag::STR);
-                out.put_len(self.string.len());
-                out.put(&self.string);
+                put_text(out, tag::STR, &self.string);
                 key_lens.push(out.len() - start);
                 self.expect(b':', "expected `:`")?;
                 self.value(out, depth)?;

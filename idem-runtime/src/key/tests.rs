@@ -314,3 +314,32 @@ fn nested_unordered_containers_are_sorted_inside_out() {
         enc(&Unordered(vec![m2, m1]))
     );
 }
+
+#[test]
+fn long_strings_and_bytes_are_encoded_by_their_hash() {
+    let short = "é".repeat(511) + "x"; // 1023 bytes: inline
+    let mut expected = vec![0x07, 0xff, 0x07];
+    expected.extend_from_slice(short.as_bytes());
+    assert_eq!(enc(&short), expected);
+    let long = "é".repeat(512); // 1024 bytes: hashed
+    let mut expected = vec![0x07, 0x80, 0x08];
+    expected.extend_from_slice(blake3::hash(long.as_bytes()).as_bytes());
+    assert_eq!(enc(&long), expected);
+    // A change anywhere in a long string changes its encoding.
+    let mut other = long.clone();
+    other.replace_range(1000..1002, "ü");
+    assert_eq!(other.len(), long.len());
+    assert_ne!(enc(&other), enc(&long));
+    // Bytes follow the same rule under their own tag.
+    let bytes = vec![7u8; 4096];
+    let mut expected = vec![0x08, 0x80, 0x20];
+    expected.extend_from_slice(blake3::hash(&bytes).as_bytes());
+    assert_eq!(enc(&serde_bytes_like::Bytes(&bytes)), expected);
+    assert_ne!(enc(&serde_bytes_like::Bytes(long.as_bytes())), enc(&long));
+    // A long field name is a long string too: a struct still equals the map.
+    let name = "n".repeat(2000);
+    let mut d = ArgsDigest::new("t");
+    d.arg(&name, &long).unwrap();
+    let (k, _) = d.finish("ns", "turn", "tool", 1);
+    assert_eq!(k, key(&BTreeMap::from([(name.as_str(), long.as_str())])));
+}
