@@ -23,12 +23,17 @@ pub(crate) struct Span {
 impl Span {
     /// The span `start..end` of `bytes`.
     pub(crate) fn new(bytes: &[u8], start: usize, end: usize) -> Span {
-        let mut head = [0u8; 8];
         let s = bytes.get(start..end).unwrap_or_default();
-        let n = s.len().min(8);
-        if let (Some(h), Some(b)) = (head.get_mut(..n), s.get(..n)) {
-            h.copy_from_slice(b);
-        }
+        let head = match s.first_chunk::<8>() {
+            Some(head) => *head,
+            None => {
+                let mut head = [0u8; 8];
+                for (h, b) in head.iter_mut().zip(s) {
+                    *h = *b;
+                }
+                head
+            }
+        };
         Span {
             start,
             end,
@@ -176,45 +181,52 @@ impl Scratch {
 }
 
 thread_local! {
-    static SPARE: Cell<Scratch> = const { Cell::new(Scratch::new()) };
+    static SPARE: Cell<Option<Box<Scratch>>> = const { Cell::new(None) };
 }
 
-/// A [`Scratch`] lent by the thread's pool; given back (cleared) when dropped, to the pool of
-/// whichever thread drops it.
+/// A [`Scratch`] lent by the thread's pool (boxed, so lending it moves one pointer); given back
+/// (cleared) when dropped, to the pool of whichever thread drops it.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Pooled(Scratch);
+pub(crate) struct Pooled(Option<Box<Scratch>>);
 
 impl Pooled {
-    /// The thread's spare buffer (an empty one if it is in use or the thread is exiting).
+    /// The thread's spare buffer (a new one if it is in use or the thread is exiting).
     pub(crate) fn take() -> Pooled {
-        Pooled(SPARE.try_with(Cell::take).unwrap_or_default())
+        let spare = SPARE.try_with(Cell::take).ok().flatten();
+        Pooled(Some(spare.unwrap_or_default()))
     }
 }
 
 impl Drop for Pooled {
     fn drop(&mut self) {
-        if self.0.bytes.capacity() > MAX_KEPT_BYTES {
+        let Some(mut scratch) = self.0.take() else {
+            return;
+        };
+        if scratch.bytes.capacity() > MAX_KEPT_BYTES {
             return;
         }
-        self.0.clear();
-        let scratch = std::mem::take(&mut self.0);
+        scratch.clear();
         // Replaces (and frees) the buffer of a nested use, if any: the last one back stays.
-        let _ = SPARE.try_with(|spare| spare.set(scratch));
+        let _ = SPARE.try_with(|spare| spare.set(Some(scratch)));
     }
 }
 
 impl Deref for Pooled {
     type Target = Scratch;
     fn deref(&self) -> &Scratch {
-        &self.0
+        self.0.as_deref().unwrap_or(&EMPTY)
     }
 }
 
 impl DerefMut for Pooled {
     fn deref_mut(&mut self) -> &mut Scratch {
-        &mut self.0
+        // Always `Some` outside `drop`.
+        self.0.get_or_insert_default()
     }
 }
+
+/// What an (impossible) emptied `Pooled` reads as.
+static EMPTY: Scratch = Scratch::new();
 
 #[cfg(test)]
 mod tests {
