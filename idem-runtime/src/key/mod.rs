@@ -13,7 +13,12 @@
 //! - `None`, `()`, a unit struct, `[]`, `{}` and an empty set are all different;
 //! - enums are encoded by variant name, not index;
 //! - `HashSet`/`BTreeSet` (and [`Unordered`] collections) are sets, other sequences are ordered;
-//! - serde_json's `arbitrary_precision` numbers and `RawValue`s encode like plain JSON values.
+//! - serde_json's `arbitrary_precision` numbers and `RawValue`s encode like plain JSON values;
+//! - strings and bytes of 1024 bytes or more are encoded by their length and BLAKE3 hash.
+//!
+//! A call is hashed twice: the arguments record once (the fingerprint, keyed BLAKE3), and the
+//! namespace, turn id and that digest once more (the key); hash keys are derived from the
+//! context strings once per process.
 //!
 //! Changing the encoding changes every key: bump [`ENCODING_VERSION`] and the context strings.
 
@@ -47,10 +52,11 @@ use scratch::Pooled;
 /// Version of the key material layout and value encoding; the first byte of all material.
 pub const ENCODING_VERSION: u8 = 2;
 
-/// BLAKE3 derive-key context of the hash key of [`Key`]s.
+/// BLAKE3 derive-key context of the hash key of [`Key`]s (derived once, with empty material).
 pub const KEY_CONTEXT: &str = "idem 2026-12-02 idempotency key v2";
 
-/// BLAKE3 derive-key context of the hash key of arguments digests (and so of [`Fingerprint`]s).
+/// BLAKE3 derive-key context of the hash key of arguments digests, and so of [`Fingerprint`]s
+/// (derived once, with empty material).
 pub const FINGERPRINT_CONTEXT: &str = "idem 2026-12-02 arguments digest v2";
 
 /// Tool name reported in errors of the functions that are not given one.
