@@ -42,6 +42,7 @@ pub(crate) const LONG_TEXT: usize = 1024;
 
 /// Appends a string (`tag::STR`) or byte string (`tag::BYTES`) value:
 /// `tag ‖ uv(len) ‖ bytes` below [`LONG_TEXT`] bytes, `tag ‖ uv(len) ‖ BLAKE3(bytes)` from it on.
+#[inline]
 pub(crate) fn put_text(out: &mut Scratch, tag: u8, bytes: &[u8]) {
     out.put_u8(tag);
     out.put_len(bytes.len());
@@ -117,11 +118,13 @@ fn is_set_type(type_name: &str) -> bool {
     SET_TYPE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
+#[inline]
 pub(crate) fn put_int(out: &mut Scratch, negative: bool, magnitude: u128) {
     out.put(&[tag::INT, u8::from(negative)]);
     out.put_uv(magnitude);
 }
 
+#[inline]
 pub(crate) fn put_float(out: &mut Scratch, v: f64) {
     let bits = if v.is_nan() {
         CANONICAL_NAN
@@ -144,6 +147,7 @@ pub(crate) struct ValueSerializer<'a> {
 }
 
 impl<'a> ValueSerializer<'a> {
+    #[inline]
     pub(crate) fn new(out: &'a mut Scratch) -> Self {
         ValueSerializer {
             out,
@@ -161,11 +165,13 @@ impl<'a> ValueSerializer<'a> {
         }
     }
 
+    #[inline]
     fn int(self, negative: bool, magnitude: u128) -> Result<(), EncodeError> {
         put_int(self.out, negative, magnitude);
         Ok(())
     }
 
+    #[inline]
     fn signed(self, v: i128) -> Result<(), EncodeError> {
         self.int(v < 0, v.unsigned_abs())
     }
@@ -182,35 +188,44 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
     type SerializeStruct = MapEncoder<'a>;
     type SerializeStructVariant = MapEncoder<'a>;
 
+    #[inline]
     fn serialize_bool(self, v: bool) -> Result<(), EncodeError> {
         self.out.put_u8(if v { tag::TRUE } else { tag::FALSE });
         Ok(())
     }
 
+    #[inline]
     fn serialize_i8(self, v: i8) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
+    #[inline]
     fn serialize_i16(self, v: i16) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
+    #[inline]
     fn serialize_i32(self, v: i32) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
+    #[inline]
     fn serialize_i64(self, v: i64) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
     fn serialize_i128(self, v: i128) -> Result<(), EncodeError> {
         self.signed(v)
     }
+    #[inline]
     fn serialize_u8(self, v: u8) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
+    #[inline]
     fn serialize_u16(self, v: u16) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
+    #[inline]
     fn serialize_u32(self, v: u32) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
+    #[inline]
     fn serialize_u64(self, v: u64) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
@@ -232,6 +247,7 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         self.serialize_str(v.encode_utf8(&mut buf))
     }
 
+    #[inline]
     fn serialize_str(self, v: &str) -> Result<(), EncodeError> {
         if self.verbatim {
             self.out.put_u8(tag::STR);
@@ -247,6 +263,7 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         Ok(())
     }
 
+    #[inline]
     fn serialize_none(self) -> Result<(), EncodeError> {
         self.out.put_u8(tag::NONE);
         Ok(())
@@ -257,6 +274,7 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         value.serialize(ValueSerializer::new(self.out))
     }
 
+    #[inline]
     fn serialize_unit(self) -> Result<(), EncodeError> {
         self.out.put_u8(tag::UNIT);
         Ok(())
