@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use idem_runtime::key::{ArgsDigest, Key, derive_key, encode_value, fingerprint};
 use proptest::prelude::*;
 use serde::Serialize;
-use serde::ser::SerializeMap;
+use serde::ser::{SerializeMap, SerializeStruct};
 use serde_json::Value;
 
 fn key<T: Serialize + ?Sized>(args: &T) -> Key {
@@ -43,6 +43,19 @@ impl<V: Serialize> Serialize for InOrder<'_, V> {
             m.serialize_entry(k, v)?;
         }
         m.end()
+    }
+}
+
+/// What `serde_json::value::RawValue` serializes as (serde_json's private token, the wire
+/// contract the key encoder recognises).
+struct Raw<'a>(&'a str);
+
+impl Serialize for Raw<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        const TOKEN: &str = "$serde_json::private::RawValue";
+        let mut st = s.serialize_struct(TOKEN, 1)?;
+        st.serialize_field(TOKEN, self.0)?;
+        st.end()
     }
 }
 
@@ -251,5 +264,65 @@ proptest! {
         let k1 = derive_key(&joined, &c, "tool", 1, &()).expect("encodes");
         let k2 = derive_key(&a, &format!("{b}{c}"), "tool", 1, &()).expect("encodes");
         prop_assert_eq!(b.is_empty(), k1 == k2);
+    }
+
+    #[test]
+    fn fingerprint_only_args_split_key_and_fingerprint(
+        entries in prop::collection::btree_map("[a-z]{1,6}", json_value(), 0..10),
+        mask in any::<u16>(),
+        rotate in any::<usize>(),
+    ) {
+        let mut list: Vec<(String, Value)> = entries.clone().into_iter().collect();
+        if !list.is_empty() {
+            let n = list.len();
+            list.rotate_left(rotate % n);
+        }
+        let in_key = |name: &str| {
+            let i = entries.keys().position(|k| k == name).unwrap_or(0);
+            mask & (1 << i) == 0
+        };
+        let mut d = ArgsDigest::new("tool");
+        for (name, v) in &list {
+            if in_key(name) {
+                d.arg(name, v).expect("encodes");
+            } else {
+                d.fingerprint_arg(name, v).expect("encodes");
+            }
+        }
+        let (k, fp) = d.finish("ns", "turn", "tool", 1);
+        let keyed: BTreeMap<&String, &Value> =
+            entries.iter().filter(|(name, _)| in_key(name)).collect();
+        prop_assert_eq!(k, key(&keyed));
+        prop_assert_eq!(fp, fingerprint("tool", 1, &entries).expect("encodes"));
+    }
+
+    #[test]
+    fn raw_json_text_encodes_like_the_value(v in json_value(), pretty in any::<bool>()) {
+        let text = if pretty {
+            serde_json::to_string_pretty(&v)
+        } else {
+            serde_json::to_string(&v)
+        }
+        .expect("serializes");
+        prop_assert_eq!(
+            encode_value(&Raw(&text)).expect("encodes"),
+            encode_value(&v).expect("encodes")
+        );
+    }
+
+    #[test]
+    fn long_strings_differ_exactly_when_their_bytes_do(
+        a in "[ab]{1000,1100}",
+        flip in any::<usize>(),
+    ) {
+        // Around the 1024-byte threshold where strings are encoded by their hash.
+        let mut b = a.clone().into_bytes();
+        let i = flip % b.len();
+        b[i] = if b[i] == b'a' { b'b' } else { b'a' };
+        let b = String::from_utf8(b).expect("ASCII");
+        prop_assert_ne!(key(&a), key(&b));
+        prop_assert_eq!(key(&a), key(&a.clone()));
+        let shorter = &a[..a.len() - 1];
+        prop_assert_ne!(key(&a), key(shorter));
     }
 }

@@ -1,5 +1,6 @@
-//! The canonical value encoding: a `serde::Serializer` that streams into a byte sink (a BLAKE3
-//! hasher when deriving keys, a `Vec<u8>` for [`encode_value`](super::encode_value)).
+//! The canonical value encoding (v2): a `serde::Serializer` that writes into a [`Scratch`]
+//! buffer. Unordered containers (maps, structs, sets) are written entry after entry and then
+//! reordered in place so their entries' encodings ascend bytewise.
 //!
 //! The format is specified in `docs/key-spec.md`; keep the two in sync.
 
@@ -8,10 +9,10 @@ use std::fmt;
 use serde::Serialize;
 use serde::ser;
 
+use super::compound::{MapEncoder, SeqEncoder};
+use super::json::Token;
+use super::scratch::{Scratch, Span};
 use super::unordered::UNORDERED_MAGIC;
-
-/// BLAKE3 derive-key context of entry (map/struct) and element (set) digests.
-pub const ENTRY_CONTEXT: &str = "idem 2026-12-01 unordered entry v1";
 
 /// One-byte tags of the value encoding.
 pub(crate) mod tag {
@@ -26,13 +27,30 @@ pub(crate) mod tag {
     pub(crate) const BYTES: u8 = 0x08;
     pub(crate) const UNIT_STRUCT: u8 = 0x09;
     pub(crate) const SEQ: u8 = 0x0A;
-    pub(crate) const SEQ_END: u8 = 0x0B;
+    pub(crate) const END: u8 = 0x0B;
     pub(crate) const MAP: u8 = 0x0C;
     pub(crate) const SET: u8 = 0x0D;
     pub(crate) const UNIT_VARIANT: u8 = 0x0E;
     pub(crate) const NEWTYPE_VARIANT: u8 = 0x0F;
     pub(crate) const TUPLE_VARIANT: u8 = 0x10;
     pub(crate) const STRUCT_VARIANT: u8 = 0x11;
+}
+
+/// Strings and byte strings of at least this many bytes (one BLAKE3 chunk) are encoded by their
+/// BLAKE3 hash, computed on the caller's bytes in one aligned pass (the fast path of BLAKE3).
+pub(crate) const LONG_TEXT: usize = 1024;
+
+/// Appends a string (`tag::STR`) or byte string (`tag::BYTES`) value:
+/// `tag ‖ uv(len) ‖ bytes` below [`LONG_TEXT`] bytes, `tag ‖ uv(len) ‖ BLAKE3(bytes)` from it on.
+#[inline]
+pub(crate) fn put_text(out: &mut Scratch, tag: u8, bytes: &[u8]) {
+    out.put_u8(tag);
+    out.put_len(bytes.len());
+    if bytes.len() < LONG_TEXT {
+        out.put(bytes);
+    } else {
+        out.put(blake3::hash(bytes).as_bytes());
+    }
 }
 
 /// The bits every NaN is encoded as.
@@ -45,24 +63,6 @@ const SET_TYPE_PREFIXES: [&str; 3] = [
     "alloc::collections::btree::set::BTreeSet<",
     "hashbrown::set::HashSet<",
 ];
-
-/// Where encoded bytes go.
-pub(crate) trait Sink {
-    /// Appends `bytes`.
-    fn put(&mut self, bytes: &[u8]);
-}
-
-impl Sink for blake3::Hasher {
-    fn put(&mut self, bytes: &[u8]) {
-        self.update(bytes);
-    }
-}
-
-impl Sink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
-    }
-}
 
 /// A `Serialize` impl failed (or misused the serializer); carries its message.
 #[derive(Debug)]
@@ -82,104 +82,29 @@ impl ser::Error for EncodeError {
     }
 }
 
-/// Writes a length as u64 little-endian.
-pub(crate) fn put_len<W: Sink + ?Sized>(out: &mut W, len: usize) {
-    // usize is at most 64 bits on every platform Rust supports.
-    out.put(&(len as u64).to_le_bytes());
-}
-
-/// Writes `str(s)`: u64 LE byte length, then the UTF-8 bytes (no tag).
-pub(crate) fn put_str<W: Sink + ?Sized>(out: &mut W, s: &str) {
-    put_len(out, s.len());
-    out.put(s.as_bytes());
-}
-
-/// A fresh hasher for one entry/element digest.
-pub(crate) fn entry_hasher() -> blake3::Hasher {
-    blake3::Hasher::new_derive_key(ENTRY_CONTEXT)
-}
-
-/// Digest of the entry `name: value` of a struct or argument record (the name encoded as a string
-/// value).
-pub(crate) fn field_digest<V: Serialize + ?Sized>(
-    name: &str,
-    value: &V,
-) -> Result<[u8; 32], EncodeError> {
-    let mut h = entry_hasher();
-    h.put(&[tag::STR]);
-    put_str(&mut h, name);
-    value.serialize(ValueSerializer::new(&mut h))?;
-    Ok(*h.finalize().as_bytes())
-}
-
-/// Writes the whole encoding of `value`.
-pub(crate) fn encode_into<W: Sink, V: Serialize + ?Sized>(
-    out: &mut W,
+/// Appends the encoding of `value`; on error the buffer may hold a partial encoding (callers
+/// roll back).
+pub(crate) fn encode_into<V: Serialize + ?Sized>(
+    out: &mut Scratch,
     value: &V,
 ) -> Result<(), EncodeError> {
     value.serialize(ValueSerializer::new(out))
 }
 
-/// How many digests are kept without a heap allocation.
-const INLINE_DIGESTS: usize = 8;
-
-/// A list of 32-byte digests, inline up to [`INLINE_DIGESTS`] entries.
-// The inline variant is large on purpose: it avoids a heap allocation for small maps.
-#[allow(clippy::large_enum_variant)]
-#[derive(Clone)]
-pub(crate) enum Digests {
-    /// No heap allocation yet.
-    Inline {
-        /// Storage; the first `len` are used.
-        buf: [[u8; 32]; INLINE_DIGESTS],
-        /// Number of digests in use.
-        len: usize,
-    },
-    /// Spilled to the heap.
-    Heap(Vec<[u8; 32]>),
-}
-
-impl Digests {
-    /// An empty list.
-    pub(crate) const fn new() -> Self {
-        Digests::Inline {
-            buf: [[0; 32]; INLINE_DIGESTS],
-            len: 0,
-        }
-    }
-
-    /// Appends a digest.
-    pub(crate) fn push(&mut self, digest: [u8; 32]) {
-        match self {
-            Digests::Inline { buf, len } => {
-                if let Some(slot) = buf.get_mut(*len) {
-                    *slot = digest;
-                    *len += 1;
-                } else {
-                    let mut v = Vec::with_capacity(INLINE_DIGESTS * 4);
-                    v.extend_from_slice(buf);
-                    v.push(digest);
-                    *self = Digests::Heap(v);
-                }
-            }
-            Digests::Heap(v) => v.push(digest),
-        }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [[u8; 32]] {
-        match self {
-            Digests::Inline { buf, len } => buf.get_mut(..*len).unwrap_or_default(),
-            Digests::Heap(v) => v,
-        }
-    }
-
-    /// Writes `u64 LE count ‖ digests sorted ascending`.
-    pub(crate) fn write_sorted<W: Sink + ?Sized>(&mut self, out: &mut W) {
-        let digests = self.as_mut_slice();
-        digests.sort_unstable();
-        put_len(out, digests.len());
-        for d in digests.iter() {
-            out.put(d);
+/// Appends the entry `str(name) value` of a struct field or argument, returning its span; on
+/// error the buffer is restored.
+pub(crate) fn encode_field<V: Serialize + ?Sized>(
+    out: &mut Scratch,
+    name: &str,
+    value: &V,
+) -> Result<Span, EncodeError> {
+    let (start, spans) = (out.len(), out.spans.len());
+    put_text(out, tag::STR, name.as_bytes());
+    match value.serialize(ValueSerializer::new(out)) {
+        Ok(()) => Ok(Span::new(&out.bytes, start, out.len())),
+        Err(e) => {
+            out.rollback(start, spans);
+            Err(e)
         }
     }
 }
@@ -193,146 +118,114 @@ fn is_set_type(type_name: &str) -> bool {
     SET_TYPE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// The canonical serializer.
-pub(crate) struct ValueSerializer<'a, W: Sink> {
-    out: &'a mut W,
-    /// Encode the next sequence as a set (inside `Unordered`).
-    as_set: bool,
+#[inline]
+pub(crate) fn put_int(out: &mut Scratch, negative: bool, magnitude: u128) {
+    out.put(&[tag::INT, u8::from(negative)]);
+    out.put_uv(magnitude);
 }
 
-impl<'a, W: Sink> ValueSerializer<'a, W> {
-    pub(crate) fn new(out: &'a mut W) -> Self {
-        ValueSerializer { out, as_set: false }
+#[inline]
+pub(crate) fn put_float(out: &mut Scratch, v: f64) {
+    let bits = if v.is_nan() {
+        CANONICAL_NAN
+    } else if v == 0.0 {
+        0
+    } else {
+        v.to_bits()
+    };
+    out.put_u8(tag::FLOAT);
+    out.put(&bits.to_le_bytes());
+}
+
+/// The canonical serializer.
+pub(crate) struct ValueSerializer<'a> {
+    out: &'a mut Scratch,
+    /// Encode the next sequence as a set (inside `Unordered`).
+    as_set: bool,
+    /// Write a string in full whatever its length (the text of a serde_json token).
+    verbatim: bool,
+}
+
+impl<'a> ValueSerializer<'a> {
+    #[inline]
+    pub(crate) fn new(out: &'a mut Scratch) -> Self {
+        ValueSerializer {
+            out,
+            as_set: false,
+            verbatim: false,
+        }
     }
 
+    /// A serializer that writes a string value in full, even from [`LONG_TEXT`] bytes on.
+    pub(crate) fn verbatim(out: &'a mut Scratch) -> Self {
+        ValueSerializer {
+            out,
+            as_set: false,
+            verbatim: true,
+        }
+    }
+
+    #[inline]
     fn int(self, negative: bool, magnitude: u128) -> Result<(), EncodeError> {
-        self.out.put(&[tag::INT, u8::from(negative)]);
-        self.out.put(&magnitude.to_le_bytes());
+        put_int(self.out, negative, magnitude);
         Ok(())
     }
 
+    #[inline]
     fn signed(self, v: i128) -> Result<(), EncodeError> {
         self.int(v < 0, v.unsigned_abs())
     }
 }
 
-/// Encoder of sequences (ordered, or as sets) and of tuple variants.
-// Lives on the stack for the duration of one sequence; the size difference is intended.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum SeqEncoder<'a, W: Sink> {
-    /// Elements written in order, then `SEQ_END`.
-    Ordered(&'a mut W),
-    /// Element digests collected, then written sorted.
-    Set {
-        /// The output.
-        out: &'a mut W,
-        /// Digests of the elements so far.
-        digests: Digests,
-    },
-}
-
-impl<'a, W: Sink> SeqEncoder<'a, W> {
-    fn start(out: &'a mut W, as_set: bool) -> Self {
-        if as_set {
-            out.put(&[tag::SET]);
-            SeqEncoder::Set {
-                out,
-                digests: Digests::new(),
-            }
-        } else {
-            out.put(&[tag::SEQ]);
-            SeqEncoder::Ordered(out)
-        }
-    }
-
-    fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        match self {
-            SeqEncoder::Ordered(out) => value.serialize(ValueSerializer::new(&mut **out)),
-            SeqEncoder::Set { digests, .. } => {
-                let mut h = entry_hasher();
-                value.serialize(ValueSerializer::new(&mut h))?;
-                digests.push(*h.finalize().as_bytes());
-                Ok(())
-            }
-        }
-    }
-
-    fn finish(self) -> Result<(), EncodeError> {
-        match self {
-            SeqEncoder::Ordered(out) => out.put(&[tag::SEQ_END]),
-            SeqEncoder::Set { out, mut digests } => digests.write_sorted(out),
-        }
-        Ok(())
-    }
-}
-
-/// Encoder of maps, structs and struct variants.
-pub(crate) struct MapEncoder<'a, W: Sink> {
-    out: &'a mut W,
-    digests: Digests,
-    /// Entry hasher holding a key whose value has not been given yet (boxed: only used by
-    /// `Serialize` impls that call `serialize_key`/`serialize_value` separately).
-    pending: Option<Box<blake3::Hasher>>,
-}
-
-impl<'a, W: Sink> MapEncoder<'a, W> {
-    fn new(out: &'a mut W) -> Self {
-        MapEncoder {
-            out,
-            digests: Digests::new(),
-            pending: None,
-        }
-    }
-
-    fn finish(mut self) -> Result<(), EncodeError> {
-        if self.pending.is_some() {
-            return Err(EncodeError("map key serialized without a value".to_owned()));
-        }
-        self.digests.write_sorted(self.out);
-        Ok(())
-    }
-}
-
-impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
+impl<'a> ser::Serializer for ValueSerializer<'a> {
     type Ok = ();
     type Error = EncodeError;
-    type SerializeSeq = SeqEncoder<'a, W>;
-    type SerializeTuple = SeqEncoder<'a, W>;
-    type SerializeTupleStruct = SeqEncoder<'a, W>;
-    type SerializeTupleVariant = SeqEncoder<'a, W>;
-    type SerializeMap = MapEncoder<'a, W>;
-    type SerializeStruct = MapEncoder<'a, W>;
-    type SerializeStructVariant = MapEncoder<'a, W>;
+    type SerializeSeq = SeqEncoder<'a>;
+    type SerializeTuple = SeqEncoder<'a>;
+    type SerializeTupleStruct = SeqEncoder<'a>;
+    type SerializeTupleVariant = SeqEncoder<'a>;
+    type SerializeMap = MapEncoder<'a>;
+    type SerializeStruct = MapEncoder<'a>;
+    type SerializeStructVariant = MapEncoder<'a>;
 
+    #[inline]
     fn serialize_bool(self, v: bool) -> Result<(), EncodeError> {
-        self.out.put(&[if v { tag::TRUE } else { tag::FALSE }]);
+        self.out.put_u8(if v { tag::TRUE } else { tag::FALSE });
         Ok(())
     }
 
+    #[inline]
     fn serialize_i8(self, v: i8) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
+    #[inline]
     fn serialize_i16(self, v: i16) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
+    #[inline]
     fn serialize_i32(self, v: i32) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
+    #[inline]
     fn serialize_i64(self, v: i64) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
     fn serialize_i128(self, v: i128) -> Result<(), EncodeError> {
         self.signed(v)
     }
+    #[inline]
     fn serialize_u8(self, v: u8) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
+    #[inline]
     fn serialize_u16(self, v: u16) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
+    #[inline]
     fn serialize_u32(self, v: u32) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
+    #[inline]
     fn serialize_u64(self, v: u64) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
@@ -345,15 +238,7 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
     }
 
     fn serialize_f64(self, v: f64) -> Result<(), EncodeError> {
-        let bits = if v.is_nan() {
-            CANONICAL_NAN
-        } else if v == 0.0 {
-            0
-        } else {
-            v.to_bits()
-        };
-        self.out.put(&[tag::FLOAT]);
-        self.out.put(&bits.to_le_bytes());
+        put_float(self.out, v);
         Ok(())
     }
 
@@ -362,36 +247,41 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         self.serialize_str(v.encode_utf8(&mut buf))
     }
 
+    #[inline]
     fn serialize_str(self, v: &str) -> Result<(), EncodeError> {
-        self.out.put(&[tag::STR]);
-        put_str(self.out, v);
+        if self.verbatim {
+            self.out.put_u8(tag::STR);
+            self.out.put_str(v);
+        } else {
+            put_text(self.out, tag::STR, v.as_bytes());
+        }
         Ok(())
     }
 
     fn serialize_bytes(self, v: &[u8]) -> Result<(), EncodeError> {
-        self.out.put(&[tag::BYTES]);
-        put_len(self.out, v.len());
-        self.out.put(v);
+        put_text(self.out, tag::BYTES, v);
         Ok(())
     }
 
+    #[inline]
     fn serialize_none(self) -> Result<(), EncodeError> {
-        self.out.put(&[tag::NONE]);
+        self.out.put_u8(tag::NONE);
         Ok(())
     }
 
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), EncodeError> {
-        self.out.put(&[tag::SOME]);
+        self.out.put_u8(tag::SOME);
         value.serialize(ValueSerializer::new(self.out))
     }
 
+    #[inline]
     fn serialize_unit(self) -> Result<(), EncodeError> {
-        self.out.put(&[tag::UNIT]);
+        self.out.put_u8(tag::UNIT);
         Ok(())
     }
 
     fn serialize_unit_struct(self, _name: &'static str) -> Result<(), EncodeError> {
-        self.out.put(&[tag::UNIT_STRUCT]);
+        self.out.put_u8(tag::UNIT_STRUCT);
         Ok(())
     }
 
@@ -401,8 +291,8 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         _index: u32,
         variant: &'static str,
     ) -> Result<(), EncodeError> {
-        self.out.put(&[tag::UNIT_VARIANT]);
-        put_str(self.out, variant);
+        self.out.put_u8(tag::UNIT_VARIANT);
+        self.out.put_str(variant);
         Ok(())
     }
 
@@ -415,6 +305,7 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         value.serialize(ValueSerializer {
             out: self.out,
             as_set,
+            verbatim: false,
         })
     }
 
@@ -425,16 +316,16 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         variant: &'static str,
         value: &T,
     ) -> Result<(), EncodeError> {
-        self.out.put(&[tag::NEWTYPE_VARIANT]);
-        put_str(self.out, variant);
+        self.out.put_u8(tag::NEWTYPE_VARIANT);
+        self.out.put_str(variant);
         value.serialize(ValueSerializer::new(self.out))
     }
 
-    fn serialize_seq(self, _len: Option<usize>) -> Result<SeqEncoder<'a, W>, EncodeError> {
+    fn serialize_seq(self, _len: Option<usize>) -> Result<SeqEncoder<'a>, EncodeError> {
         Ok(SeqEncoder::start(self.out, self.as_set))
     }
 
-    fn serialize_tuple(self, _len: usize) -> Result<SeqEncoder<'a, W>, EncodeError> {
+    fn serialize_tuple(self, _len: usize) -> Result<SeqEncoder<'a>, EncodeError> {
         Ok(SeqEncoder::start(self.out, false))
     }
 
@@ -442,7 +333,7 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         self,
         _name: &'static str,
         _len: usize,
-    ) -> Result<SeqEncoder<'a, W>, EncodeError> {
+    ) -> Result<SeqEncoder<'a>, EncodeError> {
         Ok(SeqEncoder::start(self.out, false))
     }
 
@@ -452,24 +343,25 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         _index: u32,
         variant: &'static str,
         _len: usize,
-    ) -> Result<SeqEncoder<'a, W>, EncodeError> {
-        self.out.put(&[tag::TUPLE_VARIANT]);
-        put_str(self.out, variant);
-        Ok(SeqEncoder::Ordered(self.out))
+    ) -> Result<SeqEncoder<'a>, EncodeError> {
+        self.out.put_u8(tag::TUPLE_VARIANT);
+        self.out.put_str(variant);
+        Ok(SeqEncoder::start_variant(self.out))
     }
 
-    fn serialize_map(self, _len: Option<usize>) -> Result<MapEncoder<'a, W>, EncodeError> {
-        self.out.put(&[tag::MAP]);
-        Ok(MapEncoder::new(self.out))
+    fn serialize_map(self, _len: Option<usize>) -> Result<MapEncoder<'a>, EncodeError> {
+        Ok(MapEncoder::new(self.out, tag::MAP))
     }
 
     fn serialize_struct(
         self,
-        _name: &'static str,
+        name: &'static str,
         _len: usize,
-    ) -> Result<MapEncoder<'a, W>, EncodeError> {
-        self.out.put(&[tag::MAP]);
-        Ok(MapEncoder::new(self.out))
+    ) -> Result<MapEncoder<'a>, EncodeError> {
+        Ok(match Token::of(name) {
+            Some(token) => MapEncoder::token(self.out, Some(token)),
+            None => MapEncoder::new(self.out, tag::MAP),
+        })
     }
 
     fn serialize_struct_variant(
@@ -478,10 +370,10 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
         _index: u32,
         variant: &'static str,
         _len: usize,
-    ) -> Result<MapEncoder<'a, W>, EncodeError> {
-        self.out.put(&[tag::STRUCT_VARIANT]);
-        put_str(self.out, variant);
-        Ok(MapEncoder::new(self.out))
+    ) -> Result<MapEncoder<'a>, EncodeError> {
+        self.out.put_u8(tag::STRUCT_VARIANT);
+        self.out.put_str(variant);
+        Ok(MapEncoder::token(self.out, None))
     }
 
     fn collect_seq<I>(self, iter: I) -> Result<(), EncodeError>
@@ -495,129 +387,6 @@ impl<'a, W: Sink> ser::Serializer for ValueSerializer<'a, W> {
             seq.element(&item)?;
         }
         seq.finish()
-    }
-}
-
-impl<W: Sink> ser::SerializeSeq for SeqEncoder<'_, W> {
-    type Ok = ();
-    type Error = EncodeError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), EncodeError> {
-        self.finish()
-    }
-}
-
-impl<W: Sink> ser::SerializeTuple for SeqEncoder<'_, W> {
-    type Ok = ();
-    type Error = EncodeError;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), EncodeError> {
-        self.finish()
-    }
-}
-
-impl<W: Sink> ser::SerializeTupleStruct for SeqEncoder<'_, W> {
-    type Ok = ();
-    type Error = EncodeError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), EncodeError> {
-        self.finish()
-    }
-}
-
-impl<W: Sink> ser::SerializeTupleVariant for SeqEncoder<'_, W> {
-    type Ok = ();
-    type Error = EncodeError;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), EncodeError> {
-        self.finish()
-    }
-}
-
-impl<W: Sink> ser::SerializeMap for MapEncoder<'_, W> {
-    type Ok = ();
-    type Error = EncodeError;
-
-    fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), EncodeError> {
-        if self.pending.is_some() {
-            return Err(EncodeError(
-                "map key serialized twice without a value".to_owned(),
-            ));
-        }
-        let mut h = Box::new(entry_hasher());
-        key.serialize(ValueSerializer::new(&mut *h))?;
-        self.pending = Some(h);
-        Ok(())
-    }
-
-    fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
-        let Some(mut h) = self.pending.take() else {
-            return Err(EncodeError("map value serialized without a key".to_owned()));
-        };
-        value.serialize(ValueSerializer::new(&mut *h))?;
-        self.digests.push(*h.finalize().as_bytes());
-        Ok(())
-    }
-
-    fn serialize_entry<K: Serialize + ?Sized, V: Serialize + ?Sized>(
-        &mut self,
-        key: &K,
-        value: &V,
-    ) -> Result<(), EncodeError> {
-        if self.pending.is_some() {
-            return Err(EncodeError(
-                "map key serialized twice without a value".to_owned(),
-            ));
-        }
-        let mut h = entry_hasher();
-        key.serialize(ValueSerializer::new(&mut h))?;
-        value.serialize(ValueSerializer::new(&mut h))?;
-        self.digests.push(*h.finalize().as_bytes());
-        Ok(())
-    }
-
-    fn end(self) -> Result<(), EncodeError> {
-        self.finish()
-    }
-}
-
-impl<W: Sink> ser::SerializeStruct for MapEncoder<'_, W> {
-    type Ok = ();
-    type Error = EncodeError;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), EncodeError> {
-        self.digests.push(field_digest(key, value)?);
-        Ok(())
-    }
-    fn end(self) -> Result<(), EncodeError> {
-        self.finish()
-    }
-}
-
-impl<W: Sink> ser::SerializeStructVariant for MapEncoder<'_, W> {
-    type Ok = ();
-    type Error = EncodeError;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), EncodeError> {
-        self.digests.push(field_digest(key, value)?);
-        Ok(())
-    }
-    fn end(self) -> Result<(), EncodeError> {
-        self.finish()
     }
 }
 
@@ -635,20 +404,6 @@ mod tests {
         ));
         assert!(is_set_type("hashbrown::set::HashSet<u32>"));
         assert!(!is_set_type("&alloc::vec::Vec<u32>"));
-    }
-
-    #[test]
-    fn digests_spill_to_heap_in_order() {
-        let mut d = Digests::new();
-        for i in (0..20u8).rev() {
-            d.push([i; 32]);
-        }
-        assert!(matches!(d, Digests::Heap(_)));
-        let mut out = Vec::new();
-        d.write_sorted(&mut out);
-        assert_eq!(out.len(), 8 + 20 * 32);
-        assert_eq!(&out[..8], &20u64.to_le_bytes());
-        assert_eq!(out[8], 0);
-        assert_eq!(out[8 + 19 * 32], 19);
+        assert!(!is_set_type("std::collections::hash::set::Iter<'_, u32>"));
     }
 }

@@ -108,8 +108,14 @@ fn integer_width_and_sign_type_do_not_matter() {
     assert_ne!(enc(&5i32), enc(&-5i32));
     assert_eq!(enc(&0i32), enc(&0u8));
     assert_eq!(enc(&i128::MIN)[1], 1);
-    assert_eq!(&enc(&i128::MIN)[2..], &(1u128 << 127).to_le_bytes());
-    assert_eq!(&enc(&u128::MAX)[2..], &u128::MAX.to_le_bytes());
+    // |i128::MIN| = 2^127: eighteen 7-bit groups of zeros, then 2^(127-126).
+    let mut min = vec![0x80; 18];
+    min.push(0x02);
+    assert_eq!(&enc(&i128::MIN)[2..], &min);
+    let mut max = vec![0xff; 18];
+    max.push(0x03);
+    assert_eq!(&enc(&u128::MAX)[2..], &max);
+    assert_eq!(enc(&300u16), [0x05, 0x00, 0xac, 0x02]);
     assert_eq!(key(&5u32), key(&5i64));
     // An integer is not a float.
     assert_ne!(enc(&5u32), enc(&5.0f64));
@@ -186,10 +192,7 @@ mod serde_bytes_like {
 fn bytes_differ_from_seq_of_u8_and_str() {
     assert_ne!(enc(&serde_bytes_like::Bytes(b"ab")), enc(&b"ab".to_vec()));
     assert_ne!(enc(&serde_bytes_like::Bytes(b"ab")), enc("ab"));
-    assert_eq!(
-        enc(&serde_bytes_like::Bytes(b"ab")),
-        [0x08, 2, 0, 0, 0, 0, 0, 0, 0, b'a', b'b']
-    );
+    assert_eq!(enc(&serde_bytes_like::Bytes(b"ab")), [0x08, 2, b'a', b'b']);
 }
 
 #[test]
@@ -255,126 +258,6 @@ fn sets_are_unordered_and_sequences_ordered() {
 }
 
 #[test]
-fn caller_key_mode() {
-    let run = |turn: &str, to: &str, ck: Option<&str>| {
-        let mut d = ArgsDigest::new("send");
-        d.arg("to", to).unwrap();
-        if let Some(ck) = ck {
-            d.caller_key(ck);
-        }
-        d.finish("ns", turn, "send", 1)
-    };
-    let (k1, f1) = run("t1", "ann", Some("order-1"));
-    let (k2, f2) = run("t2", "bob", Some("order-1"));
-    assert_eq!(k1, k2, "caller key ignores turn id and args");
-    assert_ne!(f1, f2, "fingerprint still covers args");
-    let (k3, f3) = run("t1", "ann", Some("order-2"));
-    assert_ne!(k1, k3);
-    assert_eq!(f1, f3, "caller key is not in the fingerprint");
-    let (k4, f4) = run("t1", "ann", None);
-    assert_ne!(k1, k4);
-    assert_eq!(f1, f4);
-    // Tool, version and namespace still matter.
-    let mut d = ArgsDigest::new("send");
-    d.caller_key("order-1");
-    assert_ne!(d.clone().finish("ns", "t", "send", 2).0, k1);
-    assert_ne!(d.clone().finish("ns2", "t", "send", 1).0, k1);
-    assert_ne!(d.finish("ns", "t", "send2", 1).0, k1);
-}
-
-#[test]
-fn fingerprint_arg_changes_fingerprint_not_key() {
-    let run = |memo: &str| {
-        let mut d = ArgsDigest::new("send");
-        d.arg("to", "ann").unwrap();
-        d.fingerprint_arg("memo", memo).unwrap();
-        d.finish("ns", "t", "send", 1)
-    };
-    let (k1, f1) = run("a");
-    let (k2, f2) = run("b");
-    assert_eq!(k1, k2);
-    assert_ne!(f1, f2);
-    #[derive(Serialize)]
-    struct To<'a> {
-        to: &'a str,
-    }
-    #[derive(Serialize)]
-    struct All<'a> {
-        to: &'a str,
-        memo: &'a str,
-    }
-    assert_eq!(
-        k1,
-        derive_key("ns", "t", "send", 1, &To { to: "ann" }).unwrap()
-    );
-    assert_eq!(
-        f1,
-        fingerprint(
-            "send",
-            1,
-            &All {
-                to: "ann",
-                memo: "a"
-            }
-        )
-        .unwrap()
-    );
-}
-
-#[test]
-fn args_digest_with_many_args_matches_derive_key() {
-    let map: BTreeMap<String, u32> = (0..50).map(|i| (format!("a{i}"), i)).collect();
-    let mut d = ArgsDigest::new("t");
-    for (k, v) in map.iter().rev() {
-        d.arg(k, v).unwrap();
-    }
-    let (k, fp) = d.finish("ns", "turn", "tool", 1);
-    assert_eq!(k, key(&map));
-    assert_eq!(fp, fingerprint("tool", 1, &map).unwrap());
-}
-
-struct Failing;
-impl Serialize for Failing {
-    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
-        Err(serde::ser::Error::custom("nope"))
-    }
-}
-
-#[test]
-fn serialize_errors_become_encode_errors() {
-    let mut d = ArgsDigest::new("send");
-    d.arg("to", "ann").unwrap();
-    let before = d.clone().finish("ns", "t", "send", 1);
-    match d.arg("body", &Failing) {
-        Err(Error::Encode {
-            tool,
-            what,
-            message,
-        }) => {
-            assert_eq!(tool, "send");
-            assert_eq!(what, "argument `body`");
-            assert_eq!(message, "nope");
-        }
-        other => panic!("unexpected {other:?}"),
-    }
-    assert!(d.fingerprint_arg("body", &vec![Failing]).is_err());
-    assert_eq!(
-        d.finish("ns", "t", "send", 1),
-        before,
-        "failed args leave no trace"
-    );
-    assert!(matches!(
-        derive_key("n", "t", "x", 1, &Some(Failing)),
-        Err(Error::Encode {
-            tool: "<unknown>",
-            ..
-        })
-    ));
-    assert!(fingerprint("x", 1, &[Failing]).is_err());
-    assert!(encode_value(&Failing).is_err());
-}
-
-#[test]
 fn split_map_key_value_calls_are_supported_and_checked() {
     struct Split(bool);
     impl Serialize for Split {
@@ -393,12 +276,70 @@ fn split_map_key_value_calls_are_supported_and_checked() {
 }
 
 #[test]
-fn nine_entries_spill_without_changing_the_encoding() {
-    // Maps of 8 (inline) and 9 (heap) entries both sort correctly.
-    for n in [7u32, 8, 9, 17] {
+fn map_entries_are_sorted_by_their_encoding_whatever_the_insertion_order() {
+    for n in [1u32, 2, 7, 9, 17, 300] {
         let m: HashMap<u32, u32> = (0..n).map(|i| (i, i)).collect();
         let r: BTreeMap<u32, u32> = (0..n).rev().map(|i| (i, i)).collect();
         assert_eq!(enc(&m), enc(&r));
-        assert_eq!(enc(&m).len(), 1 + 8 + 32 * n as usize);
+        // 0x0C ‖ entries ascending bytewise ‖ 0x0B.
+        let mut entries: Vec<Vec<u8>> = (0..n).map(|i| [enc(&i), enc(&i)].concat()).collect();
+        entries.sort();
+        assert_eq!(enc(&m), [vec![0x0C], entries.concat(), vec![0x0B]].concat());
     }
+}
+
+#[test]
+fn nested_unordered_containers_are_sorted_inside_out() {
+    let inner_a: HashMap<&str, Vec<u8>> = HashMap::from([("x", vec![1]), ("y", vec![2, 3])]);
+    let inner_b: BTreeMap<&str, Vec<u8>> = BTreeMap::from([("y", vec![2, 3]), ("x", vec![1])]);
+    let a = HashMap::from([
+        ("m", Unordered(vec![inner_a.clone()])),
+        ("n", Unordered(vec![])),
+    ]);
+    #[derive(Serialize)]
+    struct S<'a> {
+        n: Unordered<Vec<BTreeMap<&'a str, Vec<u8>>>>,
+        m: Unordered<Vec<BTreeMap<&'a str, Vec<u8>>>>,
+    }
+    let b = S {
+        n: Unordered(vec![]),
+        m: Unordered(vec![inner_b]),
+    };
+    assert_eq!(enc(&a), enc(&b));
+    // Two set elements that are maps, in both orders.
+    let m1 = BTreeMap::from([("k", 1u8), ("j", 2)]);
+    let m2 = BTreeMap::from([("k", 2u8)]);
+    assert_eq!(
+        enc(&Unordered(vec![m1.clone(), m2.clone()])),
+        enc(&Unordered(vec![m2, m1]))
+    );
+}
+
+#[test]
+fn long_strings_and_bytes_are_encoded_by_their_hash() {
+    let short = "é".repeat(511) + "x"; // 1023 bytes: inline
+    let mut expected = vec![0x07, 0xff, 0x07];
+    expected.extend_from_slice(short.as_bytes());
+    assert_eq!(enc(&short), expected);
+    let long = "é".repeat(512); // 1024 bytes: hashed
+    let mut expected = vec![0x07, 0x80, 0x08];
+    expected.extend_from_slice(blake3::hash(long.as_bytes()).as_bytes());
+    assert_eq!(enc(&long), expected);
+    // A change anywhere in a long string changes its encoding.
+    let mut other = long.clone();
+    other.replace_range(1000..1002, "ü");
+    assert_eq!(other.len(), long.len());
+    assert_ne!(enc(&other), enc(&long));
+    // Bytes follow the same rule under their own tag.
+    let bytes = vec![7u8; 4096];
+    let mut expected = vec![0x08, 0x80, 0x20];
+    expected.extend_from_slice(blake3::hash(&bytes).as_bytes());
+    assert_eq!(enc(&serde_bytes_like::Bytes(&bytes)), expected);
+    assert_ne!(enc(&serde_bytes_like::Bytes(long.as_bytes())), enc(&long));
+    // A long field name is a long string too: a struct still equals the map.
+    let name = "n".repeat(2000);
+    let mut d = ArgsDigest::new("t");
+    d.arg(&name, &long).unwrap();
+    let (k, _) = d.finish("ns", "turn", "tool", 1);
+    assert_eq!(k, key(&BTreeMap::from([(name.as_str(), long.as_str())])));
 }

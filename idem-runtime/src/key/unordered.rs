@@ -7,8 +7,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 pub(crate) const UNORDERED_MAGIC: &str = "$idem::Unordered";
 
 /// A collection whose iteration order does not matter for idempotency keys: it is encoded as a
-/// set (sorted element digests), so `Unordered(vec![a, b])` and `Unordered(vec![b, a])` give the
-/// same key.
+/// set (its elements sorted by their encoding), so `Unordered(vec![a, b])` and
+/// `Unordered(vec![b, a])` give the same key.
 ///
 /// For every other serializer (JSON, …) it is transparent: it serializes and deserializes exactly
 /// like the inner collection.
