@@ -180,6 +180,7 @@ pub async fn claim_key(
     fingerprint: &Fingerprint,
     lease: Duration,
 ) -> LeaseToken {
+    let token = LeaseToken::generate();
     match store
         .begin(BeginRequest {
             namespace,
@@ -187,19 +188,23 @@ pub async fn claim_key(
             tool,
             fingerprint,
             lease,
+            token,
+            charge: None,
         })
         .await
     {
-        Ok(Begin::Claimed(token)) => token,
+        Ok(Begin::Claimed) => token,
         other => panic!("expected a claim, got {other:?}"),
     }
 }
 
-/// A turn whose calls give up quickly on a key in flight elsewhere.
+/// A turn whose calls give up quickly on a key in flight elsewhere. Its budget is raised: these
+/// tests call one key more often than the default allows, and budgets follow the turn id.
 pub fn turn(id: &str, namespace: &str) -> Turn {
     Turn::new(id)
         .with_namespace(namespace)
         .with_in_flight_wait(Duration::from_millis(200))
+        .with_max_attempts_per_key(100)
 }
 
 /// A `SqliteStore` on `db`, created if needed.
