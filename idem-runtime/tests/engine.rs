@@ -181,12 +181,12 @@ async fn a_result_that_cannot_be_recorded_yet_is_returned_shared_and_recorded_la
     // The completion is retried in the background, holding the key, until it lands.
     tokio::time::timeout(Duration::from_secs(5), async {
         let (key, _) = digest(&SEND, &turn, "ada", "hello");
-        while !store
+        while store
             .inner()
             .get("", &key)
             .await
             .unwrap()
-            .is_some_and(|r| r.result.is_some())
+            .is_none_or(|r| r.result.is_none())
         {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
