@@ -1,0 +1,466 @@
+//! How results are recorded for replay, and how operators read the records.
+//!
+//! A retry must get back exactly what the tool returned the first time. Records therefore use a
+//! small self-describing binary serde format of idem's own, chosen for fidelity:
+//!
+//! | what the tool returned | JSON | CBOR | MessagePack | bincode | postcard | idem v1 |
+//! |---|---|---|---|---|---|---|
+//! | `NaN`, `±inf` (bit-exact) | ✗ `null` | ✓ | ✓ | ✓ | ✓ | ✓ |
+//! | `Some(None)` distinct from `None` | ✗ | ✗ | ✗ | ✓ | ✓ | ✓ |
+//! | map keys that are not strings (tuples, structs) | ✗ | ✓ | ✓ | ✓ | ✓ | ✓ |
+//! | `deserialize_any`: untagged and internally tagged enums, `flatten`, `serde_json::Value` | ✓ | ✓ | ✓ | ✗ | ✗ | ✓ |
+//! | a new `#[serde(default)]` field decodes from an old record | ✓ | ✓ | depends | ✗ | ✗ | ✓ |
+//! | readable without the Rust type | ✓ | with a CBOR tool | with a tool | ✗ | ✗ | ✓ [`render`] |
+//!
+//! JSON, used before, turned `Ok(f64::NAN)` into `null` (every retry then failed to decode),
+//! replayed `Ok(Some(None))` as `Ok(None)`, and could not record a `BTreeMap<(u8, u8), u32>` at
+//! all. The binary formats without a self-description cannot decode untagged enums or
+//! `serde_json::Value`; the self-describing ones have no way to say `Some(None)`.
+//!
+//! # The format
+//!
+//! A record is a version byte (1), an envelope marker — `Ok`, `Err`, *not replayable* (tool
+//! name and reason follow) or *interrupted* (tool name follows) — then, for `Ok` and `Err`, one
+//! value. Every value starts with a tag byte: `None`, `Some` (a value follows), unit, `false`,
+//! `true`, each integer width from `u8` to `i128` (unsigned LEB128 varints, signed ones
+//! zigzagged), `f32`/`f64` (their IEEE bits, little-endian), `char`, string, bytes, sequence
+//! and map (an element count, then the elements), and unit, newtype, tuple and struct variants
+//! (the variant's name, then its content). Structs are maps keyed by field name, so fields can
+//! be added with `#[serde(default)]`; newtype structs are transparent. Types with a readable
+//! and a compact form (addresses, timestamps, UUIDs) record the readable one.
+//!
+//! Encoding is a single pass without escaping or number formatting, and decoding borrows
+//! strings from the record; both beat `serde_json` (see `benches/replay.rs`). Records written
+//! as JSON by earlier versions (they start with `{`) still decode.
+//!
+//! Decoding never trusts the record: every length is checked against the bytes that remain
+//! before anything is allocated, nesting is limited to 128 levels, and corrupt, truncated or
+//! hostile bytes give [`Error::Decode`] naming the tool and key — never a panic, and never a
+//! silent second execution.
+//!
+//! # Fidelity is checked before recording
+//!
+//! After encoding, the engine decodes the bytes back into the result type and encodes that
+//! again ([`ResultCodec::verify`]). If the two encodings differ (up to the order of map and set
+//! entries), the result would not replay as it was returned — a `Deserialize` impl that drops
+//! data, an untagged enum that decodes into another variant, a `u128` inside an untagged enum —
+//! and a *not replayable* marker is recorded instead: a retry gets [`Error::NotReplayable`],
+//! which tells the model the action already ran and must not be called again. A call that was
+//! interrupted before finishing can be recorded as such: a retry gets [`Error::Interrupted`].
+//!
+//! # Reading records
+//!
+//! [`render`] turns a record into JSON-like text, which is what `idem show KEY` prints:
+//!
+//! ```text
+//! Ok({
+//!   "ratio": NaN,
+//!   "note": Some(null),
+//!   "grid": {
+//!     [0, 1]: 7
+//!   },
+//!   "digest": hex"00ff",
+//!   "status": Sent {
+//!     "at": 1733150000
+//!   }
+//! })
+//! ```
+//!
+//! It differs from JSON only where JSON cannot say what was recorded: `NaN`, `inf` and `-inf`;
+//! `Some(…)` where an `Option` holds `None` or another `Option` (elsewhere `Some(x)` is shown
+//! as `x` and `None` as `null`); `()` for unit; `'c'` for a `char`; `hex"…"` for bytes; map
+//! keys that are not strings written as values (`[0, 1]`, `7`, `Red`); enum variants as
+//! `Name`, `Name(…)` and `Name {…}`. A not-replayable record reads
+//! `NotReplayable { tool: "…", reason: "…" }`, an interrupted one `Interrupted { tool: "…" }`.
+
+mod de;
+mod format;
+mod node;
+mod render;
+mod ser;
+#[cfg(test)]
+mod tests;
+
+use serde::Serialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+
+use crate::Error;
+use crate::key::Key;
+use format::{FormatError, Reader, VERSION, marker, put_str};
+
+/// Initial capacity of a record buffer: enough for a small struct without reallocating.
+const INITIAL_CAPACITY: usize = 128;
+
+/// How one kind of tool records and replays its results.
+pub(crate) trait ResultCodec<T, E> {
+    /// Replaces the contents of `out` with the record of `result`, or returns `None` when the
+    /// result must not be recorded (the key is then released so that a retry runs the tool
+    /// again). Reusing `out` saves an allocation per call.
+    fn encode_into(
+        tool: &'static str,
+        result: &Result<T, E>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), Error>>;
+
+    /// The bytes to record for `result`, or `None` when the result must not be recorded.
+    fn encode(tool: &'static str, result: &Result<T, E>) -> Option<Result<Vec<u8>, Error>> {
+        let mut out = Vec::with_capacity(INITIAL_CAPACITY);
+        Some(Self::encode_into(tool, result, &mut out)?.map(|()| out))
+    }
+
+    /// Decodes a recorded result.
+    fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error>;
+
+    /// Checks that `bytes`, just encoded, replay as the value they were encoded from: they
+    /// decode into the result type, and that encodes to the same bytes (up to the order of map
+    /// and set entries). Markers pass. [`Error::Encode`] says what would be lost.
+    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error>;
+
+    /// What to record for `result`: its bytes when they replay faithfully, else a
+    /// not-replayable marker and the reason. `None` when the result must not be recorded.
+    #[allow(dead_code, reason = "the engine's recording path adopts it")]
+    fn record(tool: &'static str, result: &Result<T, E>) -> Option<Recorded> {
+        let checked = Self::encode(tool, result)?
+            .and_then(|bytes| Self::verify(tool, &bytes).map(|()| bytes));
+        Some(match checked {
+            Ok(bytes) => Recorded::Faithful(bytes),
+            Err(error) => {
+                let reason = match &error {
+                    Error::Encode { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                Recorded::Unreplayable {
+                    bytes: encode_unreplayable(tool, &reason),
+                    error,
+                }
+            }
+        })
+    }
+}
+
+/// What [`ResultCodec::record`] decided to record.
+#[allow(dead_code, reason = "the engine's recording path adopts it")]
+#[derive(Debug)]
+pub(crate) enum Recorded {
+    /// The result's record, checked to replay as returned.
+    Faithful(Vec<u8>),
+    /// A not-replayable marker, and why the result could not be recorded.
+    Unreplayable {
+        /// The marker's bytes.
+        bytes: Vec<u8>,
+        /// Why: log it for the operator.
+        error: Error,
+    },
+}
+
+/// Records `Ok` results only (the default).
+pub(crate) struct OkOnly;
+
+/// Records `Ok` and `Err` results (`cache_errors`).
+pub(crate) struct OkAndErr;
+
+/// The record of a tool that ran and finished but whose result cannot be replayed: decoding it
+/// gives [`Error::NotReplayable`] with `reason`.
+#[allow(dead_code, reason = "the engine's recording path adopts it")]
+pub(crate) fn encode_unreplayable(tool: &str, reason: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + tool.len() + reason.len());
+    out.extend_from_slice(&[VERSION, marker::NOT_REPLAYABLE]);
+    put_str(&mut out, tool);
+    put_str(&mut out, reason);
+    out
+}
+
+/// The record of a call that started and was interrupted before it finished: decoding it
+/// gives [`Error::Interrupted`].
+#[allow(dead_code, reason = "the engine's recovery path adopts it")]
+pub(crate) fn encode_interrupted(tool: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3 + tool.len());
+    out.extend_from_slice(&[VERSION, marker::INTERRUPTED]);
+    put_str(&mut out, tool);
+    out
+}
+
+/// Renders a record as JSON-like text for operators (see the module docs for the notation).
+///
+/// # Errors
+///
+/// [`Error::UnreadableRecord`] if the bytes are not a record: corrupt, truncated, or written by
+/// a newer version of idem.
+pub fn render(bytes: &[u8]) -> Result<String, Error> {
+    let unreadable = |e: FormatError| Error::UnreadableRecord { message: e.0 };
+    let mut out = String::new();
+    match open(bytes).map_err(unreadable)? {
+        Envelope::Ok(value) => {
+            out.push_str("Ok(");
+            render::write_node(&mut out, &node::parse(value).map_err(unreadable)?, 0);
+            out.push(')');
+        }
+        Envelope::Err(value) => {
+            out.push_str("Err(");
+            render::write_node(&mut out, &node::parse(value).map_err(unreadable)?, 0);
+            out.push(')');
+        }
+        Envelope::NotReplayable { tool, reason } => {
+            out.push_str("NotReplayable { tool: ");
+            render::write_node(&mut out, &node::Node::Str(tool), 0);
+            out.push_str(", reason: ");
+            render::write_node(&mut out, &node::Node::Str(reason), 0);
+            out.push_str(" }");
+        }
+        Envelope::Interrupted { tool } => {
+            out.push_str("Interrupted { tool: ");
+            render::write_node(&mut out, &node::Node::Str(tool), 0);
+            out.push_str(" }");
+        }
+        Envelope::Json(text) => {
+            let value: serde_json::Value = serde_json::from_slice(text)
+                .map_err(|e| unreadable(FormatError::new(format!("invalid JSON record: {e}"))))?;
+            out.push_str("JSON record (written before format version 1): ");
+            let pretty = serde_json::to_string_pretty(&value)
+                .map_err(|e| unreadable(FormatError::new(e.to_string())))?;
+            out.push_str(&pretty);
+        }
+    }
+    Ok(out)
+}
+
+/// A record, opened.
+enum Envelope<'a> {
+    Ok(&'a [u8]),
+    Err(&'a [u8]),
+    NotReplayable {
+        tool: &'a str,
+        reason: &'a str,
+    },
+    Interrupted {
+        tool: &'a str,
+    },
+    /// A record written as JSON before format version 1.
+    Json(&'a [u8]),
+}
+
+fn open(bytes: &[u8]) -> Result<Envelope<'_>, FormatError> {
+    let mut r = Reader::new(bytes);
+    let version = r
+        .byte()
+        .map_err(|_| FormatError::new("the record is empty"))?;
+    if version == b'{' {
+        return Ok(Envelope::Json(bytes));
+    }
+    if version != VERSION {
+        return Err(FormatError::new(format!(
+            "unknown record format version {version} (this idem reads version {VERSION}); was \
+             it written by a newer idem?"
+        )));
+    }
+    let envelope = match r.byte()? {
+        marker::OK => return Ok(Envelope::Ok(r.rest())),
+        marker::ERR => return Ok(Envelope::Err(r.rest())),
+        marker::NOT_REPLAYABLE => {
+            let tool = r.str()?;
+            let reason = r.str()?;
+            Envelope::NotReplayable { tool, reason }
+        }
+        marker::INTERRUPTED => Envelope::Interrupted { tool: r.str()? },
+        other => {
+            return Err(FormatError::new(format!(
+                "unknown record kind {other} at byte 1"
+            )));
+        }
+    };
+    match r.remaining() {
+        0 => Ok(envelope),
+        n => Err(FormatError::new(format!(
+            "{n} unexpected bytes after the record, at byte {}",
+            r.offset()
+        ))),
+    }
+}
+
+fn decode_error(tool: &'static str, key: &Key, message: impl ToString) -> Error {
+    Error::Decode {
+        tool,
+        key: key.short(),
+        message: message.to_string(),
+    }
+}
+
+fn encode_error(tool: &'static str, message: impl ToString) -> Error {
+    Error::Encode {
+        tool,
+        what: "its result".to_owned(),
+        message: message.to_string(),
+    }
+}
+
+/// Writes the envelope and `value` into `out`, emptied first.
+fn encode_record<V: Serialize + ?Sized>(
+    tool: &'static str,
+    kind: u8,
+    value: &V,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    out.clear();
+    out.extend_from_slice(&[VERSION, kind]);
+    ser::encode_value(value, out).map_err(|e| {
+        out.clear();
+        encode_error(tool, e)
+    })
+}
+
+/// The result of a marker or of an envelope its codec cannot hold.
+fn marker_error(tool: &'static str, key: &Key, envelope: Envelope<'_>) -> Error {
+    match envelope {
+        Envelope::NotReplayable { reason, .. } => Error::NotReplayable {
+            tool,
+            key: key.short(),
+            message: reason.to_owned(),
+        },
+        Envelope::Interrupted { .. } => Error::Interrupted {
+            tool,
+            key: key.short(),
+        },
+        Envelope::Err(_) => decode_error(
+            tool,
+            key,
+            "the record holds a cached error but the tool does not cache errors",
+        ),
+        Envelope::Ok(_) | Envelope::Json(_) => decode_error(tool, key, "unexpected record kind"),
+    }
+}
+
+/// Checks that `recorded` (one value) decodes into `V` and encodes back to the same value.
+fn verify_value<V: Serialize + DeserializeOwned>(
+    tool: &'static str,
+    recorded: &[u8],
+) -> Result<(), Error> {
+    let replayed: V = de::decode_value(recorded)
+        .map_err(|e| encode_error(tool, format!("it would not replay: {e}")))?;
+    let mut again = Vec::with_capacity(recorded.len());
+    ser::encode_value(&replayed, &mut again).map_err(|e| encode_error(tool, e))?;
+    if again == recorded {
+        return Ok(());
+    }
+    let (first, second) = match (node::parse(recorded), node::parse(&again)) {
+        (Ok(first), Ok(second)) => (first, second),
+        (Err(e), _) | (_, Err(e)) => return Err(encode_error(tool, e)),
+    };
+    if first.clone().canonical(false) == second.clone().canonical(false)
+        || first.clone().canonical(true) == second.clone().canonical(true)
+    {
+        return Ok(());
+    }
+    let shown = |node: &node::Node<'_>| {
+        let mut text = String::new();
+        render::write_node(&mut text, node, 0);
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        match text.char_indices().nth(200) {
+            Some((cut, _)) => format!("{}…", &text[..cut]),
+            None => text,
+        }
+    };
+    Err(encode_error(
+        tool,
+        format!(
+            "it would not replay as it was returned: recorded {}, replays as {}",
+            shown(&first),
+            shown(&second)
+        ),
+    ))
+}
+
+/// Decodes a record written as JSON before format version 1: `{"ok": …}` or `{"err": …}`.
+mod legacy {
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub(super) enum Envelope<T, E> {
+        #[serde(rename = "ok")]
+        Ok(T),
+        #[serde(rename = "err")]
+        Err(E),
+    }
+}
+
+impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
+    fn encode_into(
+        tool: &'static str,
+        result: &Result<T, E>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), Error>> {
+        let value = result.as_ref().ok()?;
+        Some(encode_record(tool, marker::OK, value, out))
+    }
+
+    fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
+        match open(bytes).map_err(|e| decode_error(tool, key, e))? {
+            Envelope::Ok(value) => de::decode_value(value)
+                .map(Ok)
+                .map_err(|e| decode_error(tool, key, e)),
+            Envelope::Json(json) => {
+                match serde_json::from_slice::<legacy::Envelope<T, IgnoredAny>>(json) {
+                    Ok(legacy::Envelope::Ok(value)) => Ok(Ok(value)),
+                    Ok(legacy::Envelope::Err(_)) => {
+                        Err(marker_error(tool, key, Envelope::Err(&[])))
+                    }
+                    Err(e) => Err(decode_error(tool, key, e)),
+                }
+            }
+            other => Err(marker_error(tool, key, other)),
+        }
+    }
+
+    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
+        match open(bytes).map_err(|e| encode_error(tool, e))? {
+            Envelope::Ok(value) => verify_value::<T>(tool, value),
+            Envelope::Err(_) | Envelope::Json(_) => Err(encode_error(
+                tool,
+                "this tool records `Ok` results only, in format version 1",
+            )),
+            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
+        }
+    }
+}
+
+impl<T, E> ResultCodec<T, E> for OkAndErr
+where
+    T: Serialize + DeserializeOwned,
+    E: Serialize + DeserializeOwned,
+{
+    fn encode_into(
+        tool: &'static str,
+        result: &Result<T, E>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), Error>> {
+        Some(match result {
+            Ok(value) => encode_record(tool, marker::OK, value, out),
+            Err(error) => encode_record(tool, marker::ERR, error, out),
+        })
+    }
+
+    fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
+        match open(bytes).map_err(|e| decode_error(tool, key, e))? {
+            Envelope::Ok(value) => de::decode_value(value)
+                .map(Ok)
+                .map_err(|e| decode_error(tool, key, e)),
+            Envelope::Err(value) => de::decode_value(value)
+                .map(Err)
+                .map_err(|e| decode_error(tool, key, e)),
+            Envelope::Json(json) => match serde_json::from_slice::<legacy::Envelope<T, E>>(json) {
+                Ok(legacy::Envelope::Ok(value)) => Ok(Ok(value)),
+                Ok(legacy::Envelope::Err(error)) => Ok(Err(error)),
+                Err(e) => Err(decode_error(tool, key, e)),
+            },
+            other => Err(marker_error(tool, key, other)),
+        }
+    }
+
+    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
+        match open(bytes).map_err(|e| encode_error(tool, e))? {
+            Envelope::Ok(value) => verify_value::<T>(tool, value),
+            Envelope::Err(value) => verify_value::<E>(tool, value),
+            Envelope::Json(_) => Err(encode_error(tool, "not a format version 1 record")),
+            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
+        }
+    }
+}
