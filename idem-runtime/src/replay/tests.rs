@@ -14,6 +14,7 @@ use crate::key::Key;
 mod corrupt;
 mod fidelity;
 mod props;
+mod rendering;
 
 const TOOL: &str = "test_tool";
 
