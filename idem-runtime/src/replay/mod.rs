@@ -41,7 +41,7 @@
 //! # Fidelity is checked before recording
 //!
 //! After encoding, the engine decodes the bytes back into the result type and encodes that
-//! again ([`ResultCodec::verify`]). If the two encodings differ (up to the order of map and set
+//! again (`ResultCodec::verify`). If the two encodings differ (up to the order of map and set
 //! entries), the result would not replay as it was returned — a `Deserialize` impl that drops
 //! data, an untagged enum that decodes into another variant, a `u128` inside an untagged enum —
 //! and a *not replayable* marker is recorded instead: a retry gets [`Error::NotReplayable`],
@@ -73,7 +73,9 @@
 //! `Name`, `Name(…)` and `Name {…}`. A not-replayable record reads
 //! `NotReplayable { tool: "…", reason: "…" }`, an interrupted one `Interrupted { tool: "…" }`.
 
+mod codec;
 mod de;
+mod envelope;
 mod format;
 mod node;
 mod render;
@@ -81,12 +83,18 @@ mod ser;
 #[cfg(test)]
 mod tests;
 
-use serde::Serialize;
-use serde::de::{DeserializeOwned, IgnoredAny};
-
 use crate::Error;
 use crate::key::Key;
-use format::{FormatError, Reader, VERSION, marker, put_str};
+use envelope::{Envelope, open};
+use format::FormatError;
+
+#[cfg(test)]
+use envelope::encode_record;
+#[allow(
+    unused_imports,
+    reason = "the engine's recovery path adopts `encode_interrupted`"
+)]
+pub(crate) use envelope::{encode_interrupted, encode_unreplayable};
 
 /// Initial capacity of a record buffer: enough for a small struct without reallocating.
 const INITIAL_CAPACITY: usize = 128;
@@ -159,27 +167,6 @@ pub(crate) struct OkOnly;
 /// Records `Ok` and `Err` results (`cache_errors`).
 pub(crate) struct OkAndErr;
 
-/// The record of a tool that ran and finished but whose result cannot be replayed: decoding it
-/// gives [`Error::NotReplayable`] with `reason`.
-#[allow(dead_code, reason = "the engine's recording path adopts it")]
-pub(crate) fn encode_unreplayable(tool: &str, reason: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + tool.len() + reason.len());
-    out.extend_from_slice(&[VERSION, marker::NOT_REPLAYABLE]);
-    put_str(&mut out, tool);
-    put_str(&mut out, reason);
-    out
-}
-
-/// The record of a call that started and was interrupted before it finished: decoding it
-/// gives [`Error::Interrupted`].
-#[allow(dead_code, reason = "the engine's recovery path adopts it")]
-pub(crate) fn encode_interrupted(tool: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(3 + tool.len());
-    out.extend_from_slice(&[VERSION, marker::INTERRUPTED]);
-    put_str(&mut out, tool);
-    out
-}
-
 /// Renders a record as JSON-like text for operators (see the module docs for the notation).
 ///
 /// # Errors
@@ -222,245 +209,4 @@ pub fn render(bytes: &[u8]) -> Result<String, Error> {
         }
     }
     Ok(out)
-}
-
-/// A record, opened.
-enum Envelope<'a> {
-    Ok(&'a [u8]),
-    Err(&'a [u8]),
-    NotReplayable {
-        tool: &'a str,
-        reason: &'a str,
-    },
-    Interrupted {
-        tool: &'a str,
-    },
-    /// A record written as JSON before format version 1.
-    Json(&'a [u8]),
-}
-
-fn open(bytes: &[u8]) -> Result<Envelope<'_>, FormatError> {
-    let mut r = Reader::new(bytes);
-    let version = r
-        .byte()
-        .map_err(|_| FormatError::new("the record is empty"))?;
-    if version == b'{' {
-        return Ok(Envelope::Json(bytes));
-    }
-    if version != VERSION {
-        return Err(FormatError::new(format!(
-            "unknown record format version {version} (this idem reads version {VERSION}); was \
-             it written by a newer idem?"
-        )));
-    }
-    let envelope = match r.byte()? {
-        marker::OK => return Ok(Envelope::Ok(r.rest())),
-        marker::ERR => return Ok(Envelope::Err(r.rest())),
-        marker::NOT_REPLAYABLE => {
-            let tool = r.str()?;
-            let reason = r.str()?;
-            Envelope::NotReplayable { tool, reason }
-        }
-        marker::INTERRUPTED => Envelope::Interrupted { tool: r.str()? },
-        other => {
-            return Err(FormatError::new(format!(
-                "unknown record kind {other} at byte 1"
-            )));
-        }
-    };
-    match r.remaining() {
-        0 => Ok(envelope),
-        n => Err(FormatError::new(format!(
-            "{n} unexpected bytes after the record, at byte {}",
-            r.offset()
-        ))),
-    }
-}
-
-fn decode_error(tool: &'static str, key: &Key, message: impl ToString) -> Error {
-    Error::Decode {
-        tool,
-        key: key.short(),
-        message: message.to_string(),
-    }
-}
-
-fn encode_error(tool: &'static str, message: impl ToString) -> Error {
-    Error::Encode {
-        tool,
-        what: "its result".to_owned(),
-        message: message.to_string(),
-    }
-}
-
-/// Writes the envelope and `value` into `out`, emptied first.
-fn encode_record<V: Serialize + ?Sized>(
-    tool: &'static str,
-    kind: u8,
-    value: &V,
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
-    out.clear();
-    out.extend_from_slice(&[VERSION, kind]);
-    ser::encode_value(value, out).map_err(|e| {
-        out.clear();
-        encode_error(tool, e)
-    })
-}
-
-/// The result of a marker or of an envelope its codec cannot hold.
-fn marker_error(tool: &'static str, key: &Key, envelope: Envelope<'_>) -> Error {
-    match envelope {
-        Envelope::NotReplayable { reason, .. } => Error::NotReplayable {
-            tool,
-            key: key.short(),
-            message: reason.to_owned(),
-        },
-        Envelope::Interrupted { .. } => Error::Interrupted {
-            tool,
-            key: key.short(),
-        },
-        Envelope::Err(_) => decode_error(
-            tool,
-            key,
-            "the record holds a cached error but the tool does not cache errors",
-        ),
-        Envelope::Ok(_) | Envelope::Json(_) => decode_error(tool, key, "unexpected record kind"),
-    }
-}
-
-/// Checks that `recorded` (one value) decodes into `V` and encodes back to the same value.
-fn verify_value<V: Serialize + DeserializeOwned>(
-    tool: &'static str,
-    recorded: &[u8],
-) -> Result<(), Error> {
-    let replayed: V = de::decode_value(recorded)
-        .map_err(|e| encode_error(tool, format!("it would not replay: {e}")))?;
-    let mut again = Vec::with_capacity(recorded.len());
-    ser::encode_value(&replayed, &mut again).map_err(|e| encode_error(tool, e))?;
-    if again == recorded {
-        return Ok(());
-    }
-    let (first, second) = match (node::parse(recorded), node::parse(&again)) {
-        (Ok(first), Ok(second)) => (first, second),
-        (Err(e), _) | (_, Err(e)) => return Err(encode_error(tool, e)),
-    };
-    if first.clone().canonical(false) == second.clone().canonical(false)
-        || first.clone().canonical(true) == second.clone().canonical(true)
-    {
-        return Ok(());
-    }
-    let shown = |node: &node::Node<'_>| {
-        let mut text = String::new();
-        render::write_node(&mut text, node, 0);
-        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        match text.char_indices().nth(200) {
-            Some((cut, _)) => format!("{}…", &text[..cut]),
-            None => text,
-        }
-    };
-    Err(encode_error(
-        tool,
-        format!(
-            "it would not replay as it was returned: recorded {}, replays as {}",
-            shown(&first),
-            shown(&second)
-        ),
-    ))
-}
-
-/// Decodes a record written as JSON before format version 1: `{"ok": …}` or `{"err": …}`.
-mod legacy {
-    use serde::Deserialize;
-
-    #[derive(Deserialize)]
-    pub(super) enum Envelope<T, E> {
-        #[serde(rename = "ok")]
-        Ok(T),
-        #[serde(rename = "err")]
-        Err(E),
-    }
-}
-
-impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
-    fn encode_into(
-        tool: &'static str,
-        result: &Result<T, E>,
-        out: &mut Vec<u8>,
-    ) -> Option<Result<(), Error>> {
-        let value = result.as_ref().ok()?;
-        Some(encode_record(tool, marker::OK, value, out))
-    }
-
-    fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
-        match open(bytes).map_err(|e| decode_error(tool, key, e))? {
-            Envelope::Ok(value) => de::decode_value(value)
-                .map(Ok)
-                .map_err(|e| decode_error(tool, key, e)),
-            Envelope::Json(json) => {
-                match serde_json::from_slice::<legacy::Envelope<T, IgnoredAny>>(json) {
-                    Ok(legacy::Envelope::Ok(value)) => Ok(Ok(value)),
-                    Ok(legacy::Envelope::Err(_)) => {
-                        Err(marker_error(tool, key, Envelope::Err(&[])))
-                    }
-                    Err(e) => Err(decode_error(tool, key, e)),
-                }
-            }
-            other => Err(marker_error(tool, key, other)),
-        }
-    }
-
-    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
-        match open(bytes).map_err(|e| encode_error(tool, e))? {
-            Envelope::Ok(value) => verify_value::<T>(tool, value),
-            Envelope::Err(_) | Envelope::Json(_) => Err(encode_error(
-                tool,
-                "this tool records `Ok` results only, in format version 1",
-            )),
-            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
-        }
-    }
-}
-
-impl<T, E> ResultCodec<T, E> for OkAndErr
-where
-    T: Serialize + DeserializeOwned,
-    E: Serialize + DeserializeOwned,
-{
-    fn encode_into(
-        tool: &'static str,
-        result: &Result<T, E>,
-        out: &mut Vec<u8>,
-    ) -> Option<Result<(), Error>> {
-        Some(match result {
-            Ok(value) => encode_record(tool, marker::OK, value, out),
-            Err(error) => encode_record(tool, marker::ERR, error, out),
-        })
-    }
-
-    fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
-        match open(bytes).map_err(|e| decode_error(tool, key, e))? {
-            Envelope::Ok(value) => de::decode_value(value)
-                .map(Ok)
-                .map_err(|e| decode_error(tool, key, e)),
-            Envelope::Err(value) => de::decode_value(value)
-                .map(Err)
-                .map_err(|e| decode_error(tool, key, e)),
-            Envelope::Json(json) => match serde_json::from_slice::<legacy::Envelope<T, E>>(json) {
-                Ok(legacy::Envelope::Ok(value)) => Ok(Ok(value)),
-                Ok(legacy::Envelope::Err(error)) => Ok(Err(error)),
-                Err(e) => Err(decode_error(tool, key, e)),
-            },
-            other => Err(marker_error(tool, key, other)),
-        }
-    }
-
-    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
-        match open(bytes).map_err(|e| encode_error(tool, e))? {
-            Envelope::Ok(value) => verify_value::<T>(tool, value),
-            Envelope::Err(value) => verify_value::<E>(tool, value),
-            Envelope::Json(_) => Err(encode_error(tool, "not a format version 1 record")),
-            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
-        }
-    }
 }

@@ -247,7 +247,8 @@ fn structs_tuples_and_nested_containers_round_trip() {
         Some(Units),
         Newtype(vec![(1, "a".to_owned())]),
     ));
-    let nested: BTreeMap<String, Vec<BTreeMap<(i8, bool), Option<Vec<u16>>>>> = [(
+    type Inner = BTreeMap<(i8, bool), Option<Vec<u16>>>;
+    let nested: BTreeMap<String, Vec<Inner>> = [(
         "k".to_owned(),
         vec![[((-1, true), Some(vec![1, 2])), ((0, false), None)].into()],
     )]
