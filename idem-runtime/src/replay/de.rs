@@ -56,6 +56,7 @@ impl<'de> Decoder<'de> {
         result
     }
 
+    #[inline]
     fn seq<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
         self.nested(|de| {
             let mut access = Elements { de, left: len };
@@ -69,6 +70,7 @@ impl<'de> Decoder<'de> {
         })
     }
 
+    #[inline]
     fn map<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
         self.nested(|de| {
             let mut access = Entries { de, left: len };
@@ -82,6 +84,7 @@ impl<'de> Decoder<'de> {
         })
     }
 
+    #[inline]
     fn any_tagged<V: Visitor<'de>>(&mut self, t: u8, visitor: V) -> Result<V::Value, FormatError> {
         let r = &mut self.reader;
         match t {
