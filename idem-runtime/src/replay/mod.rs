@@ -30,8 +30,10 @@
 //! and a compact form (addresses, timestamps, UUIDs) record the readable one.
 //!
 //! Encoding is a single pass without escaping or number formatting, and decoding borrows
-//! strings from the record; both beat `serde_json` (see `benches/replay.rs`). Records written
-//! as JSON by earlier versions (they start with `{`) still decode.
+//! strings from the record. On small structs (`benches/replay.rs`, a loaded 2-core machine)
+//! encoding takes 0.3–0.5× the time of `serde_json` and decoding 0.8–0.9× (string allocations,
+//! the same for both, dominate); records are 10–15 % smaller. Records written as JSON by
+//! earlier versions (they start with `{`) still decode.
 //!
 //! Decoding never trusts the record: every length is checked against the bytes that remain
 //! before anything is allocated, nesting is limited to 128 levels, and corrupt, truncated or
@@ -40,13 +42,15 @@
 //!
 //! # Fidelity is checked before recording
 //!
-//! After encoding, the engine decodes the bytes back into the result type and encodes that
-//! again (`ResultCodec::verify`). If the two encodings differ (up to the order of map and set
-//! entries), the result would not replay as it was returned — a `Deserialize` impl that drops
-//! data, an untagged enum that decodes into another variant, a `u128` inside an untagged enum —
-//! and a *not replayable* marker is recorded instead: a retry gets [`Error::NotReplayable`],
-//! which tells the model the action already ran and must not be called again. A call that was
-//! interrupted before finishing can be recorded as such: a retry gets [`Error::Interrupted`].
+//! `ResultCodec::record` encodes a result, decodes the bytes back into the result type and
+//! encodes that again (`ResultCodec::verify`). If the two encodings differ (up to the order of
+//! map and set entries), the result would not replay as it was returned — a `Deserialize` impl
+//! that drops data, an untagged enum that decodes into another variant, a `u128` inside an
+//! untagged enum (serde buffers those without 128-bit integers) — and, as when it cannot be
+//! encoded at all, a *not replayable* marker is recorded instead: a retry gets
+//! [`Error::NotReplayable`], which tells the model the action already ran and must not be called
+//! again, rather than running the tool a second time. A call that was interrupted before
+//! finishing can be recorded as such: a retry gets [`Error::Interrupted`].
 //!
 //! # Reading records
 //!

@@ -270,3 +270,33 @@ fn shared_and_boxed_values_round_trip() {
     let boxed: Box<str> = "boxed".into();
     assert_round_trip(boxed);
 }
+
+/// A result whose `Serialize` impl fails.
+#[derive(Debug, Clone, Deserialize)]
+struct Unserializable;
+
+impl Serialize for Unserializable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("cannot serialize this"))
+    }
+}
+
+#[test]
+fn a_result_that_fails_to_encode_is_recorded_as_not_replayable() {
+    let result: Result<(u8, Unserializable), ()> = Ok((1, Unserializable));
+    let mut out = b"stale".to_vec();
+    let encoded = OkOnly::encode_into(TOOL, &result, &mut out);
+    assert!(
+        matches!(&encoded, Some(Err(Error::Encode { tool: TOOL, message, .. })) if message.contains("cannot serialize this")),
+        "{encoded:?}"
+    );
+    assert!(out.is_empty(), "a partial record was left in the buffer");
+    let Some(Recorded::Unreplayable { bytes, .. }) = OkOnly::record(TOOL, &result) else {
+        panic!("a result that cannot be encoded must become a not-replayable marker");
+    };
+    let decoded = <OkOnly as ResultCodec<(u8, Unserializable), ()>>::decode(TOOL, &key(), &bytes);
+    assert!(
+        matches!(&decoded, Err(Error::NotReplayable { message, .. }) if message.contains("cannot serialize this")),
+        "{decoded:?}"
+    );
+}
