@@ -123,9 +123,9 @@ async fn show_renders_the_result_by_short_key_prefix_or_full_key() {
         assert!(out.contains("tool         send_email"), "{out}");
         assert!(out.contains("state        completed"), "{out}");
         assert!(out.contains("namespace    \"\""), "{out}");
-        // The result envelope, pretty-printed over several lines.
-        assert!(out.contains("result\n{\n  \"ok\": {\n"), "{out}");
-        assert!(out.contains("    \"sent_to\": \"a@x\""), "{out}");
+        // The record rendered for a person: its kind, then the value over several lines.
+        assert!(out.contains("result\nOk({\n"), "{out}");
+        assert!(out.contains("  \"sent_to\": \"a@x\""), "{out}");
     }
 
     let json = idem(&["--sqlite", &db, "--json", "show", &short(&key)])
@@ -133,10 +133,14 @@ async fn show_renders_the_result_by_short_key_prefix_or_full_key() {
         .json();
     assert_eq!(json["key"], full);
     assert_eq!(json["state"], "completed");
-    let result: serde_json::Value =
-        serde_json::from_str(json["result"].as_str().unwrap()).expect("the rendered envelope");
-    assert_eq!(result["ok"]["sent_to"], "a@x");
-    assert_eq!(result["ok"]["run"], 1);
+    let result = json["result"].as_str().expect("the rendered record");
+    let value = result
+        .strip_prefix("Ok(")
+        .and_then(|r| r.strip_suffix(')'))
+        .expect("an Ok record");
+    let value: serde_json::Value = serde_json::from_str(value).expect("plain JSON inside");
+    assert_eq!(value["sent_to"], "a@x");
+    assert_eq!(value["run"], 1);
 
     let (stuck, _) = claim(&*store, &SEND, &t, "b@x", Duration::from_secs(600)).await;
     let shown = idem(&["--sqlite", &db, "show", &short(&stuck)]).expect_code(0);

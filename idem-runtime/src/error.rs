@@ -94,6 +94,45 @@ pub enum Error {
         message: String,
     },
 
+    /// The tool already ran for this key, but its result could not be recorded faithfully, so
+    /// it cannot be replayed.
+    #[error(
+        "tool `{tool}` already ran for key {key} in this turn and finished, but its result cannot \
+         be shown again ({message}): do not call it again with the same arguments; treat the \
+         action as done and, if its outcome matters, check it another way or tell the user"
+    )]
+    NotReplayable {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key of the call that ran.
+        key: ShortKey,
+        /// Why its result was not recorded.
+        message: String,
+    },
+
+    /// The tool was started for this key and interrupted before it finished.
+    #[error(
+        "tool `{tool}` was started earlier in this turn with key {key} and interrupted before it \
+         finished: it may or may not have taken effect; do not call it again blindly: first \
+         check whether it happened, or report it to the user"
+    )]
+    Interrupted {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key of the interrupted call.
+        key: ShortKey,
+    },
+
+    /// Bytes given to [`replay::render`](crate::replay::render) are not a record.
+    #[error(
+        "the record could not be read ({message}): it is corrupt or was written by a newer \
+         version of idem"
+    )]
+    UnreadableRecord {
+        /// What is wrong with it.
+        message: String,
+    },
+
     /// An argument or a result could not be encoded.
     #[error("tool `{tool}`: could not encode {what} ({message}); check its `Serialize` impl")]
     Encode {
@@ -142,33 +181,6 @@ pub enum Error {
         key: ShortKey,
         /// Calls made with this key in this turn, including this one.
         attempts: u32,
-    },
-
-    /// A call of this key was interrupted mid-run earlier; whether it took effect is unknown.
-    #[error(
-        "tool `{tool}` was started earlier with these arguments (key {key}) and interrupted \
-         before it finished, so it may or may not have taken effect. Do not call it again \
-         blindly: check whether the action happened, or report this to the user"
-    )]
-    Interrupted {
-        /// The tool's name.
-        tool: &'static str,
-        /// The key of the interrupted call.
-        key: ShortKey,
-    },
-
-    /// The action ran, but its result could not be recorded faithfully for replay.
-    #[error(
-        "tool `{tool}` already ran with these arguments (key {key}), but its result cannot be \
-         shown again ({message}). Do not call it again: the action is done"
-    )]
-    NotReplayable {
-        /// The tool's name.
-        tool: &'static str,
-        /// The key of the call that ran.
-        key: ShortKey,
-        /// Why the result could not be recorded.
-        message: String,
     },
 
     /// A caller tried to complete or release a lease it no longer holds.

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::Error;
 use crate::flight::{Leader, Lingering};
-use crate::replay::{self, ResultCodec};
+use crate::replay::{self, Recorded, ResultCodec};
 use crate::stats::Outcome;
 use crate::store::{DEFAULT_TTL, Lease, Store};
 
@@ -150,26 +150,24 @@ impl Guard {
     {
         let c = self.claimed();
         let (tool, key) = (c.report.call().tool, c.lease.key);
-        let Some(encoded) = C::encode(tool.name, &result) else {
-            // An `Err` that is not recorded: give the key back so a retry runs the tool again.
-            let mut claimed = self.disarm();
-            if let Err(error) = claimed.store.release(&claimed.lease).await {
-                tracing::warn!(target: "idem", tool = tool.name, key = %key.short(), %error,
-                    "could not release the key; it is freed when its lease expires");
-            }
-            claimed.report.report(Outcome::Failed);
-            return result;
-        };
         // A result that cannot be recorded faithfully is never a reason to run the tool again:
-        // retries are told it ran.
-        let bytes = match encoded
-            .and_then(|bytes| replay::verify::<C, T, E>(tool.name, &key, &bytes).map(|()| bytes))
-        {
-            Ok(bytes) => bytes,
-            Err(error) => {
+        // a marker is recorded instead, and retries are told it ran.
+        let bytes = match C::record(tool.name, &result) {
+            Some(Recorded::Faithful(bytes)) => bytes,
+            Some(Recorded::Unreplayable { bytes, error }) => {
                 tracing::error!(target: "idem", tool = tool.name, key = %key.short(), %error,
                     "the result cannot be replayed faithfully; retries will be told the tool ran");
-                replay::encode_unreplayable(&error.to_string())
+                bytes
+            }
+            None => {
+                // An `Err` that is not recorded: give the key back so a retry runs again.
+                let mut claimed = self.disarm();
+                if let Err(error) = claimed.store.release(&claimed.lease).await {
+                    tracing::warn!(target: "idem", tool = tool.name, key = %key.short(), %error,
+                        "could not release the key; it is freed when its lease expires");
+                }
+                claimed.report.report(Outcome::Failed);
+                return result;
             }
         };
         let ttl = tool.ttl.unwrap_or(DEFAULT_TTL);
@@ -236,7 +234,7 @@ impl Drop for Guard {
             let ttl = tool.ttl.unwrap_or(DEFAULT_TTL);
             let key = lease.key;
             lease::cleanup(async move {
-                let marker = replay::encode_interrupted();
+                let marker = replay::encode_interrupted(tool.name);
                 if let Err(error) = store.complete(&lease, &marker, ttl).await {
                     tracing::warn!(target: "idem", key = %key.short(), %error,
                         "could not mark the interrupted key; it is freed when its lease expires");

@@ -1,0 +1,146 @@
+//! The two codecs the engine uses, and the fidelity check before recording.
+
+use serde::Serialize;
+use serde::de::{DeserializeOwned, IgnoredAny};
+
+use super::envelope::{Envelope, decode_error, encode_error, encode_record, marker_error, open};
+use super::format::marker;
+use super::{OkAndErr, OkOnly, ResultCodec, de, node, render, ser};
+use crate::Error;
+use crate::key::Key;
+
+/// Checks that `recorded` (one value) decodes into `V` and encodes back to the same value.
+fn verify_value<V: Serialize + DeserializeOwned>(
+    tool: &'static str,
+    recorded: &[u8],
+) -> Result<(), Error> {
+    let replayed: V = de::decode_value(recorded)
+        .map_err(|e| encode_error(tool, format!("it would not replay: {e}")))?;
+    let mut again = Vec::with_capacity(recorded.len());
+    ser::encode_value(&replayed, &mut again).map_err(|e| encode_error(tool, e))?;
+    if again == recorded {
+        return Ok(());
+    }
+    let (first, second) = match (node::parse(recorded), node::parse(&again)) {
+        (Ok(first), Ok(second)) => (first, second),
+        (Err(e), _) | (_, Err(e)) => return Err(encode_error(tool, e)),
+    };
+    if first.clone().canonical(false) == second.clone().canonical(false)
+        || first.clone().canonical(true) == second.clone().canonical(true)
+    {
+        return Ok(());
+    }
+    let shown = |node: &node::Node<'_>| {
+        let mut text = String::new();
+        render::write_node(&mut text, node, 0);
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        match text.char_indices().nth(200) {
+            Some((cut, _)) => format!("{}…", &text[..cut]),
+            None => text,
+        }
+    };
+    Err(encode_error(
+        tool,
+        format!(
+            "it would not replay as it was returned: recorded {}, replays as {}",
+            shown(&first),
+            shown(&second)
+        ),
+    ))
+}
+
+/// Decodes a record written as JSON before format version 1: `{"ok": …}` or `{"err": …}`.
+mod legacy {
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub(super) enum Envelope<T, E> {
+        #[serde(rename = "ok")]
+        Ok(T),
+        #[serde(rename = "err")]
+        Err(E),
+    }
+}
+
+impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
+    fn encode_into(
+        tool: &'static str,
+        result: &Result<T, E>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), Error>> {
+        let value = result.as_ref().ok()?;
+        Some(encode_record(tool, marker::OK, value, out))
+    }
+
+    fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
+        match open(bytes).map_err(|e| decode_error(tool, key, e))? {
+            Envelope::Ok(value) => de::decode_value(value)
+                .map(Ok)
+                .map_err(|e| decode_error(tool, key, e)),
+            Envelope::Json(json) => {
+                match serde_json::from_slice::<legacy::Envelope<T, IgnoredAny>>(json) {
+                    Ok(legacy::Envelope::Ok(value)) => Ok(Ok(value)),
+                    Ok(legacy::Envelope::Err(_)) => {
+                        Err(marker_error(tool, key, Envelope::Err(&[])))
+                    }
+                    Err(e) => Err(decode_error(tool, key, e)),
+                }
+            }
+            other => Err(marker_error(tool, key, other)),
+        }
+    }
+
+    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
+        match open(bytes).map_err(|e| encode_error(tool, e))? {
+            Envelope::Ok(value) => verify_value::<T>(tool, value),
+            Envelope::Err(_) | Envelope::Json(_) => Err(encode_error(
+                tool,
+                "this tool records `Ok` results only, in format version 1",
+            )),
+            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
+        }
+    }
+}
+
+impl<T, E> ResultCodec<T, E> for OkAndErr
+where
+    T: Serialize + DeserializeOwned,
+    E: Serialize + DeserializeOwned,
+{
+    fn encode_into(
+        tool: &'static str,
+        result: &Result<T, E>,
+        out: &mut Vec<u8>,
+    ) -> Option<Result<(), Error>> {
+        Some(match result {
+            Ok(value) => encode_record(tool, marker::OK, value, out),
+            Err(error) => encode_record(tool, marker::ERR, error, out),
+        })
+    }
+
+    fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
+        match open(bytes).map_err(|e| decode_error(tool, key, e))? {
+            Envelope::Ok(value) => de::decode_value(value)
+                .map(Ok)
+                .map_err(|e| decode_error(tool, key, e)),
+            Envelope::Err(value) => de::decode_value(value)
+                .map(Err)
+                .map_err(|e| decode_error(tool, key, e)),
+            Envelope::Json(json) => match serde_json::from_slice::<legacy::Envelope<T, E>>(json) {
+                Ok(legacy::Envelope::Ok(value)) => Ok(Ok(value)),
+                Ok(legacy::Envelope::Err(error)) => Ok(Err(error)),
+                Err(e) => Err(decode_error(tool, key, e)),
+            },
+            other => Err(marker_error(tool, key, other)),
+        }
+    }
+
+    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
+        match open(bytes).map_err(|e| encode_error(tool, e))? {
+            Envelope::Ok(value) => verify_value::<T>(tool, value),
+            Envelope::Err(value) => verify_value::<E>(tool, value),
+            Envelope::Json(_) => Err(encode_error(tool, "not a format version 1 record")),
+            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
+        }
+    }
+}

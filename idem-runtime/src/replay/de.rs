@@ -1,0 +1,439 @@
+//! The serde `Deserializer` of the record format. Self-describing: `deserialize_any` works, so
+//! untagged and internally tagged enums, `#[serde(flatten)]` and `serde_json::Value` decode.
+
+use serde::de::value::BorrowedStrDeserializer;
+use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
+
+use super::format::{FormatError, MAX_DEPTH, Reader, tag, tag_name};
+
+/// Decodes one value that must fill `bytes` exactly.
+pub(super) fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FormatError> {
+    let mut de = Decoder::new(bytes);
+    match T::deserialize(&mut de) {
+        Ok(value) if de.reader.remaining() == 0 => Ok(value),
+        Ok(_) => Err(FormatError::new(format!(
+            "{} unexpected bytes after the value, at byte {}",
+            de.reader.remaining(),
+            de.reader.offset()
+        ))),
+        Err(FormatError(message)) if message.contains(" at byte ") => Err(FormatError(message)),
+        Err(FormatError(message)) => Err(FormatError::new(format!(
+            "{message}, at byte {}",
+            de.reader.offset()
+        ))),
+    }
+}
+
+/// Reads values from a byte slice.
+pub(super) struct Decoder<'de> {
+    reader: Reader<'de>,
+    depth: usize,
+}
+
+impl<'de> Decoder<'de> {
+    fn new(input: &'de [u8]) -> Self {
+        Decoder {
+            reader: Reader::new(input),
+            depth: 0,
+        }
+    }
+
+    /// Runs `f` one nesting level deeper, refusing input nested beyond [`MAX_DEPTH`].
+    #[inline]
+    fn nested<R>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<R, FormatError>,
+    ) -> Result<R, FormatError> {
+        if self.depth >= MAX_DEPTH {
+            return Err(FormatError::new(format!(
+                "values nest deeper than {MAX_DEPTH} levels at byte {}",
+                self.reader.offset()
+            )));
+        }
+        self.depth += 1;
+        let result = f(self);
+        self.depth -= 1;
+        result
+    }
+
+    #[inline]
+    fn seq<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
+        self.nested(|de| {
+            let mut access = Elements { de, left: len };
+            let value = visitor.visit_seq(&mut access)?;
+            match access.left {
+                0 => Ok(value),
+                left => Err(FormatError::new(format!(
+                    "the record holds {left} more elements than the type reads"
+                ))),
+            }
+        })
+    }
+
+    #[inline]
+    fn map<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
+        self.nested(|de| {
+            let mut access = Entries { de, left: len };
+            let value = visitor.visit_map(&mut access)?;
+            match access.left {
+                0 => Ok(value),
+                left => Err(FormatError::new(format!(
+                    "the record holds {left} more entries than the type reads"
+                ))),
+            }
+        })
+    }
+
+    #[inline]
+    fn any_tagged<V: Visitor<'de>>(&mut self, t: u8, visitor: V) -> Result<V::Value, FormatError> {
+        let r = &mut self.reader;
+        match t {
+            tag::NONE => visitor.visit_none(),
+            tag::SOME => self.nested(|de| visitor.visit_some(de)),
+            tag::UNIT => visitor.visit_unit(),
+            tag::FALSE => visitor.visit_bool(false),
+            tag::TRUE => visitor.visit_bool(true),
+            tag::U8 => visitor.visit_u8(r.byte()?),
+            tag::U16 => visitor.visit_u16(r.u16()?),
+            tag::U32 => visitor.visit_u32(r.u32()?),
+            tag::U64 => visitor.visit_u64(r.varint()?),
+            tag::U128 => visitor.visit_u128(r.varint128()?),
+            tag::I8 => visitor.visit_i8(i8::from_le_bytes([r.byte()?])),
+            tag::I16 => visitor.visit_i16(r.i16()?),
+            tag::I32 => visitor.visit_i32(r.i32()?),
+            tag::I64 => visitor.visit_i64(r.i64()?),
+            tag::I128 => visitor.visit_i128(r.i128()?),
+            tag::F32 => visitor.visit_f32(f32::from_bits(r.f32_bits()?)),
+            tag::F64 => visitor.visit_f64(f64::from_bits(r.f64_bits()?)),
+            tag::CHAR => visitor.visit_char(r.char()?),
+            tag::STR => visitor.visit_borrowed_str(r.str()?),
+            tag::BYTES => visitor.visit_borrowed_bytes(r.bytes()?),
+            tag::SEQ => {
+                let len = r.count(1)?;
+                self.seq(len, visitor)
+            }
+            tag::MAP => {
+                let len = r.count(2)?;
+                self.map(len, visitor)
+            }
+            // Variants read without a type's guidance look as they do in JSON: a unit variant
+            // is its name, the others a one-entry map from the name to the content. This is
+            // what untagged and internally tagged enums expect.
+            tag::UNIT_VARIANT => visitor.visit_borrowed_str(r.str()?),
+            tag::NEWTYPE_VARIANT | tag::TUPLE_VARIANT | tag::STRUCT_VARIANT => {
+                let name = r.str()?;
+                self.nested(|de| {
+                    let mut access = VariantAsMap {
+                        de,
+                        kind: t,
+                        name: Some(name),
+                        value_read: false,
+                    };
+                    let value = visitor.visit_map(&mut access)?;
+                    if access.value_read {
+                        Ok(value)
+                    } else {
+                        Err(FormatError::new("the content of a variant was not read"))
+                    }
+                })
+            }
+            other => Err(FormatError::new(format!(
+                "unknown tag {other:#04x} at byte {}",
+                r.offset().saturating_sub(1)
+            ))),
+        }
+    }
+}
+
+impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
+    type Error = FormatError;
+
+    #[inline]
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+        let t = self.reader.byte()?;
+        self.any_tagged(t, visitor)
+    }
+
+    #[inline]
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.reader.peek()? {
+            tag::NONE => {
+                self.reader.byte()?;
+                visitor.visit_none()
+            }
+            tag::SOME => {
+                self.reader.byte()?;
+                self.nested(|de| visitor.visit_some(de))
+            }
+            // A value recorded before a field became optional.
+            _ => self.nested(|de| visitor.visit_some(de)),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.nested(|de| visitor.visit_newtype_struct(de))
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        let t = self.reader.byte()?;
+        let kind = match t {
+            tag::UNIT_VARIANT | tag::NEWTYPE_VARIANT | tag::TUPLE_VARIANT | tag::STRUCT_VARIANT => {
+                t
+            }
+            // A plain string names a unit variant, as in JSON.
+            tag::STR => tag::UNIT_VARIANT,
+            other => {
+                return Err(FormatError::new(format!(
+                    "expected an enum variant, found {} at byte {}",
+                    tag_name(other),
+                    self.reader.offset().saturating_sub(1)
+                )));
+            }
+        };
+        let name = self.reader.str()?;
+        self.nested(|de| visitor.visit_enum(Variant { de, kind, name }))
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+        self.deserialize_any(visitor)
+    }
+
+    fn is_human_readable(&self) -> bool {
+        true
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct seq tuple tuple_struct map struct identifier
+    }
+}
+
+/// The elements of a sequence or of a tuple variant.
+struct Elements<'a, 'de> {
+    de: &'a mut Decoder<'de>,
+    left: usize,
+}
+
+impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
+    type Error = FormatError;
+
+    #[inline]
+    fn next_element_seed<S: DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<Option<S::Value>, FormatError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.de).map(Some)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        // Bounded by the input left (each element takes a byte at least), so a hostile count
+        // cannot make a collection preallocate more than the record's size.
+        Some(self.left.min(self.de.reader.remaining()))
+    }
+}
+
+/// The entries of a map, of a struct or of a struct variant.
+struct Entries<'a, 'de> {
+    de: &'a mut Decoder<'de>,
+    left: usize,
+}
+
+impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
+    type Error = FormatError;
+
+    #[inline]
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, FormatError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.de).map(Some)
+    }
+
+    #[inline]
+    fn next_value_seed<S: DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<S::Value, FormatError> {
+        seed.deserialize(&mut *self.de)
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.left.min(self.de.reader.remaining() / 2))
+    }
+}
+
+/// A variant read by `deserialize_enum`.
+struct Variant<'a, 'de> {
+    de: &'a mut Decoder<'de>,
+    kind: u8,
+    name: &'de str,
+}
+
+impl<'a, 'de> de::EnumAccess<'de> for Variant<'a, 'de> {
+    type Error = FormatError;
+    type Variant = Self;
+
+    fn variant_seed<S: DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<(S::Value, Self), FormatError> {
+        let name = BorrowedStrDeserializer::<FormatError>::new(self.name);
+        let value = seed.deserialize(name)?;
+        Ok((value, self))
+    }
+}
+
+impl<'de> Variant<'_, 'de> {
+    fn expect(&self, wanted: u8) -> Result<(), FormatError> {
+        if self.kind == wanted {
+            Ok(())
+        } else {
+            Err(FormatError::new(format!(
+                "variant `{}` is recorded as a {} but the type has a {}",
+                self.name,
+                tag_name(self.kind),
+                tag_name(wanted)
+            )))
+        }
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
+    type Error = FormatError;
+
+    fn unit_variant(self) -> Result<(), FormatError> {
+        self.expect(tag::UNIT_VARIANT)
+    }
+
+    fn newtype_variant_seed<S: DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<S::Value, FormatError> {
+        self.expect(tag::NEWTYPE_VARIANT)?;
+        seed.deserialize(&mut *self.de)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.expect(tag::TUPLE_VARIANT)?;
+        let len = self.de.reader.count(1)?;
+        self.de.seq(len, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.expect(tag::STRUCT_VARIANT)?;
+        let len = self.de.reader.count(2)?;
+        self.de.map(len, visitor)
+    }
+}
+
+/// A newtype, tuple or struct variant read by `deserialize_any`: `{name: content}`.
+struct VariantAsMap<'a, 'de> {
+    de: &'a mut Decoder<'de>,
+    kind: u8,
+    name: Option<&'de str>,
+    value_read: bool,
+}
+
+impl<'de> de::MapAccess<'de> for VariantAsMap<'_, 'de> {
+    type Error = FormatError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, FormatError> {
+        match self.name.take() {
+            Some(name) => {
+                let name = BorrowedStrDeserializer::<FormatError>::new(name);
+                seed.deserialize(name).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn next_value_seed<S: DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<S::Value, FormatError> {
+        if self.value_read {
+            return Err(FormatError::new("a variant's content was read twice"));
+        }
+        self.value_read = true;
+        match self.kind {
+            tag::NEWTYPE_VARIANT => seed.deserialize(&mut *self.de),
+            tag::TUPLE_VARIANT => {
+                let len = self.de.reader.count(1)?;
+                seed.deserialize(Body {
+                    de: &mut *self.de,
+                    len,
+                    map: false,
+                })
+            }
+            _ => {
+                let len = self.de.reader.count(2)?;
+                seed.deserialize(Body {
+                    de: &mut *self.de,
+                    len,
+                    map: true,
+                })
+            }
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(usize::from(self.name.is_some()))
+    }
+}
+
+/// The body of a tuple or struct variant whose count was read already.
+struct Body<'a, 'de> {
+    de: &'a mut Decoder<'de>,
+    len: usize,
+    map: bool,
+}
+
+impl<'de> de::Deserializer<'de> for Body<'_, 'de> {
+    type Error = FormatError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+        if self.map {
+            self.de.map(self.len, visitor)
+        } else {
+            self.de.seq(self.len, visitor)
+        }
+    }
+
+    fn is_human_readable(&self) -> bool {
+        true
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
+        identifier ignored_any
+    }
+}

@@ -1,0 +1,134 @@
+//! The record envelope: version byte, kind marker, then a value or a marker's fields.
+
+use serde::Serialize;
+
+use super::format::{FormatError, Reader, VERSION, marker, put_str};
+use super::ser;
+use crate::Error;
+use crate::key::Key;
+
+/// The record of a tool that ran and finished but whose result cannot be replayed: decoding it
+/// gives [`Error::NotReplayable`] with `reason`.
+#[allow(dead_code, reason = "the engine's recording path adopts it")]
+pub(crate) fn encode_unreplayable(tool: &str, reason: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + tool.len() + reason.len());
+    out.extend_from_slice(&[VERSION, marker::NOT_REPLAYABLE]);
+    put_str(&mut out, tool);
+    put_str(&mut out, reason);
+    out
+}
+
+/// The record of a call that started and was interrupted before it finished: decoding it
+/// gives [`Error::Interrupted`].
+#[allow(dead_code, reason = "the engine's recovery path adopts it")]
+pub(crate) fn encode_interrupted(tool: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3 + tool.len());
+    out.extend_from_slice(&[VERSION, marker::INTERRUPTED]);
+    put_str(&mut out, tool);
+    out
+}
+
+/// A record, opened.
+pub(super) enum Envelope<'a> {
+    Ok(&'a [u8]),
+    Err(&'a [u8]),
+    NotReplayable {
+        tool: &'a str,
+        reason: &'a str,
+    },
+    Interrupted {
+        tool: &'a str,
+    },
+    /// A record written as JSON before format version 1.
+    Json(&'a [u8]),
+}
+
+pub(super) fn open(bytes: &[u8]) -> Result<Envelope<'_>, FormatError> {
+    let mut r = Reader::new(bytes);
+    let version = r
+        .byte()
+        .map_err(|_| FormatError::new("the record is empty"))?;
+    if version == b'{' {
+        return Ok(Envelope::Json(bytes));
+    }
+    if version != VERSION {
+        return Err(FormatError::new(format!(
+            "unknown record format version {version} (this idem reads version {VERSION}); was \
+             it written by a newer idem?"
+        )));
+    }
+    let envelope = match r.byte()? {
+        marker::OK => return Ok(Envelope::Ok(r.rest())),
+        marker::ERR => return Ok(Envelope::Err(r.rest())),
+        marker::NOT_REPLAYABLE => {
+            let tool = r.str()?;
+            let reason = r.str()?;
+            Envelope::NotReplayable { tool, reason }
+        }
+        marker::INTERRUPTED => Envelope::Interrupted { tool: r.str()? },
+        other => {
+            return Err(FormatError::new(format!(
+                "unknown record kind {other} at byte 1"
+            )));
+        }
+    };
+    match r.remaining() {
+        0 => Ok(envelope),
+        n => Err(FormatError::new(format!(
+            "{n} unexpected bytes after the record, at byte {}",
+            r.offset()
+        ))),
+    }
+}
+
+pub(super) fn decode_error(tool: &'static str, key: &Key, message: impl ToString) -> Error {
+    Error::Decode {
+        tool,
+        key: key.short(),
+        message: message.to_string(),
+    }
+}
+
+pub(super) fn encode_error(tool: &'static str, message: impl ToString) -> Error {
+    Error::Encode {
+        tool,
+        what: "its result".to_owned(),
+        message: message.to_string(),
+    }
+}
+
+/// Writes the envelope and `value` into `out`, emptied first.
+pub(super) fn encode_record<V: Serialize + ?Sized>(
+    tool: &'static str,
+    kind: u8,
+    value: &V,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    out.clear();
+    out.extend_from_slice(&[VERSION, kind]);
+    ser::encode_value(value, out).map_err(|e| {
+        out.clear();
+        encode_error(tool, e)
+    })
+}
+
+/// The result of a marker or of an envelope its codec cannot hold.
+pub(super) fn marker_error(tool: &'static str, key: &Key, envelope: Envelope<'_>) -> Error {
+    match envelope {
+        Envelope::NotReplayable { reason, .. } => Error::NotReplayable {
+            tool,
+            key: key.short(),
+            message: reason.to_owned(),
+        },
+        Envelope::Interrupted { .. } => Error::Interrupted {
+            tool,
+            key: key.short(),
+        },
+        Envelope::Err(_) => decode_error(
+            tool,
+            key,
+            "the record holds a cached error but the tool does not cache errors",
+        ),
+        Envelope::Ok(_) | Envelope::Json(_) => decode_error(tool, key, "unexpected record kind"),
+    }
+}

@@ -1,0 +1,161 @@
+//! A recorded value as a tree, read without knowing its Rust type: for rendering records to
+//! operators and for checking that a result replays faithfully.
+
+use super::format::{FormatError, MAX_DEPTH, Reader, tag};
+
+/// One recorded value. Floats are kept as their bits, so that equality is bit-exact and `Ord`
+/// is total.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Node<'a> {
+    None,
+    Some(Box<Node<'a>>),
+    Unit,
+    Bool(bool),
+    U8(u8),
+    U16(u16),
+    U32(u32),
+    U64(u64),
+    U128(u128),
+    I8(i8),
+    I16(i16),
+    I32(i32),
+    I64(i64),
+    I128(i128),
+    F32(u32),
+    F64(u64),
+    Char(char),
+    Str(&'a str),
+    Bytes(&'a [u8]),
+    Seq(Vec<Node<'a>>),
+    Map(Vec<(Node<'a>, Node<'a>)>),
+    UnitVariant(&'a str),
+    NewtypeVariant(&'a str, Box<Node<'a>>),
+    TupleVariant(&'a str, Vec<Node<'a>>),
+    StructVariant(&'a str, Vec<(Node<'a>, Node<'a>)>),
+}
+
+/// Reads one value that must fill `bytes` exactly.
+pub(super) fn parse(bytes: &[u8]) -> Result<Node<'_>, FormatError> {
+    let mut reader = Reader::new(bytes);
+    let node = read(&mut reader, 0)?;
+    match reader.remaining() {
+        0 => Ok(node),
+        n => Err(FormatError::new(format!(
+            "{n} unexpected bytes after the value, at byte {}",
+            reader.offset()
+        ))),
+    }
+}
+
+/// Reads one value from `r`, `depth` levels deep.
+pub(super) fn read<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Node<'a>, FormatError> {
+    if depth > MAX_DEPTH {
+        return Err(FormatError::new(format!(
+            "values nest deeper than {MAX_DEPTH} levels at byte {}",
+            r.offset()
+        )));
+    }
+    let t = r.byte()?;
+    let deeper = depth + 1;
+    Ok(match t {
+        tag::NONE => Node::None,
+        tag::SOME => Node::Some(Box::new(read(r, deeper)?)),
+        tag::UNIT => Node::Unit,
+        tag::FALSE => Node::Bool(false),
+        tag::TRUE => Node::Bool(true),
+        tag::U8 => Node::U8(r.byte()?),
+        tag::U16 => Node::U16(r.u16()?),
+        tag::U32 => Node::U32(r.u32()?),
+        tag::U64 => Node::U64(r.varint()?),
+        tag::U128 => Node::U128(r.varint128()?),
+        tag::I8 => Node::I8(i8::from_le_bytes([r.byte()?])),
+        tag::I16 => Node::I16(r.i16()?),
+        tag::I32 => Node::I32(r.i32()?),
+        tag::I64 => Node::I64(r.i64()?),
+        tag::I128 => Node::I128(r.i128()?),
+        tag::F32 => Node::F32(r.f32_bits()?),
+        tag::F64 => Node::F64(r.f64_bits()?),
+        tag::CHAR => Node::Char(r.char()?),
+        tag::STR => Node::Str(r.str()?),
+        tag::BYTES => Node::Bytes(r.bytes()?),
+        tag::SEQ => Node::Seq(elements(r, deeper)?),
+        tag::MAP => Node::Map(entries(r, deeper)?),
+        tag::UNIT_VARIANT => Node::UnitVariant(r.str()?),
+        tag::NEWTYPE_VARIANT => {
+            let name = r.str()?;
+            Node::NewtypeVariant(name, Box::new(read(r, deeper)?))
+        }
+        tag::TUPLE_VARIANT => {
+            let name = r.str()?;
+            Node::TupleVariant(name, elements(r, deeper)?)
+        }
+        tag::STRUCT_VARIANT => {
+            let name = r.str()?;
+            Node::StructVariant(name, entries(r, deeper)?)
+        }
+        other => {
+            return Err(FormatError::new(format!(
+                "unknown tag {other:#04x} at byte {}",
+                r.offset().saturating_sub(1)
+            )));
+        }
+    })
+}
+
+fn elements<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Vec<Node<'a>>, FormatError> {
+    let len = r.count(1)?;
+    let mut out = Vec::with_capacity(len);
+    for _ in 0..len {
+        out.push(read(r, depth)?);
+    }
+    Ok(out)
+}
+
+fn entries<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Vec<(Node<'a>, Node<'a>)>, FormatError> {
+    let len = r.count(2)?;
+    let mut out = Vec::with_capacity(len);
+    for _ in 0..len {
+        let key = read(r, depth)?;
+        out.push((key, read(r, depth)?));
+    }
+    Ok(out)
+}
+
+impl Node<'_> {
+    /// The same value with map entries in a canonical order (and sequence elements too when
+    /// `sort_seqs`): maps (and sets) whose iteration order is not stable, like `HashMap`, are
+    /// equal when they hold the same entries.
+    pub(super) fn canonical(self, sort_seqs: bool) -> Self {
+        let canon_entries = |entries: Vec<(Self, Self)>| {
+            let mut entries: Vec<_> = entries
+                .into_iter()
+                .map(|(k, v)| (k.canonical(sort_seqs), v.canonical(sort_seqs)))
+                .collect();
+            entries.sort();
+            entries
+        };
+        let canon_elements = |elements: Vec<Self>, sort: bool| {
+            let mut elements: Vec<_> = elements
+                .into_iter()
+                .map(|e| e.canonical(sort_seqs))
+                .collect();
+            if sort {
+                elements.sort();
+            }
+            elements
+        };
+        match self {
+            Node::Some(inner) => Node::Some(Box::new(inner.canonical(sort_seqs))),
+            Node::NewtypeVariant(name, inner) => {
+                Node::NewtypeVariant(name, Box::new(inner.canonical(sort_seqs)))
+            }
+            Node::Seq(elements) => Node::Seq(canon_elements(elements, sort_seqs)),
+            Node::TupleVariant(name, elements) => {
+                Node::TupleVariant(name, canon_elements(elements, false))
+            }
+            Node::Map(entries) => Node::Map(canon_entries(entries)),
+            Node::StructVariant(name, entries) => Node::StructVariant(name, canon_entries(entries)),
+            leaf => leaf,
+        }
+    }
+}
