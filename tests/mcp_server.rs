@@ -1,0 +1,4 @@
+//! Placeholder
+#[allow(dead_code)]
+#[path = "../examples/mcp_server.rs"]
+mod example;
