@@ -228,7 +228,7 @@ pub fn session(backend: Arc<Backend>) -> Result<IdemServer<Desk>, idem::Error> {
 
 /// The demo: rmcp's client over an in-process transport, a timeout, and a retry.
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     use rmcp::ServiceExt;
     use rmcp::model::CallToolRequestParams;
 
