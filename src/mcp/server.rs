@@ -6,9 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ListToolsResult, Tool, ToolAnnotations,
-};
+use rmcp::model::{CallToolRequestParams, CallToolResponse, ListToolsResult, Tool};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
@@ -151,7 +149,7 @@ impl<S: ServerHandler> IdemServer<S> {
     /// (title, `openWorldHint`) are kept.
     pub fn annotate(&self, mut tool: Tool) -> Tool {
         if let Some(info) = self.tool_info(&tool.name) {
-            let mut annotations = tool.annotations.take().unwrap_or_else(ToolAnnotations::new);
+            let mut annotations = tool.annotations.take().unwrap_or_default();
             annotations.read_only_hint = Some(info.read_only_hint());
             annotations.idempotent_hint = Some(info.idempotent_hint());
             annotations.destructive_hint = Some(info.destructive_hint());
