@@ -26,14 +26,22 @@
 //! impl Desk {
 //!     #[idempotent]
 //!     #[tool(description = "Open a support ticket")]
-//!     async fn open_ticket(&self, Parameters(t): Parameters<NewTicket>) -> Result<Json<Ticket>, ToolError> { … }
+//!     async fn open_ticket(
+//!         &self,
+//!         Parameters(new): Parameters<NewTicket>,
+//!     ) -> Result<Json<Ticket>, ToolError> {
+//!         todo!()
+//!     }
 //!
 //!     #[read_only]
 //!     #[tool(description = "List the open tickets")]
-//!     async fn list_tickets(&self) -> Result<Json<Tickets>, ToolError> { … }
+//!     async fn list_tickets(&self) -> Json<Tickets> {
+//!         todo!()
+//!     }
 //! }
 //!
 //! const TOOLS: &[idem::ToolInfo] = idem::tools![Desk::open_ticket, Desk::list_tickets];
+//!
 //! let server = IdemServer::new(Desk::new(), TOOLS)?; // one per session
 //! server.serve(transport).await?;
 //! ```

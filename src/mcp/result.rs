@@ -146,6 +146,7 @@ impl IntoCallToolResult for ToolError {
 /// use idem::mcp::Json;
 ///
 /// #[derive(serde::Serialize, serde::Deserialize, rmcp::schemars::JsonSchema)]
+/// #[schemars(crate = "rmcp::schemars")]
 /// struct Ticket { id: u64 }
 ///
 /// let recorded = serde_json::to_string(&Json(Ticket { id: 7 }))?;
