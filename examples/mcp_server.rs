@@ -176,9 +176,9 @@ impl Desk {
         Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
     }
 
-    /// A plain `Result<String, ToolError>`.
-    #[idempotent]
+    /// A plain `Result<String, ToolError>`; `#[tool]` may also sit above `#[idempotent]`.
     #[tool(description = "Add a comment to a ticket")]
+    #[idempotent]
     async fn comment(
         &self,
         Parameters(Comment { id, text }): Parameters<Comment>,

@@ -317,13 +317,19 @@ async fn string_results_and_tool_errors_reach_the_client() {
         ))
         .await
         .unwrap();
-    let comment = call(
-        "comment",
-        json!({"id": 1, "text": "hi"}),
-        &[(TURN_ID_META, "t")],
-    );
-    let result = client.call_tool(comment).await.unwrap();
-    assert_eq!(text(&result), "Ticket #1 has 1 comments.");
+    let comment = || {
+        call(
+            "comment",
+            json!({"id": 1, "text": "hi"}),
+            &[(TURN_ID_META, "t")],
+        )
+    };
+    for _ in 0..2 {
+        // `#[tool]` above `#[idempotent]`: the retry is replayed too.
+        let result = client.call_tool(comment()).await.unwrap();
+        assert_eq!(text(&result), "Ticket #1 has 1 comments.");
+    }
+    assert_eq!(backend.tickets()[0].comments.len(), 1);
     client.cancel().await.unwrap();
 }
 

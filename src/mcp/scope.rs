@@ -21,3 +21,18 @@ pub(crate) fn with_caller_key<F: Future>(
 pub(crate) fn take_caller_key() -> Option<String> {
     CALLER_KEY.try_with(Cell::take).ok().flatten()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_first_idempotent_call_takes_the_key_and_the_ones_it_makes_do_not() {
+        assert_eq!(take_caller_key(), None, "outside an MCP call");
+        let key = with_caller_key(Some("k-1".to_owned()), async {
+            (take_caller_key(), take_caller_key())
+        })
+        .await;
+        assert_eq!(key, (Some("k-1".to_owned()), None));
+    }
+}
