@@ -18,9 +18,10 @@ use idem::mcp::{IdemServer, Json, ToolError};
 use idem::{idempotent, read_only};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::model::{CallToolResult, CancelledNotificationParam, ContentBlock};
 use rmcp::schemars::JsonSchema;
-use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
+use rmcp::service::NotificationContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, tool, tool_handler, tool_router};
 use serde::{Deserialize, Serialize};
 
 /// The arguments of `open_ticket`. `Serialize` too: the arguments are part of the key.
@@ -76,6 +77,7 @@ pub struct Tickets {
 pub struct Backend {
     tickets: Mutex<Vec<Ticket>>,
     reads: AtomicU64,
+    cancellations: AtomicU64,
     /// How long opening a ticket takes (to let a client time out mid-call).
     pub latency: Duration,
 }
@@ -100,6 +102,11 @@ impl Backend {
     /// How many times `list_tickets` ran.
     pub fn reads(&self) -> u64 {
         self.reads.load(Ordering::Relaxed)
+    }
+
+    /// How many `notifications/cancelled` the server received (a client that timed out).
+    pub fn cancellations(&self) -> u64 {
+        self.cancellations.load(Ordering::Relaxed)
     }
 
     fn edit<R>(&self, f: impl FnOnce(&mut Vec<Ticket>) -> R) -> R {
@@ -207,7 +214,17 @@ impl Desk {
 }
 
 #[tool_handler(router = self.tool_router)]
-impl ServerHandler for Desk {}
+impl ServerHandler for Desk {
+    /// rmcp does not stop a handler whose request is cancelled (it only signals
+    /// `context.ct`): the tool finishes and records its result, and the retry gets it.
+    async fn on_cancelled(
+        &self,
+        _notification: CancelledNotificationParam,
+        _context: NotificationContext<RoleServer>,
+    ) {
+        self.backend.cancellations.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// The catalog: an unclassified tool is a compile error; `IdemServer::new` checks that each
 /// one is served under its name.

@@ -121,6 +121,7 @@ async fn a_client_timeout_then_a_retry_has_one_side_effect() {
         })
         .await;
     assert!(first.is_err(), "the first call timed out");
+    assert_eq!(backend.cancellations(), 1, "the server was told");
     let retry = retry.unwrap();
     assert!(!is_error(&retry), "{}", text(&retry));
     assert_eq!(retry.structured_content.unwrap()["id"], 1);
