@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use example::{Backend, Desk, TOOLS, session};
 use idem::Turn;
-use idem::mcp::{IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, client};
+use idem::mcp::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, client};
 use rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceError, ServiceExt};
@@ -73,6 +73,21 @@ async fn tools_list_carries_the_annotations_of_the_classification() {
         assert_eq!(hints.destructive_hint, Some(!read_only), "{}", tool.name);
         assert_eq!(hints.idempotent_hint, Some(true), "{}", tool.name);
     }
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_server_declares_the_idempotency_extension_with_its_meta_entries() {
+    let client = connect_to(&Backend::with_latency(Duration::ZERO)).await;
+    let info = client.peer_info().expect("initialized");
+    let extensions = info.capabilities.extensions.clone().unwrap_or_default();
+    let settings = extensions.get(IDEMPOTENCY_EXTENSION).expect("declared");
+    assert_eq!(settings["turnIdMeta"], TURN_ID_META);
+    assert_eq!(settings["idempotencyKeyMeta"], IDEMPOTENCY_KEY_META);
+    assert!(
+        info.capabilities.tools.is_some(),
+        "the wrapped server's own capabilities"
+    );
     client.cancel().await.unwrap();
 }
 

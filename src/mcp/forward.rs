@@ -14,16 +14,28 @@ use rmcp::model::{
     CompleteRequestParams, CompleteResult, CustomNotification, CustomRequest, CustomResult,
     DiscoverResult, GetPromptRequestParams, GetPromptResponse, GetSkillRequestParams,
     GetSkillResult, GetTaskParams, GetTaskResult, InitializeRequestParams, InitializeResult,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListSkillsResult,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion,
-    ReadResourceDirectoryRequestParams, ReadResourceDirectoryResult, ReadResourceRequestParams,
-    ReadResourceResponse, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter, Tool, UnsubscribeRequestParams, UpdateTaskParams,
+    JsonObject, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListSkillsResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ReadResourceDirectoryRequestParams, ReadResourceDirectoryResult,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
-use super::IdemServer;
+use super::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META};
+
+/// Declares [`IDEMPOTENCY_EXTENSION`] in `capabilities`, with the `_meta` entries it reads.
+fn declare(capabilities: &mut ServerCapabilities) {
+    let mut settings = JsonObject::new();
+    settings.insert("turnIdMeta".to_owned(), TURN_ID_META.into());
+    settings.insert("idempotencyKeyMeta".to_owned(), IDEMPOTENCY_KEY_META.into());
+    capabilities
+        .extensions
+        .get_or_insert_with(Default::default)
+        .insert(IDEMPOTENCY_EXTENSION.to_owned(), settings);
+}
 
 /// Forwards request methods `name(request?, context) -> Result<Out, ErrorData>` to `inner`.
 macro_rules! forward {
@@ -65,7 +77,28 @@ impl<S: ServerHandler> ServerHandler for IdemServer<S> {
         &self,
         request: &InitializeRequestParams,
     ) -> Result<InitializeResult, ErrorData> {
-        self.inner().negotiate_initialize(request)
+        let mut result = self.inner().negotiate_initialize(request)?;
+        declare(&mut result.capabilities);
+        Ok(result)
+    }
+
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        let mut result = self.inner().initialize(request, context).await?;
+        declare(&mut result.capabilities);
+        Ok(result)
+    }
+
+    async fn discover(
+        &self,
+        context: RequestContext<RoleServer>,
+    ) -> Result<DiscoverResult, ErrorData> {
+        let mut result = self.inner().discover(context).await?;
+        declare(&mut result.capabilities);
+        Ok(result)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -80,14 +113,13 @@ impl<S: ServerHandler> ServerHandler for IdemServer<S> {
     }
 
     fn get_info(&self) -> ServerConfig {
-        self.inner().get_info()
+        let mut info = self.inner().get_info();
+        declare(&mut info.capabilities);
+        info
     }
 
     forward! {
         ping(context: RequestContext<RoleServer>) -> Result<(), ErrorData>;
-        initialize(request: InitializeRequestParams, context: RequestContext<RoleServer>)
-            -> Result<InitializeResult, ErrorData>;
-        discover(context: RequestContext<RoleServer>) -> Result<DiscoverResult, ErrorData>;
         complete(request: CompleteRequestParams, context: RequestContext<RoleServer>)
             -> Result<CompleteResult, ErrorData>;
         set_level(request: SetLevelRequestParams, context: RequestContext<RoleServer>)

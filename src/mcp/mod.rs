@@ -73,5 +73,11 @@ pub const TURN_ID_META: &str = "idem/turnId";
 /// refused.
 pub const IDEMPOTENCY_KEY_META: &str = "idempotencyKey";
 
+/// The extension an [`IdemServer`] declares in its capabilities (`extensions`, SEP-1724), with
+/// the `_meta` entries it reads as settings: `{"turnIdMeta": "idem/turnId",
+/// "idempotencyKeyMeta": "idempotencyKey"}`. A client can check for it before relying on
+/// retries being deduplicated.
+pub const IDEMPOTENCY_EXTENSION: &str = "idem/idempotency";
+
 /// The longest turn id or client key accepted in `_meta`, in bytes.
 pub const MAX_CLIENT_KEY_LEN: usize = 256;
