@@ -8,6 +8,7 @@
 //!   ([`IdemServer::with_namespace`]) — never one shared by every client;
 //! * **the client's key**: `_meta.idempotencyKey` ([`IDEMPOTENCY_KEY_META`], the shape of
 //!   SEP-3182) is honoured as the caller key, and reusing it with other arguments is refused;
+//!   the server declares both entries as the [`IDEMPOTENCY_EXTENSION`] in its capabilities;
 //! * **annotations** in `tools/list` (`readOnlyHint`, `idempotentHint`, `destructiveHint`)
 //!   from `#[idempotent]` / `#[read_only]`, written once;
 //! * **errors** a model can act on: the idem errors that say something true about the action
