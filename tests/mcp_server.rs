@@ -72,6 +72,9 @@ async fn tools_list_carries_the_annotations_of_the_classification() {
         assert_eq!(hints.read_only_hint, Some(read_only), "{}", tool.name);
         assert_eq!(hints.destructive_hint, Some(!read_only), "{}", tool.name);
         assert_eq!(hints.idempotent_hint, Some(true), "{}", tool.name);
+        // `idem::mcp::Json<T>` gives the tool `T`'s output schema, as `rmcp::Json<T>` does.
+        let structured = matches!(tool.name.as_ref(), "open_ticket" | "list_tickets");
+        assert_eq!(tool.output_schema.is_some(), structured, "{}", tool.name);
     }
     client.cancel().await.unwrap();
 }
