@@ -276,12 +276,12 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
             // The agent gives up after 50 ms: rmcp sends notifications/cancelled ...
             let first = tokio::time::timeout(
                 Duration::from_millis(50),
-                idem::mcp::client::call_tool(&peer, call.clone()),
+                idem::mcp::remote::call_tool(&peer, call.clone()),
             )
             .await;
             println!("first call timed out: {}", first.is_err());
             // ... and retries: same turn, same arguments, same key.
-            idem::mcp::client::call_tool(&peer, call).await
+            idem::mcp::remote::call_tool(&peer, call).await
         })
         .await?;
     println!(

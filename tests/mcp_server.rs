@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use example::{Backend, Desk, TOOLS, session};
 use idem::Turn;
-use idem::mcp::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, client};
+use idem::mcp::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, remote};
 use rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceError, ServiceExt};
@@ -132,10 +132,10 @@ async fn a_client_timeout_then_a_retry_has_one_side_effect() {
             // Dropping the call sends notifications/cancelled to the server.
             let first = tokio::time::timeout(
                 Duration::from_millis(50),
-                client::call_tool(&peer, open.clone()),
+                remote::call_tool(&peer, open.clone()),
             )
             .await;
-            (first, client::call_tool(&peer, open.clone()).await)
+            (first, remote::call_tool(&peer, open.clone()).await)
         })
         .await;
     assert!(first.is_err(), "the first call timed out");
@@ -356,13 +356,13 @@ async fn string_results_and_tool_errors_reach_the_client() {
 async fn the_client_helper_needs_a_turn_and_keys_calls_by_turn_and_arguments() {
     let client = connect_to(&Backend::with_latency(Duration::ZERO)).await;
     let open = call("open_ticket", json!({"title": "t"}), &[]);
-    let outside = client::call_tool(client.peer(), open.clone()).await;
+    let outside = remote::call_tool(client.peer(), open.clone()).await;
     assert!(
         matches!(outside, Err(ServiceError::McpError(e)) if e.message.contains("outside of a turn"))
     );
     let turn = Turn::new("t1");
     let key = |turn: &Turn, args: Value| {
-        client::with_turn(turn, call("open_ticket", args, &[]))
+        remote::with_turn(turn, call("open_ticket", args, &[]))
             .unwrap()
             .meta
             .unwrap()[IDEMPOTENCY_KEY_META]

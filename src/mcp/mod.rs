@@ -17,7 +17,7 @@
 //!
 //! Tools return `Result<T, E>` as usual: `Result<CallToolResult, ErrorData>`,
 //! `Result<String, ToolError>` and `Result<Json<T>, ToolError>` all work under
-//! `#[idempotent]` ([`ToolError`], [`Json`]). On the client side, [`client`] puts the turn id
+//! `#[idempotent]` ([`ToolError`], [`Json`]). On the client side, [`remote`] puts the turn id
 //! and a key derived from the call into `_meta`, so that a retry after a timeout reaches the
 //! server as a retry.
 //!
@@ -50,8 +50,8 @@
 //! `examples/mcp_server.rs` is a complete server, driven by rmcp's own client in
 //! `tests/mcp_server.rs`.
 
-pub mod client;
 mod forward;
+pub mod remote;
 mod result;
 mod scope;
 mod server;

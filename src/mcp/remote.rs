@@ -15,8 +15,8 @@
 //! let args = serde_json::json!({ "title": "printer on fire" });
 //! let call = CallToolRequestParams::new("open_ticket")
 //!     .with_arguments(args.as_object().cloned().unwrap_or_default());
-//! let first = idem::mcp::client::with_turn(&turn, call.clone())?;
-//! let retry = idem::mcp::client::with_turn(&turn, call)?;
+//! let first = idem::mcp::remote::with_turn(&turn, call.clone())?;
+//! let retry = idem::mcp::remote::with_turn(&turn, call)?;
 //! assert_eq!(first.meta, retry.meta); // the same key: the server sees a retry
 //! # Ok::<(), idem::Error>(())
 //! ```
@@ -66,7 +66,7 @@ pub async fn call_tool(
     peer: &Peer<RoleClient>,
     params: CallToolRequestParams,
 ) -> Result<CallToolResult, ServiceError> {
-    let turn = Turn::current_for("idem::mcp::client::call_tool")
+    let turn = Turn::current_for("idem::mcp::remote::call_tool")
         .map_err(|e| ServiceError::McpError(e.into()))?;
     let params = with_turn(&turn, params).map_err(|e| ServiceError::McpError(e.into()))?;
     peer.call_tool(params).await
