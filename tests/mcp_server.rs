@@ -393,3 +393,29 @@ fn a_catalogued_tool_that_the_server_does_not_serve_under_its_name_is_refused() 
 fn the_example_runs() {
     example::main().expect("the example checks its own claims");
 }
+
+#[tokio::test]
+async fn turn_settings_apply_to_every_call() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let strict = session(Arc::clone(&backend))
+        .unwrap()
+        .with_turn(|turn| turn.with_max_attempts_per_key(1));
+    let client = connect(strict).await;
+    let open = || {
+        call(
+            "open_ticket",
+            json!({"title": "once"}),
+            &[(TURN_ID_META, "t")],
+        )
+    };
+    assert!(!is_error(&client.call_tool(open()).await.unwrap()));
+    let second = client.call_tool(open()).await.unwrap();
+    assert!(is_error(&second), "one attempt per key");
+    assert!(
+        text(&second).contains("already succeeded"),
+        "{}",
+        text(&second)
+    );
+    assert_eq!(backend.tickets().len(), 1);
+    client.cancel().await.unwrap();
+}
