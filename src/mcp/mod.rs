@@ -48,7 +48,7 @@
 //! ```
 //!
 //! `examples/mcp_server.rs` is a complete server, driven by rmcp's own client in
-//! `tests/mcp_server.rs`.
+//! `tests/mcp_server.rs` and `tests/mcp_sessions.rs`.
 
 mod forward;
 pub mod remote;
