@@ -341,6 +341,9 @@ pub use idem_runtime::*;
 #[path = "private.rs"]
 pub mod __private;
 
+#[cfg(feature = "rmcp")]
+pub mod mcp;
+
 /// The README's Rust examples, run as doctests so that they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]

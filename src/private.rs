@@ -160,7 +160,17 @@ impl Digest {
             .register(tool)
             .and_then(|()| Turn::current_for(tool.name))
             .map(|turn| (turn, ArgsDigest::new(tool.name)));
-        Digest { tool, state }
+        let digest = Digest { tool, state };
+        // The client-supplied key of the MCP call being routed (`idem::mcp::IdemServer`).
+        #[cfg(feature = "rmcp")]
+        let digest = {
+            let mut digest = digest;
+            if let Some(key) = crate::mcp::take_caller_key() {
+                digest.caller_key(key.as_str());
+            }
+            digest
+        };
+        digest
     }
 
     /// The turn from a `Turn` or `&Turn` parameter; `slot` is checked first.

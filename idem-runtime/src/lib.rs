@@ -11,6 +11,8 @@ pub mod engine;
 pub mod error;
 mod flight;
 pub mod key;
+#[cfg(feature = "rmcp")]
+pub mod mcp;
 pub mod replay;
 pub mod stats;
 pub mod store;

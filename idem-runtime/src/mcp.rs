@@ -1,0 +1,246 @@
+//! `From<Error> for rmcp::ErrorData` (the `rmcp` feature), and which errors a model reads.
+//!
+//! An idem error reaches an MCP client in one of two ways:
+//!
+//! * **A tool result the model reads** (`isError: true`): the errors that say something true
+//!   about the action and what to do next — [`Error::AlreadySucceeded`],
+//!   [`Error::BudgetExhausted`], [`Error::TurnBudgetExhausted`], [`Error::PayloadMismatch`],
+//!   [`Error::InFlight`], [`Error::Interrupted`] and [`Error::NotReplayable`]. Their text
+//!   ([`model_message`]) is written for a model, not for a Rust developer.
+//! * **A protocol error** (JSON-RPC `error`): everything else — a missing turn, a store that is
+//!   down, a record that does not decode, a duplicate tool name. These are the server's
+//!   problem, not the model's; the message is the developer-facing `Display` text.
+//!
+//! `rmcp::ErrorData` is always a protocol error, so the conversion marks the first kind in its
+//! `data` (`{"idem": {"error": "already_succeeded", "forModel": true, …}}`); `idem::mcp`'s
+//! server wrapper and its `ToolError` turn those into `isError` tool results.
+
+use rmcp::ErrorData;
+use rmcp::model::ErrorCode;
+use serde_json::json;
+
+use crate::error::Error;
+
+/// A short, stable name of the error's kind (`"already_succeeded"`, `"store"`, …), as put in
+/// `data.idem.error` of an [`ErrorData`].
+pub fn error_kind(error: &Error) -> &'static str {
+    match error {
+        Error::NoTurn { .. } => "no_turn",
+        Error::BudgetExhausted { .. } => "budget_exhausted",
+        Error::TurnBudgetExhausted { .. } => "turn_budget_exhausted",
+        Error::PayloadMismatch { .. } => "payload_mismatch",
+        Error::InFlight { .. } => "in_flight",
+        Error::Decode { .. } => "decode",
+        Error::Encode { .. } => "encode",
+        Error::Store { .. } => "store",
+        Error::Reentrant { .. } => "reentrant",
+        Error::AlreadySucceeded { .. } => "already_succeeded",
+        Error::Interrupted { .. } => "interrupted",
+        Error::NotReplayable { .. } => "not_replayable",
+        Error::LeaseLost { .. } => "lease_lost",
+        Error::CorruptRecord { .. } => "corrupt_record",
+        Error::UnreadableRecord { .. } => "unreadable_record",
+        Error::DuplicateTool { .. } => "duplicate_tool",
+        Error::Config(_) => "config",
+    }
+}
+
+/// The text a model reads for an error that is a tool result (`isError: true`), or `None` for
+/// an error that is a protocol error.
+///
+/// ```
+/// use idem_runtime::{Error, Key};
+/// use idem_runtime::mcp::model_message;
+///
+/// let key = Key::from_bytes([7; 32]).short();
+/// let done = Error::AlreadySucceeded { tool: "send", key, attempts: 4 };
+/// assert!(model_message(&done).unwrap().contains("Do not call it again"));
+/// assert!(model_message(&Error::NoTurn { tool: "send" }).is_none());
+/// ```
+pub fn model_message(error: &Error) -> Option<String> {
+    let text = match error {
+        Error::AlreadySucceeded { .. } => {
+            "This action already succeeded earlier in this turn, with these same arguments, \
+             and its result was returned then. Do not call it again: it is done."
+                .to_owned()
+        }
+        Error::BudgetExhausted { attempts, .. } => format!(
+            "This action was tried {attempts} times with these same arguments in this turn \
+             and did not succeed, so it will not be tried again in this turn. Stop retrying \
+             it: tell the user that it failed."
+        ),
+        Error::TurnBudgetExhausted { calls, .. } => format!(
+            "This turn already made {calls} changes, the most it is allowed, so this one was \
+             not made. Make no further changes in this turn: tell the user what was done."
+        ),
+        Error::PayloadMismatch { .. } => {
+            "This idempotency key was already used for a call with different arguments, so \
+             this call was refused and nothing was done. To retry the earlier action, repeat \
+             its exact arguments; for a new action, use a new idempotency key."
+                .to_owned()
+        }
+        Error::InFlight { .. } => {
+            "The same action, with these same arguments, is still running from an earlier \
+             call. Wait a little, then call it again with the same arguments to get its \
+             result; do not change the arguments."
+                .to_owned()
+        }
+        Error::Interrupted { .. } => {
+            "An earlier call of this action with these same arguments was interrupted before \
+             it finished, so it may or may not have taken effect. Do not call it again \
+             blindly: check whether it happened (for example with a read-only tool), or tell \
+             the user."
+                .to_owned()
+        }
+        Error::NotReplayable { .. } => {
+            "This action already ran with these arguments, but its result cannot be shown \
+             again. Do not call it again: the action is done."
+                .to_owned()
+        }
+        Error::NoTurn { .. }
+        | Error::Decode { .. }
+        | Error::Encode { .. }
+        | Error::Store { .. }
+        | Error::Reentrant { .. }
+        | Error::LeaseLost { .. }
+        | Error::CorruptRecord { .. }
+        | Error::UnreadableRecord { .. }
+        | Error::DuplicateTool { .. }
+        | Error::Config(_) => return None,
+    };
+    Some(text)
+}
+
+/// A protocol error carrying `data.idem = {"error": kind, "forModel": bool, "tool": …}`; for an
+/// error the model reads, the message is [`model_message`] and the code `-32602` (invalid
+/// params) for [`Error::PayloadMismatch`], else `-32603` (internal error).
+impl From<Error> for ErrorData {
+    fn from(error: Error) -> Self {
+        let kind = error_kind(&error);
+        let tool = match &error {
+            Error::NoTurn { tool }
+            | Error::BudgetExhausted { tool, .. }
+            | Error::TurnBudgetExhausted { tool, .. }
+            | Error::PayloadMismatch { tool, .. }
+            | Error::InFlight { tool, .. }
+            | Error::Decode { tool, .. }
+            | Error::Encode { tool, .. }
+            | Error::Reentrant { tool, .. }
+            | Error::AlreadySucceeded { tool, .. }
+            | Error::Interrupted { tool, .. }
+            | Error::NotReplayable { tool, .. } => Some(*tool),
+            Error::DuplicateTool { name } => Some(*name),
+            Error::Store { .. }
+            | Error::LeaseLost { .. }
+            | Error::CorruptRecord { .. }
+            | Error::UnreadableRecord { .. }
+            | Error::Config(_) => None,
+        };
+        let code = match &error {
+            Error::PayloadMismatch { .. } => ErrorCode::INVALID_PARAMS,
+            _ => ErrorCode::INTERNAL_ERROR,
+        };
+        let (message, for_model) = match model_message(&error) {
+            Some(text) => (text, true),
+            None => (error.to_string(), false),
+        };
+        let data = json!({ "idem": { "error": kind, "forModel": for_model, "tool": tool } });
+        ErrorData::new(code, message, Some(data))
+    }
+}
+
+/// Whether `error` came from an idem error that the model should read as a tool result
+/// (`data.idem.forModel`).
+pub fn is_for_model(error: &ErrorData) -> bool {
+    error
+        .data
+        .as_ref()
+        .and_then(|data| data.pointer("/idem/forModel"))
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Key;
+
+    fn key() -> crate::key::ShortKey {
+        Key::from_bytes([1; 32]).short()
+    }
+
+    #[test]
+    fn the_errors_a_model_reads_are_marked_and_worded_for_a_model() {
+        let for_model = [
+            Error::AlreadySucceeded {
+                tool: "t",
+                key: key(),
+                attempts: 4,
+            },
+            Error::BudgetExhausted {
+                tool: "t",
+                key: key(),
+                attempts: 3,
+                limit: 3,
+            },
+            Error::TurnBudgetExhausted {
+                tool: "t",
+                turn: "x".into(),
+                calls: 9,
+                limit: 9,
+            },
+            Error::PayloadMismatch {
+                tool: "t",
+                key: key(),
+            },
+            Error::InFlight {
+                tool: "t",
+                key: key(),
+                waited: std::time::Duration::from_secs(1),
+            },
+            Error::Interrupted {
+                tool: "t",
+                key: key(),
+            },
+            Error::NotReplayable {
+                tool: "t",
+                key: key(),
+                message: "m".into(),
+            },
+        ];
+        for error in for_model {
+            let kind = error_kind(&error);
+            let data = ErrorData::from(error);
+            assert!(is_for_model(&data), "{kind}");
+            assert!(!data.message.contains('`'), "{kind}: {}", data.message);
+            assert!(!data.message.contains("Turn::"), "{kind}: {}", data.message);
+            assert_eq!(data.data.unwrap()["idem"]["error"], kind);
+        }
+    }
+
+    #[test]
+    fn server_side_failures_are_protocol_errors_with_the_developer_message() {
+        let errors = [
+            Error::NoTurn { tool: "t" },
+            Error::store("begin", "connection refused"),
+            Error::DuplicateTool { name: "t" },
+            Error::Config("bad".into()),
+        ];
+        for error in errors {
+            let text = error.to_string();
+            let data = ErrorData::from(error);
+            assert!(!is_for_model(&data));
+            assert_eq!(data.code, ErrorCode::INTERNAL_ERROR);
+            assert_eq!(data.message, text);
+        }
+    }
+
+    #[test]
+    fn a_payload_mismatch_is_an_invalid_params_error() {
+        let data = ErrorData::from(Error::PayloadMismatch {
+            tool: "t",
+            key: key(),
+        });
+        assert_eq!(data.code, ErrorCode::INVALID_PARAMS);
+    }
+}

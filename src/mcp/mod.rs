@@ -1,0 +1,84 @@
+//! MCP servers and clients built with [`rmcp`] (the `rmcp` feature).
+//!
+//! Wrap the server in [`IdemServer`] and every `#[idempotent]` tool it routes gets, with no
+//! per-tool code:
+//!
+//! * **a turn** from the request's `_meta` ([`TURN_ID_META`]), entered around the routed call;
+//! * **a namespace** from the session, or from the authenticated principal by a rule of yours
+//!   ([`IdemServer::with_namespace`]) — never one shared by every client;
+//! * **the client's key**: `_meta.idempotencyKey` ([`IDEMPOTENCY_KEY_META`], the shape of
+//!   SEP-3182) is honoured as the caller key, and reusing it with other arguments is refused;
+//!   the server declares both entries as the [`IDEMPOTENCY_EXTENSION`] in its capabilities;
+//! * **annotations** in `tools/list` (`readOnlyHint`, `idempotentHint`, `destructiveHint`)
+//!   from `#[idempotent]` / `#[read_only]`, written once;
+//! * **errors** a model can act on: the idem errors that say something true about the action
+//!   (already succeeded, stuck, in flight, interrupted, …) come back as tool results with
+//!   `isError: true`, worded for a model; the others are protocol errors.
+//!
+//! Tools return `Result<T, E>` as usual: `Result<CallToolResult, ErrorData>`,
+//! `Result<String, ToolError>` and `Result<Json<T>, ToolError>` all work under
+//! `#[idempotent]` ([`ToolError`], [`Json`]). On the client side, [`remote`] puts the turn id
+//! and a key derived from the call into `_meta`, so that a retry after a timeout reaches the
+//! server as a retry.
+//!
+//! ```ignore
+//! #[idem::tool_impl]
+//! #[tool_router]
+//! impl Desk {
+//!     #[idempotent]
+//!     #[tool(description = "Open a support ticket")]
+//!     async fn open_ticket(
+//!         &self,
+//!         Parameters(new): Parameters<NewTicket>,
+//!     ) -> Result<Json<Ticket>, ToolError> {
+//!         todo!()
+//!     }
+//!
+//!     #[read_only]
+//!     #[tool(description = "List the open tickets")]
+//!     async fn list_tickets(&self) -> Json<Tickets> {
+//!         todo!()
+//!     }
+//! }
+//!
+//! const TOOLS: &[idem::ToolInfo] = idem::tools![Desk::open_ticket, Desk::list_tickets];
+//!
+//! let server = IdemServer::new(Desk::new(), TOOLS)?; // one per session
+//! server.serve(transport).await?;
+//! ```
+//!
+//! `examples/mcp_server.rs` is a complete server, driven by rmcp's own client in
+//! `tests/mcp_server.rs` and `tests/mcp_sessions.rs`.
+
+mod forward;
+pub mod remote;
+mod result;
+mod scope;
+mod server;
+
+pub use idem_runtime::mcp::{error_kind, is_for_model, model_message};
+pub use result::{Json, ToolError};
+pub use server::IdemServer;
+
+pub(crate) use scope::take_caller_key;
+
+/// The `_meta` entry of a `tools/call` request that carries the turn id: a string, e.g.
+/// `{"_meta": {"idem/turnId": "conv-42/turn-7"}}`. Calls with one turn id share its keys and
+/// its retry budget (within their namespace).
+pub const TURN_ID_META: &str = "idem/turnId";
+
+/// The `_meta` entry of a `tools/call` request that carries a client-supplied idempotency key
+/// (SEP-3182's `idempotencyKey`): a string of at most [`MAX_CLIENT_KEY_LEN`] bytes. The call's
+/// key is then derived from it (with the namespace and the tool) instead of the turn and the
+/// arguments; the arguments are still checked, so the key reused with other arguments is
+/// refused.
+pub const IDEMPOTENCY_KEY_META: &str = "idempotencyKey";
+
+/// The extension an [`IdemServer`] declares in its capabilities (`extensions`, SEP-1724), with
+/// the `_meta` entries it reads as settings: `{"turnIdMeta": "idem/turnId",
+/// "idempotencyKeyMeta": "idempotencyKey"}`. A client can check for it before relying on
+/// retries being deduplicated.
+pub const IDEMPOTENCY_EXTENSION: &str = "idem/idempotency";
+
+/// The longest turn id or client key accepted in `_meta`, in bytes.
+pub const MAX_CLIENT_KEY_LEN: usize = 256;

@@ -1,0 +1,200 @@
+//! `examples/mcp_server.rs`, driven by rmcp's own client over an in-process transport: the
+//! tools, their annotations, replays, timeouts, budgets and result types.
+
+mod mcp_support;
+
+use std::time::Duration;
+
+use idem::Turn;
+use idem::mcp::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, remote};
+use mcp_support::example::{self, Backend, Desk, TOOLS};
+use mcp_support::{call, connect_to, is_error, text};
+use serde_json::json;
+
+#[tokio::test]
+async fn tools_list_carries_the_annotations_of_the_classification() {
+    let client = connect_to(&Backend::with_latency(Duration::ZERO)).await;
+    let tools = client.list_all_tools().await.unwrap();
+    assert_eq!(tools.len(), 4);
+    for tool in tools {
+        let hints = tool.annotations.expect("annotated");
+        let read_only = tool.name == "list_tickets";
+        assert_eq!(hints.read_only_hint, Some(read_only), "{}", tool.name);
+        assert_eq!(hints.destructive_hint, Some(!read_only), "{}", tool.name);
+        assert_eq!(hints.idempotent_hint, Some(true), "{}", tool.name);
+        // `idem::mcp::Json<T>` gives the tool `T`'s output schema, as `rmcp::Json<T>` does.
+        let structured = matches!(tool.name.as_ref(), "open_ticket" | "list_tickets");
+        assert_eq!(tool.output_schema.is_some(), structured, "{}", tool.name);
+    }
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_server_declares_the_idempotency_extension_with_its_meta_entries() {
+    let client = connect_to(&Backend::with_latency(Duration::ZERO)).await;
+    let info = client.peer_info().expect("initialized");
+    let extensions = info.capabilities.extensions.clone().unwrap_or_default();
+    let settings = extensions.get(IDEMPOTENCY_EXTENSION).expect("declared");
+    assert_eq!(settings["turnIdMeta"], TURN_ID_META);
+    assert_eq!(settings["idempotencyKeyMeta"], IDEMPOTENCY_KEY_META);
+    assert!(
+        info.capabilities.tools.is_some(),
+        "the wrapped server's own capabilities"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_same_call_twice_in_one_turn_has_one_side_effect_and_identical_results() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    let open = || {
+        call(
+            "open_ticket",
+            json!({"title": "vpn down"}),
+            &[(TURN_ID_META, "t1")],
+        )
+    };
+    let first = client.call_tool(open()).await.unwrap();
+    let retry = client.call_tool(open()).await.unwrap();
+    assert!(!is_error(&first), "{}", text(&first));
+    assert_eq!(first, retry);
+    assert_eq!(backend.tickets().len(), 1);
+    // A new turn is a new action.
+    let next = call(
+        "open_ticket",
+        json!({"title": "vpn down"}),
+        &[(TURN_ID_META, "t2")],
+    );
+    client.call_tool(next).await.unwrap();
+    assert_eq!(backend.tickets().len(), 2);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_timeout_then_a_retry_has_one_side_effect() {
+    let backend = Backend::with_latency(Duration::from_millis(300));
+    let client = connect_to(&backend).await;
+    let peer = client.peer().clone();
+    let open = call("open_ticket", json!({"title": "disk full"}), &[]);
+    let (first, retry) = Turn::new("conv-9/turn-1")
+        .scope(async {
+            // Dropping the call sends notifications/cancelled to the server.
+            let first = tokio::time::timeout(
+                Duration::from_millis(50),
+                remote::call_tool(&peer, open.clone()),
+            )
+            .await;
+            (first, remote::call_tool(&peer, open.clone()).await)
+        })
+        .await;
+    assert!(first.is_err(), "the first call timed out");
+    assert_eq!(backend.cancellations(), 1, "the server was told");
+    let retry = retry.unwrap();
+    assert!(!is_error(&retry), "{}", text(&retry));
+    assert_eq!(retry.structured_content.unwrap()["id"], 1);
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_eq!(backend.tickets().len(), 1, "one side effect");
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn past_the_budget_the_model_reads_what_is_true() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    // A call that keeps failing: three attempts (the default budget), then "stop retrying".
+    let empty = || call("open_ticket", json!({"title": " "}), &[(TURN_ID_META, "t")]);
+    for _ in 0..3 {
+        let failed = client.call_tool(empty()).await.unwrap();
+        assert!(is_error(&failed));
+        assert!(text(&failed).contains("needs a title"), "{}", text(&failed));
+    }
+    let stuck = client.call_tool(empty()).await.unwrap();
+    assert!(
+        is_error(&stuck),
+        "budget exhausted is a tool result the model reads"
+    );
+    assert!(text(&stuck).contains("Stop retrying"), "{}", text(&stuck));
+    assert!(
+        !text(&stuck).contains('`'),
+        "worded for a model: {}",
+        text(&stuck)
+    );
+
+    // A call that succeeded: past the budget, "it is done" — even for a tool whose error type
+    // is rmcp's own `ErrorData`.
+    let open = call("open_ticket", json!({"title": "x"}), &[(TURN_ID_META, "t")]);
+    client.call_tool(open).await.unwrap();
+    let close = || call("close_ticket", json!({"id": 1}), &[(TURN_ID_META, "t")]);
+    for _ in 0..3 {
+        let closed = client.call_tool(close()).await.unwrap();
+        assert_eq!(text(&closed), "Closed ticket #1.");
+    }
+    let done = client.call_tool(close()).await.unwrap();
+    assert!(is_error(&done));
+    assert!(text(&done).contains("already succeeded"), "{}", text(&done));
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_read_tool_called_repeatedly_runs_every_time() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    for _ in 0..10 {
+        let list = call("list_tickets", json!({}), &[(TURN_ID_META, "t")]);
+        let result = client.call_tool(list).await.unwrap();
+        assert!(!is_error(&result), "{}", text(&result));
+    }
+    assert_eq!(backend.reads(), 10);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn string_results_and_tool_errors_reach_the_client() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    let missing = call(
+        "comment",
+        json!({"id": 9, "text": "hi"}),
+        &[(TURN_ID_META, "t")],
+    );
+    let result = client.call_tool(missing).await.unwrap();
+    assert!(is_error(&result));
+    assert_eq!(text(&result), "There is no ticket #9.");
+    client
+        .call_tool(call(
+            "open_ticket",
+            json!({"title": "t"}),
+            &[(TURN_ID_META, "t")],
+        ))
+        .await
+        .unwrap();
+    let comment = || {
+        call(
+            "comment",
+            json!({"id": 1, "text": "hi"}),
+            &[(TURN_ID_META, "t")],
+        )
+    };
+    for _ in 0..2 {
+        // `#[tool]` above `#[idempotent]`: the retry is replayed too.
+        let result = client.call_tool(comment()).await.unwrap();
+        assert_eq!(text(&result), "Ticket #1 has 1 comments.");
+    }
+    assert_eq!(backend.tickets()[0].comments.len(), 1);
+    client.cancel().await.unwrap();
+}
+
+#[test]
+fn a_catalogued_tool_that_the_server_does_not_serve_under_its_name_is_refused() {
+    static RENAMED: &[idem::ToolInfo] = &[idem::ToolInfo::idempotent("Desk::reopen_ticket")];
+    let error = IdemServer::new(Desk::new(Backend::with_latency(Duration::ZERO)), RENAMED)
+        .expect_err("no `reopen_ticket` tool");
+    assert!(error.to_string().contains("reopen_ticket"), "{error}");
+    assert!(IdemServer::new(Desk::new(Backend::with_latency(Duration::ZERO)), TOOLS).is_ok());
+}
+
+#[test]
+fn the_example_runs() {
+    example::main().expect("the example checks its own claims");
+}

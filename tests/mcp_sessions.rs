@@ -1,0 +1,186 @@
+//! `examples/mcp_server.rs` over several sessions: namespaces, turns and client keys from
+//! `_meta`, the namespace rule, turn settings, and the client helper.
+
+mod mcp_support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::Turn;
+use idem::mcp::{IDEMPOTENCY_KEY_META, TURN_ID_META, remote};
+use mcp_support::example::{Backend, session};
+use mcp_support::{call, connect, connect_to, is_error, text};
+use rmcp::ServiceError;
+use rmcp::model::RequestMetaObject;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn two_sessions_with_the_same_turn_id_are_separate_namespaces() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let (alice, bob) = (connect_to(&backend).await, connect_to(&backend).await);
+    let open = || {
+        call(
+            "open_ticket",
+            json!({"title": "same"}),
+            &[(TURN_ID_META, "turn-1")],
+        )
+    };
+    let a = alice.call_tool(open()).await.unwrap();
+    let b = bob.call_tool(open()).await.unwrap();
+    assert_ne!(
+        a.structured_content, b.structured_content,
+        "bob did not get alice's ticket"
+    );
+    assert_eq!(backend.tickets().len(), 2);
+    // Each session still replays its own retries.
+    assert_eq!(alice.call_tool(open()).await.unwrap(), a);
+    assert_eq!(backend.tickets().len(), 2);
+    alice.cancel().await.unwrap();
+    bob.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_namespace_rule_shares_turns_across_sessions_and_may_refuse_a_call() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let tenant = |backend: &Arc<Backend>| {
+        session(Arc::clone(backend))
+            .unwrap()
+            .with_namespace(|_| Ok("tenant-7".to_owned()))
+    };
+    let (first, second) = (
+        connect(tenant(&backend)).await,
+        connect(tenant(&backend)).await,
+    );
+    let open = || {
+        call(
+            "open_ticket",
+            json!({"title": "t"}),
+            &[(TURN_ID_META, "turn-1")],
+        )
+    };
+    let a = first.call_tool(open()).await.unwrap();
+    let b = second.call_tool(open()).await.unwrap();
+    assert_eq!(a, b, "one principal, one turn: the second session replays");
+    assert_eq!(backend.tickets().len(), 1);
+
+    let refusing = session(Arc::clone(&backend))
+        .unwrap()
+        .with_namespace(|_| Err(rmcp::ErrorData::invalid_request("who are you?", None)));
+    let anonymous = connect(refusing).await;
+    let refused = anonymous.call_tool(open()).await;
+    assert!(matches!(refused, Err(ServiceError::McpError(e)) if e.message == "who are you?"));
+    assert_eq!(backend.tickets().len(), 1);
+    for client in [first, second, anonymous] {
+        client.cancel().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_client_supplied_key_is_honoured_and_its_reuse_with_other_arguments_refused() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    let keyed = |title: &str, turn: &'static str| {
+        let meta: &[(&str, &str)] = if turn.is_empty() {
+            &[(IDEMPOTENCY_KEY_META, "key-42")]
+        } else {
+            &[(IDEMPOTENCY_KEY_META, "key-42"), (TURN_ID_META, turn)]
+        };
+        call("open_ticket", json!({ "title": title }), meta)
+    };
+    let first = client.call_tool(keyed("one", "")).await.unwrap();
+    // The key, not the turn, names the action: another turn with the key replays.
+    assert_eq!(
+        client.call_tool(keyed("one", "turn-5")).await.unwrap(),
+        first
+    );
+    assert_eq!(backend.tickets().len(), 1);
+    let conflict = client.call_tool(keyed("two", "")).await.unwrap();
+    assert!(is_error(&conflict));
+    assert!(
+        text(&conflict).contains("different arguments"),
+        "{}",
+        text(&conflict)
+    );
+    assert_eq!(backend.tickets().len(), 1);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_with_neither_turn_nor_key_is_a_new_action_each_time() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    for _ in 0..2 {
+        let open = call("open_ticket", json!({"title": "t"}), &[]);
+        assert!(!is_error(&client.call_tool(open).await.unwrap()));
+    }
+    assert_eq!(backend.tickets().len(), 2);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn malformed_meta_is_an_invalid_params_error() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    let mut open = call("open_ticket", json!({"title": "t"}), &[]);
+    let mut meta = RequestMetaObject::default();
+    meta.insert(TURN_ID_META.to_owned(), json!(7));
+    open.meta = Some(meta);
+    let refused = client.call_tool(open).await;
+    assert!(matches!(refused, Err(ServiceError::McpError(e)) if e.message.contains(TURN_ID_META)));
+    assert!(backend.tickets().is_empty());
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_client_helper_needs_a_turn_and_keys_calls_by_turn_and_arguments() {
+    let client = connect_to(&Backend::with_latency(Duration::ZERO)).await;
+    let open = call("open_ticket", json!({"title": "t"}), &[]);
+    let outside = remote::call_tool(client.peer(), open.clone()).await;
+    assert!(
+        matches!(outside, Err(ServiceError::McpError(e)) if e.message.contains("outside of a turn"))
+    );
+    let turn = Turn::new("t1");
+    let key = |turn: &Turn, args: Value| {
+        remote::with_turn(turn, call("open_ticket", args, &[]))
+            .unwrap()
+            .meta
+            .unwrap()[IDEMPOTENCY_KEY_META]
+            .clone()
+    };
+    assert_eq!(
+        key(&turn, json!({"a": 1, "b": 2})),
+        key(&turn, json!({"b": 2, "a": 1}))
+    );
+    assert_ne!(key(&turn, json!({"a": 1})), key(&turn, json!({"a": 2})));
+    assert_ne!(
+        key(&turn, json!({"a": 1})),
+        key(&Turn::new("t2"), json!({"a": 1}))
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn turn_settings_apply_to_every_call() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let strict = session(Arc::clone(&backend))
+        .unwrap()
+        .with_turn(|turn| turn.with_max_attempts_per_key(1));
+    let client = connect(strict).await;
+    let open = || {
+        call(
+            "open_ticket",
+            json!({"title": "once"}),
+            &[(TURN_ID_META, "t")],
+        )
+    };
+    assert!(!is_error(&client.call_tool(open()).await.unwrap()));
+    let second = client.call_tool(open()).await.unwrap();
+    assert!(is_error(&second), "one attempt per key");
+    assert!(
+        text(&second).contains("already succeeded"),
+        "{}",
+        text(&second)
+    );
+    assert_eq!(backend.tickets().len(), 1);
+    client.cancel().await.unwrap();
+}
