@@ -114,7 +114,7 @@ async fn list_show_and_stats_read_the_records_under_the_prefix() {
     let shown = idem(&show_args.iter().map(String::as_str).collect::<Vec<_>>()).expect_code(0);
     assert!(shown.stdout.contains(&a.to_hex()), "{}", shown.stdout);
     assert!(
-        shown.stdout.contains("    \"sent_to\": \"a@x\""),
+        shown.stdout.contains("Ok({\n") && shown.stdout.contains("  \"sent_to\": \"a@x\""),
         "{}",
         shown.stdout
     );
