@@ -1,0 +1,178 @@
+//! Operating idem: a `tracing` span around every state-changing call and, with the `metrics`
+//! feature, metrics through the [`metrics`](https://docs.rs/metrics) facade.
+//!
+//! # The span
+//! Each call of an `#[idempotent]` tool runs inside an `INFO` span named `idem.tool_call`
+//! (target `idem`). The tool's body runs inside it, so the spans it opens (an HTTP client, a
+//! database driver) nest under it, detached tools included. Its fields:
+//!
+//! | field | value |
+//! |---|---|
+//! | `otel.name` | the tool's name: the span's name once exported by `tracing-opentelemetry` |
+//! | `tool`, `key`, `turn`, `namespace` | the tool's name, the key's first 12 hex digits, the turn id and namespace |
+//! | `outcome` | recorded when the call ends: an [`Outcome`] name such as `executed` or `replayed` |
+//! | `error` | the error returned to the caller, if any |
+//! | `otel.status_code`, `otel.status_description` | `ERROR` and the error, for a call that failed ([`is_failure`]) |
+//!
+//! When no subscriber is interested in the span, it is never built: a disabled span costs a
+//! callsite check.
+//!
+//! # Metrics
+//! With the `metrics` cargo feature, every call also counts into whatever `metrics` recorder
+//! the application installed (Prometheus exporter, OpenTelemetry bridge, …); with none
+//! installed, the calls go to the facade's no-op recorder. The tool's key is never a label.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | [`CALLS_TOTAL`] | counter | `tool`, `outcome` |
+//! | [`CALL_DURATION_SECONDS`] | histogram (seconds) | `tool`, `outcome` |
+//! | [`CALLS_IN_FLIGHT`] | gauge | `tool` |
+
+use std::future::Future;
+
+use tracing::field::{Empty, display};
+use tracing::{Instrument, Span};
+
+use crate::Error;
+use crate::stats::Outcome;
+
+use super::Call;
+
+/// Counter of calls of state-changing tools, by `tool` and `outcome` (one per call).
+pub const CALLS_TOTAL: &str = "idem_tool_calls_total";
+/// Histogram of how long calls took from entering the engine to their outcome, in seconds, by
+/// `tool` and `outcome`.
+pub const CALL_DURATION_SECONDS: &str = "idem_tool_call_duration_seconds";
+/// Gauge of calls that entered the engine and have no outcome yet, by `tool`.
+pub const CALLS_IN_FLIGHT: &str = "idem_tool_calls_in_flight";
+
+/// Whether a call that ended with `outcome` (and `error`, the error it returned to its caller,
+/// if any) failed: its span gets `otel.status_code = "ERROR"`.
+///
+/// A call fails when it returns an idem error to its caller, when the tool returned an error
+/// or panicked, or when the store failed around it. A call its caller dropped (`cancelled`,
+/// `interrupted`) did not fail: nobody was waiting for it.
+pub fn is_failure(outcome: Outcome, error: Option<&Error>) -> bool {
+    error.is_some()
+        || matches!(
+            outcome,
+            Outcome::Failed | Outcome::Panicked | Outcome::StoreError
+        )
+}
+
+tokio::task_local! {
+    /// The span of the call whose engine future is being polled: how [`Reporter`] finds it.
+    ///
+    /// [`Reporter`]: super::report::Reporter
+    static CALL_SPAN: Span;
+}
+
+/// The span of one call: see the module documentation.
+pub(super) fn span(call: &Call) -> Span {
+    let tool = call.tool.name;
+    tracing::info_span!(
+        target: "idem",
+        "idem.tool_call",
+        otel.name = tool,
+        tool,
+        key = %call.key.short(),
+        turn = call.turn.id(),
+        namespace = call.turn.namespace(),
+        outcome = Empty,
+        error = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+    )
+}
+
+/// Runs the engine future `run` inside `span`, where the call's reporter finds it.
+pub(super) fn traced<F: Future>(span: Span, run: F) -> impl Future<Output = F::Output> {
+    CALL_SPAN.scope(span.clone(), run).instrument(span)
+}
+
+/// The span of the call being started ([`Span::none`] outside [`traced`]).
+pub(super) fn current_call_span() -> Span {
+    CALL_SPAN
+        .try_with(Span::clone)
+        .unwrap_or_else(|_| Span::none())
+}
+
+/// Records a call's outcome on its span.
+pub(super) fn record_outcome(span: &Span, outcome: Outcome, error: Option<&Error>) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("outcome", outcome.as_str());
+    if let Some(error) = error {
+        span.record("error", display(error));
+    }
+    if is_failure(outcome, error) {
+        span.record("otel.status_code", "ERROR");
+        if let Some(error) = error {
+            span.record("otel.status_description", display(error));
+        }
+    }
+}
+
+/// Describes the metrics to the installed `metrics` recorder (their unit and help text).
+///
+/// idem calls it once, on the first call that reaches the engine. Call it yourself after
+/// installing a recorder if that happens later.
+#[cfg(feature = "metrics")]
+pub fn describe_metrics() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        CALLS_TOTAL,
+        Unit::Count,
+        "Calls of state-changing tools, by tool and outcome."
+    );
+    describe_histogram!(
+        CALL_DURATION_SECONDS,
+        Unit::Seconds,
+        "How long calls of state-changing tools took, by tool and outcome."
+    );
+    describe_gauge!(
+        CALLS_IN_FLIGHT,
+        Unit::Count,
+        "Calls of state-changing tools running now, by tool."
+    );
+}
+
+/// Metrics for one call: started when it enters the engine, ended exactly once.
+#[cfg(feature = "metrics")]
+pub(super) struct CallMetrics {
+    started: std::time::Instant,
+}
+
+#[cfg(feature = "metrics")]
+impl CallMetrics {
+    /// A call of `tool` entered the engine.
+    pub(super) fn start(tool: &'static str) -> Self {
+        static DESCRIBED: std::sync::Once = std::sync::Once::new();
+        DESCRIBED.call_once(describe_metrics);
+        metrics::gauge!(CALLS_IN_FLIGHT, "tool" => tool).increment(1.0);
+        CallMetrics {
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// The call of `tool` ended with `outcome`.
+    pub(super) fn end(&self, tool: &'static str, outcome: Outcome) {
+        let outcome = outcome.as_str();
+        let seconds = self.started.elapsed().as_secs_f64();
+        metrics::gauge!(CALLS_IN_FLIGHT, "tool" => tool).decrement(1.0);
+        metrics::counter!(CALLS_TOTAL, "tool" => tool, "outcome" => outcome).increment(1);
+        metrics::histogram!(CALL_DURATION_SECONDS, "tool" => tool, "outcome" => outcome)
+            .record(seconds);
+    }
+}
+
+/// Counts a call refused before it reached the engine (it was never in flight and took no
+/// time: only the counter moves).
+pub(super) fn refused(tool: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!(CALLS_TOTAL, "tool" => tool, "outcome" => Outcome::ConfigError.as_str())
+        .increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = tool;
+}
