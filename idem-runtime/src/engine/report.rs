@@ -60,7 +60,7 @@ impl Reporter {
         let call = &self.call;
         call.turn.record(outcome);
         #[cfg(feature = "metrics")]
-        self.metrics.end(call.tool.name, outcome);
+        self.metrics.end(outcome);
         telemetry::record_outcome(&self.span, outcome, error);
         // The event belongs to the call's span even when reported from elsewhere (a drop).
         let _entered = self.span.enter();

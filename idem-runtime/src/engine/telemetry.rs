@@ -38,6 +38,14 @@ use crate::stats::Outcome;
 
 use super::Call;
 
+#[cfg(feature = "metrics")]
+mod metrics;
+
+#[cfg(feature = "metrics")]
+pub(super) use self::metrics::CallMetrics;
+#[cfg(feature = "metrics")]
+pub use self::metrics::describe_metrics;
+
 /// Counter of calls of state-changing tools, by `tool` and `outcome` (one per call).
 pub const CALLS_TOTAL: &str = "idem_tool_calls_total";
 /// Histogram of how long calls took from entering the engine to their outcome, in seconds, by
@@ -114,65 +122,11 @@ pub(super) fn record_outcome(span: &Span, outcome: Outcome, error: Option<&Error
     }
 }
 
-/// Describes the metrics to the installed `metrics` recorder (their unit and help text).
-///
-/// idem calls it once, on the first call that reaches the engine. Call it yourself after
-/// installing a recorder if that happens later.
-#[cfg(feature = "metrics")]
-pub fn describe_metrics() {
-    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    describe_counter!(
-        CALLS_TOTAL,
-        Unit::Count,
-        "Calls of state-changing tools, by tool and outcome."
-    );
-    describe_histogram!(
-        CALL_DURATION_SECONDS,
-        Unit::Seconds,
-        "How long calls of state-changing tools took, by tool and outcome."
-    );
-    describe_gauge!(
-        CALLS_IN_FLIGHT,
-        Unit::Count,
-        "Calls of state-changing tools running now, by tool."
-    );
-}
-
-/// Metrics for one call: started when it enters the engine, ended exactly once.
-#[cfg(feature = "metrics")]
-pub(super) struct CallMetrics {
-    started: std::time::Instant,
-}
-
-#[cfg(feature = "metrics")]
-impl CallMetrics {
-    /// A call of `tool` entered the engine.
-    pub(super) fn start(tool: &'static str) -> Self {
-        static DESCRIBED: std::sync::Once = std::sync::Once::new();
-        DESCRIBED.call_once(describe_metrics);
-        metrics::gauge!(CALLS_IN_FLIGHT, "tool" => tool).increment(1.0);
-        CallMetrics {
-            started: std::time::Instant::now(),
-        }
-    }
-
-    /// The call of `tool` ended with `outcome`.
-    pub(super) fn end(&self, tool: &'static str, outcome: Outcome) {
-        let outcome = outcome.as_str();
-        let seconds = self.started.elapsed().as_secs_f64();
-        metrics::gauge!(CALLS_IN_FLIGHT, "tool" => tool).decrement(1.0);
-        metrics::counter!(CALLS_TOTAL, "tool" => tool, "outcome" => outcome).increment(1);
-        metrics::histogram!(CALL_DURATION_SECONDS, "tool" => tool, "outcome" => outcome)
-            .record(seconds);
-    }
-}
-
 /// Counts a call refused before it reached the engine (it was never in flight and took no
 /// time: only the counter moves).
 pub(super) fn refused(tool: &'static str) {
     #[cfg(feature = "metrics")]
-    metrics::counter!(CALLS_TOTAL, "tool" => tool, "outcome" => Outcome::ConfigError.as_str())
-        .increment(1);
+    metrics::refused(tool);
     #[cfg(not(feature = "metrics"))]
     let _ = tool;
 }
