@@ -10,12 +10,17 @@
 //!
 //! Cases: no `tracing` subscriber at all; a subscriber that filters idem out (the call span is
 //! disabled); a subscriber that takes every span (the span is built and closed per call).
+//!
+//! On a loaded machine wall time is noisy; instruction counts are not. With
+//! `IDEM_BENCH_COUNT=<case>:<n>` the binary runs exactly `n` replays of one case (`none`,
+//! `disabled`, `enabled`) and exits, for `valgrind --tool=callgrind`: the difference between
+//! two values of `n`, divided by their difference, is the instructions per replay.
 
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{Criterion, criterion_group, criterion_main};
+use criterion::{Criterion, criterion_group};
 use idem_runtime::key::ArgsDigest;
 use idem_runtime::store::{MemoryStore, Store};
 use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
@@ -51,14 +56,18 @@ fn bench_replay(c: &mut Criterion, name: &str, rt: &tokio::runtime::Runtime) {
     });
 }
 
-fn replay(c: &mut Criterion) {
-    let rt = match tokio::runtime::Builder::new_current_thread()
+fn runtime() -> tokio::runtime::Runtime {
+    match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(rt) => rt,
         Err(error) => panic!("a Tokio runtime: {error}"),
-    };
+    }
+}
+
+fn replay(c: &mut Criterion) {
+    let rt = runtime();
     bench_replay(c, "replay/no_subscriber", &rt);
     {
         let not_idem = tracing_subscriber::filter::filter_fn(|meta| meta.target() != "idem");
@@ -84,4 +93,35 @@ criterion_group! {
     config = config();
     targets = replay
 }
-criterion_main!(benches);
+/// `n` replays of `call` under the subscriber of `case`.
+fn count(case: &str, n: u64) {
+    let rt = runtime();
+    let call = recorded_call(&rt);
+    let run = || {
+        rt.block_on(async {
+            for _ in 0..n {
+                let replayed = execute(call.clone(), async { Ok::<u64, Error>(0) }).await;
+                black_box(replayed.ok());
+            }
+        })
+    };
+    match case {
+        "none" => run(),
+        "disabled" => {
+            let not_idem = tracing_subscriber::filter::filter_fn(|meta| meta.target() != "idem");
+            tracing::subscriber::with_default(tracing_subscriber::registry().with(not_idem), run)
+        }
+        "enabled" => tracing::subscriber::with_default(tracing_subscriber::registry(), run),
+        other => panic!("unknown case {other:?}: none, disabled or enabled"),
+    }
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var("IDEM_BENCH_COUNT") {
+        let (case, n) = spec.split_once(':').unwrap_or((spec.as_str(), "0"));
+        count(case, n.parse().unwrap_or(0));
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
