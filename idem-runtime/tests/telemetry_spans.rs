@@ -260,3 +260,34 @@ async fn without_an_interested_subscriber_the_call_span_is_not_built() {
         named(&spans, "agent.turn")[0],
     );
 }
+
+const OUTER: ToolInfo = ToolInfo::idempotent("plan_trip");
+const INNER: ToolInfo = ToolInfo::idempotent("book_hotel");
+
+#[tokio::test]
+async fn a_tool_calling_a_tool_nests_the_spans_and_each_gets_its_own_outcome() {
+    let otel = pipeline();
+    let turn = turn("turn-1");
+    let outer = call(&OUTER, &turn, "lisbon");
+    let inner = call(&INNER, &turn, "lisbon");
+    let inner_call = inner.clone();
+    let planned = execute(outer.clone(), async move {
+        // The inner tool fails; the outer one handles it and succeeds.
+        let booked = execute(inner_call, async {
+            Err::<u32, _>(Error::Config("no rooms".to_owned()))
+        })
+        .await;
+        Ok::<bool, Error>(booked.is_err())
+    })
+    .await;
+    assert!(planned.expect("executes"), "the inner call failed");
+
+    let spans = otel.spans();
+    let (outer_span, inner_span) = (named(&spans, "plan_trip"), named(&spans, "book_hotel"));
+    assert_eq!((outer_span.len(), inner_span.len()), (1, 1), "{spans:#?}");
+    let outer_span = tool_span(outer_span[0], "plan_trip", &outer, "executed");
+    let inner_span = tool_span(inner_span[0], "book_hotel", &inner, "failed");
+    assert_child(inner_span, outer_span);
+    assert_eq!(outer_span.status, Status::Unset);
+    assert!(matches!(inner_span.status, Status::Error { .. }));
+}
