@@ -4,6 +4,7 @@ mod claimed;
 mod held;
 mod lease;
 mod report;
+pub mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -109,10 +110,11 @@ where
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
-    run::<OkOnly, T, E, _, _>(call, |claimed| {
+    let span = telemetry::span(&call);
+    let run = run::<OkOnly, T, E, _, _>(call, |claimed| {
         claimed.attached::<OkOnly, T, E, F>(tool_future)
-    })
-    .await
+    });
+    telemetry::traced(span, run).await
 }
 
 /// Like [`execute`], but an `Err` result is recorded and replayed too (Stripe's behaviour), so
@@ -126,10 +128,11 @@ where
     E: From<Error> + Serialize + DeserializeOwned,
     F: Future<Output = Result<T, E>>,
 {
-    run::<OkAndErr, T, E, _, _>(call, |claimed| {
+    let span = telemetry::span(&call);
+    let run = run::<OkAndErr, T, E, _, _>(call, |claimed| {
         claimed.attached::<OkAndErr, T, E, F>(tool_future)
-    })
-    .await
+    });
+    telemetry::traced(span, run).await
 }
 
 /// Like [`execute`], but the tool runs in its own task: if the caller goes away (a timeout, a
@@ -147,10 +150,11 @@ where
     E: From<Error> + Send + 'static,
     F: Future<Output = Result<T, E>> + Send + 'static,
 {
-    run::<OkOnly, T, E, _, _>(call, |claimed| {
+    let span = telemetry::span(&call);
+    let run = run::<OkOnly, T, E, _, _>(call, |claimed| {
         claimed.detached::<OkOnly, T, E, F>(tool_future)
-    })
-    .await
+    });
+    telemetry::traced(span, run).await
 }
 
 /// [`execute_detached`] with `Err` results recorded and replayed too.
@@ -163,10 +167,11 @@ where
     E: From<Error> + Serialize + DeserializeOwned + Send + 'static,
     F: Future<Output = Result<T, E>> + Send + 'static,
 {
-    run::<OkAndErr, T, E, _, _>(call, |claimed| {
+    let span = telemetry::span(&call);
+    let run = run::<OkAndErr, T, E, _, _>(call, |claimed| {
         claimed.detached::<OkAndErr, T, E, F>(tool_future)
-    })
-    .await
+    });
+    telemetry::traced(span, run).await
 }
 
 async fn run<C, T, E, S, R>(call: Call, start: S) -> Result<T, E>

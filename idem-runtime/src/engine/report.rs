@@ -1,21 +1,36 @@
-//! One outcome per call: the log event and the counters.
+//! One outcome per call: the log event, the counters, the span's outcome and the metrics.
+
+use tracing::Span;
 
 use crate::Error;
 use crate::stats::{GLOBAL, Outcome};
 use crate::tool::ToolInfo;
 
 use super::Call;
+use super::telemetry;
 
 /// Owns a call until its outcome is reported; a call dropped before that is reported as
-/// [`Outcome::Cancelled`], so every call yields exactly one event and one count.
+/// [`Outcome::Cancelled`], so every call yields exactly one event, one count, one outcome on
+/// its span and one end of its metrics.
 pub(crate) struct Reporter {
     call: Call,
     done: bool,
+    /// The call's span (disabled when no subscriber wants it).
+    span: Span,
+    #[cfg(feature = "metrics")]
+    metrics: telemetry::CallMetrics,
 }
 
 impl Reporter {
+    /// Starts reporting `call`, inside the span [`telemetry::traced`] runs it in.
     pub(crate) fn new(call: Call) -> Self {
-        Reporter { call, done: false }
+        Reporter {
+            span: telemetry::current_call_span(),
+            #[cfg(feature = "metrics")]
+            metrics: telemetry::CallMetrics::start(call.tool.name),
+            call,
+            done: false,
+        }
     }
 
     pub(crate) fn call(&self) -> &Call {
@@ -44,6 +59,11 @@ impl Reporter {
         GLOBAL.add(outcome);
         let call = &self.call;
         call.turn.record(outcome);
+        #[cfg(feature = "metrics")]
+        self.metrics.end(outcome);
+        telemetry::record_outcome(&self.span, outcome, error);
+        // The event belongs to the call's span even when reported from elsewhere (a drop).
+        let _entered = self.span.enter();
         let (tool, key, turn) = (call.tool.name, call.key.short(), call.turn.id());
         let namespace = call.turn.namespace();
         let routine = matches!(
@@ -79,6 +99,7 @@ impl Drop for Reporter {
 /// Logs and counts a call refused before it could be made (no turn, for instance).
 pub(crate) fn refused(tool: &'static ToolInfo, error: &Error) {
     GLOBAL.add(Outcome::ConfigError);
+    telemetry::refused(tool.name);
     tracing::warn!(target: "idem", tool = tool.name, outcome = Outcome::ConfigError.as_str(),
         %error, "tool call");
 }

@@ -1,0 +1,188 @@
+//! Operating idem: a `tracing` span around every state-changing call and, with the `metrics`
+//! feature, metrics through the [`metrics`](https://docs.rs/metrics) facade.
+//!
+//! # The span
+//! Each call of an `#[idempotent]` tool runs inside an `INFO` span named `idem.tool_call`
+//! (target `idem`). The tool's body runs inside it, so the spans it opens (an HTTP client, a
+//! database driver) nest under it, detached tools included. Its fields:
+//!
+//! | field | value |
+//! |---|---|
+//! | `otel.name` | the tool's name: the span's name once exported by `tracing-opentelemetry` |
+//! | `tool`, `key`, `turn`, `namespace` | the tool's name, the key's first 12 hex digits, the turn id and namespace |
+//! | `outcome` | recorded when the call ends: an [`Outcome`] name such as `executed` or `replayed` |
+//! | `error` | the error returned to the caller, if any |
+//! | `otel.status_code`, `otel.status_description` | `ERROR` and the error, for a call that failed ([`is_failure`]) |
+//!
+//! When no subscriber is interested in the span, it is never built: a disabled span costs a
+//! callsite check.
+//!
+//! # Metrics
+//! With the `metrics` cargo feature, every call also counts into whatever `metrics` recorder
+//! the application installed (Prometheus exporter, OpenTelemetry bridge, …); with none
+//! installed, the calls go to the facade's no-op recorder. The tool's key is never a label.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | [`CALLS_TOTAL`] | counter | `tool`, `outcome` |
+//! | [`CALL_DURATION_SECONDS`] | histogram (seconds) | `tool`, `outcome` |
+//! | [`CALLS_IN_FLIGHT`] | gauge | `tool` |
+
+use std::cell::RefCell;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
+use tracing::Span;
+use tracing::field::{Empty, display};
+
+use crate::Error;
+use crate::stats::Outcome;
+
+use super::Call;
+
+#[cfg(feature = "metrics")]
+mod metrics;
+
+#[cfg(feature = "metrics")]
+pub(super) use self::metrics::CallMetrics;
+#[cfg(feature = "metrics")]
+pub use self::metrics::describe_metrics;
+
+/// Counter of calls of state-changing tools, by `tool` and `outcome` (one per call).
+pub const CALLS_TOTAL: &str = "idem_tool_calls_total";
+/// Histogram of how long calls took from entering the engine to their outcome, in seconds, by
+/// `tool` and `outcome`.
+pub const CALL_DURATION_SECONDS: &str = "idem_tool_call_duration_seconds";
+/// Gauge of calls that entered the engine and have no outcome yet, by `tool`.
+pub const CALLS_IN_FLIGHT: &str = "idem_tool_calls_in_flight";
+
+/// Whether a call that ended with `outcome` (and `error`, the error it returned to its caller,
+/// if any) failed: its span gets `otel.status_code = "ERROR"`.
+///
+/// A call fails when it returns an idem error to its caller, when the tool returned an error
+/// or panicked, or when the store failed around it. A call its caller dropped (`cancelled`,
+/// `interrupted`) did not fail: nobody was waiting for it.
+pub fn is_failure(outcome: Outcome, error: Option<&Error>) -> bool {
+    error.is_some()
+        || matches!(
+            outcome,
+            Outcome::Failed | Outcome::Panicked | Outcome::StoreError
+        )
+}
+
+thread_local! {
+    /// The span of the call whose engine future is in its first poll: how the call's
+    /// [`Reporter`], created at the start of that poll, finds it.
+    ///
+    /// [`Reporter`]: super::report::Reporter
+    static HANDOFF: RefCell<Option<Span>> = const { RefCell::new(None) };
+}
+
+/// The span of one call: see the module documentation.
+pub(super) fn span(call: &Call) -> Span {
+    let tool = call.tool.name;
+    tracing::info_span!(
+        target: "idem",
+        "idem.tool_call",
+        otel.name = tool,
+        tool,
+        key = %call.key.short(),
+        turn = call.turn.id(),
+        namespace = call.turn.namespace(),
+        outcome = Empty,
+        error = Empty,
+        otel.status_code = Empty,
+        otel.status_description = Empty,
+    )
+}
+
+pin_project! {
+    /// An engine future running inside its call's span (entered on every poll and while the
+    /// future is dropped), which hands the span to the call's reporter on its first poll.
+    pub(super) struct Traced<F> {
+        span: Span,
+        first: bool,
+        #[pin]
+        run: Option<F>,
+    }
+
+    impl<F> PinnedDrop for Traced<F> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            let _entered = this.span.enter();
+            this.run.set(None);
+        }
+    }
+}
+
+/// Runs the engine future `run` inside `span`, where the call's reporter finds it.
+pub(super) fn traced<F: Future>(span: Span, run: F) -> Traced<F> {
+    Traced {
+        span,
+        first: true,
+        run: Some(run),
+    }
+}
+
+impl<F: Future> Future for Traced<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _entered = this.span.enter();
+        let Some(run) = this.run.as_pin_mut() else {
+            return Poll::Pending; // dropped its future: never polled again
+        };
+        if !std::mem::replace(this.first, false) {
+            return run.poll(cx);
+        }
+        /// Empties the hand-off slot after the first poll, even if it panics.
+        struct Clear;
+        impl Drop for Clear {
+            fn drop(&mut self) {
+                let _ = HANDOFF.try_with(|slot| slot.borrow_mut().take());
+            }
+        }
+        let _clear = Clear;
+        let _ = HANDOFF.try_with(|slot| *slot.borrow_mut() = Some(this.span.clone()));
+        run.poll(cx)
+    }
+}
+
+/// The span of the call being started: taken from the hand-off slot, which only the first
+/// poll of [`Traced`] fills ([`Span::none`] elsewhere).
+pub(super) fn current_call_span() -> Span {
+    HANDOFF
+        .try_with(|slot| slot.borrow_mut().take())
+        .ok()
+        .flatten()
+        .unwrap_or_else(Span::none)
+}
+
+/// Records a call's outcome on its span.
+pub(super) fn record_outcome(span: &Span, outcome: Outcome, error: Option<&Error>) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("outcome", outcome.as_str());
+    if let Some(error) = error {
+        span.record("error", display(error));
+    }
+    if is_failure(outcome, error) {
+        span.record("otel.status_code", "ERROR");
+        if let Some(error) = error {
+            span.record("otel.status_description", display(error));
+        }
+    }
+}
+
+/// Counts a call refused before it reached the engine (it was never in flight and took no
+/// time: only the counter moves).
+pub(super) fn refused(tool: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::refused(tool);
+    #[cfg(not(feature = "metrics"))]
+    let _ = tool;
+}
