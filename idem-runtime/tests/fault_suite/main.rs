@@ -1,0 +1,31 @@
+//! The seeded fault-schedule suite: thousands of generated schedules of concurrent, cancelled,
+//! failing and panicking tool calls against a store that delays, fails and loses replies, each
+//! checked against the engine's guarantees (see `docs/guarantees.md`).
+//!
+//! - `IDEM_FAULT_SEED=<n>` runs one schedule alone, prints it and its verdict, and minimizes it
+//!   if it fails.
+//! - `IDEM_FAULT_SCHEDULES=<n>` sets how many schedules each mode runs; `IDEM_FAULT_LONG=1`
+//!   runs a million in the paused mode.
+//! - `IDEM_FAULT_SOAK=1` runs the long soak.
+//!
+//! Each mode prints one summary line (`fault-suite <mode>: schedules=… duplicates=0 …`).
+
+mod ledger;
+mod minimize;
+mod prng;
+mod run;
+mod schedule;
+mod stores;
+mod suite;
+
+use std::sync::{Mutex, MutexGuard};
+
+/// The single-flight registry is process-wide: tests that count its entries run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Holds the suite's lock for the duration of a test.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
