@@ -13,6 +13,7 @@
 mod ledger;
 mod minimize;
 mod prng;
+mod regressions;
 mod run;
 mod schedule;
 mod stores;
