@@ -282,6 +282,11 @@ impl Ledger {
         }
     }
 
+    /// Whether any execution finished with a recorded result.
+    pub fn finished_any(&self) -> bool {
+        self.lock().finishes.values().any(|f| !f.is_empty())
+    }
+
     /// How many bodies of `key` started.
     pub fn starts(&self, key: &Key) -> u32 {
         self.lock().starts.get(key).copied().unwrap_or(0)
