@@ -18,6 +18,7 @@ mod prng;
 mod regressions;
 mod run;
 mod schedule;
+mod soak;
 mod stores;
 mod suite;
 
