@@ -47,6 +47,7 @@ fn seeds(base: u64, count: u64) -> Vec<u64> {
 /// totals and the failing seeds.
 pub fn mode(
     name: &str,
+    test: &str,
     seeds: &[u64],
     shape: Shape,
     check: impl Fn(&Schedule) -> Verdict,
@@ -67,10 +68,9 @@ pub fn mode(
                 let (small, why) = minimize(&schedule, verdict, &check);
                 eprintln!(
                     "fault-suite {name}: seed {seed} FAILS (reproduce: IDEM_FAULT_SEED={seed} \
-                     cargo test -p idem-runtime --test fault_suite {name_fn} -- --nocapture)\n\
+                     cargo test -p idem-runtime --test fault_suite {test} -- --nocapture --include-ignored)\n\
                      minimized schedule: {small:#?}\nviolations: {:#?}",
                     why.problems,
-                    name_fn = name.replace('-', "_"),
                 );
             }
         }
@@ -86,7 +86,7 @@ pub fn mode(
 fn mem_paused() {
     let _serial = crate::serial();
     let seeds = seeds(0, budget(20_000, 1_000_000));
-    let (totals, failing) = mode("mem-paused", &seeds, SHAPE, |s| {
+    let (totals, failing) = mode("mem-paused", "mem_paused", &seeds, SHAPE, |s| {
         run::paused(s, Backend::Memory)
     });
     assert!(
@@ -99,8 +99,8 @@ fn mem_paused() {
 #[test]
 fn mem_realtime() {
     let _serial = crate::serial();
-    let seeds = seeds(1 << 40, budget(150, 20_000));
-    let (totals, failing) = mode("mem-realtime", &seeds, SHAPE, |s| {
+    let seeds = seeds(1 << 40, budget(60, 20_000));
+    let (totals, failing) = mode("mem-realtime", "mem_realtime", &seeds, SHAPE, |s| {
         run::realtime(s, Backend::Memory)
     });
     assert!(totals.executions > 0, "the schedules ran no tool");
@@ -112,17 +112,25 @@ fn mem_realtime() {
 fn the_harness_catches_a_store_that_forgets_completions() {
     let _serial = crate::serial();
     let seeds: Vec<u64> = (0..300).collect();
-    let (totals, failing) = mode("self-test-forgetful", &seeds, SHAPE, |s| {
-        run::paused(s, Backend::Forgetful)
-    });
+    let (totals, failing) = mode(
+        "self-test-forgetful",
+        "the_harness_catches",
+        &seeds,
+        SHAPE,
+        |s| run::paused(s, Backend::Forgetful),
+    );
     assert!(
         totals.duplicates > 0 && !failing.is_empty(),
         "the harness did not notice a store that forgets completions: {totals:?}"
     );
     // The same seeds on the real store pass: the violations are the broken store's.
-    let (_, clean) = mode("self-test-control", &failing, SHAPE, |s| {
-        run::paused(s, Backend::Memory)
-    });
+    let (_, clean) = mode(
+        "self-test-control",
+        "the_harness_catches",
+        &failing,
+        SHAPE,
+        |s| run::paused(s, Backend::Memory),
+    );
     assert!(
         clean.is_empty(),
         "seeds failing on the correct store too: {clean:?}"
@@ -156,7 +164,7 @@ fn a_failing_seed_reproduces_and_minimizes() {
 fn mem_paused_full() {
     let _serial = crate::serial();
     let seeds = seeds(0, budget(20_000, 1_000_000));
-    let (_, failing) = mode("mem-paused-full", &seeds, FULL, |s| {
+    let (_, failing) = mode("mem-paused-full", "mem_paused_full", &seeds, FULL, |s| {
         run::paused(s, Backend::Memory)
     });
     assert!(failing.is_empty(), "failing seeds: {failing:?}");
