@@ -350,6 +350,7 @@ async fn attempt_once(ctx: &Arc<Ctx>, attempt: Attempt) {
             }
             Cancel::Select(after) => {
                 tokio::select! {
+                    biased;
                     () = engine => {}
                     () = tokio::time::sleep(ms(after)) => {}
                 }
@@ -362,6 +363,7 @@ async fn attempt_once(ctx: &Arc<Ctx>, attempt: Attempt) {
         let mut task = task;
         if let Cancel::Abort(after) = attempt.cancel {
             tokio::select! {
+                biased;
                 joined = &mut task => return joined,
                 () = tokio::time::sleep(ms(after)) => task.abort(),
             }
