@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use idem_runtime::clock::Clock;
 use idem_runtime::engine::flights_registered;
 use idem_runtime::key::{ArgsDigest, Fingerprint};
 use idem_runtime::store::fault::{Fault, FaultStore, Op};
@@ -43,13 +44,19 @@ const REAL: Settle = Settle {
     leases: None,
 };
 
+/// Opens the store handles of one schedule, all on one database, reading `clock` where the
+/// store takes a clock (chain i calls through handle i mod n, like separate processes).
+pub type Opener = Arc<dyn Fn(Arc<dyn Clock>) -> Result<Vec<Arc<dyn Store>>, String> + Send + Sync>;
+
 /// Which store the schedule runs against (always under the fault wrapper).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone)]
 pub enum Backend {
     /// A `MemoryStore` on Tokio's clock.
     Memory,
     /// The same, broken: it forgets completions (the self-test).
     Forgetful,
+    /// Handles opened by a function (SQLite, Redis).
+    Handles(Opener),
 }
 
 /// The tool's error type: its own error (carrying the execution id) or the engine's.
@@ -148,7 +155,8 @@ struct CallRecord {
 
 /// Everything the calls of one schedule share.
 struct Ctx {
-    store: Arc<dyn Store>,
+    /// The store handles, under the fault wrapper; chain i calls through handle i mod n.
+    stores: Vec<Arc<dyn Store>>,
     ledger: Arc<Ledger>,
     namespace: String,
     limit: u32,
@@ -159,17 +167,36 @@ struct Ctx {
 async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     let clock = Arc::new(TokioClock::new());
     let ledger = Ledger::new(clock.clone());
-    let memory: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock));
-    let observed: Arc<dyn Store> =
-        Arc::new(Observed::new(Arc::clone(&memory), Arc::clone(&ledger)));
-    let below: Arc<dyn Store> = match backend {
-        Backend::Memory => observed,
-        Backend::Forgetful => Arc::new(Forgetful::new(observed)),
+    let handles: Vec<Arc<dyn Store>> = match &backend {
+        Backend::Memory | Backend::Forgetful => vec![Arc::new(MemoryStore::with_clock(clock))],
+        Backend::Handles(open) => match open(clock) {
+            Ok(handles) if !handles.is_empty() => handles,
+            opened => {
+                let why = opened.err().unwrap_or_else(|| "no handles".to_owned());
+                ledger.problem(|c| c.leaks += 1, format!("could not open the store: {why}"));
+                let (counts, problems) = ledger.verdict();
+                return Verdict { counts, problems };
+            }
+        },
     };
-    let injected = Arc::new(Mutex::new(Vec::new()));
-    let store: Arc<dyn Store> = Arc::new(faulty(below, &schedule.faults, Arc::clone(&injected)));
+    let memory = Arc::clone(&handles[0]);
+    let plan = Plan::new(&schedule.faults);
+    let stores = handles
+        .iter()
+        .map(|handle| {
+            let observed: Arc<dyn Store> =
+                Arc::new(Observed::new(Arc::clone(handle), Arc::clone(&ledger)));
+            let below: Arc<dyn Store> = match backend {
+                Backend::Forgetful => Arc::new(Forgetful::new(observed)),
+                Backend::Memory | Backend::Handles(_) => observed,
+            };
+            let plan = Arc::clone(&plan);
+            Arc::new(FaultStore::new(below, move |op| plan.fault(op))) as Arc<dyn Store>
+        })
+        .collect();
+    let injected = Arc::clone(&plan.injected);
     let ctx = Arc::new(Ctx {
-        store,
+        stores,
         ledger: Arc::clone(&ledger),
         namespace: format!("fs-{:x}", schedule.seed),
         limit: schedule.limit,
@@ -180,14 +207,16 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     let chains: Vec<_> = schedule
         .chains
         .iter()
-        .map(|chain| {
+        .enumerate()
+        .map(|(index, chain)| {
             let ctx = Arc::clone(&ctx);
             let chain = chain.clone();
             tokio::spawn(async move {
+                let store = Arc::clone(&ctx.stores[index % ctx.stores.len()]);
                 tokio::time::sleep(ms(chain.start_ms)).await;
                 for attempt in chain.attempts {
                     tokio::time::sleep(ms(attempt.gap_ms)).await;
-                    attempt_once(&ctx, attempt).await;
+                    attempt_once(&ctx, &store, attempt).await;
                 }
             })
         })
@@ -290,15 +319,25 @@ async fn in_progress(store: &Arc<dyn Store>, namespace: &str) -> u64 {
     }
 }
 
-/// The fault wrapper executing `faults`, noting each one actually injected in `injected`.
-fn faulty(
-    store: Arc<dyn Store>,
-    faults: &[FaultSpec],
+/// The schedule's faults, shared by the fault wrappers of all handles: the nth operation of a
+/// kind, counted over all handles, gets its planned fault.
+struct Plan {
+    faults: Vec<FaultSpec>,
+    seen: [AtomicUsize; 6],
+    /// The faults injected so far.
     injected: Arc<Mutex<Vec<FaultSpec>>>,
-) -> FaultStore {
-    let faults = faults.to_vec();
-    let seen: [AtomicUsize; 6] = Default::default();
-    FaultStore::new(store, move |op| {
+}
+
+impl Plan {
+    fn new(faults: &[FaultSpec]) -> Arc<Plan> {
+        Arc::new(Plan {
+            faults: faults.to_vec(),
+            seen: Default::default(),
+            injected: Arc::default(),
+        })
+    }
+
+    fn fault(&self, op: Op) -> Fault {
         let index = match op {
             Op::Begin => 0,
             Op::Renew => 1,
@@ -307,15 +346,15 @@ fn faulty(
             Op::Get => 4,
             Op::Admin => 5,
         };
-        let nth = seen[index].fetch_add(1, Ordering::SeqCst);
-        match faults.iter().find(|f| f.op == op && f.nth == nth) {
+        let nth = self.seen[index].fetch_add(1, Ordering::SeqCst);
+        match self.faults.iter().find(|f| f.op == op && f.nth == nth) {
             Some(spec) => {
-                lock(&injected).push(*spec);
+                lock(&self.injected).push(*spec);
                 spec.fault
             }
             None => Fault::None,
         }
-    })
+    }
 }
 
 /// The key and fingerprint of an attempt.
@@ -328,10 +367,10 @@ pub fn key_of(turn: &Turn, tool: Tool, arg: u8) -> (Key, Fingerprint) {
 }
 
 /// Makes one attempt: the call in its own task, given up on as the attempt says.
-async fn attempt_once(ctx: &Arc<Ctx>, attempt: Attempt) {
+async fn attempt_once(ctx: &Arc<Ctx>, store: &Arc<dyn Store>, attempt: Attempt) {
     let turn = Turn::new(format!("t{}", attempt.turn))
         .with_namespace(ctx.namespace.clone())
-        .with_store(Arc::clone(&ctx.store))
+        .with_store(Arc::clone(store))
         .with_max_attempts_per_key(ctx.limit)
         .with_in_flight_wait(IN_FLIGHT_WAIT);
     let (key, fingerprint) = key_of(&turn, attempt.tool, attempt.arg);

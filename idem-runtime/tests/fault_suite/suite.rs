@@ -1,9 +1,13 @@
 //! The modes: many generated schedules, a summary line each, a minimized report of any failing
 //! seed; and the self-test that the harness catches a broken store.
 
+use std::sync::Arc;
+
+use idem_runtime::store::{MemoryStore, Store};
+
 use crate::ledger::Counts;
 use crate::minimize::minimize;
-use crate::run::{self, Backend, Verdict};
+use crate::run::{self, Backend, Opener, Verdict};
 use crate::schedule::{Schedule, Shape};
 
 /// The schedules the suite generates by default: `HangAfter` only where the engine bounds the
@@ -18,6 +22,15 @@ pub const FULL: Shape = Shape {
     unbounded_hangs: false,
     known_defects: true,
 };
+
+/// [`SHAPE`], or [`FULL`] under `IDEM_FAULT_FULL=1`.
+fn shape() -> Shape {
+    if std::env::var_os("IDEM_FAULT_FULL").is_some_and(|v| v == "1") {
+        FULL
+    } else {
+        SHAPE
+    }
+}
 
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
@@ -86,7 +99,7 @@ pub fn mode(
 fn mem_paused() {
     let _serial = crate::serial();
     let seeds = seeds(0, budget(20_000, 1_000_000));
-    let (totals, failing) = mode("mem-paused", "mem_paused", &seeds, SHAPE, |s| {
+    let (totals, failing) = mode("mem-paused", "mem_paused", &seeds, shape(), |s| {
         run::paused(s, Backend::Memory)
     });
     assert!(
@@ -100,9 +113,30 @@ fn mem_paused() {
 fn mem_realtime() {
     let _serial = crate::serial();
     let seeds = seeds(1 << 40, budget(60, 20_000));
-    let (totals, failing) = mode("mem-realtime", "mem_realtime", &seeds, SHAPE, |s| {
+    let (totals, failing) = mode("mem-realtime", "mem_realtime", &seeds, shape(), |s| {
         run::realtime(s, Backend::Memory)
     });
+    assert!(totals.executions > 0, "the schedules ran no tool");
+    assert!(failing.is_empty(), "failing seeds: {failing:?}");
+}
+
+/// Two handles on one memory store, as two processes sharing a store: a chain's calls join
+/// only calls of their own handle, and wait for the other's through the store.
+#[test]
+fn mem_paused_two_processes() {
+    let _serial = crate::serial();
+    let open: Opener = Arc::new(|clock| {
+        let shared: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock));
+        Ok(vec![Arc::clone(&shared), shared])
+    });
+    let seeds = seeds(1 << 20, budget(10_000, 1_000_000));
+    let (totals, failing) = mode(
+        "mem-paused-2proc",
+        "mem_paused_two_processes",
+        &seeds,
+        shape(),
+        |s| run::paused(s, Backend::Handles(Arc::clone(&open))),
+    );
     assert!(totals.executions > 0, "the schedules ran no tool");
     assert!(failing.is_empty(), "failing seeds: {failing:?}");
 }
