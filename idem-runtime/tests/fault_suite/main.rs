@@ -14,6 +14,7 @@ mod clock_step;
 mod enumerate;
 mod ledger;
 mod minimize;
+mod modes;
 mod prng;
 mod regressions;
 mod run;

@@ -1,107 +1,27 @@
-//! The modes: many generated schedules, a summary line each, a minimized report of any failing
-//! seed; and the self-test that the harness catches a broken store.
+//! The suite's modes over the memory store, and the self-test that the harness catches a broken
+//! store.
 
 use std::sync::Arc;
 
 use idem_runtime::store::{MemoryStore, Store};
 
-use crate::ledger::Counts;
 use crate::minimize::minimize;
-use crate::run::{self, Backend, Opener, Verdict};
-use crate::schedule::{Schedule, Shape};
-
-/// The schedules the suite generates by default: `HangAfter` only where the engine bounds the
-/// wait itself (`renew`).
-pub const SHAPE: Shape = Shape {
-    unbounded_hangs: false,
-    known_defects: false,
-};
-
-/// Everything, the known defects' fault patterns included.
-pub const FULL: Shape = Shape {
-    unbounded_hangs: false,
-    known_defects: true,
-};
-
-/// [`SHAPE`], or [`FULL`] under `IDEM_FAULT_FULL=1`.
-fn shape() -> Shape {
-    if std::env::var_os("IDEM_FAULT_FULL").is_some_and(|v| v == "1") {
-        FULL
-    } else {
-        SHAPE
-    }
-}
-
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
-}
-
-/// How many schedules a mode runs: `IDEM_FAULT_SCHEDULES`, else `long` under
-/// `IDEM_FAULT_LONG=1`, else `default`.
-fn budget(default: u64, long: u64) -> u64 {
-    env_u64("IDEM_FAULT_SCHEDULES").unwrap_or_else(|| {
-        if std::env::var_os("IDEM_FAULT_LONG").is_some_and(|v| v == "1") {
-            long
-        } else {
-            default
-        }
-    })
-}
-
-/// Seeds of a mode: the one of `IDEM_FAULT_SEED`, or `count` seeds from `base`.
-fn seeds(base: u64, count: u64) -> Vec<u64> {
-    match env_u64("IDEM_FAULT_SEED") {
-        Some(seed) => vec![seed],
-        None => (0..count).map(|i| base.wrapping_add(i)).collect(),
-    }
-}
-
-/// Runs every seed, prints the summary line and each failing seed (minimized); returns the
-/// totals and the failing seeds.
-pub fn mode(
-    name: &str,
-    test: &str,
-    seeds: &[u64],
-    shape: Shape,
-    check: impl Fn(&Schedule) -> Verdict,
-) -> (Counts, Vec<u64>) {
-    let mut totals = Counts::default();
-    let mut failing = Vec::new();
-    let single = seeds.len() == 1;
-    for &seed in seeds {
-        let schedule = Schedule::generate(seed, shape);
-        let verdict = check(&schedule);
-        totals.add(&verdict.counts);
-        if single {
-            eprintln!("schedule {seed}: {schedule:#?}\nverdict: {verdict:#?}");
-        }
-        if verdict.failed() {
-            failing.push(seed);
-            if failing.len() <= 3 {
-                let (small, why) = minimize(&schedule, verdict, &check);
-                eprintln!(
-                    "fault-suite {name}: seed {seed} FAILS (reproduce: IDEM_FAULT_SEED={seed} \
-                     cargo test -p idem-runtime --test fault_suite {test} -- --nocapture --include-ignored)\n\
-                     minimized schedule: {small:#?}\nviolations: {:#?}",
-                    why.problems,
-                );
-            }
-        }
-    }
-    eprintln!("{}", totals.summary(name));
-    if !failing.is_empty() {
-        eprintln!("fault-suite {name}: failing seeds: {failing:?}");
-    }
-    (totals, failing)
-}
+use crate::modes::{FULL, SHAPE, budget, mode, seeds, shape};
+use crate::prng::Rng;
+use crate::run::{self, Backend, Opener};
+use crate::schedule::Schedule;
 
 #[test]
 fn mem_paused() {
     let _serial = crate::serial();
     let seeds = seeds(0, budget(20_000, 1_000_000));
-    let (totals, failing) = mode("mem-paused", "mem_paused", &seeds, shape(), |s| {
-        run::paused(s, Backend::Memory)
-    });
+    let (totals, failing) = mode(
+        "mem-paused",
+        "fault_suite mem_paused",
+        &seeds,
+        shape(),
+        |s| run::paused(s, Backend::Memory),
+    );
     assert!(
         totals.executions > 0 && totals.effects > 0,
         "the schedules ran no tool"
@@ -113,9 +33,13 @@ fn mem_paused() {
 fn mem_realtime() {
     let _serial = crate::serial();
     let seeds = seeds(1 << 40, budget(60, 20_000));
-    let (totals, failing) = mode("mem-realtime", "mem_realtime", &seeds, shape(), |s| {
-        run::realtime(s, Backend::Memory)
-    });
+    let (totals, failing) = mode(
+        "mem-realtime",
+        "fault_suite mem_realtime",
+        &seeds,
+        shape(),
+        |s| run::realtime(s, Backend::Memory),
+    );
     assert!(totals.executions > 0, "the schedules ran no tool");
     assert!(failing.is_empty(), "failing seeds: {failing:?}");
 }
@@ -132,7 +56,7 @@ fn mem_paused_two_processes() {
     let seeds = seeds(1 << 20, budget(10_000, 1_000_000));
     let (totals, failing) = mode(
         "mem-paused-2proc",
-        "mem_paused_two_processes",
+        "fault_suite mem_paused_two_processes",
         &seeds,
         shape(),
         |s| run::paused(s, Backend::Handles(Arc::clone(&open))),
@@ -148,7 +72,7 @@ fn the_harness_catches_a_store_that_forgets_completions() {
     let seeds: Vec<u64> = (0..300).collect();
     let (totals, failing) = mode(
         "self-test-forgetful",
-        "the_harness_catches",
+        "fault_suite the_harness_catches",
         &seeds,
         SHAPE,
         |s| run::paused(s, Backend::Forgetful),
@@ -160,7 +84,7 @@ fn the_harness_catches_a_store_that_forgets_completions() {
     // The same seeds on the real store pass: the violations are the broken store's.
     let (_, clean) = mode(
         "self-test-control",
-        "the_harness_catches",
+        "fault_suite the_harness_catches",
         &failing,
         SHAPE,
         |s| run::paused(s, Backend::Memory),
@@ -198,8 +122,29 @@ fn a_failing_seed_reproduces_and_minimizes() {
 fn mem_paused_full() {
     let _serial = crate::serial();
     let seeds = seeds(0, budget(20_000, 1_000_000));
-    let (_, failing) = mode("mem-paused-full", "mem_paused_full", &seeds, FULL, |s| {
-        run::paused(s, Backend::Memory)
-    });
+    let (_, failing) = mode(
+        "mem-paused-full",
+        "fault_suite mem_paused_full",
+        &seeds,
+        FULL,
+        |s| run::paused(s, Backend::Memory),
+    );
     assert!(failing.is_empty(), "failing seeds: {failing:?}");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_numbers_and_another_seed_others() {
+    let a: Vec<u64> = (0..4)
+        .scan(Rng::new(7), |r, _| Some(r.next_u64()))
+        .collect();
+    let b: Vec<u64> = (0..4)
+        .scan(Rng::new(7), |r, _| Some(r.next_u64()))
+        .collect();
+    let c: Vec<u64> = (0..4)
+        .scan(Rng::new(8), |r, _| Some(r.next_u64()))
+        .collect();
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    let mut r = Rng::new(1);
+    assert!((0..1000).all(|_| (3..=5).contains(&r.range(3, 5))));
 }
