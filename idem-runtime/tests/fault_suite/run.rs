@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,9 +45,12 @@ const REAL: Settle = Settle {
     leases: None,
 };
 
+/// What an [`Opener`] returns: the handles, or why they could not be opened.
+pub type Opened = Pin<Box<dyn Future<Output = Result<Vec<Arc<dyn Store>>, String>> + Send>>;
+
 /// Opens the store handles of one schedule, all on one database, reading `clock` where the
 /// store takes a clock (chain i calls through handle i mod n, like separate processes).
-pub type Opener = Arc<dyn Fn(Arc<dyn Clock>) -> Result<Vec<Arc<dyn Store>>, String> + Send + Sync>;
+pub type Opener = Arc<dyn Fn(Arc<dyn Clock>) -> Opened + Send + Sync>;
 
 /// Which store the schedule runs against (always under the fault wrapper).
 #[derive(Clone)]
@@ -169,7 +173,7 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     let ledger = Ledger::new(clock.clone());
     let handles: Vec<Arc<dyn Store>> = match &backend {
         Backend::Memory | Backend::Forgetful => vec![Arc::new(MemoryStore::with_clock(clock))],
-        Backend::Handles(open) => match open(clock) {
+        Backend::Handles(open) => match open(clock).await {
             Ok(handles) if !handles.is_empty() => handles,
             opened => {
                 let why = opened.err().unwrap_or_else(|| "no handles".to_owned());

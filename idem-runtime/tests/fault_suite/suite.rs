@@ -51,7 +51,7 @@ fn mem_paused_two_processes() {
     let _serial = crate::serial();
     let open: Opener = Arc::new(|clock| {
         let shared: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock));
-        Ok(vec![Arc::clone(&shared), shared])
+        Box::pin(std::future::ready(Ok(vec![Arc::clone(&shared), shared])))
     });
     let seeds = seeds(1 << 20, budget(10_000, 1_000_000));
     let (totals, failing) = mode(
