@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use idem_runtime::store::{RedisStore, Store};
 
-use modes::{budget, mode, seeds, shape};
+use modes::{budget, mode, realtime_shape, seeds};
 use run::{Backend, Opener};
 
 #[test]
@@ -66,7 +66,7 @@ fn redis_realtime() {
         "redis-realtime",
         "fault_suite_redis redis_realtime --features redis",
         &seeds,
-        shape(),
+        realtime_shape(),
         |s| run::realtime(s, Backend::Handles(Arc::clone(&open))),
     );
     assert!(totals.executions > 0, "the schedules ran no tool");

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use idem_runtime::store::{SqliteStore, Store};
 
-use modes::{budget, mode, seeds, shape};
+use modes::{budget, mode, realtime_shape, seeds};
 use run::{Backend, Opener};
 
 /// A directory of this run's database files, deleted at the end.
@@ -63,7 +63,7 @@ fn sqlite_realtime() {
         "sqlite-realtime",
         "fault_suite_sqlite sqlite_realtime --features sqlite",
         &seeds,
-        shape(),
+        realtime_shape(),
         |s| run::realtime(s, Backend::Handles(Arc::clone(&open))),
     );
     assert!(totals.executions > 0, "the schedules ran no tool");

@@ -11,12 +11,14 @@ use crate::schedule::{Schedule, Shape};
 pub const SHAPE: Shape = Shape {
     unbounded_hangs: false,
     known_defects: false,
+    realtime: false,
 };
 
 /// Everything, the known defects' fault patterns included.
 pub const FULL: Shape = Shape {
     unbounded_hangs: false,
     known_defects: true,
+    realtime: false,
 };
 
 /// [`SHAPE`], or [`FULL`] under `IDEM_FAULT_FULL=1`.
@@ -25,6 +27,14 @@ pub fn shape() -> Shape {
         FULL
     } else {
         SHAPE
+    }
+}
+
+/// [`shape`] for a mode that runs in real time.
+pub fn realtime_shape() -> Shape {
+    Shape {
+        realtime: true,
+        ..shape()
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use idem_runtime::store::{MemoryStore, Store};
 
 use crate::minimize::minimize;
-use crate::modes::{FULL, SHAPE, budget, mode, seeds, shape};
+use crate::modes::{FULL, SHAPE, budget, mode, realtime_shape, seeds, shape};
 use crate::prng::Rng;
 use crate::run::{self, Backend, Opener};
 use crate::schedule::Schedule;
@@ -37,7 +37,7 @@ fn mem_realtime() {
         "mem-realtime",
         "fault_suite mem_realtime",
         &seeds,
-        shape(),
+        realtime_shape(),
         |s| run::realtime(s, Backend::Memory),
     );
     assert!(totals.executions > 0, "the schedules ran no tool");
