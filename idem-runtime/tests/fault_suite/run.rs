@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ledger::{Counts, Ledger, Val};
 use crate::schedule::{Attempt, Cancel, End, FaultSpec, Schedule, Tool};
-use crate::stores::{Forgetful, Observed, TokioClock};
+use crate::stores::{Forgetful, Lazy, Observed, TokioClock};
 
 /// A call bound: a call still running this long after it started hangs.
 const HANG_BOUND: Duration = Duration::from_secs(120);
@@ -184,6 +184,12 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
         },
     };
     let memory = Arc::clone(&handles[0]);
+    let handles: Vec<Arc<dyn Store>> = if schedule.lazy {
+        let lazy = |h: Arc<dyn Store>| Arc::new(Lazy::new(h)) as Arc<dyn Store>;
+        handles.into_iter().map(lazy).collect()
+    } else {
+        handles
+    };
     // The store's own tasks (a Redis connection's driver) are not the engine's: count them once
     // each handle has been used.
     for handle in &handles {

@@ -139,6 +139,9 @@ pub struct Schedule {
     pub chains: Vec<Chain>,
     /// The store faults.
     pub faults: Vec<FaultSpec>,
+    /// Whether the memory store's operations take effect when first polled, as a network
+    /// store's do (else when called: a `Delay` then delays only the reply).
+    pub lazy: bool,
 }
 
 /// What the generator may produce.
@@ -188,6 +191,7 @@ impl Schedule {
             limit,
             chains,
             faults,
+            lazy: r.chance(50),
         }
     }
 

@@ -145,6 +145,56 @@ impl Store for Forgetful {
     }
 }
 
+/// A store whose operations take effect when first polled, like a network store's (the memory
+/// store's take effect when called): under the fault wrapper a `Delay` then delays the effect,
+/// and a caller that drops the operation before then cancels it.
+pub struct Lazy {
+    inner: Arc<dyn Store>,
+}
+
+impl Lazy {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Lazy { inner }
+    }
+}
+
+impl Store for Lazy {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        Box::pin(async move { self.inner.begin(req).await })
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.inner.renew(lease, duration).await })
+    }
+    fn complete<'a>(
+        &'a self,
+        lease: &'a Lease,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.inner.complete(lease, result, ttl).await })
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        Box::pin(async move { self.inner.release(lease).await })
+    }
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        Box::pin(async move { self.inner.get(namespace, key).await })
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        Box::pin(async move { self.inner.purge_expired().await })
+    }
+    fn list<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        Box::pin(async move { self.inner.list(namespace, limit).await })
+    }
+    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        Box::pin(async move { self.inner.remove(namespace, key).await })
+    }
+}
+
 /// A store whose every operation returns `Pending` once (waking itself) before it runs: each
 /// store call is a point where the caller can be dropped.
 pub struct YieldOnce {
