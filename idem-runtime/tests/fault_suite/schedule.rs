@@ -305,10 +305,6 @@ fn avoid_known_defects(chains: &mut [Chain], faults: &mut Vec<FaultSpec>) {
     }
     for spec in faults.iter_mut() {
         match (spec.op, spec.fault) {
-            // Defect 1: a `complete` slower than the rest of a 15 ms lease (at least 10 ms).
-            (Op::Complete, Fault::Delay(by)) if by >= Duration::from_millis(10) => {
-                spec.fault = Fault::Delay(Duration::from_millis(9));
-            }
             // Defect 6: a `begin` reply slower than a 15 ms lease (at least 10 ms).
             (Op::Begin, Fault::Delay(by)) if by >= Duration::from_millis(10) => {
                 spec.fault = Fault::Delay(Duration::from_millis(9));
@@ -321,14 +317,19 @@ fn avoid_known_defects(chains: &mut [Chain], faults: &mut Vec<FaultSpec>) {
     let fails = |f: &FaultSpec| {
         f.op == Op::Complete && matches!(f.fault, Fault::FailBefore | Fault::FailAfter)
     };
-    // Defect 4: background recording first waits 20 ms before renewing, longer than a short
-    // lease, so a second failed `complete` in a row loses the key: keep one failing `complete`.
-    if let Some(first) = faults.iter().position(fails) {
-        let mut index = 0;
-        faults.retain(|f| {
-            index += 1;
-            index - 1 == first || !fails(f)
-        });
+    // Defect 1: a `complete` slower than what is left of a 15 ms lease (renewal faults shorten
+    // it further). Defect 4: background recording (after a failed `complete`, or a caller that
+    // left while the result was being recorded) waits 20 ms before its first `renew`. Where a
+    // `complete` may be slow or fail, the short-lease tool is replaced by the plain one.
+    if faults
+        .iter()
+        .any(|f| f.op == Op::Complete && f.fault != Fault::None)
+    {
+        for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
+            if attempt.tool == Tool::Short {
+                attempt.tool = Tool::Plain;
+            }
+        }
     }
     // Defect 3: background recording (after a failed `complete`) awaits `renew` unbounded.
     if faults.iter().any(fails) {
