@@ -4,6 +4,8 @@
 //! `fault_suite`.
 #![allow(dead_code)] // the shared harness modules carry helpers only the memory suite uses
 
+#[path = "fault_suite/calls.rs"]
+mod calls;
 #[path = "fault_suite/ledger.rs"]
 mod ledger;
 #[path = "fault_suite/minimize.rs"]

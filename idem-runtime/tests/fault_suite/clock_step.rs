@@ -10,7 +10,7 @@ use idem_runtime::clock::{Clock, ManualClock};
 use idem_runtime::store::{MemoryStore, Store};
 use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
 
-use crate::run::key_of;
+use crate::calls::key_of;
 use crate::schedule::Tool;
 
 /// A tool with a 300 ms lease (renewed every 100 ms) and a 1 s TTL.

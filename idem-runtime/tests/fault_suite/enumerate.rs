@@ -11,8 +11,8 @@ use idem_runtime::engine::flights_registered;
 use idem_runtime::store::{MemoryStore, RecordState, Store};
 use idem_runtime::{Call, Turn, execute, execute_detached};
 
+use crate::calls::{ToolError, key_of};
 use crate::ledger::{Ledger, Val};
-use crate::run::{ToolError, key_of};
 use crate::schedule::Tool;
 use crate::stores::{Observed, TokioClock, YieldOnce};
 

@@ -10,6 +10,7 @@
 //!
 //! Each mode prints one summary line (`fault-suite <mode>: schedules=… duplicates=0 …`).
 
+mod calls;
 mod clock_step;
 mod enumerate;
 mod ledger;

@@ -11,8 +11,8 @@ use idem_runtime::store::fault::{Fault, FaultStore};
 use idem_runtime::store::{MemoryStore, Store};
 use idem_runtime::{Call, Error, Turn, execute};
 
+use crate::calls::key_of;
 use crate::prng::Rng;
-use crate::run::key_of;
 use crate::schedule::Tool;
 use crate::stores::TokioClock;
 
