@@ -5,7 +5,8 @@
 //! - `IDEM_FAULT_SEED=<n>` runs one schedule alone, prints it and its verdict, and minimizes it
 //!   if it fails.
 //! - `IDEM_FAULT_SCHEDULES=<n>` sets how many schedules each mode runs; `IDEM_FAULT_LONG=1`
-//!   runs a million in the paused mode.
+//!   runs two million in the paused mode, a million with two processes, 20,000 in real time.
+//! - `IDEM_FAULT_FULL=1` also plans the patterns of the known defects (`regressions.rs`).
 //! - `IDEM_FAULT_SOAK=1` runs the long soak.
 //!
 //! Each mode prints one summary line (`fault-suite <mode>: schedules=… duplicates=0 …`).

@@ -14,7 +14,7 @@ use crate::schedule::Schedule;
 #[test]
 fn mem_paused() {
     let _serial = crate::serial();
-    let seeds = seeds(0, budget(20_000, 1_000_000));
+    let seeds = seeds(0, budget(20_000, 2_000_000));
     let (totals, failing) = mode(
         "mem-paused",
         "fault_suite mem_paused",
