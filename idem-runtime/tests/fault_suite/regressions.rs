@@ -174,7 +174,7 @@ fn a_begin_answered_after_its_lease_ran_out_still_runs_the_tool() {
                 chain(2, vec![call(Tool::Short, 0, 0, End::Ok)]),
                 chain(1, vec![call(Tool::Short, 0, 0, End::Ok)]),
             ],
-            faults: vec![fault(Op::Begin, 0, Fault::Delay(Duration::from_millis(20)))],
+            faults: vec![fault(Op::Begin, 0, Fault::Delay(Duration::from_millis(40)))],
             lazy: false,
         },
         two_processes(),
