@@ -75,7 +75,7 @@ fn a_complete_slower_than_the_lease_lets_a_retry_run_the_tool_again() {
             0,
             Fault::Delay(Duration::from_millis(20)),
         )],
-        lazy: false,
+        lazy: true,
     });
 }
 

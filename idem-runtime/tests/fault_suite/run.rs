@@ -16,7 +16,7 @@ use idem_runtime::{Key, Turn};
 use crate::calls::{attempt_once, quiet_tool_panics};
 use crate::ledger::{Counts, Ledger};
 use crate::schedule::{FaultSpec, Schedule};
-use crate::stores::{Forgetful, Lazy, Observed, TokioClock};
+use crate::stores::{Forgetful, Lazy, Observed, SlowReplies, TokioClock, plan_slow_reply};
 
 /// How long the checks wait after the last call.
 #[derive(Debug, Clone, Copy)]
@@ -159,7 +159,9 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     let store_tasks = tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks();
-    let plan = Plan::new(&schedule.faults);
+    // An eager (in-process) store's delays are slow replies: the operation takes effect, its
+    // reply comes late. A lazy (network) store's delay the operation itself.
+    let plan = Plan::new(&schedule.faults, !schedule.lazy);
     let stores = handles
         .iter()
         .map(|handle| {
@@ -170,7 +172,8 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
                 Backend::Memory | Backend::Handles(_) => observed,
             };
             let plan = Arc::clone(&plan);
-            Arc::new(FaultStore::new(below, move |op| plan.fault(op))) as Arc<dyn Store>
+            let faulty: Arc<dyn Store> = Arc::new(FaultStore::new(below, move |op| plan.fault(op)));
+            Arc::new(SlowReplies::new(faulty)) as Arc<dyn Store>
         })
         .collect();
     let injected = Arc::clone(&plan.injected);
@@ -306,14 +309,17 @@ struct Plan {
     seen: [AtomicUsize; 6],
     /// The faults injected so far.
     injected: Arc<Mutex<Vec<FaultSpec>>>,
+    /// Whether a `Delay` is a slow reply (see [`SlowReplies`]) instead of a slow operation.
+    slow_replies: bool,
 }
 
 impl Plan {
-    fn new(faults: &[FaultSpec]) -> Arc<Plan> {
+    fn new(faults: &[FaultSpec], slow_replies: bool) -> Arc<Plan> {
         Arc::new(Plan {
             faults: faults.to_vec(),
             seen: Default::default(),
             injected: Arc::default(),
+            slow_replies,
         })
     }
 
@@ -330,7 +336,13 @@ impl Plan {
         match self.faults.iter().find(|f| f.op == op && f.nth == nth) {
             Some(spec) => {
                 lock(&self.injected).push(*spec);
-                spec.fault
+                match spec.fault {
+                    Fault::Delay(by) if self.slow_replies => {
+                        plan_slow_reply(by);
+                        Fault::None
+                    }
+                    fault => fault,
+                }
             }
             None => Fault::None,
         }

@@ -145,6 +145,81 @@ impl Store for Forgetful {
     }
 }
 
+thread_local! {
+    /// A reply delay planned for the operation being called on this thread.
+    static SLOW_REPLY: std::cell::Cell<Option<Duration>> = const { std::cell::Cell::new(None) };
+}
+
+/// Plans a reply delay for the operation being called (by the fault plan, which the fault
+/// wrapper consults synchronously when an operation is called).
+pub fn plan_slow_reply(by: Duration) {
+    SLOW_REPLY.with(|slot| slot.set(Some(by)));
+}
+
+/// Delays the replies the fault plan asks it to: the operation takes effect, its reply comes
+/// late (a `Delay` of the fault wrapper delays the operation itself). Sits above the fault
+/// wrapper.
+pub struct SlowReplies {
+    inner: Arc<dyn Store>,
+}
+
+impl SlowReplies {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        SlowReplies { inner }
+    }
+}
+
+/// Calls `op` and delays its reply if the plan asked for it during the call.
+fn slowed<'a, T: Send + 'a>(op: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+    SLOW_REPLY.with(|slot| slot.set(None));
+    let work = op();
+    match SLOW_REPLY.with(std::cell::Cell::take) {
+        None => work,
+        Some(by) => Box::pin(async move {
+            let reply = work.await;
+            tokio::time::sleep(by).await;
+            reply
+        }),
+    }
+}
+
+impl Store for SlowReplies {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        slowed(|| self.inner.begin(req))
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        slowed(|| self.inner.renew(lease, duration))
+    }
+    fn complete<'a>(
+        &'a self,
+        lease: &'a Lease,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        slowed(|| self.inner.complete(lease, result, ttl))
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        slowed(|| self.inner.release(lease))
+    }
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        slowed(|| self.inner.get(namespace, key))
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        slowed(|| self.inner.purge_expired())
+    }
+    fn list<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        slowed(|| self.inner.list(namespace, limit))
+    }
+    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        slowed(|| self.inner.remove(namespace, key))
+    }
+}
+
 /// A store whose operations take effect when first polled, like a network store's (the memory
 /// store's take effect when called): under the fault wrapper a `Delay` then delays the effect,
 /// and a caller that drops the operation before then cancels it.
