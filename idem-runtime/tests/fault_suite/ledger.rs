@@ -32,10 +32,23 @@ struct Finish {
 #[derive(Debug, Clone)]
 struct Completion {
     token: LeaseToken,
-    /// The recorded value; `None` for a marker (interrupted, not replayable).
-    val: Option<Val>,
+    /// What the record holds, as far as the harness can read it.
+    content: Content,
     at: u64,
     expires: u64,
+}
+
+/// What a recorded result holds. The record format belongs to the engine; the harness reads
+/// the JSON envelope it knows and otherwise learns the value from the first caller answered
+/// while the record lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Content {
+    /// A result of this value.
+    Value(Val),
+    /// A marker (interrupted, not replayable): no caller may see an `Ok` from it.
+    Marker,
+    /// A format the harness does not read; the first value a caller saw from it, if any.
+    Opaque(Option<Val>),
 }
 
 /// Counters of one run (or of many, summed).
@@ -250,7 +263,7 @@ impl Ledger {
         }
         list.push(Completion {
             token,
-            val: decode(bytes),
+            content: decode(bytes),
             at,
             expires: at + ms(ttl),
         });
@@ -265,13 +278,22 @@ impl Ledger {
                 .find(|f| f.at <= now && now < f.at + f.ttl)
                 .map(|f| f.val)
         });
-        let recorded = s.completions.get(&key).and_then(|c| {
-            c.iter()
+        let recorded = s.completions.get_mut(&key).and_then(|c| {
+            c.iter_mut()
                 .find(|c| c.at <= now && now < c.expires)
-                .map(|c| c.val)
+                .map(|c| {
+                    if let Content::Opaque(first @ None) = &mut c.content {
+                        *first = Some(val);
+                    }
+                    c.content
+                })
         });
-        let wrong =
-            first_finish.is_some_and(|f| f != val) || recorded.is_some_and(|r| r != Some(val));
+        let wrong = first_finish.is_some_and(|f| f != val)
+            || match recorded {
+                Some(Content::Value(v) | Content::Opaque(Some(v))) => v != val,
+                Some(Content::Marker) => true,
+                Some(Content::Opaque(None)) | None => false,
+            };
         if wrong {
             s.counts.wrong_results += 1;
             s.problems.push(format!(
@@ -311,14 +333,26 @@ impl Ledger {
     }
 }
 
-/// The value in a record (`{"ok":N}` / `{"err":{"Tool":N}}`), `None` for a marker.
-fn decode(bytes: &[u8]) -> Option<Val> {
-    let json: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+/// What a record holds, read from the JSON envelope (`{"ok":N}`, `{"err":{"Tool":N}}`,
+/// `{"interrupted":…}`, `{"unreplayable":…}`) if it is one.
+fn decode(bytes: &[u8]) -> Content {
+    let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) else {
+        return Content::Opaque(None);
+    };
     if let Some(exec) = json.get("ok").and_then(serde_json::Value::as_u64) {
-        return Some(Val { exec, ok: true });
+        return Content::Value(Val { exec, ok: true });
     }
-    let exec = json.get("err")?.get("Tool")?.as_u64()?;
-    Some(Val { exec, ok: false })
+    if let Some(exec) = json
+        .get("err")
+        .and_then(|e| e.get("Tool"))
+        .and_then(serde_json::Value::as_u64)
+    {
+        return Content::Value(Val { exec, ok: false });
+    }
+    if json.get("interrupted").is_some() || json.get("unreplayable").is_some() {
+        return Content::Marker;
+    }
+    Content::Opaque(None)
 }
 
 fn ms(d: Duration) -> u64 {
