@@ -158,9 +158,10 @@ fn a_complete_reply_that_never_comes_hangs_the_call() {
     });
 }
 
-/// Found as seed 1050192 of `mem_paused_two_processes`. Process B's `begin` claims the key but
-/// its reply arrives after the 15 ms lease it granted has run out; meanwhile process A claimed
-/// the expired key, ran the tool and recorded its result. B's engine still starts the body
+/// Found by `mem_paused_two_processes` in the full shape (as seed 1050192, before an in-process
+/// store's delays became slow replies). Process B's `begin` claims the key but its reply
+/// arrives after the 15 ms lease it granted has run out; meanwhile process A claimed the
+/// expired key, ran the tool and recorded its result. B's engine still starts the body
 /// (the lease's end, `sent + lease`, is already past), runs the side effect again, and hands its
 /// caller a second `Ok` (its `complete` then gets `LeaseLost`).
 #[test]
