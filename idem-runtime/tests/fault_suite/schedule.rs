@@ -1,0 +1,338 @@
+//! Schedules: what each chain of callers does, what each tool body does, and which store
+//! operations fail. A schedule is generated from a seed and can be shrunk by dropping parts.
+
+use std::time::Duration;
+
+use idem_runtime::ToolInfo;
+use idem_runtime::store::fault::{Fault, Op};
+
+use crate::prng::Rng;
+
+/// The tools schedules call, by [`Tool`] index.
+pub static TOOLS: [ToolInfo; 5] = [
+    ToolInfo::idempotent("fs_plain"),
+    ToolInfo::idempotent("fs_caching").with_cache_errors(),
+    ToolInfo::idempotent("fs_short")
+        .with_lease(Duration::from_millis(15))
+        .with_ttl(Duration::from_millis(40)),
+    ToolInfo::idempotent("fs_detached").with_lease(Duration::from_millis(100)),
+    ToolInfo::idempotent("fs_release").with_release_on_cancel(),
+];
+
+/// Which tool an attempt calls, and how the engine runs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tool {
+    /// `execute`, default lease and TTL.
+    Plain,
+    /// `execute_caching_errors`: an `Err` is recorded and replayed.
+    Caching,
+    /// `execute` with a 15 ms lease and a 40 ms TTL: renewals, lease loss and expiry.
+    Short,
+    /// `execute_detached` with a 100 ms lease: the body survives its caller.
+    Detached,
+    /// `execute` with `release_on_cancel`.
+    Release,
+}
+
+impl Tool {
+    const ALL: [Tool; 5] = [
+        Tool::Plain,
+        Tool::Caching,
+        Tool::Short,
+        Tool::Detached,
+        Tool::Release,
+    ];
+
+    /// The tool's descriptor.
+    pub fn info(self) -> &'static ToolInfo {
+        &TOOLS[self as usize]
+    }
+
+    /// Whether an `Err` result is recorded.
+    pub fn records_errors(self) -> bool {
+        self.info().cache_errors
+    }
+}
+
+/// How an attempt's caller stops waiting early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cancel {
+    /// It waits for the answer.
+    None,
+    /// `tokio::time::timeout` after this many ms.
+    Timeout(u64),
+    /// A `select!` against a sleep of this many ms.
+    Select(u64),
+    /// The call's task is aborted (`JoinHandle::abort`) after this many ms.
+    Abort(u64),
+}
+
+/// How a tool body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// `Ok(execution id)`.
+    Ok,
+    /// `Err(execution id)`.
+    Err,
+    /// A panic of the tool's own.
+    Panic,
+}
+
+/// What the tool body does if it runs: wait, maybe perform the side effect, wait, end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Body {
+    /// Virtual ms before the side effect.
+    pub before_ms: u64,
+    /// Whether the side effect is performed.
+    pub effect: bool,
+    /// Virtual ms after it.
+    pub after_ms: u64,
+    /// How the body ends.
+    pub end: End,
+}
+
+/// One call of a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt {
+    /// Virtual ms after the previous attempt of the chain ended.
+    pub gap_ms: u64,
+    /// The turn id index.
+    pub turn: u8,
+    /// The tool.
+    pub tool: Tool,
+    /// The argument (one key per turn, tool and argument).
+    pub arg: u8,
+    /// How the caller gives up early.
+    pub cancel: Cancel,
+    /// What the body does if it runs.
+    pub body: Body,
+}
+
+/// Attempts made one after the other by one caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    /// Virtual ms before the first attempt.
+    pub start_ms: u64,
+    /// The attempts, in order.
+    pub attempts: Vec<Attempt>,
+}
+
+/// The `nth` call (from 0) of `op` gets `fault`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultSpec {
+    /// The store operation.
+    pub op: Op,
+    /// Which call of it, counted from 0.
+    pub nth: usize,
+    /// What happens to it.
+    pub fault: Fault,
+}
+
+/// A whole schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// The seed it was generated from.
+    pub seed: u64,
+    /// Attempts allowed per key per turn.
+    pub limit: u32,
+    /// The concurrent chains.
+    pub chains: Vec<Chain>,
+    /// The store faults.
+    pub faults: Vec<FaultSpec>,
+    /// Whether the memory store's operations take effect when first polled, as a network
+    /// store's do (else when called: a `Delay` then delays only the reply).
+    pub lazy: bool,
+}
+
+/// What the generator may produce.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// Whether `HangAfter` faults are planned for operations the engine awaits without a
+    /// bound of its own (`begin`, `complete`, `release`); `renew` may always hang.
+    pub unbounded_hangs: bool,
+    /// Whether the fault patterns of the known, not yet fixed defects are planned (see
+    /// `regressions.rs`): a `complete` slower than the rest of the lease, a slow `release`, a
+    /// `renew` that hangs in a schedule where `complete` fails, two failing `complete`s, a
+    /// `begin` reply slower than the lease, a failing body given up by its caller (on a store
+    /// with latency of its own this is defect 2). Without them the suite checks everything
+    /// else.
+    pub known_defects: bool,
+    /// Whether the schedule runs in real time: unless `known_defects`, the 15 ms lease tool is
+    /// then replaced by the plain one, since scheduling jitter on a loaded machine alone can
+    /// outlast such a lease while a result is recorded (defect 1).
+    pub realtime: bool,
+}
+
+impl Schedule {
+    /// The schedule of `seed`: 1–4 chains of 1–4 attempts over 2 turns, 5 tools and 2
+    /// arguments, and 0–3 store faults.
+    pub fn generate(seed: u64, shape: Shape) -> Schedule {
+        let mut r = Rng::new(seed);
+        let limit = r.range(2, 4) as u32;
+        let mut chains: Vec<Chain> = (0..r.range(1, 4))
+            .map(|_| Chain {
+                start_ms: r.below(6),
+                attempts: (0..r.range(1, 4)).map(|_| attempt(&mut r)).collect(),
+            })
+            .collect();
+        let mut faults: Vec<FaultSpec> = (0..r.below(4)).map(|_| fault(&mut r, shape)).collect();
+        if !shape.known_defects {
+            avoid_known_defects(&mut chains, &mut faults);
+            if shape.realtime {
+                for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
+                    if attempt.tool == Tool::Short {
+                        attempt.tool = Tool::Plain;
+                    }
+                }
+            }
+        }
+        Schedule {
+            seed,
+            limit,
+            chains,
+            faults,
+            lazy: r.chance(50),
+        }
+    }
+
+    /// Every attempt of every chain.
+    pub fn attempts(&self) -> impl Iterator<Item = &Attempt> {
+        self.chains.iter().flat_map(|c| c.attempts.iter())
+    }
+
+    /// Smaller variants of this schedule: one chain, one attempt or one fault dropped, or one
+    /// attempt made simpler (no cancellation, no delays).
+    pub fn shrinks(&self) -> Vec<Schedule> {
+        let mut out = Vec::new();
+        for i in 0..self.chains.len() {
+            let mut s = self.clone();
+            s.chains.remove(i);
+            out.push(s);
+        }
+        for i in 0..self.faults.len() {
+            let mut s = self.clone();
+            s.faults.remove(i);
+            out.push(s);
+        }
+        for (c, chain) in self.chains.iter().enumerate() {
+            for (a, attempt) in chain.attempts.iter().enumerate() {
+                if chain.attempts.len() > 1 {
+                    let mut s = self.clone();
+                    s.chains[c].attempts.remove(a);
+                    out.push(s);
+                }
+                if attempt.cancel != Cancel::None {
+                    let mut s = self.clone();
+                    s.chains[c].attempts[a].cancel = Cancel::None;
+                    out.push(s);
+                }
+                if attempt.gap_ms != 0 || attempt.body.before_ms != 0 || attempt.body.after_ms != 0
+                {
+                    let mut s = self.clone();
+                    let simpler = &mut s.chains[c].attempts[a];
+                    simpler.gap_ms = 0;
+                    simpler.body.before_ms = 0;
+                    simpler.body.after_ms = 0;
+                    out.push(s);
+                }
+            }
+        }
+        out
+    }
+
+    /// How many parts it has (chains + attempts + faults): what shrinking reduces.
+    pub fn size(&self) -> usize {
+        self.chains.len() + self.attempts().count() + self.faults.len()
+    }
+}
+
+fn attempt(r: &mut Rng) -> Attempt {
+    let cancel = match r.below(10) {
+        0 => Cancel::Timeout(r.range(0, 25)),
+        1 => Cancel::Select(r.range(0, 25)),
+        2 => Cancel::Abort(r.range(0, 25)),
+        _ => Cancel::None,
+    };
+    let end = match r.below(10) {
+        0 | 1 => End::Err,
+        2 => End::Panic,
+        _ => End::Ok,
+    };
+    Attempt {
+        gap_ms: r.below(8),
+        turn: r.below(2) as u8,
+        tool: Tool::ALL[r.below(Tool::ALL.len() as u64) as usize],
+        arg: r.below(2) as u8,
+        cancel,
+        body: Body {
+            before_ms: r.below(12),
+            effect: r.chance(90),
+            after_ms: r.below(12),
+            end,
+        },
+    }
+}
+
+fn fault(r: &mut Rng, shape: Shape) -> FaultSpec {
+    const OPS: [Op; 4] = [Op::Begin, Op::Renew, Op::Complete, Op::Release];
+    let op = OPS[r.below(4) as usize];
+    let fault = match r.below(4) {
+        0 => Fault::Delay(Duration::from_millis(r.range(1, 20))),
+        1 => Fault::FailBefore,
+        2 => Fault::FailAfter,
+        _ if op == Op::Renew || shape.unbounded_hangs => Fault::HangAfter,
+        _ => Fault::Delay(Duration::from_millis(r.range(1, 20))),
+    };
+    FaultSpec {
+        op,
+        nth: r.below(4) as usize,
+        fault,
+    }
+}
+
+/// Rewrites the patterns of the known defects into their nearest harmless form.
+fn avoid_known_defects(chains: &mut [Chain], faults: &mut Vec<FaultSpec>) {
+    // Defect 2 (below) needs no injected fault on a store with real latency (Redis): a caller
+    // giving up just as its failed body's key is released. Failing attempts that are given up
+    // use a tool that records errors, which releases nothing.
+    for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
+        if attempt.cancel != Cancel::None
+            && attempt.body.end == End::Err
+            && !attempt.tool.records_errors()
+        {
+            attempt.tool = Tool::Caching;
+        }
+    }
+    for spec in faults.iter_mut() {
+        match (spec.op, spec.fault) {
+            // Defect 6: a `begin` reply slower than a 15 ms lease (at least 10 ms).
+            (Op::Begin, Fault::Delay(by)) if by >= Duration::from_millis(10) => {
+                spec.fault = Fault::Delay(Duration::from_millis(9));
+            }
+            // Defect 2: a caller cancelled while the key is released after an `Err`.
+            (Op::Release, Fault::Delay(_)) => spec.fault = Fault::FailAfter,
+            _ => {}
+        }
+    }
+    let fails = |f: &FaultSpec| {
+        f.op == Op::Complete && matches!(f.fault, Fault::FailBefore | Fault::FailAfter)
+    };
+    // Defect 1: a `complete` slower than what is left of a 15 ms lease (renewal faults shorten
+    // it further). Defect 4: background recording (after a failed `complete`, or a caller that
+    // left while the result was being recorded) waits 20 ms before its first `renew`. Where a
+    // `complete` may be slow or fail, the short-lease tool is replaced by the plain one.
+    if faults
+        .iter()
+        .any(|f| f.op == Op::Complete && f.fault != Fault::None)
+    {
+        for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
+            if attempt.tool == Tool::Short {
+                attempt.tool = Tool::Plain;
+            }
+        }
+    }
+    // Defect 3: background recording (after a failed `complete`) awaits `renew` unbounded.
+    if faults.iter().any(fails) {
+        faults.retain(|f| !(f.op == Op::Renew && f.fault == Fault::HangAfter));
+    }
+}
