@@ -15,8 +15,9 @@ use crate::replay::{self, Recorded, ResultCodec};
 use crate::stats::Outcome;
 use crate::store::{DEFAULT_TTL, Lease, Store};
 
+use super::held;
+use super::lease::{self, Keeper};
 use super::report::Reporter;
-use super::{held, lease};
 
 /// A key this call holds in the store, and everything needed to run the tool under it.
 pub(crate) struct Claimed {
@@ -104,12 +105,12 @@ impl Claimed {
             started.store(true, Ordering::Relaxed);
             body.as_mut().poll(cx)
         });
-        let renewed = {
+        let mut keeper = {
             let c = guard.claimed();
-            lease::renewing(body, &*c.store, &c.lease, c.duration, c.sent).await
+            Keeper::new(Arc::clone(&c.store), c.lease.clone(), c.duration, c.sent)
         };
-        match renewed {
-            Ok(result) => guard.finish::<C, T, E>(result).await,
+        match keeper.run(body).await {
+            Ok(result) => guard.finish::<C, T, E>(result, keeper).await,
             Err(error) => {
                 // The lease ran out: the body was stopped, and the key is no longer ours.
                 let claimed = guard.disarm();
@@ -143,7 +144,7 @@ impl Guard {
     }
 
     /// Records the tool's result (or releases the key for an `Err` that is not recorded).
-    async fn finish<C, T, E>(mut self, result: Result<T, E>) -> Result<T, E>
+    async fn finish<C, T, E>(mut self, result: Result<T, E>, mut keeper: Keeper) -> Result<T, E>
     where
         C: ResultCodec<T, E>,
         E: From<Error>,
@@ -160,20 +161,24 @@ impl Guard {
                 bytes
             }
             None => {
-                // An `Err` that is not recorded: give the key back so a retry runs again.
+                // An `Err` that is not recorded: give the key back so a retry runs again —
+                // without awaiting it here, so that a caller giving up meanwhile cannot strand
+                // the claim.
                 let mut claimed = self.disarm();
-                if let Err(error) = claimed.store.release(&claimed.lease).await {
-                    tracing::warn!(target: "idem", tool = tool.name, key = %key.short(), %error,
-                        "could not release the key; it is freed when its lease expires");
-                }
+                lease::release_in_background(Arc::clone(&claimed.store), claimed.lease.clone());
                 claimed.report.report(Outcome::Failed);
                 return result;
             }
         };
         let ttl = tool.ttl.unwrap_or(DEFAULT_TTL);
         self.recording = Some(bytes);
+        // The lease is still renewed while the result is recorded: a slow store must not let
+        // it lapse and another caller run the tool again.
         let completed = match (&self.claimed, &self.recording) {
-            (Some(c), Some(bytes)) => c.store.complete(&c.lease, bytes, ttl).await,
+            (Some(c), Some(bytes)) => keeper
+                .during(c.store.complete(&c.lease, bytes, ttl))
+                .await
+                .unwrap_or_else(|| Err(Error::store("complete", "no answer within the lease"))),
             _ => unreachable!("the guard holds its claim and the bytes being recorded"),
         };
         let bytes = self.recording.take().unwrap_or_default();
@@ -221,6 +226,7 @@ impl Drop for Guard {
         }
         let started = self.started.load(Ordering::Relaxed);
         let (store, lease) = (Arc::clone(&claimed.store), claimed.lease.clone());
+        let duration = claimed.duration;
         if std::thread::panicking() {
             claimed.report.report(Outcome::Panicked);
             lease::release_in_background(store, lease);
@@ -235,8 +241,9 @@ impl Drop for Guard {
             let key = lease.key;
             lease::cleanup(async move {
                 let marker = replay::encode_interrupted(tool.name);
-                if let Err(error) = store.complete(&lease, &marker, ttl).await {
-                    tracing::warn!(target: "idem", key = %key.short(), %error,
+                let marked = tokio::time::timeout(duration, store.complete(&lease, &marker, ttl));
+                if !matches!(marked.await, Ok(Ok(()))) {
+                    tracing::warn!(target: "idem", key = %key.short(),
                         "could not mark the interrupted key; it is freed when its lease expires");
                 }
             });
@@ -248,7 +255,9 @@ impl Drop for Guard {
 
 /// Keeps trying to record `bytes` under the claim, renewing it meanwhile, until it lands, the
 /// lease is lost, or the TTL would have passed. Until then, callers in this process get the
-/// result from the flight and callers elsewhere see the key in flight.
+/// result from the flight and callers elsewhere see the key in flight. Every store request is
+/// bounded by the lease, so a store that never answers cannot keep this task (or the flight)
+/// alive beyond the TTL.
 fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
     let Claimed {
         report,
@@ -264,20 +273,26 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
     let give_up = Instant::now() + ttl;
     lease::cleanup(async move {
         let key = lease.key.short();
-        let mut backoff = Duration::from_millis(20);
+        // Well inside the lease, so that the claim is renewed before it can lapse.
+        let step = (duration / 3).max(Duration::from_millis(1));
+        let mut backoff = Duration::from_millis(20).min(step);
+        // Each request is bounded by a third of the lease, and a renewal follows each failed
+        // attempt, so the claim cannot lapse between renewals.
         loop {
-            match store.complete(&lease, &shared.1, ttl).await {
-                Ok(()) => {
+            match tokio::time::timeout(step, store.complete(&lease, &shared.1, ttl)).await {
+                Ok(Ok(())) => {
                     tracing::info!(target: "idem", %key, "the result was recorded after a retry");
                     break;
                 }
-                Err(error @ Error::LeaseLost { .. }) => {
+                Ok(Err(error @ Error::LeaseLost { .. })) => {
                     tracing::error!(target: "idem", %key, %error,
                         "the result could not be recorded: another caller took the key over");
                     break;
                 }
-                Err(error) => tracing::warn!(target: "idem", %key, %error,
+                Ok(Err(error)) => tracing::warn!(target: "idem", %key, %error,
                     "recording the result failed; retrying"),
+                Err(_) => tracing::warn!(target: "idem", %key,
+                    "the store did not answer while recording the result; retrying"),
             }
             if Instant::now() + backoff >= give_up {
                 tracing::error!(target: "idem", %key,
@@ -285,12 +300,14 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
                 break;
             }
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(duration / 3);
-            if let Err(error @ Error::LeaseLost { .. }) = store.renew(&lease, duration).await {
+            if let Ok(Err(error @ Error::LeaseLost { .. })) =
+                tokio::time::timeout(step, store.renew(&lease, duration)).await
+            {
                 tracing::error!(target: "idem", %key, %error,
                     "the result could not be recorded: the key's lease was lost");
                 break;
             }
+            backoff = (backoff * 2).min(step);
         }
         drop(lingering);
     });

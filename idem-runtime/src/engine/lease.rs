@@ -64,14 +64,20 @@ impl Drop for PendingClaim<'_> {
     }
 }
 
+/// How long a release given back in the background may wait for the store.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Gives `lease` back without waiting. `LeaseLost` is expected (the claim never landed, or was
 /// taken over) and not worth a word.
 pub(super) fn release_in_background(store: Arc<dyn Store>, lease: Lease) {
     cleanup(async move {
-        match store.release(&lease).await {
-            Ok(()) | Err(Error::LeaseLost { .. }) => {}
-            Err(error) => tracing::warn!(target: "idem", key = %lease.key.short(), %error,
+        let bound = RELEASE_TIMEOUT;
+        match tokio::time::timeout(bound, store.release(&lease)).await {
+            Ok(Ok(()) | Err(Error::LeaseLost { .. })) => {}
+            Ok(Err(error)) => tracing::warn!(target: "idem", key = %lease.key.short(), %error,
                 "could not give the key back; it is freed when its lease expires"),
+            Err(_) => tracing::warn!(target: "idem", key = %lease.key.short(),
+                "the store did not answer a release; the key is freed when its lease expires"),
         }
     });
 }
@@ -90,52 +96,151 @@ pub(super) fn cleanup(work: impl Future<Output = ()> + Send + 'static) {
     }
 }
 
-/// Polls `body` while keeping `lease` alive: renewed every third of its duration.
-///
-/// The lease's end is tracked on this process's monotonic clock, from the moment each request
-/// was *sent* (so never later than the store's own view). If no renewal has succeeded by then —
-/// the store is unreachable, or answered that the lease is lost — another caller may already
-/// hold the key, so the body is dropped at that point and [`Error::LeaseLost`] returned: two
-/// executions of one key never overlap.
-pub(super) async fn renewing<F: Future>(
-    body: F,
-    store: &dyn Store,
-    lease: &Lease,
+/// A renewal in flight: when it was sent, and the store's answer (`None`: none before the
+/// lease's end).
+type Renewal = Pin<Box<dyn Future<Output = (Instant, Option<Result<(), Error>>)> + Send>>;
+
+/// The answer of the renewal in flight; pending forever when there is none (its `select!`
+/// branch is disabled then).
+async fn answer(renewal: &mut Option<Renewal>) -> (Instant, Option<Result<(), Error>>) {
+    match renewal {
+        Some(renewal) => renewal.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Keeps a claim alive: renews its lease every third of its duration, and tracks when the
+/// lease ends on this process's monotonic clock, counted from the moment each request was
+/// *sent* (so never later than the store's own view).
+pub(super) struct Keeper {
+    store: Arc<dyn Store>,
+    lease: Lease,
     duration: Duration,
-    sent: Instant,
-) -> Result<F::Output, Error> {
-    let mut body = pin!(body);
-    let mut deadline = sent + duration;
-    let period = duration / 3;
-    let retry = (duration / 10).max(Duration::from_millis(1));
-    let mut next = sent + period;
-    loop {
-        tokio::select! {
-            biased;
-            output = &mut body => return Ok(output),
-            () = tokio::time::sleep_until(next) => {}
+    deadline: Instant,
+    next: Instant,
+    /// The store said the lease is lost (or the record completed): stop renewing.
+    lost: bool,
+}
+
+impl Keeper {
+    /// A keeper for a lease claimed by a request sent at `sent`.
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        lease: Lease,
+        duration: Duration,
+        sent: Instant,
+    ) -> Self {
+        Keeper {
+            store,
+            lease,
+            duration,
+            deadline: sent + duration,
+            next: sent + duration / 3,
+            lost: false,
         }
-        let asked = Instant::now();
-        match tokio::time::timeout_at(deadline, store.renew(lease, duration)).await {
-            Ok(Ok(())) => {
-                deadline = asked + duration;
-                next = asked + period;
+    }
+
+    /// Whether the lease has ended, as far as this process can tell.
+    pub(super) fn ended(&self) -> bool {
+        self.lost || Instant::now() >= self.deadline
+    }
+
+    /// Polls `body` while renewing. If no renewal has succeeded by the lease's end — the store
+    /// is unreachable, or answered that the lease is lost — another caller may already hold the
+    /// key, so the body is dropped at that point and [`Error::LeaseLost`] returned: two
+    /// executions of one key never overlap. Renewals run alongside the body, never instead of
+    /// it.
+    pub(super) async fn run<F: Future>(&mut self, body: F) -> Result<F::Output, Error> {
+        let mut body = pin!(body);
+        let mut renewal: Option<Renewal> = None;
+        loop {
+            if self.ended() {
+                tracing::error!(target: "idem", key = %self.lease.key.short(),
+                    "the lease ran out before it could be renewed: the tool was stopped, since \
+                     another caller may now hold the key");
+                return Err(Error::LeaseLost {
+                    key: self.lease.key.short(),
+                });
             }
-            Ok(Err(error @ Error::LeaseLost { .. })) => return Err(error),
-            Ok(Err(error)) => {
-                tracing::warn!(target: "idem", key = %lease.key.short(), %error,
+            let (renewing, next, deadline) = (renewal.is_some(), self.next, self.deadline);
+            tokio::select! {
+                biased;
+                output = &mut body => return Ok(output),
+                answer = answer(&mut renewal),
+                    if renewing => {
+                    renewal = None;
+                    self.settle(answer);
+                }
+                () = tokio::time::sleep_until(next), if !renewing => {
+                    renewal = Some(self.start_renewal());
+                }
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Awaits `work` (recording the result) while renewing alongside it, for at most one lease
+    /// duration: `None` if it did not answer by then. Unlike [`Keeper::run`], `work` is never
+    /// dropped for a lost lease — the store fences a late write — because a renewal refused
+    /// *after* `complete` landed is expected.
+    pub(super) async fn during<F: Future>(&mut self, work: F) -> Option<F::Output> {
+        let mut work = pin!(work);
+        let give_up = Instant::now() + self.duration;
+        let mut renewal: Option<Renewal> = None;
+        loop {
+            let renewing = renewal.is_some();
+            let next = if self.lost {
+                give_up
+            } else {
+                self.next.min(give_up)
+            };
+            tokio::select! {
+                biased;
+                output = &mut work => return Some(output),
+                answer = answer(&mut renewal),
+                    if renewing => {
+                    renewal = None;
+                    self.settle(answer);
+                }
+                () = tokio::time::sleep_until(next), if !renewing => {
+                    if Instant::now() >= give_up {
+                        return None;
+                    }
+                    if !self.lost {
+                        renewal = Some(self.start_renewal());
+                    }
+                }
+                () = tokio::time::sleep_until(give_up) => return None,
+            }
+        }
+    }
+
+    /// Sends one renewal, bounded by the lease's end.
+    fn start_renewal(&self) -> Renewal {
+        let (store, lease, duration) = (Arc::clone(&self.store), self.lease.clone(), self.duration);
+        let deadline = self.deadline;
+        Box::pin(async move {
+            let asked = Instant::now();
+            let answer = tokio::time::timeout_at(deadline, store.renew(&lease, duration)).await;
+            (asked, answer.ok())
+        })
+    }
+
+    /// Takes a renewal's answer into account.
+    fn settle(&mut self, (asked, answer): (Instant, Option<Result<(), Error>>)) {
+        match answer {
+            Some(Ok(())) => {
+                self.deadline = asked + self.duration;
+                self.next = asked + self.duration / 3;
+            }
+            Some(Err(Error::LeaseLost { .. })) => self.lost = true,
+            Some(Err(error)) => {
+                tracing::warn!(target: "idem", key = %self.lease.key.short(), %error,
                     "could not renew the lease; retrying before it runs out");
-                next = (Instant::now() + retry).min(deadline);
+                let retry = (self.duration / 10).max(Duration::from_millis(1));
+                self.next = (Instant::now() + retry).min(self.deadline);
             }
-            Err(_) => {}
-        }
-        if Instant::now() >= deadline {
-            tracing::error!(target: "idem", key = %lease.key.short(),
-                "the lease ran out before it could be renewed: the tool was stopped, since \
-                 another caller may now hold the key");
-            return Err(Error::LeaseLost {
-                key: lease.key.short(),
-            });
+            None => {} // the lease's end passed: `ended` says so
         }
     }
 }

@@ -236,19 +236,36 @@ where
                     .then(|| call.turn.charge(call.tool.budget)),
             };
             let sent = Instant::now();
-            let begun = match store.begin(request).await {
-                Ok(begun) => begun,
-                Err(error) => {
+            // A `begin` answered after the lease it asks for is of no use: bound it by that.
+            let begun = match tokio::time::timeout(lease, store.begin(request)).await {
+                Ok(Ok(begun)) => begun,
+                Ok(Err(error)) => {
                     drop(pending); // gives back a claim that may have landed before the error
+                    return report.fail(Outcome::StoreError, error);
+                }
+                Err(_) => {
+                    drop(pending);
+                    let error = Error::store("begin", "no answer within the lease");
                     return report.fail(Outcome::StoreError, error);
                 }
             };
             let claimed_lease = pending.lease().clone();
             pending.answered();
             match begun {
-                Begin::Claimed => {
+                Begin::Claimed if Instant::now() < sent + lease => {
                     let claimed = Claimed::new(report, store, claimed_lease, lease, sent, leader);
                     return start(claimed).await;
+                }
+                Begin::Claimed => {
+                    // The answer came after the lease it granted had run out: another caller
+                    // may hold the key by now. Give the claim back and ask again.
+                    lease::release_in_background(Arc::clone(&store), claimed_lease);
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return in_flight(report, deadline);
+                    }
+                    tokio::time::sleep(backoff.min(deadline - now)).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(250));
                 }
                 Begin::Completed(record) => return replay::<C, T, E>(report, leader, record),
                 Begin::InFlight(record) => {

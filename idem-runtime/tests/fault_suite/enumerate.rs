@@ -227,7 +227,7 @@ fn every_drop_point_of_a_release_on_cancel_call_is_clean() {
 /// Found by this enumerator on a lazy store: dropped while it releases its key after the
 /// tool's `Err`, the call leaves the key claimed by nobody (defect 2 of `regressions.rs`).
 #[test]
-#[ignore = "defect: a call cancelled while it releases its key after an `Err` orphans the claim"]
+// Was a defect: a call cancelled while it releases its key after an `Err` orphans the claim.
 fn every_drop_point_of_a_failing_call_is_clean() {
     let _serial = crate::serial();
     let (points, problems) = enumerate(Tool::Plain, true);

