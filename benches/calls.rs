@@ -7,8 +7,9 @@
 //! - `key/<what>/<size>`: idem's key derivation alone vs `serde_json::to_vec`;
 //! - `throughput/replay/<n>_thread`: replays of distinct keys by 8 tasks on a multi-thread
 //!   runtime with 1 and 2 workers; time per replay;
-//! - `sqlite/…`, `redis/…`: replay and first execution on those stores (features `sqlite`,
-//!   `redis`; Redis only with `IDEM_REDIS_URL`).
+//!
+//! The durable stores have bench targets of their own, `sqlite` and `redis` (required features
+//! of the same names).
 //!
 //! Async calls are timed in a loop inside one `block_on` on a current-thread runtime, so no
 //! per-iteration runtime overhead is measured.
@@ -298,31 +299,11 @@ fn throughput(c: &mut Criterion) {
     group.finish();
 }
 
-#[cfg(feature = "sqlite")]
-fn sqlite(c: &mut Criterion) {
-    support::stores::sqlite(c);
-}
-
-#[cfg(not(feature = "sqlite"))]
-fn sqlite(_: &mut Criterion) {
-    println!("sqlite: skipped (build with --features sqlite)");
-}
-
-#[cfg(feature = "redis")]
-fn redis(c: &mut Criterion) {
-    support::stores::redis(c);
-}
-
-#[cfg(not(feature = "redis"))]
-fn redis(_: &mut Criterion) {
-    println!("redis: skipped (build with --features redis and set IDEM_REDIS_URL)");
-}
-
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(3));
-    targets = calls, keys, throughput, sqlite, redis
+    targets = calls, keys, throughput
 }
 criterion_main!(benches);

@@ -8,7 +8,8 @@
 //! one line per size:
 //!
 //! `scale n=… bytes_per_record=… replay_p50_ns=… replay_p99_ns=… replay_max_ns=…
-//! after_lease_p50_ns=… after_lease_p99_ns=… after_lease_max_ns=…`
+//! replay_over_1ms=… after_lease_p50_ns=… after_lease_p99_ns=… after_lease_max_ns=…
+//! after_lease_over_1ms=…` (`over_1ms`: how many sampled replays took more than 1 ms).
 //!
 //! `IDEM_SCALE_SIZES=10000,100000` runs other sizes.
 
@@ -80,14 +81,18 @@ fn page_size() -> u64 {
         .unwrap_or(4096)
 }
 
-/// p50, p99 and max of `samples`, in nanoseconds.
-fn percentiles(mut samples: Vec<Duration>) -> [u128; 3] {
+/// p50, p99, max (in nanoseconds) and how many of `samples` took over 1 ms.
+fn percentiles(mut samples: Vec<Duration>) -> [u128; 4] {
     samples.sort_unstable();
     let at = |q: f64| {
         let i = ((samples.len() as f64 - 1.0) * q).round() as usize;
         samples[i].as_nanos()
     };
-    [at(0.50), at(0.99), at(1.0)]
+    let pauses = samples
+        .iter()
+        .filter(|d| **d > Duration::from_millis(1))
+        .count();
+    [at(0.50), at(0.99), at(1.0), pauses as u128]
 }
 
 fn measure(n: u64) {
@@ -129,7 +134,15 @@ fn measure(n: u64) {
 
     println!(
         "scale n={n} bytes_per_record={per_record} replay_p50_ns={} replay_p99_ns={} \
-         replay_max_ns={} after_lease_p50_ns={} after_lease_p99_ns={} after_lease_max_ns={}",
-        replay[0], replay[1], replay[2], after_lease[0], after_lease[1], after_lease[2]
+         replay_max_ns={} replay_over_1ms={} after_lease_p50_ns={} after_lease_p99_ns={} \
+         after_lease_max_ns={} after_lease_over_1ms={}",
+        replay[0],
+        replay[1],
+        replay[2],
+        replay[3],
+        after_lease[0],
+        after_lease[1],
+        after_lease[2],
+        after_lease[3]
     );
 }

@@ -4,8 +4,6 @@
 #![allow(dead_code)] // each bench target uses part of this module
 
 pub mod floor;
-#[cfg(any(feature = "sqlite", feature = "redis"))]
-pub mod stores;
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};

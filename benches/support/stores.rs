@@ -1,5 +1,7 @@
 //! Replay and first execution on the durable stores, through their public constructors and
-//! `Turn::with_store` only: `sqlite/<what>/small`, `redis/<what>/small`.
+//! `Turn::with_store` only: `sqlite/<what>/small`, `redis/<what>/small`. Included by the
+//! `sqlite` and `redis` bench targets.
+#![allow(dead_code)] // each of the two targets uses one of the entry points
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -9,7 +11,7 @@ use criterion::{BenchmarkId, Criterion};
 use idem::Store;
 use tokio::runtime::Runtime;
 
-use super::{Args, SIZES, current_thread, ok, send, turn};
+use crate::support::{Args, SIZES, current_thread, ok, send, turn};
 
 /// A turn id no earlier run used, so a first execution is one even on a reused database.
 fn fresh_turn_id(what: &str) -> String {

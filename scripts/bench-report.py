@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Runs idem's benchmarks and prints ONE table of ratios, marking which targets are met.
+
+    scripts/bench-report.py                      # cargo bench --bench calls, then --bench scale
+    scripts/bench-report.py --features sqlite    # also the SQLite rows (redis: set IDEM_REDIS_URL)
+    scripts/bench-report.py --no-run             # only read the results of the last run
+
+It reads criterion's target/criterion/**/new/{benchmark,estimates}.json (the median of each
+benchmark) and the `scale ...` lines of the scale bench (kept in target/criterion/scale.txt).
+Before a run it removes the previous results of the groups it runs, so the table is from one
+run. Extra arguments after `--` go to both benches (e.g. `-- --measurement-time 10`).
+The exit status is 0 even when targets are missed: the table says which.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CRITERION = ROOT / "target" / "criterion"
+SCALE_OUT = CRITERION / "scale.txt"
+GROUPS = ["calls", "key", "throughput", "sqlite", "redis"]
+SIZES = ["small", "1KiB", "64KiB"]
+PAUSE_NS = 1_000_000
+
+
+def run(features, extra):
+    for group in GROUPS:
+        shutil.rmtree(CRITERION / group, ignore_errors=True)
+    feature_args = ["--features", features] if features else []
+    bench = ["cargo", "bench", *feature_args]
+    subprocess.run([*bench, "--bench", "calls", "--", *extra], cwd=ROOT, check=True,
+                   stdout=sys.stderr)
+    scale = subprocess.run([*bench, "--bench", "scale", "--", *extra], cwd=ROOT, check=True,
+                           stdout=subprocess.PIPE, text=True)
+    sys.stderr.write(scale.stdout)
+    CRITERION.mkdir(parents=True, exist_ok=True)
+    SCALE_OUT.write_text(scale.stdout)
+
+
+def load_estimates():
+    """{(group, function, value): {"median": ns, "lo": ns, "hi": ns}} from criterion's files."""
+    results = {}
+    for bench_json in CRITERION.glob("**/new/benchmark.json"):
+        meta = json.loads(bench_json.read_text())
+        est_path = bench_json.parent / "estimates.json"
+        if not est_path.exists():
+            continue
+        est = json.loads(est_path.read_text())
+        mean_ci = est["mean"]["confidence_interval"]
+        key = (meta["group_id"], meta.get("function_id"), meta.get("value_str"))
+        results[key] = {
+            "median": est["median"]["point_estimate"],
+            "lo": mean_ci["lower_bound"],
+            "hi": mean_ci["upper_bound"],
+        }
+    return results
+
+
+def load_scale():
+    if not SCALE_OUT.exists():
+        return []
+    rows = []
+    for line in SCALE_OUT.read_text().splitlines():
+        if line.startswith("scale "):
+            fields = dict(part.split("=", 1) for part in line.split()[1:])
+            rows.append({k: int(v) for k, v in fields.items()})
+    return sorted(rows, key=lambda r: r["n"])
+
+
+def fmt_time(ns):
+    if ns is None:
+        return "-"
+    for unit, scale in (("ms", 1e6), ("µs", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def ratio(a, b):
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def fmt_ratio(r):
+    return "-" if r is None else f"{r:.2f}×"
+
+
+def verdict(checks):
+    """checks: [(label, bool or None)] -> 'yes' / 'NO (label)' / '-' (nothing measured)."""
+    known = [(label, ok) for label, ok in checks if ok is not None]
+    if not known:
+        return "-"
+    failed = [label for label, ok in known if not ok]
+    return "yes" if not failed else "NO (" + ", ".join(failed) + ")"
+
+
+def within(r, limit):
+    return None if r is None else r <= limit
+
+
+def build_rows(est, scale):
+    rows = []
+
+    def med(group, function, value):
+        e = est.get((group, function, value))
+        return e["median"] if e else None
+
+    def add(what, size, time, others="", target="", checks=(), base=None):
+        base = base or {}
+        rows.append([what, size, fmt_time(time),
+                     *(fmt_ratio(ratio(time, base.get(k))) for k in ("bare", "floor", "cached",
+                                                                     "naive")),
+                     others, target, verdict(list(checks)) if target else ""])
+
+    for size in SIZES:
+        base = {k: med("calls", f, size) for k, f in (("bare", "bare"), ("floor", "floor"),
+                                                       ("cached", "cached_hit"),
+                                                       ("naive", "naive_hit"))}
+        bare_e, ro_e = est.get(("calls", "bare", size)), est.get(("calls", "read_only", size))
+        if ro_e and bare_e:
+            overlap = ro_e["lo"] <= bare_e["hi"] and bare_e["lo"] <= ro_e["hi"]
+            close = abs(ro_e["median"] / bare_e["median"] - 1) <= 0.10
+            add("#[read_only]", size, ro_e["median"], "", "within noise of bare",
+                [("not within noise", overlap or close)], base)
+        floor_limit = 2.0 if size == "small" else 1.3
+        for name, label in (("replay", "replay"), ("replay_detached", "replay, owned args")):
+            replay = med("calls", name, size)
+            if replay is None:
+                continue
+            checks = [(f">{floor_limit}× floor", within(ratio(replay, base["floor"]),
+                                                        floor_limit))]
+            target = f"≤ {floor_limit}× floor"
+            if size == "small":
+                checks.append((">2× cached", within(ratio(replay, base["cached"]), 2.0)))
+                target += ", ≤ 2× cached"
+            add(label, size, replay, "", target, checks, base)
+        for name, replay_name, label in (("first", "replay", "first execution"),
+                                         ("first_detached", "replay_detached",
+                                          "first execution, owned args")):
+            first, replay = med("calls", name, size), med("calls", replay_name, size)
+            if first is None:
+                continue
+            r = ratio(first, replay)
+            add(label, size, first, f"{fmt_ratio(r)} replay", "≤ 1.3× replay",
+                [(">1.3× replay", within(r, 1.3))], base)
+        join = med("calls", "join32", size)
+        if join is not None:
+            add("32-way join, per call", size, join,
+                f"{fmt_ratio(ratio(join, med('calls', 'replay', size)))} replay", base=base)
+        digest, to_vec = med("key", "args_digest", size), med("key", "serde_json", size)
+        if digest is not None:
+            add("key derivation (ArgsDigest)", size, digest,
+                f"{fmt_ratio(ratio(digest, to_vec))} serde_json::to_vec ({fmt_time(to_vec)})")
+
+    one, two = med("throughput", "replay", "1_thread"), med("throughput", "replay", "2_threads")
+    if one is not None and two is not None:
+        speedup = one / two
+        add("replay throughput, 2 threads", "small", two,
+            f"{speedup:.2f}× 1 thread ({fmt_time(one)}/replay)", "≥ 1.8× 1 thread",
+            [("<1.8×", speedup >= 1.8)])
+
+    small_base = {k: med("calls", f, "small") for k, f in (("bare", "bare"), ("floor", "floor"),
+                                                            ("cached", "cached_hit"),
+                                                            ("naive", "naive_hit"))}
+    for store in ("sqlite", "redis"):
+        replay, first = med(store, "replay", "small"), med(store, "first", "small")
+        if replay is not None:
+            add(f"{store} replay", "small", replay, base=small_base)
+        if first is not None:
+            add(f"{store} first execution", "small", first,
+                f"{fmt_ratio(ratio(first, replay))} replay", base=small_base)
+
+    for row in scale:
+        worst = max(row["replay_max_ns"], row["after_lease_max_ns"])
+        pauses = row.get("replay_over_1ms", 0) + row.get("after_lease_over_1ms", 0)
+        add(f"memory store, {row['n']:,} keys: replay p50", "small", row["replay_p50_ns"],
+            f"{row['bytes_per_record']} B/record; p99 {fmt_time(row['replay_p99_ns'])}, "
+            f"max {fmt_time(row['replay_max_ns'])}; after lease p50 "
+            f"{fmt_time(row['after_lease_p50_ns'])}, p99 {fmt_time(row['after_lease_p99_ns'])}, "
+            f"max {fmt_time(row['after_lease_max_ns'])}; {pauses} replays > 1 ms",
+            "≤ 200 B/record, no pause > 1 ms",
+            [(">200 B", row["bytes_per_record"] <= 200), ("pause > 1 ms", worst <= PAUSE_NS)])
+    if len(scale) >= 2:
+        lo, hi = scale[0], scale[-1]
+        p50 = ratio(hi["replay_p50_ns"], lo["replay_p50_ns"])
+        p99 = ratio(max(hi["replay_p99_ns"], hi["after_lease_p99_ns"]),
+                    max(lo["replay_p99_ns"], lo["after_lease_p99_ns"]))
+        add(f"replay latency {hi['n']:,} vs {lo['n']:,} keys", "small", hi["replay_p50_ns"],
+            f"p50 {fmt_ratio(p50)}, p99 {fmt_ratio(p99)}", "flat: p50 and p99 ≤ 2×",
+            [("p50 grows", within(p50, 2.0)), ("p99 grows", within(p99, 2.0))])
+    return rows
+
+
+def print_table(rows):
+    header = ["measurement", "args", "time (median)", "÷ bare", "÷ floor", "÷ cached",
+              "÷ naive map", "other ratio", "target", "met"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--no-run", action="store_true", help="only read the last results")
+    parser.add_argument("--features", default=os.environ.get("IDEM_BENCH_FEATURES", ""),
+                        help="cargo features for the benches (sqlite, redis)")
+    parser.add_argument("extra", nargs="*", help="arguments for the benches, after --")
+    args = parser.parse_args()
+    if not args.no_run:
+        run(args.features, args.extra)
+    est = load_estimates()
+    if not est:
+        sys.exit(f"no criterion results under {CRITERION}: run without --no-run first")
+    print_table(build_rows(est, load_scale()))
+
+
+if __name__ == "__main__":
+    main()
