@@ -33,8 +33,11 @@ def run(features, extra):
         shutil.rmtree(CRITERION / group, ignore_errors=True)
     feature_args = ["--features", features] if features else []
     bench = ["cargo", "bench", *feature_args]
-    subprocess.run([*bench, "--bench", "calls", "--", *extra], cwd=ROOT, check=True,
-                   stdout=sys.stderr)
+    targets = ["calls"] + [store for store in ("sqlite", "redis")
+                           if store in features.replace(",", " ").split()]
+    for target in targets:
+        subprocess.run([*bench, "--bench", target, "--", *extra], cwd=ROOT, check=True,
+                       stdout=sys.stderr)
     scale = subprocess.run([*bench, "--bench", "scale", "--", *extra], cwd=ROOT, check=True,
                            stdout=subprocess.PIPE, text=True)
     sys.stderr.write(scale.stdout)
@@ -42,10 +45,10 @@ def run(features, extra):
     SCALE_OUT.write_text(scale.stdout)
 
 
-def load_estimates():
+def load_estimates(criterion=CRITERION):
     """{(group, function, value): {"median": ns, "lo": ns, "hi": ns}} from criterion's files."""
     results = {}
-    for bench_json in CRITERION.glob("**/new/benchmark.json"):
+    for bench_json in criterion.glob("**/new/benchmark.json"):
         meta = json.loads(bench_json.read_text())
         est_path = bench_json.parent / "estimates.json"
         if not est_path.exists():
@@ -61,11 +64,11 @@ def load_estimates():
     return results
 
 
-def load_scale():
-    if not SCALE_OUT.exists():
+def load_scale(scale_out=SCALE_OUT):
+    if not scale_out.exists():
         return []
     rows = []
-    for line in SCALE_OUT.read_text().splitlines():
+    for line in scale_out.read_text().splitlines():
         if line.startswith("scale "):
             fields = dict(part.split("=", 1) for part in line.split()[1:])
             rows.append({k: int(v) for k, v in fields.items()})
@@ -206,14 +209,67 @@ def print_table(rows):
         print("| " + " | ".join(str(cell) for cell in row) + " |")
 
 
+def self_test():
+    """Checks the ratios and verdicts on made-up results in a temporary criterion tree."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        made_up = {("calls", "bare", "small"): 10, ("calls", "read_only", "small"): 10.5,
+                   ("calls", "floor", "small"): 100, ("calls", "cached_hit", "small"): 80,
+                   ("calls", "naive_hit", "small"): 400, ("calls", "replay", "small"): 150,
+                   ("calls", "first", "small"): 300, ("throughput", "replay", "1_thread"): 100,
+                   ("throughput", "replay", "2_threads"): 50}
+        for (group, function, value), ns in made_up.items():
+            new = root / group / function / value / "new"
+            new.mkdir(parents=True)
+            new.joinpath("benchmark.json").write_text(json.dumps(
+                {"group_id": group, "function_id": function, "value_str": value}))
+            new.joinpath("estimates.json").write_text(json.dumps(
+                {"mean": {"confidence_interval": {"lower_bound": ns * 0.99,
+                                                  "upper_bound": ns * 1.01}},
+                 "median": {"point_estimate": ns}}))
+        scale = root / "scale.txt"
+        scale.write_text(
+            "scale n=10000 bytes_per_record=150 replay_p50_ns=1000 replay_p99_ns=2000 "
+            "replay_max_ns=900000 replay_over_1ms=0 after_lease_p50_ns=1000 "
+            "after_lease_p99_ns=2000 after_lease_max_ns=900000 after_lease_over_1ms=0\n"
+            "scale n=1000000 bytes_per_record=300 replay_p50_ns=1500 replay_p99_ns=5000 "
+            "replay_max_ns=900000 replay_over_1ms=0 after_lease_p50_ns=1500 "
+            "after_lease_p99_ns=5000 after_lease_max_ns=20000000 after_lease_over_1ms=1\n")
+        rows = {(r[0], r[1]): r for r in build_rows(load_estimates(root), load_scale(scale))}
+    expect = [
+        (("#[read_only]", "small"), 3, "1.05×"), (("#[read_only]", "small"), 9, "yes"),
+        (("replay", "small"), 4, "1.50×"), (("replay", "small"), 5, "1.88×"),
+        (("replay", "small"), 9, "yes"),
+        (("first execution", "small"), 7, "2.00× replay"),
+        (("first execution", "small"), 9, "NO (>1.3× replay)"),
+        (("replay throughput, 2 threads", "small"), 9, "yes"),
+        (("memory store, 10,000 keys: replay p50", "small"), 9, "yes"),
+        (("memory store, 1,000,000 keys: replay p50", "small"), 9,
+         "NO (>200 B, pause > 1 ms)"),
+        (("replay latency 1,000,000 vs 10,000 keys", "small"), 9, "NO (p99 grows)"),
+    ]
+    failed = [(row, col, want, rows.get(row, [None] * 10)[col]) for row, col, want in expect
+              if rows.get(row, [None] * 10)[col] != want]
+    for row, col, want, got in failed:
+        print(f"self-test: {row} column {col}: want {want!r}, got {got!r}")
+    print(f"{len(expect) - len(failed)} passed, {len(failed)} failed")
+    sys.exit(1 if failed else 0)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--no-run", action="store_true", help="only read the last results")
+    parser.add_argument("--self-test", action="store_true",
+                        help="check the ratios and verdicts on made-up results, run nothing")
     parser.add_argument("--features", default=os.environ.get("IDEM_BENCH_FEATURES", ""),
                         help="cargo features for the benches (sqlite, redis)")
     parser.add_argument("extra", nargs="*", help="arguments for the benches, after --")
     args = parser.parse_args()
+    if args.self_test:
+        self_test()
     if not args.no_run:
         run(args.features, args.extra)
     est = load_estimates()
