@@ -104,6 +104,14 @@ pub async fn send(args: &Args) -> Result<Receipt, idem::Error> {
     Ok(receipt(args))
 }
 
+/// The same body under `#[idempotent]`, yielding once to the runtime first, so that concurrent
+/// calls of the same key find it in flight and join it (the 32-way join).
+#[idempotent]
+pub async fn send_yielding(args: &Args) -> Result<Receipt, idem::Error> {
+    tokio::task::yield_now().await;
+    Ok(receipt(args))
+}
+
 /// The same body under `#[idempotent]` with owned arguments: detached, the default for a tool
 /// that owns what it uses. The caller clones the arguments for each call.
 #[idempotent]
