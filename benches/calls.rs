@@ -6,7 +6,7 @@
 //!   crate's `#[cached]` hit and a naive `Mutex<HashMap<String, String>>` hit; time per call;
 //! - `key/<what>/<size>`: idem's key derivation alone vs `serde_json::to_vec`;
 //! - `throughput/replay/<n>_thread`: replays of distinct keys by 8 tasks on a multi-thread
-//!   runtime with 1 and 2 workers; time per replay;
+//!   runtime with 1 and 2 workers; time per replay.
 //!
 //! The durable stores have bench targets of their own, `sqlite` and `redis` (required features
 //! of the same names).
