@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Inspect and repair an idem dedup store: did this action happen, what did the agent get back,
 /// and release a claim that is stuck.
 ///
-/// Open a store with `--sqlite PATH` or `--redis URL` (plus `--prefix` if the agents use
+/// Open a store with `--sqlite PATH`, `--redis URL` or `--redis-cluster URL,…` (plus `--prefix` if the agents use
 /// `RedisStore::with_prefix`). KEY is the full 64-hex key or any unambiguous prefix of at least
 /// 4 hex digits, such as the 12 digits the logs print.
 ///
@@ -22,6 +22,11 @@ pub struct Cli {
     /// The Redis server of a `RedisStore`: `redis://[user:password@]host:port[/db]`.
     #[arg(long, value_name = "URL", global = true)]
     pub redis: Option<String>,
+
+    /// The nodes of a Redis Cluster holding a `RedisStore` (`RedisStore::connect_cluster`):
+    /// one or more `redis://host:port` URLs, comma-separated.
+    #[arg(long, value_name = "URLS", global = true, value_delimiter = ',', conflicts_with_all = ["sqlite", "redis"])]
+    pub redis_cluster: Vec<String>,
 
     /// The key prefix the agents' `RedisStore` uses (`with_prefix`); default `idem`.
     #[arg(long, value_name = "PREFIX", global = true)]

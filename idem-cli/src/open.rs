@@ -31,6 +31,9 @@ pub struct Opened {
 /// A usage error if neither or both are given, or `--prefix` without `--redis`; a connection
 /// error if the store cannot be opened or reached.
 pub async fn open(cli: &Cli) -> Result<Opened, CliError> {
+    if !cli.redis_cluster.is_empty() {
+        return open_redis_cluster(&cli.redis_cluster, cli.prefix.as_deref()).await;
+    }
     match (&cli.sqlite, &cli.redis) {
         (Some(path), None) => {
             if cli.prefix.is_some() {
@@ -107,6 +110,35 @@ async fn open_redis(url: &str, prefix: Option<&str>) -> Result<Opened, CliError>
         store: Arc::new(store),
         backend: Backend::Redis,
     })
+}
+
+/// Opens a `RedisStore` over a Redis Cluster: `list`, `stats` and prefix lookups scan every
+/// master.
+#[cfg(feature = "redis")]
+async fn open_redis_cluster(seeds: &[String], prefix: Option<&str>) -> Result<Opened, CliError> {
+    use idem_runtime::RedisStore;
+    use idem_runtime::store::redis::DEFAULT_PREFIX;
+    let shown: Vec<String> = seeds.iter().map(|url| redact(url)).collect();
+    let store = RedisStore::connect_cluster(seeds)
+        .await
+        .map_err(|error| {
+            CliError::connection(format!(
+                "cannot reach the Redis Cluster at {} ({}): check the URLs and that the \
+                 cluster is up",
+                shown.join(","),
+                store_source(&error)
+            ))
+        })?
+        .with_prefix(prefix.unwrap_or(DEFAULT_PREFIX));
+    Ok(Opened {
+        store: Arc::new(store),
+        backend: Backend::Redis,
+    })
+}
+
+#[cfg(not(feature = "redis"))]
+async fn open_redis_cluster(_seeds: &[String], _prefix: Option<&str>) -> Result<Opened, CliError> {
+    open_redis("", None).await
 }
 
 #[cfg(not(feature = "redis"))]

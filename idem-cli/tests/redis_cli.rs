@@ -253,3 +253,72 @@ fn an_unreachable_server_is_a_connection_error() {
     let bad = idem(&["--redis", "http://nope", "list"]).expect_code(2);
     assert!(bad.stderr.contains("redis://"), "{}", bad.stderr);
 }
+
+/// The seed URLs of the test cluster, or `None` (after a skip notice) without
+/// `IDEM_REDIS_CLUSTER_URLS` (`scripts/redis-cluster.sh run …` provides one).
+fn cluster_urls(test: &str) -> Option<Vec<String>> {
+    match std::env::var("IDEM_REDIS_CLUSTER_URLS") {
+        Ok(urls) if !urls.is_empty() => Some(urls.split(',').map(str::to_owned).collect()),
+        _ => {
+            assert!(
+                std::env::var_os("IDEM_REQUIRE_REDIS").is_none(),
+                "{test}: IDEM_REQUIRE_REDIS is set (as in CI) but IDEM_REDIS_CLUSTER_URLS is not"
+            );
+            eprintln!(
+                "SKIPPED {test}: IDEM_REDIS_CLUSTER_URLS is not set; run scripts/redis-cluster.sh"
+            );
+            None
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_redis_cluster_is_listed_across_its_masters_and_repaired() {
+    let Some(urls) = cluster_urls("a_redis_cluster_is_listed_across_its_masters_and_repaired")
+    else {
+        return;
+    };
+    let prefix = unique_prefix("cluster");
+    let store: Arc<dyn Store> = Arc::new(
+        RedisStore::connect_cluster(&urls)
+            .await
+            .expect("the test cluster is reachable")
+            .with_prefix(&prefix),
+    );
+    let runs = AtomicU32::new(0);
+    let t = turn("turn-cluster", "");
+    // Enough keys that they land on every master.
+    let targets: Vec<String> = (0..12).map(|i| format!("user{i}@x")).collect();
+    for to in &targets {
+        call(&store, &SEND, &t, to, &runs).await.unwrap();
+    }
+    let joined = urls.join(",");
+    let args = |rest: &[&str]| -> Vec<String> {
+        let mut all = vec![
+            "--redis-cluster".to_owned(),
+            joined.clone(),
+            "--prefix".to_owned(),
+            prefix.clone(),
+        ];
+        all.extend(rest.iter().map(|s| (*s).to_owned()));
+        all
+    };
+    let run = |rest: &[&str]| {
+        let all = args(rest);
+        idem(&all.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let listed = run(&["list"]).expect_code(0);
+    assert_eq!(
+        listed_keys(&listed.stdout).len(),
+        targets.len(),
+        "every master's records are listed: {}",
+        listed.stdout
+    );
+    let (key, _) = key_of(&SEND, &t, "user3@x");
+    let shown = run(&["show", &key.short().to_hex()]).expect_code(0);
+    assert!(shown.stdout.contains("\"sent_to\": \"user3@x\""), "{}", shown.stdout);
+    run(&["remove", &key.to_hex(), "--yes"]).expect_code(0);
+    let again = call(&store, &SEND, &t, "user3@x", &runs).await.unwrap();
+    assert_eq!(again["run"], 13, "the tool ran again after the record was removed");
+    cleanup(&*store).await;
+}

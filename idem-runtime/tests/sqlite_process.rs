@@ -33,6 +33,8 @@ const SEND: ToolInfo = ToolInfo::idempotent("send_email");
 /// (1 s rather than less: the lease must outlive the parent's check after the kill even on a
 /// loaded machine.)
 const SLOW: ToolInfo = ToolInfo::idempotent("send_slow").with_lease(Duration::from_secs(1));
+/// A tool that always fails (the budget test).
+const FLAKY: ToolInfo = ToolInfo::idempotent("charge");
 /// The tool both racing processes call.
 const RACE: ToolInfo = ToolInfo::idempotent("race");
 const RACE_KEYS: u32 = 50;
@@ -177,6 +179,29 @@ fn child() {
                 );
                 println!("RESULT k{k} {}", values[0]);
             }
+        }
+        "fail_once" => {
+            // One run of an orchestrator that restarts from the top: a new process, a new
+            // `Turn` value with the same id, the default budget.
+            let store = open(&db);
+            let turn = Turn::new(TURN_ID).with_store(Arc::clone(&store));
+            let mut args = ArgsDigest::new(FLAKY.name);
+            args.arg("to", "ada").unwrap();
+            let (key, fingerprint) =
+                args.finish(turn.namespace(), turn.id(), FLAKY.name, FLAKY.version);
+            let answer = runtime.block_on(execute(
+                Call::new(&FLAKY, &turn, key, fingerprint),
+                async {
+                    side_effect(&log, &format!("charge ada {pid}"));
+                    Err::<String, _>(Error::Config("the payment provider timed out".to_owned()))
+                },
+            ));
+            let kind = match answer {
+                Err(Error::BudgetExhausted { .. }) => "budget_exhausted",
+                Err(Error::Config(_)) => "tool_failed",
+                other => panic!("unexpected answer {other:?}"),
+            };
+            println!("ANSWER {kind}");
         }
         other => panic!("unknown child mode {other}"),
     }
@@ -374,4 +399,28 @@ fn two_processes_racing_on_one_file_execute_each_key_once() {
     let (a, b) = (results(a), results(b));
     assert_eq!(a.len(), RACE_KEYS as usize);
     assert_eq!(a, b);
+}
+
+/// An orchestrator that restarts the run from the top in a new process each time: the budget
+/// follows the turn id in the file, so the fourth process is told the action is stuck instead
+/// of trying it again.
+#[test]
+fn the_budget_holds_across_restarted_processes() {
+    let dir = TempDir::new("budget");
+    let log = dir.path("side-effects.log");
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let mut kid = Kid::spawn("fail_once", &dir);
+        answers.push(kid.expect("ANSWER"));
+        kid.finish();
+    }
+    assert_eq!(
+        answers,
+        ["tool_failed", "tool_failed", "tool_failed", "budget_exhausted", "budget_exhausted"]
+    );
+    let runs = log_lines(&log);
+    assert_eq!(runs.len(), 3, "attempts across processes: {runs:?}");
+    let pids: std::collections::HashSet<&str> =
+        runs.iter().filter_map(|l| l.rsplit(' ').next()).collect();
+    assert_eq!(pids.len(), 3, "each attempt ran in its own process: {runs:?}");
 }

@@ -18,7 +18,7 @@ const SHARDS: usize = 32;
 
 /// How many expiry-heap entries one call may pop: expiry work is bounded per call, so a burst
 /// of expirations never pauses a caller; [`Store::purge_expired`] does the rest at once.
-const RECLAIM_PER_CALL: usize = 32;
+const RECLAIM_PER_CALL: usize = 4;
 
 /// An in-memory dedup store: fast, concurrent, and forgotten when the process exits.
 ///
