@@ -316,9 +316,16 @@ async fn a_redis_cluster_is_listed_across_its_masters_and_repaired() {
     );
     let (key, _) = key_of(&SEND, &t, "user3@x");
     let shown = run(&["show", &key.short().to_hex()]).expect_code(0);
-    assert!(shown.stdout.contains("\"sent_to\": \"user3@x\""), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("\"sent_to\": \"user3@x\""),
+        "{}",
+        shown.stdout
+    );
     run(&["remove", &key.to_hex(), "--yes"]).expect_code(0);
     let again = call(&store, &SEND, &t, "user3@x", &runs).await.unwrap();
-    assert_eq!(again["run"], 13, "the tool ran again after the record was removed");
+    assert_eq!(
+        again["run"], 13,
+        "the tool ran again after the record was removed"
+    );
     cleanup(&*store).await;
 }

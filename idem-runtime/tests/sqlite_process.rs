@@ -189,13 +189,11 @@ fn child() {
             args.arg("to", "ada").unwrap();
             let (key, fingerprint) =
                 args.finish(turn.namespace(), turn.id(), FLAKY.name, FLAKY.version);
-            let answer = runtime.block_on(execute(
-                Call::new(&FLAKY, &turn, key, fingerprint),
-                async {
+            let answer =
+                runtime.block_on(execute(Call::new(&FLAKY, &turn, key, fingerprint), async {
                     side_effect(&log, &format!("charge ada {pid}"));
                     Err::<String, _>(Error::Config("the payment provider timed out".to_owned()))
-                },
-            ));
+                }));
             let kind = match answer {
                 Err(Error::BudgetExhausted { .. }) => "budget_exhausted",
                 Err(Error::Config(_)) => "tool_failed",
@@ -416,11 +414,21 @@ fn the_budget_holds_across_restarted_processes() {
     }
     assert_eq!(
         answers,
-        ["tool_failed", "tool_failed", "tool_failed", "budget_exhausted", "budget_exhausted"]
+        [
+            "tool_failed",
+            "tool_failed",
+            "tool_failed",
+            "budget_exhausted",
+            "budget_exhausted"
+        ]
     );
     let runs = log_lines(&log);
     assert_eq!(runs.len(), 3, "attempts across processes: {runs:?}");
     let pids: std::collections::HashSet<&str> =
         runs.iter().filter_map(|l| l.rsplit(' ').next()).collect();
-    assert_eq!(pids.len(), 3, "each attempt ran in its own process: {runs:?}");
+    assert_eq!(
+        pids.len(),
+        3,
+        "each attempt ran in its own process: {runs:?}"
+    );
 }
