@@ -273,12 +273,19 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
     let give_up = Instant::now() + ttl;
     lease::cleanup(async move {
         let key = lease.key.short();
-        // Well inside the lease, so that the claim is renewed before it can lapse.
-        let step = (duration / 3).max(Duration::from_millis(1));
+        // Each step — renew, complete, wait — is bounded by a quarter of the lease, and each
+        // round starts with a renewal, so the claim is renewed at least every three quarters
+        // of a lease however the store behaves.
+        let step = (duration / 4).max(Duration::from_millis(1));
         let mut backoff = Duration::from_millis(20).min(step);
-        // Each request is bounded by a third of the lease, and a renewal follows each failed
-        // attempt, so the claim cannot lapse between renewals.
         loop {
+            if let Ok(Err(error @ Error::LeaseLost { .. })) =
+                tokio::time::timeout(step, store.renew(&lease, duration)).await
+            {
+                tracing::error!(target: "idem", %key, %error,
+                    "the result could not be recorded: the key's lease was lost");
+                break;
+            }
             match tokio::time::timeout(step, store.complete(&lease, &shared.1, ttl)).await {
                 Ok(Ok(())) => {
                     tracing::info!(target: "idem", %key, "the result was recorded after a retry");
@@ -300,13 +307,6 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
                 break;
             }
             tokio::time::sleep(backoff).await;
-            if let Ok(Err(error @ Error::LeaseLost { .. })) =
-                tokio::time::timeout(step, store.renew(&lease, duration)).await
-            {
-                tracing::error!(target: "idem", %key, %error,
-                    "the result could not be recorded: the key's lease was lost");
-                break;
-            }
             backoff = (backoff * 2).min(step);
         }
         drop(lingering);
