@@ -273,20 +273,25 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
     let give_up = Instant::now() + ttl;
     lease::cleanup(async move {
         let key = lease.key.short();
-        // Each step — renew, complete, wait — is bounded by a quarter of the lease, and each
-        // round starts with a renewal, so the claim is renewed at least every three quarters
-        // of a lease however the store behaves.
+        // Each round renews the claim and tries to record, both at once (a renewal that
+        // hangs does not hold the write back; a recorded result does not wait for the
+        // renewal), each bounded by a quarter of the lease, then waits at most a quarter: the
+        // claim is renewed at least every half lease.
         let step = (duration / 4).max(Duration::from_millis(1));
         let mut backoff = Duration::from_millis(20).min(step);
         loop {
-            if let Ok(Err(error @ Error::LeaseLost { .. })) =
-                tokio::time::timeout(step, store.renew(&lease, duration)).await
-            {
-                tracing::error!(target: "idem", %key, %error,
-                    "the result could not be recorded: the key's lease was lost");
-                break;
-            }
-            match tokio::time::timeout(step, store.complete(&lease, &shared.1, ttl)).await {
+            let renewal = tokio::time::timeout(step, store.renew(&lease, duration));
+            let recording = tokio::time::timeout(step, store.complete(&lease, &shared.1, ttl));
+            let (mut renewal, mut recording) = (std::pin::pin!(renewal), std::pin::pin!(recording));
+            let mut renewed = None;
+            let completed = loop {
+                tokio::select! {
+                    biased;
+                    completed = &mut recording => break completed,
+                    answer = &mut renewal, if renewed.is_none() => renewed = Some(answer),
+                }
+            };
+            match completed {
                 Ok(Ok(())) => {
                     tracing::info!(target: "idem", %key, "the result was recorded after a retry");
                     break;
@@ -300,6 +305,16 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
                     "recording the result failed; retrying"),
                 Err(_) => tracing::warn!(target: "idem", %key,
                     "the store did not answer while recording the result; retrying"),
+            }
+            // Not recorded: the renewal must land (or time out) before the next round.
+            let renewed = match renewed {
+                Some(answer) => answer,
+                None => renewal.await,
+            };
+            if let Ok(Err(error @ Error::LeaseLost { .. })) = renewed {
+                tracing::error!(target: "idem", %key, %error,
+                    "the result could not be recorded: the key's lease was lost");
+                break;
             }
             if Instant::now() + backoff >= give_up {
                 tracing::error!(target: "idem", %key,
