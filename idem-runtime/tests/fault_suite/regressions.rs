@@ -185,8 +185,8 @@ fn a_begin_answered_after_its_lease_ran_out_still_runs_the_tool() {
 /// 1487812): the foreground `complete` failed, and background recording tried `complete` again
 /// (bounded by a third of the lease), then waited, before its first renewal. With a 15 ms lease
 /// claimed early in a 5 ms body, the lease ran out before that renewal, the other process
-/// claimed the key and ran the tool again. Fixed: background recording renews first in every
-/// round, and each of its steps is bounded by a quarter of the lease.
+/// claimed the key and ran the tool again. Fixed: background recording renews and records at
+/// once in every round, each step bounded by a quarter of the lease.
 #[test]
 fn background_recording_renews_before_its_first_retry() {
     use crate::schedule::Schedule;
