@@ -49,6 +49,11 @@ impl Claimed {
         }
     }
 
+    /// How long the tool's result is kept.
+    fn ttl(&self) -> Duration {
+        self.report.call().tool.ttl.unwrap_or(DEFAULT_TTL)
+    }
+
     /// Runs the tool in the caller's task: cancelled with it.
     pub(super) async fn attached<C, T, E, F>(self, body: F) -> Result<T, E>
     where
@@ -150,7 +155,7 @@ impl Guard {
         E: From<Error>,
     {
         let c = self.claimed();
-        let (tool, key) = (c.report.call().tool, c.lease.key);
+        let (tool, key, ttl) = (c.report.call().tool, c.lease.key, c.ttl());
         // A result that cannot be recorded faithfully is never a reason to run the tool again:
         // a marker is recorded instead, and retries are told it ran.
         let bytes = match C::record(tool.name, &result) {
@@ -170,7 +175,6 @@ impl Guard {
                 return result;
             }
         };
-        let ttl = tool.ttl.unwrap_or(DEFAULT_TTL);
         self.recording = Some(bytes);
         // The lease is still renewed while the result is recorded: a slow store must not let
         // it lapse and another caller run the tool again.
@@ -204,7 +208,7 @@ impl Guard {
                     "the tool ran but its result could not be recorded yet; retrying in the \
                      background while holding the key");
                 claimed.report.report(outcome);
-                record_in_background(claimed, bytes, ttl);
+                record_in_background(claimed, bytes);
             }
         }
         result
@@ -221,12 +225,12 @@ impl Drop for Guard {
             // The caller went away while the result was being recorded: finish recording it,
             // so that a retry replays instead of running the tool again.
             claimed.report.report(Outcome::Executed);
-            record_in_background(claimed, bytes, tool.ttl.unwrap_or(DEFAULT_TTL));
+            record_in_background(claimed, bytes);
             return;
         }
         let started = self.started.load(Ordering::Relaxed);
         let (store, lease) = (Arc::clone(&claimed.store), claimed.lease.clone());
-        let duration = claimed.duration;
+        let (duration, ttl) = (claimed.duration, claimed.ttl());
         if std::thread::panicking() {
             claimed.report.report(Outcome::Panicked);
             lease::release_in_background(store, lease);
@@ -237,7 +241,6 @@ impl Drop for Guard {
             // Dropped mid-run: the side effect may or may not have happened. Running it again
             // could do it twice, so retries are told the outcome is unknown instead.
             claimed.report.report(Outcome::Interrupted);
-            let ttl = tool.ttl.unwrap_or(DEFAULT_TTL);
             let key = lease.key;
             lease::cleanup(async move {
                 let marker = replay::encode_interrupted(tool.name);
@@ -256,9 +259,10 @@ impl Drop for Guard {
 /// Keeps trying to record `bytes` under the claim, renewing it meanwhile, until it lands, the
 /// lease is lost, or the TTL would have passed. Until then, callers in this process get the
 /// result from the flight and callers elsewhere see the key in flight. Every store request is
-/// bounded by the lease, so a store that never answers cannot keep this task (or the flight)
-/// alive beyond the TTL.
-fn record_in_background(claimed: Claimed, bytes: Vec<u8>, ttl: Duration) {
+/// bounded by a quarter of the lease, so a store that never answers cannot keep this task (or
+/// the flight) alive beyond the TTL.
+fn record_in_background(claimed: Claimed, bytes: Vec<u8>) {
+    let ttl = claimed.ttl();
     let Claimed {
         report,
         store,

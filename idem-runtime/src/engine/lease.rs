@@ -71,8 +71,7 @@ const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 /// taken over) and not worth a word.
 pub(super) fn release_in_background(store: Arc<dyn Store>, lease: Lease) {
     cleanup(async move {
-        let bound = RELEASE_TIMEOUT;
-        match tokio::time::timeout(bound, store.release(&lease)).await {
+        match tokio::time::timeout(RELEASE_TIMEOUT, store.release(&lease)).await {
             Ok(Ok(()) | Err(Error::LeaseLost { .. })) => {}
             Ok(Err(error)) => tracing::warn!(target: "idem", key = %lease.key.short(), %error,
                 "could not give the key back; it is freed when its lease expires"),
