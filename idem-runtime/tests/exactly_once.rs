@@ -518,3 +518,31 @@ async fn an_interrupted_key_is_visible_to_operators_and_removable() {
     );
     assert_eq!(retry.await.unwrap(), 1);
 }
+
+#[test]
+fn a_failed_call_has_given_its_key_back_when_it_returns() {
+    // A process that exits right after a failed call (an orchestrator restarting the run) must
+    // not leave the key claimed for a whole lease: the release is done before the call returns.
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let store: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&memory), |op| match op {
+        Op::Release => Fault::Delay(Duration::from_millis(20)),
+        _ => Fault::None,
+    }));
+    let turn = Turn::new("t").with_store(store);
+    let (key, fp) = digest(&SEND, &turn, "ada");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let failed = runtime.block_on(execute(Call::new(&SEND, &turn, key, fp), async {
+        Err::<u8, _>(Error::Config("upstream down".to_owned()))
+    }));
+    assert!(matches!(failed, Err(Error::Config(_))), "{failed:?}");
+    drop(runtime); // the process goes away
+    let check = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let left = check.block_on(memory.get("", &key)).unwrap();
+    assert_eq!(left, None, "the key is still claimed after the call returned");
+}

@@ -104,6 +104,7 @@ impl Claimed {
             claimed: Some(self),
             started: Arc::clone(&started),
             recording: None,
+            releasing: false,
         };
         let mut body = std::pin::pin!(body);
         let body = std::future::poll_fn(|cx| {
@@ -133,6 +134,8 @@ struct Guard {
     started: Arc<AtomicBool>,
     /// The bytes being recorded, while `complete` is awaited.
     recording: Option<Vec<u8>>,
+    /// The key is being given back after an `Err` that is not recorded.
+    releasing: bool,
 }
 
 impl Guard {
@@ -166,11 +169,25 @@ impl Guard {
                 bytes
             }
             None => {
-                // An `Err` that is not recorded: give the key back so a retry runs again —
-                // without awaiting it here, so that a caller giving up meanwhile cannot strand
-                // the claim.
+                // An `Err` that is not recorded: give the key back so a retry runs again. The
+                // guard stays armed meanwhile: a caller giving up during the release hands it
+                // to the background instead of stranding the claim, and a process exiting
+                // right after the call has given the key back.
+                self.releasing = true;
+                if let Some(c) = &self.claimed {
+                    let release = c.store.release(&c.lease);
+                    match tokio::time::timeout(c.duration, release).await {
+                        Ok(Ok(()) | Err(Error::LeaseLost { .. })) => {}
+                        Ok(Err(error)) => tracing::warn!(target: "idem", tool = tool.name,
+                            key = %key.short(), %error,
+                            "could not release the key; it is freed when its lease expires"),
+                        Err(_) => tracing::warn!(target: "idem", tool = tool.name,
+                            key = %key.short(),
+                            "the store did not answer a release; the key is freed when its \
+                             lease expires"),
+                    }
+                }
                 let mut claimed = self.disarm();
-                lease::release_in_background(Arc::clone(&claimed.store), claimed.lease.clone());
                 claimed.report.report(Outcome::Failed);
                 return result;
             }
@@ -221,6 +238,12 @@ impl Drop for Guard {
             return;
         };
         let tool = claimed.report.call().tool;
+        if self.releasing {
+            // The caller went away while the key was given back after an `Err`.
+            claimed.report.report(Outcome::Failed);
+            lease::release_in_background(Arc::clone(&claimed.store), claimed.lease.clone());
+            return;
+        }
         if let Some(bytes) = self.recording.take() {
             // The caller went away while the result was being recorded: finish recording it,
             // so that a retry replays instead of running the tool again.
