@@ -544,5 +544,8 @@ fn a_failed_call_has_given_its_key_back_when_it_returns() {
         .build()
         .unwrap();
     let left = check.block_on(memory.get("", &key)).unwrap();
-    assert_eq!(left, None, "the key is still claimed after the call returned");
+    assert_eq!(
+        left, None,
+        "the key is still claimed after the call returned"
+    );
 }
