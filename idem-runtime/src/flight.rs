@@ -4,13 +4,13 @@
 //! slot) is allocated only when a second caller arrives, so an uncontended call pays one map
 //! insert and one remove.
 
-use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::digest_map::{DigestMap, digest_map};
 use crate::key::{Fingerprint, Key};
 
 const SHARDS: usize = 16;
@@ -42,8 +42,8 @@ enum State {
     Abandoned,
 }
 
-static FLIGHTS: LazyLock<[Mutex<HashMap<FlightId, Slot>>; SHARDS]> =
-    LazyLock::new(|| std::array::from_fn(|_| Mutex::default()));
+static FLIGHTS: [Mutex<DigestMap<FlightId, Slot>>; SHARDS] =
+    [const { Mutex::new(digest_map()) }; SHARDS];
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
@@ -51,7 +51,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn shard(id: &FlightId) -> MutexGuard<'static, HashMap<FlightId, Slot>> {
+fn shard(id: &FlightId) -> MutexGuard<'static, DigestMap<FlightId, Slot>> {
     lock(&FLIGHTS[usize::from(id.1.as_bytes()[1]) % SHARDS])
 }
 

@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+mod digest_map;
 pub mod engine;
 pub mod error;
 mod flight;

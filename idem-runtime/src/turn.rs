@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::stats::{Outcome, Stats, StatsCounters};
+use crate::store::budget::TurnIdentity;
 use crate::store::{Charge, DEFAULT_BUDGET_WINDOW, Store};
 use crate::{Error, Result};
 
@@ -52,6 +53,8 @@ pub struct Turn {
 struct TurnInner {
     id: Arc<str>,
     namespace: Arc<str>,
+    /// The digest of namespace and id that names the turn's budget counters in stores.
+    identity: TurnIdentity,
     max_attempts_per_key: u32,
     max_calls: Option<u32>,
     in_flight_wait: Duration,
@@ -64,9 +67,11 @@ struct TurnInner {
 impl Turn {
     /// A turn with the given id, namespace `""` and default budgets.
     pub fn new(id: impl Into<String>) -> Self {
+        let id: Arc<str> = Arc::from(id.into());
         Turn {
             inner: Arc::new(TurnInner {
-                id: Arc::from(id.into()),
+                identity: TurnIdentity::new("", &id),
+                id,
                 namespace: Arc::from(""),
                 max_attempts_per_key: DEFAULT_ATTEMPTS_PER_KEY,
                 max_calls: None,
@@ -85,8 +90,11 @@ impl Turn {
 
     /// The tenant or namespace keys are scoped to: the same call in two namespaces gets two keys.
     pub fn with_namespace(self, namespace: impl Into<String>) -> Self {
-        let namespace = Arc::from(namespace.into());
-        self.edit(|t| t.namespace = namespace)
+        let namespace: Arc<str> = Arc::from(namespace.into());
+        self.edit(|t| {
+            t.identity = TurnIdentity::new(&namespace, &t.id);
+            t.namespace = namespace;
+        })
     }
 
     /// Calls allowed per distinct key in this turn (default 3): see [`Turn`] for what counts.
@@ -154,9 +162,9 @@ impl Turn {
 
     /// What one call charges to this turn's budget, with `limit` the tool's own per-key
     /// budget if it sets one.
-    pub fn charge(&self, limit: Option<u32>) -> Charge<'_> {
+    pub fn charge(&self, limit: Option<u32>) -> Charge {
         Charge {
-            turn: &self.inner.id,
+            turn: self.inner.identity,
             max_attempts: limit.unwrap_or(self.inner.max_attempts_per_key),
             max_calls: self.inner.max_calls,
             window: self.inner.budget_window,

@@ -107,7 +107,7 @@ async fn memory_does_not_grow_with_the_number_of_calls() {
     let fp = idem_runtime::Fingerprint::from_bytes([7; 32]);
     let key = conformance::fresh_key("hot");
     let charge = Charge {
-        turn: "t",
+        turn: idem_runtime::store::budget::TurnIdentity::new("", "t"),
         max_attempts: u32::MAX,
         max_calls: None,
         window: Duration::from_secs(3600),

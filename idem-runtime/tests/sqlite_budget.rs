@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use idem_runtime::clock::ManualClock;
 use idem_runtime::key::{Fingerprint, Key};
+use idem_runtime::store::budget::TurnIdentity;
 use idem_runtime::store::sqlite::SCHEMA_VERSION;
 use idem_runtime::store::{
     Begin, BeginRequest, Charge, Exhausted, LeaseToken, RecordState, SqliteStore, Store,
@@ -43,7 +44,7 @@ fn charged<'a>(
         lease: LEASE,
         token: LeaseToken::generate(),
         charge: Some(Charge {
-            turn,
+            turn: TurnIdentity::new(NS, turn),
             max_attempts,
             max_calls,
             window,

@@ -1,12 +1,15 @@
 //! Turn budgets as stores keep them: counters named by the turn's identity, not by a `Turn`
 //! value.
 //!
-//! A per-key count is named by `BLAKE3(namespace, turn id, key)` and a turn-wide count by
-//! `BLAKE3(namespace, turn id)` — keyed hashes whose keys are derived once from their own
-//! contexts, each part prefixed by its length as 8 bytes little-endian — truncated to 16
-//! bytes: fixed-size names that never spell out a turn id.
+//! A turn's identity is [`TurnIdentity`]: `BLAKE3(namespace, turn id)`, a keyed hash whose key
+//! is derived once from its own context, each part prefixed by its length as 8 bytes
+//! little-endian. It is computed once per [`Turn`](crate::Turn), not per call. A turn-wide count
+//! is named by the identity's first 16 bytes, and a per-key count by the first 16 bytes of
+//! `BLAKE3(identity ‖ key)` (64 bytes: one compression per call), keyed from a second context:
+//! fixed-size names that never spell out a turn id.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::sync::LazyLock;
 
 use super::Exhausted;
@@ -15,33 +18,63 @@ use crate::key::Key;
 /// The name of one budget counter.
 pub type CounterId = [u8; 16];
 
-fn counter_id(key: &LazyLock<[u8; 32]>, parts: &[&[u8]]) -> CounterId {
-    let mut hasher = blake3::Hasher::new_keyed(key);
-    for part in parts {
-        hasher.update(&(part.len() as u64).to_le_bytes());
-        hasher.update(part);
-    }
-    let mut id = [0; 16];
-    id.copy_from_slice(&hasher.finalize().as_bytes()[..16]);
-    id
-}
-
 static KEY_COUNTER: LazyLock<[u8; 32]> =
     LazyLock::new(|| blake3::derive_key("idem 2026-12-02 per-key attempt counter", b""));
 static TURN_COUNTER: LazyLock<[u8; 32]> =
     LazyLock::new(|| blake3::derive_key("idem 2026-12-02 turn call counter", b""));
 
-/// The counter of attempts with `key` in the turn `(namespace, turn)`.
-pub fn key_counter(namespace: &str, turn: &str, key: &Key) -> CounterId {
-    counter_id(
-        &KEY_COUNTER,
-        &[namespace.as_bytes(), turn.as_bytes(), key.as_bytes()],
-    )
+/// The identity a turn's budget belongs to: a digest of its namespace and id, which every
+/// `Turn` value with that namespace and id shares, in every process.
+///
+/// ```
+/// use idem_runtime::store::budget::TurnIdentity;
+///
+/// let a = TurnIdentity::new("acme", "turn-7");
+/// assert_eq!(a, TurnIdentity::new("acme", "turn-7"));
+/// assert_ne!(a, TurnIdentity::new("ac", "meturn-7"));
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TurnIdentity([u8; 32]);
+
+impl TurnIdentity {
+    /// The identity of the turn `turn` in `namespace`.
+    pub fn new(namespace: &str, turn: &str) -> Self {
+        let mut hasher = blake3::Hasher::new_keyed(&TURN_COUNTER);
+        for part in [namespace.as_bytes(), turn.as_bytes()] {
+            hasher.update(&(part.len() as u64).to_le_bytes());
+            hasher.update(part);
+        }
+        TurnIdentity(*hasher.finalize().as_bytes())
+    }
+
+    /// The counter of attempts with `key` in this turn.
+    pub fn key_counter(&self, key: &Key) -> CounterId {
+        let mut material = [0u8; 64];
+        material[..32].copy_from_slice(&self.0);
+        material[32..].copy_from_slice(key.as_bytes());
+        truncate(blake3::keyed_hash(&KEY_COUNTER, &material).as_bytes())
+    }
+
+    /// The counter of state-changing calls in this turn.
+    pub fn turn_counter(&self) -> CounterId {
+        truncate(&self.0)
+    }
 }
 
-/// The counter of state-changing calls in the turn `(namespace, turn)`.
-pub fn turn_counter(namespace: &str, turn: &str) -> CounterId {
-    counter_id(&TURN_COUNTER, &[namespace.as_bytes(), turn.as_bytes()])
+impl fmt::Debug for TurnIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TurnIdentity(")?;
+        for b in &self.0[..6] {
+            write!(f, "{b:02x}")?;
+        }
+        write!(f, "…)")
+    }
+}
+
+fn truncate(digest: &[u8; 32]) -> CounterId {
+    let mut id = [0; 16];
+    id.copy_from_slice(&digest[..16]);
+    id
 }
 
 /// An in-memory count with its expiry (ms), for stores that keep counters in a map.
@@ -52,7 +85,11 @@ pub(crate) struct Count {
 }
 
 /// The live count in `map` (0 if absent or expired).
-pub(crate) fn live(map: &HashMap<CounterId, Count>, id: &CounterId, now: u64) -> u32 {
+pub(crate) fn live<S: std::hash::BuildHasher>(
+    map: &HashMap<CounterId, Count, S>,
+    id: &CounterId,
+    now: u64,
+) -> u32 {
     map.get(id)
         .filter(|c| now < c.expires_at_ms)
         .map_or(0, |c| c.n)
@@ -103,17 +140,19 @@ mod tests {
     #[test]
     fn counter_ids_are_stable() {
         let key = Key::from_bytes([0x11; 32]);
+        let turn = TurnIdentity::new("acme", "turn-7");
         assert_eq!(
-            hex(key_counter("acme", "turn-7", &key)),
-            "bd19ebcf5c5e77f81d2aa106f06a289f"
+            hex(turn.key_counter(&key)),
+            "5fc18a439e00829e80d9031c84b6f524"
         );
-        assert_eq!(
-            hex(turn_counter("acme", "turn-7")),
-            "ea5e5aeed0db3dd30e7f0136dbcf828e"
+        assert_eq!(hex(turn.turn_counter()), "ea5e5aeed0db3dd30e7f0136dbcf828e");
+        assert_ne!(
+            TurnIdentity::new("ac", "meturn-7").turn_counter(),
+            turn.turn_counter()
         );
         assert_ne!(
-            turn_counter("ac", "meturn-7"),
-            turn_counter("acme", "turn-7")
+            turn.key_counter(&Key::from_bytes([0x12; 32])),
+            turn.key_counter(&key)
         );
     }
 

@@ -47,6 +47,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use super::budget::TurnIdentity;
 use super::{
     Begin, BeginRequest, Charge, Exhausted, Lease, LeaseToken, RecordState, Store, StoreFuture,
 };
@@ -558,7 +559,7 @@ fn charged<'a>(
 ) -> BeginRequest<'a> {
     BeginRequest {
         charge: Some(Charge {
-            turn,
+            turn: TurnIdentity::new(NS, turn),
             max_attempts,
             max_calls,
             window,

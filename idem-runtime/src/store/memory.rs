@@ -1,7 +1,7 @@
 //! The embedded default store: a sharded in-memory map.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -11,6 +11,7 @@ use super::{
     Begin, BeginRequest, Charge, Exhausted, Lease, Record, RecordState, Store, StoreFuture,
 };
 use crate::clock::{Clock, MonotonicClock, duration_ms};
+use crate::digest_map::{DigestMap, digest_map};
 use crate::key::Key;
 use crate::{Error, Result};
 
@@ -59,14 +60,14 @@ enum Expiring {
 /// Turn-wide counts, swept of expired ones whenever the map doubles since the last sweep
 /// (amortised O(1) per charge, memory bounded by twice the live turns).
 struct TurnCounts {
-    counts: HashMap<CounterId, Count>,
+    counts: DigestMap<CounterId, Count>,
     sweep_at: usize,
 }
 
 impl Default for TurnCounts {
     fn default() -> Self {
         TurnCounts {
-            counts: HashMap::new(),
+            counts: digest_map(),
             sweep_at: 1024,
         }
     }
@@ -88,9 +89,9 @@ impl TurnCounts {
 
 #[derive(Default)]
 struct Shard {
-    records: HashMap<Key, Entry>,
+    records: DigestMap<Key, Entry>,
     /// Per-key attempt counts of the keys in this shard.
-    budgets: HashMap<CounterId, Count>,
+    budgets: DigestMap<CounterId, Count>,
     /// `(expires_at_ms, what)`, smallest first; an item is stale when the expiry moved.
     expiries: BinaryHeap<Reverse<(u64, Expiring)>>,
 }
@@ -162,19 +163,18 @@ impl MemoryStore {
     fn charge(
         &self,
         shard: &mut Shard,
-        namespace: &str,
         key: &Key,
-        charge: &Charge<'_>,
+        charge: &Charge,
         now: u64,
     ) -> std::result::Result<(), Exhausted> {
         let expires_at_ms = now.saturating_add(duration_ms(charge.window));
-        let key_id = budget::key_counter(namespace, charge.turn, key);
+        let key_id = charge.turn.key_counter(key);
         let completed = shard
             .live(key, now)
             .is_some_and(|e| e.record.state == RecordState::Completed);
         let attempts_before = budget::live(&shard.budgets, &key_id, now);
         let mut turns = charge.max_calls.map(|_| lock(&self.turns));
-        let turn_id = budget::turn_counter(namespace, charge.turn);
+        let turn_id = charge.turn.turn_counter();
         let calls_before = turns
             .as_ref()
             .map(|t| budget::live(&t.counts, &turn_id, now));
@@ -305,7 +305,7 @@ impl Store for MemoryStore {
         let now = self.clock.now_ms();
         let mut shard = self.shard(req.key, now);
         if let Some(charge) = &req.charge
-            && let Err(refused) = self.charge(&mut shard, req.namespace, req.key, charge, now)
+            && let Err(refused) = self.charge(&mut shard, req.key, charge, now)
         {
             return ready(Ok(Begin::Exhausted(refused)));
         }

@@ -114,9 +114,10 @@ pub struct Lease {
 /// value: every process sharing the store shares them, and they outlive restarts with a
 /// durable store. Each count expires `window` after its last charge.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Charge<'a> {
-    /// The turn id (the namespace is the request's).
-    pub turn: &'a str,
+pub struct Charge {
+    /// The turn's identity: [`TurnIdentity::new`](budget::TurnIdentity::new) of the request's
+    /// namespace and the turn id. It names the turn's counters.
+    pub turn: budget::TurnIdentity,
     /// Attempts allowed with this key in this turn.
     pub max_attempts: u32,
     /// State-changing calls allowed in this turn, whatever their keys (`None`: no cap).
@@ -142,7 +143,7 @@ pub struct BeginRequest<'a> {
     pub token: LeaseToken,
     /// The attempt to charge to the turn's budget before anything else (`None`: charge
     /// nothing, e.g. when a call polls again for a key in flight elsewhere).
-    pub charge: Option<Charge<'a>>,
+    pub charge: Option<Charge>,
 }
 
 /// The state of a stored record.

@@ -11,7 +11,6 @@ use super::layout::{self, parse_record_key, record_pattern};
 use super::reply::{Reply, decode_record, unexpected, wrong_type};
 use super::{RedisStore, SCAN_COUNT, SCRIPTS, script_ms};
 use crate::key::Key;
-use crate::store::budget;
 use crate::store::{
     Begin, BeginRequest, Charge, Exhausted, Lease, Record, RecordState, Store, StoreFuture,
 };
@@ -29,11 +28,11 @@ enum TurnStep {
 
 impl RedisStore {
     /// Counts the call against its turn's `max_calls`, in the turn's own slot.
-    async fn charge_turn(&self, namespace: &str, charge: &Charge<'_>) -> Result<TurnStep> {
+    async fn charge_turn(&self, namespace: &str, charge: &Charge) -> Result<TurnStep> {
         let Some(limit) = charge.max_calls else {
             return Ok(TurnStep::Uncapped);
         };
-        let id = budget::turn_counter(namespace, charge.turn);
+        let id = charge.turn.turn_counter();
         let turn_key = layout::turn_counter_key(&self.prefix, namespace, &id);
         let mut invocation = SCRIPTS.turn.prepare_invoke();
         invocation
@@ -138,7 +137,7 @@ impl Store for RedisStore {
                 (Some(_), _) => "charge",
             };
             if let Some(charge) = &req.charge {
-                let id = budget::key_counter(req.namespace, charge.turn, req.key);
+                let id = charge.turn.key_counter(req.key);
                 invocation.key(layout::key_counter_key(&record_key, &id));
             }
             invocation

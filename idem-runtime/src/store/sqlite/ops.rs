@@ -56,7 +56,7 @@ impl Store for SqliteStore {
             lease: req.lease,
             token: req.token,
             charge: req.charge.map(|c| OwnedCharge {
-                turn: c.turn.to_owned(),
+                turn: c.turn,
                 max_attempts: c.max_attempts,
                 max_calls: c.max_calls,
                 window: c.window,

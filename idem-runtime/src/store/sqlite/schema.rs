@@ -29,8 +29,9 @@ CREATE TABLE IF NOT EXISTS idem_records (
 CREATE INDEX IF NOT EXISTS idem_records_expires_at ON idem_records (expires_at_ms);
 ";
 
-/// Version 2: turn budget counters, named by [`budget::key_counter`](crate::store::budget::key_counter)
-/// and [`budget::turn_counter`](crate::store::budget::turn_counter).
+/// Version 2: turn budget counters, named by
+/// [`TurnIdentity::key_counter`](crate::store::budget::TurnIdentity::key_counter) and
+/// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter).
 const SCHEMA_V2: &str = "
 CREATE TABLE IF NOT EXISTS idem_budgets (
     id            BLOB    NOT NULL PRIMARY KEY,

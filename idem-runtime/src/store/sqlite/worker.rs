@@ -32,7 +32,7 @@ pub(super) struct OwnedBegin {
 
 /// A [`Charge`](crate::store::Charge) that can travel to the connection's thread.
 pub(super) struct OwnedCharge {
-    pub(super) turn: String,
+    pub(super) turn: crate::store::budget::TurnIdentity,
     pub(super) max_attempts: u32,
     pub(super) max_calls: Option<u32>,
     pub(super) window: Duration,
@@ -163,8 +163,8 @@ fn charge_budget(
     now: u64,
 ) -> Result<Option<Exhausted>> {
     let expires_at_ms = now.saturating_add(duration_ms(charge.window));
-    let key_id = budget::key_counter(&req.namespace, &charge.turn, &req.key);
-    let turn_id = budget::turn_counter(&req.namespace, &charge.turn);
+    let key_id = charge.turn.key_counter(&req.key);
+    let turn_id = charge.turn.turn_counter();
     let attempts_before = count(tx, &key_id, now)?;
     let calls_before = match charge.max_calls {
         Some(_) => Some(count(tx, &turn_id, now)?),
