@@ -11,13 +11,14 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::digest_map::{DigestMap, digest_map};
-use crate::key::{Fingerprint, Key};
+use crate::key::Key;
+use crate::store::FirstResult;
 
 const SHARDS: usize = 16;
 
 /// What a finished leader hands its followers: the recorded result and the arguments'
-/// fingerprint it was recorded under.
-pub(crate) type Shared = Arc<(Fingerprint, Vec<u8>)>;
+/// fingerprint it was recorded under (cloning it shares the bytes).
+pub(crate) type Shared = FirstResult;
 
 /// A key in flight: which store (by address) and which key.
 type FlightId = (usize, Key);
@@ -75,7 +76,7 @@ pub(crate) fn join(store_id: usize, key: Key) -> Role {
             Role::Leader(Leader { id, done: false })
         }
         Entry::Occupied(mut occupied) => match occupied.get_mut() {
-            Slot::Lingering(shared) => Role::Done(Arc::clone(shared)),
+            Slot::Lingering(shared) => Role::Done(shared.clone()),
             Slot::Watched(flight) => Role::Follower(Follower(Arc::clone(flight))),
             slot @ Slot::Leading => {
                 let flight = Arc::new(Flight {
@@ -97,13 +98,13 @@ pub(crate) struct Leader {
 }
 
 impl Leader {
-    /// Hands the recorded result to every follower and ends the flight (the result is only
-    /// packed for sharing when somebody waits).
-    pub(crate) fn publish(mut self, fingerprint: Fingerprint, bytes: Vec<u8>) {
+    /// Hands the recorded result to every follower and ends the flight (`result` is only
+    /// called, to pack the result for sharing, when somebody waits).
+    pub(crate) fn publish(mut self, result: impl FnOnce() -> Shared) {
         self.done = true;
         let slot = shard(&self.id).remove(&self.id);
         if let Some(Slot::Watched(flight)) = slot {
-            *lock(&flight.state) = State::Done(Arc::new((fingerprint, bytes)));
+            *lock(&flight.state) = State::Done(result());
             flight.notify.notify_waiters();
         }
     }
@@ -111,7 +112,7 @@ impl Leader {
     /// Hands the result to every follower, and keeps handing it to new callers until the
     /// returned [`Lingering`] is dropped (the result is being recorded in the background).
     pub(crate) fn linger(mut self, shared: Shared) -> Lingering {
-        self.finish(State::Done(Arc::clone(&shared)), Some(shared));
+        self.finish(State::Done(shared.clone()), Some(shared));
         Lingering { id: self.id }
     }
 
@@ -173,7 +174,7 @@ impl Follower {
             let mut notified = std::pin::pin!(notified);
             notified.as_mut().enable();
             match &*lock(&self.0.state) {
-                State::Done(shared) => return Waited::Done(Arc::clone(shared)),
+                State::Done(shared) => return Waited::Done(shared.clone()),
                 State::Abandoned => return Waited::Abandoned,
                 State::Running => {}
             }

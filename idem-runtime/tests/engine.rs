@@ -492,7 +492,7 @@ async fn a_long_tool_keeps_its_lease() {
                 .await
                 .unwrap();
             assert!(
-                matches!(begin, Begin::InFlight(_)),
+                matches!(begin, Begin::InFlight { .. }),
                 "lease lapsed while the tool ran: {begin:?}"
             );
         }

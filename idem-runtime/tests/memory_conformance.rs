@@ -22,7 +22,7 @@ impl Harness for Memory {
     }
     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
         self.clock.advance(by);
-        Box::pin(async { Ok(()) })
+        StoreFuture::new(async { Ok(()) })
     }
     fn corrupt<'a>(&'a self, _: &'a str, _: &'a Key) -> Option<StoreFuture<'a, ()>> {
         None

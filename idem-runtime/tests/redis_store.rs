@@ -62,9 +62,12 @@ async fn a_key_is_claimed_once_then_in_flight_then_replayed() {
     let (k, fp) = (key("basic"), fingerprint("basic"));
     let token = claim(&store, "tenant", "basic", LONG).await;
 
-    let Ok(Begin::InFlight(record)) = store.begin(request("tenant", &k, &fp, LONG)).await else {
+    let Ok(Begin::InFlight { fingerprint }) = store.begin(request("tenant", &k, &fp, LONG)).await
+    else {
         panic!("a held key must be in flight");
     };
+    assert_eq!(fingerprint, fp);
+    let record = store.get("tenant", &k).await.unwrap().unwrap();
     assert_eq!(record.state, RecordState::InProgress);
     assert_eq!((record.namespace.as_str(), record.key), ("tenant", k));
     assert_eq!(
@@ -76,13 +79,17 @@ async fn a_key_is_claimed_once_then_in_flight_then_replayed() {
 
     let ttl = Duration::from_secs(3600);
     store.complete(&token, b"{\"id\":1}", ttl).await.unwrap();
-    let Ok(Begin::Completed(done)) = store.begin(request("tenant", &k, &fp, LONG)).await else {
+    let Ok(Begin::Completed(first)) = store.begin(request("tenant", &k, &fp, LONG)).await else {
         panic!("a completed key must replay");
     };
+    assert_eq!(
+        (&*first.result, first.fingerprint),
+        (&b"{\"id\":1}"[..], fp)
+    );
+    let done = store.get("tenant", &k).await.unwrap().unwrap();
     assert_eq!(done.result.as_deref(), Some(&b"{\"id\":1}"[..]));
     assert_eq!(done.created_at_ms, record.created_at_ms);
     assert!(done.expires_at_ms >= done.created_at_ms + 3_600_000);
-    assert_eq!(store.get("tenant", &k).await.unwrap(), Some(done.clone()));
     assert_eq!(store.get("other", &k).await.unwrap(), None);
 
     // The layout: one hash per key at <prefix>:<namespace>:{<hex>}, expiring with the record.
@@ -186,7 +193,7 @@ async fn renewing_keeps_a_lease_alive_and_release_frees_the_key() {
     }
     // 800 ms after the claim, two leases' worth: still held thanks to renewal.
     let held = store.begin(request("ns", &k, &fp, lease)).await.unwrap();
-    assert!(matches!(held, Begin::InFlight(_)), "{held:?}");
+    assert!(matches!(held, Begin::InFlight { .. }), "{held:?}");
 
     store.release(&token).await.unwrap();
     assert_eq!(store.get("ns", &k).await.unwrap(), None);
@@ -233,10 +240,10 @@ async fn results_of_several_mebibytes_round_trip() {
         .collect();
     let token = claim(&store, "ns", "large", LONG).await;
     store.complete(&token, &result, LONG).await.unwrap();
-    let Ok(Begin::Completed(record)) = store.begin(request("ns", &k, &fp, LONG)).await else {
+    let Ok(Begin::Completed(first)) = store.begin(request("ns", &k, &fp, LONG)).await else {
         panic!("expected a replay");
     };
-    assert!(record.result.as_deref() == Some(result.as_slice()));
+    assert!(*first.result == result[..]);
     cleanup(&url, store.prefix()).await;
 }
 

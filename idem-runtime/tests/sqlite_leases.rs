@@ -42,7 +42,7 @@ async fn is_in_flight(store: &SqliteStore, key: &Key) -> bool {
     let fp = Fingerprint::from_bytes([1; 32]);
     matches!(
         store.begin(req(key, &fp)).await.unwrap(),
-        Begin::InFlight(_)
+        Begin::InFlight { .. }
     )
 }
 

@@ -66,31 +66,33 @@ async fn claim_complete_then_replay_and_survive_reopening() {
         let store = open(&dir.db(), &clock);
         let token = claim(&store, &k, LEASE).await;
         match store.begin(req(&k, &fp(1), LEASE)).await.unwrap() {
-            Begin::InFlight(record) => {
-                assert_eq!(record.state, RecordState::InProgress);
-                assert_eq!(record.expires_at_ms, 1_000_000 + 30_000);
-                assert_eq!(record.result, None);
-            }
+            Begin::InFlight { fingerprint } => assert_eq!(fingerprint, fp(1)),
             other => panic!("expected in flight, got {other:?}"),
         }
+        let record = store.get(NS, &k).await.unwrap().unwrap();
+        assert_eq!(record.state, RecordState::InProgress);
+        assert_eq!(record.expires_at_ms, 1_000_000 + 30_000);
+        assert_eq!(record.result, None);
         store.complete(&token, b"{\"ok\":1}", TTL).await.unwrap();
     }
     // A new store on the same file, as after a restart.
     let store = open(&dir.db(), &clock);
     match store.begin(req(&k, &fp(1), LEASE)).await.unwrap() {
-        Begin::Completed(record) => {
-            assert_eq!(record.namespace, NS);
-            assert_eq!(record.key, k);
-            assert_eq!(record.tool, "send_message");
-            assert_eq!(record.fingerprint, fp(1));
-            assert_eq!(record.result.as_deref(), Some(&b"{\"ok\":1}"[..]));
-            assert_eq!(record.created_at_ms, 1_000_000);
-            assert_eq!(record.expires_at_ms, 1_000_000 + 3_600_000);
+        Begin::Completed(first) => {
+            assert_eq!(first.fingerprint, fp(1));
+            assert_eq!(&*first.result, b"{\"ok\":1}");
         }
         other => panic!("expected completed, got {other:?}"),
     }
-    let got = store.get(NS, &k).await.unwrap().unwrap();
-    assert_eq!(got.state, RecordState::Completed);
+    let record = store.get(NS, &k).await.unwrap().unwrap();
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.namespace, NS);
+    assert_eq!(record.key, k);
+    assert_eq!(record.tool, "send_message");
+    assert_eq!(record.fingerprint, fp(1));
+    assert_eq!(record.result.as_deref(), Some(&b"{\"ok\":1}"[..]));
+    assert_eq!(record.created_at_ms, 1_000_000);
+    assert_eq!(record.expires_at_ms, 1_000_000 + 3_600_000);
     assert_eq!(store.path(), Some(dir.db().as_path()));
 }
 
@@ -133,7 +135,7 @@ async fn an_expired_lease_is_claimable_and_fences_the_old_holder() {
     clock.advance(Duration::from_millis(999));
     assert!(matches!(
         store.begin(req(&k, &fp(1), LEASE)).await.unwrap(),
-        Begin::InFlight(_)
+        Begin::InFlight { .. }
     ));
     clock.advance(Duration::from_millis(1));
     // The old holder's lease ran out: it can no longer act, even before anyone takes over.
@@ -177,7 +179,7 @@ async fn renew_extends_and_release_frees() {
     clock.advance(Duration::from_millis(900)); // past the first lease, within the renewed one
     assert!(matches!(
         store.begin(req(&k, &fp(1), LEASE)).await.unwrap(),
-        Begin::InFlight(_)
+        Begin::InFlight { .. }
     ));
     store.release(&token).await.unwrap();
     assert!(store.get(NS, &k).await.unwrap().is_none());
@@ -289,7 +291,7 @@ async fn large_results_round_trip() {
     drop(store);
     let store = open(&dir.db(), &clock);
     match store.begin(req(&k, &fp(1), LEASE)).await.unwrap() {
-        Begin::Completed(record) => assert!(record.result.as_deref() == Some(&big[..])),
+        Begin::Completed(first) => assert!(*first.result == big[..]),
         other => panic!("expected completed, got {other:?}"),
     }
 }
@@ -314,7 +316,7 @@ async fn concurrent_begins_on_one_file_claim_once() {
         for task in tasks {
             match task.await.unwrap() {
                 Begin::Claimed => claimed += 1,
-                Begin::InFlight(_) => {}
+                Begin::InFlight { .. } => {}
                 other => panic!("nobody completed or charged, got {other:?}"),
             }
         }

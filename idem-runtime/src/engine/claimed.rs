@@ -13,7 +13,7 @@ use crate::Error;
 use crate::flight::{Leader, Lingering};
 use crate::replay::{self, Recorded, ResultCodec};
 use crate::stats::Outcome;
-use crate::store::{DEFAULT_TTL, Lease, Store};
+use crate::store::{DEFAULT_TTL, FirstResult, Lease, Store};
 
 use super::held;
 use super::lease::{self, Keeper};
@@ -212,7 +212,10 @@ impl Guard {
         match completed {
             Ok(()) => {
                 let fingerprint = claimed.report.call().fingerprint;
-                claimed.leader.publish(fingerprint, bytes);
+                claimed.leader.publish(|| FirstResult {
+                    fingerprint,
+                    result: Arc::from(bytes),
+                });
                 claimed.report.report(outcome);
             }
             Err(error @ Error::LeaseLost { .. }) => {
@@ -294,8 +297,11 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>) {
         leader,
         ..
     } = claimed;
-    let shared = Arc::new((report.call().fingerprint, bytes));
-    let lingering: Lingering = leader.linger(Arc::clone(&shared));
+    let shared = FirstResult {
+        fingerprint: report.call().fingerprint,
+        result: Arc::from(bytes),
+    };
+    let lingering: Lingering = leader.linger(shared.clone());
     drop(report);
     let give_up = Instant::now() + ttl;
     lease::cleanup(async move {
@@ -308,7 +314,7 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>) {
         let mut backoff = Duration::from_millis(20).min(step);
         loop {
             let renewal = tokio::time::timeout(step, store.renew(&lease, duration));
-            let recording = tokio::time::timeout(step, store.complete(&lease, &shared.1, ttl));
+            let recording = tokio::time::timeout(step, store.complete(&lease, &shared.result, ttl));
             let (mut renewal, mut recording) = (std::pin::pin!(renewal), std::pin::pin!(recording));
             let mut renewed = None;
             let completed = loop {

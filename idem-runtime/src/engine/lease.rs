@@ -45,11 +45,6 @@ impl<'s> PendingClaim<'s> {
         }
     }
 
-    /// The lease this request claims if it claims the key.
-    pub(super) fn lease(&self) -> &Lease {
-        &self.lease
-    }
-
     /// The store answered: nothing to give back.
     pub(super) fn answered(mut self) {
         self.armed = false;

@@ -20,7 +20,8 @@ use crate::key::{Fingerprint, Key};
 use crate::replay::{OkAndErr, OkOnly, ResultCodec};
 use crate::stats::Outcome;
 use crate::store::{
-    Begin, BeginRequest, Exhausted, Lease, LeaseToken, Record, Store, default_store,
+    Begin, BeginRequest, Exhausted, FirstResult, Lease, LeaseToken, Store, StoreFuture,
+    default_store,
 };
 use crate::tool::ToolInfo;
 use crate::turn::Turn;
@@ -76,6 +77,23 @@ impl Call {
     /// The call's key.
     pub fn key(&self) -> Key {
         self.key
+    }
+
+    /// The store this call uses: its own, else its turn's, else the process default.
+    fn store(&self) -> &Arc<dyn Store> {
+        match (&self.store, self.turn.store()) {
+            (Some(store), _) | (None, Some(store)) => store,
+            (None, None) => default_store(),
+        }
+    }
+
+    /// The claim this call makes on its key with `token`.
+    fn lease(&self, token: LeaseToken) -> Lease {
+        Lease {
+            namespace: Arc::clone(self.turn.namespace_arc()),
+            key: self.key,
+            token,
+        }
     }
 }
 
@@ -195,12 +213,11 @@ where
         Ok(lease) => lease,
         Err(error) => return report.fail(Outcome::ConfigError, error),
     };
-    let store = match (&call.store, call.turn.store()) {
-        (Some(store), _) | (None, Some(store)) => Arc::clone(store),
-        (None, None) => Arc::clone(default_store()),
-    };
-    let store_id = Arc::as_ptr(&store).cast::<()>() as usize;
-    let deadline = Instant::now() + call.turn.in_flight_wait();
+    // The one clock read of a replay: when the wait for other callers starts, and a
+    // conservative "sent" time for the first request's lease.
+    let mut sent = Instant::now();
+    let deadline = sent + call.turn.in_flight_wait();
+    let store_id = Arc::as_ptr(call.store()).cast::<()>() as usize;
     let mut charged = false;
     loop {
         let call = report.call();
@@ -209,102 +226,102 @@ where
             Role::Done(shared) => return joined::<C, T, E>(report, &shared),
             Role::Follower(follower) => match follower.wait(deadline).await {
                 Waited::Done(shared) => return joined::<C, T, E>(report, &shared),
-                Waited::Abandoned => continue, // the leader recorded nothing: maybe lead now
+                Waited::Abandoned => {
+                    sent = Instant::now();
+                    continue; // the leader recorded nothing: maybe lead now
+                }
                 Waited::TimedOut => return in_flight(report, deadline),
             },
         };
         let mut backoff = Duration::from_millis(5);
         loop {
             let call = report.call();
-            let pending = PendingClaim::new(
-                &store,
-                Lease {
-                    namespace: Arc::clone(call.turn.namespace_arc()),
-                    key: call.key,
-                    token: LeaseToken::generate(),
-                },
-            );
+            let store = call.store();
+            let token = LeaseToken::generate();
             let request = BeginRequest {
                 namespace: call.turn.namespace(),
                 key: &call.key,
                 tool: call.tool.name,
                 fingerprint: &call.fingerprint,
                 lease,
-                token: pending.lease().token,
+                token,
                 // Only the first request of a call is an attempt; polling again is not.
                 charge: (!std::mem::replace(&mut charged, true))
                     .then(|| call.turn.charge(call.tool.budget)),
             };
-            let sent = Instant::now();
-            // A `begin` answered after the lease it asks for is of no use: bound it by that.
-            let begun = match tokio::time::timeout(lease, store.begin(request)).await {
-                Ok(Ok(begun)) => begun,
-                Ok(Err(error)) => {
-                    drop(pending); // gives back a claim that may have landed before the error
-                    return report.fail(Outcome::StoreError, error);
-                }
-                Err(_) => {
-                    drop(pending);
-                    let error = Error::store("begin", "no answer within the lease");
+            let begun = match store.begin(request).into_ready() {
+                // Answered at once (an in-memory store): no timer, nothing to give back.
+                Ok(answer) => answer,
+                Err(pending) => awaited(store, call.lease(token), pending, lease).await,
+            };
+            let begun = match begun {
+                Ok(begun) => begun,
+                Err(error) => {
+                    // Gives back a claim that may have landed before the error.
+                    lease::release_in_background(Arc::clone(store), call.lease(token));
                     return report.fail(Outcome::StoreError, error);
                 }
             };
-            let claimed_lease = pending.lease().clone();
-            pending.answered();
             match begun {
                 Begin::Claimed if Instant::now() < sent + lease => {
+                    let (store, claimed_lease) = (Arc::clone(store), call.lease(token));
                     let claimed = Claimed::new(report, store, claimed_lease, lease, sent, leader);
-                    return start(claimed).await;
+                    // Boxed: a replay's future stays small, only an execution pays for the
+                    // state of running the tool.
+                    return Box::pin(start(claimed)).await;
                 }
                 Begin::Claimed => {
                     // The answer came after the lease it granted had run out: another caller
                     // may hold the key by now. Give the claim back and ask again.
-                    lease::release_in_background(Arc::clone(&store), claimed_lease);
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return in_flight(report, deadline);
-                    }
-                    tokio::time::sleep(backoff.min(deadline - now)).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(250));
+                    lease::release_in_background(Arc::clone(store), call.lease(token));
                 }
-                Begin::Completed(record) => return replay::<C, T, E>(report, leader, record),
-                Begin::InFlight(record) => {
-                    if record.fingerprint != call.fingerprint {
+                Begin::Completed(first) => return replay::<C, T, E>(report, leader, first),
+                Begin::InFlight { fingerprint } => {
+                    if fingerprint != call.fingerprint {
                         return mismatch(report);
                     }
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return in_flight(report, deadline);
-                    }
-                    tokio::time::sleep(backoff.min(deadline - now)).await;
-                    backoff = (backoff * 2).min(Duration::from_millis(250));
                 }
                 Begin::Exhausted(exhausted) => return over_budget(report, exhausted),
             }
+            let now = Instant::now();
+            if now >= deadline {
+                return in_flight(report, deadline);
+            }
+            tokio::time::sleep(backoff.min(deadline - now)).await;
+            backoff = (backoff * 2).min(Duration::from_millis(250));
+            sent = Instant::now();
         }
     }
 }
 
-/// A completed record: the first result, without running the tool.
-fn replay<C, T, E>(mut report: Reporter, leader: Leader, record: Record) -> Result<T, E>
+/// A `begin` the store did not answer at once, bounded by the lease it asks for (an answer
+/// after that is of no use). If the caller drops it meanwhile, the claim it may have made is
+/// given back; after an error, the caller gives it back.
+async fn awaited(
+    store: &Arc<dyn Store>,
+    claim: Lease,
+    begin: StoreFuture<'_, Begin>,
+    lease: Duration,
+) -> Result<Begin, Error> {
+    let pending = PendingClaim::new(store, claim);
+    let answer = tokio::time::timeout(lease, begin).await;
+    pending.answered();
+    answer.unwrap_or_else(|_| Err(Error::store("begin", "no answer within the lease")))
+}
+
+/// A completed key: the first result, without running the tool.
+fn replay<C, T, E>(mut report: Reporter, leader: Leader, first: FirstResult) -> Result<T, E>
 where
     C: ResultCodec<T, E>,
     E: From<Error>,
 {
     let call = report.call();
-    if record.fingerprint != call.fingerprint {
+    if first.fingerprint != call.fingerprint {
         return mismatch(report);
     }
-    let Some(bytes) = record.result else {
-        let error = Error::CorruptRecord {
-            key: call.key.short(),
-            message: "completed without a result".to_owned(),
-        };
-        return report.fail(Outcome::DecodeError, error);
-    };
-    match C::decode(call.tool.name, &call.key, &bytes) {
+    match C::decode(call.tool.name, &call.key, &first.result) {
         Ok(result) => {
-            leader.publish(record.fingerprint, bytes);
+            leader.publish(|| first);
             report.report(Outcome::Replayed);
             result
         }
@@ -319,11 +336,10 @@ where
     E: From<Error>,
 {
     let call = report.call();
-    let (fingerprint, bytes) = &**shared;
-    if *fingerprint != call.fingerprint {
+    if shared.fingerprint != call.fingerprint {
         return mismatch(report);
     }
-    match C::decode(call.tool.name, &call.key, bytes) {
+    match C::decode(call.tool.name, &call.key, &shared.result) {
         Ok(result) => {
             report.report(Outcome::Joined);
             result

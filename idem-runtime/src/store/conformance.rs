@@ -25,7 +25,7 @@
 //!     }
 //!     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
 //!         self.clock.advance(by);
-//!         Box::pin(async { Ok(()) })
+//!         StoreFuture::new(async { Ok(()) })
 //!     }
 //!     fn corrupt<'a>(&'a self, _: &'a str, _: &'a Key) -> Option<StoreFuture<'a, ()>> {
 //!         None // typed memory cannot hold a corrupt record
@@ -179,36 +179,50 @@ pub async fn claim_complete_replay(h: &impl Harness) {
     let lease = h.short() * 4;
     let token = claim(&*store, &key, &fp, lease).await;
     match store.begin(request(&key, &fp, lease)).await {
-        Ok(Begin::InFlight(record)) => {
+        Ok(Begin::InFlight { fingerprint }) => {
+            assert_eq!(fingerprint, fp, "claim_complete_replay: fingerprint");
+        }
+        other => panic!("claim_complete_replay: a claimed key must be in flight, got {other:?}"),
+    }
+    match store.get(NS, &key).await {
+        Ok(Some(record)) => {
             assert_eq!(
                 record.state,
                 RecordState::InProgress,
                 "claim_complete_replay"
             );
-            assert_eq!(record.fingerprint, fp, "claim_complete_replay: fingerprint");
             assert_eq!(record.key, key, "claim_complete_replay: key");
+            assert_eq!(record.result, None, "claim_complete_replay: no result yet");
         }
-        other => panic!("claim_complete_replay: a claimed key must be in flight, got {other:?}"),
+        other => panic!("claim_complete_replay: get must show the claim, got {other:?}"),
     }
     store
         .complete(&token, b"{\"ok\":1}", lease)
         .await
         .expect("claim_complete_replay: complete with the current token");
     match store.begin(request(&key, &fp, lease)).await {
-        Ok(Begin::Completed(record)) => {
-            assert_eq!(record.state, RecordState::Completed);
+        Ok(Begin::Completed(first)) => {
+            assert_eq!(
+                &*first.result, b"{\"ok\":1}",
+                "claim_complete_replay: result"
+            );
+            assert_eq!(first.fingerprint, fp, "claim_complete_replay: fingerprint");
+        }
+        other => panic!("claim_complete_replay: a completed key must replay, got {other:?}"),
+    }
+    match store.get(NS, &key).await {
+        Ok(Some(record)) => {
+            assert_eq!(
+                record.state,
+                RecordState::Completed,
+                "claim_complete_replay"
+            );
             assert_eq!(record.result.as_deref(), Some(&b"{\"ok\":1}"[..]));
             assert_eq!(record.tool, "conformance_tool");
             assert_eq!(record.namespace, NS);
         }
-        other => panic!("claim_complete_replay: a completed key must replay, got {other:?}"),
+        other => panic!("claim_complete_replay: get must return the record, got {other:?}"),
     }
-    let got = store.get(NS, &key).await.expect("get");
-    assert_eq!(
-        got.and_then(|r| r.result),
-        Some(b"{\"ok\":1}".to_vec()),
-        "claim_complete_replay: get returns the result"
-    );
     store.complete(&token, b"{\"ok\":2}", lease).await.expect(
         "claim_complete_replay: complete repeated by its own lease (a lost reply) succeeds",
     );
@@ -314,7 +328,7 @@ pub async fn renew_extends_the_lease(h: &impl Harness) {
         .expect("renew: the holder renews");
     advance(h, h.short() + h.short() / 2).await;
     match store.begin(request(&key, &fp, lease)).await {
-        Ok(Begin::InFlight(_)) => {}
+        Ok(Begin::InFlight { .. }) => {}
         other => panic!("renew: the renewed lease must still hold, got {other:?}"),
     }
     store
@@ -351,7 +365,7 @@ pub async fn fingerprint_is_kept(h: &impl Harness) {
     let token = claim(&*store, &key, &first, lease).await;
     store.complete(&token, b"r", lease).await.expect("complete");
     match store.begin(request(&key, &other, lease)).await {
-        Ok(Begin::Completed(record)) => assert_eq!(record.fingerprint, first, "fingerprint"),
+        Ok(Begin::Completed(recorded)) => assert_eq!(recorded.fingerprint, first, "fingerprint"),
         other => panic!("fingerprint: expected the completed record, got {other:?}"),
     }
 }
@@ -475,7 +489,7 @@ pub async fn large_results_round_trip(h: &impl Harness) {
         .await
         .expect("complete large");
     match store.begin(request(&key, &fp, lease)).await {
-        Ok(Begin::Completed(record)) => assert!(record.result.as_deref() == Some(&big[..])),
+        Ok(Begin::Completed(recorded)) => assert!(*recorded.result == big[..]),
         other => panic!("large: expected completed, got {:?}", other.map(|_| ())),
     }
 }

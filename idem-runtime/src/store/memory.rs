@@ -296,8 +296,8 @@ impl Shard {
     }
 }
 
-fn ready<'a, T: Send + 'a>(value: Result<T>) -> StoreFuture<'a, T> {
-    Box::pin(std::future::ready(value))
+fn ready<'a, T>(value: Result<T>) -> StoreFuture<'a, T> {
+    StoreFuture::ready(value)
 }
 
 impl Store for MemoryStore {
@@ -310,11 +310,7 @@ impl Store for MemoryStore {
             return ready(Ok(Begin::Exhausted(refused)));
         }
         if let Some(entry) = shard.live(req.key, now) {
-            let record = entry.record.clone();
-            return ready(Ok(match record.state {
-                RecordState::Completed => Begin::Completed(record),
-                RecordState::InProgress => Begin::InFlight(record),
-            }));
+            return ready(Begin::found(entry.record.clone()));
         }
         let expires_at_ms = now.saturating_add(duration_ms(req.lease));
         let replaced = shard.records.insert(

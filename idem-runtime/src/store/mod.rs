@@ -19,14 +19,13 @@
 pub mod budget;
 pub mod conformance;
 pub mod fault;
+mod future;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -36,12 +35,10 @@ use crate::key::{Fingerprint, Key};
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
+pub use future::StoreFuture;
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
-
-/// The future returned by [`Store`] methods.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
 /// How long completed records are kept when a tool sets no `ttl`: one day.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -214,12 +211,49 @@ pub enum Begin {
     /// The key was free (absent, expired, or its lease ran out): the caller now holds it with
     /// the request's token and must run the tool, then `complete` or `release` it.
     Claimed,
-    /// The key was handled already: replay this record.
-    Completed(Record),
-    /// Another caller holds a live lease on the key.
-    InFlight(Record),
+    /// The key was handled already: replay its first result.
+    Completed(FirstResult),
+    /// Another caller holds a live lease on the key; `fingerprint` is that call's.
+    InFlight {
+        /// Digest of the arguments of the call that holds the key.
+        fingerprint: Fingerprint,
+    },
     /// The charge was refused: nothing was claimed.
     Exhausted(Exhausted),
+}
+
+impl Begin {
+    /// The answer for a live record found by `begin`: [`Begin::Completed`] or
+    /// [`Begin::InFlight`].
+    ///
+    /// # Errors
+    /// [`Error::CorruptRecord`](crate::Error::CorruptRecord) for a completed record without a
+    /// result.
+    pub fn found(record: Record) -> Result<Begin> {
+        match (record.state, record.result) {
+            (RecordState::InProgress, _) => Ok(Begin::InFlight {
+                fingerprint: record.fingerprint,
+            }),
+            (RecordState::Completed, Some(result)) => Ok(Begin::Completed(FirstResult {
+                fingerprint: record.fingerprint,
+                result: Arc::from(result),
+            })),
+            (RecordState::Completed, None) => Err(crate::Error::CorruptRecord {
+                key: record.key.short(),
+                message: "completed without a result".to_owned(),
+            }),
+        }
+    }
+}
+
+/// What a replay needs of a completed key: the encoded first result, and the fingerprint of
+/// the arguments it was recorded under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FirstResult {
+    /// Digest of the arguments of the call that completed the key.
+    pub fingerprint: Fingerprint,
+    /// The encoded result, shared (an in-memory store hands out its own copy without copying).
+    pub result: Arc<[u8]>,
 }
 
 /// A dedup store.

@@ -62,7 +62,7 @@ impl Store for Observed {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             self.inner.complete(lease, result, ttl).await?;
             self.ledger.completed(lease.key, lease.token, result, ttl);
             Ok(())
@@ -104,7 +104,7 @@ impl Forgetful {
 
 impl Store for Forgetful {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             if let Some(record) = self.inner.get(req.namespace, req.key).await?
                 && record.state == RecordState::Completed
             {
@@ -176,7 +176,7 @@ fn slowed<'a, T: Send + 'a>(op: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFut
     let work = op();
     match SLOW_REPLY.with(std::cell::Cell::take) {
         None => work,
-        Some(by) => Box::pin(async move {
+        Some(by) => StoreFuture::new(async move {
             let reply = work.await;
             tokio::time::sleep(by).await;
             reply
@@ -236,10 +236,10 @@ impl Lazy {
 
 impl Store for Lazy {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        Box::pin(async move { self.inner.begin(req).await })
+        StoreFuture::new(async move { self.inner.begin(req).await })
     }
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.inner.renew(lease, duration).await })
+        StoreFuture::new(async move { self.inner.renew(lease, duration).await })
     }
     fn complete<'a>(
         &'a self,
@@ -247,26 +247,26 @@ impl Store for Lazy {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.inner.complete(lease, result, ttl).await })
+        StoreFuture::new(async move { self.inner.complete(lease, result, ttl).await })
     }
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.inner.release(lease).await })
+        StoreFuture::new(async move { self.inner.release(lease).await })
     }
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(async move { self.inner.get(namespace, key).await })
+        StoreFuture::new(async move { self.inner.get(namespace, key).await })
     }
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        Box::pin(async move { self.inner.purge_expired().await })
+        StoreFuture::new(async move { self.inner.purge_expired().await })
     }
     fn list<'a>(
         &'a self,
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
-        Box::pin(async move { self.inner.list(namespace, limit).await })
+        StoreFuture::new(async move { self.inner.list(namespace, limit).await })
     }
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        Box::pin(async move { self.inner.remove(namespace, key).await })
+        StoreFuture::new(async move { self.inner.remove(namespace, key).await })
     }
 }
 
@@ -285,7 +285,7 @@ impl YieldOnce {
 
 /// Pending once, then `work`.
 fn yield_then<'a, T: Send + 'a>(work: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
-    Box::pin(async move {
+    StoreFuture::new(async move {
         let mut yielded = false;
         std::future::poll_fn(|cx| {
             if std::mem::replace(&mut yielded, true) {

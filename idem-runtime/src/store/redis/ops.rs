@@ -11,9 +11,7 @@ use super::layout::{self, parse_record_key, record_pattern};
 use super::reply::{Reply, decode_record, unexpected, wrong_type};
 use super::{RedisStore, SCAN_COUNT, SCRIPTS, script_ms};
 use crate::key::Key;
-use crate::store::{
-    Begin, BeginRequest, Charge, Exhausted, Lease, Record, RecordState, Store, StoreFuture,
-};
+use crate::store::{Begin, BeginRequest, Charge, Exhausted, Lease, Record, Store, StoreFuture};
 use crate::{Error, Result};
 
 /// What the turn-wide step decided before the claim script runs.
@@ -122,7 +120,7 @@ impl RedisStore {
 
 impl Store for RedisStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             const OP: &str = "begin";
             let record_key = self.redis_key(req.namespace, req.key);
             let turn = match &req.charge {
@@ -152,11 +150,7 @@ impl Store for RedisStore {
             match Reply::parse(OP, reply)? {
                 Reply::Tag(tag) if tag == b"claimed" => Ok(Begin::Claimed),
                 Reply::Record(fields) => {
-                    let record = decode_record(req.namespace, req.key, &fields)?;
-                    Ok(match record.state {
-                        RecordState::Completed => Begin::Completed(record),
-                        RecordState::InProgress => Begin::InFlight(record),
-                    })
+                    Begin::found(decode_record(req.namespace, req.key, &fields)?)
                 }
                 Reply::WrongType(kind) => Err(wrong_type(req.key, &kind)),
                 Reply::ExhaustedKey {
@@ -184,7 +178,7 @@ impl Store for RedisStore {
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let mut invocation = SCRIPTS.renew.prepare_invoke();
             invocation
                 .key(self.redis_key(&lease.namespace, &lease.key))
@@ -200,7 +194,7 @@ impl Store for RedisStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let mut invocation = SCRIPTS.complete.prepare_invoke();
             invocation
                 .key(self.redis_key(&lease.namespace, &lease.key))
@@ -212,7 +206,7 @@ impl Store for RedisStore {
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let mut invocation = SCRIPTS.release.prepare_invoke();
             invocation
                 .key(self.redis_key(&lease.namespace, &lease.key))
@@ -222,7 +216,7 @@ impl Store for RedisStore {
     }
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             self.read("get", &self.redis_key(namespace, key), namespace, key)
                 .await
         })
@@ -231,7 +225,7 @@ impl Store for RedisStore {
     /// Redis expires records itself (`PEXPIREAT`), and the scripts treat a record whose expiry
     /// has come as absent, so there is nothing to purge: returns 0 without contacting Redis.
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        Box::pin(std::future::ready(Ok(0)))
+        StoreFuture::ready(Ok(0))
     }
 
     /// `SCAN`s `<prefix>:<namespace>:{…}` (or `<prefix>:*}`) on every master and reads each
@@ -242,7 +236,7 @@ impl Store for RedisStore {
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let mut out = Vec::new();
             if limit == 0 {
                 return Ok(out);
@@ -262,7 +256,7 @@ impl Store for RedisStore {
     }
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let mut conn = self.conn.clone();
             let removed: u64 = ::redis::cmd("DEL")
                 .arg(self.redis_key(namespace, key))

@@ -10,7 +10,7 @@ use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, STATE_COMPLETED, sql_ms, sql_token}
 use crate::clock::{Clock, duration_ms};
 use crate::key::{Fingerprint, Key};
 use crate::store::budget::{self, CounterId};
-use crate::store::{Begin, Exhausted, LeaseToken, RecordState};
+use crate::store::{Begin, Exhausted, LeaseToken};
 use crate::{Error, Result};
 
 /// The state owned by the connection's thread.
@@ -214,9 +214,5 @@ fn set_count(tx: &Transaction<'_>, id: &CounterId, n: u32, expires_at_ms: u64) -
 
 /// The answer of `begin` for a live row.
 fn live(row: Row, key: &Key) -> Result<Begin> {
-    let record = row.into_record().map_err(corrupt(key))?;
-    Ok(match record.state {
-        RecordState::Completed => Begin::Completed(record),
-        RecordState::InProgress => Begin::InFlight(record),
-    })
+    Begin::found(row.into_record().map_err(corrupt(key))?)
 }
