@@ -240,8 +240,14 @@ fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error>
     let (turn, args) = digest
         .state
         .map_err(|error| idem_runtime::engine::refuse(tool, error))?;
+    let turn_bound = !args.has_caller_key();
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    let call = Call::new(tool, &turn, key, fingerprint);
+    let call = Call::in_turn(tool, turn, key, fingerprint);
+    let call = if turn_bound {
+        call.counted_by_key()
+    } else {
+        call
+    };
     Ok(match &store {
         Some(store) => call.with_store(store),
         None => call,

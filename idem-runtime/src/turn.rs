@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::stats::{Outcome, Stats, StatsCounters};
 use crate::store::budget::TurnIdentity;
-use crate::store::{Charge, DEFAULT_BUDGET_WINDOW, Store};
+use crate::store::{Charge, DEFAULT_BUDGET_WINDOW, KeyCounter, Store};
 use crate::{Error, Result};
 
 /// How many calls a turn allows per distinct key when the tool sets no `budget`.
@@ -161,10 +161,11 @@ impl Turn {
     }
 
     /// What one call charges to this turn's budget, with `limit` the tool's own per-key
-    /// budget if it sets one.
-    pub fn charge(&self, limit: Option<u32>) -> Charge {
+    /// budget if it sets one, its attempts counted by `counter`.
+    pub fn charge(&self, limit: Option<u32>, counter: KeyCounter) -> Charge {
         Charge {
             turn: self.inner.identity,
+            counter,
             max_attempts: limit.unwrap_or(self.inner.max_attempts_per_key),
             max_calls: self.inner.max_calls,
             window: self.inner.budget_window,

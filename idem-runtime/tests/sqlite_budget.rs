@@ -13,7 +13,9 @@ use idem_runtime::clock::ManualClock;
 use idem_runtime::key::{Fingerprint, Key};
 use idem_runtime::store::budget::TurnIdentity;
 use idem_runtime::store::sqlite::SCHEMA_VERSION;
-use idem_runtime::store::{Begin, BeginRequest, Charge, Exhausted, LeaseToken, SqliteStore, Store};
+use idem_runtime::store::{
+    Begin, BeginRequest, Charge, Exhausted, KeyCounter, LeaseToken, SqliteStore, Store,
+};
 use sqlite_common::TempDir;
 
 const NS: &str = "tenant";
@@ -43,6 +45,7 @@ fn charged<'a>(
         token: LeaseToken::generate(),
         charge: Some(Charge {
             turn: TurnIdentity::new(NS, turn),
+            counter: KeyCounter::TurnAndKey,
             max_attempts,
             max_calls,
             window,

@@ -13,7 +13,7 @@ use crate::Error;
 use crate::flight::{Leader, Lingering};
 use crate::replay::{self, Recorded, ResultCodec};
 use crate::stats::Outcome;
-use crate::store::{DEFAULT_TTL, FirstResult, Lease, Store};
+use crate::store::{DEFAULT_TTL, FirstResult, Lease, ResultBytes, Store};
 
 use super::held;
 use super::lease::{self, Keeper};
@@ -214,7 +214,7 @@ impl Guard {
                 let fingerprint = claimed.report.call().fingerprint;
                 claimed.leader.publish(|| FirstResult {
                     fingerprint,
-                    result: Arc::from(bytes),
+                    result: ResultBytes::from(bytes),
                 });
                 claimed.report.report(outcome);
             }
@@ -299,7 +299,7 @@ fn record_in_background(claimed: Claimed, bytes: Vec<u8>) {
     } = claimed;
     let shared = FirstResult {
         fingerprint: report.call().fingerprint,
-        result: Arc::from(bytes),
+        result: ResultBytes::from(bytes),
     };
     let lingering: Lingering = leader.linger(shared.clone());
     drop(report);

@@ -20,7 +20,7 @@ use crate::key::{Fingerprint, Key};
 use crate::replay::{OkAndErr, OkOnly, ResultCodec};
 use crate::stats::Outcome;
 use crate::store::{
-    Begin, BeginRequest, Exhausted, FirstResult, Lease, LeaseToken, Store, StoreFuture,
+    Begin, BeginRequest, Exhausted, FirstResult, KeyCounter, Lease, LeaseToken, Store, StoreFuture,
     default_store,
 };
 use crate::tool::ToolInfo;
@@ -54,18 +54,40 @@ pub struct Call {
     key: Key,
     fingerprint: Fingerprint,
     store: Option<Arc<dyn Store>>,
+    counter: KeyCounter,
 }
 
 impl Call {
     /// A call of `tool` in `turn` with the key and fingerprint of its arguments.
     pub fn new(tool: &'static ToolInfo, turn: &Turn, key: Key, fingerprint: Fingerprint) -> Self {
+        Self::in_turn(tool, turn.clone(), key, fingerprint)
+    }
+
+    /// [`Call::new`], taking the turn by value.
+    pub fn in_turn(
+        tool: &'static ToolInfo,
+        turn: Turn,
+        key: Key,
+        fingerprint: Fingerprint,
+    ) -> Self {
         Call {
             tool,
-            turn: turn.clone(),
+            turn,
             key,
             fingerprint,
             store: None,
+            counter: KeyCounter::TurnAndKey,
         }
+    }
+
+    /// Declares that the key was derived from the turn id ([`ArgsDigest::finish`] without a
+    /// caller key), so it stands for one (turn, key) pair and the store counts the call's
+    /// attempts with the key itself ([`KeyCounter::Key`]) instead of hashing the pair.
+    ///
+    /// [`ArgsDigest::finish`]: crate::key::ArgsDigest::finish
+    pub fn counted_by_key(mut self) -> Self {
+        self.counter = KeyCounter::Key;
+        self
     }
 
     /// Uses `store` instead of the turn's or the process default.
@@ -247,7 +269,7 @@ where
                 token,
                 // Only the first request of a call is an attempt; polling again is not.
                 charge: (!std::mem::replace(&mut charged, true))
-                    .then(|| call.turn.charge(call.tool.budget)),
+                    .then(|| call.turn.charge(call.tool.budget, call.counter)),
             };
             let begun = match store.begin(request).into_ready() {
                 // Answered at once (an in-memory store): no timer, nothing to give back.

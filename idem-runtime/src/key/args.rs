@@ -109,6 +109,12 @@ impl ArgsDigest {
         s.has_caller_key = true;
     }
 
+    /// Whether a caller-supplied key was given ([`caller_key`](Self::caller_key)): the key
+    /// then does not depend on the turn id.
+    pub fn has_caller_key(&self) -> bool {
+        self.scratch.has_caller_key
+    }
+
     /// Finishes both digests.
     pub fn finish(
         mut self,

@@ -49,7 +49,8 @@ use std::time::Duration;
 
 use super::budget::TurnIdentity;
 use super::{
-    Begin, BeginRequest, Charge, Exhausted, Lease, LeaseToken, RecordState, Store, StoreFuture,
+    Begin, BeginRequest, Charge, Exhausted, KeyCounter, Lease, LeaseToken, RecordState, Store,
+    StoreFuture,
 };
 use crate::key::{Fingerprint, Key};
 use crate::{Call, Error, ToolInfo, Turn, execute};
@@ -563,7 +564,30 @@ pub async fn abandoned_claim_is_given_back(h: &impl Harness) {
     claim(&*store, &key, &fp, h.short() * 4).await;
 }
 
+/// Both ways a store may be asked to name a key's attempt counter.
+const COUNTERS: [KeyCounter; 2] = [KeyCounter::Key, KeyCounter::TurnAndKey];
+
 fn charged<'a>(
+    key: &'a Key,
+    fp: &'a Fingerprint,
+    turn: &'a str,
+    max_attempts: u32,
+    max_calls: Option<u32>,
+    window: Duration,
+) -> BeginRequest<'a> {
+    charged_by(
+        KeyCounter::TurnAndKey,
+        key,
+        fp,
+        turn,
+        max_attempts,
+        max_calls,
+        window,
+    )
+}
+
+fn charged_by<'a>(
+    counter: KeyCounter,
     key: &'a Key,
     fp: &'a Fingerprint,
     turn: &'a str,
@@ -574,6 +598,7 @@ fn charged<'a>(
     BeginRequest {
         charge: Some(Charge {
             turn: TurnIdentity::new(NS, turn),
+            counter,
             max_attempts,
             max_calls,
             window,
@@ -584,12 +609,20 @@ fn charged<'a>(
 
 /// Each charged `begin` is one attempt with its key in its turn; past the limit it is refused
 /// without claiming; an uncharged `begin` (a poll) counts nothing; another turn counts apart.
+///
+/// Checked with both [`KeyCounter`]s.
 pub async fn budget_counts_attempts_per_key(h: &impl Harness) {
+    for counter in COUNTERS {
+        budget_counts_attempts_per_key_by(h, counter).await;
+    }
+}
+
+async fn budget_counts_attempts_per_key_by(h: &impl Harness, counter: KeyCounter) {
     let store = h.store();
     let (key, fp) = (fresh_key("budget"), fingerprint("budget"));
     let turn = format!("turn-{}", LeaseToken::generate().0);
     let window = h.short() * 40;
-    let first = charged(&key, &fp, &turn, 2, None, window);
+    let first = charged_by(counter, &key, &fp, &turn, 2, None, window);
     let lease = lease_of(&first);
     assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
     store.release(&lease).await.expect("release");
@@ -603,13 +636,13 @@ pub async fn budget_counts_attempts_per_key(h: &impl Harness) {
         );
         store.release(&poll_lease).await.expect("release");
     }
-    let second = charged(&key, &fp, &turn, 2, None, window);
+    let second = charged_by(counter, &key, &fp, &turn, 2, None, window);
     let lease = lease_of(&second);
     assert_eq!(store.begin(second).await.expect("begin"), Begin::Claimed);
     store.release(&lease).await.expect("release");
     for attempts in 3..5 {
         match store
-            .begin(charged(&key, &fp, &turn, 2, None, window))
+            .begin(charged_by(counter, &key, &fp, &turn, 2, None, window))
             .await
         {
             Ok(Begin::Exhausted(Exhausted::Key {
@@ -625,23 +658,36 @@ pub async fn budget_counts_attempts_per_key(h: &impl Harness) {
         None,
         "budget: a refused begin claims nothing"
     );
-    let other_turn = format!("{turn}-other");
-    let fresh = charged(&key, &fp, &other_turn, 2, None, window);
+    // A key counted by itself stands for one turn: only a pair-counted key meets another
+    // turn. Another key has its own count either way.
+    let (other_turn, other_key) = (format!("{turn}-other"), fresh_key("budget other"));
+    let fresh = match counter {
+        KeyCounter::Key => charged_by(counter, &other_key, &fp, &turn, 2, None, window),
+        KeyCounter::TurnAndKey => charged_by(counter, &key, &fp, &other_turn, 2, None, window),
+    };
     assert_eq!(
         store.begin(fresh).await.expect("begin"),
         Begin::Claimed,
-        "budget: another turn has its own count"
+        "budget: another turn (or key) has its own count"
     );
 }
 
 /// Past the limit on a key whose record is completed, the refusal says so: the action
 /// already happened.
+///
+/// Checked with both [`KeyCounter`]s.
 pub async fn budget_says_whether_the_key_completed(h: &impl Harness) {
+    for counter in COUNTERS {
+        budget_says_whether_the_key_completed_by(h, counter).await;
+    }
+}
+
+async fn budget_says_whether_the_key_completed_by(h: &impl Harness, counter: KeyCounter) {
     let store = h.store();
     let (key, fp) = (fresh_key("budget done"), fingerprint("budget done"));
     let turn = format!("turn-{}", LeaseToken::generate().0);
     let window = h.short() * 40;
-    let first = charged(&key, &fp, &turn, 1, None, window);
+    let first = charged_by(counter, &key, &fp, &turn, 1, None, window);
     let lease = lease_of(&first);
     assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
     store
@@ -649,7 +695,7 @@ pub async fn budget_says_whether_the_key_completed(h: &impl Harness) {
         .await
         .expect("complete");
     match store
-        .begin(charged(&key, &fp, &turn, 1, None, window))
+        .begin(charged_by(counter, &key, &fp, &turn, 1, None, window))
         .await
     {
         Ok(Begin::Exhausted(Exhausted::Key {
@@ -698,7 +744,15 @@ pub async fn budget_caps_the_turn(h: &impl Harness) {
 }
 
 /// Of many concurrent charged `begin`s with one key, exactly `limit` are counted as allowed.
+///
+/// Checked with both [`KeyCounter`]s.
 pub async fn budget_is_atomic_under_concurrency(h: &impl Harness) {
+    for counter in COUNTERS {
+        budget_is_atomic_under_concurrency_by(h, counter).await;
+    }
+}
+
+async fn budget_is_atomic_under_concurrency_by(h: &impl Harness, counter: KeyCounter) {
     let store = h.store();
     let turn: Arc<str> = Arc::from(format!("turn-{}", LeaseToken::generate().0));
     let window = h.short() * 40;
@@ -708,7 +762,7 @@ pub async fn budget_is_atomic_under_concurrency(h: &impl Harness) {
         let (store, turn) = (Arc::clone(&store), Arc::clone(&turn));
         tasks.push(tokio::spawn(async move {
             let fp = fingerprint("budget storm");
-            let req = charged(&key, &fp, &turn, 5, None, window);
+            let req = charged_by(counter, &key, &fp, &turn, 5, None, window);
             store.begin(req).await
         }));
     }
@@ -724,17 +778,25 @@ pub async fn budget_is_atomic_under_concurrency(h: &impl Harness) {
 }
 
 /// Budget counts expire `window` after their last charge.
+///
+/// Checked with both [`KeyCounter`]s.
 pub async fn budget_counts_expire(h: &impl Harness) {
+    for counter in COUNTERS {
+        budget_counts_expire_by(h, counter).await;
+    }
+}
+
+async fn budget_counts_expire_by(h: &impl Harness, counter: KeyCounter) {
     let store = h.store();
     let (key, fp) = (fresh_key("budget window"), fingerprint("budget window"));
     let turn = format!("turn-{}", LeaseToken::generate().0);
     let window = h.short();
-    let first = charged(&key, &fp, &turn, 1, None, window);
+    let first = charged_by(counter, &key, &fp, &turn, 1, None, window);
     let lease = lease_of(&first);
     assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
     store.release(&lease).await.expect("release");
     let refused = store
-        .begin(charged(&key, &fp, &turn, 1, None, window))
+        .begin(charged_by(counter, &key, &fp, &turn, 1, None, window))
         .await;
     assert!(
         matches!(refused, Ok(Begin::Exhausted(_))),
@@ -742,7 +804,7 @@ pub async fn budget_counts_expire(h: &impl Harness) {
     );
     advance(h, h.short() * 2).await;
     let later = store
-        .begin(charged(&key, &fp, &turn, 1, None, window))
+        .begin(charged_by(counter, &key, &fp, &turn, 1, None, window))
         .await;
     assert_eq!(
         later.expect("begin"),

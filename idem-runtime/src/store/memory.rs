@@ -1,32 +1,35 @@
-//! The embedded default store: a sharded in-memory map.
+//! The embedded default store: a sharded in-memory table.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+mod names;
+mod shard;
+
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::budget::{self, Count, CounterId};
 use super::{
-    Begin, BeginRequest, Charge, Exhausted, Lease, Record, RecordState, Store, StoreFuture,
+    Begin, BeginRequest, Charge, Exhausted, FirstResult, KeyCounter, Lease, Record, Store,
+    StoreFuture,
 };
 use crate::clock::{Clock, MonotonicClock, duration_ms};
 use crate::digest_map::{DigestMap, digest_map};
 use crate::key::Key;
 use crate::{Error, Result};
 
-const SHARDS: usize = 32;
+use names::Names;
+use shard::{Claim, RECLAIM_PER_CALL, Shard, State};
 
-/// How many expiry-heap entries one call may pop: expiry work is bounded per call, so a burst
-/// of expirations never pauses a caller; [`Store::purge_expired`] does the rest at once.
-const RECLAIM_PER_CALL: usize = 4;
+const SHARDS: usize = 32;
 
 /// An in-memory dedup store: fast, concurrent, and forgotten when the process exits.
 ///
 /// Keys are spread over independently locked shards, so concurrent calls on different keys
-/// rarely contend and no lock is held across an `.await`. Expired records are reclaimed from a
-/// per-shard expiry heap as calls touch the shard (a bounded amount per call, never a scan of
-/// all keys); [`Store::purge_expired`] reclaims the rest.
+/// rarely contend and no lock is held across an `.await`; every answer is ready at once. A key
+/// takes one slot of about 150 bytes: its record (small results inline) and the count of
+/// attempts with it in its turn together. Expired records are reclaimed from a per-shard heap
+/// of due times as calls touch the shard (a bounded amount per call, never a scan of all
+/// keys); [`Store::purge_expired`] reclaims the rest.
 ///
 /// Time is read from a [`MonotonicClock`]: a wall-clock step (NTP, a VM resumed) cannot free a
 /// live lease early or keep a dead one blocked.
@@ -44,18 +47,18 @@ const RECLAIM_PER_CALL: usize = 4;
 /// # let _ = store;
 /// ```
 pub struct MemoryStore {
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[Padded<Mutex<Shard>>]>,
+    /// The tool names and namespaces of the records (locked after a shard, never before).
+    names: Mutex<Names>,
     /// Turn-wide call counts (only used by turns with a call cap).
     turns: Mutex<TurnCounts>,
     clock: Arc<dyn Clock>,
 }
 
-/// What an expiry-heap entry points at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Expiring {
-    Record(Key),
-    Budget(CounterId),
-}
+/// A value alone on its cache lines, so that two threads locking neighbouring shards do not
+/// slow each other down.
+#[repr(align(128))]
+struct Padded<T>(T);
 
 /// Turn-wide counts, swept of expired ones whenever the map doubles since the last sweep
 /// (amortised O(1) per charge, memory bounded by twice the live turns).
@@ -87,19 +90,13 @@ impl TurnCounts {
     }
 }
 
-#[derive(Default)]
-struct Shard {
-    records: DigestMap<Key, Entry>,
-    /// Per-key attempt counts of the keys in this shard.
-    budgets: DigestMap<CounterId, Count>,
-    /// `(expires_at_ms, what)`, smallest first; an item is stale when the expiry moved.
-    expiries: BinaryHeap<Reverse<(u64, Expiring)>>,
-}
-
-struct Entry {
-    record: Record,
-    /// The token of the claim that holds (or completed) the record.
-    token: super::LeaseToken,
+/// The slot key of the counter of a (turn, key) pair: the counter id, then a marker that no
+/// key derived by BLAKE3 ends with but by chance (2⁻¹²⁸).
+fn pair_counter_key(id: CounterId) -> Key {
+    let mut key = [0u8; 32];
+    key[..16].copy_from_slice(&id);
+    key[16..].copy_from_slice(b"idem turn+key ct");
+    Key::from_bytes(key)
 }
 
 impl MemoryStore {
@@ -111,8 +108,12 @@ impl MemoryStore {
     /// An empty store reading time from `clock` (a [`ManualClock`](crate::clock::ManualClock)
     /// in tests).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        let epoch = clock.now_ms();
         MemoryStore {
-            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            shards: (0..SHARDS)
+                .map(|_| Padded(Mutex::new(Shard::new(epoch))))
+                .collect(),
+            names: Mutex::default(),
             turns: Mutex::default(),
             clock,
         }
@@ -121,15 +122,10 @@ impl MemoryStore {
     /// Live records across all shards (for tests and inspection).
     pub fn len(&self) -> usize {
         let now = self.clock.now_ms();
+        let names = lock(&self.names);
         self.shards
             .iter()
-            .map(|s| {
-                lock(s)
-                    .records
-                    .values()
-                    .filter(|e| now < e.record.expires_at_ms)
-                    .count()
-            })
+            .map(|s| lock(&s.0).live_records(now, None, &names).count())
             .sum()
     }
 
@@ -138,41 +134,44 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Entries held in memory, live or awaiting reclamation: records, budget counts and expiry
-    /// bookkeeping (for soak tests that check memory stays bounded).
+    /// Entries held in memory, live or awaiting reclamation: slots (records and counts) and
+    /// expiry bookkeeping (for soak tests that check memory stays bounded).
     pub fn footprint(&self) -> usize {
-        let shards: usize = self
-            .shards
-            .iter()
-            .map(|s| {
-                let s = lock(s);
-                s.records.len() + s.budgets.len() + s.expiries.len()
-            })
-            .sum();
+        let shards: usize = self.shards.iter().map(|s| lock(&s.0).footprint()).sum();
         shards + lock(&self.turns).counts.len()
     }
 
+    /// Locks the shard of `key`, reclaiming a bounded amount of what expired in it.
     fn shard(&self, key: &Key, now: u64) -> MutexGuard<'_, Shard> {
         let index = usize::from(key.as_bytes()[0]) % SHARDS;
-        let mut shard = lock(&self.shards[index]);
-        shard.reclaim(now, RECLAIM_PER_CALL);
+        let mut shard = lock(&self.shards[index].0);
+        if shard.has_due(now) {
+            shard.reclaim(now, RECLAIM_PER_CALL, &mut lock(&self.names));
+        }
         shard
     }
 
-    /// Charges `charge` for `key`; `Err` is the refusal to answer.
+    /// Charges `charge` for `key` (whose slot is `record`, if any); `Err` is the refusal to
+    /// answer.
     fn charge(
         &self,
         shard: &mut Shard,
         key: &Key,
+        record: &mut Option<u32>,
         charge: &Charge,
         now: u64,
     ) -> std::result::Result<(), Exhausted> {
         let expires_at_ms = now.saturating_add(duration_ms(charge.window));
-        let key_id = charge.turn.key_counter(key);
-        let completed = shard
-            .live(key, now)
-            .is_some_and(|e| e.record.state == RecordState::Completed);
-        let attempts_before = budget::live(&shard.budgets, &key_id, now);
+        let completed = record.is_some_and(|i| {
+            shard.slot(i).live_record(now) && shard.slot(i).state == State::Completed
+        });
+        let counter = match charge.counter {
+            KeyCounter::Key => *record.get_or_insert_with(|| shard.find_or_insert(key)),
+            KeyCounter::TurnAndKey => {
+                shard.find_or_insert(&pair_counter_key(charge.turn.key_counter(key)))
+            }
+        };
+        let attempts_before = shard.slot(counter).live_attempts(now);
         let mut turns = charge.max_calls.map(|_| lock(&self.turns));
         let turn_id = charge.turn.turn_counter();
         let calls_before = turns
@@ -189,19 +188,36 @@ impl MemoryStore {
             Ok((attempts, calls)) => (attempts, calls, None),
             Err((refused, attempts)) => (attempts, None, Some(refused)),
         };
-        let count = Count {
-            n: attempts,
-            expires_at_ms,
-        };
-        if shard.budgets.insert(key_id, count).is_none() {
-            shard
-                .expiries
-                .push(Reverse((expires_at_ms, Expiring::Budget(key_id))));
+        let slot = shard.slot_mut(counter);
+        slot.attempts = attempts;
+        slot.attempts_expire_ms = expires_at_ms;
+        shard.settle(counter);
+        if shard.slot(counter).state == State::Free {
+            // Nothing was counted on a new slot (a refusal by the turn's cap): it is gone.
+            if *record == Some(counter) {
+                *record = None;
+            }
         }
         if let (Some(turns), Some(n)) = (turns.as_mut(), calls) {
             turns.insert(turn_id, Count { n, expires_at_ms }, now);
         }
         refused.map_or(Ok(()), Err)
+    }
+
+    /// The slot holding `lease`'s record if the lease holds it.
+    fn held(shard: &Shard, lease: &Lease, now: u64) -> Result<u32> {
+        match shard.find(&lease.key) {
+            Some(i)
+                if shard.slot(i).token == lease.token
+                    && shard.slot(i).state == State::InProgress
+                    && shard.slot(i).live_record(now) =>
+            {
+                Ok(i)
+            }
+            _ => Err(Error::LeaseLost {
+                key: lease.key.short(),
+            }),
+        }
     }
 }
 
@@ -226,126 +242,51 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-impl Shard {
-    /// Drops up to `most` expired entries, oldest first; returns how many records it dropped.
-    ///
-    /// The heap holds one entry per record and per counter, at the expiry it had when the
-    /// entry was pushed. Renewals, completions and charges move expiries later without pushing:
-    /// an entry found early is pushed again at the new expiry (lazy rescheduling), so the heap
-    /// never grows with the number of calls.
-    fn reclaim(&mut self, now: u64, most: usize) -> u64 {
-        let mut removed = 0;
-        for _ in 0..most {
-            let Some(&Reverse((at, what))) = self.expiries.peek() else {
-                break;
-            };
-            if at > now {
-                break;
-            }
-            self.expiries.pop();
-            let current = match what {
-                Expiring::Record(key) => self.records.get(&key).map(|e| e.record.expires_at_ms),
-                Expiring::Budget(id) => self.budgets.get(&id).map(|c| c.expires_at_ms),
-            };
-            match current {
-                Some(later) if later > now => self.expiries.push(Reverse((later, what))),
-                Some(_) => match what {
-                    Expiring::Record(key) => {
-                        self.records.remove(&key);
-                        removed += 1;
-                    }
-                    Expiring::Budget(id) => {
-                        self.budgets.remove(&id);
-                    }
-                },
-                None => {}
-            }
-        }
-        removed
-    }
-
-    /// A record's expiry moved from `was` to `at`: a later expiry is picked up lazily by
-    /// `reclaim`, an earlier one needs its own heap entry.
-    fn moved(&mut self, key: Key, was: u64, at: u64) {
-        if at < was {
-            self.expiries.push(Reverse((at, Expiring::Record(key))));
-        }
-    }
-
-    /// The live entry for `key`, if any (reclamation is bounded, so an expired one may linger).
-    fn live(&self, key: &Key, now: u64) -> Option<&Entry> {
-        self.records
-            .get(key)
-            .filter(|e| now < e.record.expires_at_ms)
-    }
-
-    /// The entry for the lease's key if the lease holds it.
-    fn held(&mut self, lease: &Lease, now: u64) -> Result<&mut Entry> {
-        match self.records.get_mut(&lease.key) {
-            Some(entry)
-                if entry.token == lease.token
-                    && entry.record.state == RecordState::InProgress
-                    && now < entry.record.expires_at_ms =>
-            {
-                Ok(entry)
-            }
-            _ => Err(Error::LeaseLost {
-                key: lease.key.short(),
-            }),
-        }
-    }
-}
-
-fn ready<'a, T>(value: Result<T>) -> StoreFuture<'a, T> {
-    StoreFuture::ready(value)
-}
-
 impl Store for MemoryStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         let now = self.clock.now_ms();
         let mut shard = self.shard(req.key, now);
+        let mut record = shard.find(req.key);
         if let Some(charge) = &req.charge
-            && let Err(refused) = self.charge(&mut shard, req.key, charge, now)
+            && let Err(refused) = self.charge(&mut shard, req.key, &mut record, charge, now)
         {
-            return ready(Ok(Begin::Exhausted(refused)));
+            return StoreFuture::ready(Ok(Begin::Exhausted(refused)));
         }
-        if let Some(entry) = shard.live(req.key, now) {
-            return ready(Begin::found(entry.record.clone()));
+        if let Some(i) = record {
+            let slot = shard.slot(i);
+            if slot.live_record(now) {
+                let fingerprint = slot.fingerprint;
+                return StoreFuture::ready(Ok(match slot.state {
+                    State::Completed => Begin::Completed(FirstResult {
+                        fingerprint,
+                        result: slot.result.clone(),
+                    }),
+                    _ => Begin::InFlight { fingerprint },
+                }));
+            }
         }
-        let expires_at_ms = now.saturating_add(duration_ms(req.lease));
-        let replaced = shard.records.insert(
-            *req.key,
-            Entry {
-                record: Record {
-                    namespace: req.namespace.to_owned(),
-                    key: *req.key,
-                    tool: req.tool.to_owned(),
-                    state: RecordState::InProgress,
-                    fingerprint: *req.fingerprint,
-                    result: None,
-                    created_at_ms: now,
-                    expires_at_ms,
-                },
-                token: req.token,
-            },
-        );
-        // An expired entry still in the map already has its heap entry; it is rescheduled.
-        if replaced.is_none() {
-            shard
-                .expiries
-                .push(Reverse((expires_at_ms, Expiring::Record(*req.key))));
-        }
-        ready(Ok(Begin::Claimed))
+        let i = record.unwrap_or_else(|| shard.find_or_insert(req.key));
+        let claim = Claim {
+            tool: req.tool,
+            namespace: req.namespace,
+            fingerprint: req.fingerprint,
+            token: req.token,
+            now,
+            expires_at_ms: now.saturating_add(duration_ms(req.lease)),
+        };
+        shard.claim(i, claim, &mut lock(&self.names));
+        shard.settle(i);
+        StoreFuture::ready(Ok(Begin::Claimed))
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
         let now = self.clock.now_ms();
-        let at = now.saturating_add(duration_ms(duration));
         let mut shard = self.shard(&lease.key, now);
-        let result = shard
-            .held(lease, now)
-            .map(|entry| std::mem::replace(&mut entry.record.expires_at_ms, at));
-        ready(result.map(|was| shard.moved(lease.key, was, at)))
+        let renewed = Self::held(&shard, lease, now).map(|i| {
+            shard.slot_mut(i).expires_at_ms = now.saturating_add(duration_ms(duration));
+            shard.settle(i);
+        });
+        StoreFuture::ready(renewed)
     }
 
     fn complete<'a>(
@@ -355,36 +296,42 @@ impl Store for MemoryStore {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         let now = self.clock.now_ms();
-        let at = now.saturating_add(duration_ms(ttl));
         let mut shard = self.shard(&lease.key, now);
-        if shard
-            .live(&lease.key, now)
-            .is_some_and(|e| e.token == lease.token && e.record.state == RecordState::Completed)
-        {
-            return ready(Ok(())); // completed by this lease already: a retried complete
+        if let Some(i) = shard.find(&lease.key) {
+            let slot = shard.slot(i);
+            if slot.live_record(now) && slot.token == lease.token && slot.state == State::Completed
+            {
+                return StoreFuture::ready(Ok(())); // completed by this lease already: a retry
+            }
         }
-        let outcome = shard.held(lease, now).map(|entry| {
-            entry.record.state = RecordState::Completed;
-            entry.record.result = Some(result.to_vec());
-            std::mem::replace(&mut entry.record.expires_at_ms, at)
+        let completed = Self::held(&shard, lease, now).map(|i| {
+            let slot = shard.slot_mut(i);
+            slot.state = State::Completed;
+            slot.result = result.into();
+            slot.expires_at_ms = now.saturating_add(duration_ms(ttl));
+            shard.settle(i);
         });
-        ready(outcome.map(|was| shard.moved(lease.key, was, at)))
+        StoreFuture::ready(completed)
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
         let now = self.clock.now_ms();
         let mut shard = self.shard(&lease.key, now);
-        let outcome = shard.held(lease, now).map(|_| ());
-        if outcome.is_ok() {
-            shard.records.remove(&lease.key);
-        }
-        ready(outcome)
+        let released = Self::held(&shard, lease, now).map(|i| {
+            shard.drop_record(i, &mut lock(&self.names));
+            shard.settle(i);
+        });
+        StoreFuture::ready(released)
     }
 
     fn get<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
         let now = self.clock.now_ms();
         let shard = self.shard(key, now);
-        ready(Ok(shard.live(key, now).map(|e| e.record.clone())))
+        let record = shard
+            .find(key)
+            .filter(|&i| shard.slot(i).live_record(now))
+            .map(|i| shard.record(i, &lock(&self.names)));
+        StoreFuture::ready(Ok(record))
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
@@ -392,10 +339,10 @@ impl Store for MemoryStore {
         let removed = self
             .shards
             .iter()
-            .map(|s| lock(s).reclaim(now, usize::MAX))
+            .map(|s| lock(&s.0).purge(now, &mut lock(&self.names)))
             .sum();
         lock(&self.turns).sweep(now);
-        ready(Ok(removed))
+        StoreFuture::ready(Ok(removed))
     }
 
     fn list<'a>(
@@ -406,22 +353,30 @@ impl Store for MemoryStore {
         let now = self.clock.now_ms();
         let mut out = Vec::new();
         for shard in self.shards.iter() {
-            let shard = lock(shard);
-            let live =
-                shard.records.values().map(|e| &e.record).filter(|r| {
-                    now < r.expires_at_ms && namespace.is_none_or(|ns| r.namespace == ns)
-                });
-            out.extend(live.take(limit - out.len()).cloned());
+            let shard = lock(&shard.0);
+            let names = lock(&self.names);
+            let live: Vec<u32> = shard.live_records(now, namespace, &names).collect();
+            out.extend(
+                live.into_iter()
+                    .take(limit - out.len())
+                    .map(|i| shard.record(i, &names)),
+            );
             if out.len() >= limit {
                 break;
             }
         }
-        ready(Ok(out))
+        StoreFuture::ready(Ok(out))
     }
 
     fn remove<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         let now = self.clock.now_ms();
-        let removed = self.shard(key, now).records.remove(key);
-        ready(Ok(removed.is_some_and(|e| now < e.record.expires_at_ms)))
+        let mut shard = self.shard(key, now);
+        let removed = shard.find(key).is_some_and(|i| {
+            let live = shard.slot(i).live_record(now);
+            shard.drop_record(i, &mut lock(&self.names));
+            shard.settle(i);
+            live
+        });
+        StoreFuture::ready(Ok(removed))
     }
 }

@@ -17,6 +17,7 @@
 //! expired cannot overwrite the work of the caller that took over.
 
 pub mod budget;
+mod bytes;
 pub mod conformance;
 pub mod fault;
 mod future;
@@ -35,6 +36,7 @@ use crate::key::{Fingerprint, Key};
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
+pub use bytes::ResultBytes;
 pub use future::StoreFuture;
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
@@ -115,12 +117,42 @@ pub struct Charge {
     /// The turn's identity: [`TurnIdentity::new`](budget::TurnIdentity::new) of the request's
     /// namespace and the turn id. It names the turn's counters.
     pub turn: budget::TurnIdentity,
+    /// Which counter counts the attempts with the request's key in this turn.
+    pub counter: KeyCounter,
     /// Attempts allowed with this key in this turn.
     pub max_attempts: u32,
     /// State-changing calls allowed in this turn, whatever their keys (`None`: no cap).
     pub max_calls: Option<u32>,
     /// How long counts are kept after their last charge.
     pub window: Duration,
+}
+
+impl Charge {
+    /// The name of the counter of attempts with `key` in this turn: the key's first 16 bytes
+    /// for [`KeyCounter::Key`], [`TurnIdentity::key_counter`](budget::TurnIdentity::key_counter)
+    /// for [`KeyCounter::TurnAndKey`].
+    pub fn key_counter(&self, key: &Key) -> budget::CounterId {
+        match self.counter {
+            KeyCounter::Key => {
+                let mut id = [0; 16];
+                id.copy_from_slice(&key.as_bytes()[..16]);
+                id
+            }
+            KeyCounter::TurnAndKey => self.turn.key_counter(key),
+        }
+    }
+}
+
+/// Which counter counts the attempts with a key in a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyCounter {
+    /// The key itself: it was derived from the turn id (the key of an `#[idempotent]` call
+    /// without a caller-supplied key), so it already stands for one (turn, key) pair. A store
+    /// may keep the count with the key's record.
+    Key,
+    /// The pair (turn, key), for a key that does not depend on the turn (a caller-supplied
+    /// key, or one whose derivation is unknown).
+    TurnAndKey,
 }
 
 /// What [`Store::begin`] is asked to claim.
@@ -236,7 +268,7 @@ impl Begin {
             }),
             (RecordState::Completed, Some(result)) => Ok(Begin::Completed(FirstResult {
                 fingerprint: record.fingerprint,
-                result: Arc::from(result),
+                result: ResultBytes::from(result),
             })),
             (RecordState::Completed, None) => Err(crate::Error::CorruptRecord {
                 key: record.key.short(),
@@ -252,8 +284,8 @@ impl Begin {
 pub struct FirstResult {
     /// Digest of the arguments of the call that completed the key.
     pub fingerprint: Fingerprint,
-    /// The encoded result, shared (an in-memory store hands out its own copy without copying).
-    pub result: Arc<[u8]>,
+    /// The encoded result (an in-memory store hands it out without allocating).
+    pub result: ResultBytes,
 }
 
 /// A dedup store.

@@ -101,7 +101,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///
 /// Turn budgets are hashes (`n`, `exp`) next to what they count:
 /// - the attempts with one key in one turn at `<record key>:b:<counter id in hex>`, where the
-///   counter id is [`TurnIdentity::key_counter`](super::budget::TurnIdentity::key_counter);
+///   counter id is [`Charge::key_counter`](super::Charge::key_counter);
 /// - the turn-wide call count (only for turns with `max_calls`) at
 ///   `<prefix>:<namespace>:t:{<turn counter id in hex>}`
 ///   ([`TurnIdentity::turn_counter`](super::budget::TurnIdentity::turn_counter)).

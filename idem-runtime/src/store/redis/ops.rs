@@ -135,7 +135,7 @@ impl Store for RedisStore {
                 (Some(_), _) => "charge",
             };
             if let Some(charge) = &req.charge {
-                let id = charge.turn.key_counter(req.key);
+                let id = charge.key_counter(req.key);
                 invocation.key(layout::key_counter_key(&record_key, &id));
             }
             invocation

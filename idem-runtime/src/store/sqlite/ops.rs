@@ -6,7 +6,7 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, params};
 
 use super::row::{COLUMNS, Corrupt, corrupt, read_row, select};
-use super::worker::{OwnedBegin, OwnedCharge, Worker};
+use super::worker::{OwnedBegin, Worker};
 use super::{SqliteStore, hex, sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::Key;
@@ -55,12 +55,7 @@ impl Store for SqliteStore {
             fingerprint: *req.fingerprint,
             lease: req.lease,
             token: req.token,
-            charge: req.charge.map(|c| OwnedCharge {
-                turn: c.turn,
-                max_attempts: c.max_attempts,
-                max_calls: c.max_calls,
-                window: c.window,
-            }),
+            charge: req.charge,
         };
         let clock = Arc::clone(&self.clock);
         self.submit("begin", true, move |worker, now| {

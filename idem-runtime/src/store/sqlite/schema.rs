@@ -30,7 +30,7 @@ CREATE INDEX IF NOT EXISTS idem_records_expires_at ON idem_records (expires_at_m
 ";
 
 /// Version 2: turn budget counters, named by
-/// [`TurnIdentity::key_counter`](crate::store::budget::TurnIdentity::key_counter) and
+/// [`Charge::key_counter`](crate::store::Charge::key_counter) and
 /// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter).
 const SCHEMA_V2: &str = "
 CREATE TABLE IF NOT EXISTS idem_budgets (

@@ -10,7 +10,7 @@ use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, STATE_COMPLETED, sql_ms, sql_token}
 use crate::clock::{Clock, duration_ms};
 use crate::key::{Fingerprint, Key};
 use crate::store::budget::{self, CounterId};
-use crate::store::{Begin, Exhausted, LeaseToken};
+use crate::store::{Begin, Charge, Exhausted, LeaseToken};
 use crate::{Error, Result};
 
 /// The state owned by the connection's thread.
@@ -27,15 +27,7 @@ pub(super) struct OwnedBegin {
     pub(super) fingerprint: Fingerprint,
     pub(super) lease: Duration,
     pub(super) token: LeaseToken,
-    pub(super) charge: Option<OwnedCharge>,
-}
-
-/// A [`Charge`](crate::store::Charge) that can travel to the connection's thread.
-pub(super) struct OwnedCharge {
-    pub(super) turn: crate::store::budget::TurnIdentity,
-    pub(super) max_attempts: u32,
-    pub(super) max_calls: Option<u32>,
-    pub(super) window: Duration,
+    pub(super) charge: Option<Charge>,
 }
 
 impl Worker {
@@ -158,12 +150,12 @@ fn commit(tx: Transaction<'_>, writes: &mut u32) -> Result<()> {
 fn charge_budget(
     tx: &Transaction<'_>,
     req: &OwnedBegin,
-    charge: &OwnedCharge,
+    charge: &Charge,
     completed: bool,
     now: u64,
 ) -> Result<Option<Exhausted>> {
     let expires_at_ms = now.saturating_add(duration_ms(charge.window));
-    let key_id = charge.turn.key_counter(&req.key);
+    let key_id = charge.key_counter(&req.key);
     let turn_id = charge.turn.turn_counter();
     let attempts_before = count(tx, &key_id, now)?;
     let calls_before = match charge.max_calls {
