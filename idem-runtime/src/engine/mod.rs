@@ -1,36 +1,30 @@
 //! The engine every `#[idempotent]` tool runs through: key → budget → store → execute or replay.
 
 mod claimed;
+mod execution;
 mod held;
 mod lease;
 mod report;
+mod steps;
 pub mod telemetry;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::time::Instant;
 
 use crate::Error;
-use crate::flight::{self, Leader, Role, Shared, Waited};
+use crate::flight;
 use crate::key::{Fingerprint, Key};
-use crate::replay::{OkAndErr, OkOnly, ResultCodec};
-use crate::stats::Outcome;
-use crate::store::{
-    Begin, BeginRequest, Exhausted, FirstResult, KeyCounter, Lease, LeaseToken, Store, StoreFuture,
-    default_store,
-};
+use crate::replay::{OkAndErr, OkOnly};
+use crate::store::{KeyCounter, Lease, LeaseToken, Store, default_store};
 use crate::tool::ToolInfo;
 use crate::turn::Turn;
 
 pub use held::current_key;
 
-use claimed::Claimed;
-use lease::PendingClaim;
-use report::Reporter;
+use execution::execution;
 
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an
 /// argument that does not encode), so that every call yields exactly one outcome; returns the
@@ -144,17 +138,15 @@ impl Call {
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] above converted with `E: From<Error>`.
-pub async fn execute<T, E, F>(call: Call, tool_future: F) -> Result<T, E>
+pub fn execute<T, E, F>(call: Call, tool_future: F) -> impl Future<Output = Result<T, E>>
 where
     T: Serialize + DeserializeOwned,
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
-    let span = telemetry::span(&call);
-    let run = run::<OkOnly, T, E, _, _>(call, |claimed| {
-        claimed.attached::<OkOnly, T, E, F>(tool_future)
-    });
-    telemetry::traced(span, run).await
+    execution::<OkOnly, T, E, F, _, _>(call, tool_future, |claimed, body| {
+        claimed.attached::<OkOnly, T, E, F>(body)
+    })
 }
 
 /// Like [`execute`], but an `Err` result is recorded and replayed too (Stripe's behaviour), so
@@ -162,17 +154,18 @@ where
 ///
 /// # Errors
 /// As [`execute`].
-pub async fn execute_caching_errors<T, E, F>(call: Call, tool_future: F) -> Result<T, E>
+pub fn execute_caching_errors<T, E, F>(
+    call: Call,
+    tool_future: F,
+) -> impl Future<Output = Result<T, E>>
 where
     T: Serialize + DeserializeOwned,
     E: From<Error> + Serialize + DeserializeOwned,
     F: Future<Output = Result<T, E>>,
 {
-    let span = telemetry::span(&call);
-    let run = run::<OkAndErr, T, E, _, _>(call, |claimed| {
-        claimed.attached::<OkAndErr, T, E, F>(tool_future)
-    });
-    telemetry::traced(span, run).await
+    execution::<OkAndErr, T, E, F, _, _>(call, tool_future, |claimed, body| {
+        claimed.attached::<OkAndErr, T, E, F>(body)
+    })
 }
 
 /// Like [`execute`], but the tool runs in its own task: if the caller goes away (a timeout, a
@@ -184,259 +177,33 @@ where
 ///
 /// # Errors
 /// As [`execute`].
-pub async fn execute_detached<T, E, F>(call: Call, tool_future: F) -> Result<T, E>
+pub fn execute_detached<T, E, F>(call: Call, tool_future: F) -> impl Future<Output = Result<T, E>>
 where
     T: Serialize + DeserializeOwned + Send + 'static,
     E: From<Error> + Send + 'static,
     F: Future<Output = Result<T, E>> + Send + 'static,
 {
-    let span = telemetry::span(&call);
-    let run = run::<OkOnly, T, E, _, _>(call, |claimed| {
-        claimed.detached::<OkOnly, T, E, F>(tool_future)
-    });
-    telemetry::traced(span, run).await
+    execution::<OkOnly, T, E, F, _, _>(call, tool_future, |claimed, body| {
+        claimed.detached::<OkOnly, T, E, F>(body)
+    })
 }
 
 /// [`execute_detached`] with `Err` results recorded and replayed too.
 ///
 /// # Errors
 /// As [`execute`].
-pub async fn execute_detached_caching_errors<T, E, F>(call: Call, tool_future: F) -> Result<T, E>
+pub fn execute_detached_caching_errors<T, E, F>(
+    call: Call,
+    tool_future: F,
+) -> impl Future<Output = Result<T, E>>
 where
     T: Serialize + DeserializeOwned + Send + 'static,
     E: From<Error> + Serialize + DeserializeOwned + Send + 'static,
     F: Future<Output = Result<T, E>> + Send + 'static,
 {
-    let span = telemetry::span(&call);
-    let run = run::<OkAndErr, T, E, _, _>(call, |claimed| {
-        claimed.detached::<OkAndErr, T, E, F>(tool_future)
-    });
-    telemetry::traced(span, run).await
-}
-
-async fn run<C, T, E, S, R>(call: Call, start: S) -> Result<T, E>
-where
-    C: ResultCodec<T, E>,
-    E: From<Error>,
-    S: FnOnce(Claimed) -> R,
-    R: Future<Output = Result<T, E>>,
-{
-    let report = Reporter::new(call);
-    let call = report.call();
-    if held::holds(&call.key) {
-        // Single-flight would make this call wait for the one it runs inside of.
-        let error = Error::Reentrant {
-            tool: call.tool.name,
-            key: call.key.short(),
-        };
-        return report.fail(Outcome::Reentrant, error);
-    }
-    let lease = match lease::duration(call.tool) {
-        Ok(lease) => lease,
-        Err(error) => return report.fail(Outcome::ConfigError, error),
-    };
-    // The one clock read of a replay: when the wait for other callers starts, and a
-    // conservative "sent" time for the first request's lease.
-    let mut sent = Instant::now();
-    let deadline = sent + call.turn.in_flight_wait();
-    let store_id = Arc::as_ptr(call.store()).cast::<()>() as usize;
-    let mut charged = false;
-    loop {
-        let call = report.call();
-        let leader = match flight::join(store_id, call.key) {
-            Role::Leader(leader) => leader,
-            Role::Done(shared) => return joined::<C, T, E>(report, &shared),
-            Role::Follower(follower) => match follower.wait(deadline).await {
-                Waited::Done(shared) => return joined::<C, T, E>(report, &shared),
-                Waited::Abandoned => {
-                    sent = Instant::now();
-                    continue; // the leader recorded nothing: maybe lead now
-                }
-                Waited::TimedOut => return in_flight(report, deadline),
-            },
-        };
-        let mut backoff = Duration::from_millis(5);
-        loop {
-            let call = report.call();
-            let store = call.store();
-            let token = LeaseToken::generate();
-            let request = BeginRequest {
-                namespace: call.turn.namespace(),
-                key: &call.key,
-                tool: call.tool.name,
-                fingerprint: &call.fingerprint,
-                lease,
-                token,
-                // Only the first request of a call is an attempt; polling again is not.
-                charge: (!std::mem::replace(&mut charged, true))
-                    .then(|| call.turn.charge(call.tool.budget, call.counter)),
-            };
-            let begun = match store.begin(request).into_ready() {
-                // Answered at once (an in-memory store): no timer, nothing to give back.
-                Ok(answer) => answer,
-                Err(pending) => awaited(store, call.lease(token), pending, lease).await,
-            };
-            let begun = match begun {
-                Ok(begun) => begun,
-                Err(error) => {
-                    // Gives back a claim that may have landed before the error.
-                    lease::release_in_background(Arc::clone(store), call.lease(token));
-                    return report.fail(Outcome::StoreError, error);
-                }
-            };
-            match begun {
-                Begin::Claimed if Instant::now() < sent + lease => {
-                    let (store, claimed_lease) = (Arc::clone(store), call.lease(token));
-                    let claimed = Claimed::new(report, store, claimed_lease, lease, sent, leader);
-                    // Boxed: a replay's future stays small, only an execution pays for the
-                    // state of running the tool.
-                    return Box::pin(start(claimed)).await;
-                }
-                Begin::Claimed => {
-                    // The answer came after the lease it granted had run out: another caller
-                    // may hold the key by now. Give the claim back and ask again.
-                    lease::release_in_background(Arc::clone(store), call.lease(token));
-                }
-                Begin::Completed(first) => return replay::<C, T, E>(report, leader, first),
-                Begin::InFlight { fingerprint } => {
-                    if fingerprint != call.fingerprint {
-                        return mismatch(report);
-                    }
-                }
-                Begin::Exhausted(exhausted) => return over_budget(report, exhausted),
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return in_flight(report, deadline);
-            }
-            tokio::time::sleep(backoff.min(deadline - now)).await;
-            backoff = (backoff * 2).min(Duration::from_millis(250));
-            sent = Instant::now();
-        }
-    }
-}
-
-/// A `begin` the store did not answer at once, bounded by the lease it asks for (an answer
-/// after that is of no use). If the caller drops it meanwhile, the claim it may have made is
-/// given back; after an error, the caller gives it back.
-async fn awaited(
-    store: &Arc<dyn Store>,
-    claim: Lease,
-    begin: StoreFuture<'_, Begin>,
-    lease: Duration,
-) -> Result<Begin, Error> {
-    let pending = PendingClaim::new(store, claim);
-    let answer = tokio::time::timeout(lease, begin).await;
-    pending.answered();
-    answer.unwrap_or_else(|_| Err(Error::store("begin", "no answer within the lease")))
-}
-
-/// A completed key: the first result, without running the tool.
-fn replay<C, T, E>(mut report: Reporter, leader: Leader, first: FirstResult) -> Result<T, E>
-where
-    C: ResultCodec<T, E>,
-    E: From<Error>,
-{
-    let call = report.call();
-    if first.fingerprint != call.fingerprint {
-        return mismatch(report);
-    }
-    match C::decode(call.tool.name, &call.key, &first.result) {
-        Ok(result) => {
-            leader.publish(|| first);
-            report.report(Outcome::Replayed);
-            result
-        }
-        Err(error) => decode_failed(report, error),
-    }
-}
-
-/// The result of an identical call this one waited for.
-fn joined<C, T, E>(mut report: Reporter, shared: &Shared) -> Result<T, E>
-where
-    C: ResultCodec<T, E>,
-    E: From<Error>,
-{
-    let call = report.call();
-    if shared.fingerprint != call.fingerprint {
-        return mismatch(report);
-    }
-    match C::decode(call.tool.name, &call.key, &shared.result) {
-        Ok(result) => {
-            report.report(Outcome::Joined);
-            result
-        }
-        Err(error) => decode_failed(report, error),
-    }
-}
-
-/// A record that does not decode: corrupt, or a marker (interrupted, not replayable) that
-/// answers the call with its error.
-fn decode_failed<T, E: From<Error>>(report: Reporter, error: Error) -> Result<T, E> {
-    let outcome = match error {
-        Error::Interrupted { .. } | Error::NotReplayable { .. } => Outcome::Replayed,
-        _ => Outcome::DecodeError,
-    };
-    report.fail(outcome, error)
-}
-
-fn mismatch<T, E: From<Error>>(report: Reporter) -> Result<T, E> {
-    let call = report.call();
-    let error = Error::PayloadMismatch {
-        tool: call.tool.name,
-        key: call.key.short(),
-    };
-    report.fail(Outcome::PayloadMismatch, error)
-}
-
-fn in_flight<T, E: From<Error>>(report: Reporter, deadline: Instant) -> Result<T, E> {
-    let call = report.call();
-    let error = Error::InFlight {
-        tool: call.tool.name,
-        key: call.key.short(),
-        waited: call.turn.in_flight_wait() + Instant::now().saturating_duration_since(deadline),
-    };
-    report.fail(Outcome::InFlight, error)
-}
-
-fn over_budget<T, E: From<Error>>(report: Reporter, exhausted: Exhausted) -> Result<T, E> {
-    let call = report.call();
-    let (tool, key) = (call.tool.name, call.key.short());
-    let (outcome, error) = match exhausted {
-        Exhausted::Key {
-            attempts,
-            completed: true,
-            ..
-        } => (
-            Outcome::AlreadySucceeded,
-            Error::AlreadySucceeded {
-                tool,
-                key,
-                attempts,
-            },
-        ),
-        Exhausted::Key {
-            attempts, limit, ..
-        } => (
-            Outcome::BudgetExhausted,
-            Error::BudgetExhausted {
-                tool,
-                key,
-                attempts,
-                limit,
-            },
-        ),
-        Exhausted::Turn { calls, limit } => (
-            Outcome::BudgetExhausted,
-            Error::TurnBudgetExhausted {
-                tool,
-                turn: call.turn.id().to_owned(),
-                calls,
-                limit,
-            },
-        ),
-    };
-    report.fail(outcome, error)
+    execution::<OkAndErr, T, E, F, _, _>(call, tool_future, |claimed, body| {
+        claimed.detached::<OkAndErr, T, E, F>(body)
+    })
 }
 
 impl std::fmt::Debug for Call {

@@ -22,10 +22,10 @@ pub(crate) struct Reporter {
 }
 
 impl Reporter {
-    /// Starts reporting `call`, inside the span [`telemetry::traced`] runs it in.
-    pub(crate) fn new(call: Call) -> Self {
+    /// Starts reporting `call`, whose span is `span`.
+    pub(crate) fn new(call: Call, span: Span) -> Self {
         Reporter {
-            span: telemetry::current_call_span(),
+            span,
             #[cfg(feature = "metrics")]
             metrics: telemetry::CallMetrics::start(call.tool.name),
             call,

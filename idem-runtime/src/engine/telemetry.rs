@@ -28,12 +28,6 @@
 //! | [`CALL_DURATION_SECONDS`] | histogram (seconds) | `tool`, `outcome` |
 //! | [`CALLS_IN_FLIGHT`] | gauge | `tool` |
 
-use std::cell::RefCell;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
-use pin_project_lite::pin_project;
 use tracing::Span;
 use tracing::field::{Empty, display};
 
@@ -72,14 +66,6 @@ pub fn is_failure(outcome: Outcome, error: Option<&Error>) -> bool {
         )
 }
 
-thread_local! {
-    /// The span of the call whose engine future is in its first poll: how the call's
-    /// [`Reporter`], created at the start of that poll, finds it.
-    ///
-    /// [`Reporter`]: super::report::Reporter
-    static HANDOFF: RefCell<Option<Span>> = const { RefCell::new(None) };
-}
-
 /// The span of one call: see the module documentation.
 pub(super) fn span(call: &Call) -> Span {
     let tool = call.tool.name;
@@ -96,69 +82,6 @@ pub(super) fn span(call: &Call) -> Span {
         otel.status_code = Empty,
         otel.status_description = Empty,
     )
-}
-
-pin_project! {
-    /// An engine future running inside its call's span (entered on every poll and while the
-    /// future is dropped), which hands the span to the call's reporter on its first poll.
-    pub(super) struct Traced<F> {
-        span: Span,
-        first: bool,
-        #[pin]
-        run: Option<F>,
-    }
-
-    impl<F> PinnedDrop for Traced<F> {
-        fn drop(this: Pin<&mut Self>) {
-            let mut this = this.project();
-            let _entered = this.span.enter();
-            this.run.set(None);
-        }
-    }
-}
-
-/// Runs the engine future `run` inside `span`, where the call's reporter finds it.
-pub(super) fn traced<F: Future>(span: Span, run: F) -> Traced<F> {
-    Traced {
-        span,
-        first: true,
-        run: Some(run),
-    }
-}
-
-impl<F: Future> Future for Traced<F> {
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.project();
-        let _entered = this.span.enter();
-        let Some(run) = this.run.as_pin_mut() else {
-            return Poll::Pending; // dropped its future: never polled again
-        };
-        if !std::mem::replace(this.first, false) {
-            return run.poll(cx);
-        }
-        /// Empties the hand-off slot after the first poll, even if it panics.
-        struct Clear;
-        impl Drop for Clear {
-            fn drop(&mut self) {
-                let _ = HANDOFF.try_with(|slot| slot.borrow_mut().take());
-            }
-        }
-        let _clear = Clear;
-        let _ = HANDOFF.try_with(|slot| *slot.borrow_mut() = Some(this.span.clone()));
-        run.poll(cx)
-    }
-}
-
-/// The span of the call being started: taken from the hand-off slot, which only the first
-/// poll of [`Traced`] fills ([`Span::none`] elsewhere).
-pub(super) fn current_call_span() -> Span {
-    HANDOFF
-        .try_with(|slot| slot.borrow_mut().take())
-        .ok()
-        .flatten()
-        .unwrap_or_else(Span::none)
 }
 
 /// Records a call's outcome on its span.

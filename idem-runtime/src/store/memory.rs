@@ -379,4 +379,8 @@ impl Store for MemoryStore {
         });
         StoreFuture::ready(Ok(removed))
     }
+
+    fn answers_at_once(&self) -> bool {
+        true
+    }
 }

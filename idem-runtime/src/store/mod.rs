@@ -334,6 +334,14 @@ pub trait Store: Send + Sync + 'static {
 
     /// Admin: deletes a record whatever its state; returns whether one existed.
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool>;
+
+    /// Whether [`begin`](Store::begin) always answers at once ([`StoreFuture::ready`]), as an
+    /// in-memory store does: the engine then takes the answer in the call's first poll
+    /// without building the future of a call that waits. A store that says so and then
+    /// returns a future that is not ready fails the call with a store error. Default: `false`.
+    fn answers_at_once(&self) -> bool {
+        false
+    }
 }
 
 static DEFAULT_STORE: std::sync::OnceLock<Arc<dyn Store>> = std::sync::OnceLock::new();

@@ -1,0 +1,386 @@
+//! The steps of a call, as far as each goes without waiting.
+//!
+//! A replay from a store that answers at once (the memory store) runs [`start`] to the end in
+//! one synchronous pass: no future is built for it. A call that has to wait — to run the tool,
+//! to follow an identical call, to poll a key in flight elsewhere, or for a store that does
+//! I/O — hands [`Wait`] to [`wait`], the one `async` part, which the engine boxes.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Call;
+use super::claimed::Claimed;
+use super::held;
+use super::lease::{self, PendingClaim};
+use super::report::Reporter;
+use crate::Error;
+use crate::flight::{self, Follower, Leader, Role, Shared, Waited};
+use crate::replay::ResultCodec;
+use crate::stats::Outcome;
+use crate::store::{
+    Begin, BeginRequest, Exhausted, FirstResult, Lease, LeaseToken, Store, StoreFuture,
+};
+
+/// The longest pause between two polls of a key in flight elsewhere.
+const MAX_BACKOFF: Duration = Duration::from_millis(250);
+
+/// A store's identity for single-flight: its address.
+fn store_id(store: &Arc<dyn Store>) -> usize {
+    Arc::as_ptr(store).cast::<()>() as usize
+}
+
+/// What a call carries from step to step.
+pub(super) struct Ctx {
+    /// The lease it asks for.
+    lease: Duration,
+    /// When the request that may claim the key was sent (at the latest): the lease's start.
+    sent: Instant,
+    /// How long it waits for the key to finish elsewhere, at most.
+    deadline: Instant,
+    /// The store, by address (single-flight is per store).
+    store_id: usize,
+    /// Whether the call has charged its attempt (only the first request charges).
+    charged: bool,
+    /// The pause before polling a key in flight elsewhere again.
+    backoff: Duration,
+}
+
+/// How far a step got.
+// `Wait` is moved once, into the boxed rest of the call: boxing it too would only add an
+// allocation.
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Next<T, E> {
+    /// The call is over.
+    Done(Result<T, E>),
+    /// The call has to wait.
+    Wait(Wait),
+}
+
+/// Where a call that has to wait picks up.
+pub(super) enum Wait {
+    /// The key is claimed: run the tool.
+    Run(Claimed),
+    /// Join the flight and ask the store (which may not answer at once).
+    Lead(Reporter, Ctx),
+    /// Wait for the identical call running in this process.
+    Follow(Reporter, Follower, Ctx),
+    /// Ask the store again after a pause: the key is in flight elsewhere.
+    Poll(Reporter, Leader, Ctx),
+}
+
+/// Starts a call: the checks, then, with a store that answers at once, as far as the call
+/// goes without waiting.
+pub(super) fn start<C, T, E>(report: Reporter) -> Next<T, E>
+where
+    C: ResultCodec<T, E>,
+    E: From<Error>,
+{
+    let call = report.call();
+    if held::holds(&call.key) {
+        // Single-flight would make this call wait for the one it runs inside of.
+        let error = Error::Reentrant {
+            tool: call.tool.name,
+            key: call.key.short(),
+        };
+        return Next::Done(report.fail(Outcome::Reentrant, error));
+    }
+    let lease = match lease::duration(call.tool) {
+        Ok(lease) => lease,
+        Err(error) => return Next::Done(report.fail(Outcome::ConfigError, error)),
+    };
+    // The one clock read of a replay: when the wait for other callers starts, and a
+    // conservative "sent" time for the first request's lease.
+    let sent = Instant::now();
+    let store = call.store();
+    let ctx = Ctx {
+        lease,
+        sent,
+        deadline: sent + call.turn.in_flight_wait(),
+        store_id: store_id(store),
+        charged: false,
+        backoff: Duration::from_millis(5),
+    };
+    if !store.answers_at_once() {
+        return Next::Wait(Wait::Lead(report, ctx));
+    }
+    match flight::join(ctx.store_id, call.key) {
+        Role::Leader(leader) => begin_now::<C, T, E>(report, leader, ctx),
+        Role::Done(shared) => Next::Done(joined::<C, T, E>(report, &shared)),
+        Role::Follower(follower) => Next::Wait(Wait::Follow(report, follower, ctx)),
+    }
+}
+
+/// Everything a call that has to wait still does: the only `async` part of a call.
+pub(super) async fn wait<C, T, E, F, S, R>(mut wait: Wait, body: F, start: S) -> Result<T, E>
+where
+    C: ResultCodec<T, E>,
+    E: From<Error>,
+    S: FnOnce(Claimed, F) -> R,
+    R: Future<Output = Result<T, E>>,
+{
+    loop {
+        let next = match wait {
+            Wait::Run(claimed) => return start(claimed, body).await,
+            Wait::Lead(report, ctx) => match flight::join(ctx.store_id, report.call().key) {
+                Role::Leader(leader) => begin::<C, T, E>(report, leader, ctx).await,
+                Role::Done(shared) => return joined::<C, T, E>(report, &shared),
+                Role::Follower(follower) => Next::Wait(Wait::Follow(report, follower, ctx)),
+            },
+            Wait::Follow(report, follower, mut ctx) => match follower.wait(ctx.deadline).await {
+                Waited::Done(shared) => return joined::<C, T, E>(report, &shared),
+                Waited::Abandoned => {
+                    // The leader recorded nothing: maybe lead now.
+                    ctx.sent = Instant::now();
+                    Next::Wait(Wait::Lead(report, ctx))
+                }
+                Waited::TimedOut => return in_flight(report, ctx.deadline),
+            },
+            Wait::Poll(report, leader, mut ctx) => {
+                let pause = ctx
+                    .backoff
+                    .min(ctx.deadline.saturating_duration_since(Instant::now()));
+                tokio::time::sleep(pause).await;
+                ctx.backoff = (ctx.backoff * 2).min(MAX_BACKOFF);
+                ctx.sent = Instant::now();
+                begin::<C, T, E>(report, leader, ctx).await
+            }
+        };
+        match next {
+            Next::Done(result) => return result,
+            Next::Wait(next) => wait = next,
+        }
+    }
+}
+
+/// The request a leader sends, with its token.
+fn request<'a>(call: &'a Call, ctx: &mut Ctx, token: LeaseToken) -> BeginRequest<'a> {
+    BeginRequest {
+        namespace: call.turn.namespace(),
+        key: &call.key,
+        tool: call.tool.name,
+        fingerprint: &call.fingerprint,
+        lease: ctx.lease,
+        token,
+        // Only the first request of a call is an attempt; polling again is not.
+        charge: (!std::mem::replace(&mut ctx.charged, true))
+            .then(|| call.turn.charge(call.tool.budget, call.counter)),
+    }
+}
+
+/// Asks a store that answers at once.
+fn begin_now<C, T, E>(report: Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E>
+where
+    C: ResultCodec<T, E>,
+    E: From<Error>,
+{
+    let call = report.call();
+    let token = LeaseToken::generate();
+    let answer = match call
+        .store()
+        .begin(request(call, &mut ctx, token))
+        .into_ready()
+    {
+        Ok(answer) => answer,
+        Err(pending) => {
+            // The store said it answers at once and did not: it cannot be waited for here.
+            drop(pending);
+            Err(Error::store(
+                "begin",
+                "the store did not answer at once, as its `answers_at_once` says it does",
+            ))
+        }
+    };
+    answered::<C, T, E>(report, leader, ctx, token, answer)
+}
+
+/// Asks the store, waiting for its answer if need be.
+async fn begin<C, T, E>(report: Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E>
+where
+    C: ResultCodec<T, E>,
+    E: From<Error>,
+{
+    let call = report.call();
+    let store = call.store();
+    let token = LeaseToken::generate();
+    let answer = match store.begin(request(call, &mut ctx, token)).into_ready() {
+        Ok(answer) => answer,
+        Err(pending) => awaited(store, call.lease(token), pending, ctx.lease).await,
+    };
+    answered::<C, T, E>(report, leader, ctx, token, answer)
+}
+
+/// A `begin` the store did not answer at once, bounded by the lease it asks for (an answer
+/// after that is of no use). If the caller drops it meanwhile, the claim it may have made is
+/// given back; after an error, [`answered`] gives it back.
+async fn awaited(
+    store: &Arc<dyn Store>,
+    claim: Lease,
+    begin: StoreFuture<'_, Begin>,
+    lease: Duration,
+) -> Result<Begin, Error> {
+    let pending = PendingClaim::new(store, claim);
+    let answer = tokio::time::timeout(lease, begin).await;
+    pending.answered();
+    answer.unwrap_or_else(|_| Err(Error::store("begin", "no answer within the lease")))
+}
+
+/// What the store's answer to the request with `token` means for the call.
+fn answered<C, T, E>(
+    report: Reporter,
+    leader: Leader,
+    ctx: Ctx,
+    token: LeaseToken,
+    answer: Result<Begin, Error>,
+) -> Next<T, E>
+where
+    C: ResultCodec<T, E>,
+    E: From<Error>,
+{
+    let call = report.call();
+    let begun = match answer {
+        Ok(begun) => begun,
+        Err(error) => {
+            // Gives back a claim that may have landed before the error.
+            lease::release_in_background(Arc::clone(call.store()), call.lease(token));
+            return Next::Done(report.fail(Outcome::StoreError, error));
+        }
+    };
+    match begun {
+        Begin::Claimed if Instant::now() < ctx.sent + ctx.lease => {
+            let (store, claim) = (Arc::clone(call.store()), call.lease(token));
+            let claimed = Claimed::new(report, store, claim, ctx.lease, ctx.sent, leader);
+            Next::Wait(Wait::Run(claimed))
+        }
+        Begin::Claimed => {
+            // The answer came after the lease it granted had run out: another caller may hold
+            // the key by now. Give the claim back and ask again.
+            lease::release_in_background(Arc::clone(call.store()), call.lease(token));
+            poll_later(report, leader, ctx)
+        }
+        Begin::Completed(first) => Next::Done(replay::<C, T, E>(report, leader, first)),
+        Begin::InFlight { fingerprint } if fingerprint != call.fingerprint => {
+            Next::Done(mismatch(report))
+        }
+        Begin::InFlight { .. } => poll_later(report, leader, ctx),
+        Begin::Exhausted(exhausted) => Next::Done(over_budget(report, exhausted)),
+    }
+}
+
+/// The key is in flight elsewhere: poll again after a pause, unless the wait is over.
+fn poll_later<T, E: From<Error>>(report: Reporter, leader: Leader, ctx: Ctx) -> Next<T, E> {
+    if Instant::now() >= ctx.deadline {
+        return Next::Done(in_flight(report, ctx.deadline));
+    }
+    Next::Wait(Wait::Poll(report, leader, ctx))
+}
+
+/// A completed key: the first result, without running the tool.
+fn replay<C, T, E>(mut report: Reporter, leader: Leader, first: FirstResult) -> Result<T, E>
+where
+    C: ResultCodec<T, E>,
+    E: From<Error>,
+{
+    let call = report.call();
+    if first.fingerprint != call.fingerprint {
+        return mismatch(report);
+    }
+    match C::decode(call.tool.name, &call.key, &first.result) {
+        Ok(result) => {
+            leader.publish(|| first);
+            report.report(Outcome::Replayed);
+            result
+        }
+        Err(error) => decode_failed(report, error),
+    }
+}
+
+/// The result of an identical call this one waited for.
+fn joined<C, T, E>(mut report: Reporter, shared: &Shared) -> Result<T, E>
+where
+    C: ResultCodec<T, E>,
+    E: From<Error>,
+{
+    let call = report.call();
+    if shared.fingerprint != call.fingerprint {
+        return mismatch(report);
+    }
+    match C::decode(call.tool.name, &call.key, &shared.result) {
+        Ok(result) => {
+            report.report(Outcome::Joined);
+            result
+        }
+        Err(error) => decode_failed(report, error),
+    }
+}
+
+/// A record that does not decode: corrupt, or a marker (interrupted, not replayable) that
+/// answers the call with its error.
+fn decode_failed<T, E: From<Error>>(report: Reporter, error: Error) -> Result<T, E> {
+    let outcome = match error {
+        Error::Interrupted { .. } | Error::NotReplayable { .. } => Outcome::Replayed,
+        _ => Outcome::DecodeError,
+    };
+    report.fail(outcome, error)
+}
+
+fn mismatch<T, E: From<Error>>(report: Reporter) -> Result<T, E> {
+    let call = report.call();
+    let error = Error::PayloadMismatch {
+        tool: call.tool.name,
+        key: call.key.short(),
+    };
+    report.fail(Outcome::PayloadMismatch, error)
+}
+
+fn in_flight<T, E: From<Error>>(report: Reporter, deadline: Instant) -> Result<T, E> {
+    let call = report.call();
+    let error = Error::InFlight {
+        tool: call.tool.name,
+        key: call.key.short(),
+        waited: call.turn.in_flight_wait() + Instant::now().saturating_duration_since(deadline),
+    };
+    report.fail(Outcome::InFlight, error)
+}
+
+fn over_budget<T, E: From<Error>>(report: Reporter, exhausted: Exhausted) -> Result<T, E> {
+    let call = report.call();
+    let (tool, key) = (call.tool.name, call.key.short());
+    let (outcome, error) = match exhausted {
+        Exhausted::Key {
+            attempts,
+            completed: true,
+            ..
+        } => (
+            Outcome::AlreadySucceeded,
+            Error::AlreadySucceeded {
+                tool,
+                key,
+                attempts,
+            },
+        ),
+        Exhausted::Key {
+            attempts, limit, ..
+        } => (
+            Outcome::BudgetExhausted,
+            Error::BudgetExhausted {
+                tool,
+                key,
+                attempts,
+                limit,
+            },
+        ),
+        Exhausted::Turn { calls, limit } => (
+            Outcome::BudgetExhausted,
+            Error::TurnBudgetExhausted {
+                tool,
+                turn: call.turn.id().to_owned(),
+                calls,
+                limit,
+            },
+        ),
+    };
+    report.fail(outcome, error)
+}
