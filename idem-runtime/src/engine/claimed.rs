@@ -2,8 +2,10 @@
 //! early.
 
 use std::future::Future;
+use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -77,8 +79,14 @@ impl Claimed {
         let turn = self.report.call().turn.clone();
         let held = held::with(self.lease.key);
         let task = turn.scope(held::scope(held, self.run::<C, T, E, F>(body)));
-        let task = tokio::spawn(task.instrument(tracing::Span::current()));
-        match task.await {
+        let mut task = Box::pin(task.instrument(tracing::Span::current()));
+        // Polled here first, in the poll that claimed the key: a body that finishes at once
+        // needs no task of its own. One that waits goes on in its own task, which the caller
+        // going away does not cancel.
+        if let Poll::Ready(result) = lease::poll_once(task.as_mut()).await {
+            return result;
+        }
+        match tokio::spawn(task).await {
             Ok(result) => result,
             Err(error) => match error.try_into_panic() {
                 Ok(panic) => std::panic::resume_unwind(panic),
@@ -99,24 +107,26 @@ impl Claimed {
         E: From<Error>,
         F: Future<Output = Result<T, E>>,
     {
-        let started = Arc::new(AtomicBool::new(false));
+        let started = AtomicBool::new(false);
         let mut guard = Guard {
             claimed: Some(self),
-            started: Arc::clone(&started),
+            started: &started,
             recording: None,
             releasing: false,
         };
-        let mut body = std::pin::pin!(body);
-        let body = std::future::poll_fn(|cx| {
+        let mut body = pin!(body);
+        let mut body = pin!(std::future::poll_fn(|cx| {
             started.store(true, Ordering::Relaxed);
             body.as_mut().poll(cx)
-        });
-        let mut keeper = {
-            let c = guard.claimed();
-            Keeper::new(Arc::clone(&c.store), c.lease.clone(), c.duration, c.sent)
-        };
+        }));
+        // First polled in the poll that claimed the key, when its lease cannot have ended: a
+        // body that finishes at once needs no keeper, no clock and no timer.
+        if let Poll::Ready(result) = lease::poll_once(body.as_mut()).await {
+            return guard.finish::<C, T, E>(result, None).await;
+        }
+        let mut keeper = guard.keeper();
         match keeper.run(body).await {
-            Ok(result) => guard.finish::<C, T, E>(result, keeper).await,
+            Ok(result) => guard.finish::<C, T, E>(result, Some(keeper)).await,
             Err(error) => {
                 // The lease ran out: the body was stopped, and the key is no longer ours.
                 let claimed = guard.disarm();
@@ -128,17 +138,23 @@ impl Claimed {
 
 /// Ends a claim whichever way the call ends: recorded, released, kept as interrupted, or
 /// recorded in the background.
-struct Guard {
+struct Guard<'a> {
     claimed: Option<Claimed>,
     /// Whether the body was polled: a body that never started did nothing.
-    started: Arc<AtomicBool>,
+    started: &'a AtomicBool,
     /// The bytes being recorded, while `complete` is awaited.
     recording: Option<Vec<u8>>,
     /// The key is being given back after an `Err` that is not recorded.
     releasing: bool,
 }
 
-impl Guard {
+impl Guard<'_> {
+    /// A keeper of the claim's lease, counted from when the claim was sent.
+    fn keeper(&self) -> Keeper {
+        let c = self.claimed();
+        Keeper::new(Arc::clone(&c.store), c.lease.clone(), c.duration, c.sent)
+    }
+
     fn claimed(&self) -> &Claimed {
         self.claimed
             .as_ref()
@@ -152,7 +168,7 @@ impl Guard {
     }
 
     /// Records the tool's result (or releases the key for an `Err` that is not recorded).
-    async fn finish<C, T, E>(mut self, result: Result<T, E>, mut keeper: Keeper) -> Result<T, E>
+    async fn finish<C, T, E>(mut self, result: Result<T, E>, keeper: Option<Keeper>) -> Result<T, E>
     where
         C: ResultCodec<T, E>,
         E: From<Error>,
@@ -175,13 +191,16 @@ impl Guard {
                 // right after the call has given the key back.
                 self.releasing = true;
                 if let Some(c) = &self.claimed {
-                    let release = c.store.release(&c.lease);
-                    match tokio::time::timeout(c.duration, release).await {
-                        Ok(Ok(()) | Err(Error::LeaseLost { .. })) => {}
-                        Ok(Err(error)) => tracing::warn!(target: "idem", tool = tool.name,
+                    let answer = match c.store.release(&c.lease).into_ready() {
+                        Ok(answer) => Some(answer),
+                        Err(pending) => tokio::time::timeout(c.duration, pending).await.ok(),
+                    };
+                    match answer {
+                        Some(Ok(()) | Err(Error::LeaseLost { .. })) => {}
+                        Some(Err(error)) => tracing::warn!(target: "idem", tool = tool.name,
                             key = %key.short(), %error,
                             "could not release the key; it is freed when its lease expires"),
-                        Err(_) => tracing::warn!(target: "idem", tool = tool.name,
+                        None => tracing::warn!(target: "idem", tool = tool.name,
                             key = %key.short(),
                             "the store did not answer a release; the key is freed when its \
                              lease expires"),
@@ -196,10 +215,14 @@ impl Guard {
         // The lease is still renewed while the result is recorded: a slow store must not let
         // it lapse and another caller run the tool again.
         let completed = match (&self.claimed, &self.recording) {
-            (Some(c), Some(bytes)) => keeper
-                .during(c.store.complete(&c.lease, bytes, ttl))
-                .await
-                .unwrap_or_else(|| Err(Error::store("complete", "no answer within the lease"))),
+            (Some(c), Some(bytes)) => match c.store.complete(&c.lease, bytes, ttl).into_ready() {
+                Ok(answer) => answer,
+                Err(pending) => keeper
+                    .unwrap_or_else(|| self.keeper())
+                    .during(pending)
+                    .await
+                    .unwrap_or_else(|| Err(Error::store("complete", "no answer within the lease"))),
+            },
             _ => unreachable!("the guard holds its claim and the bytes being recorded"),
         };
         let bytes = self.recording.take().unwrap_or_default();
@@ -235,7 +258,7 @@ impl Guard {
     }
 }
 
-impl Drop for Guard {
+impl Drop for Guard<'_> {
     fn drop(&mut self) {
         let Some(mut claimed) = self.claimed.take() else {
             return;

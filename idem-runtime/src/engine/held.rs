@@ -6,10 +6,11 @@ use std::sync::Arc;
 use crate::key::Key;
 
 tokio::task_local! {
-    static HELD: Arc<Held>;
+    static HELD: Held;
 }
 
 /// The keys held by the running tool and the tools that called it, innermost first.
+#[derive(Clone)]
 pub(crate) struct Held {
     key: Key,
     outer: Option<Arc<Held>>,
@@ -44,27 +45,30 @@ pub fn current_key() -> Option<Key> {
 /// Whether this task (or a tool that called it) holds `key`.
 pub(crate) fn holds(key: &Key) -> bool {
     HELD.try_with(|held| {
-        let mut next = Some(held);
+        if held.key == *key {
+            return true;
+        }
+        let mut next = held.outer.as_deref();
         while let Some(held) = next {
             if held.key == *key {
                 return true;
             }
-            next = held.outer.as_ref();
+            next = held.outer.as_deref();
         }
         false
     })
     .unwrap_or(false)
 }
 
-/// The held keys of this task with `key` added.
-pub(crate) fn with(key: Key) -> Arc<Held> {
-    Arc::new(Held {
+/// The held keys of this task with `key` added (allocating only inside another tool).
+pub(crate) fn with(key: Key) -> Held {
+    Held {
         key,
-        outer: HELD.try_with(Arc::clone).ok(),
-    })
+        outer: HELD.try_with(|held| Arc::new(held.clone())).ok(),
+    }
 }
 
 /// Runs `future` holding `held`.
-pub(crate) fn scope<F: Future>(held: Arc<Held>, future: F) -> impl Future<Output = F::Output> {
+pub(crate) fn scope<F: Future>(held: Held, future: F) -> impl Future<Output = F::Output> {
     HELD.scope(held, future)
 }

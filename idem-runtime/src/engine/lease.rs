@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
-use std::task::{Context, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -25,6 +25,11 @@ pub(super) fn duration(tool: &ToolInfo) -> Result<Duration, Error> {
             tool.name
         )))
     }
+}
+
+/// Polls `future` once: its output, or `Pending` (it has registered to be woken).
+pub(super) async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
 }
 
 /// A `begin` in flight. If it is abandoned — the caller dropped it, or it failed without an

@@ -36,16 +36,38 @@ fn store_id(store: &Arc<dyn Store>) -> usize {
 pub(super) struct Ctx {
     /// The lease it asks for.
     lease: Duration,
-    /// When the request that may claim the key was sent (at the latest): the lease's start.
-    sent: Instant,
     /// How long it waits for the key to finish elsewhere, at most.
-    deadline: Instant,
+    wait: Duration,
+    /// The call's first clock reading, which its wait counts from (a replay from a store that
+    /// answers at once reads no clock).
+    first: Option<Instant>,
+    /// When the request in flight was sent, for a store that may answer late (`None`: the
+    /// store answers at once, so a claim starts when its answer arrives).
+    sent: Option<Instant>,
     /// The store, by address (single-flight is per store).
     store_id: usize,
     /// Whether the call has charged its attempt (only the first request charges).
     charged: bool,
     /// The pause before polling a key in flight elsewhere again.
     backoff: Duration,
+}
+
+impl Ctx {
+    /// Reads the clock.
+    fn now(&mut self) -> Instant {
+        let now = Instant::now();
+        self.first.get_or_insert(now);
+        now
+    }
+
+    /// When the call stops waiting for the key to finish elsewhere.
+    fn deadline(&mut self) -> Instant {
+        let first = match self.first {
+            Some(first) => first,
+            None => self.now(),
+        };
+        first + self.wait
+    }
 }
 
 /// How far a step got.
@@ -91,14 +113,12 @@ where
         Ok(lease) => lease,
         Err(error) => return Next::Done(report.fail(Outcome::ConfigError, error)),
     };
-    // The one clock read of a replay: when the wait for other callers starts, and a
-    // conservative "sent" time for the first request's lease.
-    let sent = Instant::now();
     let store = call.store();
     let ctx = Ctx {
         lease,
-        sent,
-        deadline: sent + call.turn.in_flight_wait(),
+        wait: call.turn.in_flight_wait(),
+        first: None,
+        sent: None,
         store_id: store_id(store),
         charged: false,
         backoff: Duration::from_millis(5),
@@ -129,22 +149,19 @@ where
                 Role::Done(shared) => return joined::<C, T, E>(report, &shared),
                 Role::Follower(follower) => Next::Wait(Wait::Follow(report, follower, ctx)),
             },
-            Wait::Follow(report, follower, mut ctx) => match follower.wait(ctx.deadline).await {
-                Waited::Done(shared) => return joined::<C, T, E>(report, &shared),
-                Waited::Abandoned => {
+            Wait::Follow(report, follower, mut ctx) => {
+                let deadline = ctx.deadline();
+                match follower.wait(deadline).await {
+                    Waited::Done(shared) => return joined::<C, T, E>(report, &shared),
                     // The leader recorded nothing: maybe lead now.
-                    ctx.sent = Instant::now();
-                    Next::Wait(Wait::Lead(report, ctx))
+                    Waited::Abandoned => Next::Wait(Wait::Lead(report, ctx)),
+                    Waited::TimedOut => return in_flight(report, deadline),
                 }
-                Waited::TimedOut => return in_flight(report, ctx.deadline),
-            },
+            }
             Wait::Poll(report, leader, mut ctx) => {
-                let pause = ctx
-                    .backoff
-                    .min(ctx.deadline.saturating_duration_since(Instant::now()));
-                tokio::time::sleep(pause).await;
+                let left = ctx.deadline().saturating_duration_since(Instant::now());
+                tokio::time::sleep(ctx.backoff.min(left)).await;
                 ctx.backoff = (ctx.backoff * 2).min(MAX_BACKOFF);
-                ctx.sent = Instant::now();
                 begin::<C, T, E>(report, leader, ctx).await
             }
         };
@@ -170,7 +187,8 @@ fn request<'a>(call: &'a Call, ctx: &mut Ctx, token: LeaseToken) -> BeginRequest
     }
 }
 
-/// Asks a store that answers at once.
+/// Asks a store that answers at once: no clock is read, since a claim starts when the answer
+/// arrives (an in-process store makes it during the call).
 fn begin_now<C, T, E>(report: Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E>
 where
     C: ResultCodec<T, E>,
@@ -178,6 +196,7 @@ where
 {
     let call = report.call();
     let token = LeaseToken::generate();
+    ctx.sent = None;
     let answer = match call
         .store()
         .begin(request(call, &mut ctx, token))
@@ -205,6 +224,8 @@ where
     let call = report.call();
     let store = call.store();
     let token = LeaseToken::generate();
+    // Sent no earlier than now: the lease's conservative start.
+    ctx.sent = Some(ctx.now());
     let answer = match store.begin(request(call, &mut ctx, token)).into_ready() {
         Ok(answer) => answer,
         Err(pending) => awaited(store, call.lease(token), pending, ctx.lease).await,
@@ -231,7 +252,7 @@ async fn awaited(
 fn answered<C, T, E>(
     report: Reporter,
     leader: Leader,
-    ctx: Ctx,
+    mut ctx: Ctx,
     token: LeaseToken,
     answer: Result<Begin, Error>,
 ) -> Next<T, E>
@@ -249,12 +270,16 @@ where
         }
     };
     match begun {
-        Begin::Claimed if Instant::now() < ctx.sent + ctx.lease => {
-            let (store, claim) = (Arc::clone(call.store()), call.lease(token));
-            let claimed = Claimed::new(report, store, claim, ctx.lease, ctx.sent, leader);
-            Next::Wait(Wait::Run(claimed))
-        }
         Begin::Claimed => {
+            let (sent, in_time) = match ctx.sent {
+                Some(sent) => (sent, Instant::now() < sent + ctx.lease),
+                None => (ctx.now(), true), // answered at once: the claim starts now
+            };
+            if in_time {
+                let (store, claim) = (Arc::clone(call.store()), call.lease(token));
+                let claimed = Claimed::new(report, store, claim, ctx.lease, sent, leader);
+                return Next::Wait(Wait::Run(claimed));
+            }
             // The answer came after the lease it granted had run out: another caller may hold
             // the key by now. Give the claim back and ask again.
             lease::release_in_background(Arc::clone(call.store()), call.lease(token));
@@ -270,9 +295,10 @@ where
 }
 
 /// The key is in flight elsewhere: poll again after a pause, unless the wait is over.
-fn poll_later<T, E: From<Error>>(report: Reporter, leader: Leader, ctx: Ctx) -> Next<T, E> {
-    if Instant::now() >= ctx.deadline {
-        return Next::Done(in_flight(report, ctx.deadline));
+fn poll_later<T, E: From<Error>>(report: Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E> {
+    let deadline = ctx.deadline();
+    if Instant::now() >= deadline {
+        return Next::Done(in_flight(report, deadline));
     }
     Next::Wait(Wait::Poll(report, leader, ctx))
 }

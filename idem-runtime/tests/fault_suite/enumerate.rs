@@ -202,9 +202,11 @@ fn every_drop_point_of_a_detached_call_is_clean() {
         "fault-suite enumerate-detached: drop points={points} problems={}",
         problems.len()
     );
+    // The caller pends at its `begin`, then in the task the body went on in (its first poll
+    // runs in the caller's poll, and the rest of its store operations in its task).
     assert!(
-        points >= 4,
-        "the call should pend at several store operations"
+        points >= 3,
+        "the call should pend at its begin and at its task"
     );
     assert!(problems.is_empty(), "{problems:#?}");
 }
