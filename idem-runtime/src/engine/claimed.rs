@@ -124,8 +124,10 @@ impl Claimed {
         if let Poll::Ready(result) = lease::poll_once(body.as_mut()).await {
             return guard.finish::<C, T, E>(result, None).await;
         }
+        // Boxed, like recording on a slow store below: the timers of a tool that waits are no
+        // part of the future of one that does not.
         let mut keeper = guard.keeper();
-        match keeper.run(body).await {
+        match Box::pin(keeper.run(body)).await {
             Ok(result) => guard.finish::<C, T, E>(result, Some(keeper)).await,
             Err(error) => {
                 // The lease ran out: the body was stopped, and the key is no longer ours.
@@ -193,7 +195,9 @@ impl Guard<'_> {
                 if let Some(c) = &self.claimed {
                     let answer = match c.store.release(&c.lease).into_ready() {
                         Ok(answer) => Some(answer),
-                        Err(pending) => tokio::time::timeout(c.duration, pending).await.ok(),
+                        Err(pending) => Box::pin(tokio::time::timeout(c.duration, pending))
+                            .await
+                            .ok(),
                     };
                     match answer {
                         Some(Ok(()) | Err(Error::LeaseLost { .. })) => {}
@@ -217,11 +221,12 @@ impl Guard<'_> {
         let completed = match (&self.claimed, &self.recording) {
             (Some(c), Some(bytes)) => match c.store.complete(&c.lease, bytes, ttl).into_ready() {
                 Ok(answer) => answer,
-                Err(pending) => keeper
-                    .unwrap_or_else(|| self.keeper())
-                    .during(pending)
-                    .await
-                    .unwrap_or_else(|| Err(Error::store("complete", "no answer within the lease"))),
+                Err(pending) => {
+                    let mut keeper = keeper.unwrap_or_else(|| self.keeper());
+                    Box::pin(keeper.during(pending)).await.unwrap_or_else(|| {
+                        Err(Error::store("complete", "no answer within the lease"))
+                    })
+                }
             },
             _ => unreachable!("the guard holds its claim and the bytes being recorded"),
         };

@@ -14,7 +14,13 @@ pub(super) struct Names {
     ids: HashMap<Arc<str>, NameId>,
     entries: Vec<Entry>,
     free: Vec<NameId>,
+    /// The names held last, looked at before the map: a process calls few tools in few
+    /// namespaces at a time.
+    recent: [Option<NameId>; RECENT],
 }
+
+/// How many recently held names are compared before the map is consulted.
+const RECENT: usize = 4;
 
 struct Entry {
     name: Arc<str>,
@@ -24,10 +30,19 @@ struct Entry {
 impl Names {
     /// The id of `name`, held once more.
     pub(super) fn hold(&mut self, name: &str) -> NameId {
-        if let Some(&id) = self.ids.get(name)
+        let mut recent = self.recent.into_iter().flatten();
+        let id = recent
+            .find(|&id| {
+                self.entries
+                    .get(id as usize)
+                    .is_some_and(|e| *e.name == *name)
+            })
+            .or_else(|| self.ids.get(name).copied());
+        if let Some(id) = id
             && let Some(entry) = self.entries.get_mut(id as usize)
         {
             entry.holders += 1;
+            self.remember(id);
             return id;
         }
         let name: Arc<str> = Arc::from(name);
@@ -48,7 +63,22 @@ impl Names {
             }
         };
         self.ids.insert(name, id);
+        self.remember(id);
         id
+    }
+
+    /// Puts `id` first among the recent names.
+    fn remember(&mut self, id: NameId) {
+        if self.recent[0] == Some(id) {
+            return;
+        }
+        let at = self
+            .recent
+            .iter()
+            .position(|&r| r == Some(id))
+            .unwrap_or(RECENT - 1);
+        self.recent.copy_within(0..at, 1);
+        self.recent[0] = Some(id);
     }
 
     /// Lets go of one hold on `id`.
@@ -61,6 +91,11 @@ impl Names {
             self.ids.remove(&entry.name);
             entry.name = Arc::from("");
             self.free.push(id);
+            for recent in &mut self.recent {
+                if *recent == Some(id) {
+                    *recent = None;
+                }
+            }
         }
     }
 
@@ -95,5 +130,17 @@ mod tests {
         let c = names.hold("other");
         assert_eq!(c, a, "the freed id is reused");
         assert_eq!(names.get(c), "other");
+        assert_eq!(names.hold("send_email"), b, "a recent name is found again");
+    }
+
+    #[test]
+    fn many_names_are_found_beyond_the_recent_ones() {
+        let mut names = Names::default();
+        let ids: Vec<NameId> = (0..20).map(|i| names.hold(&format!("ns-{i}"))).collect();
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(names.hold(&format!("ns-{i}")), *id);
+            assert_eq!(names.get(*id), format!("ns-{i}"));
+        }
+        assert_eq!(names.len(), 20);
     }
 }
