@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use crate::digest_map::{DigestMap, digest_map};
 use crate::key::Key;
+use crate::padded::Padded;
 use crate::store::FirstResult;
 
 const SHARDS: usize = 16;
@@ -43,8 +44,8 @@ enum State {
     Abandoned,
 }
 
-static FLIGHTS: [Mutex<DigestMap<FlightId, Slot>>; SHARDS] =
-    [const { Mutex::new(digest_map()) }; SHARDS];
+static FLIGHTS: [Padded<Mutex<DigestMap<FlightId, Slot>>>; SHARDS] =
+    [const { Padded(Mutex::new(digest_map())) }; SHARDS];
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex

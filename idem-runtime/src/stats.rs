@@ -159,21 +159,62 @@ impl Stats {
     }
 }
 
-/// Lock-free counters, one per outcome.
-#[derive(Default)]
-pub(crate) struct StatsCounters([AtomicU64; Outcome::ALL.len()]);
+/// How many copies of the counters are kept, so that threads counting at once rarely write
+/// the same cache line.
+const STRIPES: usize = 8;
+
+/// One copy of the counters, alone on its cache lines.
+#[repr(align(128))]
+struct Stripe([AtomicU64; Outcome::ALL.len()]);
+
+/// Lock-free counters, one per outcome, striped over threads: a thread adds to its own stripe
+/// (chosen when it first counts), a snapshot sums the stripes.
+pub(crate) struct StatsCounters([Stripe; STRIPES]);
+
+impl Default for StatsCounters {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// This thread's stripe.
+fn stripe() -> usize {
+    use std::cell::Cell;
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+    STRIPE
+        .try_with(|s| match s.get() {
+            Some(stripe) => stripe,
+            None => {
+                let stripe = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+                s.set(Some(stripe));
+                stripe
+            }
+        })
+        .unwrap_or(0)
+}
 
 impl StatsCounters {
     pub(crate) const fn new() -> Self {
-        StatsCounters([const { AtomicU64::new(0) }; Outcome::ALL.len()])
+        StatsCounters(
+            [const { Stripe([const { AtomicU64::new(0) }; Outcome::ALL.len()]) }; STRIPES],
+        )
     }
 
     pub(crate) fn add(&self, outcome: Outcome) {
-        self.0[outcome.index()].fetch_add(1, Ordering::Relaxed);
+        self.0[stripe()].0[outcome.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> Stats {
-        let c = |o: Outcome| self.0[o.index()].load(Ordering::Relaxed);
+        let c = |o: Outcome| {
+            self.0
+                .iter()
+                .map(|s| s.0[o.index()].load(Ordering::Relaxed))
+                .sum()
+        };
         Stats {
             executed: c(Outcome::Executed),
             failed: c(Outcome::Failed),

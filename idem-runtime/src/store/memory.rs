@@ -15,6 +15,7 @@ use super::{
 use crate::clock::{Clock, MonotonicClock, duration_ms};
 use crate::digest_map::{DigestMap, digest_map};
 use crate::key::Key;
+use crate::padded::Padded;
 use crate::{Error, Result};
 
 use names::Names;
@@ -54,11 +55,6 @@ pub struct MemoryStore {
     turns: Mutex<TurnCounts>,
     clock: Arc<dyn Clock>,
 }
-
-/// A value alone on its cache lines, so that two threads locking neighbouring shards do not
-/// slow each other down.
-#[repr(align(128))]
-struct Padded<T>(T);
 
 /// Turn-wide counts, swept of expired ones whenever the map doubles since the last sweep
 /// (amortised O(1) per charge, memory bounded by twice the live turns).

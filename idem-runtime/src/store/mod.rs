@@ -71,8 +71,25 @@ impl LeaseToken {
             seed.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
             u64::from_le_bytes(seed)
         });
+        // Each thread takes its numbers from the shared counter a block at a time, so that
+        // threads generating tokens at once rarely write the same cache line.
+        const BLOCK: u64 = 1 << 16;
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        thread_local! {
+            static NEXT: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
+        }
+        let take = || COUNTER.fetch_add(BLOCK, Ordering::Relaxed);
+        let n = NEXT
+            .try_with(|next| {
+                let (mut n, mut end) = next.get();
+                if n == end {
+                    n = take();
+                    end = n + BLOCK;
+                }
+                next.set((n + 1, end));
+                n
+            })
+            .unwrap_or_else(|_| take());
         // splitmix64 is a bijection, so distinct counters give distinct tokens.
         let mut z = SEED.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
