@@ -228,19 +228,23 @@ impl Shard {
             self.free_slot(i);
             return;
         }
+        let count_at = (slot.attempts > 0).then(|| self.due(slot.attempts_expire_ms));
+        if let Some(at) = count_at
+            && (slot.count_due == 0 || at < slot.count_due)
+        {
+            self.due.push(Reverse((at, i | COUNT)));
+            self.slots[i as usize].count_due = at;
+        }
+        // A record that expires no later than the slot's count needs no entry of its own: the
+        // count's entry reclaims both. So a claim completed within its lease leaves nothing
+        // due at the lease's end.
+        let slot = &self.slots[i as usize];
         if slot.has_record() {
             let at = self.due(slot.expires_at_ms);
-            if slot.record_due == 0 || at < slot.record_due {
+            let covered = count_at.is_some_and(|count_at| at <= count_at);
+            if !covered && (slot.record_due == 0 || at < slot.record_due) {
                 self.due.push(Reverse((at, i)));
                 self.slots[i as usize].record_due = at;
-            }
-        }
-        let slot = &self.slots[i as usize];
-        if slot.attempts > 0 {
-            let at = self.due(slot.attempts_expire_ms);
-            if slot.count_due == 0 || at < slot.count_due {
-                self.due.push(Reverse((at, i | COUNT)));
-                self.slots[i as usize].count_due = at;
             }
         }
     }
@@ -292,22 +296,22 @@ impl Shard {
             if slot.state == State::Free {
                 continue;
             }
-            let expired_record = if is_count {
+            if is_count {
                 if slot.count_due != at {
                     continue; // stale: the count waits for another entry
                 }
                 slot.count_due = 0;
-                if slot.live_attempts(now) == 0 {
-                    slot.attempts = 0;
-                }
-                false
             } else {
                 if slot.record_due != at {
                     continue;
                 }
                 slot.record_due = 0;
-                slot.has_record() && !slot.live_record(now)
-            };
+            }
+            // Whichever entry woke the slot, what expired goes.
+            if slot.live_attempts(now) == 0 {
+                slot.attempts = 0;
+            }
+            let expired_record = slot.has_record() && !slot.live_record(now);
             if expired_record && self.drop_record(i, names) {
                 dropped += 1;
             }
@@ -413,6 +417,80 @@ mod tests {
         assert_eq!(shard.due(u64::MAX), u32::MAX);
         assert_eq!((shard.elapsed(1_015), shard.elapsed(1_016)), (0, 1));
         assert_eq!(shard.elapsed(0), 0);
+    }
+
+    /// A key claimed, counted and completed as the engine does it for a replayable call.
+    fn completed_with_count(shard: &mut Shard, names: &mut Names, key: Key, now: u64) -> u32 {
+        let day = 86_400_000;
+        let i = shard.find_or_insert(&key);
+        shard.slot_mut(i).attempts = 1;
+        shard.slot_mut(i).attempts_expire_ms = now + day;
+        let claim = Claim {
+            tool: "send",
+            namespace: "",
+            fingerprint: &Fingerprint::from_bytes([1; 32]),
+            token: LeaseToken(7),
+            now,
+            expires_at_ms: now + 30_000,
+        };
+        shard.claim(i, claim, names);
+        shard.settle(i);
+        let slot = shard.slot_mut(i);
+        slot.state = State::Completed;
+        slot.result = ResultBytes::from(&b"ok"[..]);
+        slot.expires_at_ms = now + day + 1_000; // completed a second after the charge
+        shard.settle(i);
+        i
+    }
+
+    #[test]
+    fn a_claim_completed_within_its_lease_leaves_nothing_due_at_the_lease_end() {
+        let mut names = Names::default();
+        let mut shard = Shard::new(0);
+        for k in 0..100u8 {
+            completed_with_count(&mut shard, &mut names, Key::from_bytes([k; 32]), 1_000);
+        }
+        assert!(
+            !shard.has_due(1_000 + 31_000),
+            "nothing is due after the lease"
+        );
+        assert_eq!(
+            shard.footprint(),
+            100 + 200,
+            "a slot, a count and a record entry each"
+        );
+        // A day on, the count goes first, then the record, then the slot (each reclaimed at
+        // most a tick late).
+        let day = 86_400_000;
+        shard.reclaim(1_000 + day + 20, usize::MAX, &mut names);
+        assert_eq!(
+            shard
+                .find(&Key::from_bytes([3; 32]))
+                .map(|i| shard.slot(i).attempts),
+            Some(0)
+        );
+        assert_eq!(
+            shard.reclaim(1_000 + day + 1_020, usize::MAX, &mut names),
+            100
+        );
+        assert_eq!(shard.footprint(), 0);
+        assert_eq!(names.len(), 0, "the names were let go");
+    }
+
+    #[test]
+    fn a_record_outliving_its_count_is_reclaimed_by_its_own_entry() {
+        let mut names = Names::default();
+        let mut shard = Shard::new(0);
+        let key = Key::from_bytes([5; 32]);
+        let i = completed_with_count(&mut shard, &mut names, key, 0);
+        // The count expires in a minute, the record in a day.
+        shard.slot_mut(i).attempts_expire_ms = 60_000;
+        shard.settle(i);
+        assert_eq!(shard.reclaim(61_000, usize::MAX, &mut names), 0);
+        assert_eq!(shard.find(&key), Some(i), "the live record keeps its slot");
+        assert!(shard.slot(i).live_record(61_000));
+        assert_eq!(shard.reclaim(86_400_000 + 1_020, usize::MAX, &mut names), 1);
+        assert_eq!(shard.find(&key), None);
     }
 
     #[test]
