@@ -131,7 +131,7 @@ impl Claimed {
             Ok(result) => guard.finish::<C, T, E>(result, Some(keeper)).await,
             Err(error) => {
                 // The lease ran out: the body was stopped, and the key is no longer ours.
-                let claimed = guard.disarm();
+                let mut claimed = guard.disarm();
                 claimed.report.fail(Outcome::StoreError, error)
             }
         }

@@ -11,7 +11,7 @@ use tracing::Span;
 use super::Call;
 use super::claimed::Claimed;
 use super::report::Reporter;
-use super::steps::{self, Next, Wait};
+use super::steps::{self, At, Next};
 use super::telemetry;
 use crate::Error;
 use crate::replay::ResultCodec;
@@ -22,7 +22,7 @@ pub(super) struct Execution<C, T, E, F, S, G> {
     stage: Stage<F, S, G>,
     span: Span,
     /// Builds the future of the rest of a call that has to wait.
-    rest: fn(Wait, F, S) -> G,
+    rest: fn(Reporter, At, F, S) -> G,
     codec: Codec<C, T, E>,
 }
 
@@ -80,10 +80,11 @@ where
             };
             this.span = telemetry::span(&call);
             let _entered = this.span.enter();
-            match steps::start::<C, T, E>(Reporter::new(call, this.span.clone())) {
+            let mut report = Reporter::new(call, this.span.clone());
+            match steps::start::<C, T, E>(&mut report) {
                 Next::Done(result) => return Poll::Ready(result),
-                Next::Wait(wait) => {
-                    this.stage = Stage::Waiting(Box::pin((this.rest)(wait, body, start)))
+                Next::Wait(at) => {
+                    this.stage = Stage::Waiting(Box::pin((this.rest)(report, at, body, start)));
                 }
             }
         }

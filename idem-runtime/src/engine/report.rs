@@ -44,7 +44,7 @@ impl Reporter {
 
     /// Reports a failed call and returns its error.
     pub(crate) fn fail<T, E: From<Error>>(
-        mut self,
+        &mut self,
         outcome: Outcome,
         error: Error,
     ) -> Result<T, E> {

@@ -71,31 +71,52 @@ impl Ctx {
 }
 
 /// How far a step got.
-// `Wait` is moved once, into the boxed rest of the call: boxing it too would only add an
-// allocation.
-#[allow(clippy::large_enum_variant)]
 pub(super) enum Next<T, E> {
-    /// The call is over.
+    /// The call is over (its outcome is reported).
     Done(Result<T, E>),
     /// The call has to wait.
-    Wait(Wait),
+    Wait(At),
 }
 
-/// Where a call that has to wait picks up.
-pub(super) enum Wait {
+/// Where a call that has to wait picks up. The call's reporter stays where it is until then:
+/// the steps of a call that does not wait move nothing but small values.
+pub(super) enum At {
     /// The key is claimed: run the tool.
-    Run(Claimed),
+    Run(Claim),
     /// Join the flight and ask the store (which may not answer at once).
-    Lead(Reporter, Ctx),
+    Lead(Ctx),
     /// Wait for the identical call running in this process.
-    Follow(Reporter, Follower, Ctx),
+    Follow(Follower, Ctx),
     /// Ask the store again after a pause: the key is in flight elsewhere.
-    Poll(Reporter, Leader, Ctx),
+    Poll(Leader, Ctx),
+}
+
+/// A claim the store granted, to be run.
+pub(super) struct Claim {
+    leader: Leader,
+    lease: Lease,
+    duration: Duration,
+    sent: Instant,
+}
+
+impl Claim {
+    /// The claimed key, ready to run the tool under (the reporter joins it here).
+    fn claimed(self, report: Reporter) -> Claimed {
+        let store = Arc::clone(report.call().store());
+        Claimed::new(
+            report,
+            store,
+            self.lease,
+            self.duration,
+            self.sent,
+            self.leader,
+        )
+    }
 }
 
 /// Starts a call: the checks, then, with a store that answers at once, as far as the call
 /// goes without waiting.
-pub(super) fn start<C, T, E>(report: Reporter) -> Next<T, E>
+pub(super) fn start<C, T, E>(report: &mut Reporter) -> Next<T, E>
 where
     C: ResultCodec<T, E>,
     E: From<Error>,
@@ -124,17 +145,22 @@ where
         backoff: Duration::from_millis(5),
     };
     if !store.answers_at_once() {
-        return Next::Wait(Wait::Lead(report, ctx));
+        return Next::Wait(At::Lead(ctx));
     }
     match flight::join(ctx.store_id, call.key) {
         Role::Leader(leader) => begin_now::<C, T, E>(report, leader, ctx),
         Role::Done(shared) => Next::Done(joined::<C, T, E>(report, &shared)),
-        Role::Follower(follower) => Next::Wait(Wait::Follow(report, follower, ctx)),
+        Role::Follower(follower) => Next::Wait(At::Follow(follower, ctx)),
     }
 }
 
 /// Everything a call that has to wait still does: the only `async` part of a call.
-pub(super) async fn wait<C, T, E, F, S, R>(mut wait: Wait, body: F, start: S) -> Result<T, E>
+pub(super) async fn wait<C, T, E, F, S, R>(
+    mut report: Reporter,
+    mut at: At,
+    body: F,
+    start: S,
+) -> Result<T, E>
 where
     C: ResultCodec<T, E>,
     E: From<Error>,
@@ -142,32 +168,32 @@ where
     R: Future<Output = Result<T, E>>,
 {
     loop {
-        let next = match wait {
-            Wait::Run(claimed) => return start(claimed, body).await,
-            Wait::Lead(report, ctx) => match flight::join(ctx.store_id, report.call().key) {
-                Role::Leader(leader) => begin::<C, T, E>(report, leader, ctx).await,
-                Role::Done(shared) => return joined::<C, T, E>(report, &shared),
-                Role::Follower(follower) => Next::Wait(Wait::Follow(report, follower, ctx)),
+        let next = match at {
+            At::Run(claim) => return start(claim.claimed(report), body).await,
+            At::Lead(ctx) => match flight::join(ctx.store_id, report.call().key) {
+                Role::Leader(leader) => begin::<C, T, E>(&mut report, leader, ctx).await,
+                Role::Done(shared) => return joined::<C, T, E>(&mut report, &shared),
+                Role::Follower(follower) => Next::Wait(At::Follow(follower, ctx)),
             },
-            Wait::Follow(report, follower, mut ctx) => {
+            At::Follow(follower, mut ctx) => {
                 let deadline = ctx.deadline();
                 match follower.wait(deadline).await {
-                    Waited::Done(shared) => return joined::<C, T, E>(report, &shared),
+                    Waited::Done(shared) => return joined::<C, T, E>(&mut report, &shared),
                     // The leader recorded nothing: maybe lead now.
-                    Waited::Abandoned => Next::Wait(Wait::Lead(report, ctx)),
-                    Waited::TimedOut => return in_flight(report, deadline),
+                    Waited::Abandoned => Next::Wait(At::Lead(ctx)),
+                    Waited::TimedOut => return in_flight(&mut report, deadline),
                 }
             }
-            Wait::Poll(report, leader, mut ctx) => {
+            At::Poll(leader, mut ctx) => {
                 let left = ctx.deadline().saturating_duration_since(Instant::now());
                 tokio::time::sleep(ctx.backoff.min(left)).await;
                 ctx.backoff = (ctx.backoff * 2).min(MAX_BACKOFF);
-                begin::<C, T, E>(report, leader, ctx).await
+                begin::<C, T, E>(&mut report, leader, ctx).await
             }
         };
         match next {
             Next::Done(result) => return result,
-            Next::Wait(next) => wait = next,
+            Next::Wait(next) => at = next,
         }
     }
 }
@@ -189,7 +215,7 @@ fn request<'a>(call: &'a Call, ctx: &mut Ctx, token: LeaseToken) -> BeginRequest
 
 /// Asks a store that answers at once: no clock is read, since a claim starts when the answer
 /// arrives (an in-process store makes it during the call).
-fn begin_now<C, T, E>(report: Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E>
+fn begin_now<C, T, E>(report: &mut Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E>
 where
     C: ResultCodec<T, E>,
     E: From<Error>,
@@ -216,7 +242,7 @@ where
 }
 
 /// Asks the store, waiting for its answer if need be.
-async fn begin<C, T, E>(report: Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E>
+async fn begin<C, T, E>(report: &mut Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E>
 where
     C: ResultCodec<T, E>,
     E: From<Error>,
@@ -250,7 +276,7 @@ async fn awaited(
 
 /// What the store's answer to the request with `token` means for the call.
 fn answered<C, T, E>(
-    report: Reporter,
+    report: &mut Reporter,
     leader: Leader,
     mut ctx: Ctx,
     token: LeaseToken,
@@ -276,9 +302,12 @@ where
                 None => (ctx.now(), true), // answered at once: the claim starts now
             };
             if in_time {
-                let (store, claim) = (Arc::clone(call.store()), call.lease(token));
-                let claimed = Claimed::new(report, store, claim, ctx.lease, sent, leader);
-                return Next::Wait(Wait::Run(claimed));
+                return Next::Wait(At::Run(Claim {
+                    leader,
+                    lease: call.lease(token),
+                    duration: ctx.lease,
+                    sent,
+                }));
             }
             // The answer came after the lease it granted had run out: another caller may hold
             // the key by now. Give the claim back and ask again.
@@ -295,16 +324,20 @@ where
 }
 
 /// The key is in flight elsewhere: poll again after a pause, unless the wait is over.
-fn poll_later<T, E: From<Error>>(report: Reporter, leader: Leader, mut ctx: Ctx) -> Next<T, E> {
+fn poll_later<T, E: From<Error>>(
+    report: &mut Reporter,
+    leader: Leader,
+    mut ctx: Ctx,
+) -> Next<T, E> {
     let deadline = ctx.deadline();
     if Instant::now() >= deadline {
         return Next::Done(in_flight(report, deadline));
     }
-    Next::Wait(Wait::Poll(report, leader, ctx))
+    Next::Wait(At::Poll(leader, ctx))
 }
 
 /// A completed key: the first result, without running the tool.
-fn replay<C, T, E>(mut report: Reporter, leader: Leader, first: FirstResult) -> Result<T, E>
+fn replay<C, T, E>(report: &mut Reporter, leader: Leader, first: FirstResult) -> Result<T, E>
 where
     C: ResultCodec<T, E>,
     E: From<Error>,
@@ -324,7 +357,7 @@ where
 }
 
 /// The result of an identical call this one waited for.
-fn joined<C, T, E>(mut report: Reporter, shared: &Shared) -> Result<T, E>
+fn joined<C, T, E>(report: &mut Reporter, shared: &Shared) -> Result<T, E>
 where
     C: ResultCodec<T, E>,
     E: From<Error>,
@@ -344,7 +377,7 @@ where
 
 /// A record that does not decode: corrupt, or a marker (interrupted, not replayable) that
 /// answers the call with its error.
-fn decode_failed<T, E: From<Error>>(report: Reporter, error: Error) -> Result<T, E> {
+fn decode_failed<T, E: From<Error>>(report: &mut Reporter, error: Error) -> Result<T, E> {
     let outcome = match error {
         Error::Interrupted { .. } | Error::NotReplayable { .. } => Outcome::Replayed,
         _ => Outcome::DecodeError,
@@ -352,7 +385,7 @@ fn decode_failed<T, E: From<Error>>(report: Reporter, error: Error) -> Result<T,
     report.fail(outcome, error)
 }
 
-fn mismatch<T, E: From<Error>>(report: Reporter) -> Result<T, E> {
+fn mismatch<T, E: From<Error>>(report: &mut Reporter) -> Result<T, E> {
     let call = report.call();
     let error = Error::PayloadMismatch {
         tool: call.tool.name,
@@ -361,7 +394,7 @@ fn mismatch<T, E: From<Error>>(report: Reporter) -> Result<T, E> {
     report.fail(Outcome::PayloadMismatch, error)
 }
 
-fn in_flight<T, E: From<Error>>(report: Reporter, deadline: Instant) -> Result<T, E> {
+fn in_flight<T, E: From<Error>>(report: &mut Reporter, deadline: Instant) -> Result<T, E> {
     let call = report.call();
     let error = Error::InFlight {
         tool: call.tool.name,
@@ -371,7 +404,7 @@ fn in_flight<T, E: From<Error>>(report: Reporter, deadline: Instant) -> Result<T
     report.fail(Outcome::InFlight, error)
 }
 
-fn over_budget<T, E: From<Error>>(report: Reporter, exhausted: Exhausted) -> Result<T, E> {
+fn over_budget<T, E: From<Error>>(report: &mut Reporter, exhausted: Exhausted) -> Result<T, E> {
     let call = report.call();
     let (tool, key) = (call.tool.name, call.key.short());
     let (outcome, error) = match exhausted {

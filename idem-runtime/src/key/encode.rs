@@ -44,6 +44,21 @@ pub(crate) const LONG_TEXT: usize = 1024;
 /// `tag ‖ uv(len) ‖ bytes` below [`LONG_TEXT`] bytes, `tag ‖ uv(len) ‖ BLAKE3(bytes)` from it on.
 #[inline]
 pub(crate) fn put_text(out: &mut Scratch, tag: u8, bytes: &[u8]) {
+    if let Ok(len @ 0..0x80) = u8::try_from(bytes.len()) {
+        // The common case, in one reservation: a tag, a one-byte length, the bytes.
+        let b = &mut out.bytes;
+        b.reserve(bytes.len() + 2);
+        b.extend_from_slice(&[tag, len]);
+        b.extend_from_slice(bytes);
+    } else {
+        put_long_text(out, tag, bytes);
+    }
+}
+
+/// [`put_text`] from 128 bytes on: out of line, so that the short case stays small.
+#[cold]
+#[inline(never)]
+fn put_long_text(out: &mut Scratch, tag: u8, bytes: &[u8]) {
     out.put_u8(tag);
     out.put_len(bytes.len());
     if bytes.len() < LONG_TEXT {
@@ -120,6 +135,10 @@ fn is_set_type(type_name: &str) -> bool {
 
 #[inline]
 pub(crate) fn put_int(out: &mut Scratch, negative: bool, magnitude: u128) {
+    if let Ok(small @ 0..0x80) = u8::try_from(magnitude) {
+        out.put(&[tag::INT, u8::from(negative), small]);
+        return;
+    }
     out.put(&[tag::INT, u8::from(negative)]);
     out.put_uv(magnitude);
 }
