@@ -57,14 +57,14 @@ impl Claimed {
     }
 
     /// Runs the tool in the caller's task: cancelled with it.
-    pub(super) async fn attached<C, T, E, F>(self, body: F) -> Result<T, E>
+    pub(super) fn attached<C, T, E, F>(self, body: F) -> impl Future<Output = Result<T, E>>
     where
         C: ResultCodec<T, E>,
         E: From<Error>,
         F: Future<Output = Result<T, E>>,
     {
         let held = held::with(self.lease.key);
-        held::scope(held, self.run::<C, T, E, F>(body)).await
+        held::scope(held, self.run::<C, T, E, F>(body))
     }
 
     /// Runs the tool in a task of its own: it finishes and records its result even if the
@@ -122,13 +122,13 @@ impl Claimed {
         // First polled in the poll that claimed the key, when its lease cannot have ended: a
         // body that finishes at once needs no keeper, no clock and no timer.
         if let Poll::Ready(result) = lease::poll_once(body.as_mut()).await {
-            return guard.finish::<C, T, E>(result, None).await;
+            return guard.finish::<C, T, E>(result, &mut None).await;
         }
         // Boxed, like recording on a slow store below: the timers of a tool that waits are no
         // part of the future of one that does not.
         let mut keeper = guard.keeper();
         match Box::pin(keeper.run(body)).await {
-            Ok(result) => guard.finish::<C, T, E>(result, Some(keeper)).await,
+            Ok(result) => guard.finish::<C, T, E>(result, &mut Some(keeper)).await,
             Err(error) => {
                 // The lease ran out: the body was stopped, and the key is no longer ours.
                 let mut claimed = guard.disarm();
@@ -170,7 +170,14 @@ impl Guard<'_> {
     }
 
     /// Records the tool's result (or releases the key for an `Err` that is not recorded).
-    async fn finish<C, T, E>(mut self, result: Result<T, E>, keeper: Option<Keeper>) -> Result<T, E>
+    ///
+    /// It borrows the guard (which stays armed in its caller's frame until this disarms it)
+    /// and the keeper, so that its future holds neither twice.
+    async fn finish<C, T, E>(
+        &mut self,
+        result: Result<T, E>,
+        keeper: &mut Option<Keeper>,
+    ) -> Result<T, E>
     where
         C: ResultCodec<T, E>,
         E: From<Error>,
@@ -222,7 +229,10 @@ impl Guard<'_> {
             (Some(c), Some(bytes)) => match c.store.complete(&c.lease, bytes, ttl).into_ready() {
                 Ok(answer) => answer,
                 Err(pending) => {
-                    let mut keeper = keeper.unwrap_or_else(|| self.keeper());
+                    let keeper = match keeper {
+                        Some(keeper) => keeper,
+                        None => keeper.insert(self.keeper()),
+                    };
                     Box::pin(keeper.during(pending)).await.unwrap_or_else(|| {
                         Err(Error::store("complete", "no answer within the lease"))
                     })
