@@ -179,7 +179,7 @@
 /// # The descriptor
 ///
 /// Next to the function the macro emits its classification, a `const` [`ToolInfo`] named
-/// `__idem_tool_<fn>`: a module-level constant for a function, an associated constant for a
+/// `<fn>__needs_idem`: a module-level constant for a function, an associated constant for a
 /// method. [`tools!`] reads it. A method with a `self` receiver and no visibility gets none,
 /// since it may sit in a trait impl, which cannot hold extra items: put
 /// [`#[tool_impl]`](macro@tool_impl) on its `impl` block (trait or inherent), which emits it
@@ -267,7 +267,7 @@ pub use idem_macros::read_only;
 /// visibility — every method of a trait impl (`impl Tool for X { async fn call(&self, …) }`),
 /// and the usual `#[tool]` method of an rmcp-style MCP server — gets none. Put `#[tool_impl]`
 /// on the `impl` block: it adds after it an inherent
-/// `impl SelfTy { pub const __idem_tool_<method>: ToolInfo = …; }` with those descriptors,
+/// `impl SelfTy { pub const <method>__needs_idem: ToolInfo = …; }` with those descriptors,
 /// the same ones the method-level attribute would have built from its options.
 ///
 /// ```
@@ -331,7 +331,7 @@ pub use idem_macros::read_only;
 ///
 /// Limits: the descriptors live in an inherent impl of the self type, so that type must be
 /// local to the crate (not `Vec<X>` nor `&X`), and two listed methods of one type cannot share
-/// a name (two trait impls each with `call`: one `__idem_tool_call`). Type and const parameters
+/// a name (two trait impls each with `call`: one `call__needs_idem`). Type and const parameters
 /// of the impl that the self type does not use are left off the inherent impl; a generic type is
 /// listed with its arguments: `tools![Wrapper::<u8>::call]`.
 pub use idem_macros::tool_impl;
@@ -379,7 +379,10 @@ pub struct ReadmeDoctests;
 /// assert_eq!(TOOLS[1].kind, ToolKind::ReadOnly);
 /// ```
 ///
-/// An unannotated function is rejected:
+/// An unannotated function is rejected: rustc reports that it cannot find the value
+/// `not_annotated__needs_idem` (the descriptor `#[idempotent]` or `#[read_only]` would have
+/// emitted next to it). Annotate the function, or take it out of the catalog. A method without
+/// a descriptor gets a message of its own, naming `#[idem::tool_impl]`.
 ///
 /// ```compile_fail
 /// async fn not_annotated() {}

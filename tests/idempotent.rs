@@ -257,7 +257,7 @@ async fn name_keeps_keys_across_modules_and_version_changes_them() {
         })
         .await;
     assert_eq!((t.stats().executed, t.stats().replayed), (2, 0));
-    assert_eq!(v2::__idem_tool_create_invoice_v2.version, 2);
+    assert_eq!(v2::create_invoice_v2__needs_idem.version, 2);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -494,7 +494,7 @@ struct Mailer {
 /// Under `#[tool_impl]`, every tool method is named `Mailer::method`.
 #[idem::tool_impl]
 impl Mailer {
-    /// `pub` methods get a descriptor: `Mailer::__idem_tool_send`.
+    /// `pub` methods get a descriptor: `Mailer::send__needs_idem`.
     #[idempotent]
     pub async fn send(&self, to: String) -> Result<usize, Error> {
         let _ = to;
@@ -550,11 +550,11 @@ async fn methods_of_every_receiver_kind() {
             assert_eq!(Arc::clone(&shared).shared("c".into()).await.unwrap(), 3);
         })
         .await;
-    assert_eq!(Mailer::__idem_tool_send.name, "Mailer::send");
-    assert_eq!(Mailer::__idem_tool_record.name, "Mailer::record");
-    assert_eq!(Mailer::__idem_tool_notify.name, "Mailer::notify");
-    assert_eq!(Mailer::__idem_tool_associated.name, "Mailer::associated");
-    assert_eq!(Mailer::__idem_tool_shared.name, "mailer_shared");
+    assert_eq!(Mailer::send__needs_idem.name, "Mailer::send");
+    assert_eq!(Mailer::record__needs_idem.name, "Mailer::record");
+    assert_eq!(Mailer::notify__needs_idem.name, "Mailer::notify");
+    assert_eq!(Mailer::associated__needs_idem.name, "Mailer::associated");
+    assert_eq!(Mailer::shared__needs_idem.name, "mailer_shared");
 }
 
 // ---------------------------------------------------------------------------------------------

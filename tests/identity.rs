@@ -49,8 +49,8 @@ async fn two_trait_impls_of_one_method_do_not_share_keys() {
         .await;
     assert_eq!(INVOICES.load(Ordering::SeqCst), 1);
     assert_eq!(DELETIONS.load(Ordering::SeqCst), 1);
-    assert_eq!(CreateInvoice::__idem_tool_call.name, "CreateInvoice::call");
-    assert_eq!(DeleteAccount::__idem_tool_call.name, "DeleteAccount::call");
+    assert_eq!(CreateInvoice::call__needs_idem.name, "CreateInvoice::call");
+    assert_eq!(DeleteAccount::call__needs_idem.name, "DeleteAccount::call");
 }
 
 /// Two inherent `send` methods, one per type, and a generic type.

@@ -43,19 +43,19 @@ async fn borrowing(name: &str) -> Result<usize, Error> {
 
 #[tokio::test]
 async fn descriptors_carry_ttl_lease_and_release_on_cancel() {
-    let spaced = __idem_tool_spaced_ttl;
+    let spaced = spaced_ttl__needs_idem;
     assert_eq!(spaced.ttl, Some(Duration::from_secs(3600)));
     assert_eq!(spaced.lease, Some(Duration::from_secs(90)));
     assert!(!spaced.release_on_cancel);
     assert_eq!(
-        __idem_tool_shortest_lease.lease,
+        shortest_lease__needs_idem.lease,
         Some(Duration::from_millis(10))
     );
     assert_eq!(
-        __idem_tool_longest_lease.lease,
+        longest_lease__needs_idem.lease,
         Some(Duration::from_secs(24 * 3600))
     );
-    let (attached, borrows) = (__idem_tool_attached_with_rc, __idem_tool_borrowing);
+    let (attached, borrows) = (attached_with_rc__needs_idem, borrowing__needs_idem);
     assert!(attached.release_on_cancel);
     assert!(!borrows.release_on_cancel);
     Turn::new("options-1")

@@ -1,5 +1,5 @@
 //! Descriptors: the `ToolInfo` of a tool (its name rule and options), the `__private` path, and
-//! the `const __idem_tool_<fn>` that `tools![]` reads.
+//! the `const <fn>__needs_idem` that `tools![]` reads.
 
 use proc_macro2::{Literal, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -106,7 +106,7 @@ pub(crate) fn own_descriptor(
     emits_own_descriptor(sig, vis).then(|| descriptor_const(vis, &sig.ident, private, info))
 }
 
-/// `#vis const __idem_tool_<fn>: ToolInfo = #info;`.
+/// `#vis const <fn>__needs_idem: ToolInfo = #info;`.
 pub(crate) fn descriptor_const(
     vis: &Visibility,
     fn_ident: &Ident,
@@ -124,7 +124,10 @@ pub(crate) fn descriptor_const(
     }
 }
 
-/// `__idem_tool_<fn>`, spanned at `ident`.
+/// `<fn>__needs_idem`, spanned at `ident`. The name is what rustc prints when `tools![<fn>]`
+/// lists a function that is not annotated (an unresolved name cannot be given a message of its
+/// own), so it points at what is missing; it is short so that rustc does not offer another
+/// tool's descriptor as a "similar name".
 pub(crate) fn descriptor_ident(ident: &Ident) -> Ident {
-    format_ident!("__idem_tool_{}", ident, span = ident.span())
+    format_ident!("{}__needs_idem", ident.unraw(), span = ident.span())
 }

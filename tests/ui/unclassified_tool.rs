@@ -10,8 +10,14 @@ mod docs {
     }
 }
 
+async fn delete_repo(name: String) -> Result<(), idem::Error> {
+    let _ = name;
+    Ok(())
+}
+
 const TOOLS: &[idem::ToolInfo] = idem::tools![send_message, docs::search];
+const MORE: &[idem::ToolInfo] = idem::tools![delete_repo];
 
 fn main() {
-    let _ = TOOLS;
+    let _ = (TOOLS, MORE);
 }
