@@ -1,11 +1,13 @@
 //! What telemetry costs on the hot path: a replay from the memory store.
 //!
 //! Run it with and without `--features metrics` (no `metrics` recorder is installed: the
-//! facade's no-op one answers), and against a build without the span, to compare:
+//! facade's no-op one answers), and against a build with every span and event compiled out
+//! (`tracing`'s `max_level_off`), to compare:
 //!
 //! ```text
 //! cargo bench -p idem-runtime --bench telemetry
 //! cargo bench -p idem-runtime --bench telemetry --features metrics
+//! cargo bench -p idem-runtime --bench telemetry --features tracing/max_level_off
 //! ```
 //!
 //! Cases: no `tracing` subscriber at all; a subscriber that filters idem out (the call span is
