@@ -230,6 +230,64 @@ async fn a_thousand_concurrent_identical_calls_execute_once() {
     );
 }
 
+/// A body that returns `Pending` once (`yield_now`): a second identical call polled while it
+/// is pending must find it in flight and join it, not replay a result recorded in the same
+/// poll that started it.
+#[tokio::test]
+async fn a_call_polled_while_the_first_yields_joins_it() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let sent = AtomicUsize::new(0);
+    let call = || {
+        let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+        execute(Call::new(&SEND, &turn, key, fp), async {
+            tokio::task::yield_now().await;
+            send(&sent).await
+        })
+    };
+    let (first, second) = tokio::join!(call(), call());
+    assert_eq!(first.unwrap(), Receipt { id: 1 });
+    assert_eq!(second.unwrap(), Receipt { id: 1 });
+    let stats = turn.stats();
+    assert_eq!(
+        (stats.executed, stats.joined, stats.replayed),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+}
+
+/// A pending body is polled again only once it is woken: the engine does not poll it twice in
+/// a row when it starts watching its lease.
+#[tokio::test]
+async fn a_pending_body_is_not_polled_again_until_it_is_woken() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let polls = AtomicUsize::new(0);
+    let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    let body = std::future::poll_fn(|cx| {
+        polls.fetch_add(1, Ordering::SeqCst);
+        match std::future::Future::poll(std::pin::Pin::new(&mut rx), cx) {
+            std::task::Poll::Ready(_) => std::task::Poll::Ready(Ok::<_, Error>(Receipt { id: 1 })),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    });
+    let mut call = std::pin::pin!(execute(Call::new(&SEND, &turn, key, fp), body));
+    let first = std::future::poll_fn(|cx| {
+        std::task::Poll::Ready(std::future::Future::poll(call.as_mut(), cx))
+    })
+    .await;
+    assert!(first.is_pending());
+    assert_eq!(
+        polls.load(Ordering::SeqCst),
+        1,
+        "polled twice before any wake-up"
+    );
+    tx.send(()).unwrap();
+    assert_eq!(call.await.unwrap(), Receipt { id: 1 });
+    assert_eq!(polls.load(Ordering::SeqCst), 2);
+}
+
 #[tokio::test]
 async fn an_err_releases_the_key_and_the_retry_runs_again() {
     let store = memory();

@@ -125,9 +125,10 @@ impl Claimed {
             return guard.finish::<C, T, E>(result, &mut None).await;
         }
         // Boxed, like recording on a slow store below: the timers of a tool that waits are no
-        // part of the future of one that does not.
+        // part of the future of one that does not. The keeper's first poll, in this same poll,
+        // leaves the body alone: it is pending and will be woken.
         let mut keeper = guard.keeper();
-        match Box::pin(keeper.run(body)).await {
+        match Box::pin(keeper.run(lease::PolledJustNow::new(body))).await {
             Ok(result) => guard.finish::<C, T, E>(result, &mut Some(keeper)).await,
             Err(error) => {
                 // The lease ran out: the body was stopped, and the key is no longer ours.

@@ -32,6 +32,31 @@ pub(super) async fn poll_once<F: Future>(mut future: Pin<&mut F>) -> Poll<F::Out
     std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
 }
 
+/// `future`, polled just now in this same poll of its task and pending: the first poll of the
+/// wrapper returns `Pending` without polling it again (it has registered to be woken), so a
+/// body that yields to the runtime is not polled a second time before its wake-up.
+pub(super) struct PolledJustNow<F> {
+    future: F,
+    skip: bool,
+}
+
+impl<F> PolledJustNow<F> {
+    pub(super) fn new(future: F) -> Self {
+        PolledJustNow { future, skip: true }
+    }
+}
+
+impl<F: Future + Unpin> Future for PolledJustNow<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        if std::mem::take(&mut self.skip) {
+            return Poll::Pending;
+        }
+        Pin::new(&mut self.future).poll(cx)
+    }
+}
+
 /// A `begin` in flight. If it is abandoned — the caller dropped it, or it failed without an
 /// answer (a timeout may hide a claim that landed) — the claim it may have made is given back
 /// with the token chosen before sending, so no key is left claimed by nobody.
