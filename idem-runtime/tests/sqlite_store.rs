@@ -572,3 +572,29 @@ async fn a_cancelled_call_releases_its_key_at_once() {
         Begin::Claimed
     ));
 }
+
+/// Processes (here: threads, each with its own connection) opening one fresh file at the same
+/// moment all get a store: switching the file to WAL and creating the schema wait for each
+/// other instead of failing with "database is locked".
+#[test]
+fn many_openers_of_one_fresh_file_all_succeed() {
+    for round in 0..20 {
+        let dir = TempDir::new(&format!("openers-{round}"));
+        let path = dir.db();
+        let start = Arc::new(std::sync::Barrier::new(8));
+        let openers: Vec<_> = (0..8)
+            .map(|_| {
+                let (path, start) = (path.clone(), Arc::clone(&start));
+                std::thread::spawn(move || {
+                    start.wait();
+                    SqliteStore::open(&path).map(drop)
+                })
+            })
+            .collect();
+        for opener in openers {
+            if let Err(error) = opener.join().unwrap() {
+                panic!("round {round}: an opener failed: {error}");
+            }
+        }
+    }
+}

@@ -45,15 +45,41 @@ CREATE INDEX IF NOT EXISTS idem_budgets_expires_at ON idem_budgets (expires_at_m
 pub(super) fn configure(conn: &mut Connection, path: Option<&Path>, busy: Duration) -> Result<()> {
     let fail = |e: rusqlite::Error| Error::store("open", e);
     conn.busy_timeout(busy).map_err(fail)?;
-    let mode: String = conn
-        .pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
-        .map_err(fail)?;
+    let mode: String = retry_while_busy(busy, || {
+        conn.pragma_update_and_check(None, "journal_mode", "wal", |row| row.get(0))
+    })
+    .map_err(fail)?;
     if path.is_some() && !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(target: "idem", mode, "SQLite refused WAL mode; writers will block readers");
     }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(fail)?;
     migrate(conn, path)
+}
+
+/// Runs `op` again while it fails with "database is locked", for up to `busy`. Switching a file
+/// to WAL can fail at once, without SQLite's busy handler, while another connection opens or
+/// migrates the same file (SQLite does not wait where waiting could deadlock).
+fn retry_while_busy<T>(
+    busy: Duration,
+    mut op: impl FnMut() -> rusqlite::Result<T>,
+) -> rusqlite::Result<T> {
+    let give_up = std::time::Instant::now() + busy;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match op() {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < give_up =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            answer => return answer,
+        }
+    }
 }
 
 /// Brings the schema to [`SCHEMA_VERSION`], under the write lock so that processes opening the
