@@ -145,10 +145,12 @@ impl SqliteStore {
     /// Opens (creating it if needed) the database at `path`, migrating its schema to this
     /// build's version.
     ///
-    /// This blocks on file I/O: call it at start-up, not inside a hot async path.
+    /// This blocks on file I/O: call it at start-up, not inside a hot async path. Processes
+    /// opening one file at once wait for each other, for up to [`DEFAULT_BUSY_TIMEOUT`].
     ///
     /// # Errors
-    /// [`Error::Store`] if the file cannot be opened or is not a database, and
+    /// [`Error::Store`] if the file cannot be opened, is not a database, or stays locked by
+    /// another connection for longer than that; and
     /// [`Error::Config`] if it was written by a newer version of idem.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
         let path = path.as_ref();
