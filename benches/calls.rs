@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Criterion, criterion_group, criterion_main};
 use futures_util::future::join_all;
-use idem::key::ArgsDigest;
+use idem_tools::key::ArgsDigest;
 use tokio::runtime::Runtime;
 
 use support::floor::Floor;

@@ -20,8 +20,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem::MemoryStore;
-use idem::clock::ManualClock;
+use idem_tools::MemoryStore;
+use idem_tools::clock::ManualClock;
 
 use support::{Args, LEASE, SIZES, current_thread, ok, send, turn};
 

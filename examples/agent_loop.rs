@@ -14,7 +14,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem::{ToolInfo, Turn, idempotent, read_only};
+use idem_tools::{ToolInfo, Turn, idempotent, read_only};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -36,7 +36,7 @@ pub struct Sent {
 /// Sends an email. Owned arguments and no receiver: it runs detached, so an agent that times
 /// out does not cut it off halfway; the retry joins it or replays its result.
 #[idempotent(ttl = "1d")]
-pub async fn send_email(to: String, subject: String) -> Result<Sent, idem::Error> {
+pub async fn send_email(to: String, subject: String) -> Result<Sent, idem_tools::Error> {
     tokio::time::sleep(Duration::from_millis(200)).await; // a slow mail service
     let mut outbox = OUTBOX
         .lock()
@@ -49,13 +49,13 @@ pub async fn send_email(to: String, subject: String) -> Result<Sent, idem::Error
 
 /// Looks a person up in the address book. Reads only: no key, no store, no budget.
 #[read_only]
-pub async fn find_contact(name: String) -> Result<String, idem::Error> {
+pub async fn find_contact(name: String) -> Result<String, idem_tools::Error> {
     LOOKUPS.fetch_add(1, Ordering::Relaxed);
     Ok(format!("{}@example.com", name.to_lowercase()))
 }
 
 /// Every tool the model may call; an unclassified one would not compile.
-pub const TOOLS: &[ToolInfo] = idem::tools![send_email, find_contact];
+pub const TOOLS: &[ToolInfo] = idem_tools::tools![send_email, find_contact];
 
 // ------------------------------------------------------------------------------ the dispatch
 

@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use idem::store::SqliteStore;
-use idem::{Turn, idempotent};
+use idem_tools::store::SqliteStore;
+use idem_tools::{Turn, idempotent};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -37,7 +37,7 @@ fn charges_made(log: &Path) -> usize {
 
 /// Charges a card: the side effect is a line appended to `charges.log`.
 #[idempotent]
-async fn charge_card(customer: String, cents: u64) -> Result<Receipt, idem::Error> {
+async fn charge_card(customer: String, cents: u64) -> Result<Receipt, idem_tools::Error> {
     let log = state_dir().join("charges.log");
     let charge_id = format!("ch_{}", charges_made(&log) + 1);
     let line = format!("{charge_id} {customer} {cents}\n");
@@ -46,7 +46,7 @@ async fn charge_card(customer: String, cents: u64) -> Result<Receipt, idem::Erro
         .append(true)
         .open(&log)
         .and_then(|mut file| std::io::Write::write_all(&mut file, line.as_bytes()))
-        .map_err(|e| idem::Error::Config(format!("cannot write {}: {e}", log.display())))?;
+        .map_err(|e| idem_tools::Error::Config(format!("cannot write {}: {e}", log.display())))?;
     println!("  -> payment provider: charged {customer} {cents} cents ({charge_id})");
     Ok(Receipt { charge_id, cents })
 }
@@ -62,7 +62,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     std::fs::create_dir_all(&dir)?;
     let db = dir.join("idem.db");
     let restarted = db.exists();
-    idem::set_default_store(Arc::new(SqliteStore::open(&db)?))?;
+    idem_tools::set_default_store(Arc::new(SqliteStore::open(&db)?))?;
 
     println!(
         "{} run: the orchestrator starts turn order-1001/turn-1 from the top",

@@ -1,7 +1,7 @@
 //! A small MCP server built with rmcp whose state-changing tools are safe to retry.
 //!
 //! A help desk: `open_ticket` and `close_ticket` change the world, `comment` too, and
-//! `list_tickets` only reads. The server is wrapped in `idem::mcp::IdemServer`, which gives
+//! `list_tickets` only reads. The server is wrapped in `idem_tools::mcp::IdemServer`, which gives
 //! every call its turn (from `_meta["idem/turnId"]`), its namespace (the session) and the
 //! client's `_meta["idempotencyKey"]`, and fills the `tools/list` annotations from
 //! `#[idempotent]` / `#[read_only]`. No tool has any MCP-specific idem code.
@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use idem::mcp::{IdemServer, Json, ToolError};
-use idem::{idempotent, read_only};
+use idem_tools::mcp::{IdemServer, Json, ToolError};
+use idem_tools::{idempotent, read_only};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, CancelledNotificationParam, ContentBlock};
@@ -121,7 +121,7 @@ pub struct Desk {
     tool_router: ToolRouter<Desk>,
 }
 
-#[idem::tool_impl]
+#[idem_tools::tool_impl]
 #[tool_router]
 impl Desk {
     /// A server over `backend`.
@@ -228,7 +228,7 @@ impl ServerHandler for Desk {
 
 /// The catalog: an unclassified tool is a compile error; `IdemServer::new` checks that each
 /// one is served under its name.
-pub const TOOLS: &[idem::ToolInfo] = idem::tools![
+pub const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![
     Desk::open_ticket,
     Desk::close_ticket,
     Desk::comment,
@@ -238,8 +238,8 @@ pub const TOOLS: &[idem::ToolInfo] = idem::tools![
 /// The server of one session.
 ///
 /// # Errors
-/// [`idem::Error::Config`] if a catalogued tool is not served under its name.
-pub fn session(backend: Arc<Backend>) -> Result<IdemServer<Desk>, idem::Error> {
+/// [`idem_tools::Error::Config`] if a catalogued tool is not served under its name.
+pub fn session(backend: Arc<Backend>) -> Result<IdemServer<Desk>, idem_tools::Error> {
     IdemServer::new(Desk::new(backend), TOOLS)
 }
 
@@ -271,17 +271,17 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let call = CallToolRequestParams::new("open_ticket")
         .with_arguments(args.as_object().cloned().unwrap_or_default());
     let peer = client.peer().clone();
-    let result = idem::Turn::new("conv-1/turn-1")
+    let result = idem_tools::Turn::new("conv-1/turn-1")
         .scope(async move {
             // The agent gives up after 50 ms: rmcp sends notifications/cancelled ...
             let first = tokio::time::timeout(
                 Duration::from_millis(50),
-                idem::mcp::remote::call_tool(&peer, call.clone()),
+                idem_tools::mcp::remote::call_tool(&peer, call.clone()),
             )
             .await;
             println!("first call timed out: {}", first.is_err());
             // ... and retries: same turn, same arguments, same key.
-            idem::mcp::remote::call_tool(&peer, call).await
+            idem_tools::mcp::remote::call_tool(&peer, call).await
         })
         .await?;
     println!(

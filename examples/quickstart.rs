@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem::{MemoryStore, ToolInfo, Turn, current_key, idempotent, read_only};
+use idem_tools::{MemoryStore, ToolInfo, Turn, current_key, idempotent, read_only};
 use serde::{Deserialize, Serialize};
 
 // ----------------------------------------------------------------------------------- the tools
@@ -32,11 +32,11 @@ pub enum ToolError {
     /// The upstream did not answer in time.
     Timeout,
     /// idem refused or failed the call.
-    Idem(idem::Error),
+    Idem(idem_tools::Error),
 }
 
-impl From<idem::Error> for ToolError {
-    fn from(error: idem::Error) -> Self {
+impl From<idem_tools::Error> for ToolError {
+    fn from(error: idem_tools::Error) -> Self {
         ToolError::Idem(error)
     }
 }
@@ -85,7 +85,7 @@ pub async fn search_docs(query: &str) -> Vec<String> {
 }
 
 /// The catalog: fails to compile if one of these is not classified.
-pub const TOOLS: &[ToolInfo] = idem::tools![send_message, sync_calendar, search_docs];
+pub const TOOLS: &[ToolInfo] = idem_tools::tools![send_message, sync_calendar, search_docs];
 
 // ------------------------------------------------------------------------------- the transport
 
@@ -157,7 +157,7 @@ pub async fn run() -> Summary {
                     Err(ToolError::Timeout) => {
                         tracing::warn!(attempt = sync_attempts, "agent: timeout, retrying")
                     }
-                    Err(ToolError::Idem(error @ idem::Error::BudgetExhausted { .. })) => {
+                    Err(ToolError::Idem(error @ idem_tools::Error::BudgetExhausted { .. })) => {
                         break format!("I am stuck and stopped retrying: {error}");
                     }
                     Err(other) => panic!("unexpected error: {other}"),

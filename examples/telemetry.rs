@@ -8,16 +8,16 @@
 
 use std::sync::Arc;
 
-use idem::{MemoryStore, Turn, idempotent};
+use idem_tools::{MemoryStore, Turn, idempotent};
 use tracing::Instrument;
 use tracing_subscriber::fmt::format::FmtSpan;
 
 /// A tool's error.
 #[derive(Debug)]
-pub struct ToolError(idem::Error);
+pub struct ToolError(idem_tools::Error);
 
-impl From<idem::Error> for ToolError {
-    fn from(error: idem::Error) -> Self {
+impl From<idem_tools::Error> for ToolError {
+    fn from(error: idem_tools::Error) -> Self {
         ToolError(error)
     }
 }

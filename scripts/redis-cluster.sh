@@ -5,7 +5,7 @@
 #                                         set (comma-separated node URLs), stop the cluster,
 #                                         exit with CMD's status
 #
-# CI:   scripts/redis-cluster.sh run cargo test -p idem-runtime --features redis --test redis_cluster
+# CI:   scripts/redis-cluster.sh run cargo test -p idem-tools-runtime --features redis --test redis_cluster
 #
 # Every node listens on 127.0.0.1 only, keeps nothing on disk (--save '' --appendonly no) and
 # lives in one temporary directory, removed afterwards. Waits are bounded: the script gives up

@@ -6,14 +6,14 @@
 //! to compile if any tool is unclassified.
 //!
 //! ```
-//! use idem::{Turn, idempotent, read_only};
+//! use idem_tools::{Turn, idempotent, read_only};
 //!
 //! #[derive(serde::Serialize, serde::Deserialize)]
 //! struct Receipt { id: u64 }
 //!
 //! /// Sends a message: runs once per turn and arguments, replays afterwards.
 //! #[idempotent(ttl = "1h")]
-//! async fn send_message(to: String, body: String) -> Result<Receipt, idem::Error> {
+//! async fn send_message(to: String, body: String) -> Result<Receipt, idem_tools::Error> {
 //!     Ok(Receipt { id: 7 })
 //! }
 //!
@@ -23,15 +23,15 @@
 //!     vec![query.to_owned()]
 //! }
 //!
-//! const TOOLS: &[idem::ToolInfo] = idem::tools![send_message, search_docs];
+//! const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![send_message, search_docs];
 //!
-//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem::Error> {
+//! # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
 //! Turn::new("conv-1/turn-1")
 //!     .scope(async {
 //!         let first = send_message("ada".into(), "hi".into()).await?;
 //!         let retry = send_message("ada".into(), "hi".into()).await?; // replayed
 //!         assert_eq!(first.id, retry.id);
-//!         Ok::<_, idem::Error>(())
+//!         Ok::<_, idem_tools::Error>(())
 //!     })
 //!     .await?;
 //! assert!(TOOLS[1].read_only_hint() && !TOOLS[0].read_only_hint());
@@ -46,22 +46,22 @@
 /// turn replays the first result instead of running the body again.
 ///
 /// ```
-/// use idem::{Turn, idempotent};
+/// use idem_tools::{Turn, idempotent};
 ///
 /// #[derive(serde::Serialize, serde::Deserialize)]
 /// struct Receipt { id: u64 }
 ///
 /// #[idempotent(ttl = "1h", budget = 3)]
-/// async fn send_message(to: String, text: String) -> Result<Receipt, idem::Error> {
+/// async fn send_message(to: String, text: String) -> Result<Receipt, idem_tools::Error> {
 ///     Ok(Receipt { id: 1 }) // the side effect goes here
 /// }
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
 /// Turn::new("conv-1/turn-3")
 ///     .scope(async {
 ///         send_message("ada".into(), "hi".into()).await?; // runs
 ///         send_message("ada".into(), "hi".into()).await?; // replayed: the body is not polled
-///         Ok::<_, idem::Error>(())
+///         Ok::<_, idem_tools::Error>(())
 ///     })
 ///     .await
 /// # }
@@ -79,8 +79,8 @@
 ///   needs [`#[tool_impl]`](macro@tool_impl) on its `impl` block or a `name = "…"` (see
 ///   [the name](#the-name));
 /// - returns `Result<T, E>` (or an alias, such as `anyhow::Result<T>`) with
-///   `T: Serialize + DeserializeOwned` (recorded and replayed) and `E: From<idem::Error>`
-///   (budget, store and turn failures come out as the tool's own error; `idem::Error` and
+///   `T: Serialize + DeserializeOwned` (recorded and replayed) and `E: From<idem_tools::Error>`
+///   (budget, store and turn failures come out as the tool's own error; `idem_tools::Error` and
 ///   `anyhow::Error` qualify); `T` is owned (`String`, not `&str`): a replay has nothing to
 ///   borrow from;
 /// - every argument in the key is `Serialize`; leave others out with `skip(..)`.
@@ -124,10 +124,10 @@
 /// key so a retry runs the body again.
 ///
 /// ```
-/// # use idem::idempotent;
+/// # use idem_tools::idempotent;
 /// # use std::rc::Rc;
 /// #[idempotent(attached)] // holds an `Rc` across `.await`: not `Send`
-/// async fn count(n: u32) -> Result<u32, idem::Error> {
+/// async fn count(n: u32) -> Result<u32, idem_tools::Error> {
 ///     let shared = Rc::new(n);
 ///     tokio::task::yield_now().await;
 ///     Ok(*shared)
@@ -135,10 +135,10 @@
 /// ```
 ///
 /// ```compile_fail
-/// # use idem::idempotent;
+/// # use idem_tools::idempotent;
 /// # use std::rc::Rc;
 /// #[idempotent] // detached: the body must be `Send`
-/// async fn count(n: u32) -> Result<u32, idem::Error> {
+/// async fn count(n: u32) -> Result<u32, idem_tools::Error> {
 ///     let shared = Rc::new(n);
 ///     tokio::task::yield_now().await;
 ///     Ok(*shared)
@@ -167,11 +167,11 @@
 /// neither (autoref specialization picks between the two at compile time).
 ///
 /// ```
-/// # use idem::idempotent;
+/// # use idem_tools::idempotent;
 /// struct Http; // not Serialize
 ///
 /// #[idempotent(skip(http))]
-/// async fn charge(http: &Http, #[key] request_id: &str, cents: u64) -> Result<u64, idem::Error> {
+/// async fn charge(http: &Http, #[key] request_id: &str, cents: u64) -> Result<u64, idem_tools::Error> {
 ///     Ok(cents)
 /// }
 /// ```
@@ -206,26 +206,26 @@
 ///   unless it produces the `#[async_trait]` shape.
 ///
 /// ```
-/// use idem::idempotent;
+/// use idem_tools::idempotent;
 ///
 /// #[async_trait::async_trait]
 /// trait Payments {
-///     async fn pay(&self, cents: u64) -> Result<u64, idem::Error>;
+///     async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error>;
 /// }
 ///
 /// struct Bank;
 ///
-/// #[idem::tool_impl]
+/// #[idem_tools::tool_impl]
 /// #[async_trait::async_trait]
 /// impl Payments for Bank {
 ///     #[idempotent]
 ///     #[tracing::instrument(skip(self))]
-///     async fn pay(&self, cents: u64) -> Result<u64, idem::Error> {
+///     async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error> {
 ///         Ok(cents)
 ///     }
 /// }
 /// ```
-pub use idem_macros::idempotent;
+pub use idem_tools_macros::idempotent;
 
 /// Classifies a tool as read-only: it changes nothing, so it needs no key, store or budget.
 ///
@@ -234,7 +234,7 @@ pub use idem_macros::idempotent;
 /// for [`tools!`] and the MCP `readOnlyHint`.
 ///
 /// ```
-/// #[idem::read_only]
+/// #[idem_tools::read_only]
 /// async fn search_docs(query: &str) -> Vec<String> {
 ///     vec![format!("results for {query}")]
 /// }
@@ -242,14 +242,14 @@ pub use idem_macros::idempotent;
 /// ```
 ///
 /// Compile errors: a `&mut` parameter (including `&mut self`: it could change state through
-/// it), any option (except `crate = "…"` for a renamed `idem`), and `#[idempotent]` on the same
+/// it), any option (except `crate = "…"` for a renamed `idem_tools`), and `#[idempotent]` on the same
 /// function, in either order.
 ///
 /// ```compile_fail
-/// #[idem::read_only]
+/// #[idem_tools::read_only]
 /// fn remember(cache: &mut Vec<String>, query: &str) {}
 /// ```
-pub use idem_macros::read_only;
+pub use idem_tools_macros::read_only;
 
 /// Names the tool methods of an `impl` block after its type (`Type::method`), and emits the
 /// descriptors of those that cannot carry their own (a `self` receiver and no visibility), so
@@ -271,10 +271,10 @@ pub use idem_macros::read_only;
 /// the same ones the method-level attribute would have built from its options.
 ///
 /// ```
-/// use idem::{ToolInfo, ToolKind, Turn, idempotent, read_only, tool_impl};
+/// use idem_tools::{ToolInfo, ToolKind, Turn, idempotent, read_only, tool_impl};
 ///
 /// trait Tool {
-///     async fn call(&self, to: String) -> Result<u64, idem::Error>;
+///     async fn call(&self, to: String) -> Result<u64, idem_tools::Error>;
 /// }
 ///
 /// struct SendEmail;
@@ -282,7 +282,7 @@ pub use idem_macros::read_only;
 /// #[tool_impl] // a trait impl
 /// impl Tool for SendEmail {
 ///     #[idempotent(name = "send_email", budget = 2)]
-///     async fn call(&self, to: String) -> Result<u64, idem::Error> {
+///     async fn call(&self, to: String) -> Result<u64, idem_tools::Error> {
 ///         Ok(to.len() as u64)
 ///     }
 /// }
@@ -297,9 +297,9 @@ pub use idem_macros::read_only;
 ///     }
 /// }
 ///
-/// const TOOLS: &[ToolInfo] = idem::tools![SendEmail::call, Server::search];
+/// const TOOLS: &[ToolInfo] = idem_tools::tools![SendEmail::call, Server::search];
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
 /// assert_eq!(TOOLS[0].name, "send_email"); // `name` wins
 /// assert_eq!(TOOLS[0].budget, Some(2));
 /// assert_eq!(TOOLS[1].name, "Server::search");
@@ -310,7 +310,7 @@ pub use idem_macros::read_only;
 ///     .scope(async {
 ///         SendEmail.call("ada".into()).await?;
 ///         SendEmail.call("ada".into()).await?; // replayed
-///         Ok::<_, idem::Error>(())
+///         Ok::<_, idem_tools::Error>(())
 ///     })
 ///     .await?;
 /// # assert_eq!(Server.search("x"), 1);
@@ -318,7 +318,7 @@ pub use idem_macros::read_only;
 /// ```
 ///
 /// Methods are recognised by their attribute's last path segment (`#[idempotent]`,
-/// `#[idem::idempotent]`, `#[my_idem::read_only]`; a renamed `idem` is given, as always, by the
+/// `#[idem_tools::idempotent]`, `#[my_idem::read_only]`; a renamed `idem_tools` is given, as always, by the
 /// method's own `crate = "…"` option). Methods that already emit their descriptor (with a
 /// visibility, or without a receiver) are left to it, so nothing is defined twice. Errors in a
 /// method's options are reported once, by the method's attribute; that method then gets no
@@ -334,8 +334,8 @@ pub use idem_macros::read_only;
 /// a name (two trait impls each with `call`: one `call__needs_idem`). Type and const parameters
 /// of the impl that the self type does not use are left off the inherent impl; a generic type is
 /// listed with its arguments: `tools![Wrapper::<u8>::call]`.
-pub use idem_macros::tool_impl;
-pub use idem_runtime::*;
+pub use idem_tools_macros::tool_impl;
+pub use idem_tools_runtime::*;
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -356,17 +356,17 @@ pub struct ReadmeDoctests;
 /// (`Mailer::send`) that have a visibility or sit in an `impl` block under [`tool_impl`]. It is a constant expression, so it can initialise a `const`.
 ///
 /// ```
-/// use idem::{ToolInfo, ToolKind, idempotent, read_only};
+/// use idem_tools::{ToolInfo, ToolKind, idempotent, read_only};
 ///
 /// #[idempotent(budget = 2)]
-/// async fn send_email(to: String) -> Result<(), idem::Error> { Ok(()) }
+/// async fn send_email(to: String) -> Result<(), idem_tools::Error> { Ok(()) }
 ///
 /// mod docs {
-///     #[idem::read_only]
+///     #[idem_tools::read_only]
 ///     pub fn search(query: &str) -> usize { query.len() }
 /// }
 ///
-/// const TOOLS: &[ToolInfo] = idem::tools![send_email, docs::search];
+/// const TOOLS: &[ToolInfo] = idem_tools::tools![send_email, docs::search];
 /// for tool in TOOLS {
 ///     // MCP tool annotations
 ///     println!(
@@ -382,21 +382,21 @@ pub struct ReadmeDoctests;
 /// An unannotated function is rejected: rustc reports that it cannot find the value
 /// `not_annotated__needs_idem` (the descriptor `#[idempotent]` or `#[read_only]` would have
 /// emitted next to it). Annotate the function, or take it out of the catalog. A method without
-/// a descriptor gets a message of its own, naming `#[idem::tool_impl]`.
+/// a descriptor gets a message of its own, naming `#[idem_tools::tool_impl]`.
 ///
 /// ```compile_fail
 /// async fn not_annotated() {}
-/// const TOOLS: &[idem::ToolInfo] = idem::tools![not_annotated];
+/// const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![not_annotated];
 /// ```
 ///
 /// So are two entries with one name (they would share keys); the error names both:
 ///
 /// ```compile_fail,E0080
-/// #[idem::idempotent(name = "charge")]
-/// async fn charge(cents: u64) -> Result<u64, idem::Error> { Ok(cents) }
-/// #[idem::idempotent(name = "charge")]
-/// async fn charge_card(cents: u64) -> Result<u64, idem::Error> { Ok(cents) }
-/// const TOOLS: &[idem::ToolInfo] = idem::tools![charge, charge_card];
+/// #[idem_tools::idempotent(name = "charge")]
+/// async fn charge(cents: u64) -> Result<u64, idem_tools::Error> { Ok(cents) }
+/// #[idem_tools::idempotent(name = "charge")]
+/// async fn charge_card(cents: u64) -> Result<u64, idem_tools::Error> { Ok(cents) }
+/// const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![charge, charge_card];
 /// ```
 #[macro_export]
 macro_rules! tools {

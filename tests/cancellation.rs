@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem::{Error, MemoryStore, Turn, idempotent};
+use idem_tools::{Error, MemoryStore, Turn, idempotent};
 
 static DETACHED_STARTED: AtomicUsize = AtomicUsize::new(0);
 static DETACHED_DONE: AtomicUsize = AtomicUsize::new(0);

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use idem::{Error, MemoryStore, ToolInfo, ToolKind, Turn, idempotent, read_only};
+use idem_tools::{Error, MemoryStore, ToolInfo, ToolKind, Turn, idempotent, read_only};
 
 #[read_only]
 async fn search_docs(query: &str) -> Vec<String> {
@@ -25,34 +25,34 @@ mod billing {
     #[derive(Debug, serde::Serialize, serde::Deserialize)]
     pub struct Declined(pub String);
 
-    impl From<idem::Error> for Declined {
-        fn from(error: idem::Error) -> Self {
+    impl From<idem_tools::Error> for Declined {
+        fn from(error: idem_tools::Error) -> Self {
             Declined(error.to_string())
         }
     }
 
-    #[idem::idempotent(name = "charge_card", cache_errors)]
+    #[idem_tools::idempotent(name = "charge_card", cache_errors)]
     pub async fn charge(cents: u64) -> Result<u64, Declined> {
         Ok(cents)
     }
 
     pub struct Ledger;
 
-    #[idem::tool_impl]
+    #[idem_tools::tool_impl]
     impl Ledger {
-        #[idem::read_only]
+        #[idem_tools::read_only]
         pub fn balance(&self) -> u64 {
             0
         }
 
-        #[idem::idempotent]
-        pub async fn append(&self, line: String) -> Result<usize, idem::Error> {
+        #[idem_tools::idempotent]
+        pub async fn append(&self, line: String) -> Result<usize, idem_tools::Error> {
             Ok(line.len())
         }
     }
 }
 
-const TOOLS: &[ToolInfo] = idem::tools![
+const TOOLS: &[ToolInfo] = idem_tools::tools![
     send_email,
     search_docs,
     word_count,
@@ -101,9 +101,9 @@ fn the_catalog_lists_every_tool_with_its_classification() {
 
 #[test]
 fn the_catalog_works_in_a_let_too() {
-    let tools = idem::tools![search_docs];
+    let tools = idem_tools::tools![search_docs];
     assert_eq!(tools, [ToolInfo::read_only("search_docs")]);
-    let none: &[ToolInfo] = idem::tools![];
+    let none: &[ToolInfo] = idem_tools::tools![];
     assert!(none.is_empty());
 }
 

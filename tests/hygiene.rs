@@ -8,7 +8,7 @@ mod tools {
     /// Not `Serialize`: skipped.
     pub struct Client;
 
-    #[::idem::idempotent(
+    #[::idem_tools::idempotent(
         name = "hygienic_send",
         version = 3,
         ttl = "90s",
@@ -21,7 +21,7 @@ mod tools {
         #[key] request_id: &str,
         (a, b): (u32, u32),
         note: u64,
-    ) -> ::std::result::Result<u64, ::idem::Error> {
+    ) -> ::std::result::Result<u64, ::idem_tools::Error> {
         let _ = (client, to, request_id, note);
         ::std::result::Result::Ok(::std::convert::From::from(a + b))
     }
@@ -30,32 +30,35 @@ mod tools {
     #[derive(::serde::Serialize, ::serde::Deserialize, Debug)]
     pub struct Failure(pub ::std::string::String);
 
-    impl ::std::convert::From<::idem::Error> for Failure {
-        fn from(error: ::idem::Error) -> Self {
+    impl ::std::convert::From<::idem_tools::Error> for Failure {
+        fn from(error: ::idem_tools::Error) -> Self {
             Failure(::std::string::ToString::to_string(&error))
         }
     }
 
-    #[::idem::idempotent(cache_errors, store = crate::tools::STORE)]
-    pub async fn with_turn(turn: &::idem::Turn, n: u32) -> ::std::result::Result<u32, Failure> {
+    #[::idem_tools::idempotent(cache_errors, store = crate::tools::STORE)]
+    pub async fn with_turn(
+        turn: &::idem_tools::Turn,
+        n: u32,
+    ) -> ::std::result::Result<u32, Failure> {
         let _ = turn;
         ::std::result::Result::Ok(n)
     }
 
-    pub static STORE: ::std::sync::LazyLock<::std::sync::Arc<::idem::MemoryStore>> =
-        ::std::sync::LazyLock::new(|| ::std::sync::Arc::new(::idem::MemoryStore::new()));
+    pub static STORE: ::std::sync::LazyLock<::std::sync::Arc<::idem_tools::MemoryStore>> =
+        ::std::sync::LazyLock::new(|| ::std::sync::Arc::new(::idem_tools::MemoryStore::new()));
 
-    #[::idem::read_only]
+    #[::idem_tools::read_only]
     pub fn search(query: &str) -> usize {
         query.len()
     }
 
     pub struct Mailer;
 
-    #[::idem::tool_impl]
+    #[::idem_tools::tool_impl]
     impl Mailer {
-        #[::idem::idempotent]
-        pub async fn deliver(&self, to: u32) -> ::std::result::Result<u32, ::idem::Error> {
+        #[::idem_tools::idempotent]
+        pub async fn deliver(&self, to: u32) -> ::std::result::Result<u32, ::idem_tools::Error> {
             ::std::result::Result::Ok(to)
         }
     }
@@ -63,29 +66,33 @@ mod tools {
     /// Visibility-less methods, listed through `#[tool_impl]`.
     pub struct Server(pub u32);
 
-    #[::idem::tool_impl]
+    #[::idem_tools::tool_impl]
     impl Server {
-        #[::idem::idempotent(budget = 2)]
-        async fn open(&self, id: u32) -> ::std::result::Result<u32, ::idem::Error> {
+        #[::idem_tools::idempotent(budget = 2)]
+        async fn open(&self, id: u32) -> ::std::result::Result<u32, ::idem_tools::Error> {
             ::std::result::Result::Ok(id + self.0)
         }
 
-        #[::idem::read_only]
+        #[::idem_tools::read_only]
         fn peek(&self) -> u32 {
             self.0
         }
 
         /// Calls both tools.
-        pub async fn open_and_peek(&self, id: u32) -> ::std::result::Result<u32, ::idem::Error> {
+        pub async fn open_and_peek(
+            &self,
+            id: u32,
+        ) -> ::std::result::Result<u32, ::idem_tools::Error> {
             ::std::result::Result::Ok(self.open(id).await? + self.peek())
         }
     }
 }
 
-const TOOLS: &[::idem::ToolInfo] =
-    ::idem::tools![tools::send, tools::search, tools::Mailer::deliver];
+const TOOLS: &[::idem_tools::ToolInfo] =
+    ::idem_tools::tools![tools::send, tools::search, tools::Mailer::deliver];
 
-const SERVER_TOOLS: &[::idem::ToolInfo] = ::idem::tools![tools::Server::open, tools::Server::peek];
+const SERVER_TOOLS: &[::idem_tools::ToolInfo] =
+    ::idem_tools::tools![tools::Server::open, tools::Server::peek];
 
 #[test]
 fn generated_code_compiles_without_a_prelude() {
@@ -94,7 +101,7 @@ fn generated_code_compiles_without_a_prelude() {
         .enable_all()
         .build()
         .unwrap();
-    let turn = ::idem::Turn::new("hygiene");
+    let turn = ::idem_tools::Turn::new("hygiene");
     let sum = runtime.block_on(
         turn.clone()
             .scope(async { tools::send(&tools::Client, "ada".into(), "req-1", (1, 2), 0).await }),
@@ -111,9 +118,10 @@ fn generated_code_compiles_without_a_prelude() {
         ::std::option::Option::Some(::std::time::Duration::from_secs(90))
     );
     assert_eq!(tools::search("abc"), 3);
-    let _ = runtime.block_on(::idem::Turn::new("h2").scope(tools::Mailer.deliver(1)));
+    let _ = runtime.block_on(::idem_tools::Turn::new("h2").scope(tools::Mailer.deliver(1)));
     assert_eq!(SERVER_TOOLS[0].budget, ::std::option::Option::Some(2));
-    assert_eq!(SERVER_TOOLS[1].kind, ::idem::ToolKind::ReadOnly);
-    let opened = runtime.block_on(::idem::Turn::new("h3").scope(tools::Server(1).open_and_peek(2)));
+    assert_eq!(SERVER_TOOLS[1].kind, ::idem_tools::ToolKind::ReadOnly);
+    let opened =
+        runtime.block_on(::idem_tools::Turn::new("h3").scope(tools::Server(1).open_and_peek(2)));
     assert_eq!(opened.unwrap(), 4);
 }

@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use idem::clock::ManualClock;
-use idem::{Error, MemoryStore, Store, Turn, current_key, idempotent};
+use idem_tools::clock::ManualClock;
+use idem_tools::{Error, MemoryStore, Store, Turn, current_key, idempotent};
 use serde::{Deserialize, Serialize};
 
 /// The key of the running tool, as a string (results must be `Serialize`).
@@ -224,8 +224,8 @@ async fn a_caller_key_spans_turns_and_rejects_another_payload() {
 // `version` and `name`.
 
 mod v1 {
-    #[idem::idempotent(name = "create_invoice")]
-    pub async fn create_invoice(cents: u64) -> Result<String, idem::Error> {
+    #[idem_tools::idempotent(name = "create_invoice")]
+    pub async fn create_invoice(cents: u64) -> Result<String, idem_tools::Error> {
         let _ = cents;
         Ok(super::key())
     }
@@ -233,8 +233,8 @@ mod v1 {
 
 mod v2 {
     /// The result type changed: `version` gives new keys.
-    #[idem::idempotent(name = "create_invoice", version = 2)]
-    pub async fn create_invoice_v2(cents: u64) -> Result<(String, bool), idem::Error> {
+    #[idem_tools::idempotent(name = "create_invoice", version = 2)]
+    pub async fn create_invoice_v2(cents: u64) -> Result<(String, bool), idem_tools::Error> {
         let _ = cents;
         Ok((super::key(), true))
     }
@@ -248,7 +248,7 @@ async fn name_keeps_keys_across_modules_and_version_changes_them() {
             let key = v1::create_invoice(10).await.unwrap();
             // The key is made of the name, not the module path: a function moved to another
             // module (and renamed) under the same `name` keeps its keys.
-            let mut digest = idem::key::ArgsDigest::new("create_invoice");
+            let mut digest = idem_tools::key::ArgsDigest::new("create_invoice");
             digest.arg("cents", &10_u64).unwrap();
             let (expected, _) = digest.finish(t.namespace(), t.id(), "create_invoice", 0);
             assert_eq!(key, expected.to_hex());
@@ -463,10 +463,10 @@ where
 }
 
 mod reexport {
-    pub use ::idem;
+    pub use ::idem_tools;
 }
 
-#[idempotent(crate = "crate::reexport::idem")]
+#[idempotent(crate = "crate::reexport::idem_tools")]
 async fn through_a_renamed_crate(n: u32) -> Result<u32, Error> {
     Ok(n)
 }
@@ -492,7 +492,7 @@ struct Mailer {
 }
 
 /// Under `#[tool_impl]`, every tool method is named `Mailer::method`.
-#[idem::tool_impl]
+#[idem_tools::tool_impl]
 impl Mailer {
     /// `pub` methods get a descriptor: `Mailer::send__needs_idem`.
     #[idempotent]
@@ -523,7 +523,7 @@ trait Notifier {
     async fn notify(&self, who: String) -> Result<usize, Error>;
 }
 
-#[idem::tool_impl]
+#[idem_tools::tool_impl]
 impl Notifier for Mailer {
     #[idempotent]
     async fn notify(&self, who: String) -> Result<usize, Error> {
@@ -570,7 +570,7 @@ struct Bank {
 }
 
 #[async_trait::async_trait]
-#[idem::tool_impl]
+#[idem_tools::tool_impl]
 impl Payments for Bank {
     /// `#[async_trait]` on the impl expands first; `#[idempotent]` recognises its output.
     #[idempotent(budget = 5)]

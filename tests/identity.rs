@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use idem::{Error, MemoryStore, ToolInfo, Turn, idempotent, tool_impl};
+use idem_tools::{Error, MemoryStore, ToolInfo, Turn, idempotent, tool_impl};
 
 /// An agent framework's tool trait: one type per tool.
 trait Tool {
@@ -95,7 +95,7 @@ impl<T: Sync> Tool for Wrapper<T> {
     }
 }
 
-const TOOLS: &[ToolInfo] = idem::tools![
+const TOOLS: &[ToolInfo] = idem_tools::tools![
     CreateInvoice::call,
     DeleteAccount::call,
     Server::send,
@@ -139,21 +139,21 @@ mod clash {
     pub static FIRST_RUNS: AtomicUsize = AtomicUsize::new(0);
     pub static SECOND_RUNS: AtomicUsize = AtomicUsize::new(0);
 
-    #[idem::idempotent(name = "clashing_tool")]
-    pub async fn first(n: u32) -> Result<u32, idem::Error> {
+    #[idem_tools::idempotent(name = "clashing_tool")]
+    pub async fn first(n: u32) -> Result<u32, idem_tools::Error> {
         FIRST_RUNS.fetch_add(1, Ordering::SeqCst);
         Ok(n)
     }
 
-    #[idem::idempotent(name = "clashing_tool")]
-    pub async fn second(n: u32) -> Result<u32, idem::Error> {
+    #[idem_tools::idempotent(name = "clashing_tool")]
+    pub async fn second(n: u32) -> Result<u32, idem_tools::Error> {
         SECOND_RUNS.fetch_add(1, Ordering::SeqCst);
         Ok(n + 1000)
     }
 
     /// Same name, another version: other keys, so not a clash.
-    #[idem::idempotent(name = "clashing_tool", version = 2)]
-    pub async fn second_v2(n: u32) -> Result<u32, idem::Error> {
+    #[idem_tools::idempotent(name = "clashing_tool", version = 2)]
+    pub async fn second_v2(n: u32) -> Result<u32, idem_tools::Error> {
         Ok(n + 2000)
     }
 }

@@ -5,8 +5,10 @@ mod mcp_support;
 
 use std::time::Duration;
 
-use idem::Turn;
-use idem::mcp::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, remote};
+use idem_tools::Turn;
+use idem_tools::mcp::{
+    IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, remote,
+};
 use mcp_support::example::{self, Backend, Desk, TOOLS};
 use mcp_support::{call, connect_to, is_error, text};
 use serde_json::json;
@@ -22,7 +24,7 @@ async fn tools_list_carries_the_annotations_of_the_classification() {
         assert_eq!(hints.read_only_hint, Some(read_only), "{}", tool.name);
         assert_eq!(hints.destructive_hint, Some(!read_only), "{}", tool.name);
         assert_eq!(hints.idempotent_hint, Some(true), "{}", tool.name);
-        // `idem::mcp::Json<T>` gives the tool `T`'s output schema, as `rmcp::Json<T>` does.
+        // `idem_tools::mcp::Json<T>` gives the tool `T`'s output schema, as `rmcp::Json<T>` does.
         let structured = matches!(tool.name.as_ref(), "open_ticket" | "list_tickets");
         assert_eq!(tool.output_schema.is_some(), structured, "{}", tool.name);
     }
@@ -187,7 +189,8 @@ async fn string_results_and_tool_errors_reach_the_client() {
 
 #[test]
 fn a_catalogued_tool_that_the_server_does_not_serve_under_its_name_is_refused() {
-    static RENAMED: &[idem::ToolInfo] = &[idem::ToolInfo::idempotent("Desk::reopen_ticket")];
+    static RENAMED: &[idem_tools::ToolInfo] =
+        &[idem_tools::ToolInfo::idempotent("Desk::reopen_ticket")];
     let error = IdemServer::new(Desk::new(Backend::with_latency(Duration::ZERO)), RENAMED)
         .expect_err("no `reopen_ticket` tool");
     assert!(error.to_string().contains("reopen_ticket"), "{error}");

@@ -6,8 +6,8 @@ mod mcp_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::Turn;
-use idem::mcp::{IDEMPOTENCY_KEY_META, TURN_ID_META, remote};
+use idem_tools::Turn;
+use idem_tools::mcp::{IDEMPOTENCY_KEY_META, TURN_ID_META, remote};
 use mcp_support::example::{Backend, session};
 use mcp_support::{call, connect, connect_to, is_error, text};
 use rmcp::ServiceError;

@@ -5,7 +5,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::{Error, MemoryStore, Turn, idempotent};
+use idem_tools::{Error, MemoryStore, Turn, idempotent};
 
 /// `ttl` is parsed by humantime: `"1 hour"` (with a space) is the same as `"1h"`. Intended:
 /// the value stays readable and is still checked at compile time.

@@ -1,7 +1,7 @@
 //! Every call of an annotated tool is exactly one outcome, even one refused before it reaches
 //! the engine.
 
-use idem::{Error, idempotent};
+use idem_tools::{Error, idempotent};
 
 #[idempotent]
 async fn charge_card(cents: u64) -> Result<u64, Error> {
@@ -10,7 +10,7 @@ async fn charge_card(cents: u64) -> Result<u64, Error> {
 
 #[tokio::test]
 async fn a_call_outside_a_turn_is_refused_and_counted() {
-    let before = idem::stats().config_error;
+    let before = idem_tools::stats().config_error;
     let refused = charge_card(500).await;
     assert!(
         matches!(
@@ -22,7 +22,7 @@ async fn a_call_outside_a_turn_is_refused_and_counted() {
         "{refused:?}"
     );
     assert!(
-        idem::stats().config_error > before,
+        idem_tools::stats().config_error > before,
         "a refused call must still be one outcome"
     );
 }

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use idem::engine::telemetry::{CALLS_IN_FLIGHT, CALLS_TOTAL};
-use idem::{Error, MemoryStore, Turn, idempotent};
+use idem_tools::engine::telemetry::{CALLS_IN_FLIGHT, CALLS_TOTAL};
+use idem_tools::{Error, MemoryStore, Turn, idempotent};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
 #[idempotent]

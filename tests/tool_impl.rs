@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem::{Error, MemoryStore, ToolInfo, ToolKind, Turn, idempotent, read_only, tool_impl};
+use idem_tools::{Error, MemoryStore, ToolInfo, ToolKind, Turn, idempotent, read_only, tool_impl};
 
 /// An agent framework's tool trait, with a native `async fn`.
 trait Tool {
@@ -34,7 +34,7 @@ struct Server {
 
 #[tool_impl]
 impl Server {
-    #[idem::idempotent(version = 2, ttl = "1h")]
+    #[idem_tools::idempotent(version = 2, ttl = "1h")]
     async fn create_ticket(&self, title: String) -> Result<u64, Error> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         Ok(title.len() as u64)
@@ -106,7 +106,7 @@ where
     }
 }
 
-const TOOLS: &[ToolInfo] = idem::tools![
+const TOOLS: &[ToolInfo] = idem_tools::tools![
     SendEmail::call,
     Server::create_ticket,
     Server::search,

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use idem::{MemoryStore, Store, Turn, idempotent, read_only};
+use idem_tools::{MemoryStore, Store, Turn, idempotent, read_only};
 use serde::{Deserialize, Serialize};
 
 /// The argument sizes: `small` (a 20-char string, a u64 and 3 short strings), then the same
@@ -88,26 +88,26 @@ fn receipt(args: &Args) -> Receipt {
 }
 
 /// The baseline: a plain `async fn`.
-pub async fn bare(args: &Args) -> Result<Receipt, idem::Error> {
+pub async fn bare(args: &Args) -> Result<Receipt, idem_tools::Error> {
     Ok(receipt(args))
 }
 
 /// The same body, classified `#[read_only]` (no key, no store: should cost nothing).
 #[read_only]
-pub async fn lookup(args: &Args) -> Result<Receipt, idem::Error> {
+pub async fn lookup(args: &Args) -> Result<Receipt, idem_tools::Error> {
     Ok(receipt(args))
 }
 
 /// The same body under `#[idempotent]` (attached: it borrows its arguments, so no clone).
 #[idempotent]
-pub async fn send(args: &Args) -> Result<Receipt, idem::Error> {
+pub async fn send(args: &Args) -> Result<Receipt, idem_tools::Error> {
     Ok(receipt(args))
 }
 
 /// The same body under `#[idempotent]`, yielding once to the runtime first, so that concurrent
 /// calls of the same key find it in flight and join it (the 32-way join).
 #[idempotent]
-pub async fn send_yielding(args: &Args) -> Result<Receipt, idem::Error> {
+pub async fn send_yielding(args: &Args) -> Result<Receipt, idem_tools::Error> {
     tokio::task::yield_now().await;
     Ok(receipt(args))
 }
@@ -115,14 +115,14 @@ pub async fn send_yielding(args: &Args) -> Result<Receipt, idem::Error> {
 /// The same body under `#[idempotent]` with owned arguments: detached, the default for a tool
 /// that owns what it uses. The caller clones the arguments for each call.
 #[idempotent]
-pub async fn send_owned(args: Args) -> Result<Receipt, idem::Error> {
+pub async fn send_owned(args: Args) -> Result<Receipt, idem_tools::Error> {
     Ok(receipt(&args))
 }
 
 /// The same body under the `cached` crate's async `#[cached]` (unbounded, ahash; its key is
 /// an owned clone of the arguments).
 #[cached::macros::cached(key = "Args", convert = r#"{ args.clone() }"#)]
-pub async fn cached_send(args: &Args) -> Result<Receipt, idem::Error> {
+pub async fn cached_send(args: &Args) -> Result<Receipt, idem_tools::Error> {
     Ok(receipt(args))
 }
 

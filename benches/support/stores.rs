@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use criterion::{BenchmarkId, Criterion};
-use idem::Store;
+use idem_tools::Store;
 use tokio::runtime::Runtime;
 
 use crate::support::{Args, SIZES, current_thread, ok, send, turn};
@@ -78,7 +78,10 @@ fn store_group(c: &mut Criterion, rt: &Runtime, name: &str, store: Arc<dyn Store
 pub fn sqlite(c: &mut Criterion) {
     let dir = std::env::temp_dir().join(fresh_turn_id("sqlite").replace('/', "-"));
     ok("sqlite dir", std::fs::create_dir_all(&dir));
-    let store = ok("sqlite", idem::SqliteStore::open(dir.join("bench.db")));
+    let store = ok(
+        "sqlite",
+        idem_tools::SqliteStore::open(dir.join("bench.db")),
+    );
     store_group(c, &current_thread(), "sqlite", Arc::new(store));
     if let Err(e) = std::fs::remove_dir_all(&dir) {
         println!("sqlite: could not remove {}: {e}", dir.display());
@@ -93,6 +96,6 @@ pub fn redis(c: &mut Criterion) {
         return;
     };
     let rt = current_thread();
-    let store = ok("redis", rt.block_on(idem::RedisStore::connect(&url)));
+    let store = ok("redis", rt.block_on(idem_tools::RedisStore::connect(&url)));
     store_group(c, &rt, "redis", Arc::new(store));
 }

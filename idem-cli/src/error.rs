@@ -68,15 +68,17 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-impl From<idem_runtime::Error> for CliError {
+impl From<idem_tools_runtime::Error> for CliError {
     /// A store error in the middle of a command: the store failed or became unreachable.
-    fn from(error: idem_runtime::Error) -> Self {
+    fn from(error: idem_tools_runtime::Error) -> Self {
         match error {
             // The engine's wording ("the tool was not run") is about tool calls, not this CLI.
-            idem_runtime::Error::Store { operation, source } => CliError::connection(format!(
-                "the store failed during {operation} ({source}): check that it is reachable, \
+            idem_tools_runtime::Error::Store { operation, source } => {
+                CliError::connection(format!(
+                    "the store failed during {operation} ({source}): check that it is reachable, \
                  then retry"
-            )),
+                ))
+            }
             other => CliError::connection(other.to_string()),
         }
     }

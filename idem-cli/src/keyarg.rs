@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use idem_runtime::store::{Record, Store};
-use idem_runtime::{Error, Key};
+use idem_tools_runtime::store::{Record, Store};
+use idem_tools_runtime::{Error, Key};
 
 use crate::error::CliError;
 use crate::output::{namespace_label, state_name};

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use idem_runtime::Store;
+use idem_tools_runtime::Store;
 
 use crate::args::Cli;
 use crate::error::CliError;
@@ -56,7 +56,7 @@ pub async fn open(cli: &Cli) -> Result<Opened, CliError> {
 
 #[cfg(feature = "sqlite")]
 fn open_sqlite(path: &std::path::Path) -> Result<Opened, CliError> {
-    use idem_runtime::SqliteStore;
+    use idem_tools_runtime::SqliteStore;
     if !path.exists() {
         return Err(CliError::connection(format!(
             "{} does not exist: check the path to the agents' SQLite file (idem does not create \
@@ -66,7 +66,7 @@ fn open_sqlite(path: &std::path::Path) -> Result<Opened, CliError> {
     }
     let store = SqliteStore::open_existing(path).map_err(|error| match error {
         // Already says what to do: a newer schema, or not an idem database.
-        idem_runtime::Error::Config(message) => CliError::connection(message),
+        idem_tools_runtime::Error::Config(message) => CliError::connection(message),
         other => CliError::connection(format!(
             "could not open {} as an idem SQLite database ({}): check the path and its \
              permissions",
@@ -90,13 +90,13 @@ fn open_sqlite(_path: &std::path::Path) -> Result<Opened, CliError> {
 
 #[cfg(feature = "redis")]
 async fn open_redis(url: &str, prefix: Option<&str>) -> Result<Opened, CliError> {
-    use idem_runtime::RedisStore;
-    use idem_runtime::store::redis::DEFAULT_PREFIX;
+    use idem_tools_runtime::RedisStore;
+    use idem_tools_runtime::store::redis::DEFAULT_PREFIX;
     let shown = redact(url);
     let store = RedisStore::connect(url)
         .await
         .map_err(|error| match error {
-            idem_runtime::Error::Config(message) => CliError::usage(format!(
+            idem_tools_runtime::Error::Config(message) => CliError::usage(format!(
                 "{message} ({shown}): write it as redis://[user:password@]host:port[/db]"
             )),
             other => CliError::connection(format!(
@@ -116,8 +116,8 @@ async fn open_redis(url: &str, prefix: Option<&str>) -> Result<Opened, CliError>
 /// master.
 #[cfg(feature = "redis")]
 async fn open_redis_cluster(seeds: &[String], prefix: Option<&str>) -> Result<Opened, CliError> {
-    use idem_runtime::RedisStore;
-    use idem_runtime::store::redis::DEFAULT_PREFIX;
+    use idem_tools_runtime::RedisStore;
+    use idem_tools_runtime::store::redis::DEFAULT_PREFIX;
     let shown: Vec<String> = seeds.iter().map(|url| redact(url)).collect();
     let store = RedisStore::connect_cluster(seeds)
         .await
@@ -151,9 +151,9 @@ async fn open_redis(_url: &str, _prefix: Option<&str>) -> Result<Opened, CliErro
 
 /// The underlying cause of a store error, without the engine's advice about tool calls.
 #[cfg(any(feature = "sqlite", feature = "redis"))]
-fn store_source(error: &idem_runtime::Error) -> String {
+fn store_source(error: &idem_tools_runtime::Error) -> String {
     match error {
-        idem_runtime::Error::Store { source, .. } => source.to_string(),
+        idem_tools_runtime::Error::Store { source, .. } => source.to_string(),
         other => other.to_string(),
     }
 }

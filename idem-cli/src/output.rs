@@ -1,6 +1,6 @@
 //! Output shapes shared by the commands: aligned tables, and records as JSON.
 
-use idem_runtime::store::{Record, RecordState};
+use idem_tools_runtime::store::{Record, RecordState};
 use serde_json::{Value, json};
 
 use crate::render::render;

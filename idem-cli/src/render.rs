@@ -1,11 +1,11 @@
-//! How a record's encoded result is shown to a person: `idem_runtime::replay::render`, which
+//! How a record's encoded result is shown to a person: `idem_tools_runtime::replay::render`, which
 //! prints the record as annotated JSON (`NaN`, `Some(…)`, `hex"…"`, non-string keys), with a
 //! `hex:` fallback for bytes that are not a record (corrupt, or from a newer idem).
 
 /// The result `bytes` as text: the record rendered, anything unreadable as `hex:` and the
 /// bytes in hex.
 pub fn render(bytes: &[u8]) -> String {
-    idem_runtime::replay::render(bytes).unwrap_or_else(|_| hex(bytes))
+    idem_tools_runtime::replay::render(bytes).unwrap_or_else(|_| hex(bytes))
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{REFUND, SEND, call, claim, idem, key_of, listed_keys, turn};
-use idem_runtime::store::{RecordState, RedisStore, Store};
-use idem_runtime::{Error, ToolInfo};
+use idem_tools_runtime::store::{RecordState, RedisStore, Store};
+use idem_tools_runtime::{Error, ToolInfo};
 
 /// Kept for two seconds: expires during the test.
 static FLEETING: ToolInfo = ToolInfo::idempotent("fleeting").with_ttl(Duration::from_secs(2));

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{TempDir, idem};
-use idem_runtime::store::SqliteStore;
+use idem_tools_runtime::store::SqliteStore;
 
 #[test]
 fn a_missing_file_is_not_created() {

@@ -10,7 +10,7 @@ use common::{
     REFUND, SEND, TempDir, call, claim, claim_key, idem, key_of, listed_keys, open_sqlite as open,
     short, turn,
 };
-use idem_runtime::{Fingerprint, Key};
+use idem_tools_runtime::{Fingerprint, Key};
 
 #[tokio::test]
 async fn list_shows_live_records_newest_first_and_filters_them() {

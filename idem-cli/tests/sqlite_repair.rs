@@ -11,9 +11,9 @@ use common::{
     SEND, SHORT_LIVED, TempDir, call, claim, idem, idem_on_terminal, key_of, listed_keys,
     open_sqlite as open, short, turn,
 };
-use idem_runtime::Error;
-use idem_runtime::clock::ManualClock;
-use idem_runtime::store::{RecordState, SqliteStore, Store};
+use idem_tools_runtime::Error;
+use idem_tools_runtime::clock::ManualClock;
+use idem_tools_runtime::store::{RecordState, SqliteStore, Store};
 
 #[tokio::test]
 async fn remove_needs_yes_without_a_terminal_then_the_tool_runs_again() {

@@ -225,7 +225,7 @@ impl ReadOnlyOptions {
             errors.at(
                 meta.path.span(),
                 "`#[read_only]` takes no options: a read-only tool has no key, store or budget \
-                 (only `crate = \"…\"` is accepted, for a renamed `idem` dependency)",
+                 (only `crate = \"…\"` is accepted, for a renamed `idem_tools` dependency)",
             );
             skip_value(&meta)
         });

@@ -103,7 +103,7 @@ fn unique_names(private: &TokenStream, paths: &[Path]) -> TokenStream {
             let message = format!(
                 "tools![]: `{}` and `{}` have the same tool name, so they would share \
                  idempotency keys; give one of them `#[idempotent(name = \"…\")]`, or put their \
-                 `impl` blocks under `#[idem::tool_impl]` so that methods are named \
+                 `impl` blocks under `#[idem_tools::tool_impl]` so that methods are named \
                  `Type::method`",
                 labels[i], labels[j]
             );

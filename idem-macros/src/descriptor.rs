@@ -76,11 +76,11 @@ pub(crate) fn read_only_info(
     (private, info)
 }
 
-/// `::idem::__private`, or `<crate = "…">::__private`.
+/// `::idem_tools::__private`, or `<crate = "…">::__private`.
 fn private_path(krate: Option<&Path>) -> TokenStream {
     match krate {
         Some(krate) => quote!(#krate::__private),
-        None => quote!(::idem::__private),
+        None => quote!(::idem_tools::__private),
     }
 }
 

@@ -42,7 +42,7 @@ pub fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
     tool_impl::tool_impl(args.into(), item.into()).into()
 }
 
-/// The implementation of `idem::tools![]`, which passes its `$crate` first: `$crate; a, b::c`.
+/// The implementation of `idem_tools::tools![]`, which passes its `$crate` first: `$crate; a, b::c`.
 #[doc(hidden)]
 #[proc_macro]
 pub fn tools_impl(input: TokenStream) -> TokenStream {

@@ -25,7 +25,7 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         errors.push(syn::Error::new_spanned(
             &args,
             "`#[tool_impl]` takes no options: give them to each method's `#[idempotent(...)]` \
-             (including `crate = \"…\"` for a renamed `idem`)",
+             (including `crate = \"…\"` for a renamed `idem_tools`)",
         ));
     }
     let mut block = match syn::parse2::<ItemImpl>(item.clone()) {

@@ -20,7 +20,7 @@ pub(crate) struct Plan {
 /// The message for a tool that does not return a `Result`.
 pub(crate) const NOT_RESULT: &str = "an `#[idempotent]` tool must return `Result<T, E>` with \
                                      `T: Serialize + DeserializeOwned` and \
-                                     `E: From<idem::Error>`";
+                                     `E: From<idem_tools::Error>`";
 
 /// Checks an `#[idempotent]` function against its options, and gives each parameter its role.
 pub(crate) fn idempotent(
@@ -108,7 +108,7 @@ fn receiver_named(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Error
         receiver,
         format!(
             "an `#[idempotent]` method needs its type in its name, or two types' `{method}` \
-             methods would share keys: add `#[idem::tool_impl]` to the `impl` block (the name \
+             methods would share keys: add `#[idem_tools::tool_impl]` to the `impl` block (the name \
              becomes `Type::{method}`), or give the tool a name: \
              `#[idempotent(name = \"…\")]`"
         ),

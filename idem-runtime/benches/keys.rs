@@ -4,14 +4,14 @@
 //!
 //! Three argument sizes: small (a 20-character string, a `u64` and three short strings), and a
 //! 1 KiB and a 64 KiB string argument (next to a `u64`). Run with
-//! `cargo bench -p idem-runtime --bench keys`; the ratios to look at are
+//! `cargo bench -p idem-tools-runtime --bench keys`; the ratios to look at are
 //! `args_digest / blake3_json` and `args_digest / json_to_vec+blake3` per size.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_runtime::key::{ArgsDigest, derive_key, fingerprint};
+use idem_tools_runtime::key::{ArgsDigest, derive_key, fingerprint};
 use serde::Serialize;
 
 /// The small arguments record.
@@ -35,7 +35,12 @@ impl Small {
         }
     }
 
-    fn digest(&self) -> (idem_runtime::key::Key, idem_runtime::key::Fingerprint) {
+    fn digest(
+        &self,
+    ) -> (
+        idem_tools_runtime::key::Key,
+        idem_tools_runtime::key::Fingerprint,
+    ) {
         let mut d = ArgsDigest::new("send_payment");
         let ok = d.arg("recipient", &self.recipient).is_ok()
             & d.arg("amount_cents", &self.amount_cents).is_ok()
@@ -63,7 +68,12 @@ impl Large {
         Large { body, id: 42 }
     }
 
-    fn digest(&self) -> (idem_runtime::key::Key, idem_runtime::key::Fingerprint) {
+    fn digest(
+        &self,
+    ) -> (
+        idem_tools_runtime::key::Key,
+        idem_tools_runtime::key::Fingerprint,
+    ) {
         let mut d = ArgsDigest::new("store_document");
         let ok = d.arg("body", &self.body).is_ok() & d.arg("id", &self.id).is_ok();
         assert!(ok, "the bench arguments encode");
@@ -75,7 +85,10 @@ fn bench_case<T: Serialize>(
     c: &mut Criterion,
     name: &str,
     args: &T,
-    digest: impl Fn() -> (idem_runtime::key::Key, idem_runtime::key::Fingerprint),
+    digest: impl Fn() -> (
+        idem_tools_runtime::key::Key,
+        idem_tools_runtime::key::Fingerprint,
+    ),
 ) {
     let mut group = c.benchmark_group(name);
     group.bench_function("args_digest", |b| b.iter(|| black_box(digest())));

@@ -4,7 +4,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use idem_runtime::replay::bench;
+use idem_tools_runtime::replay::bench;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

@@ -5,9 +5,9 @@
 //! (`tracing`'s `max_level_off`), to compare:
 //!
 //! ```text
-//! cargo bench -p idem-runtime --bench telemetry
-//! cargo bench -p idem-runtime --bench telemetry --features metrics
-//! cargo bench -p idem-runtime --bench telemetry --features tracing/max_level_off
+//! cargo bench -p idem-tools-runtime --bench telemetry
+//! cargo bench -p idem-tools-runtime --bench telemetry --features metrics
+//! cargo bench -p idem-tools-runtime --bench telemetry --features tracing/max_level_off
 //! ```
 //!
 //! Cases: no `tracing` subscriber at all; a subscriber that filters idem out (the call span is
@@ -23,9 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, criterion_group};
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{MemoryStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 use tracing_subscriber::layer::SubscriberExt;
 
 const SEND: ToolInfo = ToolInfo::idempotent("send_message");

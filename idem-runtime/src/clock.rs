@@ -64,7 +64,7 @@ impl Clock for MonotonicClock {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::clock::{Clock, ManualClock};
+/// use idem_tools_runtime::clock::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_secs(2));

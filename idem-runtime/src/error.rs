@@ -6,7 +6,7 @@ use crate::key::ShortKey;
 
 /// Everything that can go wrong in idem, each message saying what happened and what to do.
 ///
-/// A tool annotated with `#[idempotent]` returns `Result<T, E>` with `E: From<idem::Error>`, so
+/// A tool annotated with `#[idempotent]` returns `Result<T, E>` with `E: From<idem_tools::Error>`, so
 /// these errors flow out as the tool's own error type.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -14,7 +14,7 @@ pub enum Error {
     /// A state-changing tool was called outside of a turn.
     #[error(
         "tool `{tool}` was called outside of a turn: wrap the agent loop in \
-         `idem::Turn::new(turn_id).scope(async {{ ... }})` or pass a `&Turn` parameter"
+         `idem_tools::Turn::new(turn_id).scope(async {{ ... }})` or pass a `&Turn` parameter"
     )]
     NoTurn {
         /// The tool's name.
@@ -206,7 +206,7 @@ pub enum Error {
     #[error(
         "two different tools are named `{name}` in this process, so they would share \
          idempotency keys and replay each other's results; this call was refused: give one of \
-         them `#[idempotent(name = \"…\")]` (for methods, `#[idem::tool_impl]` on the impl \
+         them `#[idempotent(name = \"…\")]` (for methods, `#[idem_tools::tool_impl]` on the impl \
          block names them `Type::method`)"
     )]
     DuplicateTool {

@@ -12,7 +12,7 @@
 //!   problem, not the model's; the message is the developer-facing `Display` text.
 //!
 //! `rmcp::ErrorData` is always a protocol error, so the conversion marks the first kind in its
-//! `data` (`{"idem": {"error": "already_succeeded", "forModel": true, …}}`); `idem::mcp`'s
+//! `data` (`{"idem": {"error": "already_succeeded", "forModel": true, …}}`); `idem_tools::mcp`'s
 //! server wrapper and its `ToolError` turn those into `isError` tool results.
 
 use rmcp::ErrorData;
@@ -49,8 +49,8 @@ pub fn error_kind(error: &Error) -> &'static str {
 /// an error that is a protocol error.
 ///
 /// ```
-/// use idem_runtime::{Error, Key};
-/// use idem_runtime::mcp::model_message;
+/// use idem_tools_runtime::{Error, Key};
+/// use idem_tools_runtime::mcp::model_message;
 ///
 /// let key = Key::from_bytes([7; 32]).short();
 /// let done = Error::AlreadySucceeded { tool: "send", key, attempts: 4 };

@@ -22,7 +22,7 @@ pub enum ToolKind {
 ///
 /// ```
 /// use std::time::Duration;
-/// use idem_runtime::{ToolInfo, ToolKind};
+/// use idem_tools_runtime::{ToolInfo, ToolKind};
 ///
 /// const SEND: ToolInfo = ToolInfo::idempotent("send_message").with_budget(2);
 /// assert_eq!(SEND.kind, ToolKind::Idempotent);
@@ -147,8 +147,8 @@ const DUPLICATE: u8 = 2;
 /// differ), so they may coexist.
 ///
 /// ```
-/// use idem_runtime::ToolInfo;
-/// use idem_runtime::tool::ToolSlot;
+/// use idem_tools_runtime::ToolInfo;
+/// use idem_tools_runtime::tool::ToolSlot;
 ///
 /// static TOOL: ToolInfo = ToolInfo::idempotent("doc_example_tool");
 /// static FIRST: ToolSlot = ToolSlot::new();

@@ -33,7 +33,7 @@ tokio::task_local! {
 /// process and across restarts. Changing a setting never resets the budget.
 ///
 /// ```
-/// use idem_runtime::Turn;
+/// use idem_tools_runtime::Turn;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let turn = Turn::new("conv-42/turn-7").with_max_attempts_per_key(5);

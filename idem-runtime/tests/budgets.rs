@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem_runtime::key::{ArgsDigest, Fingerprint};
-use idem_runtime::store::{MemoryStore, Store};
-use idem_runtime::{Call, Error, Key, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Call, Error, Key, ToolInfo, Turn, execute};
 
 const SEND: ToolInfo = ToolInfo::idempotent("send_message");
 

@@ -4,12 +4,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem_runtime::clock::ManualClock;
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::fault::{Fault, FaultStore, Op};
-use idem_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, MemoryStore, Store};
-use idem_runtime::{Call, Error, Key, Outcome, ToolInfo, Turn, current_key, execute};
-use idem_runtime::{execute_caching_errors, key::Fingerprint};
+use idem_tools_runtime::clock::ManualClock;
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
+use idem_tools_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, MemoryStore, Store};
+use idem_tools_runtime::{Call, Error, Key, Outcome, ToolInfo, Turn, current_key, execute};
+use idem_tools_runtime::{execute_caching_errors, key::Fingerprint};
 use serde::{Deserialize, Serialize};
 
 const SEND: ToolInfo = ToolInfo::idempotent("send_message");
@@ -738,13 +738,13 @@ async fn the_running_tool_can_read_its_key() {
 
 #[tokio::test]
 async fn the_global_counters_see_every_outcome() {
-    let before = idem_runtime::stats();
+    let before = idem_tools_runtime::stats();
     let store = memory();
     let turn = turn("t", &store);
     let sent = AtomicUsize::new(0);
     send_message(&turn, &sent, "ada").await.unwrap();
     send_message(&turn, &sent, "ada").await.unwrap();
-    let after = idem_runtime::stats();
+    let after = idem_tools_runtime::stats();
     assert!(after.executed > before.executed);
     assert!(after.replayed > before.replayed);
     assert_eq!(Outcome::Replayed.as_str(), "replayed");

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem_runtime::key::{ArgsDigest, Fingerprint};
-use idem_runtime::store::fault::{Fault, FaultStore, Op};
-use idem_runtime::store::{MemoryStore, RecordState, Store};
-use idem_runtime::{
+use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
+use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
+use idem_tools_runtime::store::{MemoryStore, RecordState, Store};
+use idem_tools_runtime::{
     Call, Error, Key, ToolInfo, Turn, execute, execute_detached, execute_detached_caching_errors,
 };
 use serde::{Deserialize, Serialize};
@@ -148,7 +148,7 @@ async fn a_detached_tool_sees_its_turn_and_key_and_its_panic_reaches_the_caller(
     let (key, fp) = digest(&SEND, &turn, "ada");
     let seen = execute_detached(Call::new(&SEND, &turn, key, fp), async {
         let turn = Turn::current().map(|t| t.id().to_owned());
-        Ok::<_, Error>((turn, idem_runtime::current_key().map(|k| k.to_hex())))
+        Ok::<_, Error>((turn, idem_tools_runtime::current_key().map(|k| k.to_hex())))
     })
     .await
     .unwrap();

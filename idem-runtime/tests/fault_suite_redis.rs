@@ -24,7 +24,7 @@ mod stores;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use idem_runtime::store::{RedisStore, Store};
+use idem_tools_runtime::store::{RedisStore, Store};
 
 use modes::{budget, mode, realtime_shape, seeds};
 use run::{Backend, Opener};

@@ -25,7 +25,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use idem_runtime::store::{SqliteStore, Store};
+use idem_tools_runtime::store::{SqliteStore, Store};
 
 use modes::{budget, mode, realtime_shape, seeds};
 use run::{Backend, Opener};

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use idem_runtime::key::{ArgsDigest, Key, derive_key, encode_value, fingerprint};
+use idem_tools_runtime::key::{ArgsDigest, Key, derive_key, encode_value, fingerprint};
 use proptest::prelude::*;
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeStruct};

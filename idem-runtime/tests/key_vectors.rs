@@ -7,11 +7,11 @@
 //! is not only self-referential.
 //!
 //! After an intended change of the encoding (which must bump `ENCODING_VERSION` and the contexts),
-//! regenerate the file with `IDEM_UPDATE_VECTORS=1 cargo test -p idem-runtime --test key_vectors`.
+//! regenerate the file with `IDEM_UPDATE_VECTORS=1 cargo test -p idem-tools-runtime --test key_vectors`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use idem_runtime::key::{
+use idem_tools_runtime::key::{
     ArgsDigest, ENCODING_VERSION, FINGERPRINT_CONTEXT, Fingerprint, KEY_CONTEXT, Key, Unordered,
     derive_key, encode_value, fingerprint,
 };

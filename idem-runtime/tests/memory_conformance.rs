@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::clock::ManualClock;
-use idem_runtime::key::Key;
-use idem_runtime::store::conformance::{self, Harness};
-use idem_runtime::store::{BeginRequest, LeaseToken, MemoryStore, Store, StoreFuture};
+use idem_tools_runtime::clock::ManualClock;
+use idem_tools_runtime::key::Key;
+use idem_tools_runtime::store::conformance::{self, Harness};
+use idem_tools_runtime::store::{BeginRequest, LeaseToken, MemoryStore, Store, StoreFuture};
 
 struct Memory {
     clock: ManualClock,
@@ -32,7 +32,7 @@ impl Harness for Memory {
     }
 }
 
-fn request<'a>(key: &'a Key, fp: &'a idem_runtime::Fingerprint) -> BeginRequest<'a> {
+fn request<'a>(key: &'a Key, fp: &'a idem_tools_runtime::Fingerprint) -> BeginRequest<'a> {
     BeginRequest {
         namespace: "",
         key,
@@ -55,7 +55,7 @@ async fn memory_store_conforms() {
 async fn expired_records_are_reclaimed_without_a_purge() {
     let clock = ManualClock::new(1_000);
     let memory = MemoryStore::with_clock(Arc::new(clock.clone()));
-    let fp = idem_runtime::Fingerprint::from_bytes([7; 32]);
+    let fp = idem_tools_runtime::Fingerprint::from_bytes([7; 32]);
     for i in 0..500u32 {
         let key = conformance::fresh_key(&i.to_string());
         memory.begin(request(&key, &fp)).await.unwrap();
@@ -78,7 +78,7 @@ async fn expired_records_are_reclaimed_without_a_purge() {
 async fn expiry_work_is_bounded_per_call() {
     let clock = ManualClock::new(1_000);
     let memory = MemoryStore::with_clock(Arc::new(clock.clone()));
-    let fp = idem_runtime::Fingerprint::from_bytes([7; 32]);
+    let fp = idem_tools_runtime::Fingerprint::from_bytes([7; 32]);
     let mut keys = Vec::new();
     for i in 0..20_000u32 {
         let key = conformance::fresh_key(&i.to_string());
@@ -101,14 +101,14 @@ async fn expiry_work_is_bounded_per_call() {
 
 #[tokio::test]
 async fn memory_does_not_grow_with_the_number_of_calls() {
-    use idem_runtime::store::{Charge, KeyCounter};
+    use idem_tools_runtime::store::{Charge, KeyCounter};
     for (counter, most) in [(KeyCounter::Key, 3), (KeyCounter::TurnAndKey, 4)] {
         let clock = ManualClock::new(1_000);
         let memory = MemoryStore::with_clock(Arc::new(clock.clone()));
-        let fp = idem_runtime::Fingerprint::from_bytes([7; 32]);
+        let fp = idem_tools_runtime::Fingerprint::from_bytes([7; 32]);
         let key = conformance::fresh_key("hot");
         let charge = Charge {
-            turn: idem_runtime::store::budget::TurnIdentity::new("", "t"),
+            turn: idem_tools_runtime::store::budget::TurnIdentity::new("", "t"),
             counter,
             max_attempts: u32::MAX,
             max_calls: None,

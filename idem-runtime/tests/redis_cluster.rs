@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem_runtime::key::{ArgsDigest, Key};
-use idem_runtime::store::conformance::{self, Harness};
-use idem_runtime::store::{RedisStore, Store, StoreFuture};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::{ArgsDigest, Key};
+use idem_tools_runtime::store::conformance::{self, Harness};
+use idem_tools_runtime::store::{RedisStore, Store, StoreFuture};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 use redis::cluster_async::ClusterConnection;
 use redis_common::{cleanup_cluster, cluster_urls, raw, unique_prefix};
 

@@ -10,10 +10,10 @@ mod redis_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::Error;
-use idem_runtime::key::Key;
-use idem_runtime::store::conformance::{self, Harness};
-use idem_runtime::store::{RedisStore, Store, StoreFuture};
+use idem_tools_runtime::Error;
+use idem_tools_runtime::key::Key;
+use idem_tools_runtime::store::conformance::{self, Harness};
+use idem_tools_runtime::store::{RedisStore, Store, StoreFuture};
 use redis::aio::MultiplexedConnection;
 use redis_common::{cleanup, raw, redis_url, unique_prefix};
 

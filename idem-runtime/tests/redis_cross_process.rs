@@ -12,9 +12,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{RedisStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{RedisStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 use redis_common::{cleanup, raw, redis_url, unique_prefix};
 
 const PROCESSES: usize = 4;
@@ -152,6 +152,6 @@ fn cross_process_child() {
         for task in tasks {
             task.await.expect("a task failed");
         }
-        println!("XPROC executed={}", idem_runtime::stats().executed);
+        println!("XPROC executed={}", idem_tools_runtime::stats().executed);
     });
 }

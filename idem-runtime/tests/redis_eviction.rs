@@ -5,8 +5,8 @@
 
 mod redis_common;
 
-use idem_runtime::Error;
-use idem_runtime::store::{Begin, BeginRequest, LeaseToken, RedisStore, Store};
+use idem_tools_runtime::Error;
+use idem_tools_runtime::store::{Begin, BeginRequest, LeaseToken, RedisStore, Store};
 use redis_common::{PrivateServer, fingerprint, key, raw, redis_url};
 
 async fn set_policy(url: &str, policy: &str) {

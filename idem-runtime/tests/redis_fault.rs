@@ -22,9 +22,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use idem_runtime::key::{ArgsDigest, Key};
-use idem_runtime::store::{Begin, BeginRequest, Lease, Record, RedisStore, Store, StoreFuture};
-use idem_runtime::{Call, Error, Stats, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::{ArgsDigest, Key};
+use idem_tools_runtime::store::{
+    Begin, BeginRequest, Lease, Record, RedisStore, Store, StoreFuture,
+};
+use idem_tools_runtime::{Call, Error, Stats, ToolInfo, Turn, execute};
 use redis_common::{PrivateServer, redis_url};
 
 const SHIP: ToolInfo = ToolInfo::idempotent("ship").with_lease(Duration::from_secs(1));
@@ -285,7 +287,7 @@ async fn restarting_redis_fails_closed_and_forgets_nothing_recorded() {
             .recorded(&key_of(key))
             .iter()
             .map(|bytes| {
-                let shown = idem_runtime::replay::render(bytes).unwrap();
+                let shown = idem_tools_runtime::replay::render(bytes).unwrap();
                 shown
                     .strip_prefix("Ok(")
                     .and_then(|s| s.strip_suffix(')'))

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{RecordState, RedisStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{RecordState, RedisStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 use redis_common::{PrivateServer, raw, redis_url};
 
 /// A lease far longer than the test: only a release can free the key in time.

@@ -7,8 +7,8 @@ mod redis_common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::Error;
-use idem_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, RedisStore, Store};
+use idem_tools_runtime::Error;
+use idem_tools_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, RedisStore, Store};
 use redis_common::{cleanup, fingerprint, key, raw, redis_url, unique_prefix};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -22,8 +22,8 @@ async fn store(url: &str, tag: &str) -> RedisStore {
 
 fn request<'a>(
     namespace: &'a str,
-    key: &'a idem_runtime::Key,
-    fp: &'a idem_runtime::Fingerprint,
+    key: &'a idem_tools_runtime::Key,
+    fp: &'a idem_tools_runtime::Fingerprint,
     lease: Duration,
 ) -> BeginRequest<'a> {
     BeginRequest {

@@ -10,9 +10,9 @@ mod redis_common;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{RedisStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{RedisStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 use redis_common::{PrivateServer, raw, redis_url};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;

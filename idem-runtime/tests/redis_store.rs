@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::conformance::lease_of;
-use idem_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, RecordState, RedisStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::conformance::lease_of;
+use idem_tools_runtime::store::{
+    Begin, BeginRequest, Lease, LeaseToken, RecordState, RedisStore, Store,
+};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 use redis_common::{cleanup, fingerprint, key, raw, redis_url, unique_prefix};
 
 const LONG: Duration = Duration::from_secs(30);
@@ -28,8 +30,8 @@ async fn store(url: &str, tag: &str) -> RedisStore {
 
 fn request<'a>(
     namespace: &'a str,
-    key: &'a idem_runtime::Key,
-    fp: &'a idem_runtime::Fingerprint,
+    key: &'a idem_tools_runtime::Key,
+    fp: &'a idem_tools_runtime::Fingerprint,
     lease: Duration,
 ) -> BeginRequest<'a> {
     BeginRequest {

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::replay::render;
-use idem_runtime::store::{MemoryStore, Store};
-use idem_runtime::{Call, Error, Key, ToolInfo, Turn, execute, execute_caching_errors};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::replay::render;
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Call, Error, Key, ToolInfo, Turn, execute, execute_caching_errors};
 use serde::{Deserialize, Serialize};
 
 const MEASURE: ToolInfo = ToolInfo::idempotent("measure");

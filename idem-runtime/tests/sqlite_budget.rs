@@ -9,11 +9,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::clock::ManualClock;
-use idem_runtime::key::{Fingerprint, Key};
-use idem_runtime::store::budget::TurnIdentity;
-use idem_runtime::store::sqlite::SCHEMA_VERSION;
-use idem_runtime::store::{
+use idem_tools_runtime::clock::ManualClock;
+use idem_tools_runtime::key::{Fingerprint, Key};
+use idem_tools_runtime::store::budget::TurnIdentity;
+use idem_tools_runtime::store::sqlite::SCHEMA_VERSION;
+use idem_tools_runtime::store::{
     Begin, BeginRequest, Charge, Exhausted, KeyCounter, LeaseToken, SqliteStore, Store,
 };
 use sqlite_common::TempDir;
@@ -127,7 +127,7 @@ async fn counts_survive_a_restart() {
     {
         let store = SqliteStore::open(dir.db()).unwrap();
         let req = charged(&k, &fp, "turn", 1, None, WINDOW);
-        let lease = idem_runtime::store::conformance::lease_of(&req);
+        let lease = idem_tools_runtime::store::conformance::lease_of(&req);
         assert_eq!(store.begin(req).await.unwrap(), Begin::Claimed);
         store.complete(&lease, b"{}", WINDOW).await.unwrap();
     }

@@ -9,10 +9,10 @@ use sqlite_common::TempDir;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::clock::ManualClock;
-use idem_runtime::key::Key;
-use idem_runtime::store::conformance::{self, Harness};
-use idem_runtime::store::{SqliteStore, Store, StoreFuture};
+use idem_tools_runtime::clock::ManualClock;
+use idem_tools_runtime::key::Key;
+use idem_tools_runtime::store::conformance::{self, Harness};
+use idem_tools_runtime::store::{SqliteStore, Store, StoreFuture};
 
 struct Sqlite {
     clock: ManualClock,

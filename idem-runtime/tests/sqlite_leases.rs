@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_runtime::clock::{Clock, ManualClock};
-use idem_runtime::key::{ArgsDigest, Fingerprint, Key};
-use idem_runtime::store::conformance::lease_of;
-use idem_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, SqliteStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::clock::{Clock, ManualClock};
+use idem_tools_runtime::key::{ArgsDigest, Fingerprint, Key};
+use idem_tools_runtime::store::conformance::lease_of;
+use idem_tools_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, SqliteStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 use sqlite_common::TempDir;
 
 const NS: &str = "tenant";

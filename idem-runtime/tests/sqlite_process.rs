@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use idem_runtime::clock::{Clock, SystemClock};
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{RecordState, SqliteStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::clock::{Clock, SystemClock};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{RecordState, SqliteStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 
 const CHILD_ENV: &str = "IDEM_SQLITE_CHILD";
 const DB_ENV: &str = "IDEM_SQLITE_DB";
@@ -321,7 +321,7 @@ async fn a_completed_call_is_replayed_after_its_process_is_killed() {
 
 /// The documented crash window: a process killed after its side effect but before recording
 /// the result leaves an in-flight claim; once the lease expires, a retry runs the tool again.
-/// Forwarding `idem::current_key()` to the downstream API is what deduplicates that second run.
+/// Forwarding `idem_tools::current_key()` to the downstream API is what deduplicates that second run.
 #[tokio::test]
 async fn a_call_killed_mid_execution_blocks_its_key_until_the_lease_expires() {
     let dir = TempDir::new("mid-execution");

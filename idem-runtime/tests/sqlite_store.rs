@@ -8,14 +8,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::clock::ManualClock;
-use idem_runtime::key::{Fingerprint, Key};
-use idem_runtime::store::conformance::lease_of;
-use idem_runtime::store::sqlite::SCHEMA_VERSION;
-use idem_runtime::store::{
+use idem_tools_runtime::clock::ManualClock;
+use idem_tools_runtime::key::{Fingerprint, Key};
+use idem_tools_runtime::store::conformance::lease_of;
+use idem_tools_runtime::store::sqlite::SCHEMA_VERSION;
+use idem_tools_runtime::store::{
     Begin, BeginRequest, Lease, LeaseToken, RecordState, SqliteStore, Store,
 };
-use idem_runtime::{Error, ToolInfo, Turn, execute, key::ArgsDigest};
+use idem_tools_runtime::{Error, ToolInfo, Turn, execute, key::ArgsDigest};
 
 const NS: &str = "tenant";
 const LEASE: Duration = Duration::from_secs(30);
@@ -121,7 +121,7 @@ async fn completed_records_expire_after_their_ttl() {
 }
 
 fn clock_now(clock: &ManualClock) -> u64 {
-    use idem_runtime::clock::Clock;
+    use idem_tools_runtime::clock::Clock;
     clock.now_ms()
 }
 
@@ -458,7 +458,7 @@ async fn the_engine_replays_across_store_instances() {
         let (key, fingerprint) =
             args.finish(turn.namespace(), turn.id(), CHARGE.name, CHARGE.version);
         let receipt = execute(
-            idem_runtime::Call::new(&CHARGE, &turn, key, fingerprint),
+            idem_tools_runtime::Call::new(&CHARGE, &turn, key, fingerprint),
             async {
                 runs += 1;
                 Ok::<_, Error>(format!("receipt-{runs}"))
@@ -490,7 +490,7 @@ async fn measure_cost_per_call() {
         .collect();
     let started = std::time::Instant::now();
     for (k, f) in &keys {
-        execute(idem_runtime::Call::new(&TOOL, &turn, *k, *f), async {
+        execute(idem_tools_runtime::Call::new(&TOOL, &turn, *k, *f), async {
             Ok::<_, Error>(1u32)
         })
         .await
@@ -500,7 +500,7 @@ async fn measure_cost_per_call() {
     let turn = Turn::new("measure").with_store(Arc::clone(&store));
     let started = std::time::Instant::now();
     for (k, f) in &keys {
-        execute(idem_runtime::Call::new(&TOOL, &turn, *k, *f), async {
+        execute(idem_tools_runtime::Call::new(&TOOL, &turn, *k, *f), async {
             Ok::<_, Error>(1u32)
         })
         .await
@@ -529,11 +529,11 @@ async fn measure_cost_per_call() {
         "sqlite: store.get of a missing key {:?}/call",
         started.elapsed() / n
     );
-    let memory: Arc<dyn Store> = Arc::new(idem_runtime::MemoryStore::new());
+    let memory: Arc<dyn Store> = Arc::new(idem_tools_runtime::MemoryStore::new());
     let turn = Turn::new("measure").with_store(Arc::clone(&memory));
     let started = std::time::Instant::now();
     for (k, f) in &keys {
-        execute(idem_runtime::Call::new(&TOOL, &turn, *k, *f), async {
+        execute(idem_tools_runtime::Call::new(&TOOL, &turn, *k, *f), async {
             Ok::<_, Error>(1u32)
         })
         .await
@@ -555,10 +555,13 @@ async fn a_cancelled_call_releases_its_key_at_once() {
     args.arg("n", &1).unwrap();
     let (k, f) = args.finish(turn.namespace(), turn.id(), SLOW.name, SLOW.version);
     let (started, mut started_rx) = tokio::sync::mpsc::channel::<()>(1);
-    let call = execute(idem_runtime::Call::new(&SLOW, &turn, k, f), async move {
-        started.send(()).await.unwrap();
-        std::future::pending::<Result<u32, Error>>().await
-    });
+    let call = execute(
+        idem_tools_runtime::Call::new(&SLOW, &turn, k, f),
+        async move {
+            started.send(()).await.unwrap();
+            std::future::pending::<Result<u32, Error>>().await
+        },
+    );
     tokio::select! {
         _ = call => panic!("the tool never finishes"),
         _ = started_rx.recv() => {} // running: drop the call here

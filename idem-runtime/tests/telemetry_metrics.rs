@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::engine::refuse;
-use idem_runtime::engine::telemetry::{CALL_DURATION_SECONDS, CALLS_IN_FLIGHT, CALLS_TOTAL};
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{MemoryStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::engine::refuse;
+use idem_tools_runtime::engine::telemetry::{CALL_DURATION_SECONDS, CALLS_IN_FLIGHT, CALLS_TOTAL};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 use metrics::Unit;
 use metrics_util::MetricKind;
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{MemoryStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute, execute_detached};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute, execute_detached};
 use opentelemetry::trace::{Status, TracerProvider as _};
 use opentelemetry::{KeyValue, Value};
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};

@@ -22,7 +22,7 @@
 //! server as a retry.
 //!
 //! ```ignore
-//! #[idem::tool_impl]
+//! #[idem_tools::tool_impl]
 //! #[tool_router]
 //! impl Desk {
 //!     #[idempotent]
@@ -41,7 +41,7 @@
 //!     }
 //! }
 //!
-//! const TOOLS: &[idem::ToolInfo] = idem::tools![Desk::open_ticket, Desk::list_tickets];
+//! const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Desk::open_ticket, Desk::list_tickets];
 //!
 //! let server = IdemServer::new(Desk::new(), TOOLS)?; // one per session
 //! server.serve(transport).await?;
@@ -56,7 +56,7 @@ mod result;
 mod scope;
 mod server;
 
-pub use idem_runtime::mcp::{error_kind, is_for_model, model_message};
+pub use idem_tools_runtime::mcp::{error_kind, is_for_model, model_message};
 pub use result::{Json, ToolError};
 pub use server::IdemServer;
 

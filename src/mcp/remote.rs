@@ -8,17 +8,17 @@
 //! first execution on an [`IdemServer`](super::IdemServer) instead of acting twice.
 //!
 //! ```
-//! use idem::Turn;
+//! use idem_tools::Turn;
 //! use rmcp::model::CallToolRequestParams;
 //!
 //! let turn = Turn::new("conv-42/turn-7");
 //! let args = serde_json::json!({ "title": "printer on fire" });
 //! let call = CallToolRequestParams::new("open_ticket")
 //!     .with_arguments(args.as_object().cloned().unwrap_or_default());
-//! let first = idem::mcp::remote::with_turn(&turn, call.clone())?;
-//! let retry = idem::mcp::remote::with_turn(&turn, call)?;
+//! let first = idem_tools::mcp::remote::with_turn(&turn, call.clone())?;
+//! let retry = idem_tools::mcp::remote::with_turn(&turn, call)?;
 //! assert_eq!(first.meta, retry.meta); // the same key: the server sees a retry
-//! # Ok::<(), idem::Error>(())
+//! # Ok::<(), idem_tools::Error>(())
 //! ```
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
@@ -35,7 +35,7 @@ use crate::{Error, Key, Turn};
 /// [`Error::Encode`] if the arguments cannot be encoded.
 pub fn call_key(turn: &Turn, params: &CallToolRequestParams) -> Result<Key, Error> {
     let arguments = Value::Object(params.arguments.clone().unwrap_or_default());
-    idem_runtime::key::derive_key(turn.namespace(), turn.id(), &params.name, 0, &arguments)
+    idem_tools_runtime::key::derive_key(turn.namespace(), turn.id(), &params.name, 0, &arguments)
 }
 
 /// `params` with `turn`'s id and the call's key ([`call_key`]) in its `_meta`; a key the
@@ -66,7 +66,7 @@ pub async fn call_tool(
     peer: &Peer<RoleClient>,
     params: CallToolRequestParams,
 ) -> Result<CallToolResult, ServiceError> {
-    let turn = Turn::current_for("idem::mcp::remote::call_tool")
+    let turn = Turn::current_for("idem_tools::mcp::remote::call_tool")
         .map_err(|e| ServiceError::McpError(e.into()))?;
     let params = with_turn(&turn, params).map_err(|e| ServiceError::McpError(e.into()))?;
     peer.call_tool(params).await

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Error;
 
-/// The error type of an rmcp tool under `#[idempotent]`: it has `From<idem::Error>` (so
+/// The error type of an rmcp tool under `#[idempotent]`: it has `From<idem_tools::Error>` (so
 /// budget, turn and store failures flow out of the tool) and implements rmcp's
 /// `IntoCallToolResult`, so `Result<String, ToolError>` or `Result<Json<T>, ToolError>` is a
 /// valid `#[tool]` return type.
@@ -26,7 +26,7 @@ use crate::Error;
 ///   error, not shown to the model.
 ///
 /// ```
-/// use idem::mcp::ToolError;
+/// use idem_tools::mcp::ToolError;
 /// use rmcp::handler::server::tool::IntoCallToolResult;
 /// use rmcp::model::CallToolResponse;
 ///
@@ -143,7 +143,7 @@ impl IntoCallToolResult for ToolError {
 /// `T` as `structuredContent` (and as text).
 ///
 /// ```
-/// use idem::mcp::Json;
+/// use idem_tools::mcp::Json;
 ///
 /// #[derive(serde::Serialize, serde::Deserialize, rmcp::schemars::JsonSchema)]
 /// #[schemars(crate = "rmcp::schemars")]

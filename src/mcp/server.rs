@@ -70,10 +70,10 @@ fn new_session_id() -> String {
 }
 
 impl<S: ServerHandler> IdemServer<S> {
-    /// Wraps `inner`, whose tools are classified by `tools` (an `idem::tools![…]` catalog).
+    /// Wraps `inner`, whose tools are classified by `tools` (an `idem_tools::tools![…]` catalog).
     ///
     /// Each catalogued tool must be served by `inner` under its idem name, or under the method
-    /// name of a `Type::method` name (what `#[idem::tool_impl]` gives rmcp's `#[tool]`
+    /// name of a `Type::method` name (what `#[idem_tools::tool_impl]` gives rmcp's `#[tool]`
     /// methods), and no two may share an rmcp name: `inner.get_tool` (which `#[tool_handler]`
     /// implements) is asked.
     ///

@@ -8,7 +8,7 @@ pub mod example;
 use std::sync::Arc;
 
 use example::{Backend, Desk, session};
-use idem::mcp::IdemServer;
+use idem_tools::mcp::IdemServer;
 use rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
 use rmcp::service::RunningService;
 use rmcp::{RoleClient, ServiceExt};

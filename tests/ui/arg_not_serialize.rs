@@ -1,9 +1,9 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 struct HttpClient;
 
 #[idempotent]
-async fn send_message(client: &HttpClient, to: String) -> Result<(), idem::Error> {
+async fn send_message(client: &HttpClient, to: String) -> Result<(), idem_tools::Error> {
     let _ = (client, to);
     Ok(())
 }

@@ -1,7 +1,7 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 #[idempotent]
-async fn greeting(to: String) -> Result<&'static str, idem::Error> {
+async fn greeting(to: String) -> Result<&'static str, idem_tools::Error> {
     let _ = to;
     Ok("hello")
 }

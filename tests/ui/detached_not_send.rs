@@ -1,10 +1,10 @@
 use std::rc::Rc;
 
-use idem::idempotent;
+use idem_tools::idempotent;
 
 /// No receiver and owned arguments: detached, so the body must be `Send`.
 #[idempotent]
-async fn count(n: u32) -> Result<u32, idem::Error> {
+async fn count(n: u32) -> Result<u32, idem_tools::Error> {
     let shared = Rc::new(n);
     tokio::task::yield_now().await;
     Ok(*shared)

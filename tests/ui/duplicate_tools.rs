@@ -1,19 +1,19 @@
-use idem::{idempotent, tool_impl};
+use idem_tools::{idempotent, tool_impl};
 
 mod billing {
-    #[idem::idempotent(name = "charge")]
-    pub async fn charge(cents: u64) -> Result<u64, idem::Error> {
+    #[idem_tools::idempotent(name = "charge")]
+    pub async fn charge(cents: u64) -> Result<u64, idem_tools::Error> {
         Ok(cents)
     }
 }
 
 #[idempotent(name = "charge")]
-async fn charge_card(cents: u64) -> Result<u64, idem::Error> {
+async fn charge_card(cents: u64) -> Result<u64, idem_tools::Error> {
     Ok(cents)
 }
 
 trait Tool {
-    async fn call(&self, input: String) -> Result<String, idem::Error>;
+    async fn call(&self, input: String) -> Result<String, idem_tools::Error>;
 }
 
 struct A;
@@ -23,7 +23,7 @@ struct B;
 #[tool_impl]
 impl Tool for A {
     #[idempotent]
-    async fn call(&self, input: String) -> Result<String, idem::Error> {
+    async fn call(&self, input: String) -> Result<String, idem_tools::Error> {
         Ok(input)
     }
 }
@@ -31,12 +31,12 @@ impl Tool for A {
 #[tool_impl]
 impl Tool for B {
     #[idempotent]
-    async fn call(&self, input: String) -> Result<String, idem::Error> {
+    async fn call(&self, input: String) -> Result<String, idem_tools::Error> {
         Ok(input)
     }
 }
 
-const TOOLS: &[idem::ToolInfo] = idem::tools![A::call, billing::charge, B::call, charge_card];
+const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![A::call, billing::charge, B::call, charge_card];
 
 fn main() {
     let _ = TOOLS;

@@ -1,4 +1,4 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 #[derive(Debug)]
 struct MyError;

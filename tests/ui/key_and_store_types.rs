@@ -1,7 +1,7 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 #[idempotent]
-async fn refund(#[key] request_id: u64, cents: u64) -> Result<u64, idem::Error> {
+async fn refund(#[key] request_id: u64, cents: u64) -> Result<u64, idem_tools::Error> {
     let _ = request_id;
     Ok(cents)
 }
@@ -11,7 +11,7 @@ fn not_a_store() -> u32 {
 }
 
 #[idempotent(store = not_a_store())]
-async fn audit(line: String) -> Result<(), idem::Error> {
+async fn audit(line: String) -> Result<(), idem_tools::Error> {
     let _ = line;
     Ok(())
 }

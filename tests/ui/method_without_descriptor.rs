@@ -1,11 +1,11 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 struct Server;
 
 impl Server {
     /// Named, but with no visibility and no `#[tool_impl]`: no descriptor.
     #[idempotent(name = "server_send")]
-    async fn send(&self, to: String) -> Result<u32, idem::Error> {
+    async fn send(&self, to: String) -> Result<u32, idem_tools::Error> {
         let _ = to;
         Ok(1)
     }
@@ -14,7 +14,7 @@ impl Server {
     pub async fn delete_repo(&self) {}
 }
 
-const TOOLS: &[idem::ToolInfo] = idem::tools![Server::send, Server::delete_repo];
+const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Server::send, Server::delete_repo];
 
 fn main() {
     let _ = TOOLS;

@@ -1,7 +1,7 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 #[idempotent]
-fn send_message(to: String) -> Result<(), idem::Error> {
+fn send_message(to: String) -> Result<(), idem_tools::Error> {
     let _ = to;
     Ok(())
 }

@@ -1,4 +1,4 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 #[idempotent]
 async fn returns_a_string(to: String) -> String {

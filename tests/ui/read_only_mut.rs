@@ -1,4 +1,4 @@
-use idem::read_only;
+use idem_tools::read_only;
 
 #[read_only]
 fn search(cache: &mut Vec<String>, query: &str) -> usize {

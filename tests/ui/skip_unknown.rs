@@ -1,7 +1,7 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 #[idempotent(skip(cleint))]
-async fn send_message(client: u32, to: String) -> Result<(), idem::Error> {
+async fn send_message(client: u32, to: String) -> Result<(), idem_tools::Error> {
     let _ = (client, to);
     Ok(())
 }

@@ -1,12 +1,12 @@
 struct Server;
 
-#[idem::tool_impl]
+#[idem_tools::tool_impl]
 fn search(server: &Server, query: &str) -> usize {
     let _ = server;
     query.len()
 }
 
-#[idem::tool_impl]
+#[idem_tools::tool_impl]
 struct NotAnImpl;
 
 fn main() {

@@ -1,11 +1,11 @@
-use idem::{idempotent, tool_impl};
+use idem_tools::{idempotent, tool_impl};
 
 struct Server;
 
 #[tool_impl(budget = 3)]
 impl Server {
     #[idempotent]
-    async fn open(&self, id: u32) -> Result<u32, idem::Error> {
+    async fn open(&self, id: u32) -> Result<u32, idem_tools::Error> {
         Ok(id)
     }
 }
@@ -16,17 +16,17 @@ struct Other;
 #[tool_impl]
 impl Other {
     #[idempotent(budget = 0)]
-    async fn open(&self, id: u32) -> Result<u32, idem::Error> {
+    async fn open(&self, id: u32) -> Result<u32, idem_tools::Error> {
         Ok(id)
     }
 
-    #[idem::read_only]
+    #[idem_tools::read_only]
     fn peek(&self) -> u32 {
         0
     }
 }
 
-const TOOLS: &[idem::ToolInfo] = idem::tools![Other::peek];
+const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Other::peek];
 
 fn main() {
     let _ = (Server, TOOLS);

@@ -1,5 +1,5 @@
-#[idem::idempotent]
-async fn send_message(to: String) -> Result<(), idem::Error> {
+#[idem_tools::idempotent]
+async fn send_message(to: String) -> Result<(), idem_tools::Error> {
     let _ = to;
     Ok(())
 }
@@ -10,13 +10,13 @@ mod docs {
     }
 }
 
-async fn delete_repo(name: String) -> Result<(), idem::Error> {
+async fn delete_repo(name: String) -> Result<(), idem_tools::Error> {
     let _ = name;
     Ok(())
 }
 
-const TOOLS: &[idem::ToolInfo] = idem::tools![send_message, docs::search];
-const MORE: &[idem::ToolInfo] = idem::tools![delete_repo];
+const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![send_message, docs::search];
+const MORE: &[idem_tools::ToolInfo] = idem_tools::tools![delete_repo];
 
 fn main() {
     let _ = (TOOLS, MORE);

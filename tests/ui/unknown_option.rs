@@ -1,13 +1,13 @@
-use idem::idempotent;
+use idem_tools::idempotent;
 
 #[idempotent(retries = 3)]
-async fn send_message(to: String) -> Result<(), idem::Error> {
+async fn send_message(to: String) -> Result<(), idem_tools::Error> {
     let _ = to;
     Ok(())
 }
 
 #[idempotent(key = "request_id")]
-async fn refund(request_id: String) -> Result<(), idem::Error> {
+async fn refund(request_id: String) -> Result<(), idem_tools::Error> {
     let _ = request_id;
     Ok(())
 }

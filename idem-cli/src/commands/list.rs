@@ -1,7 +1,7 @@
 //! `idem list`: live records, newest first.
 
-use idem_runtime::Store;
-use idem_runtime::store::{Record, RecordState};
+use idem_tools_runtime::Store;
+use idem_tools_runtime::store::{Record, RecordState};
 use serde_json::Value;
 
 use crate::args::StateArg;

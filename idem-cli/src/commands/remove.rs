@@ -1,7 +1,7 @@
 //! `idem remove KEY`: delete one record, after confirmation.
 
-use idem_runtime::Store;
-use idem_runtime::store::RecordState;
+use idem_tools_runtime::Store;
+use idem_tools_runtime::store::RecordState;
 use serde_json::json;
 
 use super::show::namespace_flag;

@@ -2,8 +2,8 @@
 
 use std::fmt::Write as _;
 
-use idem_runtime::Store;
-use idem_runtime::store::{Record, RecordState};
+use idem_tools_runtime::Store;
+use idem_tools_runtime::store::{Record, RecordState};
 
 use crate::error::CliError;
 use crate::keyarg::{self, Found, KeyArg};

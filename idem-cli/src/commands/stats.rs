@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 
-use idem_runtime::Store;
-use idem_runtime::store::RecordState;
+use idem_tools_runtime::Store;
+use idem_tools_runtime::store::RecordState;
 use serde_json::json;
 
 use super::list::{Filter, matching};

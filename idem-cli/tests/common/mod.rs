@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_runtime::key::ArgsDigest;
-use idem_runtime::store::{Begin, BeginRequest, LeaseToken, Store};
-use idem_runtime::{Call, Error, Fingerprint, Key, ToolInfo, Turn, execute};
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{Begin, BeginRequest, LeaseToken, Store};
+use idem_tools_runtime::{Call, Error, Fingerprint, Key, ToolInfo, Turn, execute};
 use serde_json::{Value, json};
 
 /// The tool the tests call: "sends" an email and counts how often it really ran.
@@ -210,7 +210,7 @@ pub fn turn(id: &str, namespace: &str) -> Turn {
 /// A `SqliteStore` on `db`, created if needed.
 #[cfg(feature = "sqlite")]
 pub fn open_sqlite(db: &str) -> Arc<dyn Store> {
-    Arc::new(idem_runtime::store::SqliteStore::open(db).expect("a new SQLite store"))
+    Arc::new(idem_tools_runtime::store::SqliteStore::open(db).expect("a new SQLite store"))
 }
 
 /// The short keys of a `list` table, top to bottom.

@@ -23,8 +23,8 @@ pub(crate) struct Held {
 /// before the result is recorded.
 ///
 /// ```
-/// # use idem_runtime::{current_key, execute, Call, ToolInfo, Turn, key::ArgsDigest};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_runtime::Error> {
+/// # use idem_tools_runtime::{current_key, execute, Call, ToolInfo, Turn, key::ArgsDigest};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools_runtime::Error> {
 /// const CHARGE: ToolInfo = ToolInfo::idempotent("charge");
 /// let turn = Turn::new("turn-1");
 /// let mut args = ArgsDigest::new(CHARGE.name);
@@ -32,7 +32,7 @@ pub(crate) struct Held {
 /// let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), CHARGE.name, CHARGE.version);
 /// let header = execute(Call::new(&CHARGE, &turn, key, fingerprint), async {
 ///     let key = current_key().expect("inside a tool");
-///     Ok::<_, idem_runtime::Error>(format!("Idempotency-Key: {key}"))
+///     Ok::<_, idem_tools_runtime::Error>(format!("Idempotency-Key: {key}"))
 /// })
 /// .await?;
 /// assert_eq!(header, format!("Idempotency-Key: {key}"));

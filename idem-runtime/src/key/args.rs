@@ -21,7 +21,7 @@ const COPY_LIMIT: usize = 4096;
 /// those fields.
 ///
 /// ```
-/// use idem_runtime::key::{ArgsDigest, derive_key};
+/// use idem_tools_runtime::key::{ArgsDigest, derive_key};
 ///
 /// #[derive(serde::Serialize)]
 /// struct Args<'a> { to: &'a str, amount_cents: u64 }
@@ -36,7 +36,7 @@ const COPY_LIMIT: usize = 4096;
 /// assert_eq!(key, derive_key("billing", "turn-7", "send_payment", 1, &args)?);
 /// assert_eq!(key.to_hex().len(), 64);
 /// # let _ = fp;
-/// # Ok::<(), idem_runtime::Error>(())
+/// # Ok::<(), idem_tools_runtime::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct ArgsDigest {

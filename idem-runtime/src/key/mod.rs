@@ -89,7 +89,7 @@ fn args_digest<T: Serialize + ?Sized>(
 ///
 /// ```
 /// use std::collections::HashMap;
-/// use idem_runtime::key::derive_key;
+/// use idem_tools_runtime::key::derive_key;
 ///
 /// #[derive(serde::Serialize)]
 /// struct SendEmail { to: String, subject: String }
@@ -103,7 +103,7 @@ fn args_digest<T: Serialize + ?Sized>(
 ///
 /// // Another turn: another key.
 /// assert_ne!(k1, derive_key("mail", "turn-2", "send_email", 1, &args)?);
-/// # Ok::<(), idem_runtime::Error>(())
+/// # Ok::<(), idem_tools_runtime::Error>(())
 /// ```
 ///
 /// # Errors
@@ -143,12 +143,12 @@ pub fn fingerprint<T: Serialize + ?Sized>(
 /// Canonical encoding of one value (for the spec, vectors and debugging).
 ///
 /// ```
-/// use idem_runtime::key::encode_value;
+/// use idem_tools_runtime::key::encode_value;
 ///
 /// let expected = [0x05, 0x00, 5]; // integer, non-negative, |5| in LEB128
 /// assert_eq!(encode_value(&5u8)?, expected);
 /// assert_eq!(encode_value(&5i64)?, expected);
-/// # Ok::<(), idem_runtime::Error>(())
+/// # Ok::<(), idem_tools_runtime::Error>(())
 /// ```
 ///
 /// # Errors

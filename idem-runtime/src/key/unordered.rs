@@ -4,7 +4,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// The newtype-struct name that makes the key serializer encode the inner sequence as a set.
 /// Other serializers treat newtype structs as transparent, so the marker is invisible to them.
-pub(crate) const UNORDERED_MAGIC: &str = "$idem::Unordered";
+pub(crate) const UNORDERED_MAGIC: &str = "$idem_tools::Unordered";
 
 /// A collection whose iteration order does not matter for idempotency keys: it is encoded as a
 /// set (its elements sorted by their encoding), so `Unordered(vec![a, b])` and
@@ -14,7 +14,7 @@ pub(crate) const UNORDERED_MAGIC: &str = "$idem::Unordered";
 /// like the inner collection.
 ///
 /// ```
-/// use idem_runtime::key::{Unordered, encode_value};
+/// use idem_tools_runtime::key::{Unordered, encode_value};
 ///
 /// let a = encode_value(&Unordered(vec!["x", "y"])).unwrap();
 /// let b = encode_value(&Unordered(vec!["y", "x"])).unwrap();
@@ -73,14 +73,14 @@ where
 }
 
 /// Serializes a collection as an unordered set in keys (and as a plain sequence elsewhere); for
-/// fields of your own types: `#[serde(serialize_with = "idem::key::unordered")]`.
+/// fields of your own types: `#[serde(serialize_with = "idem_tools::key::unordered")]`.
 ///
 /// ```
-/// use idem_runtime::key::encode_value;
+/// use idem_tools_runtime::key::encode_value;
 ///
 /// #[derive(serde::Serialize)]
 /// struct Invite {
-///     #[serde(serialize_with = "idem_runtime::key::unordered")]
+///     #[serde(serialize_with = "idem_tools_runtime::key::unordered")]
 ///     emails: Vec<String>,
 /// }
 ///

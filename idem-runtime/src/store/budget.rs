@@ -27,7 +27,7 @@ static TURN_COUNTER: LazyLock<[u8; 32]> =
 /// `Turn` value with that namespace and id shares, in every process.
 ///
 /// ```
-/// use idem_runtime::store::budget::TurnIdentity;
+/// use idem_tools_runtime::store::budget::TurnIdentity;
 ///
 /// let a = TurnIdentity::new("acme", "turn-7");
 /// assert_eq!(a, TurnIdentity::new("acme", "turn-7"));

@@ -14,7 +14,7 @@ const INLINE: usize = 22;
 /// [`Arc`] (cloning bumps a count). It dereferences to `[u8]`.
 ///
 /// ```
-/// use idem_runtime::store::ResultBytes;
+/// use idem_tools_runtime::store::ResultBytes;
 ///
 /// let small = ResultBytes::from(&b"ok"[..]);
 /// let large = ResultBytes::from(vec![7u8; 1000]);

@@ -6,10 +6,10 @@
 //! ```
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use idem_runtime::clock::ManualClock;
-//! use idem_runtime::key::Key;
-//! use idem_runtime::store::conformance::{self, Harness};
-//! use idem_runtime::store::{MemoryStore, Store, StoreFuture};
+//! use idem_tools_runtime::clock::ManualClock;
+//! use idem_tools_runtime::key::Key;
+//! use idem_tools_runtime::store::conformance::{self, Harness};
+//! use idem_tools_runtime::store::{MemoryStore, Store, StoreFuture};
 //!
 //! struct Memory {
 //!     clock: ManualClock,

@@ -57,8 +57,8 @@ type Plan = dyn Fn(Op) -> Fault + Send + Sync;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idem_runtime::store::fault::{Fault, FaultStore, Op};
-/// use idem_runtime::store::{MemoryStore, Store};
+/// use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
+/// use idem_tools_runtime::store::{MemoryStore, Store};
 ///
 /// // A store whose `complete` replies are all lost after they took effect.
 /// let store = FaultStore::new(Arc::new(MemoryStore::new()), |op| match op {

@@ -16,9 +16,9 @@ use crate::Result;
 /// `async` block. Either way it is a `Future`, so callers may simply `.await` it.
 ///
 /// ```
-/// use idem_runtime::store::StoreFuture;
+/// use idem_tools_runtime::store::StoreFuture;
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> idem_runtime::Result<()> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> idem_tools_runtime::Result<()> {
 /// let ready: StoreFuture<'_, u64> = StoreFuture::ready(Ok(7));
 /// assert!(ready.is_ready());
 /// let later: StoreFuture<'_, u64> = StoreFuture::new(async { Ok(7) });

@@ -42,7 +42,7 @@ const SHARDS: usize = 32;
 ///
 /// ```
 /// use std::sync::Arc;
-/// use idem_runtime::store::{MemoryStore, Store};
+/// use idem_tools_runtime::store::{MemoryStore, Store};
 ///
 /// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
 /// # let _ = store;

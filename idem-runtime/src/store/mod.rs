@@ -376,7 +376,7 @@ pub fn default_store() -> &'static Arc<dyn Store> {
 pub fn set_default_store(store: Arc<dyn Store>) -> Result<()> {
     DEFAULT_STORE.set(store).map_err(|_| {
         crate::Error::Config(
-            "the default store was already set or used; call idem::set_default_store once, \
+            "the default store was already set or used; call idem_tools::set_default_store once, \
              before the first tool call"
                 .to_owned(),
         )

@@ -73,12 +73,12 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use idem_runtime::store::{RedisStore, Store};
+/// use idem_tools_runtime::store::{RedisStore, Store};
 ///
-/// # async fn demo() -> idem_runtime::Result<()> {
+/// # async fn demo() -> idem_tools_runtime::Result<()> {
 /// let store: Arc<dyn Store> =
 ///     Arc::new(RedisStore::connect("redis://127.0.0.1:6379").await?.with_prefix("billing"));
-/// idem_runtime::set_default_store(store)?;
+/// idem_tools_runtime::set_default_store(store)?;
 ///
 /// // A Redis Cluster: any of its nodes as seeds.
 /// let cluster = RedisStore::builder()

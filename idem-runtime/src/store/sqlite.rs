@@ -40,10 +40,10 @@ const STATE_COMPLETED: &str = "completed";
 ///
 /// ```no_run
 /// use std::sync::Arc;
-/// use idem_runtime::store::{SqliteStore, Store};
+/// use idem_tools_runtime::store::{SqliteStore, Store};
 ///
 /// let store: Arc<dyn Store> = Arc::new(SqliteStore::open("idem.db")?);
-/// # Ok::<(), idem_runtime::Error>(())
+/// # Ok::<(), idem_tools_runtime::Error>(())
 /// ```
 ///
 /// # What it survives

@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use idem_runtime::key::{ArgsDigest, Fingerprint};
-use idem_runtime::store::{DEFAULT_TTL, Store};
-use idem_runtime::{Call, Error, Key, Turn, execute, execute_caching_errors, execute_detached};
+use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
+use idem_tools_runtime::store::{DEFAULT_TTL, Store};
+use idem_tools_runtime::{
+    Call, Error, Key, Turn, execute, execute_caching_errors, execute_detached,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{Ledger, Val};

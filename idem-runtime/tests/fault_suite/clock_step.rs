@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use idem_runtime::clock::{Clock, ManualClock};
-use idem_runtime::store::{MemoryStore, Store};
-use idem_runtime::{Call, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::clock::{Clock, ManualClock};
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
 
 use crate::calls::key_of;
 use crate::schedule::Tool;

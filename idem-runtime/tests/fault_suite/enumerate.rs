@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
-use idem_runtime::engine::flights_registered;
-use idem_runtime::store::{MemoryStore, RecordState, Store};
-use idem_runtime::{Call, Turn, execute, execute_detached};
+use idem_tools_runtime::engine::flights_registered;
+use idem_tools_runtime::store::{MemoryStore, RecordState, Store};
+use idem_tools_runtime::{Call, Turn, execute, execute_detached};
 
 use crate::calls::{ToolError, key_of};
 use crate::ledger::{Ledger, Val};
@@ -23,7 +23,7 @@ use crate::stores::{Lazy, Observed, TokioClock, YieldOnce};
 /// fails with it), noting in `returned` that it returned.
 async fn body(
     ledger: Arc<Ledger>,
-    key: idem_runtime::Key,
+    key: idem_tools_runtime::Key,
     fail: bool,
     returned: Arc<AtomicBool>,
 ) -> Result<u64, ToolError> {

@@ -6,9 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use idem_runtime::Key;
-use idem_runtime::clock::Clock;
-use idem_runtime::store::LeaseToken;
+use idem_tools_runtime::Key;
+use idem_tools_runtime::clock::Clock;
+use idem_tools_runtime::store::LeaseToken;
 
 /// A result a caller can see: the id of the execution that produced it, and whether it was
 /// `Ok`.

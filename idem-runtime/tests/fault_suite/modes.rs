@@ -52,7 +52,7 @@ pub fn seeds(base: u64, count: u64) -> Vec<u64> {
 }
 
 /// Runs every seed, prints the summary line and each failing seed (minimized, with the command
-/// that reproduces it: `test` is what follows `cargo test -p idem-runtime --test`); returns the
+/// that reproduces it: `test` is what follows `cargo test -p idem-tools-runtime --test`); returns the
 /// totals and the failing seeds.
 pub fn mode(
     name: &str,
@@ -77,7 +77,7 @@ pub fn mode(
                 let (small, why) = minimize(&schedule, verdict, &check);
                 eprintln!(
                     "fault-suite {name}: seed {seed} FAILS (reproduce: IDEM_FAULT_SEED={seed} \
-                     cargo test -p idem-runtime --test {test} -- --nocapture --include-ignored)\n\
+                     cargo test -p idem-tools-runtime --test {test} -- --nocapture --include-ignored)\n\
                      minimized schedule: {small:#?}\nviolations: {:#?}",
                     why.problems,
                 );

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::store::{MemoryStore, Store};
 
-use idem_runtime::store::fault::{Fault, Op};
+use idem_tools_runtime::store::fault::{Fault, Op};
 
 use crate::run::{self, Backend};
 use crate::schedule::{Attempt, Body, Cancel, Chain, End, FaultSpec, Schedule, Tool};

@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use idem_runtime::clock::Clock;
-use idem_runtime::engine::flights_registered;
-use idem_runtime::store::fault::{Fault, FaultStore, Op};
-use idem_runtime::store::{MemoryStore, RecordState, Store};
-use idem_runtime::{Key, Turn};
+use idem_tools_runtime::clock::Clock;
+use idem_tools_runtime::engine::flights_registered;
+use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
+use idem_tools_runtime::store::{MemoryStore, RecordState, Store};
+use idem_tools_runtime::{Key, Turn};
 
 use crate::calls::{attempt_once, quiet_tool_panics};
 use crate::ledger::{Counts, Ledger};

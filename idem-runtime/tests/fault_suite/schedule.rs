@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use idem_runtime::ToolInfo;
-use idem_runtime::store::fault::{Fault, Op};
+use idem_tools_runtime::ToolInfo;
+use idem_tools_runtime::store::fault::{Fault, Op};
 
 use crate::prng::Rng;
 

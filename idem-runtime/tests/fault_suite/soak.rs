@@ -6,10 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::engine::flights_registered;
-use idem_runtime::store::fault::{Fault, FaultStore};
-use idem_runtime::store::{MemoryStore, Store};
-use idem_runtime::{Call, Error, Turn, execute};
+use idem_tools_runtime::engine::flights_registered;
+use idem_tools_runtime::store::fault::{Fault, FaultStore};
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Call, Error, Turn, execute};
 
 use crate::calls::key_of;
 use crate::prng::Rng;

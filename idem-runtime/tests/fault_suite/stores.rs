@@ -6,9 +6,11 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use idem_runtime::Key;
-use idem_runtime::clock::Clock;
-use idem_runtime::store::{Begin, BeginRequest, Lease, Record, RecordState, Store, StoreFuture};
+use idem_tools_runtime::Key;
+use idem_tools_runtime::clock::Clock;
+use idem_tools_runtime::store::{
+    Begin, BeginRequest, Lease, Record, RecordState, Store, StoreFuture,
+};
 
 use crate::ledger::Ledger;
 

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use idem_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::store::{MemoryStore, Store};
 
 use crate::minimize::minimize;
 use crate::modes::{SHAPE, budget, mode, realtime_shape, seeds, shape};

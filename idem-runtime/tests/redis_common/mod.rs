@@ -15,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use idem_runtime::Key;
-use idem_runtime::key::Fingerprint;
+use idem_tools_runtime::Key;
+use idem_tools_runtime::key::Fingerprint;
 
 /// The shared test server's URL, or `None` (after a skip notice) when `IDEM_REDIS_URL` is unset.
 pub fn redis_url(test: &str) -> Option<String> {
