@@ -122,7 +122,7 @@ fn script(user: &str) -> Vec<ToolCall> {
         send.clone(), // times out on the agent's side
         send.clone(), // the retry
         send.clone(), // "once more to be safe"
-        send,         // and once more: past the budget, the error says it is done
+        send,         // and once more: still the same receipt, and still sent once
     ]
 }
 
@@ -172,15 +172,12 @@ pub async fn main() -> Result<(), String> {
     {
         println!("user: {user}");
         let transcript = handle("conv-1", n + 1, user).await;
-        let receipts: Vec<&Value> = transcript[1..4].iter().flatten().collect();
-        if receipts.len() != 3 || receipts.iter().any(|r| *r != receipts[0]) {
+        // Every retry, however many, replays the first receipt.
+        let receipts: Vec<&Value> = transcript[1..].iter().flatten().collect();
+        if receipts.len() != 4 || receipts.iter().any(|r| *r != receipts[0]) {
             return Err(format!(
                 "the retries did not replay one receipt: {transcript:?}"
             ));
-        }
-        match &transcript[4] {
-            Err(error) if error.contains("already succeeded") => {}
-            other => return Err(format!("the fourth call should say it is done: {other:?}")),
         }
         sent.push(receipts[0].clone());
     }

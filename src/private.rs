@@ -18,9 +18,7 @@ pub use idem_tools_runtime::key::ArgsDigest;
 pub use idem_tools_runtime::tool::ToolSlot;
 pub use idem_tools_runtime::{Error, Store, ToolInfo, Turn};
 
-use idem_tools_runtime::{
-    Call, execute, execute_caching_errors, execute_detached, execute_detached_caching_errors,
-};
+use idem_tools_runtime::engine::{Call, Codec, execute, execute_detached};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -240,58 +238,62 @@ fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error>
     let (turn, args) = digest
         .state
         .map_err(|error| idem_tools_runtime::engine::refuse(tool, error))?;
-    let turn_bound = !args.has_caller_key();
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
     let call = Call::in_turn(tool, turn, key, fingerprint);
-    let call = if turn_bound {
-        call.counted_by_key()
-    } else {
-        call
-    };
-    Ok(match &store {
-        Some(store) => call.with_store(store),
+    Ok(match store {
+        Some(store) => call.with_store(&store),
         None => call,
     })
+}
+
+/// How an `#[idempotent]` tool's results are recorded: [`OkOnly`] or [`OkAndErr`]
+/// (`cache_errors`), each with the bounds it needs of the result type.
+pub trait Records<R: ToolReturn> {
+    /// The engine's codec for `R`.
+    fn codec(self) -> Codec<R::Ok, R::Err>;
+}
+
+/// Records `Ok` results only (the default).
+pub struct OkOnly;
+
+/// Records `Ok` and `Err` results (`cache_errors`).
+pub struct OkAndErr;
+
+impl<R: ToolReturn> Records<R> for OkOnly
+where
+    R::Ok: ToolOk,
+{
+    fn codec(self) -> Codec<R::Ok, R::Err> {
+        Codec::ok_only()
+    }
+}
+
+impl<R: ToolReturn> Records<R> for OkAndErr
+where
+    R::Ok: ToolOk,
+    R::Err: CachedErr,
+{
+    fn codec(self) -> Codec<R::Ok, R::Err> {
+        Codec::ok_and_err()
+    }
 }
 
 /// Runs an `#[idempotent]` tool's body through [`execute`], in the caller's task.
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] converted with `E: From<Error>`.
-pub async fn run<R, F>(digest: Digest, store: Option<Arc<dyn Store>>, tool_future: F) -> R
+pub async fn run<R, F, C>(digest: Digest, store: Option<Arc<dyn Store>>, records: C, body: F) -> R
 where
     R: ToolReturn,
     R::Ok: ToolOk,
     R::Err: ToolErr,
+    C: Records<R>,
     F: Future<Output = R>,
 {
     match prepare(digest, store) {
         Ok(call) => {
-            R::from_result(execute(call, async move { tool_future.await.into_result() }).await)
-        }
-        Err(error) => R::from_result(Err(R::Err::from(error))),
-    }
-}
-
-/// Like [`run`], with [`execute_caching_errors`].
-///
-/// # Errors
-/// As [`run`].
-pub async fn run_caching_errors<R, F>(
-    digest: Digest,
-    store: Option<Arc<dyn Store>>,
-    tool_future: F,
-) -> R
-where
-    R: ToolReturn,
-    R::Ok: ToolOk,
-    R::Err: CachedErr,
-    F: Future<Output = R>,
-{
-    match prepare(digest, store) {
-        Ok(call) => {
-            let future = async move { tool_future.await.into_result() };
-            R::from_result(execute_caching_errors(call, future).await)
+            let body = async move { body.await.into_result() };
+            R::from_result(execute(call, records.codec(), body).await)
         }
         Err(error) => R::from_result(Err(R::Err::from(error))),
     }
@@ -320,47 +322,30 @@ pub trait NoDescriptor<Method> {}
 pub trait DetachedBody<R>: Future<Output = R> + Send + 'static {}
 impl<R, F: Future<Output = R> + Send + 'static> DetachedBody<R> for F {}
 
-/// Runs a detached `#[idempotent]` tool's body through [`execute_detached`]: the engine spawns
-/// it, so it finishes, records its result and serves retries even if the caller goes away.
+/// Runs a detached `#[idempotent]` tool's body through [`execute_detached`]: once claimed, the
+/// call goes on in a task of its own, so it finishes, records its result and serves retries
+/// even if the caller goes away.
 ///
 /// # Errors
 /// As [`run`].
-pub async fn run_detached<R, F>(digest: Digest, store: Option<Arc<dyn Store>>, tool_future: F) -> R
+pub async fn run_detached<R, F, C>(
+    digest: Digest,
+    store: Option<Arc<dyn Store>>,
+    records: C,
+    body: F,
+) -> R
 where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
     R::Err: ToolErr + Send + 'static,
+    C: Records<R>,
     // rustc reports a body that is not `Send` with its own message, which shows this line:
     F: DetachedBody<R>, // the body is not `Send`? write `#[idempotent(attached)]`
 {
     match prepare(digest, store) {
         Ok(call) => {
-            let future = async move { tool_future.await.into_result() };
-            R::from_result(execute_detached(call, future).await)
-        }
-        Err(error) => R::from_result(Err(R::Err::from(error))),
-    }
-}
-
-/// Like [`run_detached`], with errors recorded and replayed too.
-///
-/// # Errors
-/// As [`run`].
-pub async fn run_caching_errors_detached<R, F>(
-    digest: Digest,
-    store: Option<Arc<dyn Store>>,
-    tool_future: F,
-) -> R
-where
-    R: ToolReturn + Send + 'static,
-    R::Ok: ToolOk + Send + 'static,
-    R::Err: CachedErr + Send + 'static,
-    F: DetachedBody<R>, // the body is not `Send`? write `#[idempotent(attached)]`
-{
-    match prepare(digest, store) {
-        Ok(call) => {
-            let future = async move { tool_future.await.into_result() };
-            R::from_result(execute_detached_caching_errors(call, future).await)
+            let body = async move { body.await.into_result() };
+            R::from_result(execute_detached(call, records.codec(), body).await)
         }
         Err(error) => R::from_result(Err(R::Err::from(error))),
     }

@@ -369,7 +369,7 @@ async fn the_budget_stops_a_retry_loop() {
         matches!(
             errors[2],
             Error::BudgetExhausted {
-                attempts: 3,
+                attempts: 2,
                 limit: 2,
                 ..
             }

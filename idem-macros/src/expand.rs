@@ -114,11 +114,12 @@ impl Body<'_> {
             }
             None => quote!(#private::None),
         };
-        let runner = match (options.cache_errors.is_some(), plan.detached) {
-            (false, false) => "run",
-            (true, false) => "run_caching_errors",
-            (false, true) => "run_detached",
-            (true, true) => "run_caching_errors_detached",
+        let runner = if plan.detached { "run_detached" } else { "run" };
+        // Spanned at the return type like the rest of the call: a result type that cannot be
+        // recorded is reported there, once.
+        let records = match options.cache_errors {
+            Some(_) => respan(quote!(#private::OkAndErr), ret.span()),
+            None => respan(quote!(#private::OkOnly), ret.span()),
         };
         let at = ret.span();
         let runner = Ident::new(runner, at);
@@ -134,7 +135,7 @@ impl Body<'_> {
         // so every token of the call, the type argument included, carries that one span.
         let mut run_args = Group::new(
             proc_macro2::Delimiter::Parenthesis,
-            quote!(#digest, #store, #tool_future),
+            quote!(#digest, #store, #records, #tool_future),
         );
         run_args.set_span(at);
         // An `async fn` body's type is known, so `R` is inferred: naming it would have rustc
@@ -144,7 +145,7 @@ impl Body<'_> {
             None => TokenStream::new(),
             Some(_) => {
                 let ret_arg = respan(ret.to_token_stream(), at);
-                respan(quote!(::<#ret_arg, _>), at)
+                respan(quote!(::<#ret_arg, _, _>), at)
             }
         };
         let await_ = respan(quote!(.await), at);

@@ -18,6 +18,7 @@
 //! `disabled`, `enabled`) and exits, for `valgrind --tool=callgrind`: the difference between
 //! two values of `n`, divided by their difference, is the instructions per replay.
 
+use idem_tools_runtime::Codec;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,7 +44,9 @@ fn recorded_call(rt: &tokio::runtime::Runtime) -> Call {
     }
     let (key, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
     let call = Call::new(&SEND, &turn, key, fp);
-    let first = rt.block_on(execute(call.clone(), async { Ok::<u64, Error>(7) }));
+    let first = rt.block_on(execute(call.clone(), Codec::ok_only(), async {
+        Ok::<u64, Error>(7)
+    }));
     assert_eq!(first.ok(), Some(7));
     call
 }
@@ -52,7 +55,10 @@ fn bench_replay(c: &mut Criterion, name: &str, rt: &tokio::runtime::Runtime) {
     let call = recorded_call(rt);
     c.bench_function(name, |b| {
         b.to_async(rt).iter(|| async {
-            let replayed = execute(call.clone(), async { Ok::<u64, Error>(0) }).await;
+            let replayed = execute(call.clone(), Codec::ok_only(), async {
+                Ok::<u64, Error>(0)
+            })
+            .await;
             black_box(replayed.ok())
         })
     });
@@ -102,7 +108,10 @@ fn count(case: &str, n: u64) {
     let run = || {
         rt.block_on(async {
             for _ in 0..n {
-                let replayed = execute(call.clone(), async { Ok::<u64, Error>(0) }).await;
+                let replayed = execute(call.clone(), Codec::ok_only(), async {
+                    Ok::<u64, Error>(0)
+                })
+                .await;
                 black_box(replayed.ok());
             }
         })

@@ -21,33 +21,37 @@ pub enum Error {
         tool: &'static str,
     },
 
-    /// The per-key retry budget of the current turn is used up.
+    /// The action (this key) was attempted as often as the turn allows without recording a
+    /// result: it keeps failing, or keeps being cut off.
     #[error(
-        "tool `{tool}` was attempted {attempts} times with key {key} in this turn (limit {limit}): \
-         it is stuck; stop retrying and report the failure instead of calling it again"
+        "tool `{tool}` ran {attempts} times with key {key} in this turn without a recorded \
+         result (limit {limit}): it is stuck; stop retrying and report the failure instead of \
+         calling it again"
     )]
     BudgetExhausted {
         /// The tool's name.
         tool: &'static str,
         /// The key that was retried.
         key: ShortKey,
-        /// Attempts made with this key in this turn, including this one.
+        /// Attempts made with this key since its last recorded result (not counting this call).
         attempts: u32,
         /// The configured limit.
         limit: u32,
     },
 
-    /// The cap on state-changing calls in the current turn is used up.
+    /// The turn started as many actions as its cap allows; this call would have started
+    /// another.
     #[error(
-        "turn `{turn}` already made {calls} state-changing calls (limit {limit}); tool `{tool}` \
-         was refused: end the turn or raise `Turn::with_max_calls`"
+        "turn `{turn}` already started {calls} actions (limit {limit}), so tool `{tool}` was \
+         refused before it ran; a retry of an action already started still gets its result: \
+         end the turn or raise `Turn::with_max_calls`"
     )]
     TurnBudgetExhausted {
         /// The tool that was refused.
         tool: &'static str,
         /// The turn id.
         turn: String,
-        /// State-changing calls made in this turn, including this one.
+        /// Actions started in this turn (not counting this call).
         calls: u32,
         /// The configured limit.
         limit: u32,
@@ -169,24 +173,12 @@ pub enum Error {
         key: ShortKey,
     },
 
-    /// The action already succeeded in this turn and was asked for again past the budget.
+    /// A claim could not be kept: the store did not answer a renewal in time, or another
+    /// caller holds the key now. The tool's body was stopped (or its result not recorded).
     #[error(
-        "tool `{tool}` already succeeded with these arguments in this turn (key {key}); its \
-         result was returned on an earlier call. Do not call it again: the action is done"
-    )]
-    AlreadySucceeded {
-        /// The tool's name.
-        tool: &'static str,
-        /// The key of the completed action.
-        key: ShortKey,
-        /// Calls made with this key in this turn, including this one.
-        attempts: u32,
-    },
-
-    /// A caller tried to complete or release a lease it no longer holds.
-    #[error(
-        "the lease on key {key} was lost (it expired and was claimed by another caller); the \
-         result was not recorded: raise the lease duration for long-running tools"
+        "the lease on key {key} was lost (the store could not renew it in time, or another \
+         caller took the key over): the tool was stopped or its result was not recorded; if \
+         the store is slow, raise the tool's `lease`"
     )]
     LeaseLost {
         /// The key whose lease was lost.

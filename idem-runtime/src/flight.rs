@@ -4,15 +4,15 @@
 //! slot) is allocated only when a second caller arrives, so an uncontended call pays one map
 //! insert and one remove.
 
-use std::collections::hash_map::Entry;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
+use crossbeam_utils::CachePadded;
+use hashbrown::HashMap;
+use hashbrown::hash_map::Entry;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::digest_map::{DigestMap, digest_map};
 use crate::key::Key;
-use crate::padded::Padded;
 use crate::store::FirstResult;
 
 const SHARDS: usize = 16;
@@ -44,8 +44,10 @@ enum State {
     Abandoned,
 }
 
-static FLIGHTS: [Padded<Mutex<DigestMap<FlightId, Slot>>>; SHARDS] =
-    [const { Padded(Mutex::new(digest_map())) }; SHARDS];
+type Shard = CachePadded<Mutex<HashMap<FlightId, Slot>>>;
+
+static FLIGHTS: LazyLock<[Shard; SHARDS]> =
+    LazyLock::new(|| std::array::from_fn(|_| CachePadded::new(Mutex::new(HashMap::new()))));
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
@@ -53,7 +55,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-fn shard(id: &FlightId) -> MutexGuard<'static, DigestMap<FlightId, Slot>> {
+fn shard(id: &FlightId) -> MutexGuard<'static, HashMap<FlightId, Slot>> {
     lock(&FLIGHTS[usize::from(id.1.as_bytes()[1]) % SHARDS])
 }
 

@@ -7,24 +7,19 @@
 #![warn(missing_docs)]
 
 pub mod clock;
-mod digest_map;
 pub mod engine;
 pub mod error;
 mod flight;
 pub mod key;
 #[cfg(feature = "rmcp")]
 pub mod mcp;
-mod padded;
 pub mod replay;
 pub mod stats;
 pub mod store;
 pub mod tool;
 pub mod turn;
 
-pub use engine::{
-    Call, current_key, execute, execute_caching_errors, execute_detached,
-    execute_detached_caching_errors,
-};
+pub use engine::{Call, Codec, current_key, execute, execute_detached};
 pub use error::{Error, Result};
 pub use key::{Fingerprint, Key};
 pub use stats::{Outcome, Stats, stats};

@@ -3,8 +3,7 @@
 //! An idem error reaches an MCP client in one of two ways:
 //!
 //! * **A tool result the model reads** (`isError: true`): the errors that say something true
-//!   about the action and what to do next — [`Error::AlreadySucceeded`],
-//!   [`Error::BudgetExhausted`], [`Error::TurnBudgetExhausted`], [`Error::PayloadMismatch`],
+//!   about the action and what to do next — [`Error::BudgetExhausted`], [`Error::TurnBudgetExhausted`], [`Error::PayloadMismatch`],
 //!   [`Error::InFlight`], [`Error::Interrupted`] and [`Error::NotReplayable`]. Their text
 //!   ([`model_message`]) is written for a model, not for a Rust developer.
 //! * **A protocol error** (JSON-RPC `error`): everything else — a missing turn, a store that is
@@ -12,7 +11,7 @@
 //!   problem, not the model's; the message is the developer-facing `Display` text.
 //!
 //! `rmcp::ErrorData` is always a protocol error, so the conversion marks the first kind in its
-//! `data` (`{"idem": {"error": "already_succeeded", "forModel": true, …}}`); `idem_tools::mcp`'s
+//! `data` (`{"idem": {"error": "budget_exhausted", "forModel": true, …}}`); `idem_tools::mcp`'s
 //! server wrapper and its `ToolError` turn those into `isError` tool results.
 
 use rmcp::ErrorData;
@@ -34,7 +33,6 @@ pub fn error_kind(error: &Error) -> &'static str {
         Error::Encode { .. } => "encode",
         Error::Store { .. } => "store",
         Error::Reentrant { .. } => "reentrant",
-        Error::AlreadySucceeded { .. } => "already_succeeded",
         Error::Interrupted { .. } => "interrupted",
         Error::NotReplayable { .. } => "not_replayable",
         Error::LeaseLost { .. } => "lease_lost",
@@ -53,25 +51,22 @@ pub fn error_kind(error: &Error) -> &'static str {
 /// use idem_tools_runtime::mcp::model_message;
 ///
 /// let key = Key::from_bytes([7; 32]).short();
-/// let done = Error::AlreadySucceeded { tool: "send", key, attempts: 4 };
-/// assert!(model_message(&done).unwrap().contains("Do not call it again"));
+/// let stuck = Error::BudgetExhausted { tool: "send", key, attempts: 3, limit: 3 };
+/// assert!(model_message(&stuck).unwrap().contains("Stop retrying"));
 /// assert!(model_message(&Error::NoTurn { tool: "send" }).is_none());
 /// ```
 pub fn model_message(error: &Error) -> Option<String> {
     let text = match error {
-        Error::AlreadySucceeded { .. } => {
-            "This action already succeeded earlier in this turn, with these same arguments, \
-             and its result was returned then. Do not call it again: it is done."
-                .to_owned()
-        }
         Error::BudgetExhausted { attempts, .. } => format!(
-            "This action was tried {attempts} times with these same arguments in this turn \
-             and did not succeed, so it will not be tried again in this turn. Stop retrying \
-             it: tell the user that it failed."
+            "This action was run {attempts} times with these same arguments in this turn \
+             without succeeding, so it will not be run again in this turn. Stop retrying it: \
+             tell the user that it failed."
         ),
         Error::TurnBudgetExhausted { calls, .. } => format!(
-            "This turn already made {calls} changes, the most it is allowed, so this one was \
-             not made. Make no further changes in this turn: tell the user what was done."
+            "This turn already started {calls} actions, the most it is allowed, so this new \
+             action was not started. Repeating one of the actions already started, with the \
+             same arguments, still returns its result. Start no new actions in this turn: \
+             tell the user what was done."
         ),
         Error::PayloadMismatch { .. } => {
             "This idempotency key was already used for a call with different arguments, so \
@@ -126,7 +121,6 @@ impl From<Error> for ErrorData {
             | Error::Decode { tool, .. }
             | Error::Encode { tool, .. }
             | Error::Reentrant { tool, .. }
-            | Error::AlreadySucceeded { tool, .. }
             | Error::Interrupted { tool, .. }
             | Error::NotReplayable { tool, .. } => Some(*tool),
             Error::DuplicateTool { name } => Some(*name),
@@ -172,11 +166,6 @@ mod tests {
     #[test]
     fn the_errors_a_model_reads_are_marked_and_worded_for_a_model() {
         let for_model = [
-            Error::AlreadySucceeded {
-                tool: "t",
-                key: key(),
-                attempts: 4,
-            },
             Error::BudgetExhausted {
                 tool: "t",
                 key: key(),

@@ -26,16 +26,24 @@ pub enum Outcome {
     StoreError,
     /// A stored result could not be decoded.
     DecodeError,
-    /// The caller dropped the call before the tool started (the key was released), or while
-    /// it ran with `release_on_cancel`.
+    /// The caller dropped the call before it had an answer, while it was not running the tool
+    /// itself: waiting for the store or for an identical call, or claimed but not yet started
+    /// (the key was given back) — or while it ran a `release_on_cancel` tool.
     Cancelled,
     /// The tool panicked; the key was released and the panic propagated.
     Panicked,
     /// The caller dropped the call while the tool ran: the key is kept as interrupted, and
     /// retries are told the outcome is unknown.
     Interrupted,
-    /// A call past the per-key budget on a key whose action already succeeded.
-    AlreadySucceeded,
+    /// The key was kept as interrupted by an earlier call: this one was told the outcome is
+    /// unknown; nothing ran.
+    WasInterrupted,
+    /// The key's result was recorded as not replayable: this one was told the tool already
+    /// ran; nothing ran.
+    NotReplayable,
+    /// The tool ran but its lease could not be kept (the store was unreachable, or another
+    /// caller took the key over): the body was stopped, or its result was not recorded.
+    LeaseLost,
     /// A tool called itself (directly or through other tools) with a key its task holds.
     Reentrant,
     /// The call could not be made as configured (no turn, an invalid lease, two tools with
@@ -45,7 +53,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// All outcomes, in the order of [`Stats`] fields.
-    pub const ALL: [Outcome; 15] = [
+    pub const ALL: [Outcome; 17] = [
         Outcome::Executed,
         Outcome::Failed,
         Outcome::Replayed,
@@ -58,7 +66,9 @@ impl Outcome {
         Outcome::Cancelled,
         Outcome::Panicked,
         Outcome::Interrupted,
-        Outcome::AlreadySucceeded,
+        Outcome::WasInterrupted,
+        Outcome::NotReplayable,
+        Outcome::LeaseLost,
         Outcome::Reentrant,
         Outcome::ConfigError,
     ];
@@ -78,7 +88,9 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
             Outcome::Panicked => "panicked",
             Outcome::Interrupted => "interrupted",
-            Outcome::AlreadySucceeded => "already_succeeded",
+            Outcome::WasInterrupted => "was_interrupted",
+            Outcome::NotReplayable => "not_replayable",
+            Outcome::LeaseLost => "lease_lost",
             Outcome::Reentrant => "reentrant",
             Outcome::ConfigError => "config_error",
         }
@@ -117,14 +129,18 @@ pub struct Stats {
     pub store_error: u64,
     /// Calls whose stored result did not decode.
     pub decode_error: u64,
-    /// Calls dropped by their caller while the tool ran.
+    /// Calls dropped by their caller while not running the tool (see [`Outcome::Cancelled`]).
     pub cancelled: u64,
     /// Calls whose tool panicked.
     pub panicked: u64,
     /// Calls dropped while the tool ran, their key kept as interrupted.
     pub interrupted: u64,
-    /// Calls past the budget of an action that already succeeded.
-    pub already_succeeded: u64,
+    /// Calls refused because an earlier call of their key was interrupted.
+    pub was_interrupted: u64,
+    /// Calls refused because their key's result could not be replayed.
+    pub not_replayable: u64,
+    /// Calls whose lease could not be kept.
+    pub lease_lost: u64,
     /// Calls refused because their task already holds the key.
     pub reentrant: u64,
     /// Calls refused by their configuration (no turn, invalid lease, duplicate tool name).
@@ -147,7 +163,9 @@ impl Stats {
             Outcome::Cancelled => self.cancelled,
             Outcome::Panicked => self.panicked,
             Outcome::Interrupted => self.interrupted,
-            Outcome::AlreadySucceeded => self.already_succeeded,
+            Outcome::WasInterrupted => self.was_interrupted,
+            Outcome::NotReplayable => self.not_replayable,
+            Outcome::LeaseLost => self.lease_lost,
             Outcome::Reentrant => self.reentrant,
             Outcome::ConfigError => self.config_error,
         }
@@ -228,7 +246,9 @@ impl StatsCounters {
             cancelled: c(Outcome::Cancelled),
             panicked: c(Outcome::Panicked),
             interrupted: c(Outcome::Interrupted),
-            already_succeeded: c(Outcome::AlreadySucceeded),
+            was_interrupted: c(Outcome::WasInterrupted),
+            not_replayable: c(Outcome::NotReplayable),
+            lease_lost: c(Outcome::LeaseLost),
             reentrant: c(Outcome::Reentrant),
             config_error: c(Outcome::ConfigError),
         }

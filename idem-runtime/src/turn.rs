@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use crate::stats::{Outcome, Stats, StatsCounters};
 use crate::store::budget::TurnIdentity;
-use crate::store::{Charge, DEFAULT_BUDGET_WINDOW, KeyCounter, Store};
+use crate::store::{Charge, DEFAULT_BUDGET_WINDOW, Store};
 use crate::{Error, Result};
 
-/// How many calls a turn allows per distinct key when the tool sets no `budget`.
+/// How many times a turn may run one action (one key) without recording a result, when the
+/// tool sets no `budget`.
 pub const DEFAULT_ATTEMPTS_PER_KEY: u32 = 3;
 
 /// How long a call waits for the same key running in another process before failing with
@@ -27,10 +28,22 @@ tokio::task_local! {
 /// derives new keys. Enter a turn for a future with [`Turn::scope`]; tools read it with
 /// [`Turn::current`] (or take a `&Turn` parameter).
 ///
-/// A `Turn` value holds only settings. The budget it names belongs to the turn's identity
-/// (namespace + id) and is counted in the store, atomically with each claim: every `Turn` with
-/// the same identity shares it — in this process, and with a durable or shared store in every
-/// process and across restarts. Changing a setting never resets the budget.
+/// **The retry budget** stops work that fails or keeps running; it never withholds a result.
+/// What counts is an *attempt*: a claim of a key by a call that is about to run the tool. A
+/// replay of a recorded result, joining an identical call, and waiting for a holder elsewhere
+/// are not attempts: they cost nothing and always get the true answer. A key may be attempted
+/// [`with_max_attempts_per_key`](Self::with_max_attempts_per_key) times (3 by default) without
+/// a recorded result — recording one resets its count — and then fails with
+/// [`Error::BudgetExhausted`] ("it is stuck"); a turn may start
+/// [`with_max_calls`](Self::with_max_calls) actions in all (no cap by default), then new
+/// actions fail with [`Error::TurnBudgetExhausted`] while the ones it already made still
+/// replay.
+///
+/// A `Turn` value holds only settings. The counts belong to the turn's identity (namespace +
+/// id) and its keys, in the store, charged atomically with each claim: every `Turn` with the
+/// same identity shares them — in this process, and with a durable or shared store in every
+/// process and across restarts. Changing a setting never resets them. How many times a turn's
+/// calls were replayed or joined is in [`Turn::stats`].
 ///
 /// ```
 /// use idem_tools_runtime::Turn;
@@ -97,15 +110,15 @@ impl Turn {
         })
     }
 
-    /// Calls allowed per distinct key in this turn (default 3): see [`Turn`] for what counts.
-    /// A tool's own `budget` takes precedence.
+    /// Attempts allowed per key in this turn without a recorded result (default 3): see
+    /// [`Turn`] for what counts. A tool's own `budget` takes precedence.
     pub fn with_max_attempts_per_key(self, limit: u32) -> Self {
         self.edit(|t| t.max_attempts_per_key = limit)
     }
 
-    /// Caps the state-changing calls in this turn, whatever their keys (default: no cap).
-    /// Counts the same unit as the per-key budget; a call refused by its per-key budget does
-    /// not count.
+    /// Caps the actions this turn may start, whatever their keys (default: no cap): past it,
+    /// a call that would run a tool is refused, while a retry of an action already started
+    /// still joins or replays it. A call refused by its per-key budget does not count.
     pub fn with_max_calls(self, limit: u32) -> Self {
         self.edit(|t| t.max_calls = Some(limit))
     }
@@ -160,12 +173,11 @@ impl Turn {
         self.inner.stats.add(outcome);
     }
 
-    /// What one call charges to this turn's budget, with `limit` the tool's own per-key
-    /// budget if it sets one, its attempts counted by `counter`.
-    pub fn charge(&self, limit: Option<u32>, counter: KeyCounter) -> Charge {
+    /// What a claim in this turn charges, with `limit` the tool's own per-key budget if it sets
+    /// one.
+    pub(crate) fn charge(&self, limit: Option<u32>) -> Charge {
         Charge {
             turn: self.inner.identity,
-            counter,
             max_attempts: limit.unwrap_or(self.inner.max_attempts_per_key),
             max_calls: self.inner.max_calls,
             window: self.inner.budget_window,
@@ -178,6 +190,11 @@ impl Turn {
     /// again there, or pass the `Turn`.
     pub fn scope<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
         CURRENT_TURN.scope(self, future)
+    }
+
+    /// Runs `f` (one poll of a tool's body) with this turn as [`Turn::current`].
+    pub(crate) fn sync_scope<R>(self, f: impl FnOnce() -> R) -> R {
+        CURRENT_TURN.sync_scope(self, f)
     }
 
     /// The turn entered with [`Turn::scope`] around the current task, if any.

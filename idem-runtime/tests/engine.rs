@@ -1,15 +1,17 @@
 //! The engine's guarantees, each with a test that fails without it.
 
+use idem_tools_runtime::Codec;
+use idem_tools_runtime::store::Charge;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use idem_tools_runtime::clock::ManualClock;
 use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::key::Fingerprint;
 use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
 use idem_tools_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, MemoryStore, Store};
 use idem_tools_runtime::{Call, Error, Key, Outcome, ToolInfo, Turn, current_key, execute};
-use idem_tools_runtime::{execute_caching_errors, key::Fingerprint};
 use serde::{Deserialize, Serialize};
 
 const SEND: ToolInfo = ToolInfo::idempotent("send_message");
@@ -35,7 +37,12 @@ async fn send(sent: &AtomicUsize) -> Result<Receipt, Error> {
 
 async fn send_message(turn: &Turn, sent: &AtomicUsize, to: &str) -> Result<Receipt, Error> {
     let (key, fp) = digest(&SEND, turn, to, "hello");
-    execute(Call::new(&SEND, turn, key, fp), send(sent)).await
+    execute(
+        Call::new(&SEND, turn, key, fp),
+        Codec::ok_only(),
+        send(sent),
+    )
+    .await
 }
 
 fn turn(id: &str, store: &Arc<dyn Store>) -> Turn {
@@ -54,7 +61,7 @@ fn request<'a>(key: &'a Key, fp: &'a Fingerprint, lease: Duration) -> BeginReque
         fingerprint: fp,
         lease,
         token: LeaseToken::generate(),
-        charge: None,
+        charge: Charge::unlimited(),
     }
 }
 
@@ -210,7 +217,7 @@ async fn a_thousand_concurrent_identical_calls_execute_once() {
         let (turn, sent) = (turn.clone(), Arc::clone(&sent));
         tasks.push(tokio::spawn(async move {
             let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-            execute(Call::new(&SEND, &turn, key, fp), async {
+            execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 send(&sent).await
             })
@@ -240,7 +247,7 @@ async fn a_call_polled_while_the_first_yields_joins_it() {
     let sent = AtomicUsize::new(0);
     let call = || {
         let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-        execute(Call::new(&SEND, &turn, key, fp), async {
+        execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
             tokio::task::yield_now().await;
             send(&sent).await
         })
@@ -272,7 +279,11 @@ async fn a_pending_body_is_not_polled_again_until_it_is_woken() {
             std::task::Poll::Pending => std::task::Poll::Pending,
         }
     });
-    let mut call = std::pin::pin!(execute(Call::new(&SEND, &turn, key, fp), body));
+    let mut call = std::pin::pin!(execute(
+        Call::new(&SEND, &turn, key, fp),
+        Codec::ok_only(),
+        body
+    ));
     let first = std::future::poll_fn(|cx| {
         std::task::Poll::Ready(std::future::Future::poll(call.as_mut(), cx))
     })
@@ -295,7 +306,7 @@ async fn an_err_releases_the_key_and_the_retry_runs_again() {
     let runs = AtomicUsize::new(0);
     let call = || {
         let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-        execute(Call::new(&SEND, &turn, key, fp), async {
+        execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
             let n = runs.fetch_add(1, Ordering::SeqCst);
             if n == 0 {
                 Err(Error::Config("upstream 503".into()))
@@ -330,10 +341,14 @@ async fn with_cache_errors_an_err_is_replayed() {
     let runs = AtomicUsize::new(0);
     let call = || {
         let (key, fp) = digest(&CACHING, &turn, "ada", "hello");
-        execute_caching_errors(Call::new(&CACHING, &turn, key, fp), async {
-            runs.fetch_add(1, Ordering::SeqCst);
-            Err::<u32, _>(TicketError::Rejected("card declined".into()))
-        })
+        execute(
+            Call::new(&CACHING, &turn, key, fp),
+            Codec::ok_and_err(),
+            async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Err::<u32, _>(TicketError::Rejected("card declined".into()))
+            },
+        )
     };
     assert_eq!(
         call().await,
@@ -355,13 +370,17 @@ async fn a_call_cancelled_mid_run_is_kept_as_interrupted_not_run_again() {
     let call = |hang: bool| {
         let (key, fp) = digest(&SEND, &turn, "ada", "hello");
         let runs = &runs;
-        execute(Call::new(&SEND, &turn, key, fp), async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            if hang {
-                std::future::pending::<()>().await;
-            }
-            Ok::<_, Error>("sent".to_owned())
-        })
+        execute(
+            Call::new(&SEND, &turn, key, fp),
+            Codec::ok_only(),
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, Error>("sent".to_owned())
+            },
+        )
     };
     let cancelled = tokio::time::timeout(Duration::from_millis(20), call(true)).await;
     assert!(cancelled.is_err());
@@ -393,13 +412,17 @@ async fn with_release_on_cancel_a_call_cancelled_mid_run_releases_the_key() {
     let call = |hang: bool| {
         let (key, fp) = digest(&RELEASING, &turn, "ada", "hello");
         let runs = &runs;
-        execute(Call::new(&RELEASING, &turn, key, fp), async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            if hang {
-                std::future::pending::<()>().await;
-            }
-            Ok::<_, Error>("sent".to_owned())
-        })
+        execute(
+            Call::new(&RELEASING, &turn, key, fp),
+            Codec::ok_only(),
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                if hang {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, Error>("sent".to_owned())
+            },
+        )
     };
     let cancelled = tokio::time::timeout(Duration::from_millis(20), call(true)).await;
     assert!(cancelled.is_err());
@@ -421,11 +444,15 @@ async fn a_panicking_tool_releases_the_key_and_the_panic_propagates() {
         let (turn, runs) = (turn.clone(), Arc::clone(&runs));
         async move {
             let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-            execute(Call::new(&SEND, &turn, key, fp), async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                assert!(!panic, "tool blew up");
-                Ok::<_, Error>("sent".to_owned())
-            })
+            execute(
+                Call::new(&SEND, &turn, key, fp),
+                Codec::ok_only(),
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    assert!(!panic, "tool blew up");
+                    Ok::<_, Error>("sent".to_owned())
+                },
+            )
             .await
         }
     };
@@ -470,7 +497,7 @@ async fn a_tool_ttl_overrides_the_default() {
     let runs = AtomicUsize::new(0);
     let call = || {
         let (key, fp) = digest(&SHORT, &turn, "ada", "hello");
-        execute(Call::new(&SHORT, &turn, key, fp), async {
+        execute(Call::new(&SHORT, &turn, key, fp), Codec::ok_only(), async {
             Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst))
         })
     };
@@ -537,7 +564,7 @@ async fn a_long_tool_keeps_its_lease() {
     let store = memory();
     let turn = turn("t", &store);
     let (key, fp) = digest(&SLOW, &turn, "ada", "hello");
-    let running = execute(Call::new(&SLOW, &turn, key, fp), async {
+    let running = execute(Call::new(&SLOW, &turn, key, fp), Codec::ok_only(), async {
         tokio::time::sleep(Duration::from_millis(1200)).await;
         Ok::<_, Error>(())
     });
@@ -568,7 +595,7 @@ async fn the_budget_stops_the_fourth_attempt_and_a_new_turn_starts_fresh() {
         let (key, fp) = digest(&SEND, turn, "ada", "hello");
         let (turn, runs) = (turn.clone(), &runs);
         async move {
-            execute(Call::new(&SEND, &turn, key, fp), async {
+            execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
                 runs.fetch_add(1, Ordering::SeqCst);
                 Err::<(), _>(Error::Config("timeout".into()))
             })
@@ -586,7 +613,7 @@ async fn the_budget_stops_the_fourth_attempt_and_a_new_turn_starts_fresh() {
             limit,
             ..
         }) => {
-            assert_eq!((tool, attempts, limit), ("send_message", 4, 3));
+            assert_eq!((tool, attempts, limit), ("send_message", 3, 3));
         }
         other => panic!("expected BudgetExhausted, got {other:?}"),
     }
@@ -608,22 +635,17 @@ async fn the_budget_stops_the_fourth_attempt_and_a_new_turn_starts_fresh() {
 }
 
 #[tokio::test]
-async fn past_the_budget_a_succeeded_action_says_it_already_succeeded() {
+async fn past_the_budget_a_succeeded_action_still_replays() {
     let store = memory();
-    let turn = turn("t", &store).with_max_attempts_per_key(2);
+    let turn = turn("t", &store).with_max_attempts_per_key(1);
     let sent = AtomicUsize::new(0);
-    send_message(&turn, &sent, "ada").await.unwrap();
-    send_message(&turn, &sent, "ada").await.unwrap();
-    let third = send_message(&turn, &sent, "ada").await;
-    assert!(
-        matches!(third, Err(Error::AlreadySucceeded { attempts: 3, .. })),
-        "{third:?}"
-    );
-    let message = third.unwrap_err().to_string();
-    assert!(message.contains("already succeeded"), "{message}");
-    assert!(!message.contains("report the failure"), "{message}");
+    let first = send_message(&turn, &sent, "ada").await.unwrap();
+    for _ in 0..5 {
+        assert_eq!(send_message(&turn, &sent, "ada").await.unwrap(), first);
+    }
     assert_eq!(sent.load(Ordering::SeqCst), 1);
-    assert_eq!(turn.stats().already_succeeded, 1);
+    let stats = turn.stats();
+    assert_eq!((stats.executed, stats.replayed), (1, 5));
 }
 
 #[tokio::test]
@@ -638,7 +660,7 @@ async fn the_turn_cap_limits_all_state_changing_calls() {
         matches!(
             third,
             Err(Error::TurnBudgetExhausted {
-                calls: 3,
+                calls: 2,
                 limit: 2,
                 ..
             })
@@ -657,9 +679,11 @@ async fn a_key_reused_with_other_arguments_is_a_payload_mismatch() {
         args.caller_key("order-1234");
         args.arg("body", body).unwrap();
         let (key, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
-        execute(Call::new(&SEND, &turn, key, fp), async move {
-            Ok::<_, Error>(body.to_owned())
-        })
+        execute(
+            Call::new(&SEND, &turn, key, fp),
+            Codec::ok_only(),
+            async move { Ok::<_, Error>(body.to_owned()) },
+        )
     };
     assert_eq!(call("first").await.unwrap(), "first");
     let reused = call("second").await;
@@ -709,12 +733,12 @@ async fn a_changed_result_type_is_a_decode_error() {
     let store = memory();
     let turn = turn("t", &store);
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-    execute(Call::new(&SEND, &turn, key, fp), async {
+    execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
         Ok::<_, Error>("text".to_owned())
     })
     .await
     .unwrap();
-    let replay = execute(Call::new(&SEND, &turn, key, fp), async {
+    let replay = execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
         Ok::<_, Error>(Receipt { id: 1 })
     })
     .await;
@@ -728,7 +752,7 @@ async fn the_running_tool_can_read_its_key() {
     let turn = turn("t", &store);
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
     assert_eq!(current_key(), None);
-    let seen = execute(Call::new(&SEND, &turn, key, fp), async {
+    let seen = execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
         Ok::<_, Error>(current_key().map(|k| k.to_hex()))
     })
     .await
@@ -755,7 +779,7 @@ fn the_engine_future_is_send_so_tools_can_be_spawned() {
     fn assert_send<T: Send>(_: &T) {}
     let turn = Turn::new("t");
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-    let call = execute(Call::new(&SEND, &turn, key, fp), async {
+    let call = execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
         Ok::<_, Error>(1u8)
     });
     assert_send(&call);
@@ -766,8 +790,8 @@ async fn a_tool_calling_itself_with_its_own_key_fails_instead_of_deadlocking() {
     let store = memory();
     let turn = turn("t", &store);
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-    let outer = execute(Call::new(&SEND, &turn, key, fp), async {
-        let inner = execute(Call::new(&SEND, &turn, key, fp), async {
+    let outer = execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
+        let inner = execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
             Ok::<_, Error>(1u8)
         })
         .await;

@@ -1,6 +1,7 @@
 //! "Twice is safe" when the caller gives up, the store fails or a reply is lost: each case a
 //! schedule that used to run a tool twice, lose a result, strand a key or hang.
 
+use idem_tools_runtime::Codec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,9 +10,7 @@ use std::time::Duration;
 use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
 use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
 use idem_tools_runtime::store::{MemoryStore, RecordState, Store};
-use idem_tools_runtime::{
-    Call, Error, Key, ToolInfo, Turn, execute, execute_detached, execute_detached_caching_errors,
-};
+use idem_tools_runtime::{Call, Error, Key, ToolInfo, Turn, execute, execute_detached};
 use serde::{Deserialize, Serialize};
 
 const SEND: ToolInfo = ToolInfo::idempotent("send_message");
@@ -49,6 +48,7 @@ async fn detached_send(
     let (key, fp) = digest(&SEND, turn, "ada");
     execute_detached(
         Call::new(&SEND, turn, key, fp),
+        Codec::ok_only(),
         send_slowly(Arc::clone(world), reply_after),
     )
     .await
@@ -126,7 +126,11 @@ async fn a_detached_body_cancelled_before_its_side_effect_still_runs_exactly_onc
     let (key, fp) = digest(&SEND, &turn, "ada");
     let first = tokio::time::timeout(
         Duration::from_millis(10),
-        execute_detached(Call::new(&SEND, &turn, key, fp), slow_start),
+        execute_detached(
+            Call::new(&SEND, &turn, key, fp),
+            Codec::ok_only(),
+            slow_start,
+        ),
     )
     .await;
     assert!(first.is_err());
@@ -146,7 +150,7 @@ async fn a_detached_body_cancelled_before_its_side_effect_still_runs_exactly_onc
 async fn a_detached_tool_sees_its_turn_and_key_and_its_panic_reaches_the_caller() {
     let turn = Turn::new("t-detached").with_store(memory());
     let (key, fp) = digest(&SEND, &turn, "ada");
-    let seen = execute_detached(Call::new(&SEND, &turn, key, fp), async {
+    let seen = execute_detached(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
         let turn = Turn::current().map(|t| t.id().to_owned());
         Ok::<_, Error>((turn, idem_tools_runtime::current_key().map(|k| k.to_hex())))
     })
@@ -158,7 +162,7 @@ async fn a_detached_tool_sees_its_turn_and_key_and_its_panic_reaches_the_caller(
     let panicked = tokio::spawn({
         let turn = turn.clone();
         async move {
-            execute_detached(Call::new(&SEND, &turn, key, fp), async {
+            execute_detached(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
                 panic!("tool blew up");
                 #[allow(unreachable_code)]
                 Ok::<u8, Error>(1)
@@ -171,7 +175,7 @@ async fn a_detached_tool_sees_its_turn_and_key_and_its_panic_reaches_the_caller(
     assert!(panicked.is_panic());
     assert_eq!(turn.stats().panicked, 1);
     // The panic released the key: a retry runs.
-    let retry = execute_detached(Call::new(&SEND, &turn, key, fp), async {
+    let retry = execute_detached(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
         Ok::<u8, Error>(2)
     });
     assert_eq!(retry.await.unwrap(), 2);
@@ -197,11 +201,15 @@ async fn a_result_that_cannot_be_recorded_never_makes_the_tool_run_again() {
         let (turn, runs) = (turn.clone(), Arc::clone(&runs));
         async move {
             let (key, fp) = digest(&SEND, &turn, "ada");
-            execute_detached(Call::new(&SEND, &turn, key, fp), async move {
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                runs.fetch_add(1, Ordering::SeqCst);
-                Ok::<_, Error>(Unrecordable(7))
-            })
+            execute_detached(
+                Call::new(&SEND, &turn, key, fp),
+                Codec::ok_only(),
+                async move {
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Error>(Unrecordable(7))
+                },
+            )
             .await
         }
     };
@@ -237,7 +245,7 @@ async fn a_result_that_does_not_decode_back_is_detected_before_recording() {
     let runs = AtomicUsize::new(0);
     let call = || {
         let (key, fp) = digest(&SEND, &turn, "ada");
-        execute(Call::new(&SEND, &turn, key, fp), async {
+        execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
             runs.fetch_add(1, Ordering::SeqCst);
             Ok::<_, Error>(BTreeMap::from([(1u8, f64::NAN)]))
         })
@@ -317,6 +325,7 @@ async fn a_tool_that_cannot_renew_its_lease_is_stopped_before_another_caller_can
     let started = std::time::Instant::now();
     let result = execute(
         Call::new(&SHORT, &turn, key, fp),
+        Codec::ok_only(),
         send_slowly(Arc::clone(&world), Duration::from_secs(5)),
     )
     .await;
@@ -337,7 +346,7 @@ async fn a_lease_outside_the_bounds_is_refused() {
     const TINY: ToolInfo = ToolInfo::idempotent("t").with_lease(Duration::from_micros(500));
     let turn = Turn::new("t").with_store(memory());
     let (key, fp) = digest(&TINY, &turn, "ada");
-    let result = execute(Call::new(&TINY, &turn, key, fp), async {
+    let result = execute(Call::new(&TINY, &turn, key, fp), Codec::ok_only(), async {
         Ok::<_, Error>(1)
     })
     .await;
@@ -355,18 +364,26 @@ fn outer_call(
     Box::pin(async move {
         let (key, fp) = digest(&OUTER, &turn, "x");
         let inner_turn = turn.clone();
-        execute(Call::new(&OUTER, &turn, key, fp), async move {
-            let (key, fp) = digest(&INNER, &inner_turn, "x");
-            let again = inner_turn.clone();
-            execute(Call::new(&INNER, &inner_turn, key, fp), async move {
-                if depth == 0 {
-                    outer_call(again, 1).await // outer → inner → outer, same key
-                } else {
-                    Ok(9)
-                }
-            })
-            .await
-        })
+        execute(
+            Call::new(&OUTER, &turn, key, fp),
+            Codec::ok_only(),
+            async move {
+                let (key, fp) = digest(&INNER, &inner_turn, "x");
+                let again = inner_turn.clone();
+                execute(
+                    Call::new(&INNER, &inner_turn, key, fp),
+                    Codec::ok_only(),
+                    async move {
+                        if depth == 0 {
+                            outer_call(again, 1).await // outer → inner → outer, same key
+                        } else {
+                            Ok(9)
+                        }
+                    },
+                )
+                .await
+            },
+        )
         .await
     })
 }
@@ -393,13 +410,14 @@ async fn a_follower_of_a_leader_that_is_never_polled_again_gives_up_in_bounded_t
     let (key, fp) = digest(&SEND, &turn, "ada");
     let mut stalled = Box::pin(execute(
         Call::new(&SEND, &turn, key, fp),
+        Codec::ok_only(),
         send_slowly(Arc::clone(&world), Duration::from_secs(60)),
     ));
     // Poll the leader once (it claims and starts), then keep it without polling.
     assert!(futures_poll_once(stalled.as_mut()).await.is_none());
     let follower = tokio::time::timeout(Duration::from_secs(5), async {
         let (key, fp) = digest(&SEND, &turn, "ada");
-        execute(Call::new(&SEND, &turn, key, fp), async {
+        execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
             Ok::<_, Error>(0)
         })
         .await
@@ -448,7 +466,7 @@ async fn every_call_is_one_outcome() {
     calls += 1;
     let (key, fp) = digest(&SEND, &turn, "unrecordable");
     drop(
-        execute(Call::new(&SEND, &turn, key, fp), async {
+        execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
             Ok::<_, Error>(Unrecordable(1))
         })
         .await,
@@ -478,12 +496,15 @@ async fn a_detached_tool_caching_errors_replays_its_error() {
     for _ in 0..2 {
         let (key, fp) = digest(&CHARGE, &turn, "ada");
         let runs = Arc::clone(&runs);
-        let result =
-            execute_detached_caching_errors(Call::new(&CHARGE, &turn, key, fp), async move {
+        let result = execute_detached(
+            Call::new(&CHARGE, &turn, key, fp),
+            Codec::ok_and_err(),
+            async move {
                 runs.fetch_add(1, Ordering::SeqCst);
                 Err::<u8, _>(Declined::Card)
-            })
-            .await;
+            },
+        )
+        .await;
         assert_eq!(result, Err(Declined::Card));
     }
     assert_eq!(runs.load(Ordering::SeqCst), 1);
@@ -499,6 +520,7 @@ async fn an_interrupted_key_is_visible_to_operators_and_removable() {
         Duration::from_millis(10),
         execute(
             Call::new(&SEND, &turn, key, fp),
+            Codec::ok_only(),
             send_slowly(Arc::clone(&world), Duration::from_secs(60)),
         ),
     )
@@ -514,6 +536,7 @@ async fn an_interrupted_key_is_visible_to_operators_and_removable() {
     assert!(store.remove("", &key).await.unwrap());
     let retry = execute(
         Call::new(&SEND, &turn, key, fp),
+        Codec::ok_only(),
         send_slowly(Arc::clone(&world), Duration::ZERO),
     );
     assert_eq!(retry.await.unwrap(), 1);
@@ -534,9 +557,11 @@ fn a_failed_call_has_given_its_key_back_when_it_returns() {
         .enable_all()
         .build()
         .unwrap();
-    let failed = runtime.block_on(execute(Call::new(&SEND, &turn, key, fp), async {
-        Err::<u8, _>(Error::Config("upstream down".to_owned()))
-    }));
+    let failed = runtime.block_on(execute(
+        Call::new(&SEND, &turn, key, fp),
+        Codec::ok_only(),
+        async { Err::<u8, _>(Error::Config("upstream down".to_owned())) },
+    ));
     assert!(matches!(failed, Err(Error::Config(_))), "{failed:?}");
     drop(runtime); // the process goes away
     let check = tokio::runtime::Builder::new_current_thread()

@@ -6,6 +6,7 @@
 
 mod redis_common;
 
+use idem_tools_runtime::Codec;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -69,7 +70,7 @@ impl Harness for Cluster {
     }
 
     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             tokio::time::sleep(by).await;
             Ok(())
         })
@@ -78,7 +79,7 @@ impl Harness for Cluster {
     fn corrupt<'a>(&'a self, namespace: &'a str, key: &'a Key) -> Option<StoreFuture<'a, ()>> {
         let redis_key = self.store.redis_key(namespace, key);
         let mut conn = self.conn.clone();
-        Some(StoreFuture::new(async move {
+        Some(Box::pin(async move {
             redis::cmd("SET")
                 .arg(redis_key)
                 .arg(b"\x00\xffnot a record".as_slice())
@@ -138,12 +139,16 @@ async fn claims_budgets_and_replays_spread_over_the_masters() {
             args.arg("invoice", &i).unwrap();
             let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
             let runs = Arc::clone(&runs);
-            let receipt = execute(Call::new(&SEND, &turn, k, fp), async move {
-                Ok::<_, Error>(format!(
-                    "receipt {i} run {}",
-                    runs.fetch_add(1, Ordering::SeqCst)
-                ))
-            })
+            let receipt = execute(
+                Call::new(&SEND, &turn, k, fp),
+                Codec::ok_only(),
+                async move {
+                    Ok::<_, Error>(format!(
+                        "receipt {i} run {}",
+                        runs.fetch_add(1, Ordering::SeqCst)
+                    ))
+                },
+            )
             .await
             .unwrap();
             assert!(
@@ -198,7 +203,7 @@ async fn claims_budgets_and_replays_spread_over_the_masters() {
     let mut args = ArgsDigest::new(SEND.name);
     args.arg("invoice", &"one too many").unwrap();
     let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
-    let refused = execute(Call::new(&SEND, &turn, k, fp), async {
+    let refused = execute(Call::new(&SEND, &turn, k, fp), Codec::ok_only(), async {
         Ok::<_, Error>(String::new())
     })
     .await;
@@ -238,9 +243,11 @@ async fn a_namespace_hash_tag_pins_a_tenant_to_one_master() {
         let mut args = ArgsDigest::new(SEND.name);
         args.arg("invoice", &i).unwrap();
         let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
-        execute(Call::new(&SEND, &turn, k, fp), async { Ok::<_, Error>(i) })
-            .await
-            .unwrap();
+        execute(Call::new(&SEND, &turn, k, fp), Codec::ok_only(), async {
+            Ok::<_, Error>(i)
+        })
+        .await
+        .unwrap();
         records.push(store.redis_key("{tenant-42}", &k));
     }
     let holders = nodes_holding(&urls, &records).await;

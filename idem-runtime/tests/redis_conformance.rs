@@ -33,7 +33,7 @@ impl Harness for Redis {
     }
 
     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             tokio::time::sleep(by).await;
             Ok(())
         })
@@ -42,7 +42,7 @@ impl Harness for Redis {
     fn corrupt<'a>(&'a self, namespace: &'a str, key: &'a Key) -> Option<StoreFuture<'a, ()>> {
         let redis_key = self.store.redis_key(namespace, key);
         let mut conn = self.raw.clone();
-        Some(StoreFuture::new(async move {
+        Some(Box::pin(async move {
             redis::cmd("SET")
                 .arg(redis_key)
                 .arg(b"\x00\xffnot a record".as_slice())

@@ -8,6 +8,7 @@
 
 mod redis_common;
 
+use idem_tools_runtime::Codec;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -135,15 +136,19 @@ fn cross_process_child() {
                         args.finish(turn.namespace(), turn.id(), CHARGE.name, CHARGE.version);
                     let mut conn = conn.clone();
                     let counter = format!("{prefix}:runs:{i}");
-                    let run = execute(Call::new(&CHARGE, &turn, k, fp), async move {
-                        let runs: u64 = redis::cmd("INCR")
-                            .arg(&counter)
-                            .query_async(&mut conn)
-                            .await
-                            .map_err(|e| Error::store("side effect", e))?;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                        Ok::<_, Error>(runs)
-                    })
+                    let run = execute(
+                        Call::new(&CHARGE, &turn, k, fp),
+                        Codec::ok_only(),
+                        async move {
+                            let runs: u64 = redis::cmd("INCR")
+                                .arg(&counter)
+                                .query_async(&mut conn)
+                                .await
+                                .map_err(|e| Error::store("side effect", e))?;
+                            tokio::time::sleep(Duration::from_millis(5)).await;
+                            Ok::<_, Error>(runs)
+                        },
+                    )
                     .await;
                     assert_eq!(run.unwrap(), 1, "key {i}: a caller saw a second run");
                 }

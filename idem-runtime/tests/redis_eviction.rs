@@ -6,6 +6,7 @@
 mod redis_common;
 
 use idem_tools_runtime::Error;
+use idem_tools_runtime::store::Charge;
 use idem_tools_runtime::store::{Begin, BeginRequest, LeaseToken, RedisStore, Store};
 use redis_common::{PrivateServer, fingerprint, key, raw, redis_url};
 
@@ -62,7 +63,7 @@ async fn an_evicting_server_is_refused_unless_allowed() {
                 fingerprint: &fp,
                 lease: std::time::Duration::from_secs(5),
                 token: LeaseToken::generate(),
-                charge: None,
+                charge: Charge::unlimited(),
             })
             .await
             .unwrap();
@@ -107,7 +108,7 @@ async fn a_server_that_forbids_config_is_accepted_with_a_warning() {
             fingerprint: &fp,
             lease: std::time::Duration::from_secs(5),
             token: LeaseToken::generate(),
-            charge: None,
+            charge: Charge::unlimited(),
         })
         .await
         .unwrap();

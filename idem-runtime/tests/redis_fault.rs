@@ -17,6 +17,7 @@
 
 mod redis_common;
 
+use idem_tools_runtime::Codec;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -82,7 +83,7 @@ impl Store for Acknowledged {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             self.inner.complete(lease, result, ttl).await?;
             let mut recorded = self.recorded.lock().unwrap();
             recorded.entry(lease.key).or_default().push(result.to_vec());
@@ -150,17 +151,21 @@ async fn call_slow(
     let (k, fp) = args.finish(turn.namespace(), turn.id(), SHIP.name, SHIP.version);
     let ran = Arc::new(AtomicBool::new(false));
     let (ledger, flag) = (Arc::clone(ledger), Arc::clone(&ran));
-    let result = execute(Call::new(&SHIP, &turn, k, fp), async move {
-        flag.store(true, Ordering::SeqCst);
-        let run = {
-            let mut runs = ledger.0.lock().unwrap();
-            let run = runs.entry(key).or_default();
-            *run += 1;
-            *run
-        };
-        tokio::time::sleep(work).await;
-        Ok::<_, Error>(run)
-    })
+    let result = execute(
+        Call::new(&SHIP, &turn, k, fp),
+        Codec::ok_only(),
+        async move {
+            flag.store(true, Ordering::SeqCst);
+            let run = {
+                let mut runs = ledger.0.lock().unwrap();
+                let run = runs.entry(key).or_default();
+                *run += 1;
+                *run
+            };
+            tokio::time::sleep(work).await;
+            Ok::<_, Error>(run)
+        },
+    )
     .await;
     Outcome {
         result,

@@ -7,6 +7,7 @@
 
 mod redis_common;
 
+use idem_tools_runtime::Codec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -59,10 +60,14 @@ async fn a_begin_lost_to_a_busy_server_leaves_no_orphaned_claim() {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
     let started = Instant::now();
-    let lost = execute(Call::new(&SHIP, &turn, k, fp), async move {
-        flag.store(true, Ordering::SeqCst);
-        Ok::<_, Error>(1)
-    })
+    let lost = execute(
+        Call::new(&SHIP, &turn, k, fp),
+        Codec::ok_only(),
+        async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, Error>(1)
+        },
+    )
     .await;
     assert!(matches!(lost, Err(Error::Store { .. })), "{lost:?}");
     assert!(!ran.load(Ordering::SeqCst), "the tool ran without a claim");
@@ -92,10 +97,14 @@ async fn a_begin_lost_to_a_busy_server_leaves_no_orphaned_claim() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let retried = execute(Call::new(&SHIP, &turn, k, fp), async move {
-        ran.store(true, Ordering::SeqCst);
-        Ok::<_, Error>(2)
-    })
+    let retried = execute(
+        Call::new(&SHIP, &turn, k, fp),
+        Codec::ok_only(),
+        async move {
+            ran.store(true, Ordering::SeqCst);
+            Ok::<_, Error>(2)
+        },
+    )
     .await;
     assert_eq!(retried.unwrap(), 2, "the retry runs the tool");
 }

@@ -4,6 +4,7 @@
 
 mod redis_common;
 
+use idem_tools_runtime::store::Charge;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,7 +34,7 @@ fn request<'a>(
         fingerprint: fp,
         lease,
         token: LeaseToken::generate(),
-        charge: None,
+        charge: Charge::unlimited(),
     }
 }
 

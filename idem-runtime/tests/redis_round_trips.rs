@@ -7,6 +7,7 @@
 
 mod redis_common;
 
+use idem_tools_runtime::Codec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -85,7 +86,7 @@ async fn a_first_execution_costs_two_round_trips_and_a_replay_one() {
         let mut args = ArgsDigest::new(SEND.name);
         args.arg("to", "ada").unwrap();
         let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
-        execute(Call::new(&SEND, &turn, k, fp), async {
+        execute(Call::new(&SEND, &turn, k, fp), Codec::ok_only(), async {
             Ok::<_, Error>(sent.fetch_add(1, Ordering::SeqCst))
         })
     };

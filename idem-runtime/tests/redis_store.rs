@@ -7,6 +7,8 @@
 
 mod redis_common;
 
+use idem_tools_runtime::Codec;
+use idem_tools_runtime::store::Charge;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -41,7 +43,7 @@ fn request<'a>(
         fingerprint: fp,
         lease,
         token: LeaseToken::generate(),
-        charge: None,
+        charge: Charge::unlimited(),
     }
 }
 
@@ -357,7 +359,7 @@ async fn the_engine_runs_a_tool_once_through_redis() {
         let mut args = ArgsDigest::new(SEND.name);
         args.arg("to", "ada").unwrap();
         let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
-        let receipt = execute(Call::new(&SEND, &turn, k, fp), async {
+        let receipt = execute(Call::new(&SEND, &turn, k, fp), Codec::ok_only(), async {
             Ok::<_, Error>(sent.fetch_add(1, Ordering::SeqCst) + 1)
         })
         .await

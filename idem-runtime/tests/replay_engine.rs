@@ -1,6 +1,7 @@
 //! Through the engine: results that JSON lost now replay as returned, and a stored record
 //! renders for operators.
 
+use idem_tools_runtime::Codec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -8,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::replay::render;
 use idem_tools_runtime::store::{MemoryStore, Store};
-use idem_tools_runtime::{Call, Error, Key, ToolInfo, Turn, execute, execute_caching_errors};
+use idem_tools_runtime::{Call, Error, Key, ToolInfo, Turn, execute};
 use serde::{Deserialize, Serialize};
 
 const MEASURE: ToolInfo = ToolInfo::idempotent("measure");
@@ -39,10 +40,14 @@ where
             Ok::<T, Error>(value)
         }
     };
-    let first = execute(call(&MEASURE, turn, arg), tool(value.clone()))
-        .await
-        .expect("first call");
-    let replayed = execute(call(&MEASURE, turn, arg), tool(value))
+    let first = execute(
+        call(&MEASURE, turn, arg),
+        Codec::ok_only(),
+        tool(value.clone()),
+    )
+    .await
+    .expect("first call");
+    let replayed = execute(call(&MEASURE, turn, arg), Codec::ok_only(), tool(value))
         .await
         .expect("replayed call");
     (first, replayed, runs.load(Ordering::SeqCst))
@@ -82,12 +87,12 @@ async fn a_tuple_keyed_map_is_recorded_so_duplicates_and_retries_run_once() {
         }
     };
     let (a, b, c) = tokio::join!(
-        execute(call(&MEASURE, &turn, "g"), measure()),
-        execute(call(&MEASURE, &turn, "g"), measure()),
-        execute(call(&MEASURE, &turn, "g"), measure()),
+        execute(call(&MEASURE, &turn, "g"), Codec::ok_only(), measure()),
+        execute(call(&MEASURE, &turn, "g"), Codec::ok_only(), measure()),
+        execute(call(&MEASURE, &turn, "g"), Codec::ok_only(), measure()),
     );
     let turn2 = Turn::new("grid").with_store(Arc::clone(turn.store().expect("store")));
-    let retry = execute(call(&MEASURE, &turn2, "g"), measure()).await;
+    let retry = execute(call(&MEASURE, &turn2, "g"), Codec::ok_only(), measure()).await;
     for result in [a, b, c, retry] {
         assert_eq!(result.expect("call"), grid);
     }
@@ -118,8 +123,8 @@ async fn a_cached_error_replays_as_returned() {
         runs.fetch_add(1, Ordering::SeqCst);
         Err::<Option<Option<u8>>, _>(LookupError::NotFound { id: u128::MAX })
     };
-    let first = execute_caching_errors(call(&LOOKUP, &turn, "k"), lookup()).await;
-    let replayed = execute_caching_errors(call(&LOOKUP, &turn, "k"), lookup()).await;
+    let first = execute(call(&LOOKUP, &turn, "k"), Codec::ok_and_err(), lookup()).await;
+    let replayed = execute(call(&LOOKUP, &turn, "k"), Codec::ok_and_err(), lookup()).await;
     assert_eq!(first, replayed);
     assert_eq!(replayed, Err(LookupError::NotFound { id: u128::MAX }));
     assert_eq!(runs.load(Ordering::SeqCst), 1);

@@ -4,6 +4,8 @@
 
 mod sqlite_common;
 
+use idem_tools_runtime::Codec;
+use idem_tools_runtime::store::Charge;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -26,7 +28,7 @@ fn req<'a>(key: &'a Key, fp: &'a Fingerprint) -> BeginRequest<'a> {
         fingerprint: fp,
         lease: LEASE,
         token: LeaseToken::generate(),
-        charge: None,
+        charge: Charge::unlimited(),
     }
 }
 
@@ -110,18 +112,22 @@ async fn the_engine_stops_a_body_whose_lease_a_clock_step_ended() {
     let running = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&running);
     let call = tokio::spawn(async move {
-        execute(Call::new(&LONG_TOOL, &turn, k, fp), async move {
-            struct Stopped(Arc<AtomicBool>);
-            impl Drop for Stopped {
-                fn drop(&mut self) {
-                    self.0.store(false, Ordering::SeqCst);
+        execute(
+            Call::new(&LONG_TOOL, &turn, k, fp),
+            Codec::ok_only(),
+            async move {
+                struct Stopped(Arc<AtomicBool>);
+                impl Drop for Stopped {
+                    fn drop(&mut self) {
+                        self.0.store(false, Ordering::SeqCst);
+                    }
                 }
-            }
-            flag.store(true, Ordering::SeqCst);
-            let _stopped = Stopped(Arc::clone(&flag));
-            tokio::time::sleep(Duration::from_secs(30)).await;
-            Ok::<_, Error>(1)
-        })
+                flag.store(true, Ordering::SeqCst);
+                let _stopped = Stopped(Arc::clone(&flag));
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok::<_, Error>(1)
+            },
+        )
         .await
     });
     while !running.load(Ordering::SeqCst) {
@@ -164,10 +170,15 @@ fn ship_key(turn: &Turn) -> (Key, Fingerprint) {
     args.finish(turn.namespace(), turn.id(), SHIP.name, SHIP.version)
 }
 
+/// Attempts counted in the file, over every key.
 fn charges(path: &std::path::Path) -> i64 {
     let conn = rusqlite::Connection::open(path).unwrap();
-    conn.query_row("SELECT count(*) FROM idem_budgets", [], |row| row.get(0))
-        .unwrap()
+    conn.query_row(
+        "SELECT coalesce(sum(attempts), 0) FROM idem_records",
+        [],
+        |row| row.get(0),
+    )
+    .unwrap()
 }
 
 /// Another process holds the write lock past the busy timeout: the call fails closed with a
@@ -185,10 +196,14 @@ async fn a_begin_refused_by_a_busy_file_leaves_no_orphan() {
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
     let started = Instant::now();
-    let busy = execute(Call::new(&SHIP, &turn, k, fp), async move {
-        flag.store(true, Ordering::SeqCst);
-        Ok::<_, Error>(1)
-    })
+    let busy = execute(
+        Call::new(&SHIP, &turn, k, fp),
+        Codec::ok_only(),
+        async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, Error>(1)
+        },
+    )
     .await;
     assert!(matches!(busy, Err(Error::Store { .. })), "{busy:?}");
     assert!(!ran.load(Ordering::SeqCst));
@@ -199,7 +214,10 @@ async fn a_begin_refused_by_a_busy_file_leaves_no_orphan() {
     );
     holder.join().unwrap();
     assert_eq!(store.get(turn.namespace(), &k).await.unwrap(), None);
-    let retried = execute(Call::new(&SHIP, &turn, k, fp), async { Ok::<_, Error>(2) }).await;
+    let retried = execute(Call::new(&SHIP, &turn, k, fp), Codec::ok_only(), async {
+        Ok::<_, Error>(2)
+    })
+    .await;
     assert_eq!(retried.unwrap(), 2);
 }
 
@@ -215,10 +233,14 @@ async fn a_call_abandoned_while_its_begin_waits_for_the_lock_leaves_no_orphan() 
     let holder = hold_write_lock(dir.db(), Duration::from_millis(500));
     let ran = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&ran);
-    let call = execute(Call::new(&SHIP, &turn, k, fp), async move {
-        flag.store(true, Ordering::SeqCst);
-        Ok::<_, Error>(1)
-    });
+    let call = execute(
+        Call::new(&SHIP, &turn, k, fp),
+        Codec::ok_only(),
+        async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, Error>(1)
+        },
+    );
     let gave_up = tokio::time::timeout(Duration::from_millis(100), call).await;
     assert!(gave_up.is_err(), "the call waits for the lock");
     holder.join().unwrap();
@@ -231,6 +253,9 @@ async fn a_call_abandoned_while_its_begin_waits_for_the_lock_leaves_no_orphan() 
         "the abandoned begin did run (and charged)"
     );
     assert!(!ran.load(Ordering::SeqCst));
-    let retried = execute(Call::new(&SHIP, &turn, k, fp), async { Ok::<_, Error>(2) }).await;
+    let retried = execute(Call::new(&SHIP, &turn, k, fp), Codec::ok_only(), async {
+        Ok::<_, Error>(2)
+    })
+    .await;
     assert_eq!(retried.unwrap(), 2);
 }

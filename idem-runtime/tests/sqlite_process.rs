@@ -7,6 +7,7 @@
 #![cfg(all(feature = "sqlite", unix))]
 
 mod sqlite_common;
+use idem_tools_runtime::Codec;
 use sqlite_common::TempDir;
 
 use std::collections::BTreeMap;
@@ -84,7 +85,12 @@ where
     let mut args = ArgsDigest::new(tool.name);
     args.arg("to", to)?;
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    execute(Call::new(tool, &turn, key, fingerprint), body).await
+    execute(
+        Call::new(tool, &turn, key, fingerprint),
+        Codec::ok_only(),
+        body,
+    )
+    .await
 }
 
 fn open(db: &Path) -> Arc<dyn Store> {
@@ -189,11 +195,14 @@ fn child() {
             args.arg("to", "ada").unwrap();
             let (key, fingerprint) =
                 args.finish(turn.namespace(), turn.id(), FLAKY.name, FLAKY.version);
-            let answer =
-                runtime.block_on(execute(Call::new(&FLAKY, &turn, key, fingerprint), async {
+            let answer = runtime.block_on(execute(
+                Call::new(&FLAKY, &turn, key, fingerprint),
+                Codec::ok_only(),
+                async {
                     side_effect(&log, &format!("charge ada {pid}"));
                     Err::<String, _>(Error::Config("the payment provider timed out".to_owned()))
-                }));
+                },
+            ));
             let kind = match answer {
                 Err(Error::BudgetExhausted { .. }) => "budget_exhausted",
                 Err(Error::Config(_)) => "tool_failed",

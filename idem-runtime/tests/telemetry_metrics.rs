@@ -3,6 +3,7 @@
 //!
 //! One test per binary: the recorder is process-global and its snapshots drain it.
 
+use idem_tools_runtime::Codec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,13 +112,13 @@ async fn calls_are_counted_timed_and_tracked_in_flight_per_tool_and_outcome() {
     let turn = Turn::new("turn-1").with_store(store);
 
     // Executed, then replayed.
-    let sent = execute(call(&SEND, &turn, "ada"), async {
+    let sent = execute(call(&SEND, &turn, "ada"), Codec::ok_only(), async {
         tokio::time::sleep(Duration::from_millis(30)).await;
         Ok::<u32, Error>(1)
     })
     .await;
     assert_eq!(sent.expect("executes"), 1);
-    let again: Result<u32, Error> = execute(call(&SEND, &turn, "ada"), async {
+    let again: Result<u32, Error> = execute(call(&SEND, &turn, "ada"), Codec::ok_only(), async {
         panic!("a replay does not run the tool")
     })
     .await;
@@ -125,17 +126,19 @@ async fn calls_are_counted_timed_and_tracked_in_flight_per_tool_and_outcome() {
 
     // An identical call joins the one running; both are in flight meanwhile.
     let release = Notify::new();
-    let leader = execute(call(&BOOK, &turn, "LHR"), async {
+    let leader = execute(call(&BOOK, &turn, "LHR"), Codec::ok_only(), async {
         release.notified().await;
         Ok::<u32, Error>(7)
     });
-    let follower = execute(call(&BOOK, &turn, "LHR"), async {
+    let follower = execute(call(&BOOK, &turn, "LHR"), Codec::ok_only(), async {
         Ok::<u32, Error>(8) // never runs: it joins the leader
     });
     // A third one gives up waiting: its caller drops it before it has an outcome.
     let impatient = tokio::time::timeout(
         Duration::from_millis(5),
-        execute(call(&BOOK, &turn, "LHR"), async { Ok::<u32, Error>(9) }),
+        execute(call(&BOOK, &turn, "LHR"), Codec::ok_only(), async {
+            Ok::<u32, Error>(9)
+        }),
     );
     let script = async {
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -155,18 +158,21 @@ async fn calls_are_counted_timed_and_tracked_in_flight_per_tool_and_outcome() {
     merge(&mut seen, mid);
 
     // Failed (the key is released), then over the per-key budget of one attempt.
-    let failed = execute(call(&REFUND, &turn, "bob"), async {
+    let failed = execute(call(&REFUND, &turn, "bob"), Codec::ok_only(), async {
         Err::<u32, _>(Error::Config("card declined".to_owned()))
     })
     .await;
     assert!(matches!(failed, Err(Error::Config(_))));
-    let exhausted = execute(call(&REFUND, &turn, "bob"), async { Ok::<u32, Error>(1) }).await;
+    let exhausted = execute(call(&REFUND, &turn, "bob"), Codec::ok_only(), async {
+        Ok::<u32, Error>(1)
+    })
+    .await;
     assert!(matches!(exhausted, Err(Error::BudgetExhausted { .. })));
 
     // Dropped by its caller while the tool ran (released: `cancelled`).
     let timed_out = tokio::time::timeout(
         Duration::from_millis(20),
-        execute(call(&SLOW, &turn, "carol"), async {
+        execute(call(&SLOW, &turn, "carol"), Codec::ok_only(), async {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             Ok::<u32, Error>(0)
         }),

@@ -1,6 +1,7 @@
 //! The span of each call, seen through a real OpenTelemetry pipeline: `tracing` →
 //! `tracing-opentelemetry` → the OpenTelemetry SDK → its in-memory exporter.
 
+use idem_tools_runtime::Codec;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,12 +124,15 @@ async fn attached_call_runs_in_a_span_named_for_the_tool_and_replay_has_its_own(
     let turn = turn("turn-1");
     let first = call(&SEND, &turn, "ada");
     let agent = tracing::info_span!("agent.turn");
-    let result = execute(first.clone(), send()).instrument(agent).await;
+    let result = execute(first.clone(), Codec::ok_only(), send())
+        .instrument(agent)
+        .await;
     assert_eq!(result.expect("executes"), 42);
-    let replayed: Result<u32, Error> = execute(call(&SEND, &turn, "ada"), async {
-        panic!("a replay does not run the tool")
-    })
-    .await;
+    let replayed: Result<u32, Error> =
+        execute(call(&SEND, &turn, "ada"), Codec::ok_only(), async {
+            panic!("a replay does not run the tool")
+        })
+        .await;
     assert_eq!(replayed.expect("replays"), 42);
 
     let spans = otel.spans();
@@ -155,9 +159,9 @@ async fn detached_call_carries_its_span_into_the_tool_task() {
     let otel = pipeline();
     let turn = turn("turn-1");
     let first = call(&SEND, &turn, "grace");
-    let result = execute_detached(first.clone(), send()).await;
+    let result = execute_detached(first.clone(), Codec::ok_only(), send()).await;
     assert_eq!(result.expect("executes"), 42);
-    let replayed = execute_detached(call(&SEND, &turn, "grace"), async {
+    let replayed = execute_detached(call(&SEND, &turn, "grace"), Codec::ok_only(), async {
         Err::<u32, _>(Error::Config("a replay does not run the tool".to_owned()))
     })
     .await;
@@ -178,7 +182,7 @@ async fn failed_call_has_an_error_status_and_the_error() {
     let otel = pipeline();
     let turn = turn("turn-1");
     let refund = call(&REFUND, &turn, "bob");
-    let result = execute(refund.clone(), async {
+    let result = execute(refund.clone(), Codec::ok_only(), async {
         Err::<u32, _>(Error::Config("card declined".to_owned()))
     })
     .await;
@@ -187,11 +191,16 @@ async fn failed_call_has_an_error_status_and_the_error() {
     let mut args = ArgsDigest::new(REFUND.name);
     args.arg("to", "eve").expect("encodes");
     let (_, other_fp) = args.finish(turn.namespace(), turn.id(), REFUND.name, REFUND.version);
-    let done = execute(refund.clone(), async { Ok::<u32, Error>(1) }).await;
-    assert_eq!(done.expect("runs again after a failure"), 1);
-    let mismatch = execute(Call::new(&REFUND, &turn, refund.key(), other_fp), async {
-        Ok::<u32, Error>(2)
+    let done = execute(refund.clone(), Codec::ok_only(), async {
+        Ok::<u32, Error>(1)
     })
+    .await;
+    assert_eq!(done.expect("runs again after a failure"), 1);
+    let mismatch = execute(
+        Call::new(&REFUND, &turn, refund.key(), other_fp),
+        Codec::ok_only(),
+        async { Ok::<u32, Error>(2) },
+    )
     .await;
     let mismatch = match mismatch {
         Err(error @ Error::PayloadMismatch { .. }) => error.to_string(),
@@ -207,7 +216,8 @@ async fn failed_call_has_an_error_status_and_the_error() {
     assert_eq!(executed.status, Status::Unset);
     let refused = tool_span(calls[2], "refund", &refund, "payload_mismatch");
     assert_eq!(refused.status, Status::error(mismatch.clone()));
-    assert_eq!(attr_str(refused, "error"), mismatch);
+    // The error is the span's status; it is not repeated as an attribute.
+    assert!(attr(refused, "error").is_none(), "{:?}", refused.attributes);
 }
 
 #[tokio::test]
@@ -217,7 +227,7 @@ async fn call_dropped_by_its_caller_ends_its_span_with_its_outcome() {
     let slow = call(&CANCELLED, &turn, "carol");
     let timed_out = tokio::time::timeout(
         Duration::from_millis(20),
-        execute(slow.clone(), async {
+        execute(slow.clone(), Codec::ok_only(), async {
             tokio::time::sleep(Duration::from_secs(3600)).await;
             Ok::<u32, Error>(0)
         }),
@@ -246,7 +256,7 @@ async fn without_an_interested_subscriber_the_call_span_is_not_built() {
     let _guard = tracing::subscriber::set_default(subscriber);
     let turn = turn("turn-1");
     let app = tracing::info_span!("agent.turn");
-    let result = execute(call(&SEND, &turn, "dan"), async {
+    let result = execute(call(&SEND, &turn, "dan"), Codec::ok_only(), async {
         assert!(tracing::Span::current().metadata().map(|m| m.name()) == Some("agent.turn"));
         send().await
     })
@@ -271,9 +281,9 @@ async fn a_tool_calling_a_tool_nests_the_spans_and_each_gets_its_own_outcome() {
     let outer = call(&OUTER, &turn, "lisbon");
     let inner = call(&INNER, &turn, "lisbon");
     let inner_call = inner.clone();
-    let planned = execute(outer.clone(), async move {
+    let planned = execute(outer.clone(), Codec::ok_only(), async move {
         // The inner tool fails; the outer one handles it and succeeds.
-        let booked = execute(inner_call, async {
+        let booked = execute(inner_call, Codec::ok_only(), async {
             Err::<u32, _>(Error::Config("no rooms".to_owned()))
         })
         .await;

@@ -2,6 +2,8 @@
 //! through the real engine and stores.
 #![allow(dead_code)]
 
+use idem_tools_runtime::Codec;
+use idem_tools_runtime::store::Charge;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
@@ -142,7 +144,7 @@ pub async fn call(
 ) -> Result<Value, Error> {
     let (key, fingerprint) = key_of(tool, turn, to);
     let call = Call::new(tool, turn, key, fingerprint).with_store(store);
-    execute(call, async {
+    execute(call, Codec::ok_only(), async {
         let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
         Ok::<_, Error>(json!({ "sent_to": to, "run": run }))
     })
@@ -175,7 +177,7 @@ pub async fn claim(
 pub async fn claim_key(
     store: &dyn Store,
     namespace: &str,
-    tool: &str,
+    tool: &'static str,
     key: &Key,
     fingerprint: &Fingerprint,
     lease: Duration,
@@ -189,7 +191,7 @@ pub async fn claim_key(
             fingerprint,
             lease,
             token,
-            charge: None,
+            charge: Charge::unlimited(),
         })
         .await
     {

@@ -1,6 +1,5 @@
 //! The keys a task holds: what `current_key` reports and what re-entrancy is checked against.
 
-use std::future::Future;
 use std::sync::Arc;
 
 use crate::key::Key;
@@ -23,14 +22,14 @@ pub(crate) struct Held {
 /// before the result is recorded.
 ///
 /// ```
-/// # use idem_tools_runtime::{current_key, execute, Call, ToolInfo, Turn, key::ArgsDigest};
+/// # use idem_tools_runtime::{current_key, engine::{execute, Call, Codec}, ToolInfo, Turn, key::ArgsDigest};
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools_runtime::Error> {
 /// const CHARGE: ToolInfo = ToolInfo::idempotent("charge");
 /// let turn = Turn::new("turn-1");
 /// let mut args = ArgsDigest::new(CHARGE.name);
 /// args.arg("cents", &500)?;
 /// let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), CHARGE.name, CHARGE.version);
-/// let header = execute(Call::new(&CHARGE, &turn, key, fingerprint), async {
+/// let header = execute(Call::new(&CHARGE, &turn, key, fingerprint), Codec::ok_only(), async {
 ///     let key = current_key().expect("inside a tool");
 ///     Ok::<_, idem_tools_runtime::Error>(format!("Idempotency-Key: {key}"))
 /// })
@@ -68,7 +67,7 @@ pub(crate) fn with(key: Key) -> Held {
     }
 }
 
-/// Runs `future` holding `held`.
-pub(crate) fn scope<F: Future>(held: Held, future: F) -> impl Future<Output = F::Output> {
-    HELD.scope(held, future)
+/// Runs `f` (one poll of a tool's body) holding `held`.
+pub(crate) fn sync_scope<R>(held: Held, f: impl FnOnce() -> R) -> R {
+    HELD.sync_scope(held, f)
 }

@@ -1,30 +1,35 @@
-//! The engine every `#[idempotent]` tool runs through: key → budget → store → execute or replay.
+//! The engine every `#[idempotent]` tool runs through: key → budget → store → execute or
+//! replay.
+//!
+//! A call's life is one `async fn`, `call::run`, read top to bottom: join an identical call
+//! running here, or ask the store (which answers a recorded result, a holder elsewhere, a
+//! refusal, or a claim); run the body under the lease keeper; record the result; publish it to
+//! the calls waiting here; report the outcome. One drop guard (`guard.rs`) decides what an early
+//! end means. The tool's types never reach it: [`Execution`], the only generic part, polls the
+//! body when the engine asks and encodes and decodes results with the tool's [`Codec`].
 
-mod claimed;
-mod execution;
+mod background;
+mod call;
+mod guard;
 mod held;
-mod lease;
+mod keeper;
+mod port;
 mod report;
-mod steps;
 pub mod telemetry;
+mod typed;
 
 use std::future::Future;
 use std::sync::Arc;
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-
 use crate::Error;
 use crate::flight;
 use crate::key::{Fingerprint, Key};
-use crate::replay::{OkAndErr, OkOnly};
-use crate::store::{KeyCounter, Lease, LeaseToken, Store, default_store};
+use crate::store::{Lease, LeaseToken, Store, default_store};
 use crate::tool::ToolInfo;
 use crate::turn::Turn;
 
 pub use held::current_key;
-
-use execution::execution;
+pub use typed::{Codec, Execution};
 
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an
 /// argument that does not encode), so that every call yields exactly one outcome; returns the
@@ -48,7 +53,6 @@ pub struct Call {
     key: Key,
     fingerprint: Fingerprint,
     store: Option<Arc<dyn Store>>,
-    counter: KeyCounter,
 }
 
 impl Call {
@@ -70,21 +74,11 @@ impl Call {
             key,
             fingerprint,
             store: None,
-            counter: KeyCounter::TurnAndKey,
         }
     }
 
-    /// Declares that the key was derived from the turn id ([`ArgsDigest::finish`] without a
-    /// caller key), so it stands for one (turn, key) pair and the store counts the call's
-    /// attempts with the key itself ([`KeyCounter::Key`]) instead of hashing the pair.
-    ///
-    /// [`ArgsDigest::finish`]: crate::key::ArgsDigest::finish
-    pub fn counted_by_key(mut self) -> Self {
-        self.counter = KeyCounter::Key;
-        self
-    }
-
     /// Uses `store` instead of the turn's or the process default.
+    #[must_use]
     pub fn with_store(mut self, store: &Arc<dyn Store>) -> Self {
         self.store = Some(Arc::clone(store));
         self
@@ -113,97 +107,77 @@ impl Call {
     }
 }
 
-/// Runs `tool_future` at most once per key: executes it the first time, replays its recorded
-/// result afterwards, and makes concurrent duplicates wait for the first.
+/// Runs `body` at most once per key: executes it the first time, replays its recorded result
+/// afterwards, and makes concurrent duplicates wait for the first.
 ///
 /// In order:
 /// 1. a task that already holds the key (a tool calling itself, directly or through other
 ///    tools) gets [`Error::Reentrant`];
 /// 2. an identical call already running in this process is joined (single-flight), for at
 ///    most the turn's in-flight wait;
-/// 3. the store charges the turn's budget and claims the key, in one atomic step:
-///    - claimed: the tool runs (its lease renewed while it runs); `Ok` is recorded, `Err`
-///      releases the key so a retry runs again. If the caller drops the call after the tool
-///      started, the key is kept as *interrupted* (retries get [`Error::Interrupted`]) unless
-///      the tool sets `release_on_cancel`; a panic releases the key and propagates;
-///    - completed: the first result is decoded and returned without running the tool;
-///    - in flight elsewhere: polled with backoff up to the turn's wait bound, then
-///      [`Error::InFlight`];
-///    - recorded under other arguments: [`Error::PayloadMismatch`];
-///    - over budget: [`Error::AlreadySucceeded`] if the key's action is recorded, else
-///      [`Error::BudgetExhausted`] / [`Error::TurnBudgetExhausted`].
+/// 3. the store answers:
+///    - a recorded result: decoded and returned without running the tool (an interrupted or
+///      not-replayable record answers [`Error::Interrupted`] / [`Error::NotReplayable`]);
+///      recorded under other arguments: [`Error::PayloadMismatch`];
+///    - in flight elsewhere: asked again with backoff up to the turn's in-flight wait, then
+///      [`Error::InFlight`]; waiting charges nothing;
+///    - no record: the claim is charged to the key's and the turn's budgets, and past them
+///      refused ([`Error::BudgetExhausted`], [`Error::TurnBudgetExhausted`]);
+///    - claimed: the body runs, its lease renewed meanwhile (a lease that cannot be kept stops
+///      the body: [`Error::LeaseLost`]); `Ok` is recorded, `Err` gives the key back so a retry
+///      runs again (unless the codec records errors). If the caller drops the call after the
+///      body started, the key is kept as *interrupted* unless the tool sets
+///      `release_on_cancel`; a panic gives the key back and propagates.
 ///
-/// The tool future is not polled unless the call claims the key. To keep running when the
-/// caller goes away, use [`execute_detached`]. Needs a Tokio runtime with the time driver.
+/// The body is not polled unless the call claims the key. To keep running when the caller
+/// goes away, use [`execute_detached`]. Needs a Tokio runtime with the time driver.
+///
+/// ```
+/// use idem_tools_runtime::engine::{Call, Codec, execute};
+/// use idem_tools_runtime::{key::ArgsDigest, ToolInfo, Turn};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools_runtime::Error> {
+/// static SEND: ToolInfo = ToolInfo::idempotent("send");
+/// let turn = Turn::new("turn-1");
+/// let call = || {
+///     let mut args = ArgsDigest::new(SEND.name);
+///     args.arg("to", "ada").unwrap();
+///     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+///     Call::new(&SEND, &turn, key, fingerprint)
+/// };
+/// let first = execute(call(), Codec::ok_only(), async { Ok::<u32, idem_tools_runtime::Error>(7) }).await?;
+/// let retry = execute(call(), Codec::ok_only(), async { Ok(8) }).await?; // replayed
+/// assert_eq!((first, retry), (7, 7));
+/// # Ok(()) }
+/// ```
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] above converted with `E: From<Error>`.
-pub fn execute<T, E, F>(call: Call, tool_future: F) -> impl Future<Output = Result<T, E>>
+pub fn execute<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Execution<T, E, F>
 where
-    T: Serialize + DeserializeOwned,
     E: From<Error>,
     F: Future<Output = Result<T, E>>,
 {
-    execution::<OkOnly, T, E, F, _, _>(call, tool_future, |claimed, body| {
-        claimed.attached::<OkOnly, T, E, F>(body)
-    })
+    Execution::new(call, codec, body)
 }
 
-/// Like [`execute`], but an `Err` result is recorded and replayed too (Stripe's behaviour), so
-/// a failed call is not retried until its record expires.
+/// Like [`execute`], but once the key is claimed the rest of the call — the body, its lease,
+/// recording — runs in a task of its own: if the caller goes away (a timeout, a `select!`, an
+/// MCP cancellation) it still finishes and records its result, and a retry in the meantime
+/// joins it. One execution, and every caller gets the first result.
+///
+/// The turn, the held keys and the call's `tracing` span follow the body into its task. A panic
+/// in the body propagates to the caller, if it still waits.
 ///
 /// # Errors
 /// As [`execute`].
-pub fn execute_caching_errors<T, E, F>(
-    call: Call,
-    tool_future: F,
-) -> impl Future<Output = Result<T, E>>
+pub fn execute_detached<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Execution<T, E, F>
 where
-    T: Serialize + DeserializeOwned,
-    E: From<Error> + Serialize + DeserializeOwned,
-    F: Future<Output = Result<T, E>>,
-{
-    execution::<OkAndErr, T, E, F, _, _>(call, tool_future, |claimed, body| {
-        claimed.attached::<OkAndErr, T, E, F>(body)
-    })
-}
-
-/// Like [`execute`], but the tool runs in its own task: if the caller goes away (a timeout, a
-/// `select!`, an MCP cancellation) it still finishes and records its result, and a retry in
-/// the meantime joins it. One execution, and every caller gets the first result.
-///
-/// The turn, the held keys and the current `tracing` span follow the tool into its task. A
-/// panic in the tool propagates to the caller, if it still waits.
-///
-/// # Errors
-/// As [`execute`].
-pub fn execute_detached<T, E, F>(call: Call, tool_future: F) -> impl Future<Output = Result<T, E>>
-where
-    T: Serialize + DeserializeOwned + Send + 'static,
+    T: Send + 'static,
     E: From<Error> + Send + 'static,
     F: Future<Output = Result<T, E>> + Send + 'static,
 {
-    execution::<OkOnly, T, E, F, _, _>(call, tool_future, |claimed, body| {
-        claimed.detached::<OkOnly, T, E, F>(body)
-    })
-}
-
-/// [`execute_detached`] with `Err` results recorded and replayed too.
-///
-/// # Errors
-/// As [`execute`].
-pub fn execute_detached_caching_errors<T, E, F>(
-    call: Call,
-    tool_future: F,
-) -> impl Future<Output = Result<T, E>>
-where
-    T: Serialize + DeserializeOwned + Send + 'static,
-    E: From<Error> + Serialize + DeserializeOwned + Send + 'static,
-    F: Future<Output = Result<T, E>> + Send + 'static,
-{
-    execution::<OkAndErr, T, E, F, _, _>(call, tool_future, |claimed, body| {
-        claimed.detached::<OkAndErr, T, E, F>(body)
-    })
+    Execution::new(call, codec, body).detached(tokio::spawn)
 }
 
 impl std::fmt::Debug for Call {

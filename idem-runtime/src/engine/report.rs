@@ -10,8 +10,8 @@ use super::Call;
 use super::telemetry;
 
 /// Owns a call until its outcome is reported; a call dropped before that is reported as
-/// [`Outcome::Cancelled`], so every call yields exactly one event, one count, one outcome on
-/// its span and one end of its metrics.
+/// [`Outcome::Cancelled`] (or [`Outcome::Panicked`] while a panic unwinds), so every call yields
+/// exactly one event, one count, one outcome on its span and one end of its metrics.
 pub(crate) struct Reporter {
     call: Call,
     done: bool,
@@ -42,6 +42,11 @@ impl Reporter {
         self.emit(outcome, None);
     }
 
+    /// Reports a call that failed with `error`.
+    pub(crate) fn fail_with(&mut self, outcome: Outcome, error: &Error) {
+        self.emit(outcome, Some(error));
+    }
+
     /// Reports a failed call and returns its error.
     pub(crate) fn fail<T, E: From<Error>>(
         &mut self,
@@ -61,27 +66,37 @@ impl Reporter {
         call.turn.record(outcome);
         #[cfg(feature = "metrics")]
         self.metrics.end(outcome);
-        telemetry::record_outcome(&self.span, outcome, error);
-        // The event belongs to the call's span even when reported from elsewhere (a drop).
+        // The event belongs to the call's span even when reported from elsewhere (a drop). The
+        // span carries the tool, key, turn and namespace, so the event carries only what is
+        // new — unless no subscriber wants the span, when the event carries them all: every
+        // call's key is logged, once.
         let _entered = self.span.enter();
-        let (tool, key, turn) = (call.tool.name, call.key.short(), call.turn.id());
-        let namespace = call.turn.namespace();
         let routine = matches!(
             outcome,
             Outcome::Executed | Outcome::Replayed | Outcome::Joined | Outcome::Failed
         );
-        let outcome = outcome.as_str();
-        match error {
-            None if routine => {
-                tracing::info!(target: "idem", tool, %key, turn, namespace, outcome, "tool call");
+        let name = outcome.as_str();
+        if self.span.is_disabled() {
+            let (tool, key, turn) = (call.tool.name, call.key.short(), call.turn.id());
+            let namespace = call.turn.namespace();
+            match error {
+                None if routine => tracing::info!(target: "idem", tool, %key, turn, namespace,
+                    outcome = name, "tool call"),
+                None => tracing::warn!(target: "idem", tool, %key, turn, namespace,
+                    outcome = name, "tool call"),
+                Some(error) => tracing::warn!(target: "idem", tool, %key, turn, namespace,
+                    outcome = name, %error, "tool call"),
             }
-            None => {
-                tracing::warn!(target: "idem", tool, %key, turn, namespace, outcome, "tool call");
+        } else {
+            match error {
+                None if routine => tracing::info!(target: "idem", outcome = name, "tool call"),
+                None => tracing::warn!(target: "idem", outcome = name, "tool call"),
+                Some(error) => tracing::warn!(target: "idem", outcome = name, %error, "tool call"),
             }
-            Some(error) => tracing::warn!(
-                target: "idem", tool, %key, turn, namespace, outcome, %error, "tool call"
-            ),
         }
+        // Recorded after the event, so that a subscriber printing span fields with each event
+        // prints the outcome and error once.
+        telemetry::record_outcome(&self.span, outcome, error);
     }
 }
 

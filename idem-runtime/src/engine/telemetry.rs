@@ -11,8 +11,12 @@
 //! | `otel.name` | the tool's name: the span's name once exported by `tracing-opentelemetry` |
 //! | `tool`, `key`, `turn`, `namespace` | the tool's name, the key's first 12 hex digits, the turn id and namespace |
 //! | `outcome` | recorded when the call ends: an [`Outcome`] name such as `executed` or `replayed` |
-//! | `error` | the error returned to the caller, if any |
 //! | `otel.status_code`, `otel.status_description` | `ERROR` and the error, for a call that failed ([`is_failure`]) |
+//!
+//! The call's one event (`tool call`, inside the span) carries `outcome` and `error`; the span
+//! carries the rest, so a subscriber that prints span fields with each event prints each field
+//! once. When no subscriber wants the span, the event carries `tool`, `key`, `turn` and
+//! `namespace` too.
 //!
 //! When no subscriber is interested in the span, it is never built: a disabled span costs a
 //! callsite check.
@@ -56,13 +60,13 @@ pub const CALLS_IN_FLIGHT: &str = "idem_tool_calls_in_flight";
 /// if any) failed: its span gets `otel.status_code = "ERROR"`.
 ///
 /// A call fails when it returns an idem error to its caller, when the tool returned an error
-/// or panicked, or when the store failed around it. A call its caller dropped (`cancelled`,
-/// `interrupted`) did not fail: nobody was waiting for it.
+/// or panicked, or when the store failed around it (its result not recorded). A call its
+/// caller dropped (`cancelled`, `interrupted`) did not fail: nobody was waiting for it.
 pub fn is_failure(outcome: Outcome, error: Option<&Error>) -> bool {
     error.is_some()
         || matches!(
             outcome,
-            Outcome::Failed | Outcome::Panicked | Outcome::StoreError
+            Outcome::Failed | Outcome::Panicked | Outcome::StoreError | Outcome::LeaseLost
         )
 }
 
@@ -78,7 +82,6 @@ pub(super) fn span(call: &Call) -> Span {
         turn = call.turn.id(),
         namespace = call.turn.namespace(),
         outcome = Empty,
-        error = Empty,
         otel.status_code = Empty,
         otel.status_description = Empty,
     )
@@ -90,9 +93,6 @@ pub(super) fn record_outcome(span: &Span, outcome: Outcome, error: Option<&Error
         return;
     }
     span.record("outcome", outcome.as_str());
-    if let Some(error) = error {
-        span.record("error", display(error));
-    }
     if is_failure(outcome, error) {
         span.record("otel.status_code", "ERROR");
         if let Some(error) = error {

@@ -9,7 +9,6 @@ use crate::key::Key;
 
 /// The record of a tool that ran and finished but whose result cannot be replayed: decoding it
 /// gives [`Error::NotReplayable`] with `reason`.
-#[allow(dead_code, reason = "the engine's recording path adopts it")]
 pub(crate) fn encode_unreplayable(tool: &str, reason: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(4 + tool.len() + reason.len());
     out.extend_from_slice(&[VERSION, marker::NOT_REPLAYABLE]);
@@ -20,7 +19,6 @@ pub(crate) fn encode_unreplayable(tool: &str, reason: &str) -> Vec<u8> {
 
 /// The record of a call that started and was interrupted before it finished: decoding it
 /// gives [`Error::Interrupted`].
-#[allow(dead_code, reason = "the engine's recovery path adopts it")]
 pub(crate) fn encode_interrupted(tool: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(3 + tool.len());
     out.extend_from_slice(&[VERSION, marker::INTERRUPTED]);

@@ -241,3 +241,58 @@ pub mod bench {
         <OkOnly as ResultCodec<T, ()>>::verify("bench", bytes)
     }
 }
+
+/// What a record holds: a result, or a marker that answers retries with an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordKind {
+    /// An `Ok` result.
+    Ok,
+    /// An `Err` result (recorded by a tool with `cache_errors`).
+    Err,
+    /// A marker: the call that claimed the key was dropped mid-run, so whether its side effect
+    /// happened is unknown; retries get [`Error::Interrupted`].
+    Interrupted,
+    /// A marker: the tool ran, but its result could not be recorded faithfully; retries get
+    /// [`Error::NotReplayable`].
+    NotReplayable {
+        /// Why the result could not be recorded.
+        reason: String,
+    },
+}
+
+impl RecordKind {
+    /// `ok`, `err`, `interrupted` or `not_replayable`, as the CLI spells it.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RecordKind::Ok => "ok",
+            RecordKind::Err => "err",
+            RecordKind::Interrupted => "interrupted",
+            RecordKind::NotReplayable { .. } => "not_replayable",
+        }
+    }
+}
+
+/// What the record `bytes` holds, without decoding its value.
+///
+/// # Errors
+/// [`Error::UnreadableRecord`] if the bytes are not a record.
+pub fn kind(bytes: &[u8]) -> Result<RecordKind, Error> {
+    let unreadable = |e: FormatError| Error::UnreadableRecord { message: e.0 };
+    Ok(match open(bytes).map_err(unreadable)? {
+        Envelope::Ok(_) => RecordKind::Ok,
+        Envelope::Err(_) => RecordKind::Err,
+        Envelope::Interrupted { .. } => RecordKind::Interrupted,
+        Envelope::NotReplayable { reason, .. } => RecordKind::NotReplayable {
+            reason: reason.to_owned(),
+        },
+        Envelope::Json(text) => {
+            let value: serde_json::Value = serde_json::from_slice(text)
+                .map_err(|e| unreadable(FormatError::new(format!("invalid JSON record: {e}"))))?;
+            if value.get("err").is_some() {
+                RecordKind::Err
+            } else {
+                RecordKind::Ok
+            }
+        }
+    })
+}

@@ -1,25 +1,21 @@
-//! Turn budgets as stores keep them: counters named by the turn's identity, not by a `Turn`
-//! value.
+//! Retry budgets as stores keep them: the rule ([`charge`]) and the name of a turn's count.
 //!
-//! A turn's identity is [`TurnIdentity`]: `BLAKE3(namespace, turn id)`, a keyed hash whose key
-//! is derived once from its own context, each part prefixed by its length as 8 bytes
-//! little-endian. It is computed once per [`Turn`](crate::Turn), not per call. A turn-wide count
-//! is named by the identity's first 16 bytes, and a per-key count by the first 16 bytes of
-//! `BLAKE3(identity ‖ key)` (64 bytes: one compression per call), keyed from a second context:
-//! fixed-size names that never spell out a turn id.
+//! Two counts limit claims. A key's **attempt count** (claims since its last recorded result)
+//! lives with the key in the store; the key already stands for one action of one turn. A
+//! turn's **count of started actions** (only kept when the turn has a cap) is named by the
+//! turn's identity, [`TurnIdentity`]: `BLAKE3(namespace, turn id)`, a keyed hash whose key is
+//! derived once from its own context, each part prefixed by its length as 8 bytes
+//! little-endian, computed once per [`Turn`](crate::Turn); the count's name is its first 16
+//! bytes, which never spell out a turn id.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::LazyLock;
 
-use super::Exhausted;
-use crate::key::Key;
+use super::{Charge, Exhausted};
 
 /// The name of one budget counter.
 pub type CounterId = [u8; 16];
 
-static KEY_COUNTER: LazyLock<[u8; 32]> =
-    LazyLock::new(|| blake3::derive_key("idem 2026-12-02 per-key attempt counter", b""));
 static TURN_COUNTER: LazyLock<[u8; 32]> =
     LazyLock::new(|| blake3::derive_key("idem 2026-12-02 turn call counter", b""));
 
@@ -47,15 +43,7 @@ impl TurnIdentity {
         TurnIdentity(*hasher.finalize().as_bytes())
     }
 
-    /// The counter of attempts with `key` in this turn.
-    pub fn key_counter(&self, key: &Key) -> CounterId {
-        let mut material = [0u8; 64];
-        material[..32].copy_from_slice(&self.0);
-        material[32..].copy_from_slice(key.as_bytes());
-        truncate(blake3::keyed_hash(&KEY_COUNTER, &material).as_bytes())
-    }
-
-    /// The counter of state-changing calls in this turn.
+    /// The name of this turn's count of started actions.
     pub fn turn_counter(&self) -> CounterId {
         truncate(&self.0)
     }
@@ -77,102 +65,91 @@ fn truncate(digest: &[u8; 32]) -> CounterId {
     id
 }
 
-/// An in-memory count with its expiry (ms), for stores that keep counters in a map.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Count {
-    pub(crate) n: u32,
-    pub(crate) expires_at_ms: u64,
-}
-
-/// The live count in `map` (0 if absent or expired).
-pub(crate) fn live<S: std::hash::BuildHasher>(
-    map: &HashMap<CounterId, Count, S>,
-    id: &CounterId,
-    now: u64,
-) -> u32 {
-    map.get(id)
-        .filter(|c| now < c.expires_at_ms)
-        .map_or(0, |c| c.n)
-}
-
-/// The decision of one charge, given the counts before it: `Ok((attempts, calls))` to store,
-/// or why it is refused. `completed` tells whether the key holds a completed record.
-pub(crate) fn decide(
-    attempts_before: u32,
-    calls_before: Option<u32>,
-    max_attempts: u32,
-    max_calls: Option<u32>,
-    completed: bool,
-) -> Result<(u32, Option<u32>), (Exhausted, u32)> {
-    let attempts = attempts_before.saturating_add(1);
-    if attempts > max_attempts {
-        let refused = Exhausted::Key {
+/// The budget rule every store applies when `begin` finds no live record, atomically with the
+/// claim: given the live counts before this request — `attempts`, the key's claims since its
+/// last recorded result, and `calls`, the turn's started actions (0 when absent or expired) —
+/// may it claim?
+///
+/// `Ok(())`: claim, and store `attempts + 1` (and `calls + 1` when the turn has a cap), each
+/// expiring `charge.window` from now. `Err`: answer [`Begin::Refused`](super::Begin::Refused)
+/// and change nothing. The per-key limit is checked first, so a call refused by it is never
+/// counted against the turn.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_tools_runtime::store::budget::{TurnIdentity, charge};
+/// use idem_tools_runtime::store::{Charge, Exhausted};
+///
+/// let rule = Charge {
+///     turn: TurnIdentity::new("", "turn-1"),
+///     max_attempts: 3,
+///     max_calls: Some(10),
+///     window: Duration::from_secs(86_400),
+/// };
+/// assert_eq!(charge(2, 0, &rule), Ok(()));
+/// assert_eq!(charge(3, 0, &rule), Err(Exhausted::Key { attempts: 3, limit: 3 }));
+/// assert_eq!(charge(0, 10, &rule), Err(Exhausted::Turn { calls: 10, limit: 10 }));
+/// ```
+///
+/// # Errors
+/// The spent budget, per-key first.
+pub fn charge(attempts: u32, calls: u32, charge: &Charge) -> Result<(), Exhausted> {
+    if attempts >= charge.max_attempts {
+        return Err(Exhausted::Key {
             attempts,
-            limit: max_attempts,
-            completed,
-        };
-        // The refused attempt is still counted against the key, so that its number in the
-        // next refusal is honest; it does not count against the turn.
-        return Err((refused, attempts));
+            limit: charge.max_attempts,
+        });
     }
-    let calls = match (calls_before, max_calls) {
-        (Some(before), Some(limit)) => {
-            let calls = before.saturating_add(1);
-            if calls > limit {
-                return Err((Exhausted::Turn { calls, limit }, attempts_before));
-            }
-            Some(calls)
-        }
-        _ => None,
-    };
-    Ok((attempts, calls))
+    if let Some(limit) = charge.max_calls
+        && calls >= limit
+    {
+        return Err(Exhausted::Turn { calls, limit });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn hex(id: CounterId) -> String {
-        id.iter().map(|b| format!("{b:02x}")).collect()
-    }
-
     /// Durable stores keep counts under these names: they must not change silently.
     #[test]
     fn counter_ids_are_stable() {
-        let key = Key::from_bytes([0x11; 32]);
         let turn = TurnIdentity::new("acme", "turn-7");
         assert_eq!(
-            hex(turn.key_counter(&key)),
-            "5fc18a439e00829e80d9031c84b6f524"
+            hex::encode(turn.turn_counter()),
+            "ea5e5aeed0db3dd30e7f0136dbcf828e"
         );
-        assert_eq!(hex(turn.turn_counter()), "ea5e5aeed0db3dd30e7f0136dbcf828e");
         assert_ne!(
             TurnIdentity::new("ac", "meturn-7").turn_counter(),
             turn.turn_counter()
         );
-        assert_ne!(
-            turn.key_counter(&Key::from_bytes([0x12; 32])),
-            turn.key_counter(&key)
-        );
     }
 
     #[test]
-    fn decide_counts_the_refused_attempt_but_not_against_the_turn() {
-        assert_eq!(decide(0, Some(0), 1, Some(1), false), Ok((1, Some(1))));
+    fn the_per_key_limit_is_checked_before_the_turn_cap() {
+        let rule = Charge {
+            turn: TurnIdentity::new("", "t"),
+            max_attempts: 1,
+            max_calls: Some(1),
+            window: std::time::Duration::from_secs(1),
+        };
+        assert_eq!(charge(0, 0, &rule), Ok(()));
         assert_eq!(
-            decide(1, Some(1), 1, Some(5), true),
-            Err((
-                Exhausted::Key {
-                    attempts: 2,
-                    limit: 1,
-                    completed: true
-                },
-                2
-            ))
+            charge(1, 1, &rule),
+            Err(Exhausted::Key {
+                attempts: 1,
+                limit: 1
+            })
         );
         assert_eq!(
-            decide(0, Some(5), 3, Some(5), false),
-            Err((Exhausted::Turn { calls: 6, limit: 5 }, 0))
+            charge(0, 1, &rule),
+            Err(Exhausted::Turn { calls: 1, limit: 1 })
         );
+        let uncapped = Charge {
+            max_calls: None,
+            ..rule
+        };
+        assert_eq!(charge(0, u32::MAX, &uncapped), Ok(()));
     }
 }

@@ -1,7 +1,9 @@
 //! The store conformance suite: the behaviour every [`Store`] must show, as one test per property.
 //!
 //! Enable the `conformance` feature in your dev-dependencies and run [`run_all`] against your
-//! store through a [`Harness`] that tells the suite how time passes for it:
+//! store through a [`Harness`] that tells the suite how time passes for it. Each check is one
+//! invariant of [the contract](super#the-contract); the suite talks to the store alone, not
+//! through the engine:
 //!
 //! ```
 //! use std::sync::Arc;
@@ -25,7 +27,7 @@
 //!     }
 //!     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
 //!         self.clock.advance(by);
-//!         StoreFuture::new(async { Ok(()) })
+//!         Box::pin(async { Ok(()) })
 //!     }
 //!     fn corrupt<'a>(&'a self, _: &'a str, _: &'a Key) -> Option<StoreFuture<'a, ()>> {
 //!         None // typed memory cannot hold a corrupt record
@@ -49,11 +51,10 @@ use std::time::Duration;
 
 use super::budget::TurnIdentity;
 use super::{
-    Begin, BeginRequest, Charge, Exhausted, KeyCounter, Lease, LeaseToken, RecordState, Store,
-    StoreFuture,
+    Begin, BeginRequest, Charge, Exhausted, Lease, LeaseToken, RecordState, Store, StoreFuture,
 };
+use crate::Error;
 use crate::key::{Fingerprint, Key};
-use crate::{Call, Error, ToolInfo, Turn, execute};
 
 /// How the suite drives one store.
 pub trait Harness: Send + Sync {
@@ -100,13 +101,15 @@ pub async fn run_all(h: &impl Harness) {
     corrupt_records_are_errors(h).await;
     expiry_boundary_is_exclusive(h).await;
     abandoned_claim_is_given_back(h).await;
-    budget_counts_attempts_per_key(h).await;
-    budget_says_whether_the_key_completed(h).await;
+    complete_is_idempotent(h).await;
+    replays_and_waits_are_not_charged(h).await;
+    budget_counts_claims_per_key(h).await;
+    complete_resets_the_attempts(h).await;
     budget_caps_the_turn(h).await;
     budget_is_atomic_under_concurrency(h).await;
+    turn_cap_is_atomic_under_concurrency(h).await;
     budget_counts_expire(h).await;
-    engine_executes_once(h).await;
-    engine_budget_follows_the_turn_id(h).await;
+    remove_resets_the_key(h).await;
 }
 
 /// A key no other check or run uses.
@@ -124,6 +127,22 @@ fn fingerprint(label: &str) -> Fingerprint {
 
 const NS: &str = "conformance";
 
+/// The namespace of the checks.
+fn ns() -> &'static Arc<str> {
+    static NS_ARC: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(NS));
+    &NS_ARC
+}
+
+/// A charge that never refuses, in a turn of its own.
+fn generous() -> Charge {
+    Charge {
+        turn: TurnIdentity::new(NS, &format!("turn-{}", LeaseToken::generate().0)),
+        max_attempts: u32::MAX,
+        max_calls: None,
+        window: Duration::from_secs(3600),
+    }
+}
+
 fn request<'a>(key: &'a Key, fp: &'a Fingerprint, lease: Duration) -> BeginRequest<'a> {
     BeginRequest {
         namespace: NS,
@@ -132,17 +151,13 @@ fn request<'a>(key: &'a Key, fp: &'a Fingerprint, lease: Duration) -> BeginReque
         fingerprint: fp,
         lease,
         token: LeaseToken::generate(),
-        charge: None,
+        charge: generous(),
     }
 }
 
 /// The lease a request claims if it claims its key.
 pub fn lease_of(req: &BeginRequest<'_>) -> Lease {
-    Lease {
-        namespace: Arc::from(req.namespace),
-        key: *req.key,
-        token: req.token,
-    }
+    req.lease()
 }
 
 async fn claim(store: &dyn Store, key: &Key, fp: &Fingerprint, lease: Duration) -> Lease {
@@ -156,7 +171,7 @@ async fn claim(store: &dyn Store, key: &Key, fp: &Fingerprint, lease: Duration) 
 
 fn stranger(key: &Key) -> Lease {
     Lease {
-        namespace: Arc::from(NS),
+        namespace: Arc::clone(ns()),
         key: *key,
         token: LeaseToken::generate(),
     }
@@ -564,354 +579,398 @@ pub async fn abandoned_claim_is_given_back(h: &impl Harness) {
     claim(&*store, &key, &fp, h.short() * 4).await;
 }
 
-/// Both ways a store may be asked to name a key's attempt counter.
-const COUNTERS: [KeyCounter; 2] = [KeyCounter::Key, KeyCounter::TurnAndKey];
+/// `complete` repeated by the lease that completed the record (its first reply was lost)
+/// succeeds again and changes nothing; by any other token it is refused.
+pub async fn complete_is_idempotent(h: &impl Harness) {
+    let store = h.store();
+    let (key, fp) = (fresh_key("repeat"), fingerprint("repeat"));
+    let lease = h.short() * 4;
+    let token = claim(&*store, &key, &fp, lease).await;
+    store
+        .complete(&token, b"first", lease)
+        .await
+        .expect("complete");
+    store
+        .complete(&token, b"second", lease)
+        .await
+        .expect("complete_is_idempotent: a repeated complete by its own lease succeeds");
+    let kept = store
+        .get(NS, &key)
+        .await
+        .expect("get")
+        .and_then(|r| r.result);
+    assert_eq!(
+        kept.as_deref(),
+        Some(&b"first"[..]),
+        "complete_is_idempotent: the recorded result is unchanged"
+    );
+    let foreign = store.complete(&stranger(&key), b"third", lease).await;
+    assert!(
+        is_lease_lost(&foreign),
+        "complete_is_idempotent: another token is refused, got {foreign:?}"
+    );
+}
 
+/// A request charging `max_attempts` per key and `max_calls` per turn `turn`.
 fn charged<'a>(
     key: &'a Key,
     fp: &'a Fingerprint,
-    turn: &'a str,
-    max_attempts: u32,
-    max_calls: Option<u32>,
-    window: Duration,
-) -> BeginRequest<'a> {
-    charged_by(
-        KeyCounter::TurnAndKey,
-        key,
-        fp,
-        turn,
-        max_attempts,
-        max_calls,
-        window,
-    )
-}
-
-fn charged_by<'a>(
-    counter: KeyCounter,
-    key: &'a Key,
-    fp: &'a Fingerprint,
-    turn: &'a str,
+    turn: &str,
     max_attempts: u32,
     max_calls: Option<u32>,
     window: Duration,
 ) -> BeginRequest<'a> {
     BeginRequest {
-        charge: Some(Charge {
+        charge: Charge {
             turn: TurnIdentity::new(NS, turn),
-            counter,
             max_attempts,
             max_calls,
             window,
-        }),
+        },
         ..request(key, fp, window)
     }
 }
 
-/// Each charged `begin` is one attempt with its key in its turn; past the limit it is refused
-/// without claiming; an uncharged `begin` (a poll) counts nothing; another turn counts apart.
-///
-/// Checked with both [`KeyCounter`]s.
-pub async fn budget_counts_attempts_per_key(h: &impl Harness) {
-    for counter in COUNTERS {
-        budget_counts_attempts_per_key_by(h, counter).await;
+/// A turn id no other check or run uses.
+fn fresh_turn(label: &str) -> String {
+    format!("{label}-{}", LeaseToken::generate().0)
+}
+
+/// A `begin` that finds a live record — completed or in flight — charges nothing, even past
+/// every limit: a replay and a wait always get the true answer.
+pub async fn replays_and_waits_are_not_charged(h: &impl Harness) {
+    let store = h.store();
+    let turn = fresh_turn("free");
+    let window = h.short() * 40;
+    let (done, busy) = (fresh_key("free done"), fresh_key("free busy"));
+    let fp = fingerprint("free");
+    let claim_one = |key| charged(key, &fp, &turn, 1, Some(2), window);
+    let req = claim_one(&done);
+    let token = lease_of(&req);
+    assert_eq!(
+        store.begin(req).await.ok(),
+        Some(Begin::Claimed),
+        "free: claim"
+    );
+    store
+        .complete(&token, b"r", window)
+        .await
+        .expect("complete");
+    assert_eq!(
+        store.begin(claim_one(&busy)).await.ok(),
+        Some(Begin::Claimed),
+        "free: the second action is within the turn's cap"
+    );
+    for _ in 0..5 {
+        match store.begin(claim_one(&done)).await {
+            Ok(Begin::Completed(first)) => assert_eq!(&*first.result, b"r"),
+            other => panic!("free: a replay is never refused or charged, got {other:?}"),
+        }
+        match store.begin(claim_one(&busy)).await {
+            Ok(Begin::InFlight { .. }) => {}
+            other => panic!("free: a wait is never refused or charged, got {other:?}"),
+        }
+    }
+    let record = store.get(NS, &busy).await.expect("get").expect("in flight");
+    assert_eq!(record.attempts, 1, "free: waiting added no attempt");
+    let third = fresh_key("free third");
+    match store.begin(claim_one(&third)).await {
+        Ok(Begin::Refused(Exhausted::Turn { calls: 2, limit: 2 })) => {}
+        other => panic!("free: the turn counted the two claims only, got {other:?}"),
     }
 }
 
-async fn budget_counts_attempts_per_key_by(h: &impl Harness, counter: KeyCounter) {
+/// Each claim is one attempt with its key; `release` keeps the count; past the limit a claim
+/// is refused (saying how many attempts were made) and nothing is claimed or counted; another
+/// key counts apart.
+pub async fn budget_counts_claims_per_key(h: &impl Harness) {
     let store = h.store();
-    let (key, fp) = (fresh_key("budget"), fingerprint("budget"));
-    let turn = format!("turn-{}", LeaseToken::generate().0);
+    let turn = fresh_turn("per-key");
+    let (key, other) = (fresh_key("per-key"), fresh_key("per-key other"));
+    let fp = fingerprint("per-key");
     let window = h.short() * 40;
-    let first = charged_by(counter, &key, &fp, &turn, 2, None, window);
-    let lease = lease_of(&first);
-    assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
-    store.release(&lease).await.expect("release");
-    for _ in 0..3 {
-        let poll = request(&key, &fp, window);
-        let poll_lease = lease_of(&poll);
+    for attempt in 1..=3 {
+        let req = charged(&key, &fp, &turn, 3, None, window);
+        let token = lease_of(&req);
         assert_eq!(
-            store.begin(poll).await.expect("poll"),
-            Begin::Claimed,
-            "budget: an uncharged begin is not refused"
+            store.begin(req).await.ok(),
+            Some(Begin::Claimed),
+            "per-key: attempt {attempt} of 3 claims"
         );
-        store.release(&poll_lease).await.expect("release");
+        let record = store.get(NS, &key).await.expect("get").expect("claimed");
+        assert_eq!(
+            record.attempts, attempt,
+            "per-key: the record counts its claims"
+        );
+        store.release(&token).await.expect("per-key: release");
     }
-    let second = charged_by(counter, &key, &fp, &turn, 2, None, window);
-    let lease = lease_of(&second);
-    assert_eq!(store.begin(second).await.expect("begin"), Begin::Claimed);
-    store.release(&lease).await.expect("release");
-    for attempts in 3..5 {
+    for _ in 0..2 {
         match store
-            .begin(charged_by(counter, &key, &fp, &turn, 2, None, window))
+            .begin(charged(&key, &fp, &turn, 3, None, window))
             .await
         {
-            Ok(Begin::Exhausted(Exhausted::Key {
-                attempts: got,
-                limit: 2,
-                completed: false,
-            })) => assert_eq!(got, attempts, "budget: the refusal counts honestly"),
-            other => panic!("budget: attempt {attempts} of 2 must be refused, got {other:?}"),
+            Ok(Begin::Refused(Exhausted::Key {
+                attempts: 3,
+                limit: 3,
+            })) => {}
+            other => panic!("per-key: the 4th claim is refused after 3 attempts, got {other:?}"),
         }
     }
     assert_eq!(
         store.get(NS, &key).await.expect("get"),
         None,
-        "budget: a refused begin claims nothing"
+        "per-key: a refusal claims nothing"
     );
-    // A key counted by itself stands for one turn: only a pair-counted key meets another
-    // turn. Another key has its own count either way.
-    let (other_turn, other_key) = (format!("{turn}-other"), fresh_key("budget other"));
-    let fresh = match counter {
-        KeyCounter::Key => charged_by(counter, &other_key, &fp, &turn, 2, None, window),
-        KeyCounter::TurnAndKey => charged_by(counter, &key, &fp, &other_turn, 2, None, window),
-    };
     assert_eq!(
-        store.begin(fresh).await.expect("begin"),
-        Begin::Claimed,
-        "budget: another turn (or key) has its own count"
+        store
+            .begin(charged(&other, &fp, &turn, 3, None, window))
+            .await
+            .ok(),
+        Some(Begin::Claimed),
+        "per-key: another key counts apart"
     );
 }
 
-/// Past the limit on a key whose record is completed, the refusal says so: the action
-/// already happened.
-///
-/// Checked with both [`KeyCounter`]s.
-pub async fn budget_says_whether_the_key_completed(h: &impl Harness) {
-    for counter in COUNTERS {
-        budget_says_whether_the_key_completed_by(h, counter).await;
-    }
-}
-
-async fn budget_says_whether_the_key_completed_by(h: &impl Harness, counter: KeyCounter) {
+/// A recorded result resets its key's attempt count: once its record expires, the key may be
+/// attempted `limit` times again.
+pub async fn complete_resets_the_attempts(h: &impl Harness) {
     let store = h.store();
-    let (key, fp) = (fresh_key("budget done"), fingerprint("budget done"));
-    let turn = format!("turn-{}", LeaseToken::generate().0);
+    let turn = fresh_turn("reset");
+    let (key, fp) = (fresh_key("reset"), fingerprint("reset"));
     let window = h.short() * 40;
-    let first = charged_by(counter, &key, &fp, &turn, 1, None, window);
-    let lease = lease_of(&first);
-    assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
+    let req = charged(&key, &fp, &turn, 2, None, window);
+    let token = lease_of(&req);
+    assert_eq!(store.begin(req).await.ok(), Some(Begin::Claimed));
+    store.release(&token).await.expect("release");
+    let req = charged(&key, &fp, &turn, 2, None, window);
+    let token = lease_of(&req);
+    assert_eq!(
+        store.begin(req).await.ok(),
+        Some(Begin::Claimed),
+        "reset: 2nd of 2"
+    );
     store
-        .complete(&lease, b"r", window)
+        .complete(&token, b"r", h.short())
         .await
         .expect("complete");
-    match store
-        .begin(charged_by(counter, &key, &fp, &turn, 1, None, window))
-        .await
-    {
-        Ok(Begin::Exhausted(Exhausted::Key {
-            attempts: 2,
-            completed: true,
-            ..
-        })) => {}
-        other => panic!("budget: a completed key past its limit says so, got {other:?}"),
-    }
-}
-
-/// The turn-wide cap counts charged calls of every key; a call refused by its per-key limit
-/// does not count against it.
-pub async fn budget_caps_the_turn(h: &impl Harness) {
-    let store = h.store();
-    let fp = fingerprint("turn cap");
-    let turn = format!("turn-{}", LeaseToken::generate().0);
-    let window = h.short() * 40;
-    let a = fresh_key("turn cap a");
-    let first = charged(&a, &fp, &turn, 1, Some(3), window);
-    assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
-    // Refused per key (1 attempt allowed): must not use up the turn's calls.
-    for _ in 0..3 {
-        let refused = store
-            .begin(charged(&a, &fp, &turn, 1, Some(3), window))
-            .await;
-        assert!(
-            matches!(refused, Ok(Begin::Exhausted(Exhausted::Key { .. }))),
-            "turn cap: refused per key, got {refused:?}"
-        );
-    }
-    for i in 0..2 {
-        let key = fresh_key(&format!("turn cap {i}"));
-        let req = charged(&key, &fp, &turn, 1, Some(3), window);
-        assert_eq!(store.begin(req).await.expect("begin"), Begin::Claimed);
-    }
-    let key = fresh_key("turn cap last");
-    match store
-        .begin(charged(&key, &fp, &turn, 1, Some(3), window))
-        .await
-    {
-        Ok(Begin::Exhausted(Exhausted::Turn { calls: 4, limit: 3 })) => {}
-        other => panic!("turn cap: the 4th call of the turn is refused, got {other:?}"),
-    }
-    assert_eq!(store.get(NS, &key).await.expect("get"), None);
-}
-
-/// Of many concurrent charged `begin`s with one key, exactly `limit` are counted as allowed.
-///
-/// Checked with both [`KeyCounter`]s.
-pub async fn budget_is_atomic_under_concurrency(h: &impl Harness) {
-    for counter in COUNTERS {
-        budget_is_atomic_under_concurrency_by(h, counter).await;
-    }
-}
-
-async fn budget_is_atomic_under_concurrency_by(h: &impl Harness, counter: KeyCounter) {
-    let store = h.store();
-    let turn: Arc<str> = Arc::from(format!("turn-{}", LeaseToken::generate().0));
-    let window = h.short() * 40;
-    let key = fresh_key("budget storm");
-    let mut tasks = Vec::new();
-    for _ in 0..48 {
-        let (store, turn) = (Arc::clone(&store), Arc::clone(&turn));
-        tasks.push(tokio::spawn(async move {
-            let fp = fingerprint("budget storm");
-            let req = charged_by(counter, &key, &fp, &turn, 5, None, window);
-            store.begin(req).await
-        }));
-    }
-    let mut allowed = 0;
-    for task in tasks {
-        match task.await.expect("task") {
-            Ok(Begin::Exhausted(_)) => {}
-            Ok(_) => allowed += 1,
-            Err(error) => panic!("budget storm: begin failed: {error}"),
-        }
-    }
-    assert_eq!(allowed, 5, "budget storm: exactly the limit is allowed");
-}
-
-/// Budget counts expire `window` after their last charge.
-///
-/// Checked with both [`KeyCounter`]s.
-pub async fn budget_counts_expire(h: &impl Harness) {
-    for counter in COUNTERS {
-        budget_counts_expire_by(h, counter).await;
-    }
-}
-
-async fn budget_counts_expire_by(h: &impl Harness, counter: KeyCounter) {
-    let store = h.store();
-    let (key, fp) = (fresh_key("budget window"), fingerprint("budget window"));
-    let turn = format!("turn-{}", LeaseToken::generate().0);
-    let window = h.short();
-    let first = charged_by(counter, &key, &fp, &turn, 1, None, window);
-    let lease = lease_of(&first);
-    assert_eq!(store.begin(first).await.expect("begin"), Begin::Claimed);
-    store.release(&lease).await.expect("release");
-    let refused = store
-        .begin(charged_by(counter, &key, &fp, &turn, 1, None, window))
-        .await;
-    assert!(
-        matches!(refused, Ok(Begin::Exhausted(_))),
-        "window: refused, got {refused:?}"
+    let record = store.get(NS, &key).await.expect("get").expect("completed");
+    assert_eq!(
+        record.attempts, 0,
+        "reset: a recorded result resets the count"
     );
     advance(h, h.short() * 2).await;
-    let later = store
-        .begin(charged_by(counter, &key, &fp, &turn, 1, None, window))
-        .await;
-    assert_eq!(
-        later.expect("begin"),
-        Begin::Claimed,
-        "window: counts expire after the window"
-    );
-}
-
-/// Through the engine: a lost response replays, and concurrent identical calls run once.
-pub async fn engine_executes_once(h: &impl Harness) {
-    const TOOL: ToolInfo = ToolInfo::idempotent("conformance_send");
-    let store = h.store();
-    let turn = Turn::new(format!("conformance-{}", LeaseToken::generate().0))
-        .with_store(Arc::clone(&store))
-        .with_max_attempts_per_key(100);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let key = fresh_key("engine");
-    let fp = fingerprint("engine");
-    let mut tasks = Vec::new();
-    for _ in 0..32 {
-        let (turn, runs) = (turn.clone(), Arc::clone(&runs));
-        tasks.push(tokio::spawn(async move {
-            execute(Call::new(&TOOL, &turn, key, fp), async {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-                Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst))
-            })
-            .await
-        }));
-    }
-    for task in tasks {
+    for attempt in 1..=2 {
+        let req = charged(&key, &fp, &turn, 2, None, window);
+        let token = lease_of(&req);
         assert_eq!(
-            task.await.expect("task").expect("call"),
-            0,
-            "engine: same result"
+            store.begin(req).await.ok(),
+            Some(Begin::Claimed),
+            "reset: attempt {attempt} after the record expired"
         );
+        store.release(&token).await.expect("release");
     }
-    let lost = execute(Call::new(&TOOL, &turn, key, fp), async {
-        Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst))
-    })
-    .await;
-    assert_eq!(lost.expect("replay"), 0);
-    assert_eq!(runs.load(Ordering::SeqCst), 1, "engine: the tool ran once");
+    match store
+        .begin(charged(&key, &fp, &turn, 2, None, window))
+        .await
+    {
+        Ok(Begin::Refused(Exhausted::Key {
+            attempts: 2,
+            limit: 2,
+        })) => {}
+        other => panic!("reset: refused after 2 more attempts, got {other:?}"),
+    }
 }
 
-/// Through the engine, with a new `Turn` value per call (a server building one per request):
-/// concurrent duplicates are one attempt, the 4th sequential call of a succeeded action says it
-/// already succeeded, and the 4th call of a failing one says it is stuck.
-pub async fn engine_budget_follows_the_turn_id(h: &impl Harness) {
-    const TOOL: ToolInfo = ToolInfo::idempotent("conformance_budget");
+/// The turn-wide cap counts claims of every key; a claim refused by its per-key limit does not
+/// count against it, nor does a refused one.
+pub async fn budget_caps_the_turn(h: &impl Harness) {
     let store = h.store();
-    let id = format!("conformance-budget-{}", LeaseToken::generate().0);
-    let turn = || Turn::new(id.clone()).with_store(Arc::clone(&store));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let ok_key = fresh_key("budget ok");
-    let fp = fingerprint("budget ok");
-    let mut tasks = Vec::new();
-    for _ in 0..64 {
-        let (turn, runs) = (turn(), Arc::clone(&runs));
-        tasks.push(tokio::spawn(async move {
-            execute(Call::new(&TOOL, &turn, ok_key, fp), async {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst))
-            })
-            .await
-        }));
+    let turn = fresh_turn("turn-cap");
+    let fp = fingerprint("turn-cap");
+    let window = h.short() * 40;
+    let spent = fresh_key("turn-cap spent");
+    let req = charged(&spent, &fp, &turn, 1, Some(3), window);
+    let token = lease_of(&req);
+    assert_eq!(store.begin(req).await.ok(), Some(Begin::Claimed));
+    store.release(&token).await.expect("release");
+    match store
+        .begin(charged(&spent, &fp, &turn, 1, Some(3), window))
+        .await
+    {
+        Ok(Begin::Refused(Exhausted::Key { .. })) => {}
+        other => panic!("turn-cap: the per-key limit refuses first, got {other:?}"),
     }
-    for task in tasks {
+    for i in 0..2 {
+        let key = fresh_key(&format!("turn-cap {i}"));
         assert_eq!(
-            task.await.expect("task").expect("fan-out call"),
-            0,
-            "engine budget: a concurrent fan-out is one attempt with one result"
+            store
+                .begin(charged(&key, &fp, &turn, 1, Some(3), window))
+                .await
+                .ok(),
+            Some(Begin::Claimed),
+            "turn-cap: claims {} of 3",
+            i + 2
         );
     }
     for _ in 0..2 {
-        let replay = execute(Call::new(&TOOL, &turn(), ok_key, fp), async {
-            Ok::<_, Error>(usize::MAX)
-        });
-        assert_eq!(replay.await.expect("replay within budget"), 0);
+        let key = fresh_key("turn-cap over");
+        match store
+            .begin(charged(&key, &fp, &turn, 1, Some(3), window))
+            .await
+        {
+            Ok(Begin::Refused(Exhausted::Turn { calls: 3, limit: 3 })) => {}
+            other => panic!("turn-cap: the 4th action is refused after 3, got {other:?}"),
+        }
     }
-    let fourth = execute(Call::new(&TOOL, &turn(), ok_key, fp), async {
-        Ok::<_, Error>(usize::MAX)
-    })
-    .await;
-    assert!(
-        matches!(fourth, Err(Error::AlreadySucceeded { .. })),
-        "engine budget: the 4th call of a succeeded action, got {fourth:?}"
+    let elsewhere = fresh_turn("turn-cap other");
+    let key = fresh_key("turn-cap other");
+    assert_eq!(
+        store
+            .begin(charged(&key, &fp, &elsewhere, 1, Some(3), window))
+            .await
+            .ok(),
+        Some(Begin::Claimed),
+        "turn-cap: another turn counts apart"
     );
-    let failing = fresh_key("budget failing");
-    let mut answers = Vec::new();
-    for _ in 0..4 {
-        let runs = Arc::clone(&runs);
-        answers.push(
-            execute(Call::new(&TOOL, &turn(), failing, fp), async move {
-                runs.fetch_add(1, Ordering::SeqCst);
-                Err::<usize, _>(Error::Config("upstream down".to_owned()))
-            })
-            .await,
-        );
+}
+
+/// Of many concurrent charged `begin`s with one key, each released after it claims, exactly
+/// `limit` claim.
+pub async fn budget_is_atomic_under_concurrency(h: &impl Harness) {
+    let store = h.store();
+    let turn = fresh_turn("atomic");
+    let (key, fp) = (fresh_key("atomic"), fingerprint("atomic"));
+    let window = h.short() * 40;
+    let claimed = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for _ in 0..32 {
+        let (store, claimed, turn) = (Arc::clone(&store), Arc::clone(&claimed), turn.clone());
+        tasks.push(tokio::spawn(async move {
+            let fp = fp;
+            let req = charged(&key, &fp, &turn, 5, None, window);
+            let token = lease_of(&req);
+            if let Ok(Begin::Claimed) = store.begin(req).await {
+                claimed.fetch_add(1, Ordering::SeqCst);
+                store.release(&token).await.expect("release");
+            }
+        }));
     }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    // Concurrent begins that found the key claimed saw it in flight; ask until refused.
+    loop {
+        let req = charged(&key, &fp, &turn, 5, None, window);
+        let token = lease_of(&req);
+        match store.begin(req).await {
+            Ok(Begin::Claimed) => {
+                claimed.fetch_add(1, Ordering::SeqCst);
+                store.release(&token).await.expect("release");
+            }
+            Ok(Begin::Refused(_)) => break,
+            other => panic!("atomic: unexpected {other:?}"),
+        }
+    }
+    assert_eq!(
+        claimed.load(Ordering::SeqCst),
+        5,
+        "atomic: exactly the limit of claims"
+    );
+}
+
+/// Many concurrent claims of different keys in one turn with a cap: exactly the cap claim.
+pub async fn turn_cap_is_atomic_under_concurrency(h: &impl Harness) {
+    let store = h.store();
+    let turn = fresh_turn("turn-atomic");
+    let fp = fingerprint("turn-atomic");
+    let window = h.short() * 40;
+    let claimed = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..48 {
+        let (store, claimed, turn) = (Arc::clone(&store), Arc::clone(&claimed), turn.clone());
+        tasks.push(tokio::spawn(async move {
+            let key = fresh_key(&format!("turn-atomic {i}"));
+            let fp = fp;
+            match store
+                .begin(charged(&key, &fp, &turn, 3, Some(7), window))
+                .await
+            {
+                Ok(Begin::Claimed) => {
+                    claimed.fetch_add(1, Ordering::SeqCst);
+                }
+                Ok(Begin::Refused(Exhausted::Turn { limit: 7, .. })) => {}
+                other => panic!("turn-atomic: unexpected {other:?}"),
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    assert_eq!(
+        claimed.load(Ordering::SeqCst),
+        7,
+        "turn-atomic: exactly the turn's cap of concurrent claims"
+    );
+}
+
+/// Counts expire `window` after their last charge: the key and the turn may claim again.
+pub async fn budget_counts_expire(h: &impl Harness) {
+    let store = h.store();
+    let turn = fresh_turn("expire");
+    let (key, fp) = (fresh_key("expire"), fingerprint("expire"));
+    let window = h.short();
+    let req = charged(&key, &fp, &turn, 1, Some(1), window);
+    let token = lease_of(&req);
+    assert_eq!(store.begin(req).await.ok(), Some(Begin::Claimed));
+    store.release(&token).await.expect("release");
+    match store
+        .begin(charged(&key, &fp, &turn, 1, Some(1), window))
+        .await
+    {
+        Ok(Begin::Refused(_)) => {}
+        other => panic!("expire: refused within the window, got {other:?}"),
+    }
+    advance(h, window + window / 2).await;
+    assert_eq!(
+        store
+            .begin(charged(&key, &fp, &turn, 1, Some(1), window))
+            .await
+            .ok(),
+        Some(Begin::Claimed),
+        "expire: counts are forgotten after their window"
+    );
+}
+
+/// `remove` deletes a key's record and its attempt count: the next claim is its first attempt.
+pub async fn remove_resets_the_key(h: &impl Harness) {
+    let store = h.store();
+    let turn = fresh_turn("remove");
+    let (key, fp) = (fresh_key("remove"), fingerprint("remove"));
+    let window = h.short() * 40;
+    let req = charged(&key, &fp, &turn, 1, None, window);
+    let token = lease_of(&req);
+    assert_eq!(store.begin(req).await.ok(), Some(Begin::Claimed));
+    store.release(&token).await.expect("release");
+    match store
+        .begin(charged(&key, &fp, &turn, 1, None, window))
+        .await
+    {
+        Ok(Begin::Refused(_)) => {}
+        other => panic!("remove: refused before the remove, got {other:?}"),
+    }
+    let req = charged(&key, &fp, &turn, 1, None, window);
     assert!(
-        matches!(answers[3], Err(Error::BudgetExhausted { attempts: 4, .. })),
-        "engine budget: the 4th call of a failing action is stuck, got {:?}",
-        answers[3]
+        !store.remove(NS, &key).await.expect("remove"),
+        "remove: no live record to report"
     );
     assert_eq!(
-        runs.load(Ordering::SeqCst),
-        4,
-        "engine budget: one execution of the succeeded action, three of the failing one"
+        store.begin(req).await.ok(),
+        Some(Begin::Claimed),
+        "remove: the key is runnable again"
     );
+    assert!(
+        store.remove(NS, &key).await.expect("remove"),
+        "remove: a live record"
+    );
+    assert_eq!(store.get(NS, &key).await.expect("get"), None);
 }

@@ -103,7 +103,7 @@ impl FaultStore {
     ) -> StoreFuture<'a, T> {
         self.calls[op.index()].fetch_add(1, Ordering::SeqCst);
         let fault = (self.plan)(op);
-        StoreFuture::new(async move {
+        Box::pin(async move {
             let lost = || Error::store(op_name(op), "injected fault: the reply was lost");
             match fault {
                 Fault::None => work().await,

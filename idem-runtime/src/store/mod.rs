@@ -1,34 +1,75 @@
-//! Dedup stores: where handled keys and their first results are remembered.
+//! Dedup stores: where handled keys, their first results and their attempt counts are kept.
 //!
-//! A [`Store`] is a small state machine per key, designed so that a database can implement every
-//! transition atomically:
+//! # The contract
+//!
+//! A [`Store`] keeps, per key (within its namespace), a small state machine, and per turn a count
+//! of started actions. Every invariant below is checked by the conformance suite
+//! ([`conformance`], feature `conformance`); a store that passes it works with the engine.
 //!
 //! ```text
-//!            begin (absent or expired)                complete (matching token)
-//!   absent ───────────────────────────▶ in progress ───────────────────────────▶ completed
-//!      ▲                                  │     │ renew (matching token)           │
-//!      │   release (matching token)       │     ▼                                  │
-//!      ├──────────────────────────────────┘   lease expiry: claimable again        │
-//!      └────────────────────────────────────────────────────── TTL expiry ─────────┘
+//!              begin: charge, then claim                 complete (newest token)
+//!   no record ───────────────────────────▶ in progress ─────────────────────────▶ completed
+//!       ▲                                    │     │ renew (newest token)            │
+//!       │   release (newest token)           │     ▼                                 │
+//!       ├────────────────────────────────────┘   lease end: no record again          │
+//!       └───────────────────────────────────────────────────────── TTL end ──────────┘
 //! ```
 //!
-//! Every claim hands out a fresh [`LeaseToken`] (a fencing token): `complete`, `renew` and
-//! `release` only act when the caller still holds the newest token, so a holder whose lease
-//! expired cannot overwrite the work of the caller that took over.
+//! 1. **Atomic transitions.** Each method is atomic with respect to the others for the same key:
+//!    of any number of concurrent `begin`s on a key with no live record, exactly one answers
+//!    [`Begin::Claimed`] ([`conformance::concurrent_begins_claim_once`]).
+//! 2. **A live record answers without charging or writing.** `begin` on a key whose record is
+//!    live answers [`Begin::Completed`] with the first result, or [`Begin::InFlight`] with the
+//!    holder's fingerprint, and changes nothing: a replay and a wait are reads
+//!    ([`conformance::claim_complete_replay`], [`conformance::replays_and_waits_are_not_charged`]).
+//! 3. **A claim is charged, atomically with it.** `begin` on a key with no live record applies
+//!    the budget rule ([`budget::charge`]) to the key's attempt count and, when the turn has a
+//!    cap, the turn's count of started actions: refused, it answers [`Begin::Refused`] and
+//!    changes nothing; allowed, it adds one to each count and claims the key with the request's
+//!    token and lease ([`conformance::budget_counts_claims_per_key`],
+//!    [`conformance::budget_caps_the_turn`], [`conformance::budget_is_atomic_under_concurrency`],
+//!    [`conformance::turn_cap_is_atomic_under_concurrency`]).
+//! 4. **Counts.** A key's attempt count lives with the key: it survives `release` and the end of
+//!    a lease, is reset to zero by `complete` (a recorded result ends a run of failures), and
+//!    expires `window` after its last charge, as does a turn's count
+//!    ([`conformance::budget_counts_expire`], [`conformance::complete_resets_the_attempts`]).
+//! 5. **Fencing.** `renew`, `complete` and `release` act only for the newest claim's token on a
+//!    live in-progress record, else fail with [`Error::LeaseLost`](crate::Error::LeaseLost) —
+//!    except that `complete` repeated with the token that completed the record succeeds again
+//!    without changing it (a retried `complete` whose first reply was lost)
+//!    ([`conformance::stale_holder_is_fenced_off`], [`conformance::complete_is_idempotent`]).
+//! 6. **Time.** A record is live while `now < expires_at_ms`: an in-progress record until its
+//!    lease ends (`renew` moves that to `now + duration`), a completed one until its TTL ends.
+//!    The boundary is exclusive in every store ([`conformance::expiry_boundary_is_exclusive`],
+//!    [`conformance::lease_expiry_makes_the_key_claimable`],
+//!    [`conformance::ttl_expiry_forgets_the_result`], [`conformance::renew_extends_the_lease`]).
+//! 7. **Given back.** `release` removes the in-progress record (keeping the count), so the next
+//!    `begin` claims the key; a claim whose `begin` reply was lost can be given back with the
+//!    token chosen before sending ([`conformance::release_frees_the_key`],
+//!    [`conformance::abandoned_claim_is_given_back`]).
+//! 8. **Admin.** `get` and `list` show live records only (with their attempt counts); `remove`
+//!    deletes a key's record and its attempt count, whatever its state; `purge_expired` deletes
+//!    what has expired ([`conformance::admin_list_and_remove`],
+//!    [`conformance::purge_deletes_expired_records`]).
+//! 9. **Bytes.** Results are stored byte for byte, a mebibyte and more
+//!    ([`conformance::large_results_round_trip`]); a record the backend cannot parse is an
+//!    error, never a panic ([`conformance::corrupt_records_are_errors`]).
+//!
+//! Keys already commit to their namespace, so a store may index by key alone.
 
 pub mod budget;
-mod bytes;
+#[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod fault;
-mod future;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::Result;
@@ -36,11 +77,13 @@ use crate::key::{Fingerprint, Key};
 
 #[cfg(feature = "redis")]
 pub use self::redis::RedisStore;
-pub use bytes::ResultBytes;
-pub use future::StoreFuture;
+pub use bytes::Bytes;
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+
+/// What every [`Store`] method returns: a boxed future of its answer.
+pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
 
 /// How long completed records are kept when a tool sets no `ttl`: one day.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
@@ -51,53 +94,6 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 /// blocks its key, not how long a tool may run.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
-/// A fencing token: proof of holding the current claim on a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LeaseToken(pub u64);
-
-impl LeaseToken {
-    /// A new token, unique within this process and random across processes.
-    pub fn generate() -> LeaseToken {
-        static SEED: LazyLock<u64> = LazyLock::new(|| {
-            let mut hasher = blake3::Hasher::new();
-            hasher.update(&std::process::id().to_le_bytes());
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            hasher.update(&nanos.to_le_bytes());
-            let local = 0u8;
-            hasher.update(&(std::ptr::from_ref(&local) as usize).to_le_bytes());
-            let mut seed = [0u8; 8];
-            seed.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
-            u64::from_le_bytes(seed)
-        });
-        // Each thread takes its numbers from the shared counter a block at a time, so that
-        // threads generating tokens at once rarely write the same cache line.
-        const BLOCK: u64 = 1 << 16;
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        thread_local! {
-            static NEXT: std::cell::Cell<(u64, u64)> = const { std::cell::Cell::new((0, 0)) };
-        }
-        let take = || COUNTER.fetch_add(BLOCK, Ordering::Relaxed);
-        let n = NEXT
-            .try_with(|next| {
-                let (mut n, mut end) = next.get();
-                if n == end {
-                    n = take();
-                    end = n + BLOCK;
-                }
-                next.set((n + 1, end));
-                n
-            })
-            .unwrap_or_else(|_| take());
-        // splitmix64 is a bijection, so distinct counters give distinct tokens.
-        let mut z = SEED.wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        LeaseToken(z ^ (z >> 31))
-    }
-}
-
 /// The shortest lease a tool may ask for: below it, store round trips and timer granularity
 /// eat the whole lease and exclusion means nothing.
 pub const MIN_LEASE: Duration = Duration::from_millis(10);
@@ -105,12 +101,24 @@ pub const MIN_LEASE: Duration = Duration::from_millis(10);
 /// The longest lease a tool may ask for: a crashed holder blocks its key for at most this long.
 pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// How long a turn's budget counters are kept after their last charge, unless the turn says
+/// How long a turn's budget counts are kept after their last charge, unless the turn says
 /// otherwise ([`Turn::with_budget_window`](crate::Turn::with_budget_window)): one day.
 pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// A claim on a key: handed out by [`Store::begin`], taken by [`Store::renew`],
-/// [`Store::complete`] and [`Store::release`].
+/// A fencing token: proof of holding the newest claim on a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LeaseToken(pub u64);
+
+impl LeaseToken {
+    /// A new random token (64 bits from a cryptographically seeded generator: two claims of one
+    /// key draw the same token with probability 2⁻⁶⁴).
+    pub fn generate() -> LeaseToken {
+        LeaseToken(rand::random())
+    }
+}
+
+/// A claim on a key: made by [`Store::begin`], taken by [`Store::renew`], [`Store::complete`]
+/// and [`Store::release`].
 ///
 /// The token is chosen by the caller *before* `begin` is sent ([`LeaseToken::generate`]), so a
 /// caller that gives up on an unanswered `begin` can still give back a claim that did land.
@@ -124,52 +132,37 @@ pub struct Lease {
     pub token: LeaseToken,
 }
 
-/// What a call charges to its turn's retry budget, atomically with its claim.
+/// What a claim charges to its turn's retry budget, atomically with it (see
+/// [`budget::charge`] for the rule).
 ///
-/// Counts belong to the turn's identity (namespace + turn id) in the store, not to a `Turn`
-/// value: every process sharing the store shares them, and they outlive restarts with a
-/// durable store. Each count expires `window` after its last charge.
+/// Counts belong to the turn's identity (namespace + turn id) and the key in the store, not to
+/// a `Turn` value: every process sharing the store shares them, and they outlive restarts with
+/// a durable store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Charge {
-    /// The turn's identity: [`TurnIdentity::new`](budget::TurnIdentity::new) of the request's
-    /// namespace and the turn id. It names the turn's counters.
+    /// The turn's identity; [`TurnIdentity::turn_counter`](budget::TurnIdentity::turn_counter)
+    /// names its count of started actions.
     pub turn: budget::TurnIdentity,
-    /// Which counter counts the attempts with the request's key in this turn.
-    pub counter: KeyCounter,
-    /// Attempts allowed with this key in this turn.
+    /// Claims allowed for this key since its last recorded result.
     pub max_attempts: u32,
-    /// State-changing calls allowed in this turn, whatever their keys (`None`: no cap).
+    /// Claims allowed in this turn, whatever their keys (`None`: no cap, and no turn count is
+    /// kept).
     pub max_calls: Option<u32>,
     /// How long counts are kept after their last charge.
     pub window: Duration,
 }
 
 impl Charge {
-    /// The name of the counter of attempts with `key` in this turn: the key's first 16 bytes
-    /// for [`KeyCounter::Key`], [`TurnIdentity::key_counter`](budget::TurnIdentity::key_counter)
-    /// for [`KeyCounter::TurnAndKey`].
-    pub fn key_counter(&self, key: &Key) -> budget::CounterId {
-        match self.counter {
-            KeyCounter::Key => {
-                let mut id = [0; 16];
-                id.copy_from_slice(&key.as_bytes()[..16]);
-                id
-            }
-            KeyCounter::TurnAndKey => self.turn.key_counter(key),
+    /// A charge that refuses nothing (it still counts): for tools and tests that claim keys
+    /// directly, outside any turn's budget.
+    pub fn unlimited() -> Charge {
+        Charge {
+            turn: budget::TurnIdentity::new("", ""),
+            max_attempts: u32::MAX,
+            max_calls: None,
+            window: DEFAULT_BUDGET_WINDOW,
         }
     }
-}
-
-/// Which counter counts the attempts with a key in a turn.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KeyCounter {
-    /// The key itself: it was derived from the turn id (the key of an `#[idempotent]` call
-    /// without a caller-supplied key), so it already stands for one (turn, key) pair. A store
-    /// may keep the count with the key's record.
-    Key,
-    /// The pair (turn, key), for a key that does not depend on the turn (a caller-supplied
-    /// key, or one whose derivation is unknown).
-    TurnAndKey,
 }
 
 /// What [`Store::begin`] is asked to claim.
@@ -180,24 +173,35 @@ pub struct BeginRequest<'a> {
     /// The idempotency key.
     pub key: &'a Key,
     /// The tool's name, kept in the record for inspection.
-    pub tool: &'a str,
+    pub tool: &'static str,
     /// Digest of all arguments, to detect a key reused with different arguments.
     pub fingerprint: &'a Fingerprint,
     /// How long the claim lasts unless renewed.
     pub lease: Duration,
     /// The fencing token the claim gets if this request claims the key.
     pub token: LeaseToken,
-    /// The attempt to charge to the turn's budget before anything else (`None`: charge
-    /// nothing, e.g. when a call polls again for a key in flight elsewhere).
-    pub charge: Option<Charge>,
+    /// What a claim charges (a request that finds a live record charges nothing).
+    pub charge: Charge,
 }
 
-/// The state of a stored record.
+impl BeginRequest<'_> {
+    /// The lease this request claims, if it claims its key.
+    pub fn lease(&self) -> Lease {
+        Lease {
+            namespace: Arc::from(self.namespace),
+            key: *self.key,
+            token: self.token,
+        }
+    }
+}
+
+/// The state of a live record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RecordState {
     /// A caller holds a lease and is running the tool.
     InProgress,
-    /// The tool finished; the record holds its encoded result.
+    /// The tool finished; the record holds its encoded result (or a marker: see
+    /// [`replay::RecordKind`](crate::replay::RecordKind)).
     Completed,
 }
 
@@ -211,7 +215,7 @@ impl RecordState {
     }
 }
 
-/// One remembered key.
+/// One remembered key, as [`Store::get`] and [`Store::list`] show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// Namespace the key belongs to.
@@ -226,28 +230,30 @@ pub struct Record {
     pub fingerprint: Fingerprint,
     /// The encoded result; `Some` exactly when completed.
     pub result: Option<Vec<u8>>,
-    /// When the key was first claimed (ms since the Unix epoch).
+    /// Claims of this key since its last recorded result (0 once completed), within the
+    /// budget window.
+    pub attempts: u32,
+    /// When the key was claimed (ms since the Unix epoch).
     pub created_at_ms: u64,
     /// When the record stops counting: the lease's end while in progress, the TTL's end once
     /// completed (ms since the Unix epoch). A record is live while `now < expires_at_ms`.
     pub expires_at_ms: u64,
 }
 
-/// Why [`Store::begin`] refused to charge the turn's budget.
+/// Why [`Store::begin`] refused a claim: a budget is spent. Nothing was claimed or counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exhausted {
-    /// This key was attempted `attempts` times in the turn (this one included), over `limit`.
+    /// The key was claimed `attempts` times since its last recorded result, the most
+    /// `limit` allows.
     Key {
-        /// Attempts with this key, this one included.
+        /// Claims of this key since its last recorded result (not counting this request).
         attempts: u32,
         /// The per-key limit.
         limit: u32,
-        /// Whether the key holds a completed record: the action already happened.
-        completed: bool,
     },
-    /// The turn made `calls` state-changing calls (this one included), over `limit`.
+    /// The turn started `calls` actions, the most `limit` allows.
     Turn {
-        /// Calls in the turn, this one included.
+        /// Claims in the turn (not counting this request).
         calls: u32,
         /// The turn-wide limit.
         limit: u32,
@@ -257,8 +263,8 @@ pub enum Exhausted {
 /// The answer of [`Store::begin`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Begin {
-    /// The key was free (absent, expired, or its lease ran out): the caller now holds it with
-    /// the request's token and must run the tool, then `complete` or `release` it.
+    /// The key had no live record: the caller now holds it with the request's token and must
+    /// run the tool, then `complete` or `release` it.
     Claimed,
     /// The key was handled already: replay its first result.
     Completed(FirstResult),
@@ -267,8 +273,8 @@ pub enum Begin {
         /// Digest of the arguments of the call that holds the key.
         fingerprint: Fingerprint,
     },
-    /// The charge was refused: nothing was claimed.
-    Exhausted(Exhausted),
+    /// The charge was refused: nothing was claimed or counted.
+    Refused(Exhausted),
 }
 
 impl Begin {
@@ -285,7 +291,7 @@ impl Begin {
             }),
             (RecordState::Completed, Some(result)) => Ok(Begin::Completed(FirstResult {
                 fingerprint: record.fingerprint,
-                result: ResultBytes::from(result),
+                result: Bytes::from(result),
             })),
             (RecordState::Completed, None) => Err(crate::Error::CorruptRecord {
                 key: record.key.short(),
@@ -301,33 +307,22 @@ impl Begin {
 pub struct FirstResult {
     /// Digest of the arguments of the call that completed the key.
     pub fingerprint: Fingerprint,
-    /// The encoded result (an in-memory store hands it out without allocating).
-    pub result: ResultBytes,
+    /// The encoded result (cloning shares the bytes).
+    pub result: Bytes,
 }
 
-/// A dedup store.
-///
-/// Implementations must make each method atomic with respect to the others for the same key:
-/// of any number of concurrent `begin` calls on a free key exactly one returns
-/// [`Begin::Claimed`]. `complete`, `renew` and `release` must fail with
-/// [`Error::LeaseLost`](crate::Error::LeaseLost) unless the lease's token is the newest
-/// claim's token — except that `complete` repeated with the token that completed the record
-/// succeeds again without changing it (a retried `complete` whose first reply was lost).
-/// Keys already commit to their namespace, so a store may index by key alone.
-///
-/// `begin` with a [`Charge`] first counts the attempt against the turn's budget, in the same
-/// atomic step: past the per-key limit it answers [`Begin::Exhausted`] (saying whether the key
-/// is completed) and claims nothing; past the turn-wide limit likewise, without counting the
-/// attempt against the key. A refused per-key attempt does not count against the turn.
+/// A dedup store: see [the contract](self#the-contract).
 pub trait Store: Send + Sync + 'static {
-    /// Charges `req.charge`, then claims `req.key` with `req.token`, or reports that it is
-    /// completed or in flight.
+    /// Answers a live record without charging (completed: its result; in progress: in
+    /// flight), else charges `req.charge` and claims `req.key` with `req.token` — all in one
+    /// atomic step.
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin>;
 
     /// Extends `lease` to `duration` from now.
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()>;
 
-    /// Stores `result` for the key held with `lease` and keeps it for `ttl`.
+    /// Stores `result` for the key held with `lease`, keeps it for `ttl`, and resets the key's
+    /// attempt count.
     fn complete<'a>(
         &'a self,
         lease: &'a Lease,
@@ -335,33 +330,25 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
     ) -> StoreFuture<'a, ()>;
 
-    /// Gives up `lease`, so that a retry can run the tool.
+    /// Gives up `lease` (its attempt count stays), so that a retry can run the tool.
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()>;
 
-    /// The live (unexpired) record for a key, if any.
+    /// The live record of a key, if any.
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>>;
 
-    /// Deletes expired records (and expired budget counts); returns how many records were
-    /// deleted.
+    /// Deletes expired records and counts; returns how many records were deleted.
     fn purge_expired(&self) -> StoreFuture<'_, u64>;
 
     /// Admin: up to `limit` live records, optionally of one namespace, in no particular order.
     fn list<'a>(&'a self, namespace: Option<&'a str>, limit: usize)
     -> StoreFuture<'a, Vec<Record>>;
 
-    /// Admin: deletes a record whatever its state; returns whether one existed.
+    /// Admin: deletes a key's record and its attempt count, whatever its state; returns
+    /// whether a live record existed. The turn's count of started actions is kept.
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool>;
-
-    /// Whether [`begin`](Store::begin) always answers at once ([`StoreFuture::ready`]), as an
-    /// in-memory store does: the engine then takes the answer in the call's first poll
-    /// without building the future of a call that waits. A store that says so and then
-    /// returns a future that is not ready fails the call with a store error. Default: `false`.
-    fn answers_at_once(&self) -> bool {
-        false
-    }
 }
 
-static DEFAULT_STORE: std::sync::OnceLock<Arc<dyn Store>> = std::sync::OnceLock::new();
+static DEFAULT_STORE: OnceLock<Arc<dyn Store>> = OnceLock::new();
 
 /// The process-wide store used by tools and turns that name none: a [`MemoryStore`] unless
 /// [`set_default_store`] chose another before first use.
@@ -376,8 +363,8 @@ pub fn default_store() -> &'static Arc<dyn Store> {
 pub fn set_default_store(store: Arc<dyn Store>) -> Result<()> {
     DEFAULT_STORE.set(store).map_err(|_| {
         crate::Error::Config(
-            "the default store was already set or used; call idem_tools::set_default_store once, \
-             before the first tool call"
+            "the default store was already set or used; call idem_tools::set_default_store \
+             once, before the first tool call"
                 .to_owned(),
         )
     })

@@ -40,6 +40,7 @@ struct Scripts {
     complete: Script,
     renew: Script,
     release: Script,
+    remove: Script,
 }
 
 macro_rules! lua {
@@ -48,17 +49,18 @@ macro_rules! lua {
     };
 }
 
-const LUA: [&str; 6] = [
+const LUA: [&str; 7] = [
     lua!("redis/begin.lua"),
     lua!("redis/turn.lua"),
     lua!("redis/get.lua"),
     lua!("redis/complete.lua"),
     lua!("redis/renew.lua"),
     lua!("redis/release.lua"),
+    lua!("redis/remove.lua"),
 ];
 
 static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let [begin, turn, get, complete, renew, release] = LUA.map(Script::new);
+    let [begin, turn, get, complete, renew, release, remove] = LUA.map(Script::new);
     Scripts {
         begin,
         turn,
@@ -66,6 +68,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
         complete,
         renew,
         release,
+        remove,
     }
 });
 

@@ -289,7 +289,7 @@ struct Answer<T> {
 
 impl<T: Send + 'static> Answer<T> {
     fn boxed<'a>(self) -> StoreFuture<'a, T> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             let stopped = || {
                 Error::store(
                     self.operation,
@@ -313,10 +313,6 @@ fn sql_ms(ms: u64) -> i64 {
 /// A token as SQLite stores it (the same 64 bits, signed).
 fn sql_token(token: LeaseToken) -> i64 {
     i64::from_le_bytes(token.0.to_le_bytes())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 impl fmt::Debug for SqliteStore {

@@ -1,6 +1,7 @@
 //! One call of a schedule: the tool body, the engine entry point it goes through, and the
 //! caller that gives up on it as planned.
 
+use idem_tools_runtime::Codec;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,9 +9,7 @@ use std::time::Duration;
 
 use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
 use idem_tools_runtime::store::{DEFAULT_TTL, Store};
-use idem_tools_runtime::{
-    Call, Error, Key, Turn, execute, execute_caching_errors, execute_detached,
-};
+use idem_tools_runtime::{Call, Error, Key, Turn, execute, execute_detached};
 use serde::{Deserialize, Serialize};
 
 use crate::ledger::{Ledger, Val};
@@ -154,9 +153,9 @@ async fn engine_call(ledger: Arc<Ledger>, attempt: Attempt, call: Call) {
     let tool = attempt.tool;
     let body = tool_body(Arc::clone(&ledger), attempt, key);
     let result = match tool {
-        Tool::Plain | Tool::Short | Tool::Release => execute(call, body).await,
-        Tool::Caching => execute_caching_errors(call, body).await,
-        Tool::Detached => execute_detached(call, body).await,
+        Tool::Plain | Tool::Short | Tool::Release => execute(call, Codec::ok_only(), body).await,
+        Tool::Caching => execute(call, Codec::ok_and_err(), body).await,
+        Tool::Detached => execute_detached(call, Codec::ok_only(), body).await,
     };
     match result {
         Ok(exec) => ledger.answered(key, Val { exec, ok: true }),

@@ -2,6 +2,7 @@
 //! lease while the engine's monotonic timers keep going. `MemoryStore::new()` reads a
 //! `MonotonicClock` and cannot step; these tests show what a store on a stepping clock does.
 
+use idem_tools_runtime::Codec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,12 +35,16 @@ async fn call(
     let turn = Turn::new("clock").with_store(Arc::clone(store));
     let (key, fingerprint) = key_of(&turn, Tool::Plain, 0);
     let effects = Arc::clone(effects);
-    execute(Call::new(&STEPPED, &turn, key, fingerprint), async move {
-        tokio::time::sleep(before).await;
-        let id = effects.0.fetch_add(1, Ordering::SeqCst) + 1;
-        tokio::time::sleep(after).await;
-        Ok(id)
-    })
+    execute(
+        Call::new(&STEPPED, &turn, key, fingerprint),
+        Codec::ok_only(),
+        async move {
+            tokio::time::sleep(before).await;
+            let id = effects.0.fetch_add(1, Ordering::SeqCst) + 1;
+            tokio::time::sleep(after).await;
+            Ok(id)
+        },
+    )
     .await
 }
 

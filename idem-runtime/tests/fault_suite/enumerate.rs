@@ -5,6 +5,7 @@
 //! either eager (it took effect when called, only its reply pends: an in-process store) or lazy
 //! (it takes effect when polled after the `Pending`: a network store).
 
+use idem_tools_runtime::Codec;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::Poll;
@@ -51,8 +52,8 @@ fn run(
     let body = body(Arc::clone(ledger), key, fail, Arc::clone(returned));
     async move {
         match tool {
-            Tool::Detached => execute_detached(call, body).await,
-            _ => execute(call, body).await,
+            Tool::Detached => execute_detached(call, Codec::ok_only(), body).await,
+            _ => execute(call, Codec::ok_only(), body).await,
         }
     }
 }

@@ -79,7 +79,7 @@ pub struct Counts {
     pub panics: u64,
     /// Calls without exactly one outcome event.
     pub outcome_errors: u64,
-    /// Keys whose executions + replays exceeded the budget.
+    /// Keys run more often than their budget allows between two recorded results.
     pub budget_overruns: u64,
     /// Single-flight entries or runtime tasks left after the settle.
     pub leaks: u64,
@@ -146,6 +146,11 @@ struct State {
     next_exec: u64,
     alive: HashMap<Key, usize>,
     starts: HashMap<Key, u32>,
+    /// Bodies of a key started since its last recorded result (the store's attempt count is
+    /// at least this, and at most the budget).
+    since_record: HashMap<Key, u32>,
+    /// The per-key budget, if checked.
+    limit: Option<u32>,
     finishes: HashMap<Key, Vec<Finish>>,
     completions: HashMap<Key, Vec<Completion>>,
     counts: Counts,
@@ -181,6 +186,12 @@ impl Ledger {
         })
     }
 
+    /// Checks that no key's body starts more than `limit` times between two recorded results.
+    pub fn with_budget(self: Arc<Self>, limit: u32) -> Arc<Self> {
+        self.lock().limit = Some(limit);
+        self
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state
             .lock()
@@ -199,6 +210,19 @@ impl Ledger {
         let exec = s.next_exec;
         s.counts.executions += 1;
         *s.starts.entry(key).or_default() += 1;
+        let since = s.since_record.entry(key).or_default();
+        *since += 1;
+        let since = *since;
+        if let Some(limit) = s.limit
+            && since > limit
+        {
+            s.counts.budget_overruns += 1;
+            s.problems.push(format!(
+                "budget: execution {exec} of key {} is its run {since} since its last recorded \
+                 result, over the limit of {limit}",
+                key.short()
+            ));
+        }
         let alive = s.alive.entry(key).or_default();
         *alive += 1;
         if *alive > 1 {
@@ -261,6 +285,8 @@ impl Ledger {
         if list.iter().any(|c| c.token == token) {
             return; // a repeated complete of the same claim changes nothing
         }
+        s.since_record.insert(key, 0);
+        let list = s.completions.entry(key).or_default();
         list.push(Completion {
             token,
             content: decode(bytes),
@@ -333,9 +359,13 @@ impl Ledger {
     }
 }
 
-/// What a record holds, read from the JSON envelope (`{"ok":N}`, `{"err":{"Tool":N}}`,
-/// `{"interrupted":…}`, `{"unreplayable":…}`) if it is one.
+/// What a record holds: a marker (as `replay::kind` tells), a value read from a JSON
+/// envelope (`{"ok":N}`, `{"err":{"Tool":N}}`) if it is one, else a value learnt later.
 fn decode(bytes: &[u8]) -> Content {
+    use idem_tools_runtime::replay::{RecordKind, kind};
+    if let Ok(RecordKind::Interrupted | RecordKind::NotReplayable { .. }) = kind(bytes) {
+        return Content::Marker;
+    }
     let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) else {
         return Content::Opaque(None);
     };

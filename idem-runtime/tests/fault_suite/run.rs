@@ -1,6 +1,5 @@
 //! Runs one schedule against the engine and checks every invariant.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -131,7 +130,7 @@ pub(crate) struct Ctx {
 /// Runs `schedule` on the current runtime and checks it.
 async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     let clock = Arc::new(TokioClock::new());
-    let ledger = Ledger::new(clock.clone());
+    let ledger = Ledger::new(clock.clone()).with_budget(schedule.limit);
     let handles: Vec<Arc<dyn Store>> = match &backend {
         Backend::Memory | Backend::Forgetful => vec![Arc::new(MemoryStore::with_clock(clock))],
         Backend::Handles(open) => match open(clock).await {
@@ -259,10 +258,9 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     Verdict { counts, problems }
 }
 
-/// Exactly one outcome per call, and executions + replays within the budget per key.
+/// Exactly one outcome per call (the budget is checked by the ledger as bodies start).
 fn check_calls(ctx: &Ctx) {
     let calls = lock(&ctx.calls);
-    let mut replays: HashMap<Key, u64> = HashMap::new();
     for call in calls.iter() {
         let stats = call.turn.stats();
         let polled = call.polled.load(Ordering::SeqCst);
@@ -276,21 +274,6 @@ fn check_calls(ctx: &Ctx) {
                      {stats:?}",
                     call.key.short(),
                     stats.total()
-                ),
-            );
-        }
-        *replays.entry(call.key).or_default() += stats.replayed;
-    }
-    for (key, replayed) in replays {
-        let executed = u64::from(ctx.ledger.starts(&key));
-        if executed + replayed > u64::from(ctx.limit) {
-            ctx.ledger.problem(
-                |c| c.budget_overruns += 1,
-                format!(
-                    "budget: key {} executed {executed} and replayed {replayed} times, over the \
-                     limit of {}",
-                    key.short(),
-                    ctx.limit
                 ),
             );
         }

@@ -3,6 +3,7 @@
 //! that the single-flight registry and the store's memory stay bounded and return to zero.
 //! `IDEM_FAULT_SOAK=1` runs 200,000 turns; by default a short run of 3,000.
 
+use idem_tools_runtime::Codec;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,9 @@ use crate::schedule::Tool;
 use crate::stores::TokioClock;
 
 /// The footprint a leak-free store never exceeds here: turns overlap within a TTL (40 ms) and
-/// a budget window (100 ms) of about ten turns of at most six keys each.
+/// a budget window (100 ms) of about ten turns of at most six keys each, and each of the 32
+/// shards sweeps what expired once it holds twice what it kept at its last sweep, at least 32
+/// entries: at most about 32 × 32 expired entries wait for a sweep.
 const FOOTPRINT_BOUND: usize = 2_000;
 
 /// One turn: six concurrent calls over three keys; some time out, some fail.
@@ -39,7 +42,11 @@ async fn turn(store: &Arc<dyn Store>, id: u64, r: &mut Rng) {
                         Ok(work)
                     }
                 };
-                tokio::time::timeout(Duration::from_millis(patience), execute(call, body)).await
+                tokio::time::timeout(
+                    Duration::from_millis(patience),
+                    execute(call, Codec::ok_only(), body),
+                )
+                .await
             })
         })
         .collect();

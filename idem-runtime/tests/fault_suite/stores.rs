@@ -64,7 +64,7 @@ impl Store for Observed {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             self.inner.complete(lease, result, ttl).await?;
             self.ledger.completed(lease.key, lease.token, result, ttl);
             Ok(())
@@ -89,10 +89,6 @@ impl Store for Observed {
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         self.inner.remove(namespace, key)
     }
-    // `begin` passes the store's own answer through.
-    fn answers_at_once(&self) -> bool {
-        self.inner.answers_at_once()
-    }
 }
 
 /// A broken store for the harness's self-test: it forgets completions, turning `begin` of a
@@ -110,7 +106,7 @@ impl Forgetful {
 
 impl Store for Forgetful {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             if let Some(record) = self.inner.get(req.namespace, req.key).await?
                 && record.state == RecordState::Completed
             {
@@ -182,7 +178,7 @@ fn slowed<'a, T: Send + 'a>(op: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFut
     let work = op();
     match SLOW_REPLY.with(std::cell::Cell::take) {
         None => work,
-        Some(by) => StoreFuture::new(async move {
+        Some(by) => Box::pin(async move {
             let reply = work.await;
             tokio::time::sleep(by).await;
             reply
@@ -242,10 +238,10 @@ impl Lazy {
 
 impl Store for Lazy {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        StoreFuture::new(async move { self.inner.begin(req).await })
+        Box::pin(async move { self.inner.begin(req).await })
     }
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        StoreFuture::new(async move { self.inner.renew(lease, duration).await })
+        Box::pin(async move { self.inner.renew(lease, duration).await })
     }
     fn complete<'a>(
         &'a self,
@@ -253,26 +249,26 @@ impl Store for Lazy {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        StoreFuture::new(async move { self.inner.complete(lease, result, ttl).await })
+        Box::pin(async move { self.inner.complete(lease, result, ttl).await })
     }
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        StoreFuture::new(async move { self.inner.release(lease).await })
+        Box::pin(async move { self.inner.release(lease).await })
     }
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        StoreFuture::new(async move { self.inner.get(namespace, key).await })
+        Box::pin(async move { self.inner.get(namespace, key).await })
     }
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        StoreFuture::new(async move { self.inner.purge_expired().await })
+        Box::pin(async move { self.inner.purge_expired().await })
     }
     fn list<'a>(
         &'a self,
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
-        StoreFuture::new(async move { self.inner.list(namespace, limit).await })
+        Box::pin(async move { self.inner.list(namespace, limit).await })
     }
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        StoreFuture::new(async move { self.inner.remove(namespace, key).await })
+        Box::pin(async move { self.inner.remove(namespace, key).await })
     }
 }
 
@@ -291,7 +287,7 @@ impl YieldOnce {
 
 /// Pending once, then `work`.
 fn yield_then<'a, T: Send + 'a>(work: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
-    StoreFuture::new(async move {
+    Box::pin(async move {
         let mut yielded = false;
         std::future::poll_fn(|cx| {
             if std::mem::replace(&mut yielded, true) {

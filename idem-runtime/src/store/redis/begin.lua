@@ -1,43 +1,43 @@
--- begin: charge the per-key count KEYS[2] (when asked), then claim the record KEYS[1] if it is
--- absent, else return the record it holds. KEYS[2] shares KEYS[1]'s hash slot.
+-- begin: answer the live record at KEYS[1] without writing anything; else charge the key's
+-- attempt count (in the hash) and, when KEYS[2] is given, the turn's count there, then claim.
+-- KEYS[2] is given only when it can be reached from this script (a single server, or the same
+-- Cluster slot); else ARGV[6] is 'check' or 'claim' and the turn is charged by turn.lua between.
 -- ARGV: [1] fencing token, [2] fingerprint (32 bytes), [3] tool name, [4] lease in ms,
---       [5] charge: '' (none), 'charge', or 'turn_refused' (the turn-wide count refused this
---       call: count the key as budget::decide does, claim nothing), [6] max attempts,
---       [7] budget window in ms.
--- Replies: {'claimed'} | {'record', state, fp, tool, created, exp, res} | {'wrongtype', type}
---        | {'exhausted_key', attempts, completed (0 or 1)} | {'exhausted_turn'}.
-local kind = live_kind(KEYS[1])
-if kind ~= 'none' and kind ~= 'hash' then
-  -- Not a record: an error, and no attempt counted.
-  return {'wrongtype', kind}
+--       [5] max attempts per key, [6] mode: 'charge' (claim, charging KEYS[2] if given),
+--       'check' (no live record and within the key's budget? then {'free'}, writing nothing),
+--       'claim' (claim; the turn was charged already), [7] max turn calls (when KEYS[2]),
+--       [8] budget window in ms.
+-- Replies: {'claimed'} | {'free'} | {'record', state, fp, tool, created, exp, res, att}
+--        | {'wrongtype', type} | {'refused_key', attempts} | {'refused_turn', calls}.
+local k = KEYS[1]
+local t = kind(k)
+if t ~= 'none' and t ~= 'hash' then
+  return {'wrongtype', t}
 end
-local charge = ARGV[5]
-if charge ~= '' then
-  local completed = 0
-  if kind == 'hash' and redis.call('HGET', KEYS[1], 'state') == 'completed' then
-    completed = 1
+local att = 0
+if t == 'hash' then
+  if live(k) then
+    return record(k)
   end
-  local before = count(KEYS[2])
-  local attempts = before + 1
-  local exp = now + tonumber(ARGV[7])
-  if attempts > tonumber(ARGV[6]) then
-    -- A refused attempt is still counted against the key, so the next refusal is honest.
-    set_count(KEYS[2], attempts, exp)
-    return {'exhausted_key', attempts, completed}
-  end
-  if charge == 'turn_refused' then
-    if before > 0 then
-      set_count(KEYS[2], before, exp)
-    end
-    return {'exhausted_turn'}
-  end
-  set_count(KEYS[2], attempts, exp)
+  att = attempts(k)
 end
-if kind == 'hash' then
-  return record(KEYS[1])
+if att >= tonumber(ARGV[5]) then
+  return {'refused_key', att}
 end
-local expires = ms(now + tonumber(ARGV[4]))
-redis.call('HSET', KEYS[1], 'state', 'in_progress', 'tok', ARGV[1], 'fp', ARGV[2],
-  'tool', ARGV[3], 'created', ms(now), 'exp', expires)
-redis.call('PEXPIREAT', KEYS[1], expires)
+if ARGV[6] == 'check' then
+  return {'free'}
+end
+local window_end = now + tonumber(ARGV[8])
+if KEYS[2] then
+  local calls = count(KEYS[2])
+  if calls >= tonumber(ARGV[7]) then
+    return {'refused_turn', calls}
+  end
+  set_count(KEYS[2], calls + 1, window_end)
+end
+local expires = now + tonumber(ARGV[4])
+redis.call('HDEL', k, 'res')
+redis.call('HSET', k, 'state', 'in_progress', 'tok', ARGV[1], 'fp', ARGV[2], 'tool', ARGV[3],
+  'created', ms(now), 'exp', ms(expires), 'att', ms(att + 1), 'aexp', ms(window_end))
+redis.call('PEXPIREAT', k, ms(math.max(expires, window_end)))
 return {'claimed'}

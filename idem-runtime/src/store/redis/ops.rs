@@ -1,5 +1,5 @@
-//! [`Store`] for [`RedisStore`]: each operation one script call (two or three for a charged
-//! `begin` in a turn with `max_calls`).
+//! [`Store`] for [`RedisStore`]: each operation one script call (see `begin` for the one
+//! exception, on a Redis Cluster).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -14,51 +14,104 @@ use crate::key::Key;
 use crate::store::{Begin, BeginRequest, Charge, Exhausted, Lease, Record, Store, StoreFuture};
 use crate::{Error, Result};
 
-/// What the turn-wide step decided before the claim script runs.
-enum TurnStep {
-    /// No turn-wide cap.
+/// How `begin` reaches a turn's count of started actions.
+enum TurnCount {
+    /// The turn has no cap.
     Uncapped,
-    /// The call was counted in the turn count at this Redis key.
-    Counted(String),
-    /// The turn count refused the call: `calls` with this one, over `limit`.
-    Refused { calls: u32, limit: u32 },
+    /// The count's key shares the record's server or slot: the claim script charges it.
+    InScript(String),
+    /// The count is in another Cluster slot: charged by its own script between a check and the
+    /// claim.
+    Apart(String),
 }
 
 impl RedisStore {
-    /// Counts the call against its turn's `max_calls`, in the turn's own slot.
-    async fn charge_turn(&self, namespace: &str, charge: &Charge) -> Result<TurnStep> {
-        let Some(limit) = charge.max_calls else {
-            return Ok(TurnStep::Uncapped);
-        };
-        let id = charge.turn.turn_counter();
-        let turn_key = layout::turn_counter_key(&self.prefix, namespace, &id);
+    /// Where the turn count of `req` is, as seen from its record's key.
+    fn turn_count(&self, req: &BeginRequest<'_>, record_key: &str) -> TurnCount {
+        if req.charge.max_calls.is_none() {
+            return TurnCount::Uncapped;
+        }
+        let id = req.charge.turn.turn_counter();
+        let turn_key = layout::turn_counter_key(&self.prefix, req.namespace, &id);
+        if !self.is_cluster() || layout::slot(&turn_key) == layout::slot(record_key) {
+            TurnCount::InScript(turn_key)
+        } else {
+            TurnCount::Apart(turn_key)
+        }
+    }
+
+    /// Runs `begin.lua` in `mode`, with the turn count's key if the script charges it.
+    async fn begin_script(
+        &self,
+        req: &BeginRequest<'_>,
+        record_key: &str,
+        turn_key: Option<&str>,
+        mode: &str,
+    ) -> Result<Reply> {
+        let mut invocation = SCRIPTS.begin.prepare_invoke();
+        invocation.key(record_key);
+        if let Some(turn_key) = turn_key {
+            invocation.key(turn_key);
+        }
+        invocation
+            .arg(req.token.0.to_string())
+            .arg(req.fingerprint.as_bytes().as_slice())
+            .arg(req.tool)
+            .arg(script_ms(req.lease))
+            .arg(req.charge.max_attempts)
+            .arg(mode)
+            .arg(req.charge.max_calls.unwrap_or(u32::MAX))
+            .arg(script_ms(req.charge.window));
+        Reply::parse("begin", self.invoke("begin", invocation).await?)
+    }
+
+    /// Counts one more action against the turn at `turn_key` (its own Cluster slot) unless its
+    /// cap is reached: `Ok(None)` if counted, else the calls it had.
+    async fn charge_turn(&self, turn_key: &str, charge: &Charge) -> Result<Option<u32>> {
         let mut invocation = SCRIPTS.turn.prepare_invoke();
         invocation
-            .key(&turn_key)
+            .key(turn_key)
             .arg("charge")
-            .arg(limit)
+            .arg(charge.max_calls.unwrap_or(u32::MAX))
             .arg(script_ms(charge.window));
         match self.invoke("begin", invocation).await? {
             Value::Array(reply) => match reply.as_slice() {
-                [Value::Int(1), Value::Int(_)] => Ok(TurnStep::Counted(turn_key)),
-                [Value::Int(0), Value::Int(calls)] => Ok(TurnStep::Refused {
-                    calls: u32::try_from((*calls).max(0)).unwrap_or(u32::MAX),
-                    limit,
-                }),
+                [Value::Int(1), Value::Int(_)] => Ok(None),
+                [Value::Int(0), Value::Int(calls)] => {
+                    Ok(Some(u32::try_from((*calls).max(0)).unwrap_or(u32::MAX)))
+                }
                 _ => Err(Error::store("begin", "unexpected reply from Redis")),
             },
             other => Err(unexpected("begin", &other)),
         }
     }
 
-    /// Gives back a turn-wide call whose per-key attempt was refused.
+    /// Gives back an action counted by [`charge_turn`](Self::charge_turn) that was not claimed.
     async fn refund_turn(&self, turn_key: &str, key: &Key) {
         let mut invocation = SCRIPTS.turn.prepare_invoke();
         invocation.key(turn_key).arg("refund").arg(0).arg(0);
         if let Err(error) = self.invoke("begin", invocation).await {
             tracing::warn!(target: "idem", key = %key.short(), %error,
-                "could not give back a turn-wide call refused by its per-key budget; the turn \
-                 counts one call too many until its window ends");
+                "could not give back a turn count whose claim did not happen; the turn counts \
+                 one action too many until its window ends");
+        }
+    }
+
+    /// The answer of `begin` for a reply of `begin.lua`.
+    fn begun(req: &BeginRequest<'_>, reply: Reply) -> Result<Begin> {
+        match reply {
+            Reply::Tag(tag) if tag == b"claimed" => Ok(Begin::Claimed),
+            Reply::Record(fields) => Begin::found(decode_record(req.namespace, req.key, &fields)?),
+            Reply::WrongType(kind) => Err(wrong_type(req.key, &kind)),
+            Reply::RefusedKey(attempts) => Ok(Begin::Refused(Exhausted::Key {
+                attempts,
+                limit: req.charge.max_attempts,
+            })),
+            Reply::RefusedTurn(calls) => Ok(Begin::Refused(Exhausted::Turn {
+                calls,
+                limit: req.charge.max_calls.unwrap_or(u32::MAX),
+            })),
+            Reply::Tag(_) => Err(Error::store("begin", "unexpected reply from Redis")),
         }
     }
 
@@ -119,66 +172,44 @@ impl RedisStore {
 }
 
 impl Store for RedisStore {
+    /// One script call, which writes nothing for a live record (a replay or a wait). On a
+    /// Redis Cluster whose turn count (of a turn with a cap) lies in another slot than the
+    /// record, a claim takes three: a check, the turn's charge, the claim (and a refund if the
+    /// claim lost a race meanwhile).
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        StoreFuture::new(async move {
-            const OP: &str = "begin";
+        Box::pin(async move {
             let record_key = self.redis_key(req.namespace, req.key);
-            let turn = match &req.charge {
-                Some(charge) => self.charge_turn(req.namespace, charge).await?,
-                None => TurnStep::Uncapped,
-            };
-            let mut invocation = SCRIPTS.begin.prepare_invoke();
-            invocation.key(&record_key);
-            let mode = match (&req.charge, &turn) {
-                (None, _) => "",
-                (Some(_), TurnStep::Refused { .. }) => "turn_refused",
-                (Some(_), _) => "charge",
-            };
-            if let Some(charge) = &req.charge {
-                let id = charge.key_counter(req.key);
-                invocation.key(layout::key_counter_key(&record_key, &id));
-            }
-            invocation
-                .arg(req.token.0.to_string())
-                .arg(req.fingerprint.as_bytes().as_slice())
-                .arg(req.tool)
-                .arg(script_ms(req.lease))
-                .arg(mode)
-                .arg(req.charge.map_or(0, |c| c.max_attempts))
-                .arg(req.charge.map_or(0, |c| script_ms(c.window)));
-            let reply = self.invoke(OP, invocation).await?;
-            match Reply::parse(OP, reply)? {
-                Reply::Tag(tag) if tag == b"claimed" => Ok(Begin::Claimed),
-                Reply::Record(fields) => {
-                    Begin::found(decode_record(req.namespace, req.key, &fields)?)
-                }
-                Reply::WrongType(kind) => Err(wrong_type(req.key, &kind)),
-                Reply::ExhaustedKey {
-                    attempts,
-                    completed,
-                } => {
-                    if let TurnStep::Counted(turn_key) = &turn {
-                        self.refund_turn(turn_key, req.key).await;
+            let turn_key = match self.turn_count(&req, &record_key) {
+                TurnCount::Uncapped => None,
+                TurnCount::InScript(turn_key) => Some(turn_key),
+                TurnCount::Apart(turn_key) => {
+                    match self.begin_script(&req, &record_key, None, "check").await? {
+                        Reply::Tag(tag) if tag == b"free" => {}
+                        answer => return Self::begun(&req, answer),
                     }
-                    Ok(Begin::Exhausted(Exhausted::Key {
-                        attempts,
-                        limit: req.charge.map_or(0, |c| c.max_attempts),
-                        completed,
-                    }))
-                }
-                Reply::ExhaustedTurn => match turn {
-                    TurnStep::Refused { calls, limit } => {
-                        Ok(Begin::Exhausted(Exhausted::Turn { calls, limit }))
+                    if let Some(calls) = self.charge_turn(&turn_key, &req.charge).await? {
+                        return Ok(Begin::Refused(Exhausted::Turn {
+                            calls,
+                            limit: req.charge.max_calls.unwrap_or(u32::MAX),
+                        }));
                     }
-                    _ => Err(Error::store(OP, "unexpected reply from Redis")),
-                },
-                Reply::Tag(_) => Err(Error::store(OP, "unexpected reply from Redis")),
-            }
+                    let reply = self.begin_script(&req, &record_key, None, "claim").await;
+                    let answer = reply.and_then(|reply| Self::begun(&req, reply));
+                    if !matches!(answer, Ok(Begin::Claimed)) {
+                        self.refund_turn(&turn_key, req.key).await;
+                    }
+                    return answer;
+                }
+            };
+            let reply = self
+                .begin_script(&req, &record_key, turn_key.as_deref(), "charge")
+                .await?;
+            Self::begun(&req, reply)
         })
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             let mut invocation = SCRIPTS.renew.prepare_invoke();
             invocation
                 .key(self.redis_key(&lease.namespace, &lease.key))
@@ -194,7 +225,7 @@ impl Store for RedisStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             let mut invocation = SCRIPTS.complete.prepare_invoke();
             invocation
                 .key(self.redis_key(&lease.namespace, &lease.key))
@@ -206,7 +237,7 @@ impl Store for RedisStore {
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             let mut invocation = SCRIPTS.release.prepare_invoke();
             invocation
                 .key(self.redis_key(&lease.namespace, &lease.key))
@@ -216,7 +247,7 @@ impl Store for RedisStore {
     }
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             self.read("get", &self.redis_key(namespace, key), namespace, key)
                 .await
         })
@@ -225,7 +256,7 @@ impl Store for RedisStore {
     /// Redis expires records itself (`PEXPIREAT`), and the scripts treat a record whose expiry
     /// has come as absent, so there is nothing to purge: returns 0 without contacting Redis.
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        StoreFuture::ready(Ok(0))
+        Box::pin(std::future::ready(Ok(0)))
     }
 
     /// `SCAN`s `<prefix>:<namespace>:{…}` (or `<prefix>:*}`) on every master and reads each
@@ -236,7 +267,7 @@ impl Store for RedisStore {
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
-        StoreFuture::new(async move {
+        Box::pin(async move {
             let mut out = Vec::new();
             if limit == 0 {
                 return Ok(out);
@@ -256,14 +287,13 @@ impl Store for RedisStore {
     }
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        StoreFuture::new(async move {
-            let mut conn = self.conn.clone();
-            let removed: u64 = ::redis::cmd("DEL")
-                .arg(self.redis_key(namespace, key))
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| Error::store("remove", e))?;
-            Ok(removed > 0)
+        Box::pin(async move {
+            let mut invocation = SCRIPTS.remove.prepare_invoke();
+            invocation.key(self.redis_key(namespace, key));
+            match self.invoke("remove", invocation).await? {
+                Value::Int(n) => Ok(n == 1),
+                other => Err(unexpected("remove", &other)),
+            }
         })
     }
 }

@@ -1,7 +1,10 @@
 -- Shared by every script (prepended when the store is built).
--- `now`: the server's clock in ms. A record or count is live while now < its `exp` field; Redis
--- itself expires keys only *after* their PEXPIREAT instant, so the scripts treat `exp <= now` as
--- absent, and delete what they find expired.
+-- A key's hash holds its record — `state`, `tok`, `fp`, `tool`, `created`, `exp` (the lease's
+-- end while in progress, the TTL's end once completed), `res` — and its attempt count: `att`
+-- (claims since the last recorded result) and `aexp` (when the count expires). The record is
+-- live while now < exp, the count while now < aexp; Redis expires the hash at the later of the
+-- two. A released claim keeps its hash with `exp` = 0: no record, and its count.
+-- `now`: the server's clock in ms.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -9,37 +12,61 @@ local function ms(n)
   return string.format('%.0f', n)
 end
 
--- The type of the live value at k ('none' if absent or expired).
-local function live_kind(k)
-  local kind = redis.call('TYPE', k)['ok']
-  if kind == 'hash' then
-    local exp = tonumber(redis.call('HGET', k, 'exp'))
-    if exp ~= nil and exp <= now then
-      redis.call('DEL', k)
-      return 'none'
-    end
-  end
-  return kind
+-- The Redis type at k ('none', 'hash', or anything else).
+local function kind(k)
+  return redis.call('TYPE', k)['ok']
 end
 
--- The live count at k (0 if absent or expired).
+-- Whether the hash at k holds a live record.
+local function live(k)
+  local exp = tonumber(redis.call('HGET', k, 'exp'))
+  return exp ~= nil and exp > now
+end
+
+-- The live attempt count of the hash at k.
+local function attempts(k)
+  local f = redis.call('HMGET', k, 'att', 'aexp')
+  if (tonumber(f[2]) or 0) > now then
+    return tonumber(f[1]) or 0
+  end
+  return 0
+end
+
+-- Expires the hash at k at the later of its record's and its count's ends (at once if both
+-- passed).
+local function expire(k)
+  local f = redis.call('HMGET', k, 'exp', 'aexp')
+  local at = math.max(tonumber(f[1]) or 0, tonumber(f[2]) or 0)
+  if at <= now then
+    redis.call('DEL', k)
+  else
+    redis.call('PEXPIREAT', k, ms(at))
+  end
+end
+
+-- The live turn count at k (0 if absent or expired).
 local function count(k)
-  if live_kind(k) ~= 'hash' then
+  if kind(k) ~= 'hash' then
     return 0
   end
-  return tonumber(redis.call('HGET', k, 'n')) or 0
+  local f = redis.call('HMGET', k, 'n', 'exp')
+  if (tonumber(f[2]) or 0) <= now then
+    return 0
+  end
+  return tonumber(f[1]) or 0
 end
 
--- Sets the count at k to n, live until exp.
+-- Sets the turn count at k to n, live until exp.
 local function set_count(k, n, exp)
-  if redis.call('TYPE', k)['ok'] ~= 'hash' then
+  if kind(k) ~= 'hash' then
     redis.call('DEL', k)
   end
   redis.call('HSET', k, 'n', ms(n), 'exp', ms(exp))
   redis.call('PEXPIREAT', k, ms(exp))
 end
 
+-- The reply for the live record at k.
 local function record(k)
   local r = redis.call('HMGET', k, 'state', 'fp', 'tool', 'created', 'exp', 'res')
-  return {'record', r[1], r[2], r[3], r[4], r[5], r[6]}
+  return {'record', r[1], r[2], r[3], r[4], r[5], r[6], ms(attempts(k))}
 end

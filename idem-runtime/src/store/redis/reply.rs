@@ -8,21 +8,24 @@ use crate::{Error, Result};
 
 /// The replies of the `begin` and `get` scripts.
 pub(super) enum Reply {
-    /// `{'claimed'}` or `{'none'}`.
+    /// `{'claimed'}`, `{'free'}` or `{'none'}`.
     Tag(Vec<u8>),
-    /// `{'record', state, fp, tool, created, exp, res}`: the six fields, `None` where absent.
+    /// `{'record', state, fp, tool, created, exp, res, att}`: the seven fields, `None` where
+    /// absent.
     Record(Vec<Option<Vec<u8>>>),
     /// `{'wrongtype', type}`: the key holds another Redis type.
     WrongType(String),
-    /// `{'exhausted_key', attempts, completed}`: the per-key budget refused the call.
-    ExhaustedKey {
-        /// Attempts with the key, this one included.
-        attempts: u32,
-        /// Whether the key holds a live completed record.
-        completed: bool,
-    },
-    /// `{'exhausted_turn'}`: the turn-wide budget refused the call (the key allowed it).
-    ExhaustedTurn,
+    /// `{'refused_key', attempts}`: the per-key budget refused the claim.
+    RefusedKey(u32),
+    /// `{'refused_turn', calls}`: the turn's cap refused the claim.
+    RefusedTurn(u32),
+}
+
+fn count(value: Option<Value>) -> Option<u32> {
+    match value {
+        Some(Value::Int(n)) => Some(u32::try_from(n.max(0)).unwrap_or(u32::MAX)),
+        _ => None,
+    }
 }
 
 impl Reply {
@@ -53,16 +56,12 @@ impl Reply {
                 };
                 Ok(Reply::WrongType(kind))
             }
-            b"exhausted_key" => match (items.next(), items.next()) {
-                (Some(Value::Int(attempts)), Some(Value::Int(completed))) => {
-                    Ok(Reply::ExhaustedKey {
-                        attempts: u32::try_from(attempts.max(0)).unwrap_or(u32::MAX),
-                        completed: completed != 0,
-                    })
-                }
-                _ => Err(Error::store(operation, "unexpected reply from Redis")),
-            },
-            b"exhausted_turn" => Ok(Reply::ExhaustedTurn),
+            b"refused_key" => count(items.next())
+                .map(Reply::RefusedKey)
+                .ok_or_else(|| Error::store(operation, "unexpected reply from Redis")),
+            b"refused_turn" => count(items.next())
+                .map(Reply::RefusedTurn)
+                .ok_or_else(|| Error::store(operation, "unexpected reply from Redis")),
             _ => Ok(Reply::Tag(tag)),
         }
     }
@@ -95,16 +94,16 @@ pub(super) fn wrong_type(key: &Key, kind: &str) -> Error {
     )
 }
 
-/// Builds a [`Record`] from the fields `state, fp, tool, created, exp, res`.
+/// Builds a [`Record`] from the fields `state, fp, tool, created, exp, res, att`.
 pub(super) fn decode_record(
     namespace: &str,
     key: &Key,
     fields: &[Option<Vec<u8>>],
 ) -> Result<Record> {
-    let [state, fp, tool, created, exp, res] = fields else {
+    let [state, fp, tool, created, exp, res, att] = fields else {
         return Err(corrupt(
             key,
-            format!("expected 6 fields, got {}", fields.len()),
+            format!("expected 7 fields, got {}", fields.len()),
         ));
     };
     let field = |value: &Option<Vec<u8>>, name: &str| -> Result<Vec<u8>> {
@@ -145,6 +144,7 @@ pub(super) fn decode_record(
         state,
         fingerprint,
         result,
+        attempts: u32::try_from(millis(att, "att")?).unwrap_or(u32::MAX),
         created_at_ms: millis(created, "created")?,
         expires_at_ms: millis(exp, "exp")?,
     })
@@ -165,6 +165,7 @@ mod tests {
                 Some(b"1000".to_vec()),
                 Some(b"2000".to_vec()),
                 Some(b"result".to_vec()),
+                Some(b"1".to_vec()),
             ]
         };
         let record = decode_record("ns", &key, &good("completed")).ok();

@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::row::{COLUMNS, Corrupt, corrupt, read_row, select};
 use super::worker::{OwnedBegin, Worker};
-use super::{SqliteStore, hex, sql_ms, sql_token};
+use super::{SqliteStore, sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::Key;
 use crate::store::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
@@ -49,9 +49,9 @@ fn completed_by(worker: &Worker, lease: &Lease, now: u64) -> Result<bool> {
 impl Store for SqliteStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         let req = OwnedBegin {
-            namespace: req.namespace.to_owned(),
+            namespace: req.namespace.to_string(),
             key: *req.key,
-            tool: req.tool.to_owned(),
+            tool: req.tool,
             fingerprint: *req.fingerprint,
             lease: req.lease,
             token: req.token,
@@ -95,8 +95,8 @@ impl Store for SqliteStore {
             // The token stays in the row, so that a retried complete is recognised.
             let changed = worker.write(
                 "complete",
-                "UPDATE idem_records SET state = 'completed', result = ?1, expires_at_ms = ?2 \
-                 WHERE namespace = ?3 AND key = ?4 AND token = ?5 \
+                "UPDATE idem_records SET state = 'completed', result = ?1, expires_at_ms = ?2, \
+                 attempts = 0, attempts_expire_ms = 0 WHERE namespace = ?3 AND key = ?4 AND token = ?5 \
                  AND state = 'in_progress' AND expires_at_ms > ?6",
                 params![
                     result,
@@ -118,10 +118,11 @@ impl Store for SqliteStore {
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
         let lease = lease.clone();
         self.submit("release", false, move |worker, now| {
+            // The row stays, expired, with the key's attempt count.
             let changed = worker.write(
                 "release",
-                "DELETE FROM idem_records WHERE namespace = ?1 AND key = ?2 AND token = ?3 \
-                 AND state = 'in_progress' AND expires_at_ms > ?4",
+                "UPDATE idem_records SET expires_at_ms = 0 WHERE namespace = ?1 AND key = ?2 \
+                 AND token = ?3 AND state = 'in_progress' AND expires_at_ms > ?4",
                 params![
                     &*lease.namespace,
                     lease.key.as_bytes().as_slice(),
@@ -138,7 +139,9 @@ impl Store for SqliteStore {
         let (namespace, key) = (namespace.to_owned(), *key);
         self.submit("get", true, move |worker, now| {
             match select(&worker.conn, "get", &namespace, &key)? {
-                Some(row) if row.is_live(now) => row.into_record().map(Some).map_err(corrupt(&key)),
+                Some(row) if row.is_live(now) => {
+                    row.into_record(now).map(Some).map_err(corrupt(&key))
+                }
                 _ => Ok(None),
             }
         })
@@ -181,7 +184,11 @@ impl Store for SqliteStore {
             for row in rows {
                 // One corrupt row must not hide the others: it is skipped, and named in the log.
                 let (namespace, key, record) = match row.map_err(fail)? {
-                    Ok(row) => (row.namespace.clone(), hex(&row.key), row.into_record()),
+                    Ok(row) => (
+                        row.namespace.clone(),
+                        hex::encode(&row.key),
+                        row.into_record(now),
+                    ),
                     Err(corrupt) => (String::new(), String::new(), Err(corrupt)),
                 };
                 match record {
@@ -197,13 +204,17 @@ impl Store for SqliteStore {
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("remove", false, move |worker, _now| {
-            let changed = worker.write(
+        self.submit("remove", false, move |worker, now| {
+            let live = select(&worker.conn, "remove", &namespace, &key)
+                .ok()
+                .flatten()
+                .is_some_and(|row| row.is_live(now));
+            worker.write(
                 "remove",
                 "DELETE FROM idem_records WHERE namespace = ?1 AND key = ?2",
                 params![namespace, key.as_bytes().as_slice()],
             )?;
-            Ok(changed > 0)
+            Ok(live)
         })
         .boxed()
     }

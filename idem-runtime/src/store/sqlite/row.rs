@@ -9,10 +9,11 @@ use crate::store::{Record, RecordState};
 use crate::{Error, Result};
 
 /// The columns [`read_row`] expects, in order.
-pub(super) const COLUMNS: &str =
-    "namespace, key, tool, state, fingerprint, result, created_at_ms, expires_at_ms, token";
+pub(super) const COLUMNS: &str = "namespace, key, tool, state, fingerprint, result, \
+     created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms";
 
 /// A row as read, before validation.
+#[derive(Clone)]
 pub(super) struct Row {
     pub(super) namespace: String,
     pub(super) key: Vec<u8>,
@@ -23,6 +24,8 @@ pub(super) struct Row {
     pub(super) created_at_ms: i64,
     pub(super) expires_at_ms: i64,
     pub(super) token: Option<i64>,
+    pub(super) attempts: i64,
+    pub(super) attempts_expire_ms: i64,
 }
 
 /// Whatever is wrong with a row; becomes [`Error::CorruptRecord`].
@@ -81,6 +84,11 @@ pub(super) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Row, 
             created_at_ms: required(integer(row, 6, "created_at_ms")?, "created_at_ms")?,
             expires_at_ms: required(integer(row, 7, "expires_at_ms")?, "expires_at_ms")?,
             token: integer(row, 8, "token")?,
+            attempts: required(integer(row, 9, "attempts")?, "attempts")?,
+            attempts_expire_ms: required(
+                integer(row, 10, "attempts_expire_ms")?,
+                "attempts_expire_ms",
+            )?,
         })
     };
     Ok(read())
@@ -96,8 +104,19 @@ impl Row {
         u64::try_from(self.expires_at_ms).is_ok_and(|at| at > now)
     }
 
-    /// Validates the row into a [`Record`].
-    pub(super) fn into_record(self) -> Result<Record, Corrupt> {
+    /// The attempt count live at `now` (0 if expired; a count out of range, written by hand,
+    /// is read as the nearest valid one).
+    pub(super) fn live_attempts(&self, now: u64) -> u32 {
+        if u64::try_from(self.attempts_expire_ms).is_ok_and(|at| at > now) {
+            u32::try_from(self.attempts.max(0)).unwrap_or(u32::MAX)
+        } else {
+            0
+        }
+    }
+
+    /// Validates the row into a [`Record`], with its attempt count as live at `now`.
+    pub(super) fn into_record(self, now: u64) -> Result<Record, Corrupt> {
+        let attempts = self.live_attempts(now);
         let key = <[u8; 32]>::try_from(self.key.as_slice())
             .map(Key::from_bytes)
             .map_err(|_| Corrupt(format!("key is {} bytes, not 32", self.key.len())))?;
@@ -134,6 +153,7 @@ impl Row {
                 RecordState::Completed => self.result,
                 RecordState::InProgress => None,
             },
+            attempts,
             created_at_ms: timestamp(self.created_at_ms, "created_at_ms")?,
             expires_at_ms: timestamp(self.expires_at_ms, "expires_at_ms")?,
         })

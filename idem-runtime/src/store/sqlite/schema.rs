@@ -9,8 +9,9 @@ use crate::{Error, Result};
 
 /// The schema version this build writes, kept in `PRAGMA user_version`.
 ///
-/// Version 1 is the records table; version 2 adds the budget counters.
-pub const SCHEMA_VERSION: i64 = 2;
+/// Version 1 is the records table; version 2 adds the budget counters; version 3 keeps each
+/// key's attempt count in its record row (the budget counters keep turn counts only).
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// Version 1: one row per remembered key.
 const SCHEMA_V1: &str = "
@@ -39,6 +40,15 @@ CREATE TABLE IF NOT EXISTS idem_budgets (
     expires_at_ms INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS idem_budgets_expires_at ON idem_budgets (expires_at_ms);
+";
+
+/// Version 3: a key's attempt count and its expiry, in its row. A released claim keeps its row
+/// (expired, with its count). Per-key counts of version 2, named by a digest of the turn and the
+/// key, cannot be moved into the rows: they are left to expire within their window, and keys
+/// attempted before the upgrade start counting afresh.
+const SCHEMA_V3: &str = "
+ALTER TABLE idem_records ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE idem_records ADD COLUMN attempts_expire_ms INTEGER NOT NULL DEFAULT 0;
 ";
 
 /// Sets the connection up: busy timeout, WAL, and the schema.
@@ -95,11 +105,14 @@ fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
         .map_err(fail)?;
     match version {
         SCHEMA_VERSION => return Ok(()),
-        0 | 1 => {
+        0..=2 => {
             if version == 0 {
                 tx.execute_batch(SCHEMA_V1).map_err(fail)?;
             }
-            tx.execute_batch(SCHEMA_V2).map_err(fail)?;
+            if version <= 1 {
+                tx.execute_batch(SCHEMA_V2).map_err(fail)?;
+            }
+            tx.execute_batch(SCHEMA_V3).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }

@@ -6,11 +6,11 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::row::{Row, corrupt, select};
-use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, STATE_COMPLETED, sql_ms, sql_token};
+use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, sql_ms, sql_token};
 use crate::clock::{Clock, duration_ms};
 use crate::key::{Fingerprint, Key};
 use crate::store::budget::{self, CounterId};
-use crate::store::{Begin, Charge, Exhausted, LeaseToken};
+use crate::store::{Begin, Charge, LeaseToken};
 use crate::{Error, Result};
 
 /// The state owned by the connection's thread.
@@ -23,11 +23,11 @@ pub(super) struct Worker {
 pub(super) struct OwnedBegin {
     pub(super) namespace: String,
     pub(super) key: Key,
-    pub(super) tool: String,
+    pub(super) tool: &'static str,
     pub(super) fingerprint: Fingerprint,
     pub(super) lease: Duration,
     pub(super) token: LeaseToken,
-    pub(super) charge: Option<Charge>,
+    pub(super) charge: Charge,
 }
 
 impl Worker {
@@ -59,14 +59,14 @@ impl Worker {
         }
     }
 
-    /// Deletes up to [`PURGE_BATCH`] records and as many budget counts expired at `now`;
-    /// returns how many of each were deleted.
+    /// Deletes up to [`PURGE_BATCH`] rows whose record and attempt count both expired at
+    /// `now`, and as many expired turn counts; returns how many of each were deleted.
     pub(super) fn purge_batch(&self, now: u64) -> rusqlite::Result<(usize, usize)> {
         let records = self
             .conn
             .prepare_cached(
                 "DELETE FROM idem_records WHERE rowid IN (SELECT rowid FROM idem_records \
-                 WHERE expires_at_ms <= ?1 LIMIT ?2)",
+                 WHERE expires_at_ms <= ?1 AND attempts_expire_ms <= ?1 LIMIT ?2)",
             )?
             .execute(params![sql_ms(now), PURGE_BATCH])?;
         let counts = self
@@ -79,14 +79,11 @@ impl Worker {
         Ok((records, counts))
     }
 
-    /// Charges the request's budget and claims its key, in one `BEGIN IMMEDIATE` transaction.
+    /// Answers a live record with a plain read (no write lock, nothing written); else charges
+    /// the request's budget and claims its key, in one `BEGIN IMMEDIATE` transaction.
     pub(super) fn begin(&mut self, req: &OwnedBegin, now: u64, clock: &dyn Clock) -> Result<Begin> {
-        // Fast path, without the write lock: a live record answers a replay or a duplicate,
-        // unless an attempt must be counted first.
-        if req.charge.is_none()
-            && let Some(row) = select(&self.conn, "begin", &req.namespace, &req.key)?
-            && row.is_live(now)
-        {
+        let row = select(&self.conn, "begin", &req.namespace, &req.key)?;
+        if let Some(row) = row.filter(|r| r.is_live(now)) {
             return live(row, &req.key);
         }
         let fail = |e: rusqlite::Error| Error::store("begin", e);
@@ -98,30 +95,34 @@ impl Worker {
         // claim's lease starts when it is taken.
         let now = clock.now_ms().max(now);
         // Under the write lock: nobody can charge or claim between these reads and the writes.
-        let current = select(&tx, "begin", &req.namespace, &req.key)?.filter(|r| r.is_live(now));
-        if let Some(charge) = &req.charge {
-            let completed = current.as_ref().is_some_and(|r| r.state == STATE_COMPLETED);
-            let refused = charge_budget(&tx, req, charge, completed, now)?;
-            if let Some(current) = current {
-                // Parsed before committing: a corrupt record fails the call and counts nothing.
-                let answer = live(current, &req.key)?;
-                commit(tx, &mut self.writes_since_housekeeping)?;
-                return Ok(refused.map_or(answer, Begin::Exhausted));
-            }
-            if let Some(refused) = refused {
-                commit(tx, &mut self.writes_since_housekeeping)?;
-                return Ok(Begin::Exhausted(refused));
-            }
-        } else if let Some(current) = current {
-            return live(current, &req.key); // drops `tx`: rolls back a transaction that wrote nothing
+        let row = select(&tx, "begin", &req.namespace, &req.key)?;
+        if let Some(row) = row.as_ref().filter(|r| r.is_live(now)) {
+            // Claimed or completed meanwhile: drops `tx`, rolling back a transaction that
+            // wrote nothing.
+            return live(row.clone(), &req.key);
+        }
+        let attempts = row.as_ref().map_or(0, |r| r.live_attempts(now));
+        let window_end = now.saturating_add(duration_ms(req.charge.window));
+        let turn_id = req.charge.turn.turn_counter();
+        let calls = match req.charge.max_calls {
+            Some(_) => count(&tx, &turn_id, now)?,
+            None => 0,
+        };
+        if let Err(refused) = budget::charge(attempts, calls, &req.charge) {
+            return Ok(Begin::Refused(refused));
+        }
+        if req.charge.max_calls.is_some() {
+            set_count(&tx, &turn_id, calls + 1, window_end)?;
         }
         tx.prepare_cached(
             "INSERT INTO idem_records (namespace, key, tool, state, fingerprint, result, \
-             created_at_ms, expires_at_ms, token) VALUES (?1, ?2, ?3, 'in_progress', ?4, NULL, \
-             ?5, ?6, ?7) ON CONFLICT (namespace, key) DO UPDATE SET tool = excluded.tool, \
+             created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms) \
+             VALUES (?1, ?2, ?3, 'in_progress', ?4, NULL, ?5, ?6, ?7, ?8, ?9) \
+             ON CONFLICT (namespace, key) DO UPDATE SET tool = excluded.tool, \
              state = excluded.state, fingerprint = excluded.fingerprint, result = NULL, \
              created_at_ms = excluded.created_at_ms, expires_at_ms = excluded.expires_at_ms, \
-             token = excluded.token",
+             token = excluded.token, attempts = excluded.attempts, \
+             attempts_expire_ms = excluded.attempts_expire_ms",
         )
         .and_then(|mut stmt| {
             stmt.execute(params![
@@ -132,55 +133,18 @@ impl Worker {
                 sql_ms(now),
                 sql_ms(now.saturating_add(duration_ms(req.lease))),
                 sql_token(req.token),
+                attempts + 1,
+                sql_ms(window_end),
             ])
         })
         .map_err(fail)?;
-        commit(tx, &mut self.writes_since_housekeeping)?;
+        tx.commit().map_err(fail)?;
+        self.writes_since_housekeeping += 1;
         Ok(Begin::Claimed)
     }
 }
 
-fn commit(tx: Transaction<'_>, writes: &mut u32) -> Result<()> {
-    tx.commit().map_err(|e| Error::store("begin", e))?;
-    *writes += 1;
-    Ok(())
-}
-
-/// Counts the attempt as [`budget::decide`] rules; `Some` is the refusal to answer.
-fn charge_budget(
-    tx: &Transaction<'_>,
-    req: &OwnedBegin,
-    charge: &Charge,
-    completed: bool,
-    now: u64,
-) -> Result<Option<Exhausted>> {
-    let expires_at_ms = now.saturating_add(duration_ms(charge.window));
-    let key_id = charge.key_counter(&req.key);
-    let turn_id = charge.turn.turn_counter();
-    let attempts_before = count(tx, &key_id, now)?;
-    let calls_before = match charge.max_calls {
-        Some(_) => Some(count(tx, &turn_id, now)?),
-        None => None,
-    };
-    let decision = budget::decide(
-        attempts_before,
-        calls_before,
-        charge.max_attempts,
-        charge.max_calls,
-        completed,
-    );
-    let (attempts, calls, refused) = match decision {
-        Ok((attempts, calls)) => (attempts, calls, None),
-        Err((refused, attempts)) => (attempts, None, Some(refused)),
-    };
-    set_count(tx, &key_id, attempts, expires_at_ms)?;
-    if let Some(calls) = calls {
-        set_count(tx, &turn_id, calls, expires_at_ms)?;
-    }
-    Ok(refused)
-}
-
-/// The live count named `id` (0 if absent or expired).
+/// The live turn count named `id` (0 if absent or expired).
 fn count(tx: &Transaction<'_>, id: &CounterId, now: u64) -> Result<u32> {
     let n: Option<i64> = tx
         .prepare_cached("SELECT count FROM idem_budgets WHERE id = ?1 AND expires_at_ms > ?2")
@@ -206,5 +170,5 @@ fn set_count(tx: &Transaction<'_>, id: &CounterId, n: u32, expires_at_ms: u64) -
 
 /// The answer of `begin` for a live row.
 fn live(row: Row, key: &Key) -> Result<Begin> {
-    Begin::found(row.into_record().map_err(corrupt(key))?)
+    Begin::found(row.into_record(0).map_err(corrupt(key))?)
 }

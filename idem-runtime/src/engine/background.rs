@@ -1,0 +1,150 @@
+//! Work that outlives its call: giving a key back, marking it interrupted, recording a result
+//! the store could not take yet.
+//!
+//! Each is polled once in place first — an in-memory store finishes there, so a process that
+//! exits right after the call has done it — and goes on in a task of the current Tokio runtime
+//! if it has to wait. Outside a runtime (one that shut down, a future kept in a static) nothing
+//! is polled, since a store client or a timer may need the runtime: the work is dropped with a
+//! warning and the lease's end frees the key. Nothing here panics.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::time::Instant;
+
+use super::keeper::Keeper;
+use crate::Error;
+use crate::flight::Lingering;
+use crate::replay;
+use crate::store::{Lease, Store};
+
+/// How long a store operation run in the background may take.
+const BOUND: Duration = Duration::from_secs(10);
+
+type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Polls `work` once in place; if it has to wait, hands `rest` (built from it, inside the
+/// runtime, where timers may be built) to a task of the current runtime.
+fn go(mut work: Work, rest: impl FnOnce(Work) -> Work + Send + 'static, what: &'static str) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        tracing::warn!(target: "idem",
+            "no Tokio runtime to {what} in; the key is freed when its lease ends");
+        return;
+    };
+    if work
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+        .is_ready()
+    {
+        return;
+    }
+    runtime.spawn(async move { rest(work).await });
+}
+
+/// A store operation, bounded by [`BOUND`] once it runs in a task.
+fn bounded(work: Work, what: &'static str, key: String) -> Work {
+    Box::pin(async move {
+        if tokio::time::timeout(BOUND, work).await.is_err() {
+            tracing::warn!(target: "idem", %key,
+                "the store did not answer ({what}); the key is freed when its lease ends");
+        }
+    })
+}
+
+/// Gives `lease` back. `LeaseLost` is expected (the claim never landed, or was taken over) and
+/// not worth a word.
+pub(super) fn release(store: Arc<dyn Store>, lease: Lease) {
+    let key = lease.key.short().to_string();
+    let work: Work = Box::pin(async move {
+        match store.release(&lease).await {
+            Ok(()) | Err(Error::LeaseLost { .. }) => {}
+            Err(error) => tracing::warn!(target: "idem", key = %lease.key.short(), %error,
+                "could not give the key back; it is freed when its lease ends"),
+        }
+    });
+    go(
+        work,
+        move |work| bounded(work, "release", key),
+        "give a key back",
+    );
+}
+
+/// Marks the key held with `lease` as interrupted for `ttl`: retries are told the outcome is
+/// unknown instead of running the tool again.
+pub(super) fn mark_interrupted(
+    store: Arc<dyn Store>,
+    lease: Lease,
+    tool: &'static str,
+    ttl: Duration,
+) {
+    let key = lease.key.short().to_string();
+    let work: Work = Box::pin(async move {
+        let marker = replay::encode_interrupted(tool);
+        if let Err(error) = store.complete(&lease, &marker, ttl).await {
+            tracing::warn!(target: "idem", key = %lease.key.short(), %error,
+                "could not mark the interrupted key; it is freed when its lease ends");
+        }
+    });
+    go(
+        work,
+        move |work| bounded(work, "mark", key),
+        "mark a key interrupted",
+    );
+}
+
+/// Keeps trying to record `bytes` under the keeper's claim, renewing it meanwhile (the keeper
+/// renews as it does while the body runs), until it lands, the store is known to have let the
+/// claim go, or the TTL would have passed. Until then, callers in this process get the result
+/// from `lingering` and callers elsewhere see the key in flight.
+pub(super) fn record(mut keeper: Keeper, bytes: Bytes, ttl: Duration, lingering: Lingering) {
+    let work: Work = Box::pin(async move {
+        let key = keeper.lease().key.short();
+        let give_up = Instant::now() + ttl;
+        let mut backoff = Duration::from_millis(5);
+        loop {
+            let (store, lease) = (Arc::clone(keeper.store()), keeper.lease().clone());
+            let step = Instant::now() + BOUND.min(ttl);
+            match keeper
+                .during(store.complete(&lease, &bytes, ttl), step)
+                .await
+            {
+                Some(Ok(())) => {
+                    tracing::info!(target: "idem", %key, "the result was recorded after a retry");
+                    break;
+                }
+                Some(Err(error @ Error::LeaseLost { .. })) => {
+                    tracing::error!(target: "idem", %key, %error,
+                        "the result could not be recorded: another caller took the key over");
+                    break;
+                }
+                Some(Err(error)) => tracing::warn!(target: "idem", %key, %error,
+                    "recording the result failed; retrying"),
+                None => tracing::warn!(target: "idem", %key,
+                    "the store did not answer while recording the result; retrying"),
+            }
+            if keeper.gone() {
+                tracing::error!(target: "idem", %key,
+                    "the result could not be recorded: the key's lease ended first");
+                break;
+            }
+            if Instant::now() + backoff >= give_up {
+                tracing::error!(target: "idem", %key,
+                    "gave up recording the result: its TTL would have passed");
+                break;
+            }
+            keeper.during(tokio::time::sleep(backoff), give_up).await;
+            backoff = (backoff * 2).min(keeper_step(ttl));
+        }
+        drop(lingering);
+    });
+    go(work, |work| work, "record a result");
+}
+
+/// The longest pause between two attempts to record in the background.
+fn keeper_step(ttl: Duration) -> Duration {
+    Duration::from_millis(250).min(ttl)
+}

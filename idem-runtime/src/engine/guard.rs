@@ -1,0 +1,156 @@
+//! The one drop guard of a call: what the call holds at each point of its life, and — if the
+//! call ends early (its caller goes away, the body panics) — the one place that decides its
+//! outcome and what is done in the background.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::background;
+use super::keeper::{Claim, Keeper};
+use super::port::Port;
+use super::report::Reporter;
+use crate::flight::Leader;
+use crate::stats::Outcome;
+use crate::store::{DEFAULT_TTL, FirstResult, Store};
+
+/// A claimed key: the claim, its keeper, and the flight identical calls in this process wait on.
+pub(super) struct Holding {
+    pub(super) claim: Claim,
+    pub(super) keeper: Keeper,
+    pub(super) leader: Leader,
+}
+
+/// What the call holds.
+pub(super) enum Phase {
+    /// No claim: the call is asking the store or waiting, or it has its answer.
+    Free,
+    /// The key is claimed and the body runs (or is about to).
+    Running(Holding),
+    /// The body returned an `Err` that is not recorded: the key is being given back.
+    Releasing(Holding),
+    /// The body's result is being recorded (`ok`: it is an `Ok`).
+    Recording {
+        holding: Holding,
+        bytes: Bytes,
+        ok: bool,
+    },
+}
+
+/// Owns the call's reporter and what it holds. Dropped before the call has an answer (its
+/// future dropped, or a panic unwinding), its `Drop` decides the outcome and the clean-up.
+pub(super) struct Guard {
+    report: Option<Reporter>,
+    port: Arc<Port>,
+    phase: Phase,
+}
+
+impl Guard {
+    pub(super) fn new(report: Reporter, port: Arc<Port>) -> Self {
+        Guard {
+            report: Some(report),
+            port,
+            phase: Phase::Free,
+        }
+    }
+
+    /// The reporter, to report the call's outcome.
+    pub(super) fn report(&mut self) -> &mut Reporter {
+        self.report
+            .as_mut()
+            .unwrap_or_else(|| unreachable!("the reporter stays until the call answers"))
+    }
+
+    /// Hands the reporter to whoever reports the outcome (the typed layer, after decoding).
+    pub(super) fn take_report(&mut self) -> Reporter {
+        self.report
+            .take()
+            .unwrap_or_else(|| unreachable!("the reporter is taken once"))
+    }
+
+    /// Moves to `phase`; returns what the call held before.
+    pub(super) fn enter(&mut self, phase: Phase) -> Phase {
+        std::mem::replace(&mut self.phase, phase)
+    }
+
+    /// The claim being held, while the body runs or the result is recorded.
+    pub(super) fn holding(&mut self) -> Option<&mut Holding> {
+        match &mut self.phase {
+            Phase::Running(holding)
+            | Phase::Releasing(holding)
+            | Phase::Recording { holding, .. } => Some(holding),
+            Phase::Free => None,
+        }
+    }
+}
+
+/// How long the tool's result is kept.
+pub(super) fn ttl_of(report: &Reporter) -> std::time::Duration {
+    report.call().tool.ttl.unwrap_or(DEFAULT_TTL)
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some(mut report) = self.report.take() else {
+            return; // the call had its answer
+        };
+        let tool = report.call().tool;
+        let ttl = ttl_of(&report);
+        let (outcome, holding) = match std::mem::replace(&mut self.phase, Phase::Free) {
+            // Nothing held: dropped while asking or waiting (the reporter says cancelled or
+            // panicked).
+            Phase::Free => return,
+            // The body panicked: give the key back, the panic propagates.
+            Phase::Running(holding) if std::thread::panicking() => {
+                release(&holding);
+                (Outcome::Panicked, holding)
+            }
+            // Dropped before the body first ran, or a tool that may simply run again.
+            Phase::Running(holding) if !self.port.started() || tool.release_on_cancel => {
+                release(&holding);
+                (Outcome::Cancelled, holding)
+            }
+            // Dropped mid-run: the side effect may or may not have happened. Running it again
+            // could do it twice, so retries are told the outcome is unknown instead.
+            Phase::Running(holding) => {
+                let store = Arc::clone(holding.keeper.store());
+                let lease = holding.claim.lease.clone();
+                background::mark_interrupted(store, lease, tool.name, ttl);
+                (Outcome::Interrupted, holding)
+            }
+            // Dropped while giving the key back after an `Err`: finish giving it back.
+            Phase::Releasing(holding) => {
+                release(&holding);
+                (Outcome::Failed, holding)
+            }
+            // Dropped while the result was recorded: finish recording it, so that a retry
+            // replays instead of running the tool again.
+            Phase::Recording { holding, bytes, ok } => {
+                let Holding { keeper, leader, .. } = holding;
+                let fingerprint = report.call().fingerprint;
+                let shared = FirstResult {
+                    fingerprint,
+                    result: bytes.clone(),
+                };
+                let lingering = leader.linger(shared);
+                report.report(if ok {
+                    Outcome::Executed
+                } else {
+                    Outcome::Failed
+                });
+                background::record(keeper, bytes, ttl, lingering);
+                return;
+            }
+        };
+        report.report(outcome);
+        // The leader drops last: followers wake after the key was given back or marked (at once
+        // for in-memory stores), and ask again.
+        drop(holding);
+    }
+}
+
+/// Gives the claim back in the background.
+pub(super) fn release(holding: &Holding) {
+    let store: Arc<dyn Store> = Arc::clone(holding.keeper.store());
+    background::release(store, holding.claim.lease.clone());
+}

@@ -1,0 +1,225 @@
+//! Holding a claim: one keeper per claim renews its lease while the body runs, while the result
+//! is recorded, and while it is recorded in the background.
+
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::Error;
+use crate::store::{Lease, MAX_LEASE, MIN_LEASE, Store};
+use crate::tool::ToolInfo;
+
+/// The lease a tool asks for, within [`MIN_LEASE`]..=[`MAX_LEASE`].
+pub(super) fn duration(tool: &ToolInfo) -> Result<Duration, Error> {
+    let lease = tool.lease.unwrap_or(crate::store::DEFAULT_LEASE);
+    if (MIN_LEASE..=MAX_LEASE).contains(&lease) {
+        Ok(lease)
+    } else {
+        Err(Error::Config(format!(
+            "tool `{}` asks for a lease of {lease:?}; leases must be between {MIN_LEASE:?} and \
+             {MAX_LEASE:?}",
+            tool.name
+        )))
+    }
+}
+
+/// How much of a lease this process trusts, counted from when the request that started (or
+/// renewed) it was sent: three quarters. A store frees the key one whole lease after it
+/// *received* that request, so the last quarter absorbs a late timer, a busy executor and the
+/// stores' millisecond clocks: the body is dropped before any store can hand the key to
+/// another caller.
+pub(super) fn trusted(lease: Duration) -> Duration {
+    lease.mul_f64(0.75)
+}
+
+/// A claim the store granted: the lease, how long it is, and when the claiming `begin` was sent
+/// (no earlier than the store's own start of the lease).
+#[derive(Debug, Clone)]
+pub(super) struct Claim {
+    pub(super) lease: Lease,
+    pub(super) duration: Duration,
+    pub(super) sent: Instant,
+}
+
+impl Claim {
+    /// When this process stops trusting the claim unless it is renewed.
+    pub(super) fn trusted_until(&self) -> Instant {
+        self.sent + trusted(self.duration)
+    }
+}
+
+/// A renewal in flight: when it was sent, and the store's answer (`None`: none in time).
+type Renewal = Pin<Box<dyn Future<Output = (Instant, Option<Result<(), Error>>)> + Send>>;
+
+/// The answer of the renewal in flight; pending forever when there is none (its `select!`
+/// branch is disabled then).
+async fn answer(renewal: &mut Option<Renewal>) -> (Instant, Option<Result<(), Error>>) {
+    match renewal {
+        Some(renewal) => renewal.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What to do with the work a keeper holds when the lease can no longer be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AtTheEnd {
+    /// Drop it: the tool's body, which must not run while another caller may.
+    Drop,
+    /// Keep waiting for it: a `complete`, which the store fences if the key was taken over.
+    Wait,
+}
+
+/// Keeps a claim alive: renews its lease every quarter of its duration, and tracks on this
+/// process's monotonic clock until when it is trusted ([`trusted`]). One renewal is in flight
+/// at a time, bounded by the store's own end of the lease; it carries over from the body to
+/// the recording.
+pub(super) struct Keeper {
+    store: Arc<dyn Store>,
+    lease: Lease,
+    duration: Duration,
+    /// When the lease stops being trusted.
+    until: Instant,
+    /// When the store's lease ends at the earliest, as far as this process knows.
+    store_end: Instant,
+    /// When to renew next.
+    next: Instant,
+    /// The store said the lease is lost (or the record completed): stop renewing.
+    lost: bool,
+    renewal: Option<Renewal>,
+}
+
+impl Keeper {
+    /// A keeper of `claim`.
+    pub(super) fn new(store: Arc<dyn Store>, claim: &Claim) -> Self {
+        Keeper {
+            store,
+            lease: claim.lease.clone(),
+            duration: claim.duration,
+            until: claim.trusted_until(),
+            store_end: claim.sent + claim.duration,
+            next: claim.sent + claim.duration / 4,
+            lost: false,
+            renewal: None,
+        }
+    }
+
+    /// The lease it keeps.
+    pub(super) fn lease(&self) -> &Lease {
+        &self.lease
+    }
+
+    /// The store that holds it.
+    pub(super) fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Whether the lease can no longer be trusted.
+    pub(super) fn ended(&self) -> bool {
+        self.lost || Instant::now() >= self.until
+    }
+
+    /// Whether the store certainly no longer holds the lease: it said so, or its end passed
+    /// without a renewal.
+    pub(super) fn gone(&self) -> bool {
+        self.lost || Instant::now() >= self.store_end
+    }
+
+    /// Polls `body` while renewing. If the lease stops being trusted first — the store did
+    /// not answer a renewal in time, or said the lease is lost — the body is dropped at that
+    /// point and [`Error::LeaseLost`] returned: two executions of one key never overlap.
+    pub(super) async fn run<F: Future>(&mut self, body: F) -> Result<F::Output, Error> {
+        let mut body = pin!(body);
+        match self.hold(body.as_mut(), AtTheEnd::Drop, None).await {
+            Some(output) => Ok(output),
+            None => Err(Error::LeaseLost {
+                key: self.lease.key.short(),
+            }),
+        }
+    }
+
+    /// Awaits `work` (a `complete`) while renewing, until `give_up` at the latest: `None` if it
+    /// did not answer by then. `work` is not dropped when the lease stops being trusted: the
+    /// store fences a write that comes too late, and a renewal refused *after* the record
+    /// completed is expected.
+    pub(super) async fn during<F: Future>(
+        &mut self,
+        work: F,
+        give_up: Instant,
+    ) -> Option<F::Output> {
+        let mut work = pin!(work);
+        self.hold(work.as_mut(), AtTheEnd::Wait, Some(give_up))
+            .await
+    }
+
+    async fn hold<F: Future + ?Sized>(
+        &mut self,
+        mut work: Pin<&mut F>,
+        at_the_end: AtTheEnd,
+        give_up: Option<Instant>,
+    ) -> Option<F::Output> {
+        loop {
+            if at_the_end == AtTheEnd::Drop && self.ended() {
+                tracing::error!(target: "idem", key = %self.lease.key.short(),
+                    "the lease could not be renewed in time: the tool was stopped, since another \
+                     caller may soon hold the key");
+                return None;
+            }
+            if give_up.is_some_and(|at| Instant::now() >= at) {
+                return None;
+            }
+            if self.renewal.is_none() && !self.lost && Instant::now() >= self.next {
+                self.renewal = Some(self.start_renewal());
+            }
+            let wake = match (at_the_end, give_up) {
+                (AtTheEnd::Drop, _) => self.until,
+                (AtTheEnd::Wait, Some(at)) => at,
+                (AtTheEnd::Wait, None) => self.store_end,
+            };
+            let renew_at = (self.renewal.is_none() && !self.lost).then_some(self.next);
+            let renewing = self.renewal.is_some();
+            tokio::select! {
+                biased;
+                output = &mut work => return Some(output),
+                answer = answer(&mut self.renewal), if renewing => {
+                    self.renewal = None;
+                    self.settle(answer);
+                }
+                () = tokio::time::sleep_until(renew_at.unwrap_or(wake)), if renew_at.is_some() => {}
+                () = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// Sends one renewal, bounded by the store's end of the lease (no answer after it can help).
+    fn start_renewal(&self) -> Renewal {
+        let (store, lease, duration) = (Arc::clone(&self.store), self.lease.clone(), self.duration);
+        let bound = self.store_end;
+        Box::pin(async move {
+            let asked = Instant::now();
+            let answer = tokio::time::timeout_at(bound, store.renew(&lease, duration)).await;
+            (asked, answer.ok())
+        })
+    }
+
+    /// Takes a renewal's answer into account.
+    fn settle(&mut self, (asked, answer): (Instant, Option<Result<(), Error>>)) {
+        match answer {
+            Some(Ok(())) => {
+                self.until = self.until.max(asked + trusted(self.duration));
+                self.store_end = self.store_end.max(asked + self.duration);
+                self.next = asked + self.duration / 4;
+            }
+            Some(Err(Error::LeaseLost { .. })) => self.lost = true,
+            Some(Err(error)) => {
+                tracing::warn!(target: "idem", key = %self.lease.key.short(), %error,
+                    "could not renew the lease; retrying before it runs out");
+                let retry = (self.duration / 10).max(Duration::from_millis(1));
+                self.next = Instant::now() + retry;
+            }
+            None => {} // no answer before the store's end: `ended` and `gone` say so
+        }
+    }
+}
