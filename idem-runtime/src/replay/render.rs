@@ -54,9 +54,7 @@ pub(super) fn write_node(out: &mut String, node: &Node<'_>, indent: usize) {
         Node::Str(s) => push_str_literal(out, s),
         Node::Bytes(bytes) => {
             out.push_str("hex\"");
-            for b in *bytes {
-                let _ = write!(out, "{b:02x}");
-            }
+            out.push_str(&hex::encode(bytes));
             out.push('"');
         }
         Node::Seq(elements) => write_elements(out, "[", elements, "]", indent),
