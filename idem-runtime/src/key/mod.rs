@@ -29,6 +29,7 @@ mod hash;
 mod json;
 mod raw;
 mod scratch;
+pub(crate) mod sets;
 mod types;
 mod unordered;
 
