@@ -1,4 +1,4 @@
-//! The canonical value encoding (v2): a `serde::Serializer` that writes into a [`Scratch`]
+//! The canonical value encoding (v3): a `serde::Serializer` that writes into a [`Scratch`]
 //! buffer. Unordered containers (maps, structs, sets) are written entry after entry and then
 //! reordered in place so their entries' encodings ascend bytewise.
 //!

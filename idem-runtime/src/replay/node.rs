@@ -139,8 +139,12 @@ impl Node<'_> {
             entries.sort();
             entries
         };
-        let canon_elements =
-            |elements: Vec<Self>| elements.into_iter().map(Node::canonical).collect::<Vec<_>>();
+        let canon_elements = |elements: Vec<Self>| {
+            elements
+                .into_iter()
+                .map(Node::canonical)
+                .collect::<Vec<_>>()
+        };
         match self {
             Node::Some(inner) => Node::Some(Box::new(inner.canonical())),
             Node::NewtypeVariant(name, inner) => {

@@ -58,7 +58,9 @@ pub(super) fn write_node(out: &mut String, node: &Node<'_>, indent: usize) {
             out.push('"');
         }
         // A set reads as the JSON array it serializes to elsewhere.
-        Node::Seq(elements) | Node::Set(elements) => write_elements(out, "[", elements, "]", indent),
+        Node::Seq(elements) | Node::Set(elements) => {
+            write_elements(out, "[", elements, "]", indent)
+        }
         Node::Map(entries) => write_entries(out, entries, indent),
         Node::UnitVariant(name) => out.push_str(name),
         Node::NewtypeVariant(name, inner) => {
