@@ -1,8 +1,9 @@
 //! Property tests of the key derivation.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::RandomState;
 
-use idem_tools_runtime::key::{ArgsDigest, Key, derive_key, encode_value, fingerprint};
+use idem_tools_runtime::key::{ArgsDigest, Key, Unordered, derive_key, encode_value, fingerprint};
 use proptest::prelude::*;
 use serde::Serialize;
 use serde::ser::{SerializeMap, SerializeStruct};
@@ -324,5 +325,34 @@ proptest! {
         prop_assert_eq!(key(&a), key(&a.clone()));
         let shorter = &a[..a.len() - 1];
         prop_assert_ne!(key(&a), key(shorter));
+    }
+
+    #[test]
+    fn json_float_text_encodes_as_the_float_it_denotes(f in any::<f64>().prop_filter("finite", |f| f.is_finite())) {
+        // Shortest and long forms, through serde_json (float_roundtrip) and through raw text.
+        for text in [format!("{f:?}"), format!("{f:.40e}")] {
+            let parsed: Value = serde_json::from_str(&text).expect("JSON");
+            let exact: f64 = text.parse().expect("a float");
+            prop_assert_eq!(encode_value(&parsed).expect("encodes"), encode_value(&exact).expect("encodes"));
+            prop_assert_eq!(encode_value(&Raw(&text)).expect("encodes"), encode_value(&exact).expect("encodes"));
+        }
+    }
+
+    #[test]
+    fn sets_ignore_order_and_sequences_keep_it(v in proptest::collection::vec(any::<u16>(), 0..24), rotate in any::<usize>()) {
+        let mut w = v.clone();
+        if !w.is_empty() {
+            let n = rotate % w.len();
+            w.rotate_left(n);
+        }
+        let set = key(&Unordered(v.clone()));
+        prop_assert_eq!(set, key(&Unordered(w.clone())));
+        let distinct: BTreeSet<u16> = v.iter().copied().collect();
+        let std: HashSet<u16> = w.iter().copied().collect();
+        let brown: hashbrown::HashSet<u16, RandomState> = w.iter().copied().collect();
+        prop_assert_eq!(key(&distinct), key(&std));
+        prop_assert_eq!(key(&distinct), key(&brown));
+        prop_assert_eq!(key(&distinct), key(&Unordered(distinct.iter().rev().collect::<Vec<_>>())));
+        prop_assert_eq!(key(&v) == key(&w), v == w);
     }
 }

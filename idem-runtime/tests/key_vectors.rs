@@ -1,1239 +1,167 @@
 //! Test vectors of the key derivation: `tests/vectors/keys.json` at the workspace root.
 //!
-//! The vectors are defined here, each with the typed Rust value it stands for (JSON cannot express
-//! sets, enums, `Option`, NaN, integer widths, …). The test recomputes every vector and compares it
-//! with the file; many are also recomputed by an independent, minimal re-implementation of the
-//! spec (plain `blake3` calls on hand-built material, no use of the crate's encoder) so the file
-//! is not only self-referential.
+//! The vectors are defined in `key_vectors/cases.rs`, each with the typed Rust value it stands
+//! for (JSON cannot express sets, enums, `Option`, NaN, integer widths, …), from the types of
+//! `key_vectors/types.rs` (Appendix A of docs/key-spec.md, verbatim). The test recomputes every
+//! vector and compares it with the file; many are also recomputed by an independent, minimal
+//! re-implementation of the spec (plain `blake3` calls on hand-built material, no use of the
+//! crate's encoder) so the file is not only self-referential. `tests/feature-probe` runs the
+//! same checks with serde_json's `arbitrary_precision`, `raw_value` and `preserve_order` on.
 //!
 //! After an intended change of the encoding (which must bump `ENCODING_VERSION` and the contexts),
-//! regenerate the file with `IDEM_UPDATE_VECTORS=1 cargo test -p idem-tools-runtime --test key_vectors`.
+//! regenerate the file with `IDEM_UPDATE_VECTORS=1 cargo test -p idem-tools-runtime --test key_vectors`;
+//! without a version bump that refuses to change any existing vector (new vectors may be added).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+#[path = "key_vectors/cases.rs"]
+mod cases;
+#[path = "key_vectors/check.rs"]
+mod check;
+#[path = "key_vectors/file.rs"]
+mod file;
 
-use idem_tools_runtime::key::{
-    ArgsDigest, ENCODING_VERSION, FINGERPRINT_CONTEXT, Fingerprint, KEY_CONTEXT, Key, Unordered,
-    derive_key, encode_value, fingerprint,
-};
-use serde::ser::SerializeStruct;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use idem_tools_runtime::key::{ENCODING_VERSION, FINGERPRINT_CONTEXT, KEY_CONTEXT};
+
+use std::collections::BTreeMap;
+
+use idem_tools_runtime::key::Unordered;
+
+use cases::{build, enc, hex};
+use file::{File, KeyVector};
 
 const PATH: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/keys.json");
-
-// ---------------------------------------------------------------------------------------------
-// File format.
-
-#[derive(Serialize, Deserialize, PartialEq, Debug)]
-struct File {
-    comment: String,
-    encoding_version: u8,
-    contexts: Contexts,
-    key_vectors: Vec<KeyVector>,
-    value_vectors: Vec<ValueVector>,
-}
-
-#[derive(Serialize, Deserialize, PartialEq, Debug)]
-struct Contexts {
-    key: String,
-    fingerprint: String,
-}
-
-#[derive(Serialize, Deserialize, PartialEq, Debug)]
-struct KeyVector {
-    id: String,
-    description: String,
-    namespace: String,
-    turn_id: String,
-    tool: String,
-    version: u32,
-    /// The arguments in the key, as the Rust value the vector is computed from.
-    rust_args: String,
-    /// The same arguments as JSON (an object: argument name -> value).
-    args: Value,
-    /// Arguments in the fingerprint only (`skip(..)`), as JSON.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    fingerprint_only_args: Option<Value>,
-    /// A caller-supplied key (`#[key]`): key derived in caller-key mode.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    caller_key: Option<String>,
-    /// Whether hashing the JSON values (`serde_json::Value`) gives the same key and fingerprint
-    /// as the typed Rust values.
-    json_equivalent: bool,
-    key: String,
-    fingerprint: String,
-}
-
-#[derive(Serialize, Deserialize, PartialEq, Debug)]
-struct ValueVector {
-    id: String,
-    description: String,
-    /// The Rust value.
-    rust: String,
-    /// The value as JSON, when JSON can express it.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "present"
-    )]
-    json: Option<Value>,
-    /// Whether encoding the JSON value gives the same bytes.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    json_equivalent: Option<bool>,
-    /// Hex of `encode_value(rust value)`.
-    encoding: String,
-}
-
-/// A present field is `Some`, even when it is JSON `null`.
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Value::deserialize(d).map(Some)
-}
-
-// ---------------------------------------------------------------------------------------------
-// Typed values used by the vectors.
-
-#[derive(Serialize)]
-struct SendEmail<'a> {
-    to: &'a str,
-    subject: &'a str,
-}
-
-#[derive(Serialize)]
-struct NoArgs {}
-
-#[derive(Serialize)]
-struct Amount32 {
-    amount: u32,
-}
-
-#[derive(Serialize)]
-struct Amount64 {
-    amount: i64,
-}
-
-#[derive(Serialize)]
-struct Delta {
-    delta: i64,
-}
-
-#[derive(Serialize)]
-struct Big {
-    big: u128,
-    small: i128,
-}
-
-#[derive(Serialize)]
-struct X {
-    x: f64,
-}
-
-#[derive(Serialize)]
-struct Ratio {
-    ratio: f32,
-}
-
-#[derive(Serialize)]
-struct Name<'a> {
-    name: &'a str,
-}
-
-#[derive(Serialize)]
-struct Cc<'a> {
-    to: &'a str,
-    cc: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct CcSkipped<'a> {
-    to: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    cc: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct To<'a> {
-    to: &'a str,
-}
-
-#[derive(Serialize)]
-struct User<'a> {
-    id: u64,
-    name: &'a str,
-}
-
-#[derive(Serialize)]
-struct Nested<'a> {
-    user: User<'a>,
-    tags: Vec<&'a str>,
-}
-
-#[derive(Serialize)]
-struct Labels<T> {
-    labels: T,
-}
-
-#[derive(Serialize)]
-struct Scores {
-    scores: HashMap<String, u32>,
-}
-
-#[derive(Serialize)]
-enum Priority {
-    #[allow(dead_code)]
-    Low,
-    High,
-}
-
-#[derive(Serialize)]
-struct Ticket {
-    priority: Priority,
-}
-
-#[derive(Serialize)]
-enum Action<'a> {
-    Transfer {
-        from: &'a str,
-        to: &'a str,
-        cents: u64,
-    },
-    Refund(u64),
-    Move(i32, i32),
-}
-
-#[derive(Serialize)]
-struct Act<'a> {
-    action: Action<'a>,
-}
-
-struct Bytes<'a>(&'a [u8]);
-
-impl Serialize for Bytes<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_bytes(self.0)
-    }
-}
-
-#[derive(Serialize)]
-struct Blob<'a> {
-    blob: Bytes<'a>,
-}
-
-#[derive(Serialize)]
-struct Initial {
-    initial: char,
-}
-
-#[derive(Serialize)]
-struct Marker {
-    marker: (),
-}
-
-#[derive(Serialize)]
-struct Point {
-    point: (u8, i32),
-}
-
-#[derive(Serialize)]
-struct ById<'a> {
-    by_id: BTreeMap<u32, &'a str>,
-}
-
-#[derive(Serialize)]
-struct UnitStruct;
-
-#[derive(Serialize)]
-struct Meters(u32);
-
-#[derive(Serialize)]
-struct Pair {
-    a: u8,
-    b: bool,
-}
-
-/// What `serde_json::Number` serializes as with the `arbitrary_precision` feature.
-struct ApNumber(&'static str);
-
-impl Serialize for ApNumber {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        const TOKEN: &str = "$serde_json::private::Number";
-        let mut st = s.serialize_struct(TOKEN, 1)?;
-        st.serialize_field(TOKEN, self.0)?;
-        st.end()
-    }
-}
-
-/// What `serde_json::value::RawValue` serializes as.
-struct Raw(&'static str);
-
-impl Serialize for Raw {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        const TOKEN: &str = "$serde_json::private::RawValue";
-        let mut st = s.serialize_struct(TOKEN, 1)?;
-        st.serialize_field(TOKEN, self.0)?;
-        st.end()
-    }
-}
-
-#[derive(Serialize)]
-struct Payment {
-    amount: ApNumber,
-    rate: ApNumber,
-    big: ApNumber,
-    zero: ApNumber,
-    extra: Raw,
-}
-
-#[derive(Serialize)]
-#[serde(tag = "type")]
-enum Internal {
-    Circle { r: u8 },
-}
-
-#[derive(Serialize)]
-#[serde(tag = "t", content = "c")]
-enum Adjacent {
-    Scale(u8),
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Untagged {
-    #[allow(dead_code)]
-    Text(&'static str),
-    Number(u8),
-}
-
-// ---------------------------------------------------------------------------------------------
-// Vector definitions.
-
-struct KeyCase {
-    id: &'static str,
-    description: &'static str,
-    namespace: &'static str,
-    turn_id: &'static str,
-    tool: &'static str,
-    version: u32,
-    rust_args: &'static str,
-    args: Value,
-    fingerprint_only_args: Option<Value>,
-    caller_key: Option<&'static str>,
-    /// Key and fingerprint from the typed Rust values.
-    typed: fn(&KeyCase) -> (Key, Fingerprint),
-}
-
-/// Key and fingerprint of a case whose arguments are all key arguments, given as one record.
-fn record<T: Serialize>(c: &KeyCase, args: &T) -> (Key, Fingerprint) {
-    (
-        derive_key(c.namespace, c.turn_id, c.tool, c.version, args).expect("encodes"),
-        fingerprint(c.tool, c.version, args).expect("encodes"),
-    )
-}
-
-/// Key and fingerprint computed from the JSON form through `ArgsDigest`.
-fn from_json(c: &KeyCase) -> (Key, Fingerprint) {
-    let mut d = ArgsDigest::new("vector");
-    for (name, value) in c.args.as_object().expect("args is an object") {
-        d.arg(name, value).expect("encodes");
-    }
-    if let Some(fp) = &c.fingerprint_only_args {
-        for (name, value) in fp.as_object().expect("object") {
-            d.fingerprint_arg(name, value).expect("encodes");
-        }
-    }
-    if let Some(k) = c.caller_key {
-        d.caller_key(k);
-    }
-    d.finish(c.namespace, c.turn_id, c.tool, c.version)
-}
-
-fn kc(
-    id: &'static str,
-    description: &'static str,
-    rust_args: &'static str,
-    args: Value,
-    typed: fn(&KeyCase) -> (Key, Fingerprint),
-) -> KeyCase {
-    KeyCase {
-        id,
-        description,
-        namespace: "acme",
-        turn_id: "turn-0001",
-        tool: "tool",
-        version: 1,
-        rust_args,
-        args,
-        fingerprint_only_args: None,
-        caller_key: None,
-        typed,
-    }
-}
-
-fn key_cases() -> Vec<KeyCase> {
-    vec![
-        KeyCase {
-            tool: "send_email",
-            ..kc(
-                "struct_basic",
-                "A struct of two strings; equals the JSON object with the same entries.",
-                r#"SendEmail { to: "ann@example.com", subject: "Hello" }"#,
-                json!({"to": "ann@example.com", "subject": "Hello"}),
-                |c| {
-                    record(
-                        c,
-                        &SendEmail {
-                            to: "ann@example.com",
-                            subject: "Hello",
-                        },
-                    )
-                },
-            )
-        },
-        kc(
-            "no_args",
-            "A tool without arguments: an empty record.",
-            "NoArgs {}",
-            json!({}),
-            |c| record(c, &NoArgs {}),
-        ),
-        kc(
-            "int_u32",
-            "u32 5; same key as int_i64 (integer width and signedness do not matter).",
-            "Amount32 { amount: 5u32 }",
-            json!({"amount": 5}),
-            |c| record(c, &Amount32 { amount: 5 }),
-        ),
-        kc(
-            "int_i64",
-            "i64 5; same key as int_u32.",
-            "Amount64 { amount: 5i64 }",
-            json!({"amount": 5}),
-            |c| record(c, &Amount64 { amount: 5 }),
-        ),
-        kc(
-            "int_negative",
-            "A negative integer: sign byte 0x01 and the magnitude.",
-            "Delta { delta: -42i64 }",
-            json!({"delta": -42}),
-            |c| record(c, &Delta { delta: -42 }),
-        ),
-        kc(
-            "int_128",
-            "u128::MAX and i128::MIN (not expressible in JSON; the JSON shows them as strings).",
-            "Big { big: u128::MAX, small: i128::MIN }",
-            json!({"big": u128::MAX.to_string(), "small": i128::MIN.to_string()}),
-            |c| {
-                record(
-                    c,
-                    &Big {
-                        big: u128::MAX,
-                        small: i128::MIN,
-                    },
-                )
-            },
-        ),
-        kc(
-            "float_negative_zero",
-            "-0.0 is encoded as +0.0: same key as float_positive_zero.",
-            "X { x: -0.0f64 }",
-            json!({"x": -0.0}),
-            |c| record(c, &X { x: -0.0 }),
-        ),
-        kc(
-            "float_positive_zero",
-            "+0.0.",
-            "X { x: 0.0f64 }",
-            json!({"x": 0.0}),
-            |c| record(c, &X { x: 0.0 }),
-        ),
-        kc(
-            "float_nan",
-            "Every NaN is encoded as 0x7ff8000000000000 (JSON has no NaN; shown as null).",
-            "X { x: -f64::NAN }",
-            json!({"x": null}),
-            |c| record(c, &X { x: -f64::NAN }),
-        ),
-        kc(
-            "float_f32_widened",
-            "f32 1.5 is widened exactly to f64: equals the JSON number 1.5.",
-            "Ratio { ratio: 1.5f32 }",
-            json!({"ratio": 1.5}),
-            |c| record(c, &Ratio { ratio: 1.5 }),
-        ),
-        KeyCase {
-            namespace: "équipe-東京",
-            turn_id: "tour-🦀-1",
-            ..kc(
-                "unicode",
-                "Non-ASCII strings in the namespace, turn id and arguments (lengths in bytes).",
-                r#"Name { name: "Zoë 🦀 日本" }"#,
-                json!({"name": "Zoë 🦀 日本"}),
-                |c| {
-                    record(
-                        c,
-                        &Name {
-                            name: "Zoë 🦀 日本",
-                        },
-                    )
-                },
-            )
-        },
-        kc(
-            "option_none",
-            "None (0x01) differs from JSON null, which serde_json serializes as unit (0x00).",
-            r#"Cc { to: "ann", cc: None }"#,
-            json!({"to": "ann", "cc": null}),
-            |c| {
-                record(
-                    c,
-                    &Cc {
-                        to: "ann",
-                        cc: None,
-                    },
-                )
-            },
-        ),
-        kc(
-            "option_some",
-            "Some(x) is 0x02 followed by x: differs from plain x.",
-            r#"Cc { to: "ann", cc: Some("bob") }"#,
-            json!({"to": "ann", "cc": "bob"}),
-            |c| {
-                record(
-                    c,
-                    &Cc {
-                        to: "ann",
-                        cc: Some("bob"),
-                    },
-                )
-            },
-        ),
-        kc(
-            "option_skipped",
-            "A field skipped with skip_serializing_if is absent: same key as field_absent.",
-            r#"CcSkipped { to: "ann", cc: None }"#,
-            json!({"to": "ann"}),
-            |c| {
-                record(
-                    c,
-                    &CcSkipped {
-                        to: "ann",
-                        cc: None,
-                    },
-                )
-            },
-        ),
-        kc(
-            "field_absent",
-            "A struct with only `to`.",
-            r#"To { to: "ann" }"#,
-            json!({"to": "ann"}),
-            |c| record(c, &To { to: "ann" }),
-        ),
-        kc(
-            "nested",
-            "A nested struct and a vector of strings.",
-            r#"Nested { user: User { id: 7, name: "ann" }, tags: vec!["a", "b"] }"#,
-            json!({"user": {"id": 7, "name": "ann"}, "tags": ["a", "b"]}),
-            |c| {
-                record(
-                    c,
-                    &Nested {
-                        user: User { id: 7, name: "ann" },
-                        tags: vec!["a", "b"],
-                    },
-                )
-            },
-        ),
-        kc(
-            "nested_reordered_vec",
-            "As `nested` with the vector reversed: sequences are ordered, so the key differs.",
-            r#"Nested { user: User { id: 7, name: "ann" }, tags: vec!["b", "a"] }"#,
-            json!({"user": {"id": 7, "name": "ann"}, "tags": ["b", "a"]}),
-            |c| {
-                record(
-                    c,
-                    &Nested {
-                        user: User { id: 7, name: "ann" },
-                        tags: vec!["b", "a"],
-                    },
-                )
-            },
-        ),
-        kc(
-            "hashset",
-            "A HashSet is a set (detected by type name): same key as btreeset and unordered_vec.",
-            r#"Labels { labels: HashSet::from(["x", "y", "z"]) }"#,
-            json!({"labels": ["x", "y", "z"]}),
-            |c| {
-                record(
-                    c,
-                    &Labels {
-                        labels: HashSet::from(["x", "y", "z"]),
-                    },
-                )
-            },
-        ),
-        kc(
-            "btreeset",
-            "A BTreeSet is a set.",
-            r#"Labels { labels: BTreeSet::from(["z", "y", "x"]) }"#,
-            json!({"labels": ["x", "y", "z"]}),
-            |c| {
-                record(
-                    c,
-                    &Labels {
-                        labels: BTreeSet::from(["z", "y", "x"]),
-                    },
-                )
-            },
-        ),
-        kc(
-            "unordered_vec",
-            "A Vec wrapped in Unordered is a set.",
-            r#"Labels { labels: Unordered(vec!["y", "z", "x"]) }"#,
-            json!({"labels": ["y", "z", "x"]}),
-            |c| {
-                record(
-                    c,
-                    &Labels {
-                        labels: Unordered(vec!["y", "z", "x"]),
-                    },
-                )
-            },
-        ),
-        kc(
-            "hashmap",
-            "A HashMap<String, u32> equals the JSON object with the same entries.",
-            r#"Scores { scores: HashMap::from([("ann", 3), ("bob", 5), ("cy", 0)]) }"#,
-            json!({"scores": {"ann": 3, "bob": 5, "cy": 0}}),
-            |c| {
-                record(
-                    c,
-                    &Scores {
-                        scores: [("ann", 3), ("bob", 5), ("cy", 0)]
-                            .into_iter()
-                            .map(|(k, v)| (k.to_owned(), v))
-                            .collect(),
-                    },
-                )
-            },
-        ),
-        kc(
-            "map_int_keys",
-            "Integer map keys are integers (JSON object keys are strings, so JSON differs).",
-            r#"ById { by_id: BTreeMap::from([(1, "a"), (2, "b")]) }"#,
-            json!({"by_id": {"1": "a", "2": "b"}}),
-            |c| {
-                record(
-                    c,
-                    &ById {
-                        by_id: BTreeMap::from([(1, "a"), (2, "b")]),
-                    },
-                )
-            },
-        ),
-        kc(
-            "enum_unit_variant",
-            "A unit variant by name (0x0E); differs from the string \"High\".",
-            "Ticket { priority: Priority::High }",
-            json!({"priority": "High"}),
-            |c| {
-                record(
-                    c,
-                    &Ticket {
-                        priority: Priority::High,
-                    },
-                )
-            },
-        ),
-        kc(
-            "enum_struct_variant",
-            "A struct variant: name, then its fields as an unordered record.",
-            r#"Act { action: Action::Transfer { from: "a", to: "b", cents: 100 } }"#,
-            json!({"action": {"Transfer": {"from": "a", "to": "b", "cents": 100}}}),
-            |c| {
-                record(
-                    c,
-                    &Act {
-                        action: Action::Transfer {
-                            from: "a",
-                            to: "b",
-                            cents: 100,
-                        },
-                    },
-                )
-            },
-        ),
-        kc(
-            "enum_newtype_variant",
-            "A newtype variant: name, then the value.",
-            "Act { action: Action::Refund(100) }",
-            json!({"action": {"Refund": 100}}),
-            |c| {
-                record(
-                    c,
-                    &Act {
-                        action: Action::Refund(100),
-                    },
-                )
-            },
-        ),
-        kc(
-            "enum_tuple_variant",
-            "A tuple variant: name, the elements in order, 0x0B.",
-            "Act { action: Action::Move(3, -4) }",
-            json!({"action": {"Move": [3, -4]}}),
-            |c| {
-                record(
-                    c,
-                    &Act {
-                        action: Action::Move(3, -4),
-                    },
-                )
-            },
-        ),
-        kc(
-            "bytes",
-            "serialize_bytes (0x08) differs from a sequence of u8 (JSON shows the sequence).",
-            r#"Blob { blob: Bytes(b"\x00\x01\xff") }"#,
-            json!({"blob": [0, 1, 255]}),
-            |c| {
-                record(
-                    c,
-                    &Blob {
-                        blob: Bytes(b"\x00\x01\xff"),
-                    },
-                )
-            },
-        ),
-        kc(
-            "char",
-            "A char is a one-character string.",
-            "Initial { initial: 'é' }",
-            json!({"initial": "é"}),
-            |c| record(c, &Initial { initial: 'é' }),
-        ),
-        kc(
-            "unit",
-            "The unit value (0x00); JSON null is serialized as unit by serde_json.",
-            "Marker { marker: () }",
-            json!({"marker": null}),
-            |c| record(c, &Marker { marker: () }),
-        ),
-        kc(
-            "tuple",
-            "A tuple is an ordered sequence.",
-            "Point { point: (1u8, -2i32) }",
-            json!({"point": [1, -2]}),
-            |c| record(c, &Point { point: (1, -2) }),
-        ),
-        kc(
-            "long_string",
-            "A 5000-byte string argument: encoded by its length and BLAKE3 hash.",
-            r#"Name { name: &"ab".repeat(2500) }"#,
-            json!({"name": "ab".repeat(2500)}),
-            |c| {
-                record(
-                    c,
-                    &Name {
-                        name: &"ab".repeat(2500),
-                    },
-                )
-            },
-        ),
-        kc(
-            "json_arbitrary_precision",
-            "JSON numbers and a raw JSON value as serde_json serializes them with its \
-             arbitrary_precision and raw_value features (token structs): same key as the plain \
-             JSON; -0 and integers beyond u64 are floats.",
-            r##"Payment { amount: ApNumber("1250"), rate: ApNumber("0.25"), big: ApNumber("18446744073709551616"), zero: ApNumber("-0"), extra: Raw(r#"{"x": [1, 2.0]}"#) }"##,
-            json!({"amount": 1250, "rate": 0.25, "big": 18446744073709551616.0, "zero": 0.0, "extra": {"x": [1, 2.0]}}),
-            |c| {
-                record(
-                    c,
-                    &Payment {
-                        amount: ApNumber("1250"),
-                        rate: ApNumber("0.25"),
-                        big: ApNumber("18446744073709551616"),
-                        zero: ApNumber("-0"),
-                        extra: Raw(r#"{"x": [1, 2.0]}"#),
-                    },
-                )
-            },
-        ),
-        KeyCase {
-            tool: "send_email",
-            version: 2,
-            ..kc(
-                "version_2",
-                "As struct_basic with tool version 2: a different key and fingerprint.",
-                r#"SendEmail { to: "ann@example.com", subject: "Hello" }"#,
-                json!({"to": "ann@example.com", "subject": "Hello"}),
-                |c| {
-                    record(
-                        c,
-                        &SendEmail {
-                            to: "ann@example.com",
-                            subject: "Hello",
-                        },
-                    )
-                },
-            )
-        },
-        KeyCase {
-            tool: "send_email",
-            fingerprint_only_args: Some(json!({"trace_id": "tr-9"})),
-            ..kc(
-                "fingerprint_only_arg",
-                "As struct_basic plus a skipped argument: same key as struct_basic, other \
-                 fingerprint.",
-                r#"SendEmail { to: "ann@example.com", subject: "Hello" } + skip(trace_id: "tr-9")"#,
-                json!({"to": "ann@example.com", "subject": "Hello"}),
-                |c| {
-                    let mut d = ArgsDigest::new("send_email");
-                    d.arg("subject", "Hello").expect("encodes");
-                    d.fingerprint_arg("trace_id", "tr-9").expect("encodes");
-                    d.arg("to", "ann@example.com").expect("encodes");
-                    d.finish(c.namespace, c.turn_id, c.tool, c.version)
-                },
-            )
-        },
-        KeyCase {
-            tool: "charge",
-            caller_key: Some("order-123"),
-            ..kc(
-                "caller_key",
-                "Caller-key mode: key from namespace, tool, version and the caller key only.",
-                r#"#[key] "order-123", amount: 500u64"#,
-                json!({"amount": 500}),
-                |c| {
-                    let mut d = ArgsDigest::new("charge");
-                    d.caller_key("order-123");
-                    d.arg("amount", &500u64).expect("encodes");
-                    d.finish(c.namespace, c.turn_id, c.tool, c.version)
-                },
-            )
-        },
-        KeyCase {
-            tool: "charge",
-            turn_id: "turn-0002",
-            caller_key: Some("order-123"),
-            ..kc(
-                "caller_key_other_turn_and_args",
-                "As caller_key in another turn with other args: same key, other fingerprint.",
-                r#"#[key] "order-123", amount: 700u32"#,
-                json!({"amount": 700}),
-                |c| {
-                    let mut d = ArgsDigest::new("charge");
-                    d.arg("amount", &700u32).expect("encodes");
-                    d.caller_key("order-123");
-                    d.finish(c.namespace, c.turn_id, c.tool, c.version)
-                },
-            )
-        },
-    ]
-}
-
-struct ValueCase {
-    id: &'static str,
-    description: &'static str,
-    rust: &'static str,
-    json: Option<Value>,
-    encode: fn() -> Vec<u8>,
-}
-
-fn enc<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
-    encode_value(v).expect("encodes")
-}
-
-fn vc(
-    id: &'static str,
-    description: &'static str,
-    rust: &'static str,
-    json: Option<Value>,
-    encode: fn() -> Vec<u8>,
-) -> ValueCase {
-    ValueCase {
-        id,
-        description,
-        rust,
-        json,
-        encode,
-    }
-}
-
-fn value_cases() -> Vec<ValueCase> {
-    vec![
-        vc("unit", "unit", "()", Some(json!(null)), || enc(&())),
-        vc("none", "None", "None::<u8>", None, || enc(&None::<u8>)),
-        vc("some_unit", "Some(())", "Some(())", None, || enc(&Some(()))),
-        vc("false", "false", "false", Some(json!(false)), || {
-            enc(&false)
-        }),
-        vc("true", "true", "true", Some(json!(true)), || enc(&true)),
-        vc("u32_5", "u32 5", "5u32", Some(json!(5)), || enc(&5u32)),
-        vc("i8_minus_1", "i8 -1", "-1i8", Some(json!(-1)), || {
-            enc(&-1i8)
-        }),
-        vc("u128_max", "u128::MAX", "u128::MAX", None, || {
-            enc(&u128::MAX)
-        }),
-        vc("i128_min", "i128::MIN", "i128::MIN", None, || {
-            enc(&i128::MIN)
-        }),
-        vc("f64_1_5", "f64 1.5", "1.5f64", Some(json!(1.5)), || {
-            enc(&1.5f64)
-        }),
-        vc(
-            "f64_neg_zero",
-            "-0.0 as +0.0",
-            "-0.0f64",
-            Some(json!(-0.0)),
-            || enc(&-0.0f64),
-        ),
-        vc(
-            "f64_nan",
-            "a NaN with payload and sign",
-            "f64::from_bits(0xfff0_0000_0000_0001)",
-            None,
-            || enc(&f64::from_bits(0xfff0_0000_0000_0001)),
-        ),
-        vc(
-            "f32_0_1",
-            "f32 0.1 widened exactly (not the f64 0.1)",
-            "0.1f32",
-            None,
-            || enc(&0.1f32),
-        ),
-        vc(
-            "str_empty",
-            "empty string",
-            r#""""#,
-            Some(json!("")),
-            || enc(""),
-        ),
-        vc(
-            "str_unicode",
-            "UTF-8 string; length in bytes",
-            r#""héllo""#,
-            Some(json!("héllo")),
-            || enc("héllo"),
-        ),
-        vc(
-            "char",
-            "a char is a 1-char string",
-            "'🦀'",
-            Some(json!("🦀")),
-            || enc(&'🦀'),
-        ),
-        vc("bytes", "serialize_bytes", r#"Bytes(b"ab")"#, None, || {
-            enc(&Bytes(b"ab"))
-        }),
-        vc(
-            "unit_struct",
-            "a unit struct (name not encoded)",
-            "UnitStruct",
-            None,
-            || enc(&UnitStruct),
-        ),
-        vc(
-            "newtype_struct",
-            "a newtype struct is transparent",
-            "Meters(3)",
-            Some(json!(3)),
-            || enc(&Meters(3)),
-        ),
-        vc(
-            "vec_empty",
-            "empty sequence",
-            "Vec::<u8>::new()",
-            Some(json!([])),
-            || enc(&Vec::<u8>::new()),
-        ),
-        vc(
-            "vec_1_2",
-            "sequence [1, 2]",
-            "vec![1u8, 2]",
-            Some(json!([1, 2])),
-            || enc(&vec![1u8, 2]),
-        ),
-        vc(
-            "tuple",
-            "a tuple is a sequence",
-            r#"(1u8, "a")"#,
-            Some(json!([1, "a"])),
-            || enc(&(1u8, "a")),
-        ),
-        vc(
-            "map_empty",
-            "empty map",
-            "BTreeMap::<u8, u8>::new()",
-            Some(json!({})),
-            || enc(&BTreeMap::<u8, u8>::new()),
-        ),
-        vc(
-            "map_a_1",
-            "map {\"a\": 1}",
-            r#"BTreeMap::from([("a", 1u8)])"#,
-            Some(json!({"a": 1})),
-            || enc(&BTreeMap::from([("a", 1u8)])),
-        ),
-        vc(
-            "struct_pair",
-            "a struct is a map with string keys",
-            "Pair { a: 1, b: true }",
-            Some(json!({"b": true, "a": 1})),
-            || enc(&Pair { a: 1, b: true }),
-        ),
-        vc(
-            "set_empty",
-            "empty set",
-            "HashSet::<u8>::new()",
-            None,
-            || enc(&HashSet::<u8>::new()),
-        ),
-        vc(
-            "hashset_1_2_3",
-            "HashSet: sorted element digests",
-            "HashSet::from([3u32, 1, 2])",
-            None,
-            || enc(&HashSet::from([3u32, 1, 2])),
-        ),
-        vc(
-            "btreeset_1_2_3",
-            "BTreeSet: same as the HashSet",
-            "BTreeSet::from([1u32, 2, 3])",
-            None,
-            || enc(&BTreeSet::from([1u32, 2, 3])),
-        ),
-        vc(
-            "unordered_1_2_3",
-            "Unordered Vec: same as the HashSet",
-            "Unordered(vec![2u64, 3, 1])",
-            None,
-            || enc(&Unordered(vec![2u64, 3, 1])),
-        ),
-        vc("enum_unit", "unit variant", "Priority::High", None, || {
-            enc(&Priority::High)
-        }),
-        vc(
-            "enum_newtype",
-            "newtype variant",
-            "Action::Refund(1)",
-            None,
-            || enc(&Action::Refund(1)),
-        ),
-        vc(
-            "enum_tuple",
-            "tuple variant",
-            "Action::Move(1, -1)",
-            None,
-            || enc(&Action::Move(1, -1)),
-        ),
-        vc(
-            "enum_struct",
-            "struct variant",
-            r#"Action::Transfer { from: "a", to: "b", cents: 1 }"#,
-            None,
-            || {
-                enc(&Action::Transfer {
-                    from: "a",
-                    to: "b",
-                    cents: 1,
-                })
-            },
-        ),
-        vc(
-            "option_nested",
-            "Some(None)",
-            "Some(None::<u8>)",
-            None,
-            || enc(&Some(None::<u8>)),
-        ),
-        vc(
-            "json_number_5",
-            "serde_json arbitrary_precision number 5: the integer 5",
-            r#"ApNumber("5")"#,
-            Some(json!(5)),
-            || enc(&ApNumber("5")),
-        ),
-        vc(
-            "json_number_minus_zero",
-            "serde_json arbitrary_precision number -0: the float 0 (as serde_json parses it)",
-            r#"ApNumber("-0")"#,
-            None,
-            || enc(&ApNumber("-0")),
-        ),
-        vc(
-            "json_number_2_pow_64",
-            "serde_json arbitrary_precision number 2^64: beyond u64, so the f64 2^64",
-            r#"ApNumber("18446744073709551616")"#,
-            Some(json!(18446744073709551616.0)),
-            || enc(&ApNumber("18446744073709551616")),
-        ),
-        vc(
-            "json_number_1_0",
-            "serde_json arbitrary_precision number 1.0: a float, not the integer 1",
-            r#"ApNumber("1.0")"#,
-            Some(json!(1.0)),
-            || enc(&ApNumber("1.0")),
-        ),
-        vc(
-            "json_raw_value",
-            "serde_json RawValue: the parsed JSON (whitespace and key order do not matter)",
-            r##"Raw(r#"{ "b": [1, null], "a": "x" }"#)"##,
-            Some(json!({"a": "x", "b": [1, null]})),
-            || enc(&Raw(r#"{ "b": [1, null], "a": "x" }"#)),
-        ),
-        vc(
-            "map_nested",
-            "maps inside maps: each sorted by its entries' encodings",
-            r#"BTreeMap::from([("z", BTreeMap::from([("b", 2u8), ("a", 1)])), ("a", BTreeMap::new())])"#,
-            Some(json!({"z": {"b": 2, "a": 1}, "a": {}})),
-            || {
-                enc(&BTreeMap::from([
-                    ("z", BTreeMap::from([("b", 2u8), ("a", 1)])),
-                    ("a", BTreeMap::new()),
-                ]))
-            },
-        ),
-        vc(
-            "serde_internally_tagged",
-            "#[serde(tag = \"type\")]: serde hands a struct with the tag as a field",
-            "Internal::Circle { r: 3 }",
-            Some(json!({"type": "Circle", "r": 3})),
-            || enc(&Internal::Circle { r: 3 }),
-        ),
-        vc(
-            "serde_adjacently_tagged",
-            "#[serde(tag = \"t\", content = \"c\")]: a struct of the tag (as a unit variant, \
-             not a string) and the content",
-            "Adjacent::Scale(2)",
-            Some(json!({"t": "Scale", "c": 2})),
-            || enc(&Adjacent::Scale(2)),
-        ),
-        vc(
-            "serde_untagged",
-            "#[serde(untagged)]: the variant's content alone",
-            "Untagged::Number(7)",
-            Some(json!(7)),
-            || enc(&Untagged::Number(7)),
-        ),
-        vc(
-            "u64_300",
-            "u64 300: LEB128 magnitude ac 02",
-            "300u64",
-            Some(json!(300)),
-            || enc(&300u64),
-        ),
-        vc(
-            "str_1023",
-            "a 1023-byte string: inline",
-            r#""x".repeat(1023)"#,
-            Some(Value::String("x".repeat(1023))),
-            || enc(&"x".repeat(1023)),
-        ),
-        vc(
-            "str_1024",
-            "a 1024-byte string: uv(1024) and the BLAKE3 hash of its bytes",
-            r#""x".repeat(1024)"#,
-            Some(Value::String("x".repeat(1024))),
-            || enc(&"x".repeat(1024)),
-        ),
-        vc(
-            "bytes_4096",
-            "4096 bytes through serialize_bytes: uv(4096) and their BLAKE3 hash",
-            "Bytes(&[7u8; 4096])",
-            None,
-            || enc(&Bytes(&[7u8; 4096])),
-        ),
-    ]
-}
-
-// ---------------------------------------------------------------------------------------------
-// Building and checking the file.
-
-fn build() -> File {
-    let key_vectors = key_cases()
-        .iter()
-        .map(|c| {
-            let (key, fp) = (c.typed)(c);
-            let json_equivalent = from_json(c) == (key, fp);
-            KeyVector {
-                id: c.id.into(),
-                description: c.description.into(),
-                namespace: c.namespace.into(),
-                turn_id: c.turn_id.into(),
-                tool: c.tool.into(),
-                version: c.version,
-                rust_args: c.rust_args.into(),
-                args: c.args.clone(),
-                fingerprint_only_args: c.fingerprint_only_args.clone(),
-                caller_key: c.caller_key.map(Into::into),
-                json_equivalent,
-                key: key.to_hex(),
-                fingerprint: fp.to_hex(),
-            }
-        })
-        .collect();
-    let value_vectors = value_cases()
-        .iter()
-        .map(|c| {
-            let bytes = (c.encode)();
-            ValueVector {
-                id: c.id.into(),
-                description: c.description.into(),
-                rust: c.rust.into(),
-                json_equivalent: c.json.as_ref().map(|j| enc(j) == bytes),
-                json: c.json.clone(),
-                encoding: hex(&bytes),
-            }
-        })
-        .collect();
-    File {
-        comment: "Test vectors of idem keys, see docs/key-spec.md. Generated by \
-                  idem-runtime/tests/key_vectors.rs (IDEM_UPDATE_VECTORS=1); `args` is the JSON \
-                  form of `rust_args`, and `json_equivalent` says whether hashing that JSON gives \
-                  the same result."
-            .into(),
-        encoding_version: ENCODING_VERSION,
-        contexts: Contexts {
-            key: KEY_CONTEXT.into(),
-            fingerprint: FINGERPRINT_CONTEXT.into(),
-        },
-        key_vectors,
-        value_vectors,
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+const SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/key-spec.md");
+const TYPES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/key_vectors/types.rs");
 
 fn load() -> File {
-    let text = std::fs::read_to_string(PATH).expect("tests/vectors/keys.json exists");
-    serde_json::from_str(&text).expect("tests/vectors/keys.json parses")
+    check::load(PATH)
 }
 
 #[test]
 fn vectors_match_the_implementation() {
-    let built = build();
     if std::env::var_os("IDEM_UPDATE_VECTORS").is_some() {
-        let text = serde_json::to_string_pretty(&built).expect("serializes") + "\n";
-        std::fs::write(PATH, text).expect("writes the vectors");
+        update();
         return;
     }
-    let file = load();
-    assert_eq!(file.encoding_version, built.encoding_version);
-    assert_eq!(file.contexts, built.contexts);
-    assert!(file.key_vectors.len() >= 20);
-    assert_eq!(file.key_vectors.len(), built.key_vectors.len());
-    for (f, b) in file.key_vectors.iter().zip(&built.key_vectors) {
-        assert_eq!(f, b, "key vector `{}`", f.id);
+    check::file_matches_this_build(&load());
+}
+
+/// Rewrites the file from this build; refuses to change an existing vector's key, fingerprint
+/// or encoding unless the encoding version changed (keys never change silently).
+fn update() {
+    let built = build();
+    let old: Option<File> = std::fs::read_to_string(PATH)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok());
+    if let Some(old) = old.filter(|old| old.encoding_version == built.encoding_version) {
+        assert_eq!(
+            old.contexts, built.contexts,
+            "the contexts changed without an ENCODING_VERSION bump"
+        );
+        for o in &old.key_vectors {
+            if let Some(b) = built.key_vectors.iter().find(|b| b.id == o.id) {
+                assert_eq!(
+                    (&o.key, &o.fingerprint),
+                    (&b.key, &b.fingerprint),
+                    "key vector `{}` changed without an ENCODING_VERSION bump",
+                    o.id
+                );
+            }
+        }
+        for o in &old.value_vectors {
+            if let Some(b) = built.value_vectors.iter().find(|b| b.id == o.id) {
+                assert_eq!(
+                    o.encoding, b.encoding,
+                    "value vector `{}` changed without an ENCODING_VERSION bump",
+                    o.id
+                );
+            }
+        }
     }
-    assert_eq!(file.value_vectors.len(), built.value_vectors.len());
-    for (f, b) in file.value_vectors.iter().zip(&built.value_vectors) {
-        assert_eq!(f, b, "value vector `{}`", f.id);
+    let text = serde_json::to_string_pretty(&built).expect("serializes") + "\n";
+    std::fs::write(PATH, text).expect("writes the vectors");
+}
+
+/// The hash keys and the worked example (§1, §6) that the spec quotes are today's.
+#[test]
+fn the_spec_quotes_the_current_values() {
+    let spec = std::fs::read_to_string(SPEC).expect("docs/key-spec.md");
+    let file = load();
+    let quoted = [
+        hex(&blake3::derive_key(FINGERPRINT_CONTEXT, b"")),
+        hex(&blake3::derive_key(KEY_CONTEXT, b"")),
+        format!("derive_key(\"{FINGERPRINT_CONTEXT}\", \"\")"),
+        format!("derive_key(\"{KEY_CONTEXT}\", \"\")"),
+        format!("`ENCODING_VERSION` = `0x{ENCODING_VERSION:02x}`"),
+        format!("# idem key derivation, encoding version {ENCODING_VERSION}\n"),
+        key_vector(&file, "struct_basic").key.clone(),
+        key_vector(&file, "struct_basic").fingerprint.clone(),
+        key_vector(&file, "caller_key").key.clone(),
+    ];
+    for q in quoted {
+        assert!(spec.contains(&q), "docs/key-spec.md does not quote `{q}`");
+    }
+}
+
+#[test]
+fn json_forms_hash_as_stated() {
+    check::json_forms_hash_as_stated(&load());
+}
+
+/// Appendix A of the spec is exactly the types the vectors are computed from.
+#[test]
+fn the_spec_defines_every_type_the_vectors_use() {
+    const MARKER: &str = "// === docs/key-spec.md, Appendix A ===\n";
+    let types = std::fs::read_to_string(TYPES).expect("types.rs");
+    let (_, types) = types.split_once(MARKER).expect("the marker line");
+    let spec = std::fs::read_to_string(SPEC).expect("docs/key-spec.md");
+    let (_, appendix) = spec
+        .split_once("\n## Appendix A.")
+        .expect("the spec has an Appendix A");
+    let (_, block) = appendix.split_once("```rust\n").expect("a rust block");
+    let (block, _) = block.split_once("```\n").expect("the block ends");
+    assert_eq!(
+        block, types,
+        "docs/key-spec.md Appendix A differs from types.rs"
+    );
+    // Every type a vector names is defined there.
+    let file = load();
+    let named = file
+        .key_vectors
+        .iter()
+        .map(|v| v.rust_args.as_str())
+        .chain(file.value_vectors.iter().map(|v| v.rust.as_str()));
+    for text in named {
+        // Outside string literals (every other piece between quotes).
+        let code: String = text.split('"').step_by(2).collect::<Vec<_>>().join(" ");
+        for word in code.split(|c: char| !c.is_alphanumeric() && c != '_') {
+            let is_type = word.starts_with(|c: char| c.is_ascii_uppercase())
+                && word.chars().any(|c| c.is_ascii_lowercase());
+            let library = [
+                "HashSet",
+                "BTreeSet",
+                "BTreeMap",
+                "HashMap",
+                "Vec",
+                "Some",
+                "None",
+                "Unordered",
+                "RandomState",
+                "NAN",
+                "MAX",
+                "MIN",
+            ];
+            if is_type && !library.contains(&word) {
+                let defined = [
+                    format!("struct {word}"),
+                    format!("enum {word}"),
+                    format!("    {word}"),
+                ];
+                assert!(
+                    defined.iter().any(|d| block.contains(d.as_str())),
+                    "`{word}` (in `{text}`) is not defined in Appendix A"
+                );
+            }
+        }
     }
 }
 
@@ -1317,6 +245,42 @@ fn vector_relations() {
     // Arbitrary-precision tokens encode like the typed numbers.
     assert_eq!(v("json_number_5"), v("u32_5"));
     assert_eq!(v("json_number_minus_zero"), v("f64_neg_zero"));
+    // Floats from text are correctly rounded, whichever way the text arrives.
+    assert!(key_vector(&file, "float_shortest_text").json_equivalent);
+    assert_eq!(
+        v("json_number_float_shortest_text"),
+        v("float_shortest_text")
+    );
+    for id in [
+        "float_shortest_text",
+        "json_number_float_shortest_text",
+        "json_raw_value_exact_decimal",
+    ] {
+        assert_eq!(value_json_equivalent(id), Some(true), "{id}");
+    }
+    // Which sequences are sets (§4.4).
+    assert_eq!(k("hashbrown_set"), k("hashset"));
+    assert_eq!(v("hashbrown_set_1_2_3"), v("hashset_1_2_3"));
+    assert_eq!(v("owned_set_1_2_3"), v("hashset_1_2_3"));
+    assert_eq!(v("set_by_iter"), hex(&enc(&vec![1u32, 2, 3])));
+    assert_eq!(v("marked_newtype_seq"), hex(&enc(&Unordered(vec![1u8, 2]))));
+    assert_eq!(v("marked_tuple"), hex(&enc(&(2u8, 1u8))));
+    assert_eq!(v("marked_option_of_seq"), hex(&enc(&Some(vec![2u8, 1]))));
+    assert_eq!(v("unordered_option"), hex(&enc(&Unordered(vec![5u8]))));
+    assert_eq!(
+        v("unordered_map"),
+        hex(&enc(&Unordered(vec![("a", 1u8), ("b", 2)])))
+    );
+    assert_ne!(
+        v("unordered_map"),
+        hex(&enc(&BTreeMap::from([("a", 1u8), ("b", 2)])))
+    );
+    // A newtype named like a token is transparent (§4.3).
+    assert_eq!(v("newtype_named_like_token"), hex(&enc("5")));
+    assert_eq!(
+        value_json_equivalent("newtype_named_like_token"),
+        Some(true)
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1324,8 +288,9 @@ fn vector_relations() {
 // document alone: hand-built byte strings and plain `blake3` calls.
 
 mod reference {
-    pub const KEY_CTX: &str = "idem 2026-12-02 idempotency key v2";
-    pub const FP_CTX: &str = "idem 2026-12-02 arguments digest v2";
+    pub const KEY_CTX: &str = "idem 2026-12-04 idempotency key v3";
+    pub const FP_CTX: &str = "idem 2026-12-04 arguments digest v3";
+    pub const VERSION: u8 = 3;
 
     /// `uv(n)`: unsigned LEB128.
     pub fn uv(mut n: u128) -> Vec<u8> {
@@ -1412,7 +377,7 @@ mod reference {
     /// The arguments digest (= the fingerprint of a record of all arguments).
     pub fn args_digest(tool: &str, version: u32, record: &[u8]) -> [u8; 32] {
         let material = [
-            vec![2],
+            vec![VERSION],
             str_(tool),
             uv(u128::from(version)),
             record.to_vec(),
@@ -1427,13 +392,13 @@ mod reference {
 
     pub fn turn_key(ns: &str, turn: &str, tool: &str, version: u32, record: &[u8]) -> String {
         let digest = args_digest(tool, version, record);
-        let material = [vec![2, b'T'], str_(ns), str_(turn), digest.to_vec()].concat();
+        let material = [vec![VERSION, b'T'], str_(ns), str_(turn), digest.to_vec()].concat();
         super::hex(&keyed(KEY_CTX, &material))
     }
 
     pub fn caller_key(ns: &str, tool: &str, version: u32, key: &str) -> String {
         let material = [
-            vec![2, b'C'],
+            vec![VERSION, b'C'],
             str_(ns),
             str_(tool),
             uv(u128::from(version)),
@@ -1448,7 +413,7 @@ mod reference {
 fn the_reference_uses_the_published_contexts() {
     assert_eq!(reference::KEY_CTX, KEY_CONTEXT);
     assert_eq!(reference::FP_CTX, FINGERPRINT_CONTEXT);
-    assert_eq!(ENCODING_VERSION, 2);
+    assert_eq!(ENCODING_VERSION, reference::VERSION);
 }
 
 #[test]
@@ -1503,6 +468,9 @@ fn vectors_agree_with_an_independent_reimplementation() {
     );
     let xyz = unordered(0x0D, &[string("x"), string("y"), string("z")]);
     check("hashset", &[("labels", xyz.clone())]);
+    check("hashbrown_set", &[("labels", xyz.clone())]);
+    check("method_tool_name", &[("to", string("ann"))]);
+    check("float_shortest_text", &[("x", float(215218.44830576066))]);
     check("btreeset", &[("labels", xyz.clone())]);
     check("unordered_vec", &[("labels", xyz)]);
     check(
@@ -1626,6 +594,35 @@ fn vectors_agree_with_an_independent_reimplementation() {
     assert_eq!(vv("str_1024"), hex(&string(&"x".repeat(1024))));
     assert!(vv("str_1024").starts_with("078008"));
     assert_eq!(vv("bytes_4096"), hex(&text(0x08, &[7u8; 4096])));
+    assert_eq!(vv("hashbrown_set_1_2_3"), hex(&one_two_three));
+    assert_eq!(vv("owned_set_1_2_3"), hex(&one_two_three));
+    assert_eq!(vv("set_by_iter"), hex(&seq(&[int(1), int(2), int(3)])));
+    let pair = |k: &str, n: i128| seq(&[string(k), int(n)]);
+    assert_eq!(
+        vv("unordered_map"),
+        hex(&unordered(0x0D, &[pair("b", 2), pair("a", 1)]))
+    );
+    assert_eq!(vv("unordered_option"), hex(&unordered(0x0D, &[int(5)])));
+    assert_eq!(
+        vv("unordered_nested_vecs"),
+        hex(&unordered(0x0D, &[seq(&[int(2), int(1)]), seq(&[int(0)])]))
+    );
+    assert_eq!(
+        vv("marked_newtype_seq"),
+        hex(&unordered(0x0D, &[int(2), int(1)]))
+    );
+    assert_eq!(vv("marked_tuple"), hex(&seq(&[int(2), int(1)])));
+    assert_eq!(
+        vv("marked_option_of_seq"),
+        hex(&[vec![0x02], seq(&[int(2), int(1)])].concat())
+    );
+    assert_eq!(vv("newtype_named_like_token"), hex(&string("5")));
+    assert_eq!(vv("float_shortest_text"), hex(&float(215218.44830576066)));
+    assert_eq!(
+        vv("json_number_float_shortest_text"),
+        hex(&float(215218.44830576066))
+    );
+    assert_eq!(vv("json_raw_value_exact_decimal"), hex(&float(0.1)));
     assert_eq!(vv("none"), "01");
     assert_eq!(vv("unit"), "00");
     assert_eq!(vv("unit_struct"), "09");

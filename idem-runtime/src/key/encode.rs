@@ -1,4 +1,4 @@
-//! The canonical value encoding (v2): a `serde::Serializer` that writes into a [`Scratch`]
+//! The canonical value encoding (v3): a `serde::Serializer` that writes into a [`Scratch`]
 //! buffer. Unordered containers (maps, structs, sets) are written entry after entry and then
 //! reordered in place so their entries' encodings ascend bytewise.
 //!
@@ -12,7 +12,7 @@ use serde::ser;
 use super::compound::{MapEncoder, SeqEncoder};
 use super::json::Token;
 use super::scratch::{Scratch, Span};
-use super::unordered::UNORDERED_MAGIC;
+use super::sets::{UNORDERED_MAGIC, iterable_is_set};
 
 /// One-byte tags of the value encoding.
 pub(crate) mod tag {
@@ -71,14 +71,6 @@ fn put_long_text(out: &mut Scratch, tag: u8, bytes: &[u8]) {
 /// The bits every NaN is encoded as.
 const CANONICAL_NAN: u64 = 0x7ff8_0000_0000_0000;
 
-/// Type-name prefixes of collections whose `Serialize` impl goes through `collect_seq` and whose
-/// iteration order is not meaningful; they are encoded as sets (a heuristic, see the spec).
-const SET_TYPE_PREFIXES: [&str; 3] = [
-    "std::collections::hash::set::HashSet<",
-    "alloc::collections::btree::set::BTreeSet<",
-    "hashbrown::set::HashSet<",
-];
-
 /// A `Serialize` impl failed (or misused the serializer); carries its message.
 #[derive(Debug)]
 pub(crate) struct EncodeError(pub(crate) String);
@@ -122,15 +114,6 @@ pub(crate) fn encode_field<V: Serialize + ?Sized>(
             Err(e)
         }
     }
-}
-
-/// Is `type_name` (of the iterator passed to `collect_seq`) a known unordered set type?
-fn is_set_type(type_name: &str) -> bool {
-    let mut name = type_name;
-    while let Some(rest) = name.strip_prefix('&') {
-        name = rest.strip_prefix("mut ").unwrap_or(rest);
-    }
-    SET_TYPE_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
 #[inline]
@@ -400,29 +383,11 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         I: IntoIterator,
         I::Item: Serialize,
     {
-        let as_set = self.as_set || is_set_type(std::any::type_name::<I>());
+        let as_set = self.as_set || iterable_is_set::<I>();
         let mut seq = SeqEncoder::start(self.out, as_set);
         for item in iter {
             seq.element(&item)?;
         }
         seq.finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn set_type_names() {
-        assert!(is_set_type(
-            "&std::collections::hash::set::HashSet<u32, std::hash::random::RandomState>"
-        ));
-        assert!(is_set_type(
-            "&&mut alloc::collections::btree::set::BTreeSet<u32>"
-        ));
-        assert!(is_set_type("hashbrown::set::HashSet<u32>"));
-        assert!(!is_set_type("&alloc::vec::Vec<u32>"));
-        assert!(!is_set_type("std::collections::hash::set::Iter<'_, u32>"));
     }
 }

@@ -1,4 +1,4 @@
-//! The two BLAKE3 hashes of v2: the **arguments digest** of a record of arguments (over the
+//! The two BLAKE3 hashes of v3: the **arguments digest** of a record of arguments (over the
 //! tool, version and record; the digest of all arguments is the fingerprint) and the **key**
 //! (over the namespace, the turn id and the arguments digest of the key's arguments, or over a
 //! caller-supplied key). Both are keyed hashes whose keys are derived once from the context
@@ -34,7 +34,7 @@ pub(crate) fn args_hasher() -> blake3::Hasher {
     blake3::Hasher::new_keyed(&ARGS_HASH_KEY)
 }
 
-/// Appends the header of the arguments material: `u8(2) ‖ str(tool) ‖ uv(version)`.
+/// Appends the header of the arguments material: `u8(3) ‖ str(tool) ‖ uv(version)`.
 pub(crate) fn put_args_header(s: &mut Scratch, tool: &str, version: u32) {
     s.put_u8(ENCODING_VERSION);
     s.put_str(tool);
@@ -50,7 +50,7 @@ fn key_hash(s: &mut Scratch, write: impl FnOnce(&mut Scratch)) -> [u8; 32] {
     *key.as_bytes()
 }
 
-/// Turn-mode key: `u8(2) ‖ 'T' ‖ str(namespace) ‖ str(turn_id) ‖ args digest`.
+/// Turn-mode key: `u8(3) ‖ 'T' ‖ str(namespace) ‖ str(turn_id) ‖ args digest`.
 pub(crate) fn turn_key(
     s: &mut Scratch,
     namespace: &str,
@@ -65,7 +65,7 @@ pub(crate) fn turn_key(
     })
 }
 
-/// Caller-key mode: `u8(2) ‖ 'C' ‖ str(namespace) ‖ str(tool) ‖ uv(version) ‖ str(caller_key)`.
+/// Caller-key mode: `u8(3) ‖ 'C' ‖ str(namespace) ‖ str(tool) ‖ uv(version) ‖ str(caller_key)`.
 pub(crate) fn caller_key(
     s: &mut Scratch,
     namespace: &str,

@@ -1,8 +1,10 @@
 //! `serde_json`'s private wire tokens: with its `arbitrary_precision` feature a `Number`
 //! serializes as a one-field struct named [`NUMBER_TOKEN`] holding the number's text, and a
 //! `RawValue` (feature `raw_value`) as a one-field struct named [`RAW_VALUE_TOKEN`] holding raw
-//! JSON text. The key encoder recognises both and encodes what they stand for, so enabling those
-//! features anywhere in a build changes no key.
+//! JSON text. The key encoder recognises both and encodes what they stand for, so a `Number` or
+//! `Value` holding the same number encodes the same whether or not a crate of the build enables
+//! those features (the exceptions, where serde_json keeps different numbers, are in
+//! docs/key-spec.md §4.7).
 
 use super::encode::EncodeError;
 

@@ -164,3 +164,61 @@ fn malformed_tokens_are_errors_not_panics() {
         );
     }
 }
+
+/// Floats read from JSON text by serde_json, as tool arguments usually are.
+mod floats_from_text {
+    use super::enc;
+    use serde_json::Value;
+
+    /// Shortest-form texts of `n` pseudo-random finite doubles of every magnitude.
+    fn shortest_texts(n: usize) -> impl Iterator<Item = (f64, String)> {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        std::iter::from_fn(move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            Some(f64::from_bits(x))
+        })
+        .filter(|f| f.is_finite())
+        .map(|f| (f, format!("{f:?}")))
+        .take(n)
+    }
+
+    #[test]
+    fn serde_json_parses_them_correctly_rounded_in_a_build_with_idem() {
+        // idem enables serde_json's `float_roundtrip` (spec §4.6); without it this text reads as
+        // 215218.44830576063, and a sizeable share of the random ones one ulp off too.
+        let known = (215218.44830576066, "215218.44830576066".to_owned());
+        for (f, text) in shortest_texts(20_000).chain([known]) {
+            let value: Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(enc(&value), enc(&f), "{text}");
+            let typed: f64 = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(typed.to_bits(), f.to_bits(), "{text}");
+        }
+    }
+
+    #[test]
+    fn without_arbitrary_precision_a_value_from_an_f32_is_its_exact_widening() {
+        // Spec §4.7 (1); tests/feature-probe checks the other side, where it is the f64 0.1.
+        let from_f32 = [
+            serde_json::json!(0.1f32),
+            serde_json::to_value(0.1f32).expect("a number"),
+            Value::from(0.1f32),
+        ];
+        for v in from_f32 {
+            assert_eq!(enc(&v), enc(&0.1f32));
+            assert_ne!(enc(&v), enc(&0.1f64));
+        }
+        // Where the shortest f32 text denotes the widening, both builds agree.
+        assert_eq!(enc(&serde_json::json!(1.5f32)), enc(&1.5f64));
+    }
+
+    #[test]
+    fn without_arbitrary_precision_numbers_beyond_both_ranges_make_no_value() {
+        // Spec §4.7 (3): with the feature these are values (tests/feature-probe).
+        assert!(serde_json::to_value(u128::MAX).is_err());
+        assert!(serde_json::to_value(i128::MIN).is_err());
+        assert!(serde_json::from_str::<Value>("1e400").is_err());
+        assert!(serde_json::from_str::<Value>("18446744073709551616").is_ok());
+    }
+}

@@ -13,14 +13,18 @@
 //! - `None`, `()`, a unit struct, `[]`, `{}` and an empty set are all different;
 //! - enums are encoded by variant name, not index;
 //! - `HashSet`/`BTreeSet` (and [`Unordered`] collections) are sets, other sequences are ordered;
-//! - serde_json's `arbitrary_precision` numbers and `RawValue`s encode like plain JSON values;
+//! - serde_json's `arbitrary_precision` numbers and `RawValue`s encode like plain JSON values, and
+//!   JSON floats are read correctly rounded (this crate enables serde_json's `float_roundtrip`),
+//!   so keys do not depend on which serde_json features a build enables (the few exceptions are
+//!   listed in the spec, §4.7);
 //! - strings and bytes of 1024 bytes or more are encoded by their length and BLAKE3 hash.
 //!
 //! A call is hashed twice: the arguments record once (the fingerprint, keyed BLAKE3), and the
 //! namespace, turn id and that digest once more (the key); hash keys are derived from the
 //! context strings once per process.
 //!
-//! Changing the encoding changes every key: bump [`ENCODING_VERSION`] and the context strings.
+//! Changing the encoding changes every key: bump [`ENCODING_VERSION`] and the context strings
+//! (the vector test refuses a changed key otherwise).
 
 mod args;
 mod compound;
@@ -29,6 +33,7 @@ mod hash;
 mod json;
 mod raw;
 mod scratch;
+pub(crate) mod sets;
 mod types;
 mod unordered;
 
@@ -50,14 +55,14 @@ use encode::{EncodeError, encode_into};
 use scratch::Pooled;
 
 /// Version of the key material layout and value encoding; the first byte of all material.
-pub const ENCODING_VERSION: u8 = 2;
+pub const ENCODING_VERSION: u8 = 3;
 
 /// BLAKE3 derive-key context of the hash key of [`Key`]s (derived once, with empty material).
-pub const KEY_CONTEXT: &str = "idem 2026-12-02 idempotency key v2";
+pub const KEY_CONTEXT: &str = "idem 2026-12-04 idempotency key v3";
 
 /// BLAKE3 derive-key context of the hash key of arguments digests, and so of [`Fingerprint`]s
 /// (derived once, with empty material).
-pub const FINGERPRINT_CONTEXT: &str = "idem 2026-12-02 arguments digest v2";
+pub const FINGERPRINT_CONTEXT: &str = "idem 2026-12-04 arguments digest v3";
 
 /// Tool name reported in errors of the functions that are not given one.
 const UNKNOWN_TOOL: &str = "<unknown>";

@@ -261,16 +261,17 @@ impl Parser<'_> {
         Ok(())
     }
 
+    /// The four hex digits of a `\u` escape.
     fn hex4(&mut self) -> Result<u32, EncodeError> {
-        let mut n = 0;
-        for _ in 0..4 {
-            let d = self
-                .next()
-                .and_then(|b| char::from(b).to_digit(16))
-                .ok_or_else(|| self.error("invalid \\u escape"))?;
-            n = n * 16 + d;
+        let mut code = [0u8; 2];
+        let digits = self.text.get(self.at..self.at + 4);
+        match digits.map(|d| hex::decode_to_slice(d, &mut code)) {
+            Some(Ok(())) => {
+                self.at += 4;
+                Ok(u32::from(u16::from_be_bytes(code)))
+            }
+            _ => Err(self.error("invalid \\u escape")),
         }
-        Ok(n)
     }
 }
 

@@ -4,33 +4,15 @@ use std::fmt;
 
 use crate::Error;
 
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
+/// Writes `bytes` (at most 32) as lowercase hex, without allocating.
 fn write_hex(f: &mut fmt::Formatter<'_>, bytes: &[u8]) -> fmt::Result {
-    for b in bytes {
-        write!(f, "{b:02x}")?;
-    }
-    Ok(())
+    let mut buf = [0u8; 64];
+    let text = buf.get_mut(..2 * bytes.len()).ok_or(fmt::Error)?;
+    hex::encode_to_slice(bytes, text).map_err(|_| fmt::Error)?;
+    f.write_str(std::str::from_utf8(text).map_err(|_| fmt::Error)?)
 }
 
-fn to_hex(bytes: &[u8]) -> String {
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(HEX[usize::from(b >> 4)]));
-        s.push(char::from(HEX[usize::from(b & 0x0f)]));
-    }
-    s
-}
-
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
+/// Parses exactly `2 * N` hex characters (either case) into `N` bytes.
 fn from_hex<const N: usize>(s: &str, what: &str) -> Result<[u8; N], Error> {
     let invalid = |why: &str| {
         let shown: String = s.chars().take(2 * N + 2).collect();
@@ -40,20 +22,11 @@ fn from_hex<const N: usize>(s: &str, what: &str) -> Result<[u8; N], Error> {
             2 * N
         ))
     };
-    let bytes = s.as_bytes();
-    if bytes.len() != 2 * N {
-        return Err(invalid(&format!("it is {} bytes long", bytes.len())));
+    if s.len() != 2 * N {
+        return Err(invalid(&format!("it is {} bytes long", s.len())));
     }
     let mut out = [0u8; N];
-    for (o, pair) in out.iter_mut().zip(bytes.chunks_exact(2)) {
-        let &[hi, lo] = pair else {
-            return Err(invalid("odd length"));
-        };
-        match (nibble(hi), nibble(lo)) {
-            (Some(h), Some(l)) => *o = (h << 4) | l,
-            _ => return Err(invalid("it contains a non-hex character")),
-        }
-    }
+    hex::decode_to_slice(s, &mut out).map_err(|_| invalid("it contains a non-hex character"))?;
     Ok(out)
 }
 
@@ -78,7 +51,7 @@ impl Key {
 
     /// The key as 64 lowercase hex characters.
     pub fn to_hex(&self) -> String {
-        to_hex(&self.0)
+        hex::encode(self.0)
     }
 
     /// Parses 64 hex characters (either case).
@@ -131,7 +104,7 @@ impl Fingerprint {
 
     /// The fingerprint as 64 lowercase hex characters.
     pub fn to_hex(&self) -> String {
-        to_hex(&self.0)
+        hex::encode(self.0)
     }
 
     /// Parses 64 hex characters (either case).
@@ -177,7 +150,7 @@ impl ShortKey {
 
     /// The 12 lowercase hex characters.
     pub fn to_hex(&self) -> String {
-        to_hex(&self.0)
+        hex::encode(self.0)
     }
 }
 

@@ -11,7 +11,8 @@ pub(crate) const UNORDERED_MAGIC: &str = "$idem_tools::Unordered";
 /// `Unordered(vec![b, a])` give the same key.
 ///
 /// For every other serializer (JSON, …) it is transparent: it serializes and deserializes exactly
-/// like the inner collection.
+/// like the inner collection. A result recorded for replay marks it as a set too, so it may
+/// replay in another order (a plain `Vec` may not).
 ///
 /// ```
 /// use idem_tools_runtime::key::{Unordered, encode_value};

@@ -108,7 +108,8 @@ impl<'de> Decoder<'de> {
             tag::CHAR => visitor.visit_char(r.char()?),
             tag::STR => visitor.visit_borrowed_str(r.str()?),
             tag::BYTES => visitor.visit_borrowed_bytes(r.bytes()?),
-            tag::SEQ => {
+            // A set reads as the sequence it was written as; the type decides what it holds.
+            tag::SEQ | tag::SET => {
                 let len = r.count(1)?;
                 self.seq(len, visitor)
             }

@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::format::{FormatError, Reader, VERSION, marker, put_str};
+use super::format::{FormatError, OLDEST_VERSION, Reader, VERSION, marker, put_str};
 use super::ser;
 use crate::Error;
 use crate::key::Key;
@@ -49,10 +49,10 @@ pub(super) fn open(bytes: &[u8]) -> Result<Envelope<'_>, FormatError> {
     if version == b'{' {
         return Ok(Envelope::Json(bytes));
     }
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(FormatError::new(format!(
-            "unknown record format version {version} (this idem reads version {VERSION}); was \
-             it written by a newer idem?"
+            "unknown record format version {version} (this idem reads versions \
+             {OLDEST_VERSION} to {VERSION}); was it written by a newer idem?"
         )));
     }
     let envelope = match r.byte()? {

@@ -2,8 +2,12 @@
 
 use std::fmt;
 
-/// Format version: the first byte of every record.
-pub(super) const VERSION: u8 = 1;
+/// Format version: the first byte of every record written. Version 2 added [`tag::SET`];
+/// records of version 1 (which have no sets) decode as before.
+pub(super) const VERSION: u8 = 2;
+
+/// The oldest format version still read.
+pub(super) const OLDEST_VERSION: u8 = 1;
 
 /// The envelope markers: the second byte of every record.
 pub(super) mod marker {
@@ -45,6 +49,10 @@ pub(super) mod tag {
     pub(crate) const NEWTYPE_VARIANT: u8 = 0x17;
     pub(crate) const TUPLE_VARIANT: u8 = 0x18;
     pub(crate) const STRUCT_VARIANT: u8 = 0x19;
+    /// A sequence whose order is not part of its value (a `HashSet`, `BTreeSet`,
+    /// `hashbrown::HashSet` or `Unordered` collection, as the key encoder recognises them):
+    /// an element count, then the elements in iteration order. Since format version 2.
+    pub(crate) const SET: u8 = 0x1a;
 }
 
 /// How deeply values may nest (options, sequences, maps, variants, newtypes), as in
@@ -149,6 +157,7 @@ pub(super) fn tag_name(t: u8) -> &'static str {
         tag::STR => "string",
         tag::BYTES => "bytes",
         tag::SEQ => "sequence",
+        tag::SET => "set",
         tag::MAP => "map",
         tag::UNIT_VARIANT => "unit variant",
         tag::NEWTYPE_VARIANT => "newtype variant",

@@ -3,7 +3,7 @@
 //! A retry must get back exactly what the tool returned the first time. Records therefore use a
 //! small self-describing binary serde format of idem's own, chosen for fidelity:
 //!
-//! | what the tool returned | JSON | CBOR | MessagePack | bincode | postcard | idem v1 |
+//! | what the tool returned | JSON | CBOR | MessagePack | bincode | postcard | idem |
 //! |---|---|---|---|---|---|---|
 //! | `NaN`, `±inf` (bit-exact) | ✗ `null` | ✓ | ✓ | ✓ | ✓ | ✓ |
 //! | `Some(None)` distinct from `None` | ✗ | ✗ | ✗ | ✓ | ✓ | ✓ |
@@ -19,15 +19,21 @@
 //!
 //! # The format
 //!
-//! A record is a version byte (1), an envelope marker — `Ok`, `Err`, *not replayable* (tool
+//! A record is a version byte (2), an envelope marker — `Ok`, `Err`, *not replayable* (tool
 //! name and reason follow) or *interrupted* (tool name follows) — then, for `Ok` and `Err`, one
 //! value. Every value starts with a tag byte: `None`, `Some` (a value follows), unit, `false`,
 //! `true`, each integer width from `u8` to `i128` (unsigned LEB128 varints, signed ones
-//! zigzagged), `f32`/`f64` (their IEEE bits, little-endian), `char`, string, bytes, sequence
-//! and map (an element count, then the elements), and unit, newtype, tuple and struct variants
-//! (the variant's name, then its content). Structs are maps keyed by field name, so fields can
-//! be added with `#[serde(default)]`; newtype structs are transparent. Types with a readable
-//! and a compact form (addresses, timestamps, UUIDs) record the readable one.
+//! zigzagged), `f32`/`f64` (their IEEE bits, little-endian), `char`, string, bytes, sequence,
+//! set and map (an element count, then the elements), and unit, newtype, tuple and struct
+//! variants (the variant's name, then its content). Structs are maps keyed by field name, so
+//! fields can be added with `#[serde(default)]`; newtype structs are transparent. Types with a
+//! readable and a compact form (addresses, timestamps, UUIDs) record the readable one.
+//!
+//! A *set* is a sequence whose order is not part of its value, recognised exactly as the key
+//! encoder recognises sets (`docs/key-spec.md` §4.4, the same code): a `HashSet`, `BTreeSet` or
+//! `hashbrown::HashSet` serialized by its serde impl, or a collection wrapped in
+//! [`Unordered`](crate::key::Unordered). It decodes as the sequence it was written as. Format
+//! version 2 added the set tag; records of version 1 (sets written as sequences) still decode.
 //!
 //! Encoding is a single pass without escaping or number formatting, and decoding borrows
 //! strings from the record. On small structs (`benches/replay.rs`, a loaded 2-core machine)
@@ -44,9 +50,11 @@
 //!
 //! `ResultCodec::record` encodes a result, decodes the bytes back into the result type and
 //! encodes that again (`ResultCodec::verify`). If the two encodings differ (up to the order of
-//! map and set entries), the result would not replay as it was returned — a `Deserialize` impl
-//! that drops data, an untagged enum that decodes into another variant, a `u128` inside an
-//! untagged enum (serde buffers those without 128-bit integers) — and, as when it cannot be
+//! map entries and set elements; a sequence must come back in its order), the result would not
+//! replay as it was returned — a `Deserialize` impl that drops data or reorders a sequence, an
+//! untagged enum that decodes into another variant, a `u128` inside an untagged enum (serde
+//! buffers those without 128-bit integers), a `HashSet` serialized through its iterator (not
+//! recognised as a set: wrap it in `Unordered`) — and, as when it cannot be
 //! encoded at all, a *not replayable* marker is recorded instead: a retry gets
 //! [`Error::NotReplayable`], which tells the model the action already ran and must not be called
 //! again, rather than running the tool a second time. A call that was interrupted before
@@ -121,7 +129,7 @@ pub(crate) trait ResultCodec<T, E> {
 
     /// Checks that `bytes`, just encoded, replay as the value they were encoded from: they
     /// decode into the result type, and that encodes to the same bytes (up to the order of map
-    /// and set entries). Markers pass. [`Error::Encode`] says what would be lost.
+    /// entries and set elements, not of sequence elements). Markers pass. [`Error::Encode`] says what would be lost.
     fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error>;
 
     /// What to record for `result`: its bytes when they replay faithfully, else a

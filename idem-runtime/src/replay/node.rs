@@ -27,6 +27,8 @@ pub(super) enum Node<'a> {
     Str(&'a str),
     Bytes(&'a [u8]),
     Seq(Vec<Node<'a>>),
+    /// A sequence whose order is not part of its value (format version 2).
+    Set(Vec<Node<'a>>),
     Map(Vec<(Node<'a>, Node<'a>)>),
     UnitVariant(&'a str),
     NewtypeVariant(&'a str, Box<Node<'a>>),
@@ -79,6 +81,7 @@ pub(super) fn read<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Node<'a>, For
         tag::STR => Node::Str(r.str()?),
         tag::BYTES => Node::Bytes(r.bytes()?),
         tag::SEQ => Node::Seq(elements(r, deeper)?),
+        tag::SET => Node::Set(elements(r, deeper)?),
         tag::MAP => Node::Map(entries(r, deeper)?),
         tag::UNIT_VARIANT => Node::UnitVariant(r.str()?),
         tag::NEWTYPE_VARIANT => {
@@ -122,36 +125,39 @@ fn entries<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Vec<(Node<'a>, Node<'
 }
 
 impl Node<'_> {
-    /// The same value with map entries in a canonical order (and sequence elements too when
-    /// `sort_seqs`): maps (and sets) whose iteration order is not stable, like `HashMap`, are
-    /// equal when they hold the same entries.
-    pub(super) fn canonical(self, sort_seqs: bool) -> Self {
+    /// The same value with the entries of every map and the elements of every set in a
+    /// canonical order: two values are the same when their canonical forms are equal, whatever
+    /// order their maps and sets were iterated in (a `HashMap` or `HashSet` decoded anew iterates
+    /// in another order). Sequences keep their order: a sequence replayed in another order is
+    /// another value.
+    pub(super) fn canonical(self) -> Self {
         let canon_entries = |entries: Vec<(Self, Self)>| {
             let mut entries: Vec<_> = entries
                 .into_iter()
-                .map(|(k, v)| (k.canonical(sort_seqs), v.canonical(sort_seqs)))
+                .map(|(k, v)| (k.canonical(), v.canonical()))
                 .collect();
             entries.sort();
             entries
         };
-        let canon_elements = |elements: Vec<Self>, sort: bool| {
-            let mut elements: Vec<_> = elements
-                .into_iter()
-                .map(|e| e.canonical(sort_seqs))
-                .collect();
-            if sort {
-                elements.sort();
-            }
+        let canon_elements = |elements: Vec<Self>| {
             elements
+                .into_iter()
+                .map(Node::canonical)
+                .collect::<Vec<_>>()
         };
         match self {
-            Node::Some(inner) => Node::Some(Box::new(inner.canonical(sort_seqs))),
+            Node::Some(inner) => Node::Some(Box::new(inner.canonical())),
             Node::NewtypeVariant(name, inner) => {
-                Node::NewtypeVariant(name, Box::new(inner.canonical(sort_seqs)))
+                Node::NewtypeVariant(name, Box::new(inner.canonical()))
             }
-            Node::Seq(elements) => Node::Seq(canon_elements(elements, sort_seqs)),
+            Node::Seq(elements) => Node::Seq(canon_elements(elements)),
+            Node::Set(elements) => {
+                let mut elements = canon_elements(elements);
+                elements.sort();
+                Node::Set(elements)
+            }
             Node::TupleVariant(name, elements) => {
-                Node::TupleVariant(name, canon_elements(elements, false))
+                Node::TupleVariant(name, canon_elements(elements))
             }
             Node::Map(entries) => Node::Map(canon_entries(entries)),
             Node::StructVariant(name, entries) => Node::StructVariant(name, canon_entries(entries)),

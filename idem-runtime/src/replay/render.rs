@@ -54,12 +54,13 @@ pub(super) fn write_node(out: &mut String, node: &Node<'_>, indent: usize) {
         Node::Str(s) => push_str_literal(out, s),
         Node::Bytes(bytes) => {
             out.push_str("hex\"");
-            for b in *bytes {
-                let _ = write!(out, "{b:02x}");
-            }
+            out.push_str(&hex::encode(bytes));
             out.push('"');
         }
-        Node::Seq(elements) => write_elements(out, "[", elements, "]", indent),
+        // A set reads as the JSON array it serializes to elsewhere.
+        Node::Seq(elements) | Node::Set(elements) => {
+            write_elements(out, "[", elements, "]", indent)
+        }
         Node::Map(entries) => write_entries(out, entries, indent),
         Node::UnitVariant(name) => out.push_str(name),
         Node::NewtypeVariant(name, inner) => {

@@ -4,21 +4,39 @@ use serde::Serialize;
 use serde::ser;
 
 use super::format::{FormatError, put_str, put_varint, put_varint128, tag, zigzag, zigzag128};
+use crate::key::sets::{UNORDERED_MAGIC, iterable_is_set};
 
 /// Appends the encoding of `value` to `out`.
 pub(super) fn encode_value<T: Serialize + ?Sized>(
     value: &T,
     out: &mut Vec<u8>,
 ) -> Result<(), FormatError> {
-    value.serialize(&mut Encoder { out })
+    value.serialize(&mut Encoder { out, set_at: None })
 }
 
 /// Writes values into a byte buffer.
 pub(super) struct Encoder<'o> {
     out: &'o mut Vec<u8>,
+    /// Where the content of an `Unordered` marker begins: a sequence starting there (through
+    /// further newtype structs, which write nothing) is a set, as in the key encoder; any other
+    /// value writes a byte first, so the hint cannot reach a sequence nested inside it.
+    set_at: Option<usize>,
 }
 
 impl<'o> Encoder<'o> {
+    /// Whether the sequence about to be written is the content of an `Unordered` marker.
+    #[inline]
+    fn marked_set(&mut self) -> bool {
+        self.set_at.take() == Some(self.out.len())
+    }
+
+    /// Writes the tag of a set or of a sequence and starts its body.
+    #[inline]
+    fn sequence<'a>(&'a mut self, set: bool, len: Option<usize>) -> Compound<'a, 'o> {
+        self.out.push(if set { tag::SET } else { tag::SEQ });
+        self.compound(len)
+    }
+
     #[inline]
     fn tagged_varint(&mut self, t: u8, v: u64) {
         self.out.push(t);
@@ -225,9 +243,12 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
     #[inline]
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
-        _name: &'static str,
+        name: &'static str,
         value: &T,
     ) -> Result<(), FormatError> {
+        if name == UNORDERED_MAGIC {
+            self.set_at = Some(self.out.len());
+        }
         value.serialize(self)
     }
 
@@ -245,12 +266,12 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
 
     #[inline]
     fn serialize_seq(self, len: Option<usize>) -> Result<Compound<'a, 'o>, FormatError> {
-        self.out.push(tag::SEQ);
-        Ok(self.compound(len))
+        let set = self.marked_set();
+        Ok(self.sequence(set, len))
     }
 
     fn serialize_tuple(self, len: usize) -> Result<Compound<'a, 'o>, FormatError> {
-        self.serialize_seq(Some(len))
+        Ok(self.sequence(false, Some(len)))
     }
 
     fn serialize_tuple_struct(
@@ -258,7 +279,7 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         _name: &'static str,
         len: usize,
     ) -> Result<Compound<'a, 'o>, FormatError> {
-        self.serialize_seq(Some(len))
+        Ok(self.sequence(false, Some(len)))
     }
 
     fn serialize_tuple_variant(
@@ -298,6 +319,25 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         self.out.push(tag::STRUCT_VARIANT);
         put_str(self.out, variant);
         Ok(self.compound(Some(len)))
+    }
+
+    /// Sets are recognised here, by the iterable's type, exactly as the key encoder does.
+    fn collect_seq<I>(self, iter: I) -> Result<(), FormatError>
+    where
+        I: IntoIterator,
+        I::Item: Serialize,
+    {
+        let set = self.marked_set() || iterable_is_set::<I>();
+        let iter = iter.into_iter();
+        let len = match iter.size_hint() {
+            (low, Some(high)) if low == high => Some(low),
+            _ => None,
+        };
+        let mut seq = self.sequence(set, len);
+        for item in iter {
+            seq.element(&item)?;
+        }
+        seq.finish()
     }
 }
 

@@ -130,7 +130,8 @@ fn trailing_bytes_unknown_versions_and_kinds_are_refused() {
         unreplayable_cut,
         vec![],
         vec![VERSION],
-        vec![2, marker::OK, tag::U8, 5],
+        vec![VERSION + 1, marker::OK, tag::U8, 5],
+        vec![0, marker::OK, tag::U8, 5],
         vec![VERSION, 9, tag::U8, 5],
         b"{not json".to_vec(),
     ] {
@@ -141,7 +142,7 @@ fn trailing_bytes_unknown_versions_and_kinds_are_refused() {
         );
         assert!(render(&bad).is_err(), "{bad:?}");
     }
-    let newer = <OkOnly as ResultCodec<u8, ()>>::decode(TOOL, &key(), &[2, 0, 0]);
+    let newer = <OkOnly as ResultCodec<u8, ()>>::decode(TOOL, &key(), &[VERSION + 1, 0, 0]);
     assert!(
         matches!(&newer, Err(e) if e.to_string().contains("newer idem")),
         "{newer:?}"
@@ -151,7 +152,7 @@ fn trailing_bytes_unknown_versions_and_kinds_are_refused() {
 #[test]
 fn a_huge_count_is_refused_before_allocating() {
     // A sequence, a map, a string and bytes claiming 2^62 elements, with a few bytes behind.
-    for t in [tag::SEQ, tag::MAP, tag::STR, tag::BYTES] {
+    for t in [tag::SEQ, tag::SET, tag::MAP, tag::STR, tag::BYTES] {
         let mut bad = vec![VERSION, marker::OK, t];
         bad.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40]);
         bad.extend_from_slice(&[tag::U8, 1, tag::U8, 2]);
