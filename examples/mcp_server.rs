@@ -335,7 +335,11 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let server = options.server(Arc::clone(&backend))?;
     let Some(addr) = &options.http else {
         // stdio: this process serves one client, so one server for its whole life.
-        server.serve(rmcp::transport::stdio()).await?.waiting().await?;
+        server
+            .serve(rmcp::transport::stdio())
+            .await?
+            .waiting()
+            .await?;
         return Ok(());
     };
     serve_http(server, backend, addr, options.stateless).await

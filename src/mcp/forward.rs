@@ -73,7 +73,9 @@ impl<S: ServerHandler> ServerHandler for IdemServer<S> {
     /// With the hints true for any client (`idempotentHint` false on a write: the client is
     /// not known here).
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.inner().get_tool(name).map(|tool| self.annotate(tool, false))
+        self.inner()
+            .get_tool(name)
+            .map(|tool| self.annotate(tool, false))
     }
 
     fn negotiate_initialize(
