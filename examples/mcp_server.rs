@@ -367,7 +367,9 @@ async fn serve_http(
         config,
     );
     let listener = tokio::net::TcpListener::bind(addr).await?;
-    eprintln!("listening on http://{}/mcp", listener.local_addr()?);
+    // One write, so that a reader of stderr never sees half the address.
+    let ready = format!("listening on http://{}/mcp\n", listener.local_addr()?);
+    std::io::Write::write_all(&mut std::io::stderr(), ready.as_bytes())?;
     loop {
         let (stream, _) = listener.accept().await?;
         let service = TowerToHyperService::new(service.clone());

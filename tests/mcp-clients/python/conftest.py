@@ -148,7 +148,7 @@ def _wait_for_url(process: subprocess.Popen[str], log: Path) -> str:
 
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        found = re.search(r"listening on (http://\S+)", log.read_text())
+        found = re.search(r"listening on (http://\S+)\n", log.read_text())  # the whole line
         if found:
             return found.group(1)
         if process.poll() is not None:
