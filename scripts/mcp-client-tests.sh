@@ -78,7 +78,7 @@ rmcp_versions() {
         else
             cargo update -p rmcp --precise "$version"
         fi
-        echo "--- rmcp $(cargo tree -p idem-tools --features rmcp -e normal -i rmcp --depth 0 | head -n 1)"
+        echo "--- with $(cargo tree -p idem-tools --features rmcp -e normal -i rmcp --depth 0 | head -n 1)"
         cargo test -p idem-tools --features rmcp "${tests[@]}"
     done
 }

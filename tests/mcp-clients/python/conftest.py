@@ -84,7 +84,22 @@ class Server:
     @asynccontextmanager
     async def client(self, *, declare: bool = False, client_id: str | None = "fresh"):
         """A connected SDK client. `declare`: it advertises the idem extension. `client_id`:
-        its `Idem-Client-Id` header over HTTP (`"fresh"`: a new UUID; `None`: no header)."""
+        its `Idem-Client-Id` header over HTTP (`"fresh"`: a new UUID; `None`: no header).
+
+        The SDK's task groups wrap what the test raises in exception groups; the one exception
+        inside is re-raised as itself, so that a failed assertion is an `AssertionError` (which
+        the `xfail(raises=AssertionError)` markers tell from a broken setup)."""
+        try:
+            async with self._client(declare, client_id) as client:
+                yield client
+        except BaseExceptionGroup as group:
+            leaf = _only_exception(group)
+            if leaf is None:
+                raise
+            raise leaf from None
+
+    @asynccontextmanager
+    async def _client(self, declare: bool, client_id: str | None):
         mode = "legacy" if self.protocol == "2025-11-25" else "auto"
         extensions = [advertise(IDEM_EXTENSION, {})] if declare else None
         if self.http:
@@ -105,6 +120,15 @@ class Server:
                 async with Client(transport, mode=mode, extensions=extensions) as client:
                     assert client.protocol_version == self.protocol
                     yield client
+
+
+def _only_exception(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception inside nested single-exception groups, if that is what `group` is."""
+    while isinstance(group, BaseExceptionGroup):
+        if len(group.exceptions) != 1:
+            return None
+        group = group.exceptions[0]
+    return group
 
 
 @pytest.fixture(params=TRANSPORTS)

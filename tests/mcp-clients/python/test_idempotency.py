@@ -173,7 +173,7 @@ ENGINE = (
 )
 
 
-@pytest.mark.xfail(reason=ENGINE, strict=True)
+@pytest.mark.xfail(reason=ENGINE, strict=True, raises=AssertionError)
 async def test_a_retry_of_a_succeeded_action_always_gets_its_result(start):
     async with start().client(declare=True) as client:
         meta = {TURN_ID: "t"}
@@ -183,7 +183,7 @@ async def test_a_retry_of_a_succeeded_action_always_gets_its_result(start):
         assert not any(r.is_error for r in results)
 
 
-@pytest.mark.xfail(reason=ENGINE, strict=True)
+@pytest.mark.xfail(reason=ENGINE, strict=True, raises=AssertionError)
 async def test_the_turn_cap_counts_started_actions_and_says_so(start):
     """A turn-wide cap of 2: `a`, `a` (a retry), `b` made two changes; `c` is refused, saying 2."""
     async with start("--max-calls", "2").client(declare=True) as client:
@@ -208,6 +208,7 @@ async def test_the_turn_cap_counts_started_actions_and_says_so(start):
     reason="needs the engine hook for an Ok value that must not be recorded "
     "(rmcp's Ok(CallToolResult { is_error: true }))",
     strict=True,
+    raises=AssertionError,
 )
 async def test_a_tool_error_returned_as_ok_is_not_replayed(start):
     """`close_ticket` returns `Ok(CallToolResult::error(..))` for a missing ticket: the retry
