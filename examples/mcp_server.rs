@@ -1,14 +1,25 @@
-//! A small MCP server built with rmcp whose state-changing tools are safe to retry.
+//! A small MCP server built with rmcp whose state-changing tools are safe to retry, for any MCP
+//! client.
 //!
 //! A help desk: `open_ticket` and `close_ticket` change the world, `comment` too, and
 //! `list_tickets` only reads. The server is wrapped in `idem_tools::mcp::IdemServer`, which gives
-//! every call its turn (from `_meta["idem/turnId"]`), its namespace (the session) and the
-//! client's `_meta["idempotencyKey"]`, and fills the `tools/list` annotations from
-//! `#[idempotent]` / `#[read_only]`. No tool has any MCP-specific idem code.
+//! every call its turn (from `_meta["idem/turnId"]`), its namespace (the connection, the HTTP
+//! session, or the `Idem-Client-Id` header where HTTP is stateless) and the client's
+//! `_meta["idempotencyKey"]`, and fills the `tools/list` annotations from `#[idempotent]` /
+//! `#[read_only]`. No tool has any MCP-specific idem code.
 //!
-//! `cargo run --example mcp_server --features rmcp` serves it in-process to rmcp's own client
-//! and shows a retry after a timeout being replayed; `tests/mcp_server.rs` drives it case by
-//! case.
+//! ```text
+//! cargo run --example mcp_server --features rmcp                          # stdio
+//! cargo run --example mcp_server --features rmcp -- --http 127.0.0.1:8000 # streamable HTTP
+//! ```
+//!
+//! Options: `--http ADDR` serves rmcp's streamable HTTP server at `http://ADDR/mcp` (with
+//! sessions for protocols up to 2025-11-25; protocol 2026-07-28 is always stateless), and
+//! prints `listening on http://ADDR/mcp` on stderr (`--http 127.0.0.1:0` picks a port);
+//! `--stateless` turns HTTP sessions off; `--max-calls N` caps the changes of a turn;
+//! `--latency-ms N` makes `open_ticket` take that long (to let a client time out mid-call).
+//! `tests/mcp_server.rs` drives it in-process with rmcp's client, `tests/mcp_http.rs` over
+//! rmcp's HTTP service, and `tests/mcp-clients/` with the official Python SDK.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -217,12 +228,16 @@ impl Desk {
 impl ServerHandler for Desk {
     /// rmcp does not stop a handler whose request is cancelled (it only signals
     /// `context.ct`): the tool finishes and records its result, and the retry gets it.
+    /// Logged on stderr, for the tests of clients in other languages.
     async fn on_cancelled(
         &self,
-        _notification: CancelledNotificationParam,
+        notification: CancelledNotificationParam,
         _context: NotificationContext<RoleServer>,
     ) {
         self.backend.cancellations.fetch_add(1, Ordering::Relaxed);
+        if let Some(request) = notification.request_id {
+            eprintln!("notifications/cancelled: request {request}");
+        }
     }
 }
 
@@ -243,56 +258,127 @@ pub fn session(backend: Arc<Backend>) -> Result<IdemServer<Desk>, idem_tools::Er
     IdemServer::new(Desk::new(backend), TOOLS)
 }
 
-/// The demo: rmcp's client over an in-process transport, a timeout, and a retry.
+/// How the server is run (see the module docs).
+#[derive(Debug, Default)]
+pub struct Options {
+    /// `--http ADDR`: streamable HTTP at this address, instead of stdio.
+    pub http: Option<String>,
+    /// `--stateless`: no HTTP sessions.
+    pub stateless: bool,
+    /// `--max-calls N`: the most changes a turn may make.
+    pub max_calls: Option<u32>,
+    /// `--latency-ms N`: how long `open_ticket` takes.
+    pub latency: Duration,
+}
+
+impl Options {
+    /// Parses the command line (without the program name).
+    ///
+    /// # Errors
+    /// A message naming the argument that is not understood.
+    pub fn parse(mut args: impl Iterator<Item = String>) -> Result<Self, String> {
+        let mut options = Options::default();
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+            match arg.as_str() {
+                "--http" => options.http = Some(value("--http")?),
+                "--stateless" => options.stateless = true,
+                "--max-calls" => {
+                    let n = value("--max-calls")?;
+                    options.max_calls = Some(n.parse().map_err(|e| format!("--max-calls: {e}"))?);
+                }
+                "--latency-ms" => {
+                    let ms = value("--latency-ms")?;
+                    let ms = ms.parse().map_err(|e| format!("--latency-ms: {e}"))?;
+                    options.latency = Duration::from_millis(ms);
+                }
+                other => {
+                    return Err(format!(
+                        "unknown argument `{other}`; usage: mcp_server [--http ADDR] \
+                         [--stateless] [--max-calls N] [--latency-ms N]"
+                    ));
+                }
+            }
+        }
+        Ok(options)
+    }
+
+    /// The server of one connection or session, with these options' turn settings.
+    ///
+    /// # Errors
+    /// As [`session`].
+    pub fn server(&self, backend: Arc<Backend>) -> Result<IdemServer<Desk>, idem_tools::Error> {
+        let server = session(backend)?;
+        Ok(match self.max_calls {
+            Some(cap) => server.with_turn(move |turn| turn.with_max_calls(cap)),
+            None => server,
+        })
+    }
+}
+
+/// Serves stdio, or streamable HTTP with `--http`, until the client goes away (or forever).
 #[tokio::main]
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     use rmcp::ServiceExt;
-    use rmcp::model::CallToolRequestParams;
 
-    let backend = Backend::with_latency(Duration::from_millis(300));
-    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
-    let server = session(Arc::clone(&backend))?;
-    tokio::spawn(async move {
-        if let Ok(running) = server.serve(server_io).await {
-            let _ = running.waiting().await;
-        }
-    });
-    let client = ().serve(client_io).await?;
+    // Logs go to stderr (stdout is the stdio transport): idem's refusals are warnings.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let options = Options::parse(std::env::args().skip(1))?;
+    let backend = Backend::with_latency(options.latency);
+    let server = options.server(Arc::clone(&backend))?;
+    let Some(addr) = &options.http else {
+        // stdio: this process serves one client, so one server for its whole life.
+        server
+            .serve(rmcp::transport::stdio())
+            .await?
+            .waiting()
+            .await?;
+        return Ok(());
+    };
+    serve_http(server, backend, addr, options.stateless).await
+}
 
-    for tool in client.list_all_tools().await? {
-        let hints = tool.annotations.unwrap_or_default();
-        println!(
-            "{:<13} readOnly={:?} idempotent={:?} destructive={:?}",
-            tool.name, hints.read_only_hint, hints.idempotent_hint, hints.destructive_hint
-        );
-    }
+/// rmcp's streamable HTTP server at `http://addr/mcp`: a server per session (or per request,
+/// statelessly), each over the shared `backend`.
+async fn serve_http(
+    server: IdemServer<Desk>,
+    backend: Arc<Backend>,
+    addr: &str,
+    stateless: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+    use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService,
+    };
 
-    let args = serde_json::json!({ "title": "the printer is on fire" });
-    let call = CallToolRequestParams::new("open_ticket")
-        .with_arguments(args.as_object().cloned().unwrap_or_default());
-    let peer = client.peer().clone();
-    let result = idem_tools::Turn::new("conv-1/turn-1")
-        .scope(async move {
-            // The agent gives up after 50 ms: rmcp sends notifications/cancelled ...
-            let first = tokio::time::timeout(
-                Duration::from_millis(50),
-                idem_tools::mcp::remote::call_tool(&peer, call.clone()),
-            )
-            .await;
-            println!("first call timed out: {}", first.is_err());
-            // ... and retries: same turn, same arguments, same key.
-            idem_tools::mcp::remote::call_tool(&peer, call).await
-        })
-        .await?;
-    println!(
-        "retry: {}",
-        serde_json::to_string(&result.structured_content)?
+    let config = StreamableHttpServerConfig::default().with_legacy_session_mode(!stateless);
+    let service = StreamableHttpService::new(
+        server.factory(move || Desk::new(Arc::clone(&backend))),
+        LocalSessionManager::default().into(),
+        config,
     );
-    let opened = backend.tickets().len();
-    println!("tickets opened: {opened}");
-    client.cancel().await?;
-    if opened != 1 {
-        return Err(format!("expected one ticket, found {opened}").into());
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    // One write, so that a reader of stderr never sees half the address.
+    let ready = format!("listening on http://{}/mcp\n", listener.local_addr()?);
+    std::io::Write::write_all(&mut std::io::stderr(), ready.as_bytes())?;
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let service = TowerToHyperService::new(service.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = connection.await {
+                eprintln!("connection: {error}");
+            }
+        });
     }
-    Ok(())
 }

@@ -159,15 +159,8 @@ impl Digest {
             .and_then(|()| Turn::current_for(tool.name))
             .map(|turn| (turn, ArgsDigest::new(tool.name)));
         let digest = Digest { tool, state };
-        // The client-supplied key of the MCP call being routed (`idem_tools::mcp::IdemServer`).
         #[cfg(feature = "rmcp")]
-        let digest = {
-            let mut digest = digest;
-            if let Some(key) = crate::mcp::take_caller_key() {
-                digest.caller_key(key.as_str());
-            }
-            digest
-        };
+        let digest = crate::mcp::route_caller_key(digest);
         digest
     }
 
@@ -180,7 +173,10 @@ impl Digest {
         let state = slot
             .register(tool)
             .map(|()| (turn.borrow().clone(), ArgsDigest::new(tool.name)));
-        Digest { tool, state }
+        let digest = Digest { tool, state };
+        #[cfg(feature = "rmcp")]
+        let digest = crate::mcp::route_caller_key(digest);
+        digest
     }
 
     fn add(&mut self, f: impl FnOnce(&mut ArgsDigest) -> Result<(), Error>) {

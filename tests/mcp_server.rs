@@ -10,7 +10,7 @@ use idem_tools::mcp::{
     IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, remote,
 };
 use mcp_support::example::{self, Backend, Desk, TOOLS};
-use mcp_support::{call, connect_to, is_error, text};
+use mcp_support::{call, connect_declaring, connect_to, is_error, text};
 use serde_json::json;
 
 #[tokio::test]
@@ -23,12 +23,39 @@ async fn tools_list_carries_the_annotations_of_the_classification() {
         let read_only = tool.name == "list_tickets";
         assert_eq!(hints.read_only_hint, Some(read_only), "{}", tool.name);
         assert_eq!(hints.destructive_hint, Some(!read_only), "{}", tool.name);
-        assert_eq!(hints.idempotent_hint, Some(true), "{}", tool.name);
+        // A client that declares nothing gets a new action from every call: only reads are
+        // idempotent for it.
+        assert_eq!(hints.idempotent_hint, Some(read_only), "{}", tool.name);
         // `idem_tools::mcp::Json<T>` gives the tool `T`'s output schema, as `rmcp::Json<T>` does.
         let structured = matches!(tool.name.as_ref(), "open_ticket" | "list_tickets");
         assert_eq!(tool.output_schema.is_some(), structured, "{}", tool.name);
     }
     client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_that_declares_the_extension_is_told_that_writes_are_idempotent() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_declaring(example::session(backend).unwrap()).await;
+    for tool in client.list_all_tools().await.unwrap() {
+        let hints = tool.annotations.expect("annotated");
+        assert_eq!(hints.idempotent_hint, Some(true), "{}", tool.name);
+    }
+    client.cancel().await.unwrap();
+}
+
+#[test]
+fn get_tool_knows_no_client_so_promises_no_idempotent_write() {
+    use rmcp::ServerHandler;
+    let server = example::session(Backend::with_latency(Duration::ZERO)).unwrap();
+    let open = server.get_tool("open_ticket").unwrap().annotations.unwrap();
+    assert_eq!(open.idempotent_hint, Some(false));
+    let list = server
+        .get_tool("list_tickets")
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert_eq!(list.idempotent_hint, Some(true));
 }
 
 #[tokio::test]
@@ -101,7 +128,7 @@ async fn a_client_timeout_then_a_retry_has_one_side_effect() {
 }
 
 #[tokio::test]
-async fn past_the_budget_the_model_reads_what_is_true() {
+async fn past_the_budget_the_model_reads_what_is_true_and_successes_replay() {
     let backend = Backend::with_latency(Duration::ZERO);
     let client = connect_to(&backend).await;
     // A call that keeps failing: three attempts (the default budget), then "stop retrying".
@@ -123,18 +150,16 @@ async fn past_the_budget_the_model_reads_what_is_true() {
         text(&stuck)
     );
 
-    // A call that succeeded: past the budget, "it is done" — even for a tool whose error type
-    // is rmcp's own `ErrorData`.
+    // A call that succeeded replays its result, however often it is repeated — even for a
+    // tool whose error type is rmcp's own `ErrorData`.
     let open = call("open_ticket", json!({"title": "x"}), &[(TURN_ID_META, "t")]);
     client.call_tool(open).await.unwrap();
     let close = || call("close_ticket", json!({"id": 1}), &[(TURN_ID_META, "t")]);
-    for _ in 0..3 {
+    for _ in 0..6 {
         let closed = client.call_tool(close()).await.unwrap();
+        assert!(!is_error(&closed));
         assert_eq!(text(&closed), "Closed ticket #1.");
     }
-    let done = client.call_tool(close()).await.unwrap();
-    assert!(is_error(&done));
-    assert!(text(&done).contains("already succeeded"), "{}", text(&done));
     client.cancel().await.unwrap();
 }
 
@@ -198,6 +223,56 @@ fn a_catalogued_tool_that_the_server_does_not_serve_under_its_name_is_refused() 
 }
 
 #[test]
-fn the_example_runs() {
-    example::main().expect("the example checks its own claims");
+fn the_example_parses_its_command_line() {
+    let parse = |args: &[&str]| example::Options::parse(args.iter().map(|a| (*a).to_owned()));
+    let options = parse(&["--http", "127.0.0.1:0", "--stateless", "--max-calls", "2"]).unwrap();
+    assert_eq!(options.http.as_deref(), Some("127.0.0.1:0"));
+    assert!(options.stateless);
+    assert_eq!(options.max_calls, Some(2));
+    assert!(parse(&[]).unwrap().http.is_none(), "stdio by default");
+    assert!(
+        parse(&["--max-calls"])
+            .unwrap_err()
+            .contains("needs a value")
+    );
+    assert!(parse(&["--verbose"]).unwrap_err().contains("usage"));
+}
+
+#[tokio::test]
+#[ignore = "needs the engine hook for an Ok value that must not be recorded (the lead's); \
+            tests/mcp-clients/python has the same test, as a strict xfail"]
+async fn a_tool_error_returned_as_ok_is_retried_not_replayed() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    let close = || call("close_ticket", json!({"id": 1}), &[(TURN_ID_META, "t")]);
+    let missing = client.call_tool(close()).await.unwrap();
+    assert!(is_error(&missing));
+    assert_eq!(text(&missing), "There is no ticket #1.");
+    let open = call("open_ticket", json!({"title": "x"}), &[(TURN_ID_META, "t")]);
+    client.call_tool(open).await.unwrap();
+    let retry = client.call_tool(close()).await.unwrap();
+    assert_eq!(
+        text(&retry),
+        "Closed ticket #1.",
+        "the failure was not recorded"
+    );
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_idempotency_key_among_the_arguments_is_refused_and_nothing_runs() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    for misplaced in [IDEMPOTENCY_KEY_META, TURN_ID_META] {
+        let open = call("open_ticket", json!({"title": "t", misplaced: "k"}), &[]);
+        let refused = client.call_tool(open).await.unwrap();
+        assert!(is_error(&refused));
+        assert!(text(&refused).contains("_meta"), "{}", text(&refused));
+        assert!(!text(&refused).contains('`'), "worded for a model");
+    }
+    // A read-only tool is not refused: nothing is deduplicated there.
+    let list = call("list_tickets", json!({ IDEMPOTENCY_KEY_META: "k" }), &[]);
+    assert!(!is_error(&client.call_tool(list).await.unwrap()));
+    assert!(backend.tickets().is_empty());
+    client.cancel().await.unwrap();
 }

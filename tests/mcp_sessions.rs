@@ -173,14 +173,133 @@ async fn turn_settings_apply_to_every_call() {
             &[(TURN_ID_META, "t")],
         )
     };
+    // A key may fail once: the second failure is refused before it runs.
+    let empty = || {
+        call(
+            "open_ticket",
+            json!({"title": " "}),
+            &[(TURN_ID_META, "t")],
+        )
+    };
+    assert!(is_error(&client.call_tool(empty()).await.unwrap()));
+    let stuck = client.call_tool(empty()).await.unwrap();
+    assert!(text(&stuck).contains("run 1 times"), "{}", text(&stuck));
+    // A success replays, past the budget too.
     assert!(!is_error(&client.call_tool(open()).await.unwrap()));
     let second = client.call_tool(open()).await.unwrap();
-    assert!(is_error(&second), "one attempt per key");
-    assert!(
-        text(&second).contains("already succeeded"),
-        "{}",
-        text(&second)
-    );
+    assert!(!is_error(&second), "{}", text(&second));
     assert_eq!(backend.tickets().len(), 1);
+    client.cancel().await.unwrap();
+}
+
+/// A till whose `pay` tool calls an `#[idempotent]` function that takes its turn as a `&Turn`
+/// parameter, and whose `tag` tool declares an `idempotencyKey` argument of its own.
+mod till {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use idem_tools::mcp::ToolError;
+    use idem_tools::{Turn, idempotent};
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::schemars::JsonSchema;
+    use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+    use serde::{Deserialize, Serialize};
+
+    pub static CHARGED: AtomicU64 = AtomicU64::new(0);
+
+    #[idempotent]
+    async fn charge(turn: &Turn, cents: u64) -> Result<u64, idem_tools::Error> {
+        assert!(!turn.id().is_empty());
+        Ok(CHARGED.fetch_add(cents, Ordering::SeqCst) + cents)
+    }
+
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    pub struct Amount {
+        cents: u64,
+    }
+
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    pub struct Tagged {
+        #[serde(rename = "idempotencyKey")]
+        idempotency_key: String,
+    }
+
+    #[derive(Clone)]
+    pub struct Till {
+        tool_router: ToolRouter<Till>,
+    }
+
+    #[idem_tools::tool_impl]
+    #[tool_router]
+    impl Till {
+        pub fn new() -> Self {
+            Till {
+                tool_router: Self::tool_router(),
+            }
+        }
+
+        /// Not catalogued: the `#[idempotent]` function it calls takes the turn explicitly.
+        #[tool(description = "Charge an amount")]
+        async fn pay(
+            &self,
+            Parameters(Amount { cents }): Parameters<Amount>,
+        ) -> Result<String, ToolError> {
+            let turn = Turn::current_for("pay")?;
+            Ok(format!("total {}", charge(&turn, cents).await?))
+        }
+
+        #[idempotent]
+        #[tool(description = "Echo a tag")]
+        async fn tag(
+            &self,
+            Parameters(Tagged { idempotency_key }): Parameters<Tagged>,
+        ) -> Result<String, ToolError> {
+            Ok(idempotency_key)
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl ServerHandler for Till {}
+
+    pub const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Till::tag];
+}
+
+#[tokio::test]
+async fn a_client_key_reaches_an_idempotent_call_that_takes_its_turn_as_a_parameter() {
+    use std::sync::atomic::Ordering;
+    let server = idem_tools::mcp::IdemServer::new(till::Till::new(), till::TOOLS).unwrap();
+    let client = connect(server).await;
+    let pay = |cents: u64| {
+        call(
+            "pay",
+            json!({ "cents": cents }),
+            &[(IDEMPOTENCY_KEY_META, "pay-1")],
+        )
+    };
+    let first = client.call_tool(pay(5)).await.unwrap();
+    assert_eq!(text(&first), "total 5");
+    assert_eq!(client.call_tool(pay(5)).await.unwrap(), first, "replayed");
+    // The key names the action: the same key with another amount is refused, not charged.
+    let reused = client.call_tool(pay(7)).await.unwrap();
+    assert!(is_error(&reused));
+    assert!(
+        text(&reused).contains("different arguments"),
+        "{}",
+        text(&reused)
+    );
+    assert_eq!(till::CHARGED.load(Ordering::SeqCst), 5);
+    client.cancel().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_idempotency_key_argument_that_the_tool_declares_is_its_own() {
+    let server = idem_tools::mcp::IdemServer::new(till::Till::new(), till::TOOLS).unwrap();
+    let client = connect(server).await;
+    let tag = call("tag", json!({ IDEMPOTENCY_KEY_META: "blue" }), &[]);
+    let result = client.call_tool(tag).await.unwrap();
+    assert!(!is_error(&result), "{}", text(&result));
+    assert_eq!(text(&result), "blue");
     client.cancel().await.unwrap();
 }

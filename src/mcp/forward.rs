@@ -65,12 +65,17 @@ impl<S: ServerHandler> ServerHandler for IdemServer<S> {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        let client = context.clone();
         let list = self.inner().list_tools(request, context).await?;
-        Ok(self.annotate_list(list))
+        Ok(self.annotate_list(list, &client))
     }
 
+    /// With the hints true for any client (`idempotentHint` false on a write: the client is
+    /// not known here).
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.inner().get_tool(name).map(|tool| self.annotate(tool))
+        self.inner()
+            .get_tool(name)
+            .map(|tool| self.annotate(tool, false))
     }
 
     fn negotiate_initialize(
@@ -88,6 +93,7 @@ impl<S: ServerHandler> ServerHandler for IdemServer<S> {
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
         let mut result = self.inner().initialize(request, context).await?;
+        self.mark_initialized();
         declare(&mut result.capabilities);
         Ok(result)
     }

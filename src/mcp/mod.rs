@@ -4,13 +4,17 @@
 //! per-tool code:
 //!
 //! * **a turn** from the request's `_meta` ([`TURN_ID_META`]), entered around the routed call;
-//! * **a namespace** from the session, or from the authenticated principal by a rule of yours
-//!   ([`IdemServer::with_namespace`]) — never one shared by every client;
+//! * **a namespace**, the client the call is deduplicated for, on every transport: the
+//!   authenticated principal by a rule of yours ([`IdemServer::with_namespace`]), the
+//!   connection (stdio), the HTTP session, or the client's [`CLIENT_ID_HEADER`] where rmcp
+//!   serves HTTP statelessly (protocol 2026-07-28) — never one shared by every client, and a
+//!   write that no namespace can be given to is refused rather than run undeduplicated;
 //! * **the client's key**: `_meta.idempotencyKey` ([`IDEMPOTENCY_KEY_META`], the shape of
 //!   SEP-3182) is honoured as the caller key, and reusing it with other arguments is refused;
 //!   the server declares both entries as the [`IDEMPOTENCY_EXTENSION`] in its capabilities;
 //! * **annotations** in `tools/list` (`readOnlyHint`, `idempotentHint`, `destructiveHint`)
-//!   from `#[idempotent]` / `#[read_only]`, written once;
+//!   from `#[idempotent]` / `#[read_only]`, true for the client that reads them:
+//!   `idempotentHint` on a write only for a client that declares [`IDEMPOTENCY_EXTENSION`];
 //! * **errors** a model can act on: the idem errors that say something true about the action
 //!   (already succeeded, stuck, in flight, interrupted, …) come back as tool results with
 //!   `isError: true`, worded for a model; the others are protocol errors.
@@ -43,14 +47,17 @@
 //!
 //! const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Desk::open_ticket, Desk::list_tickets];
 //!
-//! let server = IdemServer::new(Desk::new(), TOOLS)?; // one per session
-//! server.serve(transport).await?;
+//! // stdio: one server for the process's one client.
+//! IdemServer::new(Desk::new(), TOOLS)?.serve(rmcp::transport::stdio()).await?;
+//! // streamable HTTP: rmcp makes a server per session, or per request when stateless.
+//! let factory = IdemServer::new(Desk::new(), TOOLS)?.factory(Desk::new);
 //! ```
 //!
-//! `examples/mcp_server.rs` is a complete server, driven by rmcp's own client in
-//! `tests/mcp_server.rs` and `tests/mcp_sessions.rs`.
+//! `examples/mcp_server.rs` is a complete server (stdio, or `--http ADDR`), driven by rmcp's own
+//! client in `tests/mcp_*.rs` and by the official Python SDK in `tests/mcp-clients/`.
 
 mod forward;
+mod identity;
 pub mod remote;
 mod result;
 mod scope;
@@ -58,9 +65,9 @@ mod server;
 
 pub use idem_tools_runtime::mcp::{error_kind, is_for_model, model_message};
 pub use result::{Json, ToolError};
-pub use server::IdemServer;
+pub use server::{IdemServer, client_declares_idempotency};
 
-pub(crate) use scope::take_caller_key;
+pub(crate) use scope::route_caller_key;
 
 /// The `_meta` entry of a `tools/call` request that carries the turn id: a string, e.g.
 /// `{"_meta": {"idem/turnId": "conv-42/turn-7"}}`. Calls with one turn id share its keys and
@@ -80,5 +87,13 @@ pub const IDEMPOTENCY_KEY_META: &str = "idempotencyKey";
 /// retries being deduplicated.
 pub const IDEMPOTENCY_EXTENSION: &str = "idem/idempotency";
 
-/// The longest turn id or client key accepted in `_meta`, in bytes.
+/// The HTTP header a client sets to an id of its own (a random UUID made when the agent
+/// starts, say) to be told apart from other clients where rmcp's streamable HTTP server keeps
+/// no session: protocol 2026-07-28, or a server configured without sessions. Its calls'
+/// keys and budgets are then scoped to it. It is the client's word: a server whose clients
+/// do not trust each other names the namespace from the authenticated principal instead
+/// ([`IdemServer::with_namespace`]).
+pub const CLIENT_ID_HEADER: &str = "idem-client-id";
+
+/// The longest turn id, client key or client id accepted, in bytes.
 pub const MAX_CLIENT_KEY_LEN: usize = 256;

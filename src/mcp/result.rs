@@ -25,6 +25,11 @@ use crate::Error;
 /// * any other idem error, or an [`ErrorData`] (`ToolError::from(ErrorData)`): a protocol
 ///   error, not shown to the model.
 ///
+/// An `Err` is not recorded: a retry of the call runs the tool again (within its budget).
+/// rmcp's other way to report a failure, `Ok(CallToolResult::error(..))`, is an `Ok`, so it is
+/// recorded and replayed like a success for the tool's TTL; return `Err(ToolError::new(..))`
+/// for a failure the model may retry.
+///
 /// ```
 /// use idem_tools::mcp::ToolError;
 /// use rmcp::handler::server::tool::IntoCallToolResult;

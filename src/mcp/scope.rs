@@ -4,6 +4,8 @@
 use std::cell::Cell;
 use std::future::Future;
 
+use crate::__private::Digest;
+
 tokio::task_local! {
     static CALLER_KEY: Cell<Option<String>>;
 }
@@ -18,8 +20,18 @@ pub(crate) fn with_caller_key<F: Future>(
 
 /// The caller key of the MCP call running in this task, taken: the first `#[idempotent]` tool
 /// gets it, tools that one calls derive their keys as usual.
-pub(crate) fn take_caller_key() -> Option<String> {
+fn take_caller_key() -> Option<String> {
     CALLER_KEY.try_with(Cell::take).ok().flatten()
+}
+
+/// `digest` with the client-supplied key of the MCP call being routed
+/// ([`IdemServer`](super::IdemServer)), if it is the first `#[idempotent]` call the routed call
+/// makes: whether it takes its turn from the scope or as a `&Turn` parameter.
+pub(crate) fn route_caller_key(mut digest: Digest) -> Digest {
+    if let Some(key) = take_caller_key() {
+        digest.caller_key(key.as_str());
+    }
+    digest
 }
 
 #[cfg(test)]

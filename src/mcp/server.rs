@@ -3,49 +3,61 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rmcp::model::{CallToolRequestParams, CallToolResponse, ListToolsResult, Tool};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
+    ListToolsResult, ProtocolVersion, Tool,
+};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
-use super::{IDEMPOTENCY_KEY_META, MAX_CLIENT_KEY_LEN, TURN_ID_META, scope};
+use super::identity::{self, NamespaceRule};
+use super::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, MAX_CLIENT_KEY_LEN, TURN_ID_META, scope};
 use crate::{Error, ToolInfo, Turn};
-
-/// The rule that names the namespace of a call (the session or the principal).
-type NamespaceRule =
-    dyn Fn(&RequestContext<RoleServer>) -> Result<String, ErrorData> + Send + Sync + 'static;
 
 /// Settings applied to the `Turn` of every call.
 type TurnRule = dyn Fn(Turn) -> Turn + Send + Sync + 'static;
 
-/// An rmcp server whose tool calls run in idem turns: wrap the `ServerHandler` (one
-/// `IdemServer` per session, like the handler itself) and serve the wrapper.
+/// An rmcp server whose tool calls run in idem turns: wrap the `ServerHandler` and serve the
+/// wrapper — once per connection over stdio, or through [`factory`](Self::factory) under rmcp's
+/// streamable HTTP server, which makes one per session or, served statelessly, per request.
 ///
 /// For every `tools/call` it:
 ///
-/// 1. takes the **namespace** from [`with_namespace`](Self::with_namespace)'s rule, or by
-///    default a fresh id of this `IdemServer` (so of the session): two sessions reusing a turn
-///    id never see each other's results;
+/// 1. names the **namespace**, the client the call is deduplicated for: the
+///    [`with_namespace`](Self::with_namespace) rule if there is one; else the connection when
+///    the call did not come over HTTP; else the HTTP session; else the
+///    [`CLIENT_ID_HEADER`](super::CLIENT_ID_HEADER) header. A call to an `#[idempotent]`
+///    tool that none of them names (stateless HTTP with no header) is **refused** with a
+///    protocol error, and logged, instead of running with no deduplication;
 /// 2. takes the **turn id** from `_meta["idem/turnId"]` ([`TURN_ID_META`]); without one, a
 ///    call carrying a client key is a turn of its own, and a call with neither is a new turn
 ///    (it runs, and nothing replays it);
 /// 3. honours `_meta["idempotencyKey"]` ([`IDEMPOTENCY_KEY_META`]) as the caller key of the
-///    first `#[idempotent]` tool the call reaches;
+///    first `#[idempotent]` tool the call reaches; the same entry in the call's `arguments`
+///    (where it does nothing) is refused, unless the tool's input schema declares it;
 /// 4. runs the routed call inside that [`Turn`] and returns the idem errors a model should
 ///    read (see [`model_message`](super::model_message)) as tool results with `isError: true`,
 ///    also when the tool's error type is `ErrorData`.
 ///
-/// `tools/list` (and `get_tool`) report each catalogued tool's `readOnlyHint`,
-/// `idempotentHint` and `destructiveHint` from its classification. Every other method is
-/// the wrapped server's.
+/// `tools/list` reports each catalogued tool's `readOnlyHint`, `idempotentHint` and
+/// `destructiveHint` from its classification, as they are true for the client that asks:
+/// `idempotentHint` is true for a state-changing tool only if the client declares the
+/// [`IDEMPOTENCY_EXTENSION`] in its capabilities, thereby promising a turn id per user
+/// message; a client that sends no `_meta` gets a new action from every call, so it is told
+/// `false`. Every other method is the wrapped server's.
 pub struct IdemServer<S> {
     inner: S,
-    /// rmcp tool name → classification.
-    tools: BTreeMap<&'static str, &'static ToolInfo>,
-    session: Arc<str>,
+    /// rmcp tool name → classification, checked once and shared by every server of a
+    /// [`factory`](Self::factory).
+    tools: Arc<BTreeMap<&'static str, &'static ToolInfo>>,
+    /// The namespace of calls that do not come over HTTP.
+    connection: Arc<str>,
+    /// Whether this server answered an `initialize` (so it serves one session).
+    initialized: AtomicBool,
     namespace: Option<Arc<NamespaceRule>>,
     turn: Option<Arc<TurnRule>>,
     requests: AtomicU64,
@@ -59,15 +71,27 @@ fn rmcp_name(info: &ToolInfo) -> &'static str {
     }
 }
 
-/// A process-unique session id.
-fn new_session_id() -> String {
-    static SESSIONS: AtomicU64 = AtomicU64::new(0);
+/// A process-unique connection id.
+fn new_connection_id() -> String {
+    static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let n = SESSIONS.fetch_add(1, Ordering::Relaxed);
-    format!("mcp-session/{}-{nanos:x}-{n}", std::process::id())
+    let n = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    format!("mcp/connection/{}-{nanos:x}-{n}", std::process::id())
 }
+
+/// Whether the client of `context` declares the [`IDEMPOTENCY_EXTENSION`] (in `initialize`, or
+/// in the request's `_meta` under protocol 2026-07-28).
+pub fn client_declares_idempotency(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .and_then(|capabilities| capabilities.extensions)
+        .is_some_and(|extensions| extensions.contains_key(IDEMPOTENCY_EXTENSION))
+}
+
+/// The `_meta` entries idem reads; found among a call's arguments, they were misplaced.
+const META_ENTRIES: [&str; 2] = [IDEMPOTENCY_KEY_META, TURN_ID_META];
 
 impl<S: ServerHandler> IdemServer<S> {
     /// Wraps `inner`, whose tools are classified by `tools` (an `idem_tools::tools![…]` catalog).
@@ -101,18 +125,55 @@ impl<S: ServerHandler> IdemServer<S> {
         }
         Ok(IdemServer {
             inner,
-            tools: by_name,
-            session: Arc::from(new_session_id()),
+            tools: Arc::new(by_name),
+            connection: Arc::from(new_connection_id()),
+            initialized: AtomicBool::new(false),
             namespace: None,
             turn: None,
             requests: AtomicU64::new(0),
         })
     }
 
+    /// The service factory rmcp's `StreamableHttpService::new` takes: each server it makes
+    /// wraps a new `make()` with this server's catalog (checked once, by [`new`](Self::new)),
+    /// namespace rule and turn settings. `self`'s own inner server is dropped.
+    ///
+    /// ```ignore
+    /// let idem = IdemServer::new(Desk::new(backend.clone()), TOOLS)?;
+    /// let service = StreamableHttpService::new(
+    ///     idem.factory(move || Desk::new(backend.clone())),
+    ///     LocalSessionManager::default().into(),
+    ///     StreamableHttpServerConfig::default(),
+    /// );
+    /// ```
+    pub fn factory(
+        self,
+        make: impl Fn() -> S + Send + Sync + 'static,
+    ) -> impl Fn() -> Result<Self, std::io::Error> + Send + Sync + 'static {
+        let IdemServer {
+            tools,
+            namespace,
+            turn,
+            ..
+        } = self;
+        move || {
+            Ok(IdemServer {
+                inner: make(),
+                tools: Arc::clone(&tools),
+                connection: Arc::from(new_connection_id()),
+                initialized: AtomicBool::new(false),
+                namespace: namespace.clone(),
+                turn: turn.clone(),
+                requests: AtomicU64::new(0),
+            })
+        }
+    }
+
     /// Names the namespace of each call, e.g. from the authenticated principal in
     /// `context.extensions` (the HTTP request parts under rmcp's streamable HTTP server), so
-    /// that a client reconnecting in a new session still gets its retries replayed. An `Err`
-    /// refuses the call; an empty name is refused too (it would be shared by everyone).
+    /// that a client reconnecting in a new session still gets its retries replayed. It takes
+    /// precedence over the session and the client's header. An `Err` refuses the call; an
+    /// empty name is refused too (it would be shared by everyone).
     #[must_use]
     pub fn with_namespace(
         mut self,
@@ -123,7 +184,7 @@ impl<S: ServerHandler> IdemServer<S> {
     }
 
     /// Applies `settings` to the `Turn` of every call (budgets, store, in-flight wait). The
-    /// namespace is set after it, by the namespace rule.
+    /// namespace is set after it.
     #[must_use]
     pub fn with_turn(mut self, settings: impl Fn(Turn) -> Turn + Send + Sync + 'static) -> Self {
         self.turn = Some(Arc::new(settings));
@@ -135,9 +196,10 @@ impl<S: ServerHandler> IdemServer<S> {
         &self.inner
     }
 
-    /// The namespace of this session when no rule is given.
+    /// The namespace of calls that reach this server other than over HTTP (stdio, a pipe),
+    /// when no rule is given: one per `IdemServer`.
     pub fn session_namespace(&self) -> &str {
-        &self.session
+        &self.connection
     }
 
     /// The classification of the MCP tool `name`, if it is catalogued.
@@ -145,35 +207,42 @@ impl<S: ServerHandler> IdemServer<S> {
         self.tools.get(name).copied()
     }
 
-    /// `tool` with the hints of its classification (if catalogued); its other annotations
-    /// (title, `openWorldHint`) are kept.
-    pub fn annotate(&self, mut tool: Tool) -> Tool {
+    /// `tool` with the hints of its classification (if catalogued), as true for a client that
+    /// declares the [`IDEMPOTENCY_EXTENSION`] (`declared`) or does not: `idempotentHint` is
+    /// true for a read-only tool, and for a state-changing one only if `declared`. Its other
+    /// annotations (title, `openWorldHint`) are kept.
+    pub fn annotate(&self, mut tool: Tool, declared: bool) -> Tool {
         if let Some(info) = self.tool_info(&tool.name) {
             let mut annotations = tool.annotations.take().unwrap_or_default();
             annotations.read_only_hint = Some(info.read_only_hint());
-            annotations.idempotent_hint = Some(info.idempotent_hint());
+            annotations.idempotent_hint =
+                Some(info.idempotent_hint() && (declared || info.read_only_hint()));
             annotations.destructive_hint = Some(info.destructive_hint());
             tool.annotations = Some(annotations);
         }
         tool
     }
 
-    /// The turn of one call, from its `_meta` and the namespace rule, and its client key.
+    /// Records that this server answered an `initialize`, so serves one session.
+    pub(crate) fn mark_initialized(&self) {
+        self.initialized.store(true, Ordering::Relaxed);
+    }
+
+    /// The turn of one call, from its `_meta` and its namespace, and its client key; `None`
+    /// if nothing names the namespace.
     fn turn_of(
         &self,
         context: &RequestContext<RoleServer>,
-    ) -> Result<(Turn, Option<String>), ErrorData> {
-        let namespace = match &self.namespace {
-            Some(rule) => rule(context)?,
-            None => self.session.to_string(),
+    ) -> Result<Option<(Turn, Option<String>)>, ErrorData> {
+        let Some(namespace) = identity::namespace_of(
+            context,
+            self.namespace.as_deref(),
+            &self.connection,
+            self.initialized.load(Ordering::Relaxed),
+        )?
+        else {
+            return Ok(None);
         };
-        if namespace.is_empty() {
-            return Err(ErrorData::invalid_request(
-                "the idem namespace rule gave an empty namespace; refused, as it would be \
-                 shared by every client",
-                None,
-            ));
-        }
         let turn_id = meta_string(context, TURN_ID_META)?;
         let key = meta_string(context, IDEMPOTENCY_KEY_META)?;
         let turn_id = match (turn_id, &key) {
@@ -181,7 +250,7 @@ impl<S: ServerHandler> IdemServer<S> {
             (None, Some(key)) => format!("{IDEMPOTENCY_KEY_META}:{key}"),
             (None, None) => {
                 let n = self.requests.fetch_add(1, Ordering::Relaxed);
-                format!("request/{}/{n}", self.session)
+                format!("request/{}/{n}", self.connection)
             }
         };
         let turn = Turn::new(turn_id);
@@ -189,7 +258,22 @@ impl<S: ServerHandler> IdemServer<S> {
             Some(settings) => settings(turn),
             None => turn,
         };
-        Ok((turn.with_namespace(namespace), key))
+        Ok(Some((turn.with_namespace(namespace), key)))
+    }
+
+    /// A `_meta` entry idem reads that the call put among its `arguments` instead, if the
+    /// tool's input schema does not declare it.
+    fn misplaced_meta(&self, request: &CallToolRequestParams) -> Option<&'static str> {
+        let arguments = request.arguments.as_ref()?;
+        let found = META_ENTRIES
+            .into_iter()
+            .find(|name| arguments.contains_key(*name))?;
+        let schema = self.inner.get_tool(&request.name)?.input_schema;
+        let declared = schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_some_and(|properties| properties.contains_key(found));
+        (!declared).then_some(found)
     }
 
     /// `tools/call`: the routed call, in its turn (see [`IdemServer`]).
@@ -198,7 +282,19 @@ impl<S: ServerHandler> IdemServer<S> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (turn, key) = self.turn_of(&context)?;
+        let writes = self
+            .tool_info(&request.name)
+            .is_some_and(|info| !info.read_only_hint());
+        if writes && let Some(entry) = self.misplaced_meta(&request) {
+            return Ok(CallToolResponse::from(misplaced(entry)));
+        }
+        let Some((turn, key)) = self.turn_of(&context)? else {
+            if writes {
+                return Err(identity::refusal(&request.name));
+            }
+            // A read-only or uncatalogued tool: nothing to deduplicate.
+            return self.inner.call_tool(request, context).await;
+        };
         let call = self.inner.call_tool(request, context);
         match turn.scope(scope::with_caller_key(key, call)).await {
             Err(error) => super::result::into_tool_result(error).map(CallToolResponse::from),
@@ -206,14 +302,36 @@ impl<S: ServerHandler> IdemServer<S> {
         }
     }
 
-    /// `tools/list`: the wrapped server's list, annotated.
-    pub(crate) fn annotate_list(&self, mut list: ListToolsResult) -> ListToolsResult {
+    /// `tools/list`: the wrapped server's list, annotated for the client of `context`. The
+    /// hints depend on the client's capabilities, so the list may be cached only by it.
+    pub(crate) fn annotate_list(
+        &self,
+        mut list: ListToolsResult,
+        context: &RequestContext<RoleServer>,
+    ) -> ListToolsResult {
+        let declared = client_declares_idempotency(context);
         list.tools = std::mem::take(&mut list.tools)
             .into_iter()
-            .map(|tool| self.annotate(tool))
+            .map(|tool| self.annotate(tool, declared))
             .collect();
+        let cacheable = context
+            .protocol_version()
+            .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
+        if cacheable || list.cache_scope.is_some() {
+            list.cache_scope = Some(CacheScope::Private);
+        }
         list
     }
+}
+
+/// The result a model reads for a call that put the `_meta` entry `entry` in its arguments.
+fn misplaced(entry: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "This call was refused and nothing was done: its arguments contain {entry}, which is \
+         not a parameter of this tool. Call it again without {entry} in the arguments. (A \
+         client that sends an idempotency key or a turn id puts it in the request's _meta, \
+         not in the arguments.)"
+    ))])
 }
 
 /// The string `_meta[name]` of the request, checked.
@@ -238,7 +356,7 @@ fn meta_string(
 impl<S> std::fmt::Debug for IdemServer<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IdemServer")
-            .field("session", &self.session)
+            .field("connection", &self.connection)
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }

@@ -7,24 +7,47 @@ pub mod example;
 
 use std::sync::Arc;
 
-use example::{Backend, Desk, session};
-use idem_tools::mcp::IdemServer;
-use rmcp::model::{CallToolRequestParams, CallToolResult, RequestMetaObject};
+use example::{Backend, session};
+use idem_tools::mcp::{IDEMPOTENCY_EXTENSION, IdemServer};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, JsonObject,
+    RequestMetaObject,
+};
 use rmcp::service::RunningService;
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{RoleClient, ServerHandler, ServiceExt};
 use serde_json::Value;
 
-pub type Client = RunningService<RoleClient, ()>;
+pub type Client = RunningService<RoleClient, ClientConfig>;
 
-/// A client connected to `server` through a `tokio::io::duplex` pipe.
-pub async fn connect(server: IdemServer<Desk>) -> Client {
+/// A client connected to `server` through a `tokio::io::duplex` pipe, that declares no
+/// extension (like every client by default).
+pub async fn connect<S: ServerHandler>(server: IdemServer<S>) -> Client {
+    connect_as(server, ClientConfig::default()).await
+}
+
+/// A client that declares the idem extension (it promises a turn id per user message).
+pub async fn connect_declaring<S: ServerHandler>(server: IdemServer<S>) -> Client {
+    connect_as(server, declaring()).await
+}
+
+/// What a client declaring the idem extension sends in `initialize`.
+pub fn declaring() -> ClientConfig {
+    let mut extensions = std::collections::BTreeMap::new();
+    extensions.insert(IDEMPOTENCY_EXTENSION.to_owned(), JsonObject::new());
+    let capabilities = ClientCapabilities::builder()
+        .enable_extensions_with(extensions)
+        .build();
+    ClientConfig::new(capabilities, ClientConfig::default().client_info)
+}
+
+async fn connect_as<S: ServerHandler>(server: IdemServer<S>, client: ClientConfig) -> Client {
     let (server_io, client_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
             let _ = running.waiting().await;
         }
     });
-    ().serve(client_io).await.expect("the client connects")
+    client.serve(client_io).await.expect("the client connects")
 }
 
 /// A new session over `backend`.

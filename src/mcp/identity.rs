@@ -1,0 +1,105 @@
+//! Who sent a call: the namespace of its keys and budgets, on every transport rmcp serves.
+//!
+//! rmcp builds a new server for every HTTP request it serves statelessly (always under protocol
+//! 2026-07-28, and on older protocols when the streamable HTTP server runs without sessions),
+//! so nothing kept in an `IdemServer` can name the client there. The namespace comes instead,
+//! in this order, from:
+//!
+//! 1. the rule given to [`IdemServer::with_namespace`](super::IdemServer::with_namespace)
+//!    (the authenticated principal);
+//! 2. the connection, for a server not reached over HTTP (stdio, a pipe): one `IdemServer`
+//!    serves one client for its whole life;
+//! 3. the HTTP session (`Mcp-Session-Id`), for a server rmcp created for that session (it saw
+//!    the session's `initialize`, and rmcp routes only that session's requests to it);
+//! 4. the [`CLIENT_ID_HEADER`] header, which a client sets to an id of its own;
+//! 5. nothing: an `#[idempotent]` tool is then refused (see [`refusal`]) rather than run with
+//!    no deduplication.
+
+use rmcp::model::ErrorCode;
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::json;
+
+use super::{CLIENT_ID_HEADER, MAX_CLIENT_KEY_LEN};
+
+// The refusal names the header as clients spell it.
+const _: () = assert!(CLIENT_ID_HEADER.eq_ignore_ascii_case("Idem-Client-Id"));
+
+/// The header rmcp's streamable HTTP server names a session with.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The rule that names the namespace of a call (the session or the principal).
+pub(crate) type NamespaceRule =
+    dyn Fn(&RequestContext<RoleServer>) -> Result<String, ErrorData> + Send + Sync + 'static;
+
+/// The namespace of the call in `context`, or `None` if nothing identifies its client.
+///
+/// `connection` is the namespace of the `IdemServer` itself, used when the call did not come
+/// over HTTP; `session_bound` tells whether this `IdemServer` served an `initialize` (so rmcp
+/// created it for one session).
+pub(crate) fn namespace_of(
+    context: &RequestContext<RoleServer>,
+    rule: Option<&NamespaceRule>,
+    connection: &str,
+    session_bound: bool,
+) -> Result<Option<String>, ErrorData> {
+    if let Some(rule) = rule {
+        let namespace = rule(context)?;
+        if namespace.is_empty() {
+            return Err(ErrorData::invalid_request(
+                "the idem namespace rule gave an empty namespace; refused, as it would be \
+                 shared by every client",
+                None,
+            ));
+        }
+        return Ok(Some(namespace));
+    }
+    let Some(parts) = context.extensions.get::<http::request::Parts>() else {
+        return Ok(Some(connection.to_owned()));
+    };
+    if session_bound {
+        return Ok(Some(match header(parts, SESSION_HEADER)? {
+            Some(session) => format!("mcp/session/{session}"),
+            None => connection.to_owned(),
+        }));
+    }
+    Ok(header(parts, CLIENT_ID_HEADER)?.map(|client| format!("mcp/client/{client}")))
+}
+
+/// The value of header `name`, checked like a `_meta` key: visible ASCII, at most
+/// [`MAX_CLIENT_KEY_LEN`] bytes.
+fn header(parts: &http::request::Parts, name: &str) -> Result<Option<String>, ErrorData> {
+    let Some(value) = parts.headers.get(name) else {
+        return Ok(None);
+    };
+    match value.to_str() {
+        Ok(text) if !text.is_empty() && text.len() <= MAX_CLIENT_KEY_LEN => {
+            Ok(Some(text.to_owned()))
+        }
+        _ => Err(ErrorData::invalid_request(
+            format!(
+                "the `{name}` header must be 1 to {MAX_CLIENT_KEY_LEN} visible ASCII characters"
+            ),
+            None,
+        )),
+    }
+}
+
+/// The protocol error for a call to `tool` that no namespace can be given to, logged: it
+/// would run with no deduplication, so it does not run.
+pub(crate) fn refusal(tool: &str) -> ErrorData {
+    let message = format!(
+        "idem refused `{tool}` and nothing ran: this request came over HTTP without a session, \
+         so nothing tells which client sent it, and a retry could not be recognised as one. \
+         Send an `Idem-Client-Id` header with an id unique to the agent (a random UUID \
+         made at start-up, sent on every request), use HTTP sessions (protocol 2025-11-25 or \
+         older, a server with sessions), or name the namespace on the server with \
+         `IdemServer::with_namespace` (e.g. from the authenticated user)"
+    );
+    tracing::warn!(tool, "{message}");
+    ErrorData::new(
+        ErrorCode::INVALID_REQUEST,
+        message,
+        Some(json!({ "idem": { "error": "no_client_identity", "forModel": false, "tool": tool } })),
+    )
+}

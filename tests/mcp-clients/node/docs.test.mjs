@@ -1,0 +1,47 @@
+// The TypeScript agent of docs/adopting.md ("Agents in Python or TypeScript"), run as written
+// against the example server over streamable HTTP.
+
+import assert from "node:assert/strict";
+import { mkdtempSync, readFileSync, writeFileSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { test } from "node:test";
+import { fileURLToPath } from "node:url";
+import { start } from "./support.mjs";
+
+const here = dirname(fileURLToPath(import.meta.url));
+
+function docsExample(language) {
+  const docs = readFileSync(join(here, "..", "..", "..", "docs", "adopting.md"), "utf8");
+  const found = new RegExp(`<!-- tests/mcp-clients: ${language} -->\\n\`\`\`\\w+\\n([\\s\\S]*?)\`\`\``).exec(docs);
+  assert.ok(found, `docs/adopting.md has no ${language} example marked for the tests`);
+  return found[1];
+}
+
+test("the documented agent retries a timed-out call and it runs once", async () => {
+  // Written next to node_modules so that its imports resolve.
+  const dir = mkdtempSync(join(here, ".docs-"));
+  const file = join(dir, "agent.mjs");
+  writeFileSync(file, docsExample("typescript"));
+  const server = await start("http", "--latency-ms", "500");
+  try {
+    const agent = await import(file);
+    const client = await agent.connect(server.url);
+    try {
+      const { tools } = await client.listTools();
+      const open = tools.find((tool) => tool.name === "open_ticket");
+      assert.equal(open.annotations.idempotentHint, true, "the extension is declared");
+      // The first attempts time out; the retries join the first call, then get its result.
+      const opened = await agent.call(client, "conv-42/msg-7", "open_ticket", { title: "x" }, 200, 10);
+      assert.equal(opened.isError, false);
+      const again = await agent.call(client, "conv-42/msg-7", "open_ticket", { title: "x" });
+      assert.deepEqual(again.structuredContent, opened.structuredContent);
+      const listed = await agent.call(client, "conv-42/msg-7", "list_tickets", {});
+      assert.equal(listed.structuredContent.tickets.length, 1);
+    } finally {
+      await client.close();
+    }
+  } finally {
+    await server.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});

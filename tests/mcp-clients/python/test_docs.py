@@ -1,0 +1,41 @@
+"""The Python agent of docs/adopting.md ("Agents in Python or TypeScript"), run as written
+against the example server over streamable HTTP (the SDK's default, protocol 2026-07-28)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from conftest import text
+
+pytestmark = pytest.mark.anyio
+
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "adopting.md"
+
+
+def docs_example(language: str) -> str:
+    found = re.search(
+        rf"<!-- tests/mcp-clients: {language} -->\n```\w+\n(.*?)```", DOCS.read_text(), re.DOTALL
+    )
+    assert found, f"docs/adopting.md has no {language} example marked for the tests"
+    return found.group(1)
+
+
+@pytest.mark.parametrize("transport", ["http-2026"])
+async def test_the_documented_agent_retries_a_timed_out_call_and_it_runs_once(start):
+    agent: dict = {}
+    exec(compile(docs_example("python"), "docs/adopting.md", "exec"), agent)  # noqa: S102
+    server = start("--latency-ms", "500")
+    async with agent["connect"](server.url) as client:
+        assert client.protocol_version == "2026-07-28"
+        annotations = {t.name: t.annotations for t in (await client.list_tools()).tools}
+        assert annotations["open_ticket"].idempotent_hint is True, "the extension is declared"
+        # Every attempt but the last few times out; the retries join the first call, then
+        # get its recorded result.
+        opened = await agent["call"](client, "conv-42/msg-7", "open_ticket", {"title": "x"}, timeout=0.2, tries=10)
+        assert not opened.is_error, text(opened)
+        again = await agent["call"](client, "conv-42/msg-7", "open_ticket", {"title": "x"})
+        assert again.structured_content == opened.structured_content
+        listed = await agent["call"](client, "conv-42/msg-7", "list_tickets", {})
+        assert len(listed.structured_content["tickets"]) == 1
