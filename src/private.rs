@@ -386,3 +386,15 @@ pub const fn same_name(a: &ToolInfo, b: &ToolInfo) -> bool {
 pub const fn duplicate_tool(message: &'static str) {
     panic!("{}", message);
 }
+
+#[path = "private/receiver.rs"]
+mod receiver;
+#[allow(deprecated)] // calling them is how generated code warns
+pub use receiver::{
+    BorrowSelf, Borrowed, CloneSelf, Owned, Receiver, SelfKey, detached, detached_caching_errors,
+    receiver_of_a_generic_impl, receiver_outside_tool_impl, self_key, self_key_value,
+};
+
+#[path = "private/catalog.rs"]
+mod catalog;
+pub use catalog::{listed_as_function, method_listed_as_function};

@@ -485,13 +485,15 @@ async fn generic_and_impl_trait_arguments_and_crate_override() {
 // ---------------------------------------------------------------------------------------------
 // Methods: `&self`, `&mut self`, `self: Arc<Self>`, associated functions, trait impls.
 
-#[derive(Default)]
+/// `Clone`, with its count behind an `Arc`: its `&self` tools run detached, on a clone that
+/// shares the count; its `&mut self` tool runs attached, on the mailer itself.
+#[derive(Clone, Default)]
 struct Mailer {
-    sent: AtomicUsize,
+    sent: Arc<AtomicUsize>,
     log: Vec<String>,
 }
 
-/// Under `#[tool_impl]`, every tool method is named `Mailer::method`.
+/// Under `#[tool_impl]`, every tool method is named `Mailer__method`.
 #[idem_tools::tool_impl]
 impl Mailer {
     /// `pub` methods get a descriptor: `Mailer::send__needs_idem`.
@@ -550,10 +552,10 @@ async fn methods_of_every_receiver_kind() {
             assert_eq!(Arc::clone(&shared).shared("c".into()).await.unwrap(), 3);
         })
         .await;
-    assert_eq!(Mailer::send__needs_idem.name, "Mailer::send");
-    assert_eq!(Mailer::record__needs_idem.name, "Mailer::record");
-    assert_eq!(Mailer::notify__needs_idem.name, "Mailer::notify");
-    assert_eq!(Mailer::associated__needs_idem.name, "Mailer::associated");
+    assert_eq!(Mailer::send__needs_idem.name, "Mailer__send");
+    assert_eq!(Mailer::record__needs_idem.name, "Mailer__record");
+    assert_eq!(Mailer::notify__needs_idem.name, "Mailer__notify");
+    assert_eq!(Mailer::associated__needs_idem.name, "Mailer__associated");
     assert_eq!(Mailer::shared__needs_idem.name, "mailer_shared");
 }
 
@@ -572,8 +574,9 @@ struct Bank {
 #[async_trait::async_trait]
 #[idem_tools::tool_impl]
 impl Payments for Bank {
-    /// `#[async_trait]` on the impl expands first; `#[idempotent]` recognises its output.
-    #[idempotent(budget = 5)]
+    /// `#[async_trait]` on the impl expands first; `#[idempotent]` recognises its output. `Bank`
+    /// is not `Clone`: `attached` runs it in the caller's task, without a warning.
+    #[idempotent(budget = 5, attached)]
     async fn pay(&self, cents: u64) -> Result<usize, Error> {
         let _ = cents;
         Ok(self.paid.fetch_add(1, Ordering::SeqCst) + 1)

@@ -10,7 +10,8 @@ use crate::ast::{Form, Param, Role, ToolFn};
 use crate::attr::{IdempotentOptions, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
-use crate::valid::{self, Plan};
+use crate::receiver::{replace_self, self_binding};
+use crate::valid::{self, Plan, Run, Unchecked};
 
 /// `#[idempotent(...)]`.
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -34,14 +35,18 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         mut func,
         form,
         params,
+        receiver,
         ..
     } = tool;
-    let (ret, body, pin) = match form {
+    let (ret, mut body, pin) = match form {
         Form::Native(ret) => (ret, func.block.stmts.clone(), None),
         Form::AsyncTrait { output, pin, inner } => (output, inner.block.stmts, Some(pin)),
         // Reported by `valid::idempotent`.
         Form::NoReturn | Form::NotAsync => return fail(errors, func.into_token_stream()),
     };
+    if plan.run == Run::OnClone {
+        replace_self(&mut body);
+    }
     let new_body = Body {
         private: &private,
         info: &info,
@@ -49,6 +54,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         options: &options,
         plan: &plan,
         params: &params,
+        receiver: receiver.as_ref().map_or_else(Span::call_site, |r| r.self_token.span),
         pin: pin.as_ref(),
     }
     .tokens(body);
@@ -71,6 +77,8 @@ struct Body<'a> {
     options: &'a IdempotentOptions,
     plan: &'a Plan,
     params: &'a [Param],
+    /// Where the receiver's `self` is written (warnings about it point there).
+    receiver: Span,
     /// `Box::pin`, for an `#[async_trait]` method.
     pin: Option<&'a syn::Expr>,
 }
@@ -86,6 +94,7 @@ impl Body<'_> {
             options,
             plan,
             params,
+            receiver,
             pin,
         } = *self;
         let tool = Ident::new("__IDEM_TOOL", Span::call_site());
@@ -114,21 +123,65 @@ impl Body<'_> {
             }
             None => quote!(#private::None),
         };
-        let runner = match (options.cache_errors.is_some(), plan.detached) {
-            (false, false) => "run",
-            (true, false) => "run_caching_errors",
-            (false, true) => "run_detached",
-            (true, true) => "run_caching_errors_detached",
-        };
+        let self_key = options.self_key.as_ref().map(|self_key| {
+            let (expr, at) = (&self_key.value, self_key.span);
+            let path = respan(private.clone(), at);
+            quote_spanned!(at=> #path::self_key(&mut #digest, &(#expr));)
+        });
         let at = ret.span();
-        let runner = Ident::new(runner, at);
-        let runner_path = respan(quote!(#private::#runner), at);
-        let tool_future = quote! {
-            async move {
-                #(#patterns)*
-                #(#body)*
+        let caching = options.cache_errors.is_some();
+        let self_binding = self_binding();
+        let holder = Ident::new("idem_receiver", Span::mixed_site());
+        let (prelude, callee, tool_future) = match plan.run {
+            Run::OnClone => {
+                // Autoref specialization: `CloneSelf` (an `Owned` clone) if `Self: Clone +
+                // Send + Sync + 'static`, else the deprecated `BorrowSelf` (the receiver
+                // borrowed), whose warning points at the receiver.
+                let pick = Ident::new("idem_receiver", receiver);
+                let prelude = quote! {
+                    use #private::{CloneSelf as _, BorrowSelf as _};
+                    let #holder = (&&#private::Receiver(self)).#pick();
+                };
+                let method = if caching { "run_caching_errors" } else { "run" };
+                let method = Ident::new(method, at);
+                let future = quote! {
+                    move |#holder| async move {
+                        let #self_binding = &*#holder;
+                        #(#patterns)*
+                        #(#body)*
+                    }
+                };
+                (prelude, quote!(#holder.#method), future)
+            }
+            run => {
+                let prelude = match run {
+                    Run::AttachedWarned(why) => {
+                        let warning = match why {
+                            Unchecked::GenericImpl => "receiver_of_a_generic_impl",
+                            Unchecked::NoToolImpl => "receiver_outside_tool_impl",
+                        };
+                        let warning = Ident::new(warning, receiver);
+                        quote!(#private::#warning();)
+                    }
+                    _ => TokenStream::new(),
+                };
+                let runner = match (caching, run == Run::Detached) {
+                    (false, false) => "run",
+                    (true, false) => "run_caching_errors",
+                    (false, true) => "detached",
+                    (true, true) => "detached_caching_errors",
+                };
+                let runner = Ident::new(runner, at);
+                let future = quote! {
+                    async move {
+                        #(#patterns)*
+                        #(#body)*
+                    }
+                };
+                (prelude, quote!(#private::#runner), future)
             }
         };
+        let callee = respan(callee, at);
         // Every bound on the result type is checked at this call, and each is reported where
         // the return type is written, once: errors with equal spans and messages are merged,
         // so every token of the call, the type argument included, carries that one span.
@@ -144,17 +197,24 @@ impl Body<'_> {
             None => TokenStream::new(),
             Some(_) => {
                 let ret_arg = respan(ret.to_token_stream(), at);
-                respan(quote!(::<#ret_arg, _>), at)
+                let rest = if plan.run == Run::OnClone {
+                    quote!(_, _)
+                } else {
+                    quote!(_)
+                };
+                respan(quote!(::<#ret_arg, #rest>), at)
             }
         };
         let await_ = respan(quote!(.await), at);
-        let run = quote!(#runner_path #turbofish #run_args #await_);
+        let run = quote!(#callee #turbofish #run_args #await_);
         quote! {
             static #tool: #private::ToolInfo = #info;
             static #slot: #private::ToolSlot = #private::ToolSlot::new();
             #skip_traits
             let mut #digest = #init;
+            #self_key
             #(#args)*
+            #prelude
             #run
         }
     }
@@ -222,7 +282,7 @@ pub(crate) fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
         );
         return fail(errors, item);
     };
-    valid::read_only(&mut func, &mut errors);
+    valid::read_only(&mut func, &options, &mut errors);
     if errors.any() {
         return fail(errors, func.into_token_stream());
     }

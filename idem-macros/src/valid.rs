@@ -8,13 +8,40 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, Type};
 
 use crate::ast::{Form, Role, ToolFn, first_type_arg, take_attrs};
-use crate::attr::IdempotentOptions;
+use crate::attr::{IdempotentOptions, ReadOnlyOptions};
+use crate::descriptor::{self, Origin, ToolName, name_problem};
 use crate::errors::Errors;
 
 /// What the rules decided about a valid `#[idempotent]` function.
 pub(crate) struct Plan {
-    /// The body runs in a task of its own (see [`detachable`]).
-    pub detached: bool,
+    /// Where the body runs.
+    pub run: Run,
+}
+
+/// Where the body of an `#[idempotent]` tool runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Run {
+    /// In a task of its own: it owns everything it uses (see [`owns_its_arguments`]).
+    Detached,
+    /// In the caller's task.
+    Attached,
+    /// A `&self` method with owned arguments in a non-generic `#[tool_impl]` block: detached, on
+    /// a clone of `self`, if the type is `Clone + Send + Sync + 'static`; else attached, with a
+    /// warning. The generated code chooses, by autoref specialization.
+    OnClone,
+    /// A `&self` method with owned arguments whose type the generated code cannot check: it
+    /// runs attached, with a warning.
+    AttachedWarned(Unchecked),
+}
+
+/// Why a `&self` method's type cannot be checked for `Clone + Send + Sync + 'static`.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unchecked {
+    /// Its `impl` block has generic parameters: whether they are `'static` is unknowable.
+    GenericImpl,
+    /// Its `impl` block is not under `#[tool_impl]`, so the macro cannot tell whether it is
+    /// generic.
+    NoToolImpl,
 }
 
 /// The message for a tool that does not return a `Result`.
@@ -31,26 +58,100 @@ pub(crate) fn idempotent(
     conflicting(&mut tool.func.attrs, "read_only", "idempotent", errors);
     form(tool, errors);
     receiver_named(tool, options, errors);
+    let ident = &tool.func.sig.ident;
+    let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
+    tool_name(&name, errors);
+    self_key(tool, options, errors);
     caller_key(tool, errors);
     unique_names(tool, errors);
     skip_and_ignore(tool, options, errors);
     owned_ok(tool, errors);
-    let detached = options.attached.is_none() && detachable(tool);
-    if detached && let Some(span) = options.release_on_cancel {
+    let run = run(tool, options);
+    if let Some(span) = options.release_on_cancel {
+        let why = match run {
+            Run::Detached => Some("this tool is detached (its body runs in a task of its own)"),
+            Run::OnClone | Run::AttachedWarned(_) => Some(
+                "this `&self` method with owned arguments runs detached, on a clone of `self`, \
+                 when its type is `Clone + Send + Sync + 'static`",
+            ),
+            Run::Attached => None,
+        };
+        if let Some(why) = why {
+            errors.at(
+                span,
+                format!(
+                    "`release_on_cancel` applies to attached tools only: {why}, so a caller \
+                     that times out or is dropped does not cancel it: it finishes and its \
+                     result is recorded; add `attached` to run the body in the caller's task, \
+                     or remove `release_on_cancel`"
+                ),
+            );
+        }
+    }
+    Plan { run }
+}
+
+/// Where the body runs (see [`Run`]). A method marked `attached` is not warned about.
+fn run(tool: &ToolFn, options: &IdempotentOptions) -> Run {
+    if options.attached.is_some() || !owns_its_arguments(tool) {
+        return Run::Attached;
+    }
+    match receiver_kind(tool) {
+        Receiver::None | Receiver::Arc => Run::Detached,
+        Receiver::Shared if options.impl_type.is_none() => {
+            Run::AttachedWarned(Unchecked::NoToolImpl)
+        }
+        Receiver::Shared if options.impl_generic => Run::AttachedWarned(Unchecked::GenericImpl),
+        Receiver::Shared => Run::OnClone,
+        Receiver::Other => Run::Attached,
+    }
+}
+
+/// The name a model is shown must match `^[a-zA-Z0-9_-]{1,64}$` (OpenAI, Anthropic).
+pub(crate) fn tool_name(name: &ToolName, errors: &mut Errors) {
+    let Some(problem) = name_problem(&name.name) else {
+        return;
+    };
+    let tool = &name.name;
+    let rule = "model APIs (OpenAI, Anthropic) accept tool names of 1 to 64 ASCII letters, \
+                digits, `_` and `-`";
+    let message = match &name.origin {
+        Origin::Explicit => format!(
+            "the tool name \"{tool}\" {problem}: {rule}; write a name like \
+             \"billing_charge_card\""
+        ),
+        Origin::Function => format!(
+            "this tool is named after the function, `{tool}`, which {problem}: {rule}; give it \
+             a name that is: `name = \"…\"` in its attribute"
+        ),
+        Origin::Method { ty } => format!(
+            "this tool is named `{tool}` after its type `{ty}` and method `{item}`, and the name \
+             {problem}: {rule}; give it a name that is: `name = \"…\"` in its attribute",
+            item = name.item
+        ),
+    };
+    errors.at(name.span, message);
+}
+
+/// `self_key = …` needs a `self`.
+fn self_key(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Errors) {
+    if let Some(self_key) = &options.self_key
+        && tool.receiver.is_none()
+    {
         errors.at(
-            span,
-            "`release_on_cancel` applies to attached tools only: this tool is detached (its body \
-             runs in a task of its own), so a caller that times out or is dropped does not \
-             cancel it: it finishes and its result is recorded; add `attached` to run the body \
-             in the caller's task, or remove `release_on_cancel`",
+            self_key.span,
+            "`self_key` puts the receiver's identity into the key, but this function has no \
+             `self`: remove `self_key` (every argument is already in the key)",
         );
     }
-    Plan { detached }
 }
 
 /// Checks a `#[read_only]` function.
-pub(crate) fn read_only(func: &mut ItemFn, errors: &mut Errors) {
+pub(crate) fn read_only(func: &mut ItemFn, options: &ReadOnlyOptions, errors: &mut Errors) {
     conflicting(&mut func.attrs, "idempotent", "read_only", errors);
+    let ident = &func.sig.ident;
+    let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
+    tool_name(&name, errors);
     for input in &func.sig.inputs {
         let tokens = match input {
             FnArg::Receiver(r) if r.reference.is_some() && r.mutability.is_some() => {
@@ -108,8 +209,8 @@ fn receiver_named(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Error
         receiver,
         format!(
             "an `#[idempotent]` method needs its type in its name, or two types' `{method}` \
-             methods would share keys: add `#[idem_tools::tool_impl]` to the `impl` block (the name \
-             becomes `Type::{method}`), or give the tool a name: \
+             methods would share keys: add `#[idem_tools::tool_impl]` to the `impl` block (the \
+             name becomes `Type__{method}`), or give the tool a name: \
              `#[idempotent(name = \"…\")]`"
         ),
     );
@@ -176,6 +277,13 @@ fn skip_and_ignore(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut 
             continue;
         }
         match params.iter_mut().find(|p| p.name == name) {
+            None if name == "self" => errors.at(
+                ident.span(),
+                format!(
+                    "`self` is never in the key, no need to {option} it; to put the \
+                     receiver's identity in the key, write `self_key = self.<field>`"
+                ),
+            ),
             None => {
                 let names: Vec<_> = params.iter().map(|p| format!("`{}`", p.name)).collect();
                 let names = if names.is_empty() {
@@ -230,24 +338,58 @@ fn owned_ok(tool: &ToolFn, errors: &mut Errors) {
     }
 }
 
-/// Whether the body can run in a task of its own, detached from the caller: it must own
-/// everything it uses. So: no receiver but `self: Arc<Self>`, no parameter type with a
-/// reference or a lifetime, no `impl Trait` parameter, no type parameters (whether they are
-/// `'static` is unknowable here), and a native `async fn` (an `#[async_trait]` body borrows its
-/// receiver).
-pub(crate) fn detachable(tool: &ToolFn) -> bool {
-    let receiver_ok = tool.receiver.as_ref().is_none_or(|r| {
-        r.colon_token.is_some()
-            && matches!(&*r.ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Arc"))
-    });
-    receiver_ok
-        && matches!(tool.form, Form::Native(_))
+/// Whether the body owns everything it uses but its receiver, so that it can run in a task of
+/// its own: no parameter type with a reference or a lifetime, no `impl Trait` parameter, no
+/// type parameters (whether they are `'static` is unknowable here), and an `async fn` (native,
+/// or the `#[async_trait]` shape, whose lifetime parameters are its own and whose borrowed
+/// parameters have a reference type).
+pub(crate) fn owns_its_arguments(tool: &ToolFn) -> bool {
+    let lifetimes_ok = match tool.form {
+        Form::Native(_) => tool.func.sig.generics.lifetimes().next().is_none(),
+        Form::AsyncTrait { .. } => true,
+        Form::NoReturn | Form::NotAsync => return false,
+    };
+    lifetimes_ok
         && tool.func.sig.generics.type_params().next().is_none()
-        && tool.func.sig.generics.lifetimes().next().is_none()
         && tool
             .params
             .iter()
             .all(|p| !borrows(p.ty.to_token_stream()) && !has_impl(p.ty.to_token_stream()))
+}
+
+/// What the receiver is, for where the body runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Receiver {
+    /// No receiver.
+    None,
+    /// `&self` or `self: &Self`.
+    Shared,
+    /// `self: Arc<Self>` (any path ending in `Arc`).
+    Arc,
+    /// `&mut self`, `self`, `self: Box<Self>`, …
+    Other,
+}
+
+/// The kind of `tool`'s receiver.
+pub(crate) fn receiver_kind(tool: &ToolFn) -> Receiver {
+    let Some(receiver) = &tool.receiver else {
+        return Receiver::None;
+    };
+    match &*receiver.ty {
+        Type::Reference(r) if r.mutability.is_none() && is_self(&r.elem) => Receiver::Shared,
+        Type::Path(p)
+            if receiver.colon_token.is_some()
+                && p.path.segments.last().is_some_and(|s| s.ident == "Arc") =>
+        {
+            Receiver::Arc
+        }
+        _ => Receiver::Other,
+    }
+}
+
+/// `Self`.
+fn is_self(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.is_ident("Self"))
 }
 
 /// Whether `tokens` hold a `&` or a lifetime.

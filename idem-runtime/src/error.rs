@@ -207,7 +207,7 @@ pub enum Error {
         "two different tools are named `{name}` in this process, so they would share \
          idempotency keys and replay each other's results; this call was refused: give one of \
          them `#[idempotent(name = \"…\")]` (for methods, `#[idem_tools::tool_impl]` on the impl \
-         block names them `Type::method`)"
+         block names them `Type__method`)"
     )]
     DuplicateTool {
         /// The shared name.
