@@ -29,7 +29,9 @@ use serde::de::DeserializeOwned;
     message = "an `#[idempotent]` tool must return `Result<T, E>`, found `{Self}`",
     label = "not a `Result`",
     note = "with `T: Serialize + DeserializeOwned` (the result is recorded and replayed) and \
-            `E: From<idem_tools::Error>` (so budget and store failures flow out as the tool's own error)"
+            `E: From<idem_tools::Error>` (so budget and store failures flow out as the tool's own error)",
+    note = "an MCP tool (rmcp) returning `Json<T>` returns \
+            `Result<idem_tools::mcp::Json<T>, idem_tools::mcp::ToolError>` instead (feature `rmcp`)"
 )]
 pub trait ToolReturn: Sized {
     /// `T`.
@@ -59,7 +61,9 @@ impl<T, E> ToolReturn for Result<T, E> {
                `DeserializeOwned`",
     label = "the first result is recorded and replayed to retries, so it must (de)serialize",
     note = "derive `serde::Serialize` and `serde::Deserialize` for it, and return an owned type \
-            (no borrowed fields)"
+            (no borrowed fields)",
+    note = "for an MCP tool's structured output, `rmcp::Json<T>` does not (de)serialize: return \
+            `idem_tools::mcp::Json<T>`, which does (feature `rmcp`)"
 )]
 pub trait ToolOk: Serialize + DeserializeOwned {}
 impl<T: Serialize + DeserializeOwned> ToolOk for T {}

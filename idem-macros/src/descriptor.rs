@@ -65,10 +65,10 @@ pub(crate) fn name_problem(name: &str) -> Option<String> {
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
     {
-        let shown = if c.is_whitespace() || c.is_control() {
-            format!("{c:?}")
-        } else {
-            format!("`{c}`")
+        let shown = match c {
+            ' ' => "a space".to_owned(),
+            c if c.is_whitespace() || c.is_control() => format!("{c:?}"),
+            c => format!("`{c}`"),
         };
         return Some(format!("contains {shown}"));
     }

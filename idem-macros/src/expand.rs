@@ -126,7 +126,15 @@ impl Body<'_> {
         let self_key = options.self_key.as_ref().map(|self_key| {
             let (expr, at) = (&self_key.value, self_key.span);
             let path = respan(private.clone(), at);
-            quote_spanned!(at=> #path::self_key(&mut #digest, &(#expr));)
+            // `&(…)` spans the expression (the `&` at its first token, the parentheses at its
+            // last), so that an error about its type underlines all of it.
+            let tokens: Vec<TokenTree> = expr.to_token_stream().into_iter().collect();
+            let first = tokens.first().map_or(at, TokenTree::span);
+            let last = tokens.last().map_or(at, TokenTree::span);
+            let mut value = Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#expr));
+            value.set_span(last);
+            let borrow = quote_spanned!(first=> &);
+            quote_spanned!(at=> #path::self_key(&mut #digest, #borrow #value);)
         });
         let at = ret.span();
         let caching = options.cache_errors.is_some();

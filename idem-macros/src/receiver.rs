@@ -128,7 +128,7 @@ mod tests {
             self::helper(&self);
             Self::new(self)
         }));
-        assert_eq!(out.matches("idem_self").count(), 8, "{out}");
+        assert_eq!(out.matches("idem_self").count(), 7, "{out}");
         assert_eq!(out.matches("self :: helper").count(), 2, "{out}");
         assert!(!out.contains("(self)") && !out.contains("& self"), "{out}");
         assert!(out.contains("Self :: new"), "{out}");

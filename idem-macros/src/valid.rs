@@ -60,7 +60,7 @@ pub(crate) fn idempotent(
     receiver_named(tool, options, errors);
     let ident = &tool.func.sig.ident;
     let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
-    tool_name(&name, errors);
+    tool_name(&name, "idempotent", errors);
     self_key(tool, options, errors);
     caller_key(tool, errors);
     unique_names(tool, errors);
@@ -108,25 +108,33 @@ fn run(tool: &ToolFn, options: &IdempotentOptions) -> Run {
 }
 
 /// The name a model is shown must match `^[a-zA-Z0-9_-]{1,64}$` (OpenAI, Anthropic).
-pub(crate) fn tool_name(name: &ToolName, errors: &mut Errors) {
+/// `attribute` is `idempotent` or `read_only`, for the fix.
+pub(crate) fn tool_name(name: &ToolName, attribute: &str, errors: &mut Errors) {
     let Some(problem) = name_problem(&name.name) else {
         return;
     };
     let tool = &name.name;
     let rule = "model APIs (OpenAI, Anthropic) accept tool names of 1 to 64 ASCII letters, \
                 digits, `_` and `-`";
+    let fix = format!("give the tool such a name: `#[{attribute}(name = \"…\")]`");
     let message = match &name.origin {
-        Origin::Explicit => format!(
-            "the tool name \"{tool}\" {problem}: {rule}; write a name like \
-             \"billing_charge_card\""
-        ),
+        Origin::Explicit => {
+            let mut fixed: String = tool
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .take(64)
+                .collect();
+            if fixed.is_empty() {
+                fixed = "send_email".to_owned();
+            }
+            format!("the tool name \"{tool}\" {problem}: {rule}; write, say, \"{fixed}\"")
+        }
         Origin::Function => format!(
-            "this tool is named after the function, `{tool}`, which {problem}: {rule}; give it \
-             a name that is: `name = \"…\"` in its attribute"
+            "this tool is named after its function, `{tool}`, which {problem}: {rule}; {fix}"
         ),
         Origin::Method { ty } => format!(
-            "this tool is named `{tool}` after its type `{ty}` and method `{item}`, and the name \
-             {problem}: {rule}; give it a name that is: `name = \"…\"` in its attribute",
+            "this tool is named `{tool}`, after its type `{ty}` and its method `{item}`, and the \
+             name {problem}: {rule}; {fix}",
             item = name.item
         ),
     };
@@ -151,7 +159,7 @@ pub(crate) fn read_only(func: &mut ItemFn, options: &ReadOnlyOptions, errors: &m
     conflicting(&mut func.attrs, "idempotent", "read_only", errors);
     let ident = &func.sig.ident;
     let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
-    tool_name(&name, errors);
+    tool_name(&name, "read_only", errors);
     for input in &func.sig.inputs {
         let tokens = match input {
             FnArg::Receiver(r) if r.reference.is_some() && r.mutability.is_some() => {

@@ -113,8 +113,7 @@ impl<S: Send + Sync + 'static> Owned<S> {
         R::Ok: ToolOk + Send + 'static,
         R::Err: ToolErr + Send + 'static,
         F: FnOnce(Self) -> Fut,
-        // Runs on a clone of `self`, in a task of its own. Not `Send`? Drop a `std::sync::MutexGuard` (or an `Rc`) before `.await`, or use `tokio::sync::Mutex`; or write `#[idempotent(attached)]`
-        Fut: DetachedBody<R>,
+        Fut: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
     {
         run_detached(digest, store, body(self))
     }
@@ -131,8 +130,7 @@ impl<S: Send + Sync + 'static> Owned<S> {
         R::Ok: ToolOk + Send + 'static,
         R::Err: CachedErr + Send + 'static,
         F: FnOnce(Self) -> Fut,
-        // Runs on a clone of `self`, in a task of its own. Not `Send`? Drop a `std::sync::MutexGuard` (or an `Rc`) before `.await`, or use `tokio::sync::Mutex`; or write `#[idempotent(attached)]`
-        Fut: DetachedBody<R>,
+        Fut: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
     {
         run_caching_errors_detached(digest, store, body(self))
     }
@@ -184,8 +182,7 @@ where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
     R::Err: ToolErr + Send + 'static,
-    // Runs in a task of its own. Not `Send`? Drop a `std::sync::MutexGuard` (or an `Rc`) before `.await`, or use `tokio::sync::Mutex`; or write `#[idempotent(attached)]`
-    F: DetachedBody<R>,
+    F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
 {
     run_detached(digest, store, body)
 }
@@ -200,8 +197,7 @@ where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
     R::Err: CachedErr + Send + 'static,
-    // Runs in a task of its own. Not `Send`? Drop a `std::sync::MutexGuard` (or an `Rc`) before `.await`, or use `tokio::sync::Mutex`; or write `#[idempotent(attached)]`
-    F: DetachedBody<R>,
+    F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
 {
     run_caching_errors_detached(digest, store, body)
 }
