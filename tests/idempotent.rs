@@ -559,6 +559,67 @@ async fn methods_of_every_receiver_kind() {
     assert_eq!(Mailer::shared__needs_idem.name, "mailer_shared");
 }
 
+/// A receiver whose tool runs on a clone: `self` in every position of the body means the
+/// clone, except in nested items, which have their own.
+#[derive(Clone)]
+struct Clerk {
+    name: String,
+    /// Shared with every clone.
+    filed: Arc<AtomicUsize>,
+    /// Copied into each clone.
+    scratch: u32,
+}
+
+fn shout(text: &str) -> String {
+    text.to_uppercase()
+}
+
+#[idem_tools::tool_impl]
+impl Clerk {
+    const DESK: &'static str = "desk";
+
+    #[idempotent]
+    pub async fn file(&self, form: String) -> Result<String, Error> {
+        struct Stamp(u32);
+        impl Stamp {
+            fn value(&self) -> u32 {
+                self.0
+            }
+        }
+        let by = format!("{}@{}", self.name, Self::DESK); // in a macro
+        let tag = move |n: usize| format!("{n}:{}", self.scratch); // in a closure
+        let loud = async { self::shout(&self.name) }.await; // in an async block, by `self::`
+        let clerk: &Clerk = self; // as a value
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let n = clerk.filed.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(format!(
+            "{form} by {by} ({loud}) #{} {}",
+            tag(n),
+            Stamp(7).value()
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_clone_receiver_finishes_after_its_caller_gives_up() {
+    let clerk = Clerk {
+        name: "ada".into(),
+        filed: Arc::new(AtomicUsize::new(0)),
+        scratch: 5,
+    };
+    Turn::new("clerk")
+        .with_store(Arc::new(MemoryStore::new()))
+        .scope(async {
+            let cut = tokio::time::timeout(Duration::from_millis(10), clerk.file("w-9".into()));
+            assert!(cut.await.is_err(), "the caller gave up");
+            // The clone finished the job: the retry gets its result, the body ran once.
+            let filed = clerk.file("w-9".into()).await.unwrap();
+            assert_eq!(filed, "w-9 by ada@desk (ADA) #1:5 7");
+        })
+        .await;
+    assert_eq!(clerk.filed.load(Ordering::SeqCst), 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Stacking with `#[async_trait]` and `#[tracing::instrument]`.
 

@@ -343,7 +343,13 @@ fn every_naming_rule_gives_a_name_model_apis_accept() {
         assert!(valid_for_model_apis(tool.name), "{}", tool.name);
     }
     // What the checker rejects, so that the loop above can fail.
-    for bad in ["Billing::charge_card", "", "send email", "envoyer_réponse", &"x".repeat(65)] {
+    for bad in [
+        "Billing::charge_card",
+        "",
+        "send email",
+        "envoyer_réponse",
+        &"x".repeat(65),
+    ] {
         assert!(!valid_for_model_apis(bad), "{bad}");
     }
 }
@@ -367,7 +373,11 @@ impl Mailer {
         let _ = text;
         let mut outbox = OUTBOX.lock().unwrap();
         outbox.push((self.from.clone(), to.clone()));
-        Ok(format!("message {} from {} to {to}", outbox.len(), self.from))
+        Ok(format!(
+            "message {} from {} to {to}",
+            outbox.len(),
+            self.from
+        ))
     }
 }
 
@@ -384,7 +394,11 @@ impl CarelessMailer {
         let _ = text;
         let mut outbox = OUTBOX.lock().unwrap();
         outbox.push((format!("careless {}", self.from), to.clone()));
-        Ok(format!("message {} from {} to {to}", outbox.len(), self.from))
+        Ok(format!(
+            "message {} from {} to {to}",
+            outbox.len(),
+            self.from
+        ))
     }
 }
 

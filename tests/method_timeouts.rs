@@ -143,7 +143,13 @@ async fn one_charge_and_no_interrupted_key(store: Arc<dyn Store>, turn: &str) {
     let Some(Some(Ok(receipt))) = sends.last() else {
         panic!("a retry got the receipt: {sends:?}");
     };
-    assert_eq!(*receipt, Receipt { charge: 1, cents: 500 });
+    assert_eq!(
+        *receipt,
+        Receipt {
+            charge: 1,
+            cents: 500
+        }
+    );
     let charges = client.charges();
     assert_eq!(charges.len(), 1, "charged once: {charges:?}");
     let records = records(&*store).await;
@@ -159,10 +165,7 @@ async fn a_timed_out_clone_receiver_tool_charges_once_on_the_memory_store() {
 #[cfg(feature = "sqlite")]
 #[tokio::test]
 async fn a_timed_out_clone_receiver_tool_charges_once_on_sqlite() {
-    let path = std::env::temp_dir().join(format!(
-        "idem-method-timeouts-{}.db",
-        std::process::id()
-    ));
+    let path = std::env::temp_dir().join(format!("idem-method-timeouts-{}.db", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let store = idem_tools::SqliteStore::open(&path).unwrap();
     one_charge_and_no_interrupted_key(Arc::new(store), "timeouts/sqlite").await;

@@ -54,7 +54,9 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         options: &options,
         plan: &plan,
         params: &params,
-        receiver: receiver.as_ref().map_or_else(Span::call_site, |r| r.self_token.span),
+        receiver: receiver
+            .as_ref()
+            .map_or_else(Span::call_site, |r| r.self_token.span),
         pin: pin.as_ref(),
     }
     .tokens(body);

@@ -25,7 +25,9 @@ struct ReplaceSelf;
 
 impl VisitMut for ReplaceSelf {
     fn visit_expr_mut(&mut self, expr: &mut Expr) {
-        if let Expr::Path(ExprPath { qself: None, path, .. }) = expr
+        if let Expr::Path(ExprPath {
+            qself: None, path, ..
+        }) = expr
             && path.leading_colon.is_none()
             && path.segments.len() == 1
             && path.segments[0].ident == "self"

@@ -121,7 +121,13 @@ pub(crate) fn tool_name(name: &ToolName, attribute: &str, errors: &mut Errors) {
         Origin::Explicit => {
             let mut fixed: String = tool
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
                 .take(64)
                 .collect();
             if fixed.is_empty() {
