@@ -6,12 +6,13 @@ async fn send(to: String) -> Result<String, idem_tools::Error> {
     Ok(to)
 }
 
+#[derive(Clone)]
 struct Handle;
 
 #[derive(Clone)]
 struct Mailer {
     from: String,
-    client: std::sync::Arc<Handle>,
+    client: Handle,
 }
 
 #[tool_impl]
