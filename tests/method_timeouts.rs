@@ -46,6 +46,13 @@ struct Receipt {
     cents: u64,
 }
 
+/// The tool's work: the charge, with the call's idempotency key forwarded to the provider.
+async fn charge_forwarding_the_key(client: &PaymentClient, cents: u64) -> Result<Receipt, Error> {
+    let key = current_key().ok_or_else(|| Error::Config("not in a tool".into()))?;
+    let charge = client.charge(key.to_string(), cents).await;
+    Ok(Receipt { charge, cents })
+}
+
 /// The natural layout: a struct holding a client, cheap to clone.
 #[derive(Clone)]
 struct Billing {
@@ -57,9 +64,7 @@ impl Billing {
     #[idempotent]
     pub async fn charge_card(&self, customer: String, cents: u64) -> Result<Receipt, Error> {
         let _ = customer;
-        let key = current_key().ok_or_else(|| Error::Config("not in a tool".into()))?;
-        let charge = self.client.charge(key.to_string(), cents).await;
-        Ok(Receipt { charge, cents })
+        charge_forwarding_the_key(&self.client, cents).await
     }
 }
 
@@ -74,9 +79,7 @@ impl AttachedBilling {
     #[idempotent(attached)]
     pub async fn charge_card(&self, customer: String, cents: u64) -> Result<Receipt, Error> {
         let _ = customer;
-        let key = current_key().ok_or_else(|| Error::Config("not in a tool".into()))?;
-        let charge = self.client.charge(key.to_string(), cents).await;
-        Ok(Receipt { charge, cents })
+        charge_forwarding_the_key(&self.client, cents).await
     }
 }
 
@@ -91,9 +94,7 @@ impl UnclonableBilling {
     #[idempotent]
     pub async fn charge_card(&self, customer: String, cents: u64) -> Result<Receipt, Error> {
         let _ = customer;
-        let key = current_key().ok_or_else(|| Error::Config("not in a tool".into()))?;
-        let charge = self.client.charge(key.to_string(), cents).await;
-        Ok(Receipt { charge, cents })
+        charge_forwarding_the_key(&self.client, cents).await
     }
 }
 
