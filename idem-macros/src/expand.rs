@@ -4,14 +4,15 @@
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, Ident, ItemFn, Stmt, Type, parse_quote, parse_quote_spanned};
+use syn::{Expr, FnArg, Ident, ItemFn, Stmt, Type, parse_quote, parse_quote_spanned};
 
 use crate::ast::{Form, Param, Role, ToolFn};
-use crate::attr::{IdempotentOptions, ReadOnlyOptions};
+use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
+use crate::placement::{Run, Unchecked};
 use crate::receiver::{replace_self, self_binding};
-use crate::valid::{self, Plan, Run, Unchecked};
+use crate::valid::{self, Plan};
 
 /// `#[idempotent(...)]`.
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -96,8 +97,8 @@ impl Body<'_> {
             options,
             plan,
             params,
-            receiver,
             pin,
+            ..
         } = *self;
         let tool = Ident::new("__IDEM_TOOL", Span::call_site());
         let slot = Ident::new("__IDEM_SLOT", Span::call_site());
@@ -125,72 +126,13 @@ impl Body<'_> {
             }
             None => quote!(#private::None),
         };
-        let self_key = options.self_key.as_ref().map(|self_key| {
-            let (expr, at) = (&self_key.value, self_key.span);
-            let path = respan(private.clone(), at);
-            // `&(…)` spans the expression (the `&` at its first token, the parentheses at its
-            // last), so that an error about its type underlines all of it.
-            let tokens: Vec<TokenTree> = expr.to_token_stream().into_iter().collect();
-            let first = tokens.first().map_or(at, TokenTree::span);
-            let last = tokens.last().map_or(at, TokenTree::span);
-            let mut value = Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#expr));
-            value.set_span(last);
-            let borrow = quote_spanned!(first=> &);
-            quote_spanned!(at=> #path::self_key(&mut #digest, #borrow #value);)
-        });
+        let self_key = options
+            .self_key
+            .as_ref()
+            .map(|self_key| self_key_arg(private, &digest, self_key));
         let at = ret.span();
-        let caching = options.cache_errors.is_some();
-        let self_binding = self_binding();
-        let holder = Ident::new("idem_receiver", Span::mixed_site());
-        let (prelude, callee, tool_future) = match plan.run {
-            Run::OnClone => {
-                // Autoref specialization: `CloneSelf` (an `Owned` clone) if `Self: Clone +
-                // Send + Sync + 'static`, else the deprecated `BorrowSelf` (the receiver
-                // borrowed), whose warning points at the receiver.
-                let pick = Ident::new("idem_receiver", receiver);
-                let prelude = quote! {
-                    use #private::{CloneSelf as _, BorrowSelf as _};
-                    let #holder = (&&#private::Receiver(self)).#pick();
-                };
-                let method = if caching { "run_caching_errors" } else { "run" };
-                let method = Ident::new(method, at);
-                let future = quote! {
-                    move |#holder| async move {
-                        let #self_binding = &*#holder;
-                        #(#patterns)*
-                        #(#body)*
-                    }
-                };
-                (prelude, quote!(#holder.#method), future)
-            }
-            run => {
-                let prelude = match run {
-                    Run::AttachedWarned(why) => {
-                        let warning = match why {
-                            Unchecked::GenericImpl => "receiver_of_a_generic_impl",
-                            Unchecked::NoToolImpl => "receiver_outside_tool_impl",
-                        };
-                        let warning = Ident::new(warning, receiver);
-                        quote!(#private::#warning();)
-                    }
-                    _ => TokenStream::new(),
-                };
-                let runner = match (caching, run == Run::Detached) {
-                    (false, false) => "run",
-                    (true, false) => "run_caching_errors",
-                    (false, true) => "detached",
-                    (true, true) => "detached_caching_errors",
-                };
-                let runner = Ident::new(runner, at);
-                let future = quote! {
-                    async move {
-                        #(#patterns)*
-                        #(#body)*
-                    }
-                };
-                (prelude, quote!(#private::#runner), future)
-            }
-        };
+        let patterns = quote!(#(#patterns)*);
+        let (prelude, callee, tool_future) = self.call(&patterns, &body);
         let callee = respan(callee, at);
         // Every bound on the result type is checked at this call, and each is reported where
         // the return type is written, once: errors with equal spans and messages are merged,
@@ -228,6 +170,93 @@ impl Body<'_> {
             #run
         }
     }
+
+    /// What runs the body: the statements before the call (the receiver's clone or borrow, or
+    /// the warning), the function or method called, and the body's future (or, on a clone,
+    /// the closure that makes it from the receiver).
+    fn call(
+        &self,
+        patterns: &TokenStream,
+        body: &[Stmt],
+    ) -> (TokenStream, TokenStream, TokenStream) {
+        let Body {
+            private,
+            ret,
+            options,
+            plan,
+            receiver,
+            ..
+        } = *self;
+        let at = ret.span();
+        let caching = options.cache_errors.is_some();
+        match plan.run {
+            Run::OnClone => {
+                // Autoref specialization: `CloneSelf` (an `Owned` clone) if `Self: Clone +
+                // Send + Sync + 'static`, else the deprecated `BorrowSelf` (the receiver
+                // borrowed), whose warning points at the receiver.
+                let holder = Ident::new("idem_receiver", Span::mixed_site());
+                let self_binding = self_binding();
+                let pick = Ident::new("idem_receiver", receiver);
+                let prelude = quote! {
+                    use #private::{CloneSelf as _, BorrowSelf as _};
+                    let #holder = (&&#private::Receiver(self)).#pick();
+                };
+                let method = if caching { "run_caching_errors" } else { "run" };
+                let method = Ident::new(method, at);
+                let future = quote! {
+                    move |#holder| async move {
+                        let #self_binding = &*#holder;
+                        #patterns
+                        #(#body)*
+                    }
+                };
+                (prelude, quote!(#holder.#method), future)
+            }
+            run => {
+                let warning = match run {
+                    Run::AttachedWarned(Unchecked::GenericImpl) => {
+                        Some("receiver_of_a_generic_impl")
+                    }
+                    Run::AttachedWarned(Unchecked::NoToolImpl) => {
+                        Some("receiver_outside_tool_impl")
+                    }
+                    Run::Detached | Run::Attached | Run::OnClone => None,
+                };
+                let prelude = warning.map(|warning| {
+                    let warning = Ident::new(warning, receiver);
+                    quote!(#private::#warning();)
+                });
+                let runner = match (caching, run == Run::Detached) {
+                    (false, false) => "run",
+                    (true, false) => "run_caching_errors",
+                    (false, true) => "detached",
+                    (true, true) => "detached_caching_errors",
+                };
+                let runner = Ident::new(runner, at);
+                let future = quote! {
+                    async move {
+                        #patterns
+                        #(#body)*
+                    }
+                };
+                (quote!(#prelude), quote!(#private::#runner), future)
+            }
+        }
+    }
+}
+
+/// `self_key(&mut digest, &(EXPR))`. The `&(…)` spans the expression (the `&` at its first
+/// token, the parentheses at its last), so that an error about its type underlines all of it.
+fn self_key_arg(private: &TokenStream, digest: &Ident, self_key: &Located<Expr>) -> TokenStream {
+    let (expr, at) = (&self_key.value, self_key.span);
+    let path = respan(private.clone(), at);
+    let tokens: Vec<TokenTree> = expr.to_token_stream().into_iter().collect();
+    let first = tokens.first().map_or(at, TokenTree::span);
+    let last = tokens.last().map_or(at, TokenTree::span);
+    let mut value = Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#expr));
+    value.set_span(last);
+    let borrow = quote_spanned!(first=> &);
+    quote_spanned!(at=> #path::self_key(&mut #digest, #borrow #value);)
 }
 
 /// The statement adding parameter `p` to the digest, if it is in the key or the fingerprint.
