@@ -56,4 +56,19 @@ impl Mailer {
     }
 }
 
+/// Under `#[async_trait]` too.
+#[async_trait::async_trait]
+trait Payments {
+    async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error>;
+}
+
+#[tool_impl]
+#[async_trait::async_trait]
+impl Payments for Billing {
+    #[idempotent]
+    async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error> {
+        Ok(self.charges.fetch_add(cents, Ordering::SeqCst))
+    }
+}
+
 fn main() {}
