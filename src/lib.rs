@@ -77,7 +77,7 @@
 /// - an `async fn` (free function, inherent or trait method: `&self`, `&mut self`,
 ///   `self: Arc<Self>`; generics and `impl Trait` arguments are fine); a method with a receiver
 ///   needs [`#[tool_impl]`](macro@tool_impl) on its `impl` block or a `name = "…"` (see
-///   [the name](#the-name));
+///   [the name](#the-name)); the name is one model APIs accept;
 /// - returns `Result<T, E>` (or an alias, such as `anyhow::Result<T>`) with
 ///   `T: Serialize + DeserializeOwned` (recorded and replayed) and `E: From<idem_tools::Error>`
 ///   (budget, store and turn failures come out as the tool's own error; `idem_tools::Error` and
@@ -87,36 +87,89 @@
 ///
 /// # The key
 ///
-/// Each argument enters the key under its name; `self` and a `Turn`/`&Turn` parameter never do.
-/// A pattern parameter (`(a, b): (u32, u32)`) is hashed whole under its position, `argN`
+/// Each argument enters the key under its name; a `Turn`/`&Turn` parameter never does, nor does
+/// `self` unless `self_key = …` says what identifies the receiver (see
+/// [the receiver](#the-receiver-in-the-key)). A pattern parameter (`(a, b): (u32, u32)`) is hashed whole under its position, `argN`
 /// (counting parameters after `self` from 0), and can be skipped by that name. Renaming or
 /// reordering such parameters therefore changes keys, like renaming a named one.
 ///
 /// # The name
 ///
 /// The name is part of every key, so two tools must never share one. A free function is named
-/// after itself. A method is named after its type too, `Type::method`, when its `impl` block is
+/// after itself. A method is named after its type too, `Type__method`, when its `impl` block is
 /// under [`#[tool_impl]`](macro@tool_impl) (`Type` is the last segment of the self type,
-/// without generic arguments: `impl<T> Tool for Wrapper<T>` gives `Wrapper::call`). A method
+/// without generic arguments: `impl<T> Tool for Wrapper<T>` gives `Wrapper__call`). A method
 /// with a `self` receiver outside such a block must be given `name = "…"`: otherwise
 /// `CreateInvoice::call` and `DeleteAccount::call` would both be `call` and replay each other's
 /// results; it is a compile error that says so. `name = "…"` always wins.
+///
+/// A model is shown the name, and OpenAI and Anthropic accept only `^[a-zA-Z0-9_-]{1,64}$`:
+/// the final name is checked at compile time, and one that does not match (a non-ASCII
+/// function name, a `Type__method` over 64 characters, `name = "billing.charge"`) is an error
+/// that says to give one that does. [`ToolInfo::item`] keeps the Rust name (`charge_card`).
 ///
 /// Two listed tools with one name are a compile error of [`tools!`]. Two different tools that
 /// reach the engine under one name (and version) in one process are refused at run time with
 /// [`Error::DuplicateTool`]: each tool has a `static` slot that registers its name on the first
 /// call, after which the check is one atomic load.
 ///
+/// # The receiver in the key
+///
+/// `self` is not part of the key: right for a receiver that is a client handle (two handles to
+/// one service are one action), silently wrong for one that carries an identity. With
+/// `Mailer { from: "alice" }` and `Mailer { from: "carol" }`, carol's `send("dave", …)` in the
+/// turn where alice sent the same would get alice's receipt, and carol's message would never be
+/// sent. `self_key = EXPR` puts the identity in the key, as the argument `self`; `EXPR` is
+/// evaluated with `self` in scope before the body runs and must be `Serialize`.
+///
+/// ```
+/// # use idem_tools::{Turn, idempotent, tool_impl};
+/// #[derive(Clone)]
+/// struct Mailer { from: String }
+///
+/// #[tool_impl]
+/// impl Mailer {
+///     #[idempotent(self_key = self.from)]
+///     async fn send(&self, to: String) -> Result<String, idem_tools::Error> {
+///         Ok(format!("{} -> {to}", self.from))
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
+/// let (alice, carol) = (Mailer { from: "alice".into() }, Mailer { from: "carol".into() });
+/// Turn::new("conv-1/turn-4")
+///     .scope(async {
+///         assert_eq!(alice.send("dave".into()).await?, "alice -> dave");
+///         assert_eq!(carol.send("dave".into()).await?, "carol -> dave"); // another action
+///         Ok::<_, idem_tools::Error>(())
+///     })
+///     .await
+/// # }
+/// ```
+///
 /// # Detached and attached tools
 ///
 /// When a caller gives up on a call (a `tokio::time::timeout`, a `select!`), an attached body
-/// is cancelled mid-flight and a retry has to run it again. So a tool whose body owns
-/// everything it uses runs **detached**: its body can run in a task of its own and finish,
-/// record its result and serve retries even if the caller goes away. The macro decides from the
-/// signature: detached when there is no receiver or the receiver is `self: Arc<Self>`, no
-/// parameter type has a reference or a lifetime, no parameter is `impl Trait`, the function
-/// has no type parameters, and it is a native `async fn` (not `#[async_trait]`). A detached
-/// body must be `Send + 'static`; the error when it is not names `attached`.
+/// is cancelled mid-flight: its key is kept as interrupted, and every retry is refused (the
+/// outcome is unknown) until the record expires. So a tool whose body owns everything it uses
+/// runs **detached**: its body runs in a task of its own and finishes, records its result and
+/// serves retries even if the caller goes away. The macro decides from the signature: detached
+/// when no parameter type has a reference or a lifetime, no parameter is `impl Trait`, the
+/// function has no type parameters, it is an `async fn` (native or `#[async_trait]`), and the
+/// receiver is none, `self: Arc<Self>`, or `&self` on a type the task can own a clone of.
+///
+/// A **`&self` method** runs detached **on a clone of `self`** when its type is
+/// `Clone + Send + Sync + 'static` (checked at compile time) and its `impl` block is a
+/// non-generic one under [`#[tool_impl]`](macro@tool_impl): every `self` in the body means the
+/// clone. State behind an `Arc` is shared with the original; a field that `Clone` copies
+/// belongs to the clone. Otherwise it runs attached and the compiler **warns**, at `&self`,
+/// with the fixes: derive `Clone` (cheap when the clients are behind `Arc`), take
+/// `self: Arc<Self>`, or write `attached` to accept it. `&mut self` always runs attached,
+/// without a warning.
+///
+/// A detached body must be `Send + 'static`; when it is not (a `std::sync::MutexGuard` or an
+/// `Rc` held across `.await`), the error's note says to drop it before `.await`, use
+/// `tokio::sync::Mutex`, or write `attached`.
 ///
 /// Every other tool, and one marked `attached`, runs **attached**, in the caller's task. If
 /// it is cancelled after it started, its key is kept as interrupted (a retry gets an error
@@ -200,8 +253,8 @@
 ///   `#[idempotent]` recognises that shape and wraps the inner block; nothing to do but keep
 ///   `#[async_trait]` on the block and `#[idempotent]` on the method, and add
 ///   [`#[tool_impl]`](macro@tool_impl) to the block, above or below `#[async_trait]`: it names
-///   the method `Type::method` and emits its descriptor for [`tools!`]. An `#[async_trait]`
-///   tool always runs attached (its body borrows `self`).
+///   the method `Type__method` and emits its descriptor for [`tools!`]. An `#[async_trait]`
+///   tool runs detached or attached by the same rules as a native one.
 /// - any macro that turns the `async fn` into something else must go **below** `#[idempotent]`
 ///   unless it produces the `#[async_trait]` shape.
 ///
@@ -213,6 +266,7 @@
 ///     async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error>;
 /// }
 ///
+/// #[derive(Clone)] // its `&self` tool runs detached, on a clone
 /// struct Bank;
 ///
 /// #[idem_tools::tool_impl]
@@ -242,8 +296,9 @@ pub use idem_tools_macros::idempotent;
 /// ```
 ///
 /// Compile errors: a `&mut` parameter (including `&mut self`: it could change state through
-/// it), any option (except `crate = "…"` for a renamed `idem_tools`), and `#[idempotent]` on the same
-/// function, in either order.
+/// it), any option but `name = "…"` (the name a model is shown, checked like
+/// [`idempotent`](macro@idempotent#the-name)'s) and `crate = "…"` (for a renamed `idem_tools`),
+/// and `#[idempotent]` on the same function, in either order.
 ///
 /// ```compile_fail
 /// #[idem_tools::read_only]
@@ -251,12 +306,12 @@ pub use idem_tools_macros::idempotent;
 /// ```
 pub use idem_tools_macros::read_only;
 
-/// Names the tool methods of an `impl` block after its type (`Type::method`), and emits the
+/// Names the tool methods of an `impl` block after its type (`Type__method`), and emits the
 /// descriptors of those that cannot carry their own (a `self` receiver and no visibility), so
 /// that [`tools!`] can list them.
 ///
 /// **Names.** Every `#[idempotent]` / `#[read_only]` method or associated function of the block
-/// gets the default name `Type::method` (see [`idempotent`](macro@idempotent#the-name)): two
+/// gets the default name `Type__method` (see [`idempotent`](macro@idempotent#the-name)): two
 /// trait impls' `call` methods are two tools with different keys. `#[tool_impl]` expands first
 /// and passes the type name to the methods' attributes; an explicit `name = "…"` still wins.
 ///
@@ -277,6 +332,7 @@ pub use idem_tools_macros::read_only;
 ///     async fn call(&self, to: String) -> Result<u64, idem_tools::Error>;
 /// }
 ///
+/// #[derive(Clone)]
 /// struct SendEmail;
 ///
 /// #[tool_impl] // a trait impl
@@ -302,7 +358,7 @@ pub use idem_tools_macros::read_only;
 /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
 /// assert_eq!(TOOLS[0].name, "send_email"); // `name` wins
 /// assert_eq!(TOOLS[0].budget, Some(2));
-/// assert_eq!(TOOLS[1].name, "Server::search");
+/// assert_eq!(TOOLS[1].name, "Server__search"); // and `item` is `search`
 /// assert_eq!(TOOLS[1].kind, ToolKind::ReadOnly);
 ///
 /// // The methods themselves are unchanged: still deduplicated.
@@ -382,7 +438,9 @@ pub struct ReadmeDoctests;
 /// An unannotated function is rejected: rustc reports that it cannot find the value
 /// `not_annotated__needs_idem` (the descriptor `#[idempotent]` or `#[read_only]` would have
 /// emitted next to it). Annotate the function, or take it out of the catalog. A method without
-/// a descriptor gets a message of its own, naming `#[idem_tools::tool_impl]`.
+/// a descriptor gets a message of its own, naming `#[idem_tools::tool_impl]`, and so does a
+/// method listed like a function (`tools![charge_card]`): it says to write
+/// `tools![Billing::charge_card]`.
 ///
 /// ```compile_fail
 /// async fn not_annotated() {}

@@ -27,7 +27,9 @@ use serde::de::DeserializeOwned;
     message = "an `#[idempotent]` tool must return `Result<T, E>`, found `{Self}`",
     label = "not a `Result`",
     note = "with `T: Serialize + DeserializeOwned` (the result is recorded and replayed) and \
-            `E: From<idem_tools::Error>` (so budget and store failures flow out as the tool's own error)"
+            `E: From<idem_tools::Error>` (so budget and store failures flow out as the tool's own error)",
+    note = "an MCP tool (rmcp) returning `Json<T>` returns \
+            `Result<idem_tools::mcp::Json<T>, idem_tools::mcp::ToolError>` instead (feature `rmcp`)"
 )]
 pub trait ToolReturn: Sized {
     /// `T`.
@@ -57,7 +59,9 @@ impl<T, E> ToolReturn for Result<T, E> {
                `DeserializeOwned`",
     label = "the first result is recorded and replayed to retries, so it must (de)serialize",
     note = "derive `serde::Serialize` and `serde::Deserialize` for it, and return an owned type \
-            (no borrowed fields)"
+            (no borrowed fields)",
+    note = "for an MCP tool's structured output, `rmcp::Json<T>` does not (de)serialize: return \
+            `idem_tools::mcp::Json<T>`, which does (feature `rmcp`)"
 )]
 pub trait ToolOk: Serialize + DeserializeOwned {}
 impl<T: Serialize + DeserializeOwned> ToolOk for T {}
@@ -243,34 +247,84 @@ fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error>
 }
 
 /// How an `#[idempotent]` tool's results are recorded: [`OkOnly`] or [`OkAndErr`]
-/// (`cache_errors`), each with the bounds it needs of the result type.
+/// (`cache_errors`), each with the bounds it needs of the result type, and the check of an `Ok`
+/// that reports a failure in-band ([`OkFailure`]).
 pub trait Records<R: ToolReturn> {
     /// The engine's codec for `R`.
     fn codec(self) -> Codec<R::Ok, R::Err>;
 }
 
-/// Records `Ok` results only (the default).
-pub struct OkOnly;
+/// Records `Ok` results only (the default), except those the check says are failures.
+pub struct OkOnly<T>(pub Option<fn(&T) -> bool>);
 
-/// Records `Ok` and `Err` results (`cache_errors`).
-pub struct OkAndErr;
+/// Records `Ok` and `Err` results (`cache_errors`), except `Ok`s the check says are failures.
+pub struct OkAndErr<T>(pub Option<fn(&T) -> bool>);
 
-impl<R: ToolReturn> Records<R> for OkOnly
+fn checked<T, E>(codec: Codec<T, E>, failed: Option<fn(&T) -> bool>) -> Codec<T, E> {
+    match failed {
+        Some(failed) => codec.not_recording(failed),
+        None => codec,
+    }
+}
+
+impl<R: ToolReturn> Records<R> for OkOnly<R::Ok>
 where
     R::Ok: ToolOk,
 {
     fn codec(self) -> Codec<R::Ok, R::Err> {
-        Codec::ok_only()
+        checked(Codec::ok_only(), self.0)
     }
 }
 
-impl<R: ToolReturn> Records<R> for OkAndErr
+impl<R: ToolReturn> Records<R> for OkAndErr<R::Ok>
 where
     R::Ok: ToolOk,
     R::Err: CachedErr,
 {
     fn codec(self) -> Codec<R::Ok, R::Err> {
-        Codec::ok_and_err()
+        checked(Codec::ok_and_err(), self.0)
+    }
+}
+
+/// Autoref specialization on a tool's `Ok` type: `(&OkFailure::<T>::new()).ok_failure()` is
+/// the check of an `Ok` that reports a failure in-band — an MCP `CallToolResult` with
+/// `isError: true` (feature `rmcp`), which is treated like an `Err`: not recorded, the key given
+/// back so a retry runs again — and `None` for every other type.
+pub struct OkFailure<T>(::std::marker::PhantomData<fn() -> T>);
+
+impl<T> OkFailure<T> {
+    /// The probe.
+    pub const fn new() -> Self {
+        OkFailure(::std::marker::PhantomData)
+    }
+}
+
+impl<T> Default for OkFailure<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Every `Ok` is a success.
+pub trait OkNeverFails<T> {
+    /// `None`.
+    fn ok_failure(&self) -> Option<fn(&T) -> bool> {
+        None
+    }
+}
+
+impl<T> OkNeverFails<T> for &OkFailure<T> {}
+
+/// An MCP tool result says whether it failed.
+pub trait OkMayFail<T> {
+    /// The check.
+    fn ok_failure(&self) -> Option<fn(&T) -> bool>;
+}
+
+#[cfg(feature = "rmcp")]
+impl OkMayFail<rmcp::model::CallToolResult> for OkFailure<rmcp::model::CallToolResult> {
+    fn ok_failure(&self) -> Option<fn(&rmcp::model::CallToolResult) -> bool> {
+        Some(|result| result.is_error == Some(true))
     }
 }
 
@@ -336,7 +390,7 @@ where
     R::Err: ToolErr + Send + 'static,
     C: Records<R>,
     // rustc reports a body that is not `Send` with its own message, which shows this line:
-    F: DetachedBody<R>, // the body is not `Send`? write `#[idempotent(attached)]`
+    F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
 {
     match prepare(digest, store) {
         Ok(call) => {
@@ -367,3 +421,15 @@ pub const fn same_name(a: &ToolInfo, b: &ToolInfo) -> bool {
 pub const fn duplicate_tool(message: &'static str) {
     panic!("{}", message);
 }
+
+#[path = "private/receiver.rs"]
+mod receiver;
+#[allow(deprecated)] // calling them is how generated code warns
+pub use receiver::{
+    BorrowSelf, Borrowed, CloneSelf, Owned, Receiver, SelfKey, receiver_of_a_generic_impl,
+    receiver_outside_tool_impl, self_key, self_key_value,
+};
+
+#[path = "private/catalog.rs"]
+mod catalog;
+pub use catalog::{listed_as_function, method_listed_as_function};

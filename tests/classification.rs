@@ -36,6 +36,7 @@ mod billing {
         Ok(cents)
     }
 
+    #[derive(Clone)]
     pub struct Ledger;
 
     #[idem_tools::tool_impl]
@@ -71,8 +72,8 @@ fn the_catalog_lists_every_tool_with_its_classification() {
             "search_docs",
             "word_count",
             "charge_card",
-            "Ledger::balance",
-            "Ledger::append"
+            "Ledger__balance",
+            "Ledger__append"
         ]
     );
     let kinds: Vec<_> = TOOLS.iter().map(|t| t.kind).collect();

@@ -53,6 +53,8 @@ mod tools {
         query.len()
     }
 
+    /// `Clone`: its `&self` tool runs detached, on a clone.
+    #[derive(::std::clone::Clone)]
     pub struct Mailer;
 
     #[::idem_tools::tool_impl]
@@ -68,7 +70,7 @@ mod tools {
 
     #[::idem_tools::tool_impl]
     impl Server {
-        #[::idem_tools::idempotent(budget = 2)]
+        #[::idem_tools::idempotent(budget = 2, attached)]
         async fn open(&self, id: u32) -> ::std::result::Result<u32, ::idem_tools::Error> {
             ::std::result::Result::Ok(id + self.0)
         }

@@ -485,13 +485,15 @@ async fn generic_and_impl_trait_arguments_and_crate_override() {
 // ---------------------------------------------------------------------------------------------
 // Methods: `&self`, `&mut self`, `self: Arc<Self>`, associated functions, trait impls.
 
-#[derive(Default)]
+/// `Clone`, with its count behind an `Arc`: its `&self` tools run detached, on a clone that
+/// shares the count; its `&mut self` tool runs attached, on the mailer itself.
+#[derive(Clone, Default)]
 struct Mailer {
-    sent: AtomicUsize,
+    sent: Arc<AtomicUsize>,
     log: Vec<String>,
 }
 
-/// Under `#[tool_impl]`, every tool method is named `Mailer::method`.
+/// Under `#[tool_impl]`, every tool method is named `Mailer__method`.
 #[idem_tools::tool_impl]
 impl Mailer {
     /// `pub` methods get a descriptor: `Mailer::send__needs_idem`.
@@ -550,11 +552,72 @@ async fn methods_of_every_receiver_kind() {
             assert_eq!(Arc::clone(&shared).shared("c".into()).await.unwrap(), 3);
         })
         .await;
-    assert_eq!(Mailer::send__needs_idem.name, "Mailer::send");
-    assert_eq!(Mailer::record__needs_idem.name, "Mailer::record");
-    assert_eq!(Mailer::notify__needs_idem.name, "Mailer::notify");
-    assert_eq!(Mailer::associated__needs_idem.name, "Mailer::associated");
+    assert_eq!(Mailer::send__needs_idem.name, "Mailer__send");
+    assert_eq!(Mailer::record__needs_idem.name, "Mailer__record");
+    assert_eq!(Mailer::notify__needs_idem.name, "Mailer__notify");
+    assert_eq!(Mailer::associated__needs_idem.name, "Mailer__associated");
     assert_eq!(Mailer::shared__needs_idem.name, "mailer_shared");
+}
+
+/// A receiver whose tool runs on a clone: `self` in every position of the body means the
+/// clone, except in nested items, which have their own.
+#[derive(Clone)]
+struct Clerk {
+    name: String,
+    /// Shared with every clone.
+    filed: Arc<AtomicUsize>,
+    /// Copied into each clone.
+    scratch: u32,
+}
+
+fn shout(text: &str) -> String {
+    text.to_uppercase()
+}
+
+#[idem_tools::tool_impl]
+impl Clerk {
+    const DESK: &'static str = "desk";
+
+    #[idempotent]
+    pub async fn file(&self, form: String) -> Result<String, Error> {
+        struct Stamp(u32);
+        impl Stamp {
+            fn value(&self) -> u32 {
+                self.0
+            }
+        }
+        let by = format!("{}@{}", self.name, Self::DESK); // in a macro
+        let tag = move |n: usize| format!("{n}:{}", self.scratch); // in a closure
+        let loud = async { self::shout(&self.name) }.await; // in an async block, by `self::`
+        let clerk: &Clerk = self; // as a value
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let n = clerk.filed.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(format!(
+            "{form} by {by} ({loud}) #{} {}",
+            tag(n),
+            Stamp(7).value()
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_clone_receiver_finishes_after_its_caller_gives_up() {
+    let clerk = Clerk {
+        name: "ada".into(),
+        filed: Arc::new(AtomicUsize::new(0)),
+        scratch: 5,
+    };
+    Turn::new("clerk")
+        .with_store(Arc::new(MemoryStore::new()))
+        .scope(async {
+            let cut = tokio::time::timeout(Duration::from_millis(10), clerk.file("w-9".into()));
+            assert!(cut.await.is_err(), "the caller gave up");
+            // The clone finished the job: the retry gets its result, the body ran once.
+            let filed = clerk.file("w-9".into()).await.unwrap();
+            assert_eq!(filed, "w-9 by ada@desk (ADA) #1:5 7");
+        })
+        .await;
+    assert_eq!(clerk.filed.load(Ordering::SeqCst), 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -572,8 +635,9 @@ struct Bank {
 #[async_trait::async_trait]
 #[idem_tools::tool_impl]
 impl Payments for Bank {
-    /// `#[async_trait]` on the impl expands first; `#[idempotent]` recognises its output.
-    #[idempotent(budget = 5)]
+    /// `#[async_trait]` on the impl expands first; `#[idempotent]` recognises its output. `Bank`
+    /// is not `Clone`: `attached` runs it in the caller's task, without a warning.
+    #[idempotent(budget = 5, attached)]
     async fn pay(&self, cents: u64) -> Result<usize, Error> {
         let _ = cents;
         Ok(self.paid.fetch_add(1, Ordering::SeqCst) + 1)

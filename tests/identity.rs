@@ -1,8 +1,10 @@
-//! Two tools never share keys: a method is named after its type under `#[tool_impl]`, and two
-//! different tools that reach the engine under one name are refused at run time.
+//! Two tools never share keys: a method is named after its type under `#[tool_impl]`, two
+//! different tools that reach the engine under one name are refused at run time, and a
+//! receiver that carries an identity puts it in the key with `self_key`. Every name is one a
+//! model API accepts.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use idem_tools::{Error, MemoryStore, ToolInfo, Turn, idempotent, tool_impl};
 
@@ -14,6 +16,7 @@ trait Tool {
 static INVOICES: AtomicUsize = AtomicUsize::new(0);
 static DELETIONS: AtomicUsize = AtomicUsize::new(0);
 
+#[derive(Clone)]
 struct CreateInvoice;
 
 #[tool_impl]
@@ -25,6 +28,7 @@ impl Tool for CreateInvoice {
     }
 }
 
+#[derive(Clone)]
 struct DeleteAccount;
 
 #[tool_impl]
@@ -49,12 +53,14 @@ async fn two_trait_impls_of_one_method_do_not_share_keys() {
         .await;
     assert_eq!(INVOICES.load(Ordering::SeqCst), 1);
     assert_eq!(DELETIONS.load(Ordering::SeqCst), 1);
-    assert_eq!(CreateInvoice::call__needs_idem.name, "CreateInvoice::call");
-    assert_eq!(DeleteAccount::call__needs_idem.name, "DeleteAccount::call");
+    assert_eq!(CreateInvoice::call__needs_idem.name, "CreateInvoice__call");
+    assert_eq!(DeleteAccount::call__needs_idem.name, "DeleteAccount__call");
 }
 
 /// Two inherent `send` methods, one per type, and a generic type.
+#[derive(Clone)]
 struct Server;
+#[derive(Clone)]
 struct SmsGateway;
 struct Wrapper<T>(T);
 
@@ -88,7 +94,7 @@ impl SmsGateway {
 
 #[tool_impl]
 impl<T: Sync> Tool for Wrapper<T> {
-    #[idempotent]
+    #[idempotent(attached)] // a generic impl: attached, said so
     async fn call(&self, customer: String) -> Result<String, Error> {
         let _ = &self.0;
         Ok(customer)
@@ -111,13 +117,13 @@ async fn inherent_methods_are_named_after_their_type() {
     assert_eq!(
         names,
         [
-            "CreateInvoice::call",
-            "DeleteAccount::call",
-            "Server::send",
-            "Server::restart",
+            "CreateInvoice__call",
+            "DeleteAccount__call",
+            "Server__send",
+            "Server__restart",
             "broadcast",
-            "SmsGateway::send",
-            "Wrapper::call",
+            "SmsGateway__send",
+            "Wrapper__call",
         ]
     );
     Turn::new("identity-2")
@@ -203,4 +209,286 @@ async fn instantiations_of_a_generic_tool_are_one_tool() {
             assert_eq!(generic_tool(vec![1_u64]).await.unwrap(), 1);
         })
         .await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Names a model API accepts: every naming rule gives a name matching `^[a-zA-Z0-9_-]{1,64}$`
+// (OpenAI's and Anthropic's pattern), and keeps the Rust item's name in `item`.
+
+/// `^[a-zA-Z0-9_-]{1,64}$`.
+fn valid_for_model_apis(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Tools listed for their names only.
+#[allow(dead_code)]
+mod naming {
+    use idem_tools::{Error, idempotent, read_only, tool_impl};
+
+    /// A free function.
+    #[idempotent]
+    pub async fn send_email(to: String) -> Result<String, Error> {
+        Ok(to)
+    }
+
+    /// A raw identifier: named without `r#`.
+    #[idempotent]
+    pub async fn r#type(text: String) -> Result<String, Error> {
+        Ok(text)
+    }
+
+    /// A read-only function.
+    #[read_only]
+    pub fn search_docs(query: &str) -> usize {
+        query.len()
+    }
+
+    /// An explicit name, on both kinds.
+    #[idempotent(name = "billing-refund_v2")]
+    pub async fn refund(cents: u64) -> Result<u64, Error> {
+        Ok(cents)
+    }
+
+    #[read_only(name = "lookup")]
+    pub fn find(query: &str) -> usize {
+        query.len()
+    }
+
+    #[derive(Clone)]
+    pub struct Billing;
+
+    #[tool_impl]
+    impl Billing {
+        /// A method, an associated function and a read-only method.
+        #[idempotent]
+        pub async fn charge_card(&self, cents: u64) -> Result<u64, Error> {
+            Ok(cents)
+        }
+
+        #[idempotent]
+        pub async fn r#match(cents: u64) -> Result<u64, Error> {
+            Ok(cents)
+        }
+
+        #[read_only]
+        pub fn balance(&self) -> u64 {
+            0
+        }
+    }
+
+    pub trait Tool {
+        async fn call(&self, input: String) -> Result<String, Error>;
+    }
+
+    /// A trait impl of a generic type: named without its arguments.
+    pub struct Wrapper<T>(pub T);
+
+    #[tool_impl]
+    impl<T: Sync> Tool for Wrapper<T> {
+        #[idempotent(attached)]
+        async fn call(&self, input: String) -> Result<String, Error> {
+            Ok(input)
+        }
+    }
+
+    /// A raw type name.
+    #[derive(Clone)]
+    #[allow(non_camel_case_types)]
+    pub struct r#async;
+
+    #[tool_impl]
+    impl r#async {
+        #[idempotent]
+        pub async fn run(&self, input: String) -> Result<String, Error> {
+            Ok(input)
+        }
+    }
+}
+
+const NAMED: &[ToolInfo] = idem_tools::tools![
+    naming::send_email,
+    naming::r#type,
+    naming::search_docs,
+    naming::refund,
+    naming::find,
+    naming::Billing::charge_card,
+    naming::Billing::r#match,
+    naming::Billing::balance,
+    naming::Wrapper::<u8>::call,
+    naming::r#async::run,
+];
+
+#[test]
+fn every_naming_rule_gives_a_name_model_apis_accept() {
+    let names: Vec<(&str, &str)> = NAMED.iter().map(|t| (t.name, t.item)).collect();
+    assert_eq!(
+        names,
+        [
+            ("send_email", "send_email"),
+            ("type", "type"),
+            ("search_docs", "search_docs"),
+            ("billing-refund_v2", "refund"),
+            ("lookup", "find"),
+            ("Billing__charge_card", "charge_card"),
+            ("Billing__match", "match"),
+            ("Billing__balance", "balance"),
+            ("Wrapper__call", "call"),
+            ("async__run", "run"),
+        ]
+    );
+    for tool in NAMED.iter().chain(TOOLS) {
+        assert!(valid_for_model_apis(tool.name), "{}", tool.name);
+    }
+    // What the checker rejects, so that the loop above can fail.
+    for bad in [
+        "Billing::charge_card",
+        "",
+        "send email",
+        "envoyer_réponse",
+        &"x".repeat(65),
+    ] {
+        assert!(!valid_for_model_apis(bad), "{bad}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The receiver in the key: `self` never is, unless `self_key = …` puts its identity there.
+
+/// What the outside world saw: (sender, recipient) of every message sent.
+static OUTBOX: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
+
+/// A receiver that carries an identity: the sender.
+#[derive(Clone)]
+struct Mailer {
+    from: String,
+}
+
+#[tool_impl]
+impl Mailer {
+    #[idempotent(self_key = self.from)]
+    pub async fn send(&self, to: String, text: String) -> Result<String, Error> {
+        let _ = text;
+        let mut outbox = OUTBOX.lock().unwrap();
+        outbox.push((self.from.clone(), to.clone()));
+        Ok(format!(
+            "message {} from {} to {to}",
+            outbox.len(),
+            self.from
+        ))
+    }
+}
+
+/// The same shape without `self_key`: the sender is not in the key (the trap).
+#[derive(Clone)]
+struct CarelessMailer {
+    from: String,
+}
+
+#[tool_impl]
+impl CarelessMailer {
+    #[idempotent]
+    pub async fn send(&self, to: String, text: String) -> Result<String, Error> {
+        let _ = text;
+        let mut outbox = OUTBOX.lock().unwrap();
+        outbox.push((format!("careless {}", self.from), to.clone()));
+        Ok(format!(
+            "message {} from {} to {to}",
+            outbox.len(),
+            self.from
+        ))
+    }
+}
+
+/// A receiver that is a handle (an HTTP client, a pool): two instances are one sender, so
+/// sharing keys is right.
+#[derive(Clone)]
+struct SmsClient {
+    sent: Arc<AtomicUsize>,
+}
+
+#[tool_impl]
+impl SmsClient {
+    #[idempotent]
+    pub async fn send(&self, to: String) -> Result<usize, Error> {
+        let _ = to;
+        Ok(self.sent.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+fn outbox_of(sender: &str) -> Vec<String> {
+    let outbox = OUTBOX.lock().unwrap();
+    outbox
+        .iter()
+        .filter(|(from, _)| from == sender)
+        .map(|(_, to)| to.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn self_key_puts_the_receivers_identity_in_the_key() {
+    let alice = Mailer {
+        from: "alice".into(),
+    };
+    let carol = Mailer {
+        from: "carol".into(),
+    };
+    let store = Arc::new(MemoryStore::new());
+    Turn::new("identity-self-key")
+        .with_store(store.clone())
+        .scope(async {
+            let a = alice.send("dave".into(), "hi".into()).await.unwrap();
+            let c = carol.send("dave".into(), "hi".into()).await.unwrap();
+            assert!(a.ends_with("from alice to dave"), "{a}");
+            assert!(c.ends_with("from carol to dave"), "{c}");
+            // A retry of each is still a replay of its own.
+            assert_eq!(carol.send("dave".into(), "hi".into()).await.unwrap(), c);
+            assert_eq!(alice.send("dave".into(), "hi".into()).await.unwrap(), a);
+        })
+        .await;
+    assert_eq!(outbox_of("alice"), ["dave"]);
+    assert_eq!(outbox_of("carol"), ["dave"]);
+    assert_eq!(store.len(), 2);
+}
+
+#[tokio::test]
+async fn without_self_key_two_receivers_are_one_action() {
+    let alice = CarelessMailer {
+        from: "alice".into(),
+    };
+    let carol = CarelessMailer {
+        from: "carol".into(),
+    };
+    Turn::new("identity-no-self-key")
+        .with_store(Arc::new(MemoryStore::new()))
+        .scope(async {
+            let a = alice.send("erin".into(), "hi".into()).await.unwrap();
+            let c = carol.send("erin".into(), "hi".into()).await.unwrap();
+            assert_eq!(c, a, "carol got alice's receipt");
+        })
+        .await;
+    assert_eq!(outbox_of("careless alice"), ["erin"]);
+    assert!(outbox_of("careless carol").is_empty());
+}
+
+#[tokio::test]
+async fn a_client_handle_receiver_shares_keys_across_instances() {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let first = SmsClient {
+        sent: Arc::clone(&sent),
+    };
+    let second = SmsClient {
+        sent: Arc::clone(&sent),
+    };
+    Turn::new("identity-handle")
+        .with_store(Arc::new(MemoryStore::new()))
+        .scope(async {
+            assert_eq!(first.send("dave".into()).await.unwrap(), 1);
+            // Another handle to the same service: the same action, replayed.
+            assert_eq!(second.send("dave".into()).await.unwrap(), 1);
+        })
+        .await;
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
 }

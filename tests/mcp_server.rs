@@ -239,8 +239,6 @@ fn the_example_parses_its_command_line() {
 }
 
 #[tokio::test]
-#[ignore = "needs the engine hook for an Ok value that must not be recorded (the lead's); \
-            tests/mcp-clients/python has the same test, as a strict xfail"]
 async fn a_tool_error_returned_as_ok_is_retried_not_replayed() {
     let backend = Backend::with_latency(Duration::ZERO);
     let client = connect_to(&backend).await;

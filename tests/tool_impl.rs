@@ -12,9 +12,11 @@ trait Tool {
     async fn call(&self, to: String) -> Result<usize, Error>;
 }
 
-#[derive(Default)]
+/// `Clone`, its state behind an `Arc`: its `&self` tool runs detached, on a clone that shares
+/// the count.
+#[derive(Clone, Default)]
 struct SendEmail {
-    runs: AtomicUsize,
+    runs: Arc<AtomicUsize>,
 }
 
 #[tool_impl]
@@ -34,7 +36,8 @@ struct Server {
 
 #[tool_impl]
 impl Server {
-    #[idem_tools::idempotent(version = 2, ttl = "1h")]
+    /// Not `Clone`: `attached` says it runs in the caller's task (no warning).
+    #[idem_tools::idempotent(version = 2, ttl = "1h", attached)]
     async fn create_ticket(&self, title: String) -> Result<u64, Error> {
         self.runs.fetch_add(1, Ordering::SeqCst);
         Ok(title.len() as u64)
@@ -46,7 +49,7 @@ impl Server {
     }
 
     /// Has a visibility: its own attribute emits the descriptor, `#[tool_impl]` does not.
-    #[idempotent]
+    #[idempotent(attached)]
     pub async fn close_ticket(&self, id: u64) -> Result<u64, Error> {
         Ok(id)
     }
@@ -63,6 +66,8 @@ trait Payments {
     async fn pay(&self, cents: u64) -> Result<u64, Error>;
 }
 
+/// `Clone`: under `#[async_trait]` too, the tool runs detached on a clone.
+#[derive(Clone)]
 struct Bank;
 
 #[tool_impl]
@@ -74,6 +79,7 @@ impl Payments for Bank {
     }
 }
 
+#[derive(Clone)]
 struct Vault;
 
 #[async_trait::async_trait]
@@ -123,12 +129,12 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
         names,
         [
             "send_email",
-            "Server::create_ticket",
-            "Server::search",
-            "Server::close_ticket",
-            "Bank::pay",
-            "Vault::pay",
-            "Wrapper::handle"
+            "Server__create_ticket",
+            "Server__search",
+            "Server__close_ticket",
+            "Bank__pay",
+            "Vault__pay",
+            "Wrapper__handle"
         ]
     );
     use ToolKind::{Idempotent, ReadOnly};
@@ -156,11 +162,31 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
     assert_eq!(
         TOOLS[0],
         ToolInfo::idempotent("send_email")
+            .with_item("call")
             .with_ttl(Duration::from_secs(1800))
             .with_budget(2)
     );
-    assert_eq!(TOOLS[2], ToolInfo::read_only("Server::search"));
-    assert_eq!(TOOLS[6], ToolInfo::read_only("Wrapper::handle"));
+    assert_eq!(
+        TOOLS[2],
+        ToolInfo::read_only("Server__search").with_item("search")
+    );
+    assert_eq!(
+        TOOLS[6],
+        ToolInfo::read_only("Wrapper__handle").with_item("handle")
+    );
+    let items: Vec<_> = TOOLS.iter().map(|t| t.item).collect();
+    assert_eq!(
+        items,
+        [
+            "call",
+            "create_ticket",
+            "search",
+            "close_ticket",
+            "pay",
+            "pay",
+            "handle"
+        ]
+    );
 }
 
 #[tokio::test]

@@ -2,8 +2,9 @@
 //! into [`ReadOnlyOptions`]. Every error is kept, and every value keeps its span so that a later
 //! rule can point at the option that caused an error.
 //!
-//! The one option users never write, `__impl = Type`, is inserted by `#[tool_impl]` into the
-//! attributes of the methods of its block: it gives them the name of the type they belong to.
+//! The options users never write, `__impl = Type` and `__impl_generic`, are inserted by
+//! `#[tool_impl]` into the attributes of the methods of its block: they give them the name of
+//! the type they belong to, and say whether the block has generic parameters.
 
 use std::time::Duration;
 
@@ -26,6 +27,9 @@ pub(crate) struct Located<T> {
 
 /// The hidden option `#[tool_impl]` inserts: the name of the impl block's self type.
 pub(crate) const IMPL_OPTION: &str = "__impl";
+/// The hidden flag `#[tool_impl]` inserts when the impl block has generic parameters (or an
+/// anonymous lifetime in its self type).
+pub(crate) const IMPL_GENERIC_OPTION: &str = "__impl_generic";
 
 /// The shortest and longest `lease`; the runtime checks the same bounds.
 pub(crate) const LEASE_MIN: Duration = Duration::from_millis(10);
@@ -51,6 +55,8 @@ pub(crate) struct IdempotentOptions {
     pub budget: Option<Located<u32>>,
     /// `store = EXPR`.
     pub store: Option<Expr>,
+    /// `self_key = EXPR`: the receiver's identity, in the key as the argument `self`.
+    pub self_key: Option<Located<Expr>>,
     /// `cache_errors`.
     pub cache_errors: Option<Span>,
     /// `attached`: run the body in the caller's task.
@@ -61,12 +67,14 @@ pub(crate) struct IdempotentOptions {
     pub krate: Option<Path>,
     /// `__impl = Type`, from `#[tool_impl]`.
     pub impl_type: Option<Ident>,
+    /// `__impl_generic`, from `#[tool_impl]`.
+    pub impl_generic: bool,
 }
 
 /// The options users can write, for error messages.
 const OPTIONS: &str = "`name = \"…\"`, `version = N`, `skip(arg, …)`, `ignore(arg, …)`, \
                        `ttl = \"1h\"`, `lease = \"30s\"`, `budget = N`, `store = EXPR`, \
-                       `cache_errors`, `attached`, `release_on_cancel`, `crate = \"…\"`";
+                       `self_key = EXPR`, `cache_errors`, `attached`, `release_on_cancel`, `crate = \"…\"`";
 
 impl IdempotentOptions {
     /// Parses the attribute's arguments; errors go to `errors` and the option is left unset.
@@ -98,16 +106,7 @@ impl IdempotentOptions {
     fn parse_one(&mut self, name: &str, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
         let span = meta.path.span();
         match name {
-            "name" => {
-                let lit = lit_str(meta, "name = \"send_email\"")?;
-                if lit.value().is_empty() {
-                    return Err(syn::Error::new(
-                        lit.span(),
-                        "the tool name must not be empty",
-                    ));
-                }
-                self.name = Some(lit);
-            }
+            "name" => self.name = Some(tool_name(meta)?),
             "version" => {
                 let lit = lit_int(meta, "version = 2")?;
                 let value = lit.base10_parse::<u32>().map_err(|_| {
@@ -156,6 +155,11 @@ impl IdempotentOptions {
                 self.lease = Some(joined(lease, span, lit.span()));
             }
             "store" => self.store = Some(meta.value()?.parse()?),
+            "self_key" => {
+                let expr: Expr = value(meta, "self_key = self.account_id")?;
+                let value_span = expr.span();
+                self.self_key = Some(joined(expr, span, value_span));
+            }
             "cache_errors" => self.cache_errors = Some(flag(meta, name)?),
             "attached" => self.attached = Some(flag(meta, name)?),
             "release_on_cancel" => self.release_on_cancel = Some(flag(meta, name)?),
@@ -164,6 +168,10 @@ impl IdempotentOptions {
                 self.krate = Some(lit.parse()?);
             }
             IMPL_OPTION => self.impl_type = Some(impl_type(meta)?),
+            IMPL_GENERIC_OPTION => {
+                flag(meta, name)?;
+                self.impl_generic = true;
+            }
             "skip" | "ignore" => {
                 if !meta.input.peek(syn::token::Paren) {
                     return Err(syn::Error::new(span, format!("write `{name}(arg, …)`")));
@@ -199,9 +207,11 @@ impl IdempotentOptions {
     }
 }
 
-/// `#[read_only]`, as written: only `crate = "…"` (and the hidden `__impl`).
+/// `#[read_only]`, as written: only `name = "…"` and `crate = "…"` (and the hidden `__impl`).
 #[derive(Default)]
 pub(crate) struct ReadOnlyOptions {
+    /// `name = "…"`: the name a model is shown.
+    pub name: Option<LitStr>,
     /// `crate = "…"`.
     pub krate: Option<Path>,
     /// `__impl = Type`, from `#[tool_impl]`.
@@ -213,6 +223,10 @@ impl ReadOnlyOptions {
     pub(crate) fn parse(args: TokenStream, errors: &mut Errors) -> Self {
         let mut options = ReadOnlyOptions::default();
         let parser = syn::meta::parser(|meta| {
+            if meta.path.is_ident("name") && options.name.is_none() {
+                options.name = Some(tool_name(&meta)?);
+                return Ok(());
+            }
             if meta.path.is_ident("crate") && options.krate.is_none() {
                 let lit = lit_str(&meta, "crate = \"my_idem\"")?;
                 options.krate = Some(lit.parse()?);
@@ -224,8 +238,9 @@ impl ReadOnlyOptions {
             }
             errors.at(
                 meta.path.span(),
-                "`#[read_only]` takes no options: a read-only tool has no key, store or budget \
-                 (only `crate = \"…\"` is accepted, for a renamed `idem_tools` dependency)",
+                "`#[read_only]` takes no key, store or budget options: a read-only tool has \
+                 none (it accepts `name = \"…\"`, the name a model is shown, and \
+                 `crate = \"…\"`, for a renamed `idem_tools` dependency)",
             );
             skip_value(&meta)
         });
@@ -234,6 +249,18 @@ impl ReadOnlyOptions {
         }
         options
     }
+}
+
+/// The value of `name = "…"`.
+fn tool_name(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {
+    let lit = lit_str(meta, "name = \"send_email\"")?;
+    if lit.value().is_empty() {
+        return Err(syn::Error::new(
+            lit.span(),
+            "the tool name must not be empty",
+        ));
+    }
+    Ok(lit)
 }
 
 /// A value spanning from the option's name to its value.

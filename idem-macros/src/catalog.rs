@@ -39,13 +39,37 @@ pub(crate) fn tools(input: TokenStream) -> TokenStream {
         path
     });
     let fallbacks = fallbacks(&private, &paths);
+    let functions = functions(&private, &paths);
     let unique = unique_names(&private, &paths);
     quote! {{
         #fallbacks
         const IDEM_TOOLS: &[#private::ToolInfo] = &[#(#entries),*];
+        #functions
         #unique
         IDEM_TOOLS
     }}
+}
+
+/// For one-segment entries, a constant that fails to evaluate if the entry resolved to the
+/// fallback `#[tool_impl]` emits for a method of that name (`tools![charge_card]` for
+/// `Billing::charge_card`), with a message that names the path to write.
+fn functions(private: &TokenStream, paths: &[Path]) -> TokenStream {
+    let checks: Vec<TokenStream> = paths
+        .iter()
+        .enumerate()
+        .filter(|(_, path)| path.leading_colon.is_none() && path.segments.len() == 1)
+        .map(|(i, path)| {
+            let at = path.span();
+            let private = respan(private.clone(), at);
+            quote_spanned!(at=> #private::listed_as_function(&IDEM_TOOLS[#i]);)
+        })
+        .collect();
+    if checks.is_empty() {
+        return TokenStream::new();
+    }
+    quote! {
+        const _: () = { #(#checks)* };
+    }
 }
 
 /// For `Type::method` entries: a trait in scope whose associated constant
@@ -104,7 +128,7 @@ fn unique_names(private: &TokenStream, paths: &[Path]) -> TokenStream {
                 "tools![]: `{}` and `{}` have the same tool name, so they would share \
                  idempotency keys; give one of them `#[idempotent(name = \"…\")]`, or put their \
                  `impl` blocks under `#[idem_tools::tool_impl]` so that methods are named \
-                 `Type::method`",
+                 `Type__method`",
                 labels[i], labels[j]
             );
             // Spanned at the second entry, so that the error points there.

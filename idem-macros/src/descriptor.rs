@@ -1,25 +1,92 @@
 //! Descriptors: the `ToolInfo` of a tool (its name rule and options), the `__private` path, and
 //! the `const <fn>__needs_idem` that `tools![]` reads.
 
-use proc_macro2::{Literal, TokenStream};
+use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::{FnArg, Ident, Path, Signature, Visibility};
 
 use crate::attr::{IdempotentOptions, ReadOnlyOptions};
 
-/// The tool's name: `name = "…"` if given, else `Type::method` for a method of a
+/// A tool's name, the Rust item it names, and how the name came about (for errors).
+pub(crate) struct ToolName {
+    /// The name: part of every key, and what a model is shown.
+    pub name: String,
+    /// The function or method as written, without `r#`.
+    pub item: String,
+    /// Where the name comes from.
+    pub origin: Origin,
+    /// Where an error about the name points: the `name = "…"` literal, else the function's
+    /// name.
+    pub span: Span,
+}
+
+/// Where a tool's name comes from.
+pub(crate) enum Origin {
+    /// `name = "…"`.
+    Explicit,
+    /// A free function's (or a method's outside `#[tool_impl]`) own name.
+    Function,
+    /// `Type__method`, under `#[tool_impl]`.
+    Method {
+        /// `Type`.
+        ty: String,
+    },
+}
+
+/// The tool's name: `name = "…"` if given, else `Type__method` for a method of a
 /// `#[tool_impl]` block, else the function's name.
 pub(crate) fn tool_name(
     ident: &Ident,
     name: Option<&syn::LitStr>,
     impl_type: Option<&Ident>,
-) -> String {
-    let fn_name = ident.unraw().to_string();
-    match (name, impl_type) {
-        (Some(name), _) => name.value(),
-        (None, Some(ty)) => format!("{}::{fn_name}", ty.unraw()),
-        (None, None) => fn_name,
+) -> ToolName {
+    let item = ident.unraw().to_string();
+    let (name, origin, span) = match (name, impl_type) {
+        (Some(name), _) => (name.value(), Origin::Explicit, name.span()),
+        (None, Some(ty)) => {
+            let ty = ty.unraw().to_string();
+            (format!("{ty}__{item}"), Origin::Method { ty }, ident.span())
+        }
+        (None, None) => (item.clone(), Origin::Function, ident.span()),
+    };
+    ToolName {
+        name,
+        item,
+        origin,
+        span,
+    }
+}
+
+/// What is wrong with `name` for model APIs (OpenAI and Anthropic accept tool names matching
+/// `^[a-zA-Z0-9_-]{1,64}$`), if anything.
+pub(crate) fn name_problem(name: &str) -> Option<String> {
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        let shown = match c {
+            ' ' => "a space".to_owned(),
+            c if c.is_whitespace() || c.is_control() => format!("{c:?}"),
+            c => format!("`{c}`"),
+        };
+        return Some(format!("contains {shown}"));
+    }
+    match name.len() {
+        0 => Some("is empty".to_owned()),
+        len @ 65.. => Some(format!("is {len} characters long")),
+        _ => None,
+    }
+}
+
+/// The `ToolInfo` expression for `kind` (`idempotent` or `read_only`) and `name`.
+fn base_info(private: &TokenStream, kind: &str, name: &ToolName) -> TokenStream {
+    let kind = Ident::new(kind, Span::call_site());
+    let (tool, item) = (&name.name, &name.item);
+    if tool == item {
+        quote!(#private::ToolInfo::#kind(#tool))
+    } else {
+        quote!(#private::ToolInfo::#kind(#tool).with_item(#item))
     }
 }
 
@@ -31,7 +98,7 @@ pub(crate) fn idempotent_info(
 ) -> (TokenStream, TokenStream) {
     let private = private_path(options.krate.as_ref());
     let name = tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
-    let mut info = quote!(#private::ToolInfo::idempotent(#name));
+    let mut info = base_info(&private, "idempotent", &name);
     // Each setter is spanned at its option, so an error in evaluating it points there.
     if let Some(version) = options.version {
         let value = Literal::u32_unsuffixed(version.value);
@@ -71,13 +138,13 @@ pub(crate) fn read_only_info(
     options: &ReadOnlyOptions,
 ) -> (TokenStream, TokenStream) {
     let private = private_path(options.krate.as_ref());
-    let name = tool_name(ident, None, options.impl_type.as_ref());
-    let info = quote!(#private::ToolInfo::read_only(#name));
+    let name = tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
+    let info = base_info(&private, "read_only", &name);
     (private, info)
 }
 
 /// `::idem_tools::__private`, or `<crate = "…">::__private`.
-fn private_path(krate: Option<&Path>) -> TokenStream {
+pub(crate) fn private_path(krate: Option<&Path>) -> TokenStream {
     match krate {
         Some(krate) => quote!(#krate::__private),
         None => quote!(::idem_tools::__private),

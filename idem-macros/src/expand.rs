@@ -4,12 +4,14 @@
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, Ident, ItemFn, Stmt, Type, parse_quote, parse_quote_spanned};
+use syn::{Expr, FnArg, Ident, ItemFn, Stmt, Type, parse_quote, parse_quote_spanned};
 
 use crate::ast::{Form, Param, Role, ToolFn};
-use crate::attr::{IdempotentOptions, ReadOnlyOptions};
+use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
+use crate::placement::{Run, Unchecked};
+use crate::receiver::{replace_self, self_binding};
 use crate::valid::{self, Plan};
 
 /// `#[idempotent(...)]`.
@@ -34,14 +36,18 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         mut func,
         form,
         params,
+        receiver,
         ..
     } = tool;
-    let (ret, body, pin) = match form {
+    let (ret, mut body, pin) = match form {
         Form::Native(ret) => (ret, func.block.stmts.clone(), None),
         Form::AsyncTrait { output, pin, inner } => (output, inner.block.stmts, Some(pin)),
         // Reported by `valid::idempotent`.
         Form::NoReturn | Form::NotAsync => return fail(errors, func.into_token_stream()),
     };
+    if plan.run == Run::OnClone {
+        replace_self(&mut body);
+    }
     let new_body = Body {
         private: &private,
         info: &info,
@@ -49,6 +55,9 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         options: &options,
         plan: &plan,
         params: &params,
+        receiver: receiver
+            .as_ref()
+            .map_or_else(Span::call_site, |r| r.self_token.span),
         pin: pin.as_ref(),
     }
     .tokens(body);
@@ -71,6 +80,8 @@ struct Body<'a> {
     options: &'a IdempotentOptions,
     plan: &'a Plan,
     params: &'a [Param],
+    /// Where the receiver's `self` is written (warnings about it point there).
+    receiver: Span,
     /// `Box::pin`, for an `#[async_trait]` method.
     pin: Option<&'a syn::Expr>,
 }
@@ -87,6 +98,7 @@ impl Body<'_> {
             plan,
             params,
             pin,
+            ..
         } = *self;
         let tool = Ident::new("__IDEM_TOOL", Span::call_site());
         let slot = Ident::new("__IDEM_SLOT", Span::call_site());
@@ -114,21 +126,34 @@ impl Body<'_> {
             }
             None => quote!(#private::None),
         };
-        let runner = if plan.detached { "run_detached" } else { "run" };
-        // Spanned at the return type like the rest of the call: a result type that cannot be
-        // recorded is reported there, once.
-        let records = match options.cache_errors {
-            Some(_) => respan(quote!(#private::OkAndErr), ret.span()),
-            None => respan(quote!(#private::OkOnly), ret.span()),
-        };
+        let self_key = options
+            .self_key
+            .as_ref()
+            .map(|self_key| self_key_arg(private, &digest, self_key));
         let at = ret.span();
-        let runner = Ident::new(runner, at);
-        let runner_path = respan(quote!(#private::#runner), at);
-        let tool_future = quote! {
-            async move {
-                #(#patterns)*
-                #(#body)*
-            }
+        let patterns = quote!(#(#patterns)*);
+        let (prelude, callee, tool_future) = self.call(&patterns, &body);
+        let callee = respan(callee, at);
+        // How results are recorded, with the check of an `Ok` that reports a failure in-band
+        // (autoref specialization on the `Ok` type: an MCP `CallToolResult` with `isError`).
+        // Probed only for a type written `…Result<…>` (`Result`, `anyhow::Result`, …): for any
+        // other type the probe's error would repeat the one the runner already reports.
+        let records = {
+            let kind = if options.cache_errors.is_some() {
+                quote!(OkAndErr)
+            } else {
+                quote!(OkOnly)
+            };
+            let check = if names_a_result(ret) {
+                quote! {{
+                    use #private::{OkNeverFails as _, OkMayFail as _};
+                    (&#private::OkFailure::<<#ret as #private::ToolReturn>::Ok>::new())
+                        .ok_failure()
+                }}
+            } else {
+                quote!(#private::None)
+            };
+            respan(quote!(#private::#kind(#check)), at)
         };
         // Every bound on the result type is checked at this call, and each is reported where
         // the return type is written, once: errors with equal spans and messages are merged,
@@ -145,20 +170,116 @@ impl Body<'_> {
             None => TokenStream::new(),
             Some(_) => {
                 let ret_arg = respan(ret.to_token_stream(), at);
-                respan(quote!(::<#ret_arg, _, _>), at)
+                let rest = if plan.run == Run::OnClone {
+                    quote!(_, _, _)
+                } else {
+                    quote!(_, _)
+                };
+                respan(quote!(::<#ret_arg, #rest>), at)
             }
         };
         let await_ = respan(quote!(.await), at);
-        let run = quote!(#runner_path #turbofish #run_args #await_);
+        let run = quote!(#callee #turbofish #run_args #await_);
         quote! {
             static #tool: #private::ToolInfo = #info;
             static #slot: #private::ToolSlot = #private::ToolSlot::new();
             #skip_traits
             let mut #digest = #init;
+            #self_key
             #(#args)*
+            #prelude
             #run
         }
     }
+
+    /// What runs the body: the statements before the call (the receiver's clone or borrow, or
+    /// the warning), the function or method called, and the body's future (or, on a clone,
+    /// the closure that makes it from the receiver).
+    fn call(
+        &self,
+        patterns: &TokenStream,
+        body: &[Stmt],
+    ) -> (TokenStream, TokenStream, TokenStream) {
+        let Body {
+            private,
+            ret,
+            plan,
+            receiver,
+            ..
+        } = *self;
+        let at = ret.span();
+        match plan.run {
+            Run::OnClone => {
+                // Autoref specialization: `CloneSelf` (an `Owned` clone) if `Self: Clone +
+                // Send + Sync + 'static`, else the deprecated `BorrowSelf` (the receiver
+                // borrowed), whose warning points at the receiver.
+                let holder = Ident::new("idem_receiver", Span::mixed_site());
+                let self_binding = self_binding();
+                let pick = Ident::new("idem_receiver", receiver);
+                let prelude = quote! {
+                    use #private::{CloneSelf as _, BorrowSelf as _};
+                    let #holder = (&&#private::Receiver(self)).#pick();
+                };
+                let method = Ident::new("run", at);
+                let future = quote! {
+                    move |#holder| async move {
+                        let #self_binding = &*#holder;
+                        #patterns
+                        #(#body)*
+                    }
+                };
+                (prelude, quote!(#holder.#method), future)
+            }
+            run => {
+                let warning = match run {
+                    Run::AttachedWarned(Unchecked::GenericImpl) => {
+                        Some("receiver_of_a_generic_impl")
+                    }
+                    Run::AttachedWarned(Unchecked::NoToolImpl) => {
+                        Some("receiver_outside_tool_impl")
+                    }
+                    Run::Detached | Run::Attached | Run::OnClone => None,
+                };
+                let prelude = warning.map(|warning| {
+                    let warning = Ident::new(warning, receiver);
+                    quote!(#private::#warning();)
+                });
+                let runner = if run == Run::Detached {
+                    "run_detached"
+                } else {
+                    "run"
+                };
+                let runner = Ident::new(runner, at);
+                let future = quote! {
+                    async move {
+                        #patterns
+                        #(#body)*
+                    }
+                };
+                (quote!(#prelude), quote!(#private::#runner), future)
+            }
+        }
+    }
+}
+
+/// Whether `ty` is written as a path whose last segment is `Result` (`Result<T, E>`,
+/// `anyhow::Result<T>`, `io::Result<T>`).
+fn names_a_result(ty: &Type) -> bool {
+    matches!(ty, Type::Path(path) if path.path.segments.last().is_some_and(|s| s.ident == "Result"))
+}
+
+/// `self_key(&mut digest, &(EXPR))`. The `&(…)` spans the expression (the `&` at its first
+/// token, the parentheses at its last), so that an error about its type underlines all of it.
+fn self_key_arg(private: &TokenStream, digest: &Ident, self_key: &Located<Expr>) -> TokenStream {
+    let (expr, at) = (&self_key.value, self_key.span);
+    let path = respan(private.clone(), at);
+    let tokens: Vec<TokenTree> = expr.to_token_stream().into_iter().collect();
+    let first = tokens.first().map_or(at, TokenTree::span);
+    let last = tokens.last().map_or(at, TokenTree::span);
+    let mut value = Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#expr));
+    value.set_span(last);
+    let borrow = quote_spanned!(first=> &);
+    quote_spanned!(at=> #path::self_key(&mut #digest, #borrow #value);)
 }
 
 /// The statement adding parameter `p` to the digest, if it is in the key or the fingerprint.
@@ -223,7 +344,7 @@ pub(crate) fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
         );
         return fail(errors, item);
     };
-    valid::read_only(&mut func, &mut errors);
+    valid::read_only(&mut func, &options, &mut errors);
     if errors.any() {
         return fail(errors, func.into_token_stream());
     }

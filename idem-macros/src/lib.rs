@@ -5,7 +5,9 @@
 //! - `attr`: the attribute options, parsed with their spans;
 //! - `ast`: the input model, the annotated function read from its tokens;
 //! - `valid`: the rules, each an error at the tokens or option that broke it;
+//! - `placement`: where the body runs (detached, attached, on a clone of `self`);
 //! - `expand`: code generation for `#[idempotent]` and `#[read_only]`;
+//! - `receiver`: the `self` rewrite for a body that runs on a clone of its receiver;
 //! - `descriptor`: tool names and the `ToolInfo` descriptors;
 //! - `catalog`: `tools![]` and its compile-time checks;
 //! - `tool_impl`: `#[tool_impl]` on an `impl` block;
@@ -20,6 +22,8 @@ mod catalog;
 mod descriptor;
 mod errors;
 mod expand;
+mod placement;
+mod receiver;
 mod tool_impl;
 mod valid;
 

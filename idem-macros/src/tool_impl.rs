@@ -1,19 +1,26 @@
 //! The expansion of `#[tool_impl]`: it gives the tool methods of an `impl` block their type's
-//! name (`Type::method`, through the hidden option `__impl = Type` inserted into their
-//! attributes), and emits the descriptors that the method-level macros cannot emit themselves.
+//! name (`Type__method`, through the hidden option `__impl = Type` inserted into their
+//! attributes, with `__impl_generic` when the block is generic), emits the descriptors that the
+//! method-level macros cannot emit themselves, and the fallbacks that make
+//! `tools![method]` say to write `tools![Type::method]`.
 
 use std::collections::HashSet;
+use std::hash::{DefaultHasher, Hash, Hasher};
 
 use proc_macro2::{Span, TokenStream, TokenTree};
-use quote::{ToTokens, quote};
+use quote::{ToTokens, format_ident, quote};
+use syn::ext::IdentExt;
 use syn::punctuated::Punctuated;
 use syn::{
     Attribute, GenericParam, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, WherePredicate,
     parse_quote,
 };
 
-use crate::attr::{IMPL_OPTION, IdempotentOptions, ReadOnlyOptions};
-use crate::descriptor::{descriptor_const, emits_own_descriptor, idempotent_info, read_only_info};
+use crate::attr::{IMPL_GENERIC_OPTION, IMPL_OPTION, IdempotentOptions, ReadOnlyOptions};
+use crate::descriptor::{
+    descriptor_const, descriptor_ident, emits_own_descriptor, idempotent_info, private_path,
+    read_only_info,
+};
 use crate::errors::{Errors, fail};
 
 /// `#[tool_impl]`: the `impl` block, its methods' classification attributes given
@@ -54,9 +61,10 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         );
         return fail(errors, item);
     };
+    let generic = is_generic(&block);
     for item in &mut block.items {
         if let ImplItem::Fn(method) = item {
-            name_after(method, &type_name);
+            name_after(method, &type_name, generic);
         }
     }
     // With options given to it, the methods are still named (so that they report no errors of
@@ -72,8 +80,9 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
             _ => None,
         })
         .collect();
+    let fallbacks = fallbacks(&block, &type_name);
     if descriptors.is_empty() {
-        return block.into_token_stream();
+        return quote!(#block #fallbacks);
     }
     let (impl_generics, self_ty, where_clause) = inherent_header(&block);
     quote! {
@@ -82,7 +91,101 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         impl #impl_generics #self_ty #where_clause {
             #(#descriptors)*
         }
+        #fallbacks
     }
+}
+
+/// Whether the block has generic parameters, or a lifetime other than `'static` in its self
+/// type (`impl Tool for Client<'_>`, `impl Tool for &X`): the type of `self` may then not be
+/// `'static`, which the generated code cannot test.
+fn is_generic(block: &ItemImpl) -> bool {
+    fn borrows(tokens: TokenStream) -> bool {
+        let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+        tokens.iter().enumerate().any(|(i, token)| match token {
+            TokenTree::Punct(p) if p.as_char() == '&' => true,
+            TokenTree::Punct(p) if p.as_char() == '\'' => {
+                !matches!(tokens.get(i + 1), Some(TokenTree::Ident(l)) if l == "static")
+            }
+            TokenTree::Group(g) => borrows(g.stream()),
+            _ => false,
+        })
+    }
+    !block.generics.params.is_empty() || borrows(block.self_ty.to_token_stream())
+}
+
+/// For each tool method, a descriptor under the method's bare name that makes `tools![]` fail
+/// with "list it as `Type::method`", in a module of its own, glob-imported: a glob import is
+/// shadowed by an item of the same name, so a function's own descriptor still wins.
+fn fallbacks(block: &ItemImpl, type_name: &Ident) -> TokenStream {
+    let methods: Vec<(&Ident, TokenStream)> = block
+        .items
+        .iter()
+        .filter_map(|item| match item {
+            ImplItem::Fn(method) => classified(method).map(|(_, attr)| (&method.sig.ident, attr)),
+            _ => None,
+        })
+        .filter_map(|(ident, attr)| Some((ident, attr_args(attr)?)))
+        .collect();
+    let Some((_, first_args)) = methods.first() else {
+        return TokenStream::new();
+    };
+    let krate = IdempotentOptions::parse(first_args.clone(), &mut Errors::default()).krate;
+    let private = private_path(krate.as_ref());
+    let ty = type_name.unraw();
+    let generics = if has_type_arguments(&block.self_ty) {
+        "::<…>"
+    } else {
+        ""
+    };
+    let consts = methods.iter().map(|(ident, _)| {
+        let method = ident.unraw();
+        let message = format!(
+            "tools![]: `{method}` is a method of `{ty}`, not a function: list it as \
+             `{ty}{generics}::{method}`"
+        );
+        let descriptor = descriptor_ident(ident);
+        quote! {
+            pub(super) const #descriptor: #private::ToolInfo =
+                #private::method_listed_as_function(#message);
+        }
+    });
+    let mut hasher = DefaultHasher::new();
+    block.to_token_stream().to_string().hash(&mut hasher);
+    let module = format_ident!("__idem_methods_of_{}_{:016x}", ty, hasher.finish());
+    quote! {
+        #[doc(hidden)]
+        #[allow(non_snake_case, non_upper_case_globals, dead_code)]
+        mod #module {
+            #(#consts)*
+        }
+        #[allow(unused_imports)]
+        use #module::*;
+    }
+}
+
+/// Whether the last segment of the self type has generic arguments.
+fn has_type_arguments(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|s| !s.arguments.is_none()),
+        Type::Reference(r) => has_type_arguments(&r.elem),
+        Type::Paren(p) => has_type_arguments(&p.elem),
+        Type::Group(g) => has_type_arguments(&g.elem),
+        _ => false,
+    }
+}
+
+/// The method's one `#[idempotent]` or `#[read_only]` attribute (`None` for none, or two).
+fn classified(method: &ImplItemFn) -> Option<(&Ident, &Attribute)> {
+    let mut classified = method.attrs.iter().filter_map(|attr| {
+        let last = attr.path().segments.last()?;
+        (last.ident == "idempotent" || last.ident == "read_only").then_some((&last.ident, attr))
+    });
+    let found = classified.next()?;
+    classified.next().is_none().then_some(found)
 }
 
 /// The descriptor of `method`, if it is classified and the method-level macro emits none.
@@ -91,18 +194,11 @@ fn method_descriptor(method: &ImplItemFn) -> Option<TokenStream> {
     if emits_own_descriptor(&method.sig, &method.vis) {
         return None;
     }
-    let mut classified = method.attrs.iter().filter_map(|attr| {
-        let last = attr.path().segments.last()?;
-        (last.ident == "idempotent" || last.ident == "read_only").then_some((last, attr))
-    });
-    let (last, attr) = classified.next()?;
-    if classified.next().is_some() {
-        return None;
-    }
+    let (kind, attr) = classified(method)?;
     let args = attr_args(attr)?;
     let mut errors = Errors::default();
     let ident = &method.sig.ident;
-    let (private, info) = if last.ident == "idempotent" {
+    let (private, info) = if kind == "idempotent" {
         let options = IdempotentOptions::parse(args, &mut errors);
         idempotent_info(ident, &options)
     } else {
@@ -128,9 +224,11 @@ fn type_name(ty: &Type) -> Option<Ident> {
 }
 
 /// Adds `__impl = Type` to the method's `#[idempotent]` / `#[read_only]` attributes (all of
-/// them: two on one method are reported by the method-level macro).
-fn name_after(method: &mut ImplItemFn, type_name: &Ident) {
+/// them: two on one method are reported by the method-level macro), and `__impl_generic` to
+/// its `#[idempotent]` ones if the block is generic.
+fn name_after(method: &mut ImplItemFn, type_name: &Ident, generic: bool) {
     let option = Ident::new(IMPL_OPTION, Span::call_site());
+    let generic_flag = Ident::new(IMPL_GENERIC_OPTION, Span::call_site());
     for attr in &mut method.attrs {
         let Some(last) = attr.path().segments.last() else {
             continue;
@@ -138,7 +236,11 @@ fn name_after(method: &mut ImplItemFn, type_name: &Ident) {
         if last.ident != "idempotent" && last.ident != "read_only" {
             continue;
         }
-        let added = quote!(#option = #type_name);
+        let added = if generic && last.ident == "idempotent" {
+            quote!(#option = #type_name, #generic_flag)
+        } else {
+            quote!(#option = #type_name)
+        };
         match &mut attr.meta {
             Meta::Path(path) => {
                 attr.meta = Meta::List(syn::MetaList {

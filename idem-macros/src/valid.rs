@@ -8,13 +8,15 @@ use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, Type};
 
 use crate::ast::{Form, Role, ToolFn, first_type_arg, take_attrs};
-use crate::attr::IdempotentOptions;
+use crate::attr::{IdempotentOptions, ReadOnlyOptions};
+use crate::descriptor::{self, Origin, ToolName, name_problem};
 use crate::errors::Errors;
+use crate::placement::{self, Run};
 
 /// What the rules decided about a valid `#[idempotent]` function.
 pub(crate) struct Plan {
-    /// The body runs in a task of its own (see [`detachable`]).
-    pub detached: bool,
+    /// Where the body runs.
+    pub run: Run,
 }
 
 /// The message for a tool that does not return a `Result`.
@@ -31,26 +33,98 @@ pub(crate) fn idempotent(
     conflicting(&mut tool.func.attrs, "read_only", "idempotent", errors);
     form(tool, errors);
     receiver_named(tool, options, errors);
+    let ident = &tool.func.sig.ident;
+    let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
+    tool_name(&name, "idempotent", errors);
+    self_key(tool, options, errors);
     caller_key(tool, errors);
     unique_names(tool, errors);
     skip_and_ignore(tool, options, errors);
     owned_ok(tool, errors);
-    let detached = options.attached.is_none() && detachable(tool);
-    if detached && let Some(span) = options.release_on_cancel {
+    let run = placement::run(tool, options);
+    if let Some(span) = options.release_on_cancel {
+        let why = match run {
+            Run::Detached => Some("this tool is detached (its body runs in a task of its own)"),
+            Run::OnClone | Run::AttachedWarned(_) => Some(
+                "this `&self` method with owned arguments runs detached, on a clone of `self`, \
+                 when its type is `Clone + Send + Sync + 'static`",
+            ),
+            Run::Attached => None,
+        };
+        if let Some(why) = why {
+            errors.at(
+                span,
+                format!(
+                    "`release_on_cancel` applies to attached tools only: {why}, so a caller \
+                     that times out or is dropped does not cancel it: it finishes and its \
+                     result is recorded; add `attached` to run the body in the caller's task, \
+                     or remove `release_on_cancel`"
+                ),
+            );
+        }
+    }
+    Plan { run }
+}
+
+/// The name a model is shown must match `^[a-zA-Z0-9_-]{1,64}$` (OpenAI, Anthropic).
+/// `attribute` is `idempotent` or `read_only`, for the fix.
+pub(crate) fn tool_name(name: &ToolName, attribute: &str, errors: &mut Errors) {
+    let Some(problem) = name_problem(&name.name) else {
+        return;
+    };
+    let tool = &name.name;
+    let rule = "model APIs (OpenAI, Anthropic) accept tool names of 1 to 64 ASCII letters, \
+                digits, `_` and `-`";
+    let fix = format!("give the tool such a name: `#[{attribute}(name = \"…\")]`");
+    let message = match &name.origin {
+        Origin::Explicit => {
+            let mut fixed: String = tool
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .take(64)
+                .collect();
+            if fixed.is_empty() {
+                fixed = "send_email".to_owned();
+            }
+            format!("the tool name \"{tool}\" {problem}: {rule}; write, say, \"{fixed}\"")
+        }
+        Origin::Function => format!(
+            "this tool is named after its function, `{tool}`, which {problem}: {rule}; {fix}"
+        ),
+        Origin::Method { ty } => format!(
+            "this tool is named `{tool}`, after its type `{ty}` and its method `{item}`, and the \
+             name {problem}: {rule}; {fix}",
+            item = name.item
+        ),
+    };
+    errors.at(name.span, message);
+}
+
+/// `self_key = …` needs a `self`.
+fn self_key(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Errors) {
+    if let Some(self_key) = &options.self_key
+        && tool.receiver.is_none()
+    {
         errors.at(
-            span,
-            "`release_on_cancel` applies to attached tools only: this tool is detached (its body \
-             runs in a task of its own), so a caller that times out or is dropped does not \
-             cancel it: it finishes and its result is recorded; add `attached` to run the body \
-             in the caller's task, or remove `release_on_cancel`",
+            self_key.span,
+            "`self_key` puts the receiver's identity into the key, but this function has no \
+             `self`: remove `self_key` (every argument is already in the key)",
         );
     }
-    Plan { detached }
 }
 
 /// Checks a `#[read_only]` function.
-pub(crate) fn read_only(func: &mut ItemFn, errors: &mut Errors) {
+pub(crate) fn read_only(func: &mut ItemFn, options: &ReadOnlyOptions, errors: &mut Errors) {
     conflicting(&mut func.attrs, "idempotent", "read_only", errors);
+    let ident = &func.sig.ident;
+    let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
+    tool_name(&name, "read_only", errors);
     for input in &func.sig.inputs {
         let tokens = match input {
             FnArg::Receiver(r) if r.reference.is_some() && r.mutability.is_some() => {
@@ -108,8 +182,8 @@ fn receiver_named(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Error
         receiver,
         format!(
             "an `#[idempotent]` method needs its type in its name, or two types' `{method}` \
-             methods would share keys: add `#[idem_tools::tool_impl]` to the `impl` block (the name \
-             becomes `Type::{method}`), or give the tool a name: \
+             methods would share keys: add `#[idem_tools::tool_impl]` to the `impl` block (the \
+             name becomes `Type__{method}`), or give the tool a name: \
              `#[idempotent(name = \"…\")]`"
         ),
     );
@@ -176,6 +250,13 @@ fn skip_and_ignore(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut 
             continue;
         }
         match params.iter_mut().find(|p| p.name == name) {
+            None if name == "self" => errors.at(
+                ident.span(),
+                format!(
+                    "`self` is never in the key, no need to {option} it; to put the \
+                     receiver's identity in the key, write `self_key = self.<field>`"
+                ),
+            ),
             None => {
                 let names: Vec<_> = params.iter().map(|p| format!("`{}`", p.name)).collect();
                 let names = if names.is_empty() {
@@ -230,40 +311,11 @@ fn owned_ok(tool: &ToolFn, errors: &mut Errors) {
     }
 }
 
-/// Whether the body can run in a task of its own, detached from the caller: it must own
-/// everything it uses. So: no receiver but `self: Arc<Self>`, no parameter type with a
-/// reference or a lifetime, no `impl Trait` parameter, no type parameters (whether they are
-/// `'static` is unknowable here), and a native `async fn` (an `#[async_trait]` body borrows its
-/// receiver).
-pub(crate) fn detachable(tool: &ToolFn) -> bool {
-    let receiver_ok = tool.receiver.as_ref().is_none_or(|r| {
-        r.colon_token.is_some()
-            && matches!(&*r.ty, Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Arc"))
-    });
-    receiver_ok
-        && matches!(tool.form, Form::Native(_))
-        && tool.func.sig.generics.type_params().next().is_none()
-        && tool.func.sig.generics.lifetimes().next().is_none()
-        && tool
-            .params
-            .iter()
-            .all(|p| !borrows(p.ty.to_token_stream()) && !has_impl(p.ty.to_token_stream()))
-}
-
 /// Whether `tokens` hold a `&` or a lifetime.
-fn borrows(tokens: TokenStream) -> bool {
+pub(crate) fn borrows(tokens: TokenStream) -> bool {
     tokens.into_iter().any(|token| match token {
         TokenTree::Punct(p) => p.as_char() == '&' || p.as_char() == '\'',
         TokenTree::Group(g) => borrows(g.stream()),
         TokenTree::Ident(_) | TokenTree::Literal(_) => false,
-    })
-}
-
-/// Whether `tokens` hold `impl`.
-fn has_impl(tokens: TokenStream) -> bool {
-    tokens.into_iter().any(|token| match token {
-        TokenTree::Ident(i) => i == "impl",
-        TokenTree::Group(g) => has_impl(g.stream()),
-        TokenTree::Punct(_) | TokenTree::Literal(_) => false,
     })
 }

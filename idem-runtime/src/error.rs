@@ -24,9 +24,10 @@ pub enum Error {
     /// The action (this key) was attempted as often as the turn allows without recording a
     /// result: it keeps failing, or keeps being cut off.
     #[error(
-        "tool `{tool}` ran {attempts} times with key {key} in this turn without a recorded \
+        "tool `{tool}` ran {} with key {key} in this turn without a recorded \
          result (limit {limit}): it is stuck; stop retrying and report the failure instead of \
-         calling it again"
+         calling it again",
+        times(*attempts)
     )]
     BudgetExhausted {
         /// The tool's name.
@@ -42,9 +43,10 @@ pub enum Error {
     /// The turn started as many actions as its cap allows; this call would have started
     /// another.
     #[error(
-        "turn `{turn}` already started {calls} actions (limit {limit}), so tool `{tool}` was \
+        "turn `{turn}` already started {} (limit {limit}), so tool `{tool}` was \
          refused before it ran; a retry of an action already started still gets its result: \
-         end the turn or raise `Turn::with_max_calls`"
+         end the turn or raise `Turn::with_max_calls`",
+        actions(*calls)
     )]
     TurnBudgetExhausted {
         /// The tool that was refused.
@@ -199,7 +201,7 @@ pub enum Error {
         "two different tools are named `{name}` in this process, so they would share \
          idempotency keys and replay each other's results; this call was refused: give one of \
          them `#[idempotent(name = \"…\")]` (for methods, `#[idem_tools::tool_impl]` on the impl \
-         block names them `Type::method`)"
+         block names them `Type__method`)"
     )]
     DuplicateTool {
         /// The shared name.
@@ -209,6 +211,23 @@ pub enum Error {
     /// An invalid configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),
+}
+
+/// `once`, `twice`, `3 times`.
+pub(crate) fn times(n: u32) -> String {
+    match n {
+        1 => "once".to_owned(),
+        2 => "twice".to_owned(),
+        n => format!("{n} times"),
+    }
+}
+
+/// `1 action`, `3 actions`.
+pub(crate) fn actions(n: u32) -> String {
+    match n {
+        1 => "1 action".to_owned(),
+        n => format!("{n} actions"),
+    }
 }
 
 impl Error {

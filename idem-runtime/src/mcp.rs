@@ -58,15 +58,17 @@ pub fn error_kind(error: &Error) -> &'static str {
 pub fn model_message(error: &Error) -> Option<String> {
     let text = match error {
         Error::BudgetExhausted { attempts, .. } => format!(
-            "This action was run {attempts} times with these same arguments in this turn \
-             without succeeding, so it will not be run again in this turn. Stop retrying it: \
-             tell the user that it failed."
+            "This action was run {} with these same arguments in this turn without \
+             succeeding, so it will not be run again in this turn. Stop retrying it: tell the \
+             user that it failed.",
+            crate::error::times(*attempts)
         ),
         Error::TurnBudgetExhausted { calls, .. } => format!(
-            "This turn already started {calls} actions, the most it is allowed, so this new \
+            "This turn already started {}, the most it is allowed, so this new \
              action was not started. Repeating one of the actions already started, with the \
              same arguments, still returns its result. Start no new actions in this turn: \
-             tell the user what was done."
+             tell the user what was done.",
+            crate::error::actions(*calls)
         ),
         Error::PayloadMismatch { .. } => {
             "This idempotency key was already used for a call with different arguments, so \

@@ -31,9 +31,15 @@ pub enum ToolKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ToolInfo {
-    /// The tool's name, part of every key: `name = "…"` if given, else `Type::method` for a
-    /// method under `#[tool_impl]`, else the function's name.
+    /// The tool's name, part of every key and what a model is shown: `name = "…"` if given,
+    /// else `Type__method` for a method under `#[tool_impl]`, else the function's name. The
+    /// macros check that it matches `^[a-zA-Z0-9_-]{1,64}$`, the pattern OpenAI and Anthropic
+    /// accept for tool names.
     pub name: &'static str,
+    /// The Rust item as written, without `r#`: `charge_card` for the method
+    /// `Billing::charge_card`, whose name is `Billing__charge_card`. What a framework that
+    /// names a tool after its function (rmcp's `#[tool]`) serves it under. Never part of a key.
+    pub item: &'static str,
     /// Read-only or idempotent.
     pub kind: ToolKind,
     /// Bumping it gives every call new keys.
@@ -52,10 +58,12 @@ pub struct ToolInfo {
 }
 
 impl ToolInfo {
-    /// A state-changing tool with default settings.
+    /// A state-changing tool with default settings; its [`item`](ToolInfo::item) is `name`
+    /// until [`with_item`](ToolInfo::with_item) says otherwise.
     pub const fn idempotent(name: &'static str) -> Self {
         ToolInfo {
             name,
+            item: name,
             kind: ToolKind::Idempotent,
             version: 0,
             ttl: None,
@@ -72,6 +80,12 @@ impl ToolInfo {
             kind: ToolKind::ReadOnly,
             ..ToolInfo::idempotent(name)
         }
+    }
+
+    /// Sets the Rust item name (see [`item`](ToolInfo::item)).
+    pub const fn with_item(mut self, item: &'static str) -> Self {
+        self.item = item;
+        self
     }
 
     /// Sets the version.

@@ -63,11 +63,18 @@ pub struct IdemServer<S> {
     requests: AtomicU64,
 }
 
-/// The name rmcp serves an idem tool under: the method name of `Type::method`, or the name.
+/// The name rmcp serves an idem tool under: for a method named by default, `Type__method`,
+/// the method's own name (`ToolInfo::item`, what `#[tool]` names it after); else the name.
 fn rmcp_name(info: &ToolInfo) -> &'static str {
-    match info.name.rsplit_once("::") {
-        Some((_, method)) => method,
-        None => info.name,
+    let default_method_name = info
+        .name
+        .strip_suffix(info.item)
+        .and_then(|ty| ty.strip_suffix("__"))
+        .is_some_and(|ty| !ty.is_empty());
+    if default_method_name {
+        info.item
+    } else {
+        info.name
     }
 }
 

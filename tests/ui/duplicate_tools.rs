@@ -16,7 +16,9 @@ trait Tool {
     async fn call(&self, input: String) -> Result<String, idem_tools::Error>;
 }
 
+#[derive(Clone)]
 struct A;
+#[derive(Clone)]
 struct B;
 
 /// Two methods named `call`, told apart by `#[tool_impl]`: not a duplicate.

@@ -10,8 +10,9 @@ impl Server {
         Ok(1)
     }
 
-    /// With a name it is fine.
-    #[idempotent(name = "server_send_all")]
+    /// With a name it is fine (`attached`: outside `#[tool_impl]`, a `&self` tool runs
+    /// attached, and says so unless told).
+    #[idempotent(name = "server_send_all", attached)]
     pub async fn send_all(&self, to: String) -> Result<u32, idem_tools::Error> {
         let _ = to;
         Ok(1)

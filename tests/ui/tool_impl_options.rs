@@ -1,5 +1,6 @@
 use idem_tools::{idempotent, tool_impl};
 
+#[derive(Clone)]
 struct Server;
 
 #[tool_impl(budget = 3)]
@@ -10,6 +11,7 @@ impl Server {
     }
 }
 
+#[derive(Clone)]
 struct Other;
 
 /// An invalid option is reported once, by `#[idempotent]`; the other descriptors still exist.

@@ -167,13 +167,6 @@ async def test_past_the_per_key_budget_the_model_is_told_to_stop(start):
         assert "Stop retrying" in text(stuck) and for_a_model(text(stuck)), text(stuck)
 
 
-ENGINE = (
-    "needs the engine's budget semantics (only executions count; a retry of an action that "
-    "succeeded always gets its result), which the lead is building"
-)
-
-
-@pytest.mark.xfail(reason=ENGINE, strict=True, raises=AssertionError)
 async def test_a_retry_of_a_succeeded_action_always_gets_its_result(start):
     async with start().client(declare=True) as client:
         meta = {TURN_ID: "t"}
@@ -183,7 +176,6 @@ async def test_a_retry_of_a_succeeded_action_always_gets_its_result(start):
         assert not any(r.is_error for r in results)
 
 
-@pytest.mark.xfail(reason=ENGINE, strict=True, raises=AssertionError)
 async def test_the_turn_cap_counts_started_actions_and_says_so(start):
     """A turn-wide cap of 2: `a`, `a` (a retry), `b` made two changes; `c` is refused, saying 2."""
     async with start("--max-calls", "2").client(declare=True) as client:
@@ -204,12 +196,6 @@ async def test_the_turn_cap_counts_started_actions_and_says_so(start):
         assert [t["title"] for t in await tickets(client)] == ["a", "b"]
 
 
-@pytest.mark.xfail(
-    reason="needs the engine hook for an Ok value that must not be recorded "
-    "(rmcp's Ok(CallToolResult { is_error: true }))",
-    strict=True,
-    raises=AssertionError,
-)
 async def test_a_tool_error_returned_as_ok_is_not_replayed(start):
     """`close_ticket` returns `Ok(CallToolResult::error(..))` for a missing ticket: the retry
     once the ticket exists must run, not replay the error."""

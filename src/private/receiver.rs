@@ -1,0 +1,161 @@
+//! Where a tool method's body runs, chosen by the generated code: a `&self` method with owned
+//! arguments runs detached on a clone of its receiver when the type allows it (autoref
+//! specialization: [`CloneSelf`] before [`BorrowSelf`]), else attached with a warning. Also
+//! the runners of detached bodies, whose bounds carry the advice rustc shows when a body is not
+//! `Send`, and `self_key`.
+
+use std::future::Future;
+use std::ops::Deref;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::{
+    DetachedBody, Digest, Records, Store, ToolErr, ToolOk, ToolReturn, key_arg, run, run_detached,
+};
+
+/// The receiver of a `&self` tool, for autoref specialization:
+/// `(&&Receiver(self)).idem_receiver()` is [`CloneSelf`]'s when `S: Clone + Send + Sync +
+/// 'static`, else [`BorrowSelf`]'s.
+pub struct Receiver<'a, S: ?Sized>(pub &'a S);
+
+/// A clone of the receiver, moved into the tool's task: the body runs detached.
+pub struct Owned<S>(S);
+
+/// The receiver, borrowed: the body runs attached, in the caller's task.
+pub struct Borrowed<'a, S: ?Sized>(&'a S);
+
+impl<S> Deref for Owned<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.0
+    }
+}
+
+impl<S: ?Sized> Deref for Borrowed<'_, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        self.0
+    }
+}
+
+/// Chosen when the receiver's type can be cloned into a task of its own.
+pub trait CloneSelf<S> {
+    /// A clone of the receiver.
+    fn idem_receiver(&self) -> Owned<S>;
+}
+
+impl<S: Clone + Send + Sync + 'static> CloneSelf<S> for &Receiver<'_, S> {
+    fn idem_receiver(&self) -> Owned<S> {
+        Owned(self.0.clone())
+    }
+}
+
+/// Chosen when it cannot: the tool runs attached, and the deprecation warning says why that
+/// matters and what to do.
+pub trait BorrowSelf<'a, S: ?Sized> {
+    /// The receiver, borrowed.
+    #[deprecated(
+        note = "this `&self` tool runs attached, in the caller's task, because its type is not \
+                `Clone + Send + Sync + 'static`: if the caller gives up mid-run (a timeout, a \
+                dropped future), the tool is cut off and its key is kept as interrupted, so \
+                every retry is refused (\"may or may not have taken effect\") until the record \
+                expires. To run it detached, on a clone of `self` that finishes even if the \
+                caller goes away: derive `Clone` for the type (cheap when its clients are behind \
+                `Arc`) and make it `Send + Sync + 'static`, or take `self: Arc<Self>`. To keep \
+                it attached, write `#[idempotent(attached)]`"
+    )]
+    fn idem_receiver(&self) -> Borrowed<'a, S>;
+}
+
+impl<'a, S: ?Sized> BorrowSelf<'a, S> for Receiver<'a, S> {
+    fn idem_receiver(&self) -> Borrowed<'a, S> {
+        Borrowed(self.0)
+    }
+}
+
+/// Called by a `&self` tool whose `impl` block is generic: the warning is the point.
+#[deprecated(
+    note = "this `&self` tool runs attached, in the caller's task, because its `impl` block is \
+            generic (idem cannot check that a generic type is `Clone + Send + Sync + 'static`): \
+            if the caller gives up mid-run (a timeout, a dropped future), the tool is cut off \
+            and its key is kept as interrupted, so every retry is refused (\"may or may not \
+            have taken effect\") until the record expires. To run it detached, take \
+            `self: Arc<Self>`, or move it to a non-generic `impl` block of a `Clone + Send + \
+            Sync + 'static` type. To keep it attached, write `#[idempotent(attached)]`"
+)]
+pub const fn receiver_of_a_generic_impl() {}
+
+/// Called by a `&self` tool whose `impl` block is not under `#[tool_impl]`.
+#[deprecated(
+    note = "this `&self` tool runs attached, in the caller's task, because its `impl` block is \
+            not under `#[idem_tools::tool_impl]`, so idem cannot check its type: if the caller \
+            gives up mid-run (a timeout, a dropped future), the tool is cut off and its key is \
+            kept as interrupted, so every retry is refused (\"may or may not have taken \
+            effect\") until the record expires. To run it detached, on a clone of `self`: add \
+            `#[idem_tools::tool_impl]` to the `impl` block of a `Clone + Send + Sync + 'static` \
+            type, or take `self: Arc<Self>`. To keep it attached, write \
+            `#[idempotent(attached)]`"
+)]
+pub const fn receiver_outside_tool_impl() {}
+
+impl<S: Send + Sync + 'static> Owned<S> {
+    /// Runs `body` on this clone, detached (see [`run_detached`]).
+    pub fn run<R, F, Fut, C>(
+        self,
+        digest: Digest,
+        store: Option<Arc<dyn Store>>,
+        records: C,
+        body: F,
+    ) -> impl Future<Output = R>
+    where
+        R: ToolReturn + Send + 'static,
+        R::Ok: ToolOk + Send + 'static,
+        R::Err: ToolErr + Send + 'static,
+        C: Records<R>,
+        F: FnOnce(Self) -> Fut,
+        Fut: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
+    {
+        run_detached(digest, store, records, body(self))
+    }
+}
+
+impl<S: ?Sized> Borrowed<'_, S> {
+    /// Runs `body` on the borrowed receiver, attached (see [`run`]).
+    pub fn run<R, F, Fut, C>(
+        self,
+        digest: Digest,
+        store: Option<Arc<dyn Store>>,
+        records: C,
+        body: F,
+    ) -> impl Future<Output = R>
+    where
+        R: ToolReturn,
+        R::Ok: ToolOk,
+        R::Err: ToolErr,
+        C: Records<R>,
+        F: FnOnce(Self) -> Fut,
+        Fut: Future<Output = R>,
+    {
+        run(digest, store, records, body(self))
+    }
+}
+
+/// The value of `self_key = …`.
+#[diagnostic::on_unimplemented(
+    message = "`self_key = …` must give a value that implements `Serialize`, found `{Self}`",
+    label = "the receiver's identity, part of the idempotency key as the argument `self`",
+    note = "give a field or an expression that identifies the receiver and is `Serialize`: \
+            `self_key = self.account_id`, `self_key = (&self.tenant, &self.user)`"
+)]
+pub trait SelfKey: Serialize {}
+impl<T: Serialize + ?Sized> SelfKey for T {}
+
+/// Names `self_key`'s argument in the key (never a parameter's name: `self` is a keyword).
+#[allow(non_camel_case_types)]
+pub struct self_key_value;
+
+/// Adds `self_key`'s value to the key and the fingerprint, as the argument `self`.
+pub fn self_key<T: SelfKey + ?Sized>(digest: &mut Digest, value: &T) {
+    key_arg::<T, self_key_value>(digest, "self", value);
+}
