@@ -391,7 +391,18 @@ pub use idem_tools_macros::read_only;
 /// of the impl that the self type does not use are left off the inherent impl; a generic type is
 /// listed with its arguments: `tools![Wrapper::<u8>::call]`.
 pub use idem_tools_macros::tool_impl;
-pub use idem_tools_runtime::*;
+// The public surface, listed: what a tool author, a store author and an operator use. The
+// runtime crate's other items are its own (or reached through these modules).
+#[cfg(feature = "redis")]
+pub use idem_tools_runtime::RedisStore;
+#[cfg(feature = "sqlite")]
+pub use idem_tools_runtime::SqliteStore;
+pub use idem_tools_runtime::{
+    Call, Codec, Error, Fingerprint, Key, MemoryStore, Outcome, Result, Stats, Store, ToolInfo,
+    ToolKind, Turn, current_key, default_store, execute, execute_detached, set_default_store,
+    spawn, stats,
+};
+pub use idem_tools_runtime::{clock, engine, key, replay, store, turn};
 
 #[doc(hidden)]
 #[path = "private.rs"]

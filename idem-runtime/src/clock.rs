@@ -63,8 +63,9 @@ impl Clock for MonotonicClock {
 /// A clock that only moves when told to; clones share the same time.
 ///
 /// ```
+/// # extern crate idem_tools_runtime as idem_tools;
 /// use std::time::Duration;
-/// use idem_tools_runtime::clock::{Clock, ManualClock};
+/// use idem_tools::clock::{Clock, ManualClock};
 ///
 /// let clock = ManualClock::new(1_000);
 /// clock.advance(Duration::from_secs(2));

@@ -19,7 +19,7 @@ pub mod store;
 pub mod tool;
 pub mod turn;
 
-pub use engine::{Call, Codec, current_key, execute, execute_detached};
+pub use engine::{Call, Codec, current_key, execute, execute_detached, spawn};
 pub use error::{Error, Result};
 pub use key::{Fingerprint, Key};
 pub use stats::{Outcome, Stats, stats};

@@ -47,8 +47,9 @@ pub fn error_kind(error: &Error) -> &'static str {
 /// an error that is a protocol error.
 ///
 /// ```
-/// use idem_tools_runtime::{Error, Key};
-/// use idem_tools_runtime::mcp::model_message;
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::{Error, Key};
+/// use idem_tools::mcp::model_message;
 ///
 /// let key = Key::from_bytes([7; 32]).short();
 /// let stuck = Error::BudgetExhausted { tool: "send", key, attempts: 3, limit: 3 };

@@ -21,8 +21,9 @@ pub enum ToolKind {
 /// constant for each annotated function.
 ///
 /// ```
+/// # extern crate idem_tools_runtime as idem_tools;
 /// use std::time::Duration;
-/// use idem_tools_runtime::{ToolInfo, ToolKind};
+/// use idem_tools::{ToolInfo, ToolKind};
 ///
 /// const SEND: ToolInfo = ToolInfo::idempotent("send_message").with_budget(2);
 /// assert_eq!(SEND.kind, ToolKind::Idempotent);
@@ -161,8 +162,9 @@ const DUPLICATE: u8 = 2;
 /// differ), so they may coexist.
 ///
 /// ```
-/// use idem_tools_runtime::ToolInfo;
-/// use idem_tools_runtime::tool::ToolSlot;
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::ToolInfo;
+/// use idem_tools::tool::ToolSlot;
 ///
 /// static TOOL: ToolInfo = ToolInfo::idempotent("doc_example_tool");
 /// static FIRST: ToolSlot = ToolSlot::new();

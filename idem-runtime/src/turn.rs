@@ -46,7 +46,8 @@ tokio::task_local! {
 /// calls were replayed or joined is in [`Turn::stats`].
 ///
 /// ```
-/// use idem_tools_runtime::Turn;
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::Turn;
 ///
 /// # #[tokio::main(flavor = "current_thread")] async fn main() {
 /// let turn = Turn::new("conv-42/turn-7").with_max_attempts_per_key(5);
@@ -186,8 +187,9 @@ impl Turn {
 
     /// Runs `future` with this turn as [`Turn::current`].
     ///
-    /// The turn is task-local: it does not follow work into `tokio::spawn`ed tasks; enter it
-    /// again there, or pass the `Turn`.
+    /// The turn is task-local: it does not follow work into `tokio::spawn`ed tasks. Spawn with
+    /// [`engine::spawn`](crate::engine::spawn) instead (it carries the turn and the tool calls
+    /// around it), enter the turn again there, or pass the `Turn`.
     pub fn scope<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
         CURRENT_TURN.scope(self, future)
     }

@@ -11,7 +11,7 @@ use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::key::Fingerprint;
 use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
 use idem_tools_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, MemoryStore, Store};
-use idem_tools_runtime::{Call, Error, Key, Outcome, ToolInfo, Turn, current_key, execute};
+use idem_tools_runtime::{Call, Error, Key, ToolInfo, Turn, current_key, execute};
 use serde::{Deserialize, Serialize};
 
 const SEND: ToolInfo = ToolInfo::idempotent("send_message");
@@ -760,20 +760,6 @@ async fn the_running_tool_can_read_its_key() {
     assert_eq!(seen, Some(key.to_hex()));
 }
 
-#[tokio::test]
-async fn the_global_counters_see_every_outcome() {
-    let before = idem_tools_runtime::stats();
-    let store = memory();
-    let turn = turn("t", &store);
-    let sent = AtomicUsize::new(0);
-    send_message(&turn, &sent, "ada").await.unwrap();
-    send_message(&turn, &sent, "ada").await.unwrap();
-    let after = idem_tools_runtime::stats();
-    assert!(after.executed > before.executed);
-    assert!(after.replayed > before.replayed);
-    assert_eq!(Outcome::Replayed.as_str(), "replayed");
-}
-
 #[test]
 fn the_engine_future_is_send_so_tools_can_be_spawned() {
     fn assert_send<T: Send>(_: &T) {}
@@ -809,4 +795,43 @@ async fn a_tool_calling_itself_with_its_own_key_fails_instead_of_deadlocking() {
     });
     let outer = tokio::time::timeout(Duration::from_secs(5), outer).await;
     assert_eq!(outer.expect("deadlocked").unwrap(), 2);
+}
+
+/// A call dropped outside any Tokio runtime (after its runtime shut down) gives up its
+/// clean-up — the lease's end frees the key — without panicking, and without aborting the
+/// process when it is dropped while another panic unwinds.
+#[test]
+fn a_call_dropped_outside_a_runtime_neither_panics_nor_aborts() {
+    for during_a_panic in [false, true] {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let store = memory();
+        let turn = turn("t", &store);
+        let (key, fp) = digest(&SEND, &turn, "ada", "outside a runtime");
+        let mut call = Box::pin(execute(
+            Call::new(&SEND, &turn, key, fp),
+            Codec::ok_only(),
+            async {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+                Ok::<_, Error>(1u8)
+            },
+        ));
+        runtime.block_on(async {
+            // The body runs, then the caller stops waiting (the call is kept, not dropped).
+            let waited = tokio::time::timeout(Duration::from_millis(10), &mut call).await;
+            assert!(waited.is_err());
+        });
+        drop(runtime);
+        if during_a_panic {
+            let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+                let _call = call;
+                panic!("another panic");
+            }));
+            assert!(unwound.is_err());
+        } else {
+            drop(call);
+        }
+    }
 }

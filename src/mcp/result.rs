@@ -25,10 +25,9 @@ use crate::Error;
 /// * any other idem error, or an [`ErrorData`] (`ToolError::from(ErrorData)`): a protocol
 ///   error, not shown to the model.
 ///
-/// An `Err` is not recorded: a retry of the call runs the tool again (within its budget).
-/// rmcp's other way to report a failure, `Ok(CallToolResult::error(..))`, is an `Ok`, so it is
-/// recorded and replayed like a success for the tool's TTL; return `Err(ToolError::new(..))`
-/// for a failure the model may retry.
+/// An `Err` is not recorded: a retry of the call runs the tool again (within its budget). Nor
+/// is rmcp's other way to report a failure, `Ok(CallToolResult::error(..))`: idem reads its
+/// `isError: true` and gives the key back.
 ///
 /// ```
 /// use idem_tools::mcp::ToolError;

@@ -22,8 +22,9 @@ pub(crate) struct Held {
 /// before the result is recorded.
 ///
 /// ```
-/// # use idem_tools_runtime::{current_key, engine::{execute, Call, Codec}, ToolInfo, Turn, key::ArgsDigest};
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools_runtime::Error> {
+/// # extern crate idem_tools_runtime as idem_tools;
+/// # use idem_tools::{current_key, engine::{execute, Call, Codec}, ToolInfo, Turn, key::ArgsDigest};
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
 /// const CHARGE: ToolInfo = ToolInfo::idempotent("charge");
 /// let turn = Turn::new("turn-1");
 /// let mut args = ArgsDigest::new(CHARGE.name);
@@ -31,7 +32,7 @@ pub(crate) struct Held {
 /// let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), CHARGE.name, CHARGE.version);
 /// let header = execute(Call::new(&CHARGE, &turn, key, fingerprint), Codec::ok_only(), async {
 ///     let key = current_key().expect("inside a tool");
-///     Ok::<_, idem_tools_runtime::Error>(format!("Idempotency-Key: {key}"))
+///     Ok::<_, idem_tools::Error>(format!("Idempotency-Key: {key}"))
 /// })
 /// .await?;
 /// assert_eq!(header, format!("Idempotency-Key: {key}"));
@@ -65,6 +66,16 @@ pub(crate) fn with(key: Key) -> Held {
         key,
         outer: HELD.try_with(|held| Arc::new(held.clone())).ok(),
     }
+}
+
+/// The held keys of this task, if it runs inside a tool.
+pub(crate) fn current() -> Option<Held> {
+    HELD.try_with(Held::clone).ok()
+}
+
+/// Runs `future` holding `held`.
+pub(crate) async fn scope<F: std::future::Future>(held: Held, future: F) -> F::Output {
+    HELD.scope(held, future).await
 }
 
 /// Runs `f` (one poll of a tool's body) holding `held`.

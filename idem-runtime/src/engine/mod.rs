@@ -45,6 +45,44 @@ pub fn flights_registered() -> usize {
     flight::registered()
 }
 
+/// Spawns `future` on the current Tokio runtime *inside this task's turn and tool calls*: in
+/// the new task, [`Turn::current`] is this task's turn, [`current_key`] this task's key, and a
+/// tool called there with a key a caller holds fails at once with [`Error::Reentrant`] instead
+/// of waiting for itself. `tokio::spawn` carries none of these (task-locals do not follow a
+/// spawn): use this for work a tool hands to a task of its own.
+///
+/// ```
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::{Turn, engine::spawn};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// Turn::new("turn-1")
+///     .scope(async {
+///         let id = spawn(async { Turn::current().map(|t| t.id().to_owned()) }).await.unwrap();
+///         assert_eq!(id.as_deref(), Some("turn-1"));
+///     })
+///     .await;
+/// # }
+/// ```
+///
+/// # Panics
+/// Outside a Tokio runtime, as `tokio::spawn` does.
+pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (turn, held) = (Turn::current(), held::current());
+    tokio::spawn(async move {
+        match (turn, held) {
+            (Some(turn), Some(held)) => turn.scope(held::scope(held, future)).await,
+            (Some(turn), None) => turn.scope(future).await,
+            (None, Some(held)) => held::scope(held, future).await,
+            (None, None) => future.await,
+        }
+    })
+}
+
 /// One call of a state-changing tool, ready for [`execute`].
 #[derive(Clone)]
 pub struct Call {
@@ -133,10 +171,11 @@ impl Call {
 /// goes away, use [`execute_detached`]. Needs a Tokio runtime with the time driver.
 ///
 /// ```
-/// use idem_tools_runtime::engine::{Call, Codec, execute};
-/// use idem_tools_runtime::{key::ArgsDigest, ToolInfo, Turn};
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::engine::{Call, Codec, execute};
+/// use idem_tools::{key::ArgsDigest, ToolInfo, Turn};
 ///
-/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools_runtime::Error> {
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
 /// static SEND: ToolInfo = ToolInfo::idempotent("send");
 /// let turn = Turn::new("turn-1");
 /// let call = || {
@@ -145,7 +184,7 @@ impl Call {
 ///     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
 ///     Call::new(&SEND, &turn, key, fingerprint)
 /// };
-/// let first = execute(call(), Codec::ok_only(), async { Ok::<u32, idem_tools_runtime::Error>(7) }).await?;
+/// let first = execute(call(), Codec::ok_only(), async { Ok::<u32, idem_tools::Error>(7) }).await?;
 /// let retry = execute(call(), Codec::ok_only(), async { Ok(8) }).await?; // replayed
 /// assert_eq!((first, retry), (7, 7));
 /// # Ok(()) }

@@ -31,10 +31,11 @@ type Spawn<T, E, F> = fn(Execution<T, E, F>) -> JoinHandle<Result<T, E>>;
 /// How a tool's results are recorded and replayed.
 ///
 /// ```
-/// use idem_tools_runtime::engine::Codec;
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::engine::Codec;
 ///
 /// // `Ok` results are recorded; an `Err` gives the key back, so a retry runs the tool again.
-/// let plain: Codec<u64, idem_tools_runtime::Error> = Codec::ok_only();
+/// let plain: Codec<u64, idem_tools::Error> = Codec::ok_only();
 /// // `Ok` and `Err` are both recorded and replayed (`cache_errors`).
 /// let both: Codec<u64, String> = Codec::ok_and_err();
 /// // An `Ok` that reports a failure (here: 0) is not recorded either.

@@ -21,7 +21,8 @@ const COPY_LIMIT: usize = 4096;
 /// those fields.
 ///
 /// ```
-/// use idem_tools_runtime::key::{ArgsDigest, derive_key};
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::key::{ArgsDigest, derive_key};
 ///
 /// #[derive(serde::Serialize)]
 /// struct Args<'a> { to: &'a str, amount_cents: u64 }
@@ -36,7 +37,7 @@ const COPY_LIMIT: usize = 4096;
 /// assert_eq!(key, derive_key("billing", "turn-7", "send_payment", 1, &args)?);
 /// assert_eq!(key.to_hex().len(), 64);
 /// # let _ = fp;
-/// # Ok::<(), idem_tools_runtime::Error>(())
+/// # Ok::<(), idem_tools::Error>(())
 /// ```
 #[derive(Clone)]
 pub struct ArgsDigest {

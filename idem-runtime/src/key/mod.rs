@@ -93,8 +93,9 @@ fn args_digest<T: Serialize + ?Sized>(
 /// equals what [`ArgsDigest`] produces when each field is passed with [`ArgsDigest::arg`].
 ///
 /// ```
+/// # extern crate idem_tools_runtime as idem_tools;
 /// use std::collections::HashMap;
-/// use idem_tools_runtime::key::derive_key;
+/// use idem_tools::key::derive_key;
 ///
 /// #[derive(serde::Serialize)]
 /// struct SendEmail { to: String, subject: String }
@@ -108,7 +109,7 @@ fn args_digest<T: Serialize + ?Sized>(
 ///
 /// // Another turn: another key.
 /// assert_ne!(k1, derive_key("mail", "turn-2", "send_email", 1, &args)?);
-/// # Ok::<(), idem_tools_runtime::Error>(())
+/// # Ok::<(), idem_tools::Error>(())
 /// ```
 ///
 /// # Errors
@@ -148,12 +149,13 @@ pub fn fingerprint<T: Serialize + ?Sized>(
 /// Canonical encoding of one value (for the spec, vectors and debugging).
 ///
 /// ```
-/// use idem_tools_runtime::key::encode_value;
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::key::encode_value;
 ///
 /// let expected = [0x05, 0x00, 5]; // integer, non-negative, |5| in LEB128
 /// assert_eq!(encode_value(&5u8)?, expected);
 /// assert_eq!(encode_value(&5i64)?, expected);
-/// # Ok::<(), idem_tools_runtime::Error>(())
+/// # Ok::<(), idem_tools::Error>(())
 /// ```
 ///
 /// # Errors

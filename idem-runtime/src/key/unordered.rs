@@ -15,7 +15,8 @@ pub(crate) const UNORDERED_MAGIC: &str = "$idem_tools::Unordered";
 /// replay in another order (a plain `Vec` may not).
 ///
 /// ```
-/// use idem_tools_runtime::key::{Unordered, encode_value};
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::key::{Unordered, encode_value};
 ///
 /// let a = encode_value(&Unordered(vec!["x", "y"])).unwrap();
 /// let b = encode_value(&Unordered(vec!["y", "x"])).unwrap();
@@ -77,11 +78,12 @@ where
 /// fields of your own types: `#[serde(serialize_with = "idem_tools::key::unordered")]`.
 ///
 /// ```
-/// use idem_tools_runtime::key::encode_value;
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::key::encode_value;
 ///
 /// #[derive(serde::Serialize)]
 /// struct Invite {
-///     #[serde(serialize_with = "idem_tools_runtime::key::unordered")]
+///     #[serde(serialize_with = "idem_tools::key::unordered")]
 ///     emails: Vec<String>,
 /// }
 ///

@@ -23,7 +23,8 @@ static TURN_COUNTER: LazyLock<[u8; 32]> =
 /// `Turn` value with that namespace and id shares, in every process.
 ///
 /// ```
-/// use idem_tools_runtime::store::budget::TurnIdentity;
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::store::budget::TurnIdentity;
 ///
 /// let a = TurnIdentity::new("acme", "turn-7");
 /// assert_eq!(a, TurnIdentity::new("acme", "turn-7"));
@@ -76,9 +77,10 @@ fn truncate(digest: &[u8; 32]) -> CounterId {
 /// counted against the turn.
 ///
 /// ```
+/// # extern crate idem_tools_runtime as idem_tools;
 /// use std::time::Duration;
-/// use idem_tools_runtime::store::budget::{TurnIdentity, charge};
-/// use idem_tools_runtime::store::{Charge, Exhausted};
+/// use idem_tools::store::budget::{TurnIdentity, charge};
+/// use idem_tools::store::{Charge, Exhausted};
 ///
 /// let rule = Charge {
 ///     turn: TurnIdentity::new("", "turn-1"),

@@ -6,12 +6,13 @@
 //! through the engine:
 //!
 //! ```
+//! # extern crate idem_tools_runtime as idem_tools;
 //! use std::sync::Arc;
 //! use std::time::Duration;
-//! use idem_tools_runtime::clock::ManualClock;
-//! use idem_tools_runtime::key::Key;
-//! use idem_tools_runtime::store::conformance::{self, Harness};
-//! use idem_tools_runtime::store::{MemoryStore, Store, StoreFuture};
+//! use idem_tools::clock::ManualClock;
+//! use idem_tools::key::Key;
+//! use idem_tools::store::conformance::{self, Harness};
+//! use idem_tools::store::{MemoryStore, Store, StoreFuture};
 //!
 //! struct Memory {
 //!     clock: ManualClock,

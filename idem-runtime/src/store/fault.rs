@@ -56,9 +56,10 @@ type Plan = dyn Fn(Op) -> Fault + Send + Sync;
 /// Wraps a store and injects a [`Fault`] into each operation, as a plan decides.
 ///
 /// ```
+/// # extern crate idem_tools_runtime as idem_tools;
 /// use std::sync::Arc;
-/// use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
-/// use idem_tools_runtime::store::{MemoryStore, Store};
+/// use idem_tools::store::fault::{Fault, FaultStore, Op};
+/// use idem_tools::store::{MemoryStore, Store};
 ///
 /// // A store whose `complete` replies are all lost after they took effect.
 /// let store = FaultStore::new(Arc::new(MemoryStore::new()), |op| match op {

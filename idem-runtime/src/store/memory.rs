@@ -37,8 +37,9 @@ const SHARDS: usize = 32;
 /// store (SQLite, PostgreSQL) or a shared one (Redis) for those.
 ///
 /// ```
+/// # extern crate idem_tools_runtime as idem_tools;
 /// use std::sync::Arc;
-/// use idem_tools_runtime::store::{MemoryStore, Store};
+/// use idem_tools::store::{MemoryStore, Store};
 ///
 /// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
 /// # let _ = store;

@@ -75,13 +75,14 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// A dedup store in Redis: one store for many worker processes and hosts.
 ///
 /// ```no_run
+/// # extern crate idem_tools_runtime as idem_tools;
 /// use std::sync::Arc;
-/// use idem_tools_runtime::store::{RedisStore, Store};
+/// use idem_tools::store::{RedisStore, Store};
 ///
-/// # async fn demo() -> idem_tools_runtime::Result<()> {
+/// # async fn demo() -> idem_tools::Result<()> {
 /// let store: Arc<dyn Store> =
 ///     Arc::new(RedisStore::connect("redis://127.0.0.1:6379").await?.with_prefix("billing"));
-/// idem_tools_runtime::set_default_store(store)?;
+/// idem_tools::set_default_store(store)?;
 ///
 /// // A Redis Cluster: any of its nodes as seeds.
 /// let cluster = RedisStore::builder()

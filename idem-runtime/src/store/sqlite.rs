@@ -39,11 +39,12 @@ const STATE_COMPLETED: &str = "completed";
 /// several processes on one host can share the file.
 ///
 /// ```no_run
+/// # extern crate idem_tools_runtime as idem_tools;
 /// use std::sync::Arc;
-/// use idem_tools_runtime::store::{SqliteStore, Store};
+/// use idem_tools::store::{SqliteStore, Store};
 ///
 /// let store: Arc<dyn Store> = Arc::new(SqliteStore::open("idem.db")?);
-/// # Ok::<(), idem_tools_runtime::Error>(())
+/// # Ok::<(), idem_tools::Error>(())
 /// ```
 ///
 /// # What it survives

@@ -162,7 +162,8 @@ async fn engine_call(ledger: Arc<Ledger>, attempt: Attempt, call: Call) {
         Err(ToolError::Tool(exec)) if tool.records_errors() => {
             ledger.answered(key, Val { exec, ok: false });
         }
-        Err(_) => {}
+        Err(ToolError::Idem(name)) => ledger.refused(key, &name),
+        Err(ToolError::Tool(_)) => {}
     }
 }
 

@@ -81,6 +81,9 @@ pub struct Counts {
     pub outcome_errors: u64,
     /// Keys run more often than their budget allows between two recorded results.
     pub budget_overruns: u64,
+    /// Refusals that said something untrue at that moment: "stuck" (budget exhausted) while
+    /// the key held a recorded result or its body ran; "interrupted" without such a marker.
+    pub false_refusals: u64,
     /// Single-flight entries or runtime tasks left after the settle.
     pub leaks: u64,
 }
@@ -101,6 +104,7 @@ impl Counts {
         self.panics += other.panics;
         self.outcome_errors += other.outcome_errors;
         self.budget_overruns += other.budget_overruns;
+        self.false_refusals += other.false_refusals;
         self.leaks += other.leaks;
     }
 
@@ -114,6 +118,7 @@ impl Counts {
             + self.panics
             + self.outcome_errors
             + self.budget_overruns
+            + self.false_refusals
             + self.leaks
     }
 
@@ -122,7 +127,8 @@ impl Counts {
         format!(
             "fault-suite {mode}: schedules={} calls={} executions={} effects={} duplicates={} \
              overlaps={} wrong_results={} orphans={} hangs={} panics={} outcome_errors={} \
-             budget_overruns={} leaks={} (claims left by documented store faults: {})",
+             budget_overruns={} false_refusals={} leaks={} (claims left by documented store \
+             faults: {})",
             self.schedules,
             self.calls,
             self.executions,
@@ -135,6 +141,7 @@ impl Counts {
             self.panics,
             self.outcome_errors,
             self.budget_overruns,
+            self.false_refusals,
             self.leaks,
             self.excused_claims,
         )
@@ -325,6 +332,44 @@ impl Ledger {
             s.problems.push(format!(
                 "wrong result: a caller of key {} got {val:?} at {now} ms; first finished \
                  {first_finish:?}, recorded {recorded:?}",
+                key.short()
+            ));
+        }
+    }
+
+    /// A caller of `key` was refused with the idem error `name` (its variant): the refusal must
+    /// be true at this moment.
+    pub fn refused(&self, key: Key, name: &str) {
+        let now = self.now();
+        let mut s = self.lock();
+        let live = |s: &State| -> Vec<Content> {
+            s.completions
+                .get(&key)
+                .map(|c| {
+                    c.iter()
+                        .filter(|c| c.at <= now && now < c.expires)
+                        .map(|c| c.content)
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let untrue = match name {
+            "BudgetExhausted" => {
+                let recorded = !live(&s).is_empty();
+                let running = s.alive.get(&key).copied().unwrap_or(0) > 0;
+                (recorded || running)
+                    .then(|| format!("\"stuck\" while recorded: {recorded}, running: {running}"))
+            }
+            "Interrupted" | "NotReplayable" => {
+                let marked = live(&s).iter().any(|c| *c == Content::Marker);
+                (!marked).then(|| format!("{name} without a live marker"))
+            }
+            _ => None,
+        };
+        if let Some(why) = untrue {
+            s.counts.false_refusals += 1;
+            s.problems.push(format!(
+                "false refusal: a caller of key {} was told {why} at {now} ms",
                 key.short()
             ));
         }

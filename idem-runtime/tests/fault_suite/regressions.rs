@@ -34,7 +34,12 @@ fn chain(start_ms: u64, attempts: Vec<Attempt>) -> Chain {
 }
 
 fn fault(op: Op, nth: usize, fault: Fault) -> FaultSpec {
-    FaultSpec { op, nth, fault }
+    FaultSpec {
+        op,
+        nth,
+        fault,
+        repeat: 0,
+    }
 }
 
 fn assert_clean(schedule: &Schedule) {

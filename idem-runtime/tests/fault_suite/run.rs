@@ -321,7 +321,7 @@ impl Plan {
             Op::Admin => 5,
         };
         let nth = self.seen[index].fetch_add(1, Ordering::SeqCst);
-        match self.faults.iter().find(|f| f.op == op && f.nth == nth) {
+        match self.faults.iter().find(|f| f.covers(op, nth)) {
             Some(spec) => {
                 lock(&self.injected).push(*spec);
                 match spec.fault {

@@ -1,0 +1,411 @@
+//! Leases that end cleanly, and refusals that are true: the four defects a seeded harness found,
+//! each reproduced with the public API (a memory store on Tokio's paused clock, where time is
+//! exact), and the first one again in real time.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use idem_tools_runtime::clock::Clock;
+use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
+use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
+use idem_tools_runtime::store::{
+    Begin, BeginRequest, Lease, MemoryStore, Record, Store, StoreFuture,
+};
+use idem_tools_runtime::{Call, Codec, Error, Key, ToolInfo, Turn, execute};
+
+/// Milliseconds that follow Tokio's clock, so a paused runtime moves leases and TTLs too.
+#[derive(Debug)]
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now_ms(&self) -> u64 {
+        let elapsed = self.0.elapsed().as_millis();
+        1_700_000_000_000 + u64::try_from(elapsed).unwrap_or(u64::MAX / 2)
+    }
+}
+
+/// Another "process" on a shared store: a handle of its own (single-flight is per handle), so
+/// it meets the first process's calls through the store.
+struct Process(Arc<dyn Store>);
+
+impl Store for Process {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        self.0.begin(req)
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        self.0.renew(lease, duration)
+    }
+    fn complete<'a>(
+        &'a self,
+        lease: &'a Lease,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        self.0.complete(lease, result, ttl)
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        self.0.release(lease)
+    }
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        self.0.get(namespace, key)
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        self.0.purge_expired()
+    }
+    fn list<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        self.0.list(namespace, limit)
+    }
+    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        self.0.remove(namespace, key)
+    }
+}
+
+fn digest(tool: &ToolInfo, turn: &Turn) -> (Key, Fingerprint) {
+    let mut args = ArgsDigest::new(tool.name);
+    args.arg("to", "ada").unwrap();
+    args.finish(turn.namespace(), turn.id(), tool.name, tool.version)
+}
+
+fn call(tool: &'static ToolInfo, turn: &Turn) -> Call {
+    let (key, fingerprint) = digest(tool, turn);
+    Call::new(tool, turn, key, fingerprint)
+}
+
+/// Marks a body alive until it is dropped.
+struct Alive(Arc<AtomicBool>);
+
+impl Alive {
+    fn new(flag: &Arc<AtomicBool>) -> Alive {
+        flag.store(true, Ordering::SeqCst);
+        Alive(Arc::clone(flag))
+    }
+}
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Defect 1: the holder's renewals never reach the store. It must be stopped — its body
+/// dropped — before any store can give the key to another process, whatever the timer's
+/// lateness; then the other process runs the tool.
+#[tokio::test(start_paused = true)]
+async fn a_holder_that_cannot_renew_is_dropped_before_another_process_can_claim() {
+    static TOOL: ToolInfo = ToolInfo::idempotent("lease_end").with_lease(Duration::from_millis(20));
+    let shared: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock(
+        tokio::time::Instant::now(),
+    ))));
+    let a: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&shared), |op| match op {
+        // Renewals that never arrive in time.
+        Op::Renew => Fault::Delay(Duration::from_secs(3600)),
+        _ => Fault::None,
+    }));
+    let b: Arc<dyn Store> = Arc::new(Process(Arc::clone(&shared)));
+    let a_alive = Arc::new(AtomicBool::new(false));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+
+    let turn_a = Turn::new("t").with_store(a);
+    let alive = Arc::clone(&a_alive);
+    let holder = tokio::spawn(async move {
+        execute(call(&TOOL, &turn_a), Codec::ok_only(), async move {
+            let _alive = Alive::new(&alive);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            Ok::<_, Error>(1)
+        })
+        .await
+    });
+    tokio::task::yield_now().await;
+    assert!(a_alive.load(Ordering::SeqCst), "the holder runs");
+    // The other process asks every millisecond.
+    let turn_b = Turn::new("t")
+        .with_store(b)
+        .with_in_flight_wait(Duration::from_millis(1));
+    let result = loop {
+        let overlap = (Arc::clone(&a_alive), Arc::clone(&overlaps));
+        let answer = execute(call(&TOOL, &turn_b), Codec::ok_only(), async move {
+            if overlap.0.load(Ordering::SeqCst) {
+                overlap.1.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok::<_, Error>(2)
+        })
+        .await;
+        match answer {
+            Err(Error::InFlight { .. }) => tokio::time::sleep(Duration::from_millis(1)).await,
+            other => break other,
+        }
+    };
+    assert_eq!(
+        result.unwrap(),
+        2,
+        "the other process ran the tool after the lease ended"
+    );
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "the two bodies overlapped"
+    );
+    let held = holder.await.unwrap();
+    assert!(matches!(held, Err(Error::LeaseLost { .. })), "{held:?}");
+}
+
+/// Defect 1 in real time: on its own runtime and store handle, another process calls the key in
+/// a loop while the holder's renewals never arrive; the bodies never overlap, over many trials.
+/// On a memory store, and on two SQLite handles of one file with the `sqlite` feature.
+#[test]
+fn in_real_time_two_bodies_of_a_key_never_overlap_when_a_lease_ends() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    overlap_trials("memory", || (Arc::clone(&memory), Arc::clone(&memory)), 25);
+    #[cfg(feature = "sqlite")]
+    {
+        let dir = std::env::temp_dir().join(format!(
+            "idem-lease-ends-{}-{}",
+            std::process::id(),
+            idem_tools_runtime::store::LeaseToken::generate().0
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("idem.db");
+        let open =
+            || -> Arc<dyn Store> { Arc::new(idem_tools_runtime::SqliteStore::open(&db).unwrap()) };
+        let (first, second) = (open(), open());
+        overlap_trials("sqlite", || (Arc::clone(&first), Arc::clone(&second)), 25);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+fn overlap_trials(name: &str, stores: impl Fn() -> (Arc<dyn Store>, Arc<dyn Store>), trials: u32) {
+    // A lease long next to timer and scheduling lateness on a loaded machine: its last quarter
+    // (25 ms) is the margin the engine keeps.
+    static TOOL: ToolInfo =
+        ToolInfo::idempotent("lease_end_realtime").with_lease(Duration::from_millis(100));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    for trial in 0..trials {
+        let (a, b) = stores();
+        let a: Arc<dyn Store> = Arc::new(FaultStore::new(a, |op| match op {
+            Op::Renew => Fault::Delay(Duration::from_secs(3600)),
+            _ => Fault::None,
+        }));
+        let turn_id = format!(
+            "{name}-{trial}-{}",
+            idem_tools_runtime::store::LeaseToken::generate().0
+        );
+        let a_alive = Arc::new(AtomicBool::new(false));
+        let holder = {
+            let (alive, turn_id) = (Arc::clone(&a_alive), turn_id.clone());
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    let turn = Turn::new(turn_id).with_store(a);
+                    execute(call(&TOOL, &turn), Codec::ok_only(), async move {
+                        let _alive = Alive::new(&alive);
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        Ok::<_, Error>(1)
+                    })
+                    .await
+                })
+            })
+        };
+        while !a_alive.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let other = {
+            let (alive, overlaps) = (Arc::clone(&a_alive), Arc::clone(&overlaps));
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    let turn = Turn::new(turn_id)
+                        .with_store(b)
+                        .with_in_flight_wait(Duration::from_millis(1));
+                    loop {
+                        let (alive, overlaps) = (Arc::clone(&alive), Arc::clone(&overlaps));
+                        let answer = execute(call(&TOOL, &turn), Codec::ok_only(), async move {
+                            if alive.load(Ordering::SeqCst) {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Ok::<_, Error>(2)
+                        })
+                        .await;
+                        match answer {
+                            Err(Error::InFlight { .. }) => {
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                            }
+                            other => return other,
+                        }
+                    }
+                })
+            })
+        };
+        assert_eq!(
+            other.join().unwrap().unwrap(),
+            2,
+            "{name}: the other process ran"
+        );
+        let held = holder.join().unwrap();
+        assert!(
+            matches!(held, Err(Error::LeaseLost { .. })),
+            "{name}: {held:?}"
+        );
+    }
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "{name}: bodies overlapped in some of {trials} trials"
+    );
+}
+
+/// Defect 2: the foreground `complete` fails for 300 ms, so the result is recorded in the
+/// background; renewals take effect 40 ms after they are sent (and not at all if abandoned), as
+/// on a network store. The background recorder keeps the lease under the same bound as the body
+/// (it renews every quarter and waits for an answer until the lease's end), so the other
+/// process waits and then replays the first result: the tool runs once.
+#[tokio::test(start_paused = true)]
+async fn background_recording_keeps_a_lease_whose_renewals_answer_slowly() {
+    static TOOL: ToolInfo =
+        ToolInfo::idempotent("slow_renewals").with_lease(Duration::from_millis(100));
+    let start = tokio::time::Instant::now();
+    let shared: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock(start))));
+    let a: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&shared), move |op| match op {
+        Op::Renew => Fault::Delay(Duration::from_millis(40)),
+        Op::Complete if start.elapsed() < Duration::from_millis(300) => Fault::FailBefore,
+        _ => Fault::None,
+    }));
+    let b: Arc<dyn Store> = Arc::new(Process(Arc::clone(&shared)));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let run = |store: Arc<dyn Store>, runs: Arc<AtomicUsize>| async move {
+        let turn = Turn::new("t").with_store(store);
+        execute(call(&TOOL, &turn), Codec::ok_only(), async move {
+            Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst) + 1)
+        })
+        .await
+    };
+    assert_eq!(run(a, Arc::clone(&runs)).await.unwrap(), 1);
+    // The other process, now and then, until long after the lease would have lapsed.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(run(Arc::clone(&b), Arc::clone(&runs)).await.unwrap(), 1);
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the tool ran twice");
+    let record = shared
+        .get("", &digest(&TOOL, &Turn::new("t")).0)
+        .await
+        .unwrap();
+    assert!(
+        record.is_some_and(|r| r.result.is_some()),
+        "the result was recorded"
+    );
+}
+
+/// Defect 3: past the per-key cap, a key kept as interrupted, or holding a recorded `Err`, was
+/// told the action "already succeeded". Each answer now says what the record holds.
+#[tokio::test(start_paused = true)]
+async fn past_the_cap_each_answer_names_what_the_record_holds() {
+    static CUT: ToolInfo = ToolInfo::idempotent("cut_short");
+    static CACHED: ToolInfo = ToolInfo::idempotent("cached_err").with_cache_errors();
+    let turn = Turn::new("t")
+        .with_store(Arc::new(MemoryStore::new()))
+        .with_max_attempts_per_key(1);
+    // An attached call given up mid-body: the key is kept as interrupted.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(5),
+        execute(call(&CUT, &turn), Codec::ok_only(), async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            Ok::<u32, Error>(1)
+        }),
+    )
+    .await;
+    assert!(cut.is_err(), "the caller gave up");
+    tokio::task::yield_now().await;
+    for _ in 0..4 {
+        let answer = execute(call(&CUT, &turn), Codec::ok_only(), async { Ok(2) }).await;
+        assert!(
+            matches!(answer, Err(Error::Interrupted { .. })),
+            "{answer:?}"
+        );
+        assert!(!answer.unwrap_err().to_string().contains("succeeded"));
+    }
+    // A recorded `Err` replays, past the cap too.
+    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    enum Refused {
+        Declined(u32),
+        Idem(String),
+    }
+    impl From<Error> for Refused {
+        fn from(error: Error) -> Self {
+            Refused::Idem(error.to_string())
+        }
+    }
+    let runs = AtomicUsize::new(0);
+    for _ in 0..4 {
+        let answer = execute(call(&CACHED, &turn), Codec::ok_and_err(), async {
+            Err::<u32, _>(Refused::Declined(
+                u32::try_from(runs.fetch_add(1, Ordering::SeqCst)).unwrap(),
+            ))
+        })
+        .await;
+        assert_eq!(answer, Err(Refused::Declined(0)));
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let stats = turn.stats();
+    assert_eq!((stats.was_interrupted, stats.budget_exhausted), (4, 0));
+}
+
+/// Defect 4: "did not succeed" was said of actions that succeed — one still running in another
+/// process, and one whose record expired while its count had not. Neither is refused now.
+#[tokio::test(start_paused = true)]
+async fn an_action_that_succeeds_is_never_called_stuck() {
+    static RUNNING: ToolInfo = ToolInfo::idempotent("running_elsewhere");
+    static SHORT: ToolInfo =
+        ToolInfo::idempotent("short_lived").with_ttl(Duration::from_millis(50));
+    let shared: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock(
+        tokio::time::Instant::now(),
+    ))));
+    let runs = Arc::new(AtomicUsize::new(0));
+    // Four processes with a budget of one: the holder runs for a second, the others wait.
+    let calls: Vec<_> = (0..4)
+        .map(|_| {
+            let store: Arc<dyn Store> = Arc::new(Process(Arc::clone(&shared)));
+            let runs = Arc::clone(&runs);
+            tokio::spawn(async move {
+                let turn = Turn::new("t")
+                    .with_store(store)
+                    .with_max_attempts_per_key(1);
+                execute(call(&RUNNING, &turn), Codec::ok_only(), async move {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst) + 1)
+                })
+                .await
+            })
+        })
+        .collect();
+    for call in calls {
+        assert_eq!(call.await.unwrap().unwrap(), 1);
+    }
+    // A record that expired: the count was reset when the result was recorded.
+    let turn = Turn::new("t2")
+        .with_store(Arc::clone(&shared))
+        .with_max_attempts_per_key(1);
+    let ran = AtomicUsize::new(0);
+    for expected in 1..=3 {
+        let answer = execute(call(&SHORT, &turn), Codec::ok_only(), async {
+            Ok::<_, Error>(ran.fetch_add(1, Ordering::SeqCst) + 1)
+        })
+        .await;
+        assert_eq!(
+            answer.unwrap(),
+            expected,
+            "runs again once its record expired"
+        );
+        tokio::time::sleep(Duration::from_millis(60)).await;
+    }
+}
