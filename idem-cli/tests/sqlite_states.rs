@@ -452,3 +452,49 @@ async fn keys_are_resolved_across_namespaces_unless_ambiguous() {
         elsewhere.stderr
     );
 }
+
+#[tokio::test]
+async fn a_result_this_idem_cannot_read_is_unreadable_not_completed() {
+    let dir = TempDir::new("states-unreadable");
+    let db = dir.file("idem.db");
+    let store = open(&db);
+    let runs = AtomicU32::new(0);
+    let t = turn("turn-1", "");
+    call(&store, &SEND, &t, "a@x", &runs).await.unwrap();
+    let key = key_of(&SEND, &t, "a@x").0;
+    // What a future record format (version byte 0xff) would look like to this idem.
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute("UPDATE idem_records SET result = x'ff0102'", [])
+        .unwrap();
+
+    let listed = idem(&["--sqlite", &db, "list", "--state", "unreadable"]).expect_code(0);
+    assert_eq!(listed_keys(&listed.stdout), [short(&key)]);
+    let completed = idem(&["--sqlite", &db, "list", "--state", "completed"]).expect_code(0);
+    assert_eq!(completed.stdout, "no live records match\n");
+    let shown = idem(&["--sqlite", &db, "show", &short(&key)]).expect_code(0);
+    assert!(
+        shown.stdout.contains("state        unreadable\n"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        shown.stdout.contains("result\nhex:ff0102\n"),
+        "{}",
+        shown.stdout
+    );
+    let json = idem(&["--sqlite", &db, "--json", "show", &short(&key)])
+        .expect_code(0)
+        .json();
+    assert_eq!(
+        (json["state"].as_str(), json["result"].as_str()),
+        (Some("unreadable"), Some("hex:ff0102"))
+    );
+    let removed = idem(&["--sqlite", &db, "remove", &short(&key), "--yes"]).expect_code(0);
+    assert!(
+        removed
+            .stdout
+            .contains("whether the tool ran is not known here"),
+        "{}",
+        removed.stdout
+    );
+}
