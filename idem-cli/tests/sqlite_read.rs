@@ -7,8 +7,8 @@ use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use common::{
-    REFUND, SEND, TempDir, call, claim, claim_key, idem, key_of, listed_keys, open_sqlite as open,
-    short, turn,
+    REFUND, SEND, STATS_HEADER, TempDir, call, claim, claim_key, idem, key_of, listed_keys,
+    open_sqlite as open, short, table_rows, turn,
 };
 use idem_tools_runtime::{Fingerprint, Key};
 
@@ -249,23 +249,8 @@ async fn stats_counts_by_state_and_tool() {
     claim(&*store, &SEND, &t, "d", Duration::from_secs(600)).await;
 
     let table = idem(&["--sqlite", &db, "stats"]).expect_code(0).stdout;
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(
-        rows[0],
-        [
-            "TOOL",
-            "IN-PROGRESS",
-            "COMPLETED",
-            "FAILED",
-            "INTERRUPTED",
-            "NOT-REPLAYABLE",
-            "UNREADABLE",
-            "TOTAL"
-        ]
-    );
+    let rows = table_rows(&table);
+    assert_eq!(rows[0], STATS_HEADER);
     assert_eq!(rows[1], ["refund", "0", "1", "0", "0", "0", "0", "1"]);
     assert_eq!(rows[2], ["send_email", "1", "2", "0", "0", "0", "0", "3"]);
     assert_eq!(

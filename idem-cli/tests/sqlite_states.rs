@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{
-    SEND, TempDir, assert_no_debug_text, call, call_interrupted, claim_key, every_state, idem,
-    idem_on_terminal, key_of, listed_keys, open_sqlite as open, short, turn,
+    SEND, STATS_HEADER, TempDir, assert_no_debug_text, call, call_interrupted, claim_key,
+    every_state, idem, idem_on_terminal, key_of, listed_keys, open_sqlite as open, short,
+    table_rows, turn,
 };
 use idem_tools_runtime::{Error, Fingerprint, Key};
 use serde_json::Value;
@@ -85,23 +86,8 @@ async fn list_and_stats_name_every_state() {
     );
 
     let stats = idem(&["--sqlite", &db, "stats"]).expect_code(0).stdout;
-    let rows: Vec<Vec<&str>> = stats
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(
-        rows[0],
-        [
-            "TOOL",
-            "IN-PROGRESS",
-            "COMPLETED",
-            "FAILED",
-            "INTERRUPTED",
-            "NOT-REPLAYABLE",
-            "UNREADABLE",
-            "TOTAL"
-        ]
-    );
+    let rows = table_rows(&stats);
+    assert_eq!(rows[0], STATS_HEADER);
     assert_eq!(rows[1], ["refund", "0", "0", "1", "0", "0", "0", "1"]);
     assert_eq!(rows[2], ["send_email", "1", "1", "0", "1", "1", "0", "4"]);
     let json = idem(&["--sqlite", &db, "--json", "stats"])

@@ -134,6 +134,40 @@ pub fn key_of(tool: &'static ToolInfo, turn: &Turn, to: &str) -> (Key, Fingerpri
     args.finish(turn.namespace(), turn.id(), tool.name, tool.version)
 }
 
+/// The engine's call of `tool` with `to` in `turn` on `store`, and its key.
+pub fn call_of(
+    store: &Arc<dyn Store>,
+    tool: &'static ToolInfo,
+    turn: &Turn,
+    to: &str,
+) -> (Key, Call) {
+    let (key, fingerprint) = key_of(tool, turn, to);
+    (
+        key,
+        Call::new(tool, turn, key, fingerprint).with_store(store),
+    )
+}
+
+/// The header of the `stats` table.
+pub const STATS_HEADER: [&str; 8] = [
+    "TOOL",
+    "IN-PROGRESS",
+    "COMPLETED",
+    "FAILED",
+    "INTERRUPTED",
+    "NOT-REPLAYABLE",
+    "UNREADABLE",
+    "TOTAL",
+];
+
+/// The `stats` table's rows (its header first), split into cells.
+pub fn table_rows(stdout: &str) -> Vec<Vec<&str>> {
+    stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
 /// Calls `tool` with `to` through the engine on `store`; the body counts its runs in `runs`
 /// and returns `{"sent_to": to, "run": n}`.
 pub async fn call(
@@ -143,8 +177,7 @@ pub async fn call(
     to: &str,
     runs: &AtomicU32,
 ) -> Result<Value, Error> {
-    let (key, fingerprint) = key_of(tool, turn, to);
-    let call = Call::new(tool, turn, key, fingerprint).with_store(store);
+    let (_, call) = call_of(store, tool, turn, to);
     execute(call, Codec::ok_only(), async {
         let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
         Ok::<_, Error>(json!({ "sent_to": to, "run": run }))
@@ -179,8 +212,7 @@ pub async fn call_failing(
     to: &str,
     runs: &AtomicU32,
 ) -> Result<Value, Bounce> {
-    let (key, fingerprint) = key_of(tool, turn, to);
-    let call = Call::new(tool, turn, key, fingerprint).with_store(store);
+    let (_, call) = call_of(store, tool, turn, to);
     execute(call, Codec::ok_and_err(), async {
         runs.fetch_add(1, Ordering::SeqCst);
         Err::<Value, _>(Bounce::Rejected {
@@ -200,8 +232,7 @@ pub async fn call_interrupted(
     to: &str,
     runs: &AtomicU32,
 ) -> Key {
-    let (key, fingerprint) = key_of(tool, turn, to);
-    let call = Call::new(tool, turn, key, fingerprint).with_store(store);
+    let (key, call) = call_of(store, tool, turn, to);
     let running = execute(call, Codec::ok_only(), async {
         runs.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(600)).await;
@@ -234,8 +265,7 @@ pub async fn call_unrecordable(
     to: &str,
     runs: &AtomicU32,
 ) -> Key {
-    let (key, fingerprint) = key_of(tool, turn, to);
-    let call = Call::new(tool, turn, key, fingerprint).with_store(store);
+    let (key, call) = call_of(store, tool, turn, to);
     execute(call, Codec::ok_only(), async {
         runs.fetch_add(1, Ordering::SeqCst);
         Ok::<_, Error>(Unrecordable)
