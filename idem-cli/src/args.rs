@@ -2,14 +2,17 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
+
+use crate::state::State;
 
 /// Inspect and repair an idem dedup store: did this action happen, what did the agent get back,
 /// and release a claim that is stuck.
 ///
 /// Open a store with `--sqlite PATH`, `--redis URL` or `--redis-cluster URL,…` (plus `--prefix` if the agents use
 /// `RedisStore::with_prefix`). KEY is the full 64-hex key or any unambiguous prefix of at least
-/// 4 hex digits, such as the 12 digits the logs print.
+/// 4 hex digits, such as the 12 digits the logs print, looked up in every namespace unless
+/// `--namespace` is given.
 ///
 /// Exit codes: 0 ok, 1 not found or refused, 2 usage or connection error.
 #[derive(Debug, Parser)]
@@ -33,7 +36,7 @@ pub struct Cli {
     pub prefix: Option<String>,
 
     /// The namespace: filters `list` and `stats`; for `show` and `remove`, the namespace of KEY
-    /// (default: the empty namespace "").
+    /// (default: every namespace, refused if KEY matches keys in more than one).
     #[arg(long, value_name = "NAMESPACE", global = true)]
     pub namespace: Option<String>,
 
@@ -56,7 +59,7 @@ pub enum Command {
         tool: Option<String>,
         /// Only records in this state.
         #[arg(long, value_enum)]
-        state: Option<StateArg>,
+        state: Option<State>,
         /// Show at most this many records.
         #[arg(long, value_name = "N", default_value_t = 100)]
         limit: usize,
@@ -66,7 +69,8 @@ pub enum Command {
         /// The key: 64 hex digits, or an unambiguous prefix of at least 4.
         key: String,
     },
-    /// Delete one record, releasing a stuck or interrupted claim (the next call runs the tool).
+    /// Delete one record and its key's attempt count, whatever its state: the next identical
+    /// call runs the tool (the turn's count of started actions is kept).
     Remove {
         /// The key: 64 hex digits, or an unambiguous prefix of at least 4.
         key: String,
@@ -78,13 +82,4 @@ pub enum Command {
     Purge,
     /// Count live records by state and by tool.
     Stats,
-}
-
-/// A record state as written on the command line and in the output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum StateArg {
-    /// A caller holds a lease and is running the tool.
-    InProgress,
-    /// The tool finished and its result is recorded.
-    Completed,
 }

@@ -7,7 +7,8 @@ use idem_tools_runtime::store::{Record, Store};
 use idem_tools_runtime::{Error, Key};
 
 use crate::error::CliError;
-use crate::output::{namespace_label, state_name};
+use crate::output::namespace_label;
+use crate::state::State;
 
 /// Hex digits of a full key.
 const FULL: usize = 64;
@@ -31,7 +32,14 @@ pub enum Found {
     /// A readable record.
     Record(Box<Record>),
     /// A full key whose record cannot be decoded; it can still be removed.
-    Corrupt(Key, Error),
+    Corrupt {
+        /// The namespace it was looked up in.
+        namespace: String,
+        /// The key.
+        key: Key,
+        /// Why it cannot be decoded.
+        error: Error,
+    },
 }
 
 impl Found {
@@ -39,7 +47,15 @@ impl Found {
     pub fn key(&self) -> Key {
         match self {
             Found::Record(record) => record.key,
-            Found::Corrupt(key, _) => *key,
+            Found::Corrupt { key, .. } => *key,
+        }
+    }
+
+    /// The namespace of the key found.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Found::Record(record) => &record.namespace,
+            Found::Corrupt { namespace, .. } => namespace,
         }
     }
 }
@@ -68,57 +84,107 @@ pub fn parse(text: &str) -> Result<KeyArg, CliError> {
     }
 }
 
-/// Finds the record KEY names in `namespace`.
-///
-/// # Errors
-/// Not found (with a hint when the key is in another namespace), an ambiguous prefix listing
-/// the candidates, or a store error.
-pub async fn resolve(store: &dyn Store, namespace: &str, arg: &KeyArg) -> Result<Found, CliError> {
-    match arg {
-        KeyArg::Full(key) => match store.get(namespace, key).await {
-            Ok(Some(record)) => Ok(Found::Record(Box::new(record))),
-            Ok(None) => Err(not_found(store, namespace, &key.to_hex()).await),
-            Err(error @ Error::CorruptRecord { .. }) => Ok(Found::Corrupt(*key, error)),
-            Err(error) => Err(error.into()),
-        },
-        KeyArg::Prefix(prefix) => {
-            let mut matches: Vec<Record> = store
-                .list(Some(namespace), usize::MAX)
-                .await?
-                .into_iter()
-                .filter(|r| r.key.to_hex().starts_with(prefix.as_str()))
-                .collect();
-            match matches.len() {
-                0 => Err(not_found(store, namespace, prefix).await),
-                1 => Ok(Found::Record(Box::new(matches.remove(0)))),
-                n => {
-                    matches.sort_by_key(|r| r.key);
-                    let mut message = format!(
-                        "key prefix {prefix} is ambiguous: it matches {n} records in namespace \
-                         {}; give more digits:",
-                        namespace_label(namespace)
-                    );
-                    for r in matches.iter().take(MAX_CANDIDATES) {
-                        let _ = write!(
-                            message,
-                            "\n  {}  {}  {}",
-                            r.key,
-                            r.tool,
-                            state_name(r.state)
-                        );
-                    }
-                    if n > MAX_CANDIDATES {
-                        let _ = write!(message, "\n  ... and {} more", n - MAX_CANDIDATES);
-                    }
-                    Err(CliError::not_found(message))
-                }
-            }
+impl KeyArg {
+    /// The hex digits given.
+    fn hex(&self) -> String {
+        match self {
+            KeyArg::Full(key) => key.to_hex(),
+            KeyArg::Prefix(prefix) => prefix.clone(),
         }
     }
 }
 
+/// Finds the record KEY names: in `namespace` when one is given, else in every namespace.
+///
+/// # Errors
+/// Not found (with a hint when the key is in another namespace), an ambiguous KEY listing the
+/// candidates with their namespaces, or a store error.
+pub async fn resolve(
+    store: &dyn Store,
+    namespace: Option<&str>,
+    arg: &KeyArg,
+) -> Result<Found, CliError> {
+    if let (Some(namespace), KeyArg::Full(key)) = (namespace, arg) {
+        return match get(store, namespace, key).await? {
+            Some(found) => Ok(found),
+            None => Err(not_found(store, Some(namespace), &key.to_hex()).await),
+        };
+    }
+    let hex = arg.hex();
+    let mut matches: Vec<Record> = store
+        .list(namespace, usize::MAX)
+        .await?
+        .into_iter()
+        .filter(|r| r.key.to_hex().starts_with(hex.as_str()))
+        .collect();
+    match matches.len() {
+        0 => {
+            // `list` skips a record it cannot decode: `get` finds one by its full key (in the
+            // empty namespace when none is given).
+            if let KeyArg::Full(key) = arg
+                && let Some(found) = get(store, "", key).await?
+            {
+                return Ok(found);
+            }
+            Err(not_found(store, namespace, &hex).await)
+        }
+        1 => Ok(Found::Record(Box::new(matches.remove(0)))),
+        _ => Err(ambiguous(namespace, &hex, matches)),
+    }
+}
+
+/// The record of `key` in `namespace`, a corrupt one included.
+async fn get(store: &dyn Store, namespace: &str, key: &Key) -> Result<Option<Found>, CliError> {
+    match store.get(namespace, key).await {
+        Ok(record) => Ok(record.map(|r| Found::Record(Box::new(r)))),
+        Err(error @ Error::CorruptRecord { .. }) => Ok(Some(Found::Corrupt {
+            namespace: namespace.to_owned(),
+            key: *key,
+            error,
+        })),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// "Ambiguous", listing the candidates (namespace, tool and state included).
+fn ambiguous(namespace: Option<&str>, hex: &str, mut matches: Vec<Record>) -> CliError {
+    let n = matches.len();
+    matches.sort_by(|a, b| a.namespace.cmp(&b.namespace).then(a.key.cmp(&b.key)));
+    let mut message = match namespace {
+        Some(namespace) => format!(
+            "key {hex} is ambiguous: it matches {n} records in namespace {}; give more digits:",
+            namespace_label(namespace)
+        ),
+        None => format!(
+            "key {hex} is ambiguous: it matches {n} records; give more digits, or pass \
+             --namespace NAMESPACE:"
+        ),
+    };
+    for r in matches.iter().take(MAX_CANDIDATES) {
+        let _ = write!(
+            message,
+            "\n  {}  namespace {}  {}  {}",
+            r.key,
+            namespace_label(&r.namespace),
+            r.tool,
+            State::of(r).as_str()
+        );
+    }
+    if n > MAX_CANDIDATES {
+        let _ = write!(message, "\n  ... and {} more", n - MAX_CANDIDATES);
+    }
+    CliError::not_found(message)
+}
+
 /// "Not found", pointing at the namespaces that do hold a matching key, if any.
-async fn not_found(store: &dyn Store, namespace: &str, hex: &str) -> CliError {
+async fn not_found(store: &dyn Store, namespace: Option<&str>, hex: &str) -> CliError {
+    const GONE: &str = "it may have expired, or been removed; `idem list` shows the live records";
+    let Some(namespace) = namespace else {
+        return CliError::not_found(format!(
+            "no live record with key {hex} in any namespace ({GONE}; a corrupt record is found \
+             by its full 64-digit key, with --namespace unless its namespace is \"\")"
+        ));
+    };
     let mut message = format!(
         "no live record with key {hex} in namespace {}",
         namespace_label(namespace)
@@ -138,15 +204,18 @@ async fn not_found(store: &dyn Store, namespace: &str, hex: &str) -> CliError {
         Err(_) => Vec::new(),
     };
     match elsewhere.first() {
-        None => message.push_str(
-            " (it may have expired, or been removed; `idem list` shows the live records; a \
-             corrupt record is found by its full 64-digit key only)",
-        ),
+        None => {
+            let _ = write!(
+                message,
+                " ({GONE}; a corrupt record is found by its full 64-digit key only)"
+            );
+        }
         Some(first) => {
             let names: Vec<String> = elsewhere.iter().map(|n| namespace_label(n)).collect();
             let _ = write!(
                 message,
-                "; it is in namespace {}: pass --namespace {}",
+                "; it is in namespace {}: pass --namespace {}, or leave --namespace out to look \
+                 in every namespace",
                 names.join(", "),
                 shell_word(first)
             );
@@ -156,7 +225,7 @@ async fn not_found(store: &dyn Store, namespace: &str, hex: &str) -> CliError {
 }
 
 /// `text` quoted for a POSIX shell when it needs it.
-fn shell_word(text: &str) -> String {
+pub(crate) fn shell_word(text: &str) -> String {
     let plain = !text.is_empty()
         && text
             .chars()

@@ -17,6 +17,7 @@ mod keyarg;
 mod open;
 mod output;
 mod render;
+mod state;
 mod when;
 
 use std::io::Write;
@@ -80,10 +81,10 @@ async fn run(cli: &Cli) -> Result<String, CliError> {
             commands::list(store, &filter, *limit, cli.json, now).await
         }
         (Command::Show { .. }, Some(key)) => {
-            commands::show(store, namespace.unwrap_or(""), &key, cli.json, now).await
+            commands::show(store, namespace, &key, cli.json, now).await
         }
         (Command::Remove { yes, .. }, Some(key)) => {
-            commands::remove(store, namespace.unwrap_or(""), &key, *yes, cli.json).await
+            commands::remove(store, namespace, &key, *yes, cli.json).await
         }
         (Command::Purge, _) => commands::purge(store, opened.backend, cli.json).await,
         (Command::Stats, _) => commands::stats(store, namespace, cli.json).await,

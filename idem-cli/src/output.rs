@@ -1,18 +1,11 @@
 //! Output shapes shared by the commands: aligned tables, and records as JSON.
 
-use idem_tools_runtime::store::{Record, RecordState};
+use idem_tools_runtime::store::Record;
 use serde_json::{Value, json};
 
 use crate::render::render;
+use crate::state::{State, marker_json};
 use crate::when::rfc3339;
-
-/// The name of a state in the output, as `--state` spells it.
-pub fn state_name(state: RecordState) -> &'static str {
-    match state {
-        RecordState::InProgress => "in-progress",
-        RecordState::Completed => "completed",
-    }
-}
 
 /// A namespace as shown in tables: the empty namespace as `""`.
 pub fn namespace_label(namespace: &str) -> String {
@@ -23,21 +16,30 @@ pub fn namespace_label(namespace: &str) -> String {
     }
 }
 
-/// A record with stable field names for scripts: `namespace`, `key`, `tool`, `state`,
-/// `fingerprint`, `created_at`/`expires_at` (RFC 3339) and `created_at_ms`/`expires_at_ms`,
-/// and `result` (the text `show` prints; `null` while in progress).
+/// A record with stable field names for scripts: `namespace`, `key`, `tool`, `state` (as
+/// `--state` spells it), `attempts`, `fingerprint`, `created_at`/`expires_at` (RFC 3339) and
+/// `created_at_ms`/`expires_at_ms`, `result` (the text `show` prints for an `Ok` or `Err`,
+/// `hex:…` when unreadable; `null` while in progress and for a marker) and `marker` (`{"kind":
+/// "interrupted"}`, `{"kind": "not-replayable", "reason": "…"}`, else `null`).
 pub fn record_json(record: &Record) -> Value {
+    let state = State::of(record);
+    let result = match state {
+        State::Completed | State::Failed | State::Unreadable => record.result.as_deref(),
+        State::InProgress | State::Interrupted | State::NotReplayable => None,
+    };
     json!({
         "namespace": record.namespace,
         "key": record.key.to_hex(),
         "tool": record.tool,
-        "state": state_name(record.state),
+        "state": state.as_str(),
+        "attempts": record.attempts,
         "fingerprint": record.fingerprint.to_hex(),
         "created_at": rfc3339(record.created_at_ms),
         "created_at_ms": record.created_at_ms,
         "expires_at": rfc3339(record.expires_at_ms),
         "expires_at_ms": record.expires_at_ms,
-        "result": record.result.as_deref().map(render),
+        "result": result.map(render),
+        "marker": marker_json(record),
     })
 }
 

@@ -10,7 +10,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{REFUND, SEND, call, claim, idem, key_of, listed_keys, turn};
+use common::{
+    REFUND, SEND, assert_no_debug_text, call, claim, every_state, idem, key_of, listed_keys, short,
+    turn,
+};
 use idem_tools_runtime::store::{RecordState, RedisStore, Store};
 use idem_tools_runtime::{Error, ToolInfo};
 
@@ -327,5 +330,72 @@ async fn a_redis_cluster_is_listed_across_its_masters_and_repaired() {
         again["run"], 13,
         "the tool ran again after the record was removed"
     );
+    cleanup(&*store).await;
+}
+
+#[tokio::test]
+async fn every_state_is_named_and_keys_are_found_in_any_namespace() {
+    let Some(url) = redis_url("every_state_is_named_and_keys_are_found_in_any_namespace") else {
+        return;
+    };
+    let prefix = unique_prefix("states");
+    let store = open(&url, &prefix).await;
+    let p = every_state(&store).await;
+    let tenant = turn("turn-1", "tenant-2");
+    call(&store, &SEND, &tenant, "t@x", &p.runs).await.unwrap();
+    let in_tenant = key_of(&SEND, &tenant, "t@x").0;
+    let run = |extra: &[&str]| {
+        let mut args = vec!["--redis", url.as_str(), "--prefix", prefix.as_str()];
+        args.extend_from_slice(extra);
+        let run = idem(&args);
+        assert_no_debug_text(&run);
+        run
+    };
+
+    for (state, key) in [
+        ("in-progress", p.in_progress),
+        ("completed", p.completed),
+        ("failed", p.failed),
+        ("interrupted", p.interrupted),
+        ("not-replayable", p.unrecorded),
+    ] {
+        let listed = run(&["list", "--state", state, "--namespace", ""]).expect_code(0);
+        assert_eq!(listed_keys(&listed.stdout), [short(&key)], "{state}");
+        let shown = run(&["--json", "show", &short(&key)]).expect_code(0).json();
+        assert_eq!(shown["state"], state);
+    }
+    let shown = run(&["--json", "show", &short(&p.interrupted)])
+        .expect_code(0)
+        .json();
+    assert_eq!(shown["marker"]["kind"], "interrupted");
+    assert_eq!(shown["attempts"], 0);
+    let stats = run(&["--json", "stats"]).expect_code(0).json();
+    assert_eq!(stats["by_state"]["completed"], 2, "{stats}");
+    assert_eq!(stats["by_state"]["interrupted"], 1, "{stats}");
+
+    // A key of another namespace, found without --namespace, and removed there.
+    let shown = run(&["show", &short(&in_tenant)]).expect_code(0);
+    assert!(
+        shown.stdout.contains("namespace    tenant-2\n"),
+        "{}",
+        shown.stdout
+    );
+    run(&["remove", &short(&in_tenant), "--yes"]).expect_code(0);
+    assert!(store.get("tenant-2", &in_tenant).await.unwrap().is_none());
+
+    // Removing the interrupted key lets the next call run the tool again.
+    let removed = run(&["remove", &short(&p.interrupted), "--yes"]).expect_code(0);
+    assert!(
+        removed
+            .stdout
+            .contains("check first whether the interrupted call took effect"),
+        "{}",
+        removed.stdout
+    );
+    let before = p.runs.load(Ordering::SeqCst);
+    call(&store, &SEND, &turn("turn-1", ""), "cut@x", &p.runs)
+        .await
+        .unwrap();
+    assert_eq!(p.runs.load(Ordering::SeqCst), before + 1);
     cleanup(&*store).await;
 }

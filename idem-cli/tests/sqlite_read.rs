@@ -7,8 +7,8 @@ use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
 use common::{
-    REFUND, SEND, TempDir, call, claim, claim_key, idem, key_of, listed_keys, open_sqlite as open,
-    short, turn,
+    REFUND, SEND, STATS_HEADER, TempDir, call, claim, claim_key, idem, key_of, listed_keys,
+    open_sqlite as open, short, table_rows, turn,
 };
 use idem_tools_runtime::{Fingerprint, Key};
 
@@ -204,12 +204,13 @@ async fn ambiguous_and_unknown_keys_are_refused_with_what_to_do() {
         missing.stderr
     );
 
-    // A key in another namespace: the message says which flag finds it.
+    // A key in another namespace than the one named: the message says which flag finds it.
     let runs = AtomicU32::new(0);
     let t = turn("turn-1", "tenant-2");
     call(&store, &SEND, &t, "a@x", &runs).await.unwrap();
     let key = key_of(&SEND, &t, "a@x").0;
-    let elsewhere = idem(&["--sqlite", &db, "show", &short(&key)]).expect_code(1);
+    let elsewhere =
+        idem(&["--sqlite", &db, "--namespace", "", "show", &short(&key)]).expect_code(1);
     assert!(
         elsewhere.stderr.contains("pass --namespace tenant-2"),
         "{}",
@@ -224,6 +225,8 @@ async fn ambiguous_and_unknown_keys_are_refused_with_what_to_do() {
         &short(&key),
     ])
     .expect_code(0);
+    // Without --namespace, every namespace is searched.
+    idem(&["--sqlite", &db, "show", &short(&key)]).expect_code(0);
 
     for bad in ["xyz1", "abc", &"a".repeat(65)] {
         let run = idem(&["--sqlite", &db, "show", bad]).expect_code(2);
@@ -246,14 +249,14 @@ async fn stats_counts_by_state_and_tool() {
     claim(&*store, &SEND, &t, "d", Duration::from_secs(600)).await;
 
     let table = idem(&["--sqlite", &db, "stats"]).expect_code(0).stdout;
-    let rows: Vec<Vec<&str>> = table
-        .lines()
-        .map(|l| l.split_whitespace().collect())
-        .collect();
-    assert_eq!(rows[0], ["TOOL", "IN-PROGRESS", "COMPLETED", "TOTAL"]);
-    assert_eq!(rows[1], ["refund", "0", "1", "1"]);
-    assert_eq!(rows[2], ["send_email", "1", "2", "3"]);
-    assert_eq!(rows[3], ["(all", "tools)", "1", "3", "4"]);
+    let rows = table_rows(&table);
+    assert_eq!(rows[0], STATS_HEADER);
+    assert_eq!(rows[1], ["refund", "0", "1", "0", "0", "0", "0", "1"]);
+    assert_eq!(rows[2], ["send_email", "1", "2", "0", "0", "0", "0", "3"]);
+    assert_eq!(
+        rows[3],
+        ["(all", "tools)", "1", "3", "0", "0", "0", "0", "4"]
+    );
 
     let json = idem(&["--sqlite", &db, "--json", "stats"])
         .expect_code(0)

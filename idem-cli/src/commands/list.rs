@@ -1,12 +1,12 @@
 //! `idem list`: live records, newest first.
 
 use idem_tools_runtime::Store;
-use idem_tools_runtime::store::{Record, RecordState};
+use idem_tools_runtime::store::Record;
 use serde_json::Value;
 
-use crate::args::StateArg;
 use crate::error::CliError;
-use crate::output::{namespace_label, record_json, state_name, table};
+use crate::output::{namespace_label, record_json, table};
+use crate::state::State;
 use crate::when::{relative, rfc3339};
 
 /// Which records `list` shows.
@@ -17,17 +17,13 @@ pub struct Filter<'a> {
     /// Only this tool.
     pub tool: Option<&'a str>,
     /// Only this state.
-    pub state: Option<StateArg>,
+    pub state: Option<State>,
 }
 
 impl Filter<'_> {
     fn accepts(&self, record: &Record) -> bool {
-        let state = match self.state {
-            None => true,
-            Some(StateArg::InProgress) => record.state == RecordState::InProgress,
-            Some(StateArg::Completed) => record.state == RecordState::Completed,
-        };
-        state && self.tool.is_none_or(|tool| record.tool == tool)
+        self.state.is_none_or(|state| State::of(record) == state)
+            && self.tool.is_none_or(|tool| record.tool == tool)
     }
 }
 
@@ -85,7 +81,7 @@ pub async fn list(
                 r.key.short().to_hex(),
                 namespace_label(&r.namespace),
                 r.tool.clone(),
-                state_name(r.state).to_owned(),
+                State::of(r).as_str().to_owned(),
                 rfc3339(r.created_at_ms),
                 relative(r.expires_at_ms, now),
             ]

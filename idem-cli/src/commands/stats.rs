@@ -3,48 +3,44 @@
 use std::collections::BTreeMap;
 
 use idem_tools_runtime::Store;
-use idem_tools_runtime::store::RecordState;
 use serde_json::json;
 
 use super::list::{Filter, matching};
 use crate::error::CliError;
 use crate::open::Backend;
 use crate::output::table;
+use crate::state::State;
 
-/// Live records counted by state.
+/// Live records counted by state, in the order of [`State::ALL`].
 #[derive(Debug, Default, Clone, Copy)]
-struct Counts {
-    in_progress: u64,
-    completed: u64,
-}
+struct Counts([u64; State::ALL.len()]);
 
 impl Counts {
-    fn add(&mut self, state: RecordState) {
-        match state {
-            RecordState::InProgress => self.in_progress += 1,
-            RecordState::Completed => self.completed += 1,
+    fn add(&mut self, state: State) {
+        if let Some(i) = State::ALL.iter().position(|s| *s == state) {
+            self.0[i] += 1;
         }
     }
 
     fn total(self) -> u64 {
-        self.in_progress + self.completed
+        self.0.iter().sum()
     }
 
     fn json(self) -> serde_json::Value {
-        json!({
-            "in-progress": self.in_progress,
-            "completed": self.completed,
-            "total": self.total(),
-        })
+        let mut counts: serde_json::Map<String, serde_json::Value> = State::ALL
+            .iter()
+            .zip(self.0)
+            .map(|(state, n)| (state.as_str().to_owned(), n.into()))
+            .collect();
+        counts.insert("total".to_owned(), self.total().into());
+        serde_json::Value::Object(counts)
     }
 
     fn row(self, label: &str) -> Vec<String> {
-        vec![
-            label.to_owned(),
-            self.in_progress.to_string(),
-            self.completed.to_string(),
-            self.total().to_string(),
-        ]
+        std::iter::once(label.to_owned())
+            .chain(self.0.iter().map(u64::to_string))
+            .chain(std::iter::once(self.total().to_string()))
+            .collect()
     }
 }
 
@@ -64,8 +60,9 @@ pub async fn stats(
     let mut all = Counts::default();
     let mut by_tool: BTreeMap<String, Counts> = BTreeMap::new();
     for record in matching(store, &filter).await? {
-        all.add(record.state);
-        by_tool.entry(record.tool).or_default().add(record.state);
+        let state = State::of(&record);
+        all.add(state);
+        by_tool.entry(record.tool).or_default().add(state);
     }
     if json {
         let tools: serde_json::Map<String, serde_json::Value> = by_tool
@@ -80,7 +77,15 @@ pub async fn stats(
         .map(|(tool, counts)| counts.row(tool))
         .collect();
     rows.push(all.row("(all tools)"));
-    Ok(table(&["TOOL", "IN-PROGRESS", "COMPLETED", "TOTAL"], &rows))
+    let headers: Vec<String> = State::ALL
+        .iter()
+        .map(|s| s.as_str().to_ascii_uppercase())
+        .collect();
+    let headers: Vec<&str> = std::iter::once("TOOL")
+        .chain(headers.iter().map(String::as_str))
+        .chain(std::iter::once("TOTAL"))
+        .collect();
+    Ok(table(&headers, &rows))
 }
 
 /// `idem purge`: deletes expired records and says how many.

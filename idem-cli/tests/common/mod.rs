@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_tools_runtime::key::ArgsDigest;
-use idem_tools_runtime::store::{Begin, BeginRequest, LeaseToken, Store};
+use idem_tools_runtime::store::{Begin, BeginRequest, LeaseToken, Record, RecordState, Store};
 use idem_tools_runtime::{Call, Error, Fingerprint, Key, ToolInfo, Turn, execute};
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 /// The tool the tests call: "sends" an email and counts how often it really ran.
@@ -133,6 +134,40 @@ pub fn key_of(tool: &'static ToolInfo, turn: &Turn, to: &str) -> (Key, Fingerpri
     args.finish(turn.namespace(), turn.id(), tool.name, tool.version)
 }
 
+/// The engine's call of `tool` with `to` in `turn` on `store`, and its key.
+pub fn call_of(
+    store: &Arc<dyn Store>,
+    tool: &'static ToolInfo,
+    turn: &Turn,
+    to: &str,
+) -> (Key, Call) {
+    let (key, fingerprint) = key_of(tool, turn, to);
+    (
+        key,
+        Call::new(tool, turn, key, fingerprint).with_store(store),
+    )
+}
+
+/// The header of the `stats` table.
+pub const STATS_HEADER: [&str; 8] = [
+    "TOOL",
+    "IN-PROGRESS",
+    "COMPLETED",
+    "FAILED",
+    "INTERRUPTED",
+    "NOT-REPLAYABLE",
+    "UNREADABLE",
+    "TOTAL",
+];
+
+/// The `stats` table's rows (its header first), split into cells.
+pub fn table_rows(stdout: &str) -> Vec<Vec<&str>> {
+    stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect()
+}
+
 /// Calls `tool` with `to` through the engine on `store`; the body counts its runs in `runs`
 /// and returns `{"sent_to": to, "run": n}`.
 pub async fn call(
@@ -142,13 +177,116 @@ pub async fn call(
     to: &str,
     runs: &AtomicU32,
 ) -> Result<Value, Error> {
-    let (key, fingerprint) = key_of(tool, turn, to);
-    let call = Call::new(tool, turn, key, fingerprint).with_store(store);
+    let (_, call) = call_of(store, tool, turn, to);
     execute(call, Codec::ok_only(), async {
         let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
         Ok::<_, Error>(json!({ "sent_to": to, "run": run }))
     })
     .await
+}
+
+/// The error [`call_failing`] returns and records.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Bounce {
+    /// The mail server refused the message.
+    Rejected {
+        /// What the server said.
+        reason: String,
+    },
+    /// The engine refused the call.
+    Idem(String),
+}
+
+impl From<Error> for Bounce {
+    fn from(error: Error) -> Self {
+        Bounce::Idem(error.to_string())
+    }
+}
+
+/// Calls `tool` with `to` through the engine recording errors too (`cache_errors`); the body
+/// counts its runs and fails with [`Bounce::Rejected`], which is recorded.
+pub async fn call_failing(
+    store: &Arc<dyn Store>,
+    tool: &'static ToolInfo,
+    turn: &Turn,
+    to: &str,
+    runs: &AtomicU32,
+) -> Result<Value, Bounce> {
+    let (_, call) = call_of(store, tool, turn, to);
+    execute(call, Codec::ok_and_err(), async {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Err::<Value, _>(Bounce::Rejected {
+            reason: "mailbox full".to_owned(),
+        })
+    })
+    .await
+}
+
+/// Calls `tool` with `to` through the engine and drops the call while the tool runs, as a
+/// caller that timed out does: the engine marks the key interrupted. Returns once the marker
+/// is recorded.
+pub async fn call_interrupted(
+    store: &Arc<dyn Store>,
+    tool: &'static ToolInfo,
+    turn: &Turn,
+    to: &str,
+    runs: &AtomicU32,
+) -> Key {
+    let (key, call) = call_of(store, tool, turn, to);
+    let running = execute(call, Codec::ok_only(), async {
+        runs.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        Ok::<_, Error>(json!({ "sent_to": to }))
+    });
+    let dropped = tokio::time::timeout(Duration::from_millis(50), running).await;
+    assert!(dropped.is_err(), "the call was still running: {dropped:?}");
+    completed(&**store, turn.namespace(), &key).await;
+    key
+}
+
+/// A result that cannot be serialized: the engine records a not-replayable marker instead.
+#[derive(Debug, Deserialize)]
+pub struct Unrecordable;
+
+impl Serialize for Unrecordable {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom(
+            "the receipt refuses to be serialized",
+        ))
+    }
+}
+
+/// Calls `tool` with `to` through the engine; the tool runs and returns a result that cannot
+/// be recorded, so the key is recorded as not replayable. Returns once it is.
+pub async fn call_unrecordable(
+    store: &Arc<dyn Store>,
+    tool: &'static ToolInfo,
+    turn: &Turn,
+    to: &str,
+    runs: &AtomicU32,
+) -> Key {
+    let (key, call) = call_of(store, tool, turn, to);
+    execute(call, Codec::ok_only(), async {
+        runs.fetch_add(1, Ordering::SeqCst);
+        Ok::<_, Error>(Unrecordable)
+    })
+    .await
+    .expect("the caller gets its own result");
+    completed(&**store, turn.namespace(), &key).await;
+    key
+}
+
+/// Waits (up to 5 s) until `key` has a completed record, and returns it.
+pub async fn completed(store: &dyn Store, namespace: &str, key: &Key) -> Record {
+    for _ in 0..500 {
+        if let Some(record) = store.get(namespace, key).await.expect("get")
+            && record.state == RecordState::Completed
+        {
+            return record;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{key} was not completed within 5 s");
 }
 
 /// Claims the key of `tool(to)` directly, as a caller that is still running (or crashed):
@@ -227,4 +365,54 @@ pub fn listed_keys(stdout: &str) -> Vec<String> {
 /// The 12 hex digits the logs print for `key`.
 pub fn short(key: &Key) -> String {
     key.short().to_hex()
+}
+
+/// One key in each state, prepared by the engine in namespace "" (turn `turn-1`).
+pub struct Prepared {
+    /// `send_email(done@x)`: `Ok` recorded.
+    pub completed: Key,
+    /// `refund(bounced@x)`: `Err` recorded (`cache_errors`).
+    pub failed: Key,
+    /// `send_email(cut@x)`: dropped mid-run, marked interrupted.
+    pub interrupted: Key,
+    /// `send_email(odd@x)`: ran, its result not recordable.
+    pub unrecorded: Key,
+    /// `send_email(stuck@x)`: claimed for ten minutes by a caller that never finishes.
+    pub in_progress: Key,
+    /// Runs of the tool bodies so far.
+    pub runs: AtomicU32,
+}
+
+/// Prepares one key in each state on `store`.
+pub async fn every_state(store: &Arc<dyn Store>) -> Prepared {
+    let runs = AtomicU32::new(0);
+    let t = turn("turn-1", "");
+    call(store, &SEND, &t, "done@x", &runs).await.unwrap();
+    let failed = call_failing(store, &REFUND, &t, "bounced@x", &runs).await;
+    assert!(failed.is_err(), "{failed:?}");
+    let interrupted = call_interrupted(store, &SEND, &t, "cut@x", &runs).await;
+    let unrecorded = call_unrecordable(store, &SEND, &t, "odd@x", &runs).await;
+    let (in_progress, _) = claim(&**store, &SEND, &t, "stuck@x", Duration::from_secs(600)).await;
+    Prepared {
+        completed: key_of(&SEND, &t, "done@x").0,
+        failed: key_of(&REFUND, &t, "bounced@x").0,
+        interrupted,
+        unrecorded,
+        in_progress,
+        runs,
+    }
+}
+
+/// Rust's `Debug` text of a marker, which the output must never show.
+pub fn assert_no_debug_text(run: &Run) {
+    for text in [&run.stdout, &run.stderr] {
+        for debug in [
+            "Interrupted {",
+            "NotReplayable {",
+            "RecordKind",
+            "InProgress",
+        ] {
+            assert!(!text.contains(debug), "{debug} in:\n{text}");
+        }
+    }
 }
