@@ -378,7 +378,6 @@ impl<S: tracing::Subscriber> Layer<S> for SpanNames {
 }
 
 #[test]
-#[ignore = "the engine puts tool and key on the event only when no layer wants the span"]
 fn a_layer_that_keeps_events_only_next_to_one_that_keeps_spans_still_gets_tool_and_key() {
     // The span is enabled (one layer wants it), but the `fmt` layer does not see it.
     let (buffer, spans) = (Buffer::default(), Arc::new(Mutex::new(Vec::new())));

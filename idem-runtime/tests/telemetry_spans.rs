@@ -102,9 +102,14 @@ fn tool_span<'a>(span: &'a SpanData, tool: &str, call: &Call, outcome: &str) -> 
         attr(span, "otel.name").is_none(),
         "otel.name becomes the name"
     );
+    // The call's own event stands next to its span, not in it (a nested call's event is in it).
+    let own_key = call.key().short().to_string();
     assert!(
-        span.events.events.iter().any(|e| e.name == "tool call"),
-        "the one-line event is recorded in the call's span: {:?}",
+        !span.events.events.iter().any(|e| e.name == "tool call"
+            && e.attributes
+                .iter()
+                .any(|kv| kv.key.as_str() == "key" && kv.value.as_str() == own_key)),
+        "the call's one-line event is not in its own span: {:?}",
         span.events.events
     );
     span
@@ -148,6 +153,19 @@ async fn attached_call_runs_in_a_span_named_for_the_tool_and_replay_has_its_own(
     assert_child(http[0], executed);
     let agent = named(&spans, "agent.turn");
     assert_child(executed, agent[0]);
+    // The call's one event is the caller's: it lands in the caller's span, with the key.
+    let event = agent[0]
+        .events
+        .events
+        .iter()
+        .find(|e| e.name == "tool call")
+        .expect("the call's event is in the caller's span");
+    let key = event
+        .attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == "key")
+        .map(|kv| kv.value.as_str().into_owned());
+    assert_eq!(key, Some(first.key().short().to_string()));
     assert_ne!(
         replay.span_context.span_id(),
         executed.span_context.span_id()

@@ -171,7 +171,13 @@ impl Keeper {
                 return None;
             }
             if self.renewal.is_none() && !self.lost && Instant::now() >= self.next {
-                self.renewal = Some(self.start_renewal());
+                if Instant::now() >= self.store_end {
+                    // No renewal answered before the store's end of the lease: the store may
+                    // have given the key to another caller, and no renewal can help now.
+                    self.lost = true;
+                } else {
+                    self.renewal = Some(self.start_renewal());
+                }
             }
             let wake = match (at_the_end, give_up) {
                 (AtTheEnd::Drop, _) => self.until,
@@ -219,7 +225,7 @@ impl Keeper {
                 let retry = (self.duration / 10).max(Duration::from_millis(1));
                 self.next = Instant::now() + retry;
             }
-            None => {} // no answer before the store's end: `ended` and `gone` say so
+            None => {} // no answer before the store's end: the next round marks it lost
         }
     }
 }

@@ -17,15 +17,19 @@ pub(crate) struct Reporter {
     done: bool,
     /// The call's span (disabled when no subscriber wants it).
     span: Span,
+    /// The span the call was made in (the caller's): the parent of the call's span and of its
+    /// outcome event.
+    context: Span,
     #[cfg(feature = "metrics")]
     metrics: telemetry::CallMetrics,
 }
 
 impl Reporter {
-    /// Starts reporting `call`, whose span is `span`.
-    pub(crate) fn new(call: Call, span: Span) -> Self {
+    /// Starts reporting `call`, whose span is `span`, made in the caller's span `context`.
+    pub(crate) fn new(call: Call, span: Span, context: Span) -> Self {
         Reporter {
             span,
+            context,
             #[cfg(feature = "metrics")]
             metrics: telemetry::CallMetrics::start(call.tool.name),
             call,
@@ -66,33 +70,25 @@ impl Reporter {
         call.turn.record(outcome);
         #[cfg(feature = "metrics")]
         self.metrics.end(outcome);
-        // The event belongs to the call's span even when reported from elsewhere (a drop). The
-        // span carries the tool, key, turn and namespace, so the event carries only what is
-        // new — unless no subscriber wants the span, when the event carries them all: every
-        // call's key is logged, once.
-        let _entered = self.span.enter();
+        // The event stands next to the call's span, not inside it: it carries every field
+        // itself, so each prints once — a subscriber printing span fields with each event sees
+        // none of the span's here — and it carries them to a layer that keeps events but not
+        // spans. Events of the tool's own body are inside the span, with its fields.
         let routine = matches!(
             outcome,
             Outcome::Executed | Outcome::Replayed | Outcome::Joined | Outcome::Failed
         );
+        let (tool, key, turn) = (call.tool.name, call.key.short(), call.turn.id());
+        let namespace = call.turn.namespace();
         let name = outcome.as_str();
-        if self.span.is_disabled() {
-            let (tool, key, turn) = (call.tool.name, call.key.short(), call.turn.id());
-            let namespace = call.turn.namespace();
-            match error {
-                None if routine => tracing::info!(target: "idem", tool, %key, turn, namespace,
-                    outcome = name, "tool call"),
-                None => tracing::warn!(target: "idem", tool, %key, turn, namespace,
-                    outcome = name, "tool call"),
-                Some(error) => tracing::warn!(target: "idem", tool, %key, turn, namespace,
-                    outcome = name, %error, "tool call"),
-            }
-        } else {
-            match error {
-                None if routine => tracing::info!(target: "idem", outcome = name, "tool call"),
-                None => tracing::warn!(target: "idem", outcome = name, "tool call"),
-                Some(error) => tracing::warn!(target: "idem", outcome = name, %error, "tool call"),
-            }
+        let context = &self.context;
+        match error {
+            None if routine => tracing::info!(target: "idem", parent: context, tool, %key,
+                turn, namespace, outcome = name, "tool call"),
+            None => tracing::warn!(target: "idem", parent: context, tool, %key, turn,
+                namespace, outcome = name, "tool call"),
+            Some(error) => tracing::warn!(target: "idem", parent: context, tool, %key, turn,
+                namespace, outcome = name, %error, "tool call"),
         }
         // Recorded after the event, so that a subscriber printing span fields with each event
         // prints the outcome and error once.

@@ -13,10 +13,10 @@
 //! | `outcome` | recorded when the call ends: an [`Outcome`] name such as `executed` or `replayed` |
 //! | `otel.status_code`, `otel.status_description` | `ERROR` and the error, for a call that failed ([`is_failure`]) |
 //!
-//! The call's one event (`tool call`, inside the span) carries `outcome` and `error`; the span
-//! carries the rest, so a subscriber that prints span fields with each event prints each field
-//! once. When no subscriber wants the span, the event carries `tool`, `key`, `turn` and
-//! `namespace` too.
+//! The call's one event (`tool call`) carries `tool`, `key`, `turn`, `namespace`, `outcome` and
+//! `error`. It is emitted next to the span (in the caller's context), not inside it, so that a
+//! subscriber printing span fields with each event prints each field once, and a layer that
+//! keeps events but filters spans out still gets the key.
 //!
 //! When no subscriber is interested in the span, it is never built: a disabled span costs a
 //! callsite check.

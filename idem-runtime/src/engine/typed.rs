@@ -259,7 +259,7 @@ impl<T, E, F: Future<Output = Result<T, E>>> Running<T, E, F> {
         let span = telemetry::span(&call);
         let port = Arc::new(Port::default());
         let tool = call.tool.name;
-        let report = Reporter::new(call, span.clone());
+        let report = Reporter::new(call, span.clone(), Span::current());
         Running {
             core: Box::pin(call::run(report, Arc::clone(&port), detached)),
             port,

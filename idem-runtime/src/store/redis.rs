@@ -97,18 +97,16 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///
 /// Each idempotency key is one Redis hash at `<prefix>:<namespace>:{<key as 64 hex digits>}`
 /// (prefix [`DEFAULT_PREFIX`] unless [`with_prefix`](Self::with_prefix) says otherwise). Tool
-/// arguments never appear in Redis keys, only their digest. The hash holds the fields `state`
+/// arguments never appear in Redis keys, only their digest. The hash holds the record — `state`
 /// (`in_progress` or `completed`), `tok` (the fencing token of the claim that holds or
 /// completed it), `fp` (the 32-byte argument fingerprint), `tool`, `created` and `exp` (ms since
-/// the Unix epoch) and `res` (the encoded result, once completed), so `HGETALL` shows a record
-/// by hand.
+/// the Unix epoch; 0 once a claim was given back) and `res` (the encoded result, once
+/// completed) — and the key's attempt count, `att` and `aexp` (when it expires), so `HGETALL`
+/// shows both by hand. Redis expires the hash at the later of `exp` and `aexp`.
 ///
-/// Turn budgets are hashes (`n`, `exp`) next to what they count:
-/// - the attempts with one key in one turn at `<record key>:b:<counter id in hex>`, where the
-///   counter id is [`Charge::key_counter`](super::Charge::key_counter);
-/// - the turn-wide call count (only for turns with `max_calls`) at
-///   `<prefix>:<namespace>:t:{<turn counter id in hex>}`
-///   ([`TurnIdentity::turn_counter`](super::budget::TurnIdentity::turn_counter)).
+/// A turn's count of started actions (only for turns with `max_calls`) is a hash (`n`, `exp`)
+/// at `<prefix>:<namespace>:t:{<turn counter id in hex>}`
+/// ([`TurnIdentity::turn_counter`](super::budget::TurnIdentity::turn_counter)).
 ///
 /// # Redis Cluster
 ///

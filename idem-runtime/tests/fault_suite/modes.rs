@@ -66,10 +66,13 @@ pub fn mode(
     let single = seeds.len() == 1;
     for &seed in seeds {
         let schedule = Schedule::generate(seed, shape);
+        if single {
+            eprintln!("schedule {seed}: {schedule:#?}");
+        }
         let verdict = check(&schedule);
         totals.add(&verdict.counts);
         if single {
-            eprintln!("schedule {seed}: {schedule:#?}\nverdict: {verdict:#?}");
+            eprintln!("verdict: {verdict:#?}");
         }
         if verdict.failed() {
             failing.push(seed);

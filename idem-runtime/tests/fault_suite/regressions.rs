@@ -200,3 +200,57 @@ fn background_recording_renews_before_its_first_retry() {
         assert_clean_on(&schedule, two_processes());
     }
 }
+
+/// Found as seed 1554 once the generator planned lasting faults: renewals that take effect but
+/// never answer (from the second on), and a slow `complete` reply, so the result of a 15 ms
+/// lease tool is recorded in the background after the store's end of its lease. The keeper then
+/// started a renewal bounded by an end already past, again and again: the call's task spun
+/// without letting virtual time move, and the schedule never ended. Run with a watchdog.
+#[test]
+fn a_keeper_past_the_stores_end_of_its_lease_spun_instead_of_giving_up() {
+    let attempt = |gap_ms, turn, tool, arg, before_ms, effect, after_ms| Attempt {
+        gap_ms,
+        turn,
+        tool,
+        arg,
+        cancel: Cancel::None,
+        body: Body {
+            before_ms,
+            effect,
+            after_ms,
+            end: End::Ok,
+        },
+    };
+    let schedule = Schedule {
+        seed: 1554,
+        limit: 2,
+        chains: vec![
+            chain(
+                0,
+                vec![
+                    attempt(5, 0, Tool::Caching, 0, 10, true, 9),
+                    attempt(3, 1, Tool::Short, 0, 10, true, 5),
+                    attempt(6, 0, Tool::Short, 1, 2, true, 3),
+                ],
+            ),
+            chain(5, vec![attempt(3, 1, Tool::Detached, 0, 10, false, 2)]),
+        ],
+        faults: vec![
+            fault(Op::Complete, 2, Fault::Delay(Duration::from_millis(17))),
+            FaultSpec {
+                repeat: usize::MAX / 2,
+                ..fault(Op::Renew, 1, Fault::HangAfter)
+            },
+            fault(Op::Release, 0, Fault::Delay(Duration::from_millis(3))),
+        ],
+        lazy: false,
+    };
+    let (done, ended) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        assert_clean(&schedule);
+        let _ = done.send(());
+    });
+    ended
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the schedule never ended: a call spun");
+}

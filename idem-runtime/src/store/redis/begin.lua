@@ -16,7 +16,9 @@ if t ~= 'none' and t ~= 'hash' then
 end
 local att = 0
 if t == 'hash' then
-  if live(k) then
+  -- A hash without `exp` is no record of ours: answered as it is (a corrupt record), never
+  -- overwritten.
+  if live(k) or redis.call('HEXISTS', k, 'exp') == 0 then
     return record(k)
   end
   att = attempts(k)

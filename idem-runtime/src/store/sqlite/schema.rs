@@ -30,9 +30,9 @@ CREATE TABLE IF NOT EXISTS idem_records (
 CREATE INDEX IF NOT EXISTS idem_records_expires_at ON idem_records (expires_at_ms);
 ";
 
-/// Version 2: turn budget counters, named by
-/// [`Charge::key_counter`](crate::store::Charge::key_counter) and
-/// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter).
+/// Version 2: budget counters (since version 3 only turns' counts of started actions, named by
+/// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter); version 2
+/// also kept per-key counts here).
 const SCHEMA_V2: &str = "
 CREATE TABLE IF NOT EXISTS idem_budgets (
     id            BLOB    NOT NULL PRIMARY KEY,
