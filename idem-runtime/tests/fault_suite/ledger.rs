@@ -361,7 +361,7 @@ impl Ledger {
                     .then(|| format!("\"stuck\" while recorded: {recorded}, running: {running}"))
             }
             "Interrupted" | "NotReplayable" => {
-                let marked = live(&s).iter().any(|c| *c == Content::Marker);
+                let marked = live(&s).contains(&Content::Marker);
                 (!marked).then(|| format!("{name} without a live marker"))
             }
             _ => None,
