@@ -40,6 +40,7 @@
 //!
 //! See the `#[idempotent]` docs for every option and for how it stacks with other attributes.
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 /// Makes an `async fn` tool safe to retry: a second call with the same arguments in the same

@@ -1,9 +1,10 @@
-//! Runtime for [`idem`](https://docs.rs/idem): canonical idempotency keys, turns and retry budgets,
+//! Runtime for [`idem-tools`](https://docs.rs/idem-tools): canonical idempotency keys, turns and retry budgets,
 //! dedup stores and the execution engine that `#[idempotent]` tools run through.
 //!
 //! The pipeline, one module each: arguments → [`key`] → [`turn`] budget → [`store`] →
 //! [`engine`] → [`replay`].
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_docs)]
 
 pub mod clock;

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# What annotating tools costs at compile time: the share of a crate's LLVM IR that is idem's
+# (cargo llvm-lines), and the debug build time of N annotated tools against N bare `async fn`s.
+#
+#   scripts/compile-cost.sh [REPO] [CRATE] [N_IR] [N_TIME]
+#
+# REPO: the idem checkout to measure (default: this one); CRATE: its facade crate's name
+# (`idem-tools`; `idem` for checkouts from before the rename); N_IR: tools in the IR crate
+# (default 20); N_TIME: tools in the build-time crates (default 200). Needs cargo-llvm-lines
+# (`cargo install cargo-llvm-lines`). Prints one line per measure.
+set -euo pipefail
+repo=$(cd "${1:-$(dirname "$0")/..}" && pwd)
+crate=${2:-idem-tools}
+n_ir=${3:-20}
+n_time=${4:-200}
+lib=${crate//-/_}
+work=$(mktemp -d "${TMPDIR:-/tmp}/idem-compile-cost.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+export CARGO_TARGET_DIR="$work/target"
+
+# A crate of $2 tools, annotated ($3 = idem) or bare ($3 = bare), in directory $1.
+make_crate() {
+    local dir=$1 n=$2 kind=$3
+    mkdir -p "$dir/src"
+    cat >"$dir/Cargo.toml" <<EOF
+[package]
+name = "tools-$kind-$n"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+[dependencies]
+$crate = { path = "$repo" }
+serde = { version = "1", features = ["derive"] }
+
+[workspace]
+EOF
+    {
+        echo '#[derive(serde::Serialize, serde::Deserialize)]'
+        echo 'pub struct Receipt { pub id: u64, pub to: String }'
+        for i in $(seq 1 "$n"); do
+            if [ "$kind" = idem ]; then
+                echo "#[$lib::idempotent]"
+                echo "pub async fn tool_$i(to: String, amount: u64) -> Result<Receipt, $lib::Error> {"
+            else
+                echo "pub async fn tool_$i(to: String, amount: u64) -> Result<Receipt, std::io::Error> {"
+            fi
+            echo "    Ok(Receipt { id: amount + $i, to })"
+            echo "}"
+        done
+    } >"$dir/src/lib.rs"
+}
+
+# The dependencies are built once, outside the measures.
+make_crate "$work/warm" 1 idem
+(cd "$work/warm" && cargo build -q 2>/dev/null)
+
+make_crate "$work/ir" "$n_ir" idem
+(cd "$work/ir" && cargo llvm-lines --lib 2>/dev/null) >"$work/ir.txt"
+python3 - "$work/ir.txt" "$lib" "$n_ir" <<'EOF'
+import re, sys
+path, lib, n = sys.argv[1], sys.argv[2], sys.argv[3]
+total = idem = 0
+for line in open(path):
+    m = re.match(r'\s*(\d+)\s+\(\s*[\d.]+%.*?\)\s+(\d+)\s+\(.*?\)\s+(.*)', line)
+    if not m:
+        continue
+    lines, name = int(m.group(1)), m.group(3)
+    total += lines
+    if lib + '::' in name or (lib + '_runtime::') in name or (lib + '_tools_runtime::') in name \
+            or 'idem_runtime::' in name or 'idem_tools_runtime::' in name:
+        idem += lines
+print(f"llvm-lines: {n} tools: {idem} of {total} lines are idem's ({100 * idem / max(total, 1):.1f}%)")
+EOF
+
+for kind in bare idem; do
+    make_crate "$work/$kind" "$n_time" "$kind"
+    start=$(date +%s.%N)
+    (cd "$work/$kind" && cargo build -q 2>/dev/null)
+    end=$(date +%s.%N)
+    echo "build: $n_time $kind tools: $(python3 -c "print(f'{$end - $start:.1f}')") s"
+done
