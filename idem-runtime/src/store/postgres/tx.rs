@@ -1,0 +1,83 @@
+//! The database side of a transactional call: its claim and its record as SQL text, sent
+//! with `BEGIN` and `COMMIT` in one round trip each.
+//!
+//! They travel in the simple query protocol (several statements, one round trip), which takes
+//! no parameters: every value is spelled as a literal made of hex digits and decimal numbers
+//! only (`decode('…', 'hex')`), so no text from a caller reaches the statement as SQL.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use super::{PostgresStore, sql_ms, sql_token};
+use crate::store::Lease;
+
+/// `bytes` as a `bytea` literal.
+fn bytea(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2 + 20);
+    out.push_str("decode('");
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.push_str("', 'hex')");
+    out
+}
+
+/// `text` as a `text` literal.
+fn text(text: &str) -> String {
+    format!("convert_from({}, 'UTF8')", bytea(text.as_bytes()))
+}
+
+impl PostgresStore {
+    /// `BEGIN` and the claim of `lease`'s key inside the new transaction (`idem_claim`).
+    pub(crate) fn begin_and_claim(
+        &self,
+        lease: &Lease,
+        tool: &str,
+        fingerprint: &[u8; 32],
+        lease_duration: Duration,
+        window: Duration,
+        lock_timeout: Duration,
+    ) -> String {
+        format!(
+            "BEGIN; SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, \
+             {window}, {timeout})",
+            prefix = self.inner.sql.prefix,
+            ns = text(&lease.namespace),
+            key = bytea(lease.key.as_bytes()),
+            tool = text(tool),
+            fp = bytea(fingerprint),
+            lease = sql_ms(lease_duration).max(1),
+            token = sql_token(lease.token),
+            window = sql_ms(window),
+            timeout = sql_ms(lock_timeout).max(1),
+        )
+    }
+
+    /// The record of `result` under `lease`, `COMMIT`, and a new (empty) transaction for the
+    /// connection's `Transaction` to roll back when it is dropped.
+    pub(crate) fn record_and_commit(&self, lease: &Lease, result: &[u8], ttl: Duration) -> String {
+        format!(
+            "SELECT {prefix}idem_record({ns}, {key}, {token}, {result}, {ttl}); COMMIT; BEGIN",
+            prefix = self.inner.sql.prefix,
+            ns = text(&lease.namespace),
+            key = bytea(lease.key.as_bytes()),
+            token = sql_token(lease.token),
+            result = bytea(result),
+            ttl = sql_ms(ttl),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_hex_digits_only() {
+        assert_eq!(bytea(b"\x00'\xff"), "decode('0027ff', 'hex')");
+        assert_eq!(
+            text("a'; DROP TABLE x; --"),
+            "convert_from(decode('61273b2044524f50205441424c4520783b202d2d', 'hex'), 'UTF8')"
+        );
+    }
+}
