@@ -16,6 +16,8 @@ mod keeper;
 mod port;
 mod report;
 pub mod telemetry;
+#[cfg(feature = "postgres")]
+pub mod transactional;
 mod typed;
 
 use std::future::Future;

@@ -2,9 +2,9 @@
 //! tools ([`engine::transactional`](crate::engine::transactional)).
 
 mod builder;
-mod ops;
+pub(crate) mod ops;
 mod row;
-mod schema;
+pub(crate) mod schema;
 pub(crate) mod tx;
 
 use std::fmt;
