@@ -51,7 +51,8 @@ use crate::Error;
 use crate::flight::{self, Role, Waited};
 use crate::stats::Outcome;
 use crate::store::postgres::ops::{Answer as Charged, is_code, lock_timed_out};
-use crate::store::postgres::schema::{KEY_IS_LIVE, LOCK_TIMEOUT};
+use crate::store::postgres::schema::{CLAIM_GONE, KEY_IS_LIVE, LOCK_TIMEOUT};
+use crate::store::postgres::tx::raw;
 use crate::store::{Begin, BeginRequest, FirstResult, LeaseToken, PostgresStore, Store};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
@@ -222,7 +223,7 @@ where
                 Err(error) => error,
             };
             // The claim failed inside the new transaction: roll it back before anything else.
-            if sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await.is_err() {
+            if raw(&mut conn, "ROLLBACK").await.is_err() {
                 drop(conn.conn.take().map(PoolConnection::detach));
             }
             unsure.store(false, Ordering::Relaxed);
@@ -269,7 +270,7 @@ where
         }
     };
     let sql = store.record_and_commit(&lease, &bytes, ttl_of(guard.report()));
-    match sqlx::raw_sql(&sql).execute(&mut *tx).await {
+    match raw(&mut tx, &sql).await {
         Ok(_) => {
             let shared = FirstResult {
                 fingerprint: call.fingerprint,
@@ -311,7 +312,7 @@ async fn charge(
             charge: call.turn.charge(call.tool.budget),
         };
         let answer = store
-            .call_begin(&mut *conn, &request, false, remaining(wait_until))
+            .charge_on(&mut *conn, &request, remaining(wait_until))
             .await;
         match answer {
             Ok(Charged::Charged) => return Opened::Charged,
@@ -378,6 +379,13 @@ fn remaining(wait_until: Instant) -> std::time::Duration {
 /// The error of a record-and-commit that failed: rolled back if the server said why, else of
 /// unknown outcome.
 fn commit_error(failed: sqlx::Error) -> Error {
+    if is_code(&failed, CLAIM_GONE) {
+        return Error::store(
+            "commit",
+            "the tool's own statements changed idem's record of this call inside the \
+             transaction, so nothing was committed: leave the idem tables to idem",
+        );
+    }
     if matches!(failed, sqlx::Error::Database(_)) {
         return Error::store("commit", failed);
     }

@@ -3,8 +3,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sqlx::postgres::PgRow;
-use sqlx::{Executor, Postgres, Row as _};
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{PgConnection, Postgres, Row as _};
 
 use super::row::{self, Corrupt, corrupt};
 use super::schema::LOCK_TIMEOUT;
@@ -64,19 +65,16 @@ pub(crate) fn is_code(error: &sqlx::Error, code: &str) -> bool {
 }
 
 impl PostgresStore {
-    /// Calls `idem_begin` through `executor`: `claim` claims the key, else only charges it.
-    pub(crate) async fn call_begin<'c, X>(
-        &self,
-        executor: X,
-        req: &BeginRequest<'_>,
+    /// The call of `idem_begin` for `req`: `claim` claims the key, else only charges it.
+    fn begin_query<'q>(
+        &'q self,
+        req: &'q BeginRequest<'q>,
+        turn: &'q [u8; 16],
         claim: bool,
         lock_timeout: Duration,
-    ) -> Result<Answer>
-    where
-        X: Executor<'c, Database = Postgres>,
-    {
+    ) -> Query<'q, Postgres, PgArguments> {
         let charge = &req.charge;
-        let row = sqlx::query(&self.inner.sql.begin)
+        sqlx::query(&self.inner.sql.begin)
             .bind(req.namespace)
             .bind(req.key.as_bytes().as_slice())
             .bind(req.tool)
@@ -84,15 +82,31 @@ impl PostgresStore {
             .bind(sql_ms(req.lease).max(1))
             .bind(sql_token(req.token))
             .bind(i64::from(charge.max_attempts))
-            .bind(charge.turn.turn_counter().as_slice())
+            .bind(turn.as_slice())
             .bind(charge.max_calls.map(i64::from))
             .bind(sql_ms(charge.window))
             .bind(claim)
             .bind(sql_ms(lock_timeout).max(1))
-            .fetch_one(executor)
-            .await
-            .map_err(|e| store_error("begin", e))?;
-        answer(&row, req.key)
+    }
+
+    /// Charges `req` (without claiming) on `conn`, outside any transaction: the first step of
+    /// a transactional call. (Boxed: a future generic over `sqlx`'s executors, held across an
+    /// `.await` of a caller generic over a higher-ranked closure, trips rustc's `Send` check.)
+    pub(crate) fn charge_on<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        req: &'a BeginRequest<'a>,
+        lock_timeout: Duration,
+    ) -> StoreFuture<'a, Answer> {
+        Box::pin(async move {
+            let turn = req.charge.turn.turn_counter();
+            let row = self
+                .begin_query(req, &turn, false, lock_timeout)
+                .fetch_one(conn)
+                .await
+                .map_err(|e| store_error("begin", e))?;
+            answer(&row, req.key)
+        })
     }
 }
 
@@ -175,9 +189,13 @@ impl PostgresStore {
 impl Store for PostgresStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         Box::pin(async move {
-            let answer = self
-                .call_begin(&self.inner.pool, &req, true, self.inner.lock_timeout)
-                .await?;
+            let turn = req.charge.turn.turn_counter();
+            let row = self
+                .begin_query(&req, &turn, true, self.inner.lock_timeout)
+                .fetch_one(&self.inner.pool)
+                .await
+                .map_err(|e| store_error("begin", e))?;
+            let answer = answer(&row, req.key)?;
             match answer {
                 Answer::Begin(begin) => {
                     if begin == Begin::Claimed {

@@ -8,6 +8,11 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use std::future::Future;
+use std::pin::Pin;
+
+use sqlx::{Executor as _, PgConnection};
+
 use super::{PostgresStore, sql_ms, sql_token};
 use crate::store::Lease;
 
@@ -66,6 +71,17 @@ impl PostgresStore {
             ttl = sql_ms(ttl),
         )
     }
+}
+
+/// Runs `sql` (several statements, the simple query protocol) on `conn`. Boxed, as
+/// [`PostgresStore::charge_on`] is.
+pub(crate) fn raw<'a>(
+    conn: &'a mut PgConnection,
+    sql: &'a str,
+) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'a>> {
+    // A `&str` without arguments goes out as one simple query (`sqlx::raw_sql`'s future is not
+    // provably `Send` for a borrowed connection).
+    Box::pin(async move { conn.execute(sql).await.map(|_| ()) })
 }
 
 #[cfg(test)]
