@@ -17,6 +17,9 @@ use sqlx::PgPool;
 use super::LeaseToken;
 
 pub use self::builder::PostgresStoreBuilder;
+/// The connection a transactional tool's body gets (sqlx 0.8's): depend on `sqlx` 0.8 with
+/// its `postgres` feature to name it in your code.
+pub use sqlx::PgConnection;
 pub use self::schema::SCHEMA_VERSION;
 
 /// How long a store call waits for a row held by another transaction (a transactional tool
