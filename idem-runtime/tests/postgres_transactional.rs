@@ -445,3 +445,143 @@ fn the_call_is_send(store: PostgresStore, turn: Turn) {
     spawnable(async move { transfer(&store, &turn, "k").await });
 }
 
+
+/// What the proxy does to the `COMMIT` it sees next.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// Forward it, let the server commit, then drop the connection before the answer.
+    AfterCommit,
+    /// Drop the connection instead of forwarding it.
+    BeforeCommit,
+}
+
+/// A TCP proxy to the server that cuts the connection around the next `COMMIT`; returns its
+/// port.
+async fn commit_cutting_proxy(server: std::net::SocketAddr, cut: Cut) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
+                continue;
+            };
+            let (mut client_rx, mut client_tx) = client.into_split();
+            let (mut server_rx, mut server_tx) = upstream.into_split();
+            let cutting = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (armed, cutting2) = (Arc::clone(&armed), Arc::clone(&cutting));
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 1 << 16];
+                loop {
+                    let n = match client_rx.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    let chunk = &buf[..n];
+                    let commit = chunk.windows(6).any(|w| w == b"COMMIT");
+                    if commit && armed.swap(false, Ordering::SeqCst) {
+                        cutting2.store(true, Ordering::SeqCst);
+                        if cut == Cut::AfterCommit {
+                            let _ = server_tx.write_all(chunk).await;
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        return; // drops both halves it holds: the client sees EOF
+                    }
+                    if server_tx.write_all(chunk).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 1 << 16];
+                loop {
+                    let n = match server_rx.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => n,
+                    };
+                    if cutting.load(Ordering::SeqCst) {
+                        return; // the answer to COMMIT never reaches the client
+                    }
+                    if client_tx.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A store on `url`'s database reached through a proxy that cuts the next `COMMIT`.
+async fn cut_store(url: &str, schema: &str, cut: Cut) -> PostgresStore {
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a URL");
+    let server = tokio::net::lookup_host((options.get_host(), options.get_port()))
+        .await
+        .expect("resolve")
+        .next()
+        .expect("an address");
+    let port = commit_cutting_proxy(server, cut).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(options.host("127.0.0.1").port(port));
+    PostgresStore::builder()
+        .schema(schema)
+        .from_pool(pool)
+        .await
+        .expect("open through the proxy")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_is_replayed_by_the_retry() {
+    let Some(store) = setup("tx_lost_commit").await else {
+        return;
+    };
+    let url = postgres_url("tx_lost_commit").expect("set");
+    let schema = store.schema().expect("a schema").to_owned();
+    let cut = cut_store(&url, &schema, Cut::AfterCommit).await;
+    let turn = Turn::new("turn-lost-commit");
+    let unknown = transfer(&cut, &turn, "l").await;
+    assert!(
+        matches!(&unknown, Err(Failure::Idem(Error::Store { .. }))),
+        "the caller is told the outcome is unknown, not Ok: {unknown:?}"
+    );
+    assert_eq!(rows(&store, "l").await, 1, "the transaction did commit");
+    let retry = transfer(&store, &turn, "l").await.expect("the retry replays");
+    let id: i64 = sqlx::query_scalar(&format!("SELECT id FROM {} WHERE memo = 'l'", ledger(&store)))
+        .fetch_one(store.pool())
+        .await
+        .expect("read");
+    assert_eq!(retry, id, "the replayed result is the committed row's");
+    assert_eq!(rows(&store, "l").await, 1, "exactly once");
+    assert_eq!(turn.stats().get(Outcome::Replayed), 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_never_arrived_is_run_afresh_by_the_retry() {
+    let Some(store) = setup("tx_no_commit").await else {
+        return;
+    };
+    let url = postgres_url("tx_no_commit").expect("set");
+    let schema = store.schema().expect("a schema").to_owned();
+    let cut = cut_store(&url, &schema, Cut::BeforeCommit).await;
+    let turn = Turn::new("turn-no-commit");
+    let unknown = transfer(&cut, &turn, "m").await;
+    assert!(
+        matches!(&unknown, Err(Failure::Idem(Error::Store { .. }))),
+        "{unknown:?}"
+    );
+    // The server rolls back once it notices the client is gone.
+    let mut waited = Duration::ZERO;
+    while record_state(&store, &turn, "m").await.is_some() && waited < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    assert_eq!(rows(&store, "m").await, 0, "nothing committed");
+    transfer(&store, &turn, "m").await.expect("the retry runs");
+    assert_eq!(rows(&store, "m").await, 1, "exactly once");
+    cleanup(&store).await;
+}
