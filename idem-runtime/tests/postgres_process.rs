@@ -27,6 +27,7 @@ use idem_tools_runtime::store::{PostgresStore, RecordState, Store};
 use idem_tools_runtime::{Call, Codec, Error, ToolInfo, Turn};
 use postgres_common::{OwnServer, postgres_url, unique_schema};
 use rand::Rng;
+use rand::seq::SliceRandom;
 use sqlx::PgConnection;
 
 const CHILD_ENV: &str = "IDEM_PG_CHILD";
@@ -99,6 +100,39 @@ async fn pay(
             Ok(id)
         },
     )
+    .await
+}
+
+/// Keys of the plain race.
+const RACE_KEYS: usize = 50;
+
+/// A plain tool with a 1 s lease (so that a killed holder frees its key quickly).
+static SEND: ToolInfo = ToolInfo::idempotent("send").with_lease(Duration::from_secs(1));
+
+/// A plain (not transactional) call of `send(memo)` on the store: its side effect, one row
+/// written through the pool after `pause`, commits on its own.
+async fn plain(store: &PostgresStore, memo: &str, pause: Duration) -> Result<i64, Error> {
+    let turn = turn(store).with_in_flight_wait(Duration::from_millis(200));
+    let mut args = ArgsDigest::new(SEND.name);
+    args.arg("memo", memo).expect("encodes");
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), SEND.name, 1);
+    let call = Call::new(&SEND, &turn, key, fingerprint);
+    let pool = store.pool().clone();
+    idem_tools_runtime::execute(call, Codec::ok_only(), async move {
+        if memo == "hang" {
+            sqlx::query("INSERT INTO ledger (memo, part) VALUES ('hang', 0)")
+                .execute(&pool)
+                .await
+                .map_err(|e| Error::store("test", e))?;
+            println!("started");
+        }
+        tokio::time::sleep(pause).await;
+        sqlx::query_scalar("INSERT INTO ledger (memo, part) VALUES ($1, 1) RETURNING id")
+            .bind(memo)
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| Error::store("test", e))
+    })
     .await
 }
 
@@ -213,6 +247,24 @@ fn child() {
                     Ok(id) => say(format!("ack crash {id}")),
                     Err(error) => say(format!("err crash {error:?}").replace('\n', " ")),
                 }
+            }
+            // Plain (not transactional) calls of every key of the race, in a random order.
+            "store-race" => {
+                let store = open(&url, &schema, "idem-store-race").await.expect("open");
+                let mut keys: Vec<usize> = (0..RACE_KEYS).collect();
+                keys.shuffle(&mut rand::rng());
+                for key in keys {
+                    let memo = format!("race-{key}");
+                    match plain(&store, &memo, Duration::from_millis(2)).await {
+                        Ok(id) => say(format!("ack {memo} {id}")),
+                        Err(error) => say(format!("err {memo} {error:?}").replace('\n', " ")),
+                    }
+                }
+            }
+            // A plain call that never finishes: killed mid-call.
+            "store-hang" => {
+                let store = open(&url, &schema, "idem-store-hang").await.expect("open");
+                let _ = plain(&store, "hang", Duration::from_secs(60)).await;
             }
             other => panic!("unknown child mode {other}"),
         }
@@ -493,5 +545,172 @@ fn a_crash_loop_on_one_key_leaves_one_row_and_one_record() {
             .execute(store.pool())
             .await
             .expect("drop");
+    });
+}
+
+#[test]
+fn several_processes_sharing_the_database_run_each_key_once() {
+    let Some(url) = postgres_url("several_processes_sharing_the_database_run_each_key_once") else {
+        return;
+    };
+    let schema = unique_schema("race");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(create_ledger(&url, &schema));
+    let (lines, heard) = mpsc::channel();
+    let mut children: Vec<Child> = (0..4)
+        .map(|n| {
+            let mut child = spawn_child("store-race", &url, &schema, &[]);
+            listen(&mut child, n, lines.clone());
+            child
+        })
+        .collect();
+    drop(lines);
+    for child in &mut children {
+        assert!(child.wait().expect("wait").success());
+    }
+    let mut acks: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
+    let mut waits = 0;
+    for (_, line) in heard.iter() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["ack", memo, id] => {
+                acks.entry((*memo).to_owned())
+                    .or_default()
+                    .insert(id.parse().expect("an id"));
+            }
+            ["err", ..] => waits += 1, // in flight in another process past the short wait
+            _ => {}
+        }
+    }
+    runtime.block_on(async {
+        let store = open(&url, &schema, "idem-race-check").await.expect("open");
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM ledger")
+            .fetch_one(store.pool())
+            .await
+            .expect("count");
+        assert_eq!(rows, RACE_KEYS as i64, "each key ran once, in one of the processes");
+        assert!(acks.values().all(|ids| ids.len() == 1), "every process got the first result");
+        println!("postgres store race: processes=4 keys={RACE_KEYS} rows={rows} waits={waits}");
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(store.pool())
+            .await
+            .expect("drop");
+    });
+}
+
+#[test]
+fn a_plain_call_killed_mid_call_holds_its_key_until_the_lease_ends() {
+    let Some(url) = postgres_url("a_plain_call_killed_mid_call_holds_its_key_until_the_lease_ends")
+    else {
+        return;
+    };
+    let schema = unique_schema("hang");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(create_ledger(&url, &schema));
+    let mut child = spawn_child("store-hang", &url, &schema, &[]);
+    let (lines, heard) = mpsc::channel();
+    listen(&mut child, 0, lines);
+    let started = loop {
+        match heard.recv_timeout(Duration::from_secs(30)) {
+            Ok((_, line)) if line == "started" => break true,
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    assert!(started, "the child's tool started");
+    child.kill().expect("kill -9");
+    child.wait().expect("wait");
+    runtime.block_on(async {
+        let store = open(&url, &schema, "idem-hang-check").await.expect("open");
+        // Within the lease the key is in flight: a retry waits, then says so.
+        let early = plain(&store, "hang", Duration::ZERO).await;
+        assert!(matches!(early, Err(Error::InFlight { .. })), "{early:?}");
+        // After it, the key is free and the retry runs (the limit a transactional tool closes).
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        plain(&store, "hang", Duration::ZERO).await.expect("runs after the lease");
+        let claimed: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM idem_records WHERE state = 'in_progress' \
+             AND expires_at_ms > idem_now_ms()",
+        )
+        .fetch_one(store.pool())
+        .await
+        .expect("count");
+        assert_eq!(claimed, 0, "nothing left claimed");
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(store.pool())
+            .await
+            .expect("drop");
+    });
+}
+
+#[test]
+fn plain_calls_fail_closed_through_a_restart_and_terminated_connections() {
+    if postgres_url("plain_calls_fail_closed_through_a_restart_and_terminated_connections")
+        .is_none()
+    {
+        return;
+    }
+    let server = OwnServer::start();
+    let schema = unique_schema("restart");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(async {
+        create_ledger(&server.url, &schema).await;
+        let store = open(&server.url, &schema, "idem-restart").await.expect("open");
+        let admin = {
+            let options: sqlx::postgres::PgConnectOptions = server.url.parse().expect("a URL");
+            sqlx::postgres::PgPoolOptions::new().connect_lazy_with(options)
+        };
+        let mut acks: BTreeMap<String, i64> = BTreeMap::new();
+        let (mut failed, mut restarted, mut terminated) = (0, false, 0);
+        for round in 0..3 {
+            for key in 0..60 {
+                let memo = format!("k-{key}");
+                if round == 1 && key == 20 {
+                    server.restart();
+                    restarted = true;
+                }
+                if key % 15 == 7 {
+                    terminated += sqlx::query_scalar::<_, bool>(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                         WHERE application_name = 'idem-restart'",
+                    )
+                    .fetch_all(&admin)
+                    .await
+                    .map_or(0, |cut| cut.len());
+                }
+                match plain(&store, &memo, Duration::ZERO).await {
+                    Ok(id) => {
+                        // Once acknowledged, always replayed: the same id.
+                        let first = *acks.entry(memo.clone()).or_insert(id);
+                        assert_eq!(first, id, "{memo} replays its first result");
+                    }
+                    Err(Error::Store { .. } | Error::InFlight { .. }) => failed += 1,
+                    Err(other) => panic!("{memo}: {other:?}"),
+                }
+            }
+        }
+        // A key whose call failed after it claimed is in flight until its lease (1 s) ends;
+        // then it runs.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        for key in 0..60 {
+            let memo = format!("k-{key}");
+            let id = plain(&store, &memo, Duration::ZERO).await.expect("after the lease");
+            let first = *acks.entry(memo.clone()).or_insert(id);
+            assert_eq!(first, id, "{memo} replays its first result");
+        }
+        // An acknowledged key never ran again.
+        for (memo, id) in &acks {
+            let ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM ledger WHERE memo = $1")
+                .bind(memo)
+                .fetch_all(store.pool())
+                .await
+                .expect("read");
+            assert!(ids.contains(id), "{memo}: its acknowledged row is there");
+        }
+        assert!(restarted && acks.len() == 60, "every key got through: {}", acks.len());
+        println!(
+            "postgres store restart: keys=60 rounds=3 failed_closed={failed} \
+             terminated_connections={terminated}"
+        );
     });
 }
