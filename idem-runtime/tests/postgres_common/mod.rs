@@ -10,6 +10,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -120,4 +121,59 @@ impl Drop for OwnServer {
             .arg(&self.dir)
             .status();
     }
+}
+
+/// A TCP proxy in front of the server at `url` that counts round trips: each time the client
+/// sends after the server last spoke (or first) is one. Returns the URL through it and the
+/// counter.
+pub async fn counting_proxy(url: &str) -> (sqlx::postgres::PgConnectOptions, Arc<AtomicU64>) {
+    use std::sync::atomic::AtomicBool;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a URL");
+    let server = tokio::net::lookup_host((options.get_host(), options.get_port()))
+        .await
+        .expect("resolve")
+        .next()
+        .expect("an address");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("address").port();
+    let trips = Arc::new(AtomicU64::new(0));
+    let counter = Arc::clone(&trips);
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = upstream.set_nodelay(true);
+            let (mut client_rx, mut client_tx) = client.into_split();
+            let (mut server_rx, mut server_tx) = upstream.into_split();
+            // Whether the client spoke last.
+            let client_last = Arc::new(AtomicBool::new(false));
+            let (trips, last) = (Arc::clone(&counter), Arc::clone(&client_last));
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = client_rx.read(&mut buf).await {
+                    if !last.swap(true, Ordering::SeqCst) {
+                        trips.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if server_tx.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 1 << 16];
+                while let Ok(n @ 1..) = server_rx.read(&mut buf).await {
+                    client_last.store(false, Ordering::SeqCst);
+                    if client_tx.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (options.host("127.0.0.1").port(port), trips)
 }
