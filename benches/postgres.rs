@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, black_box};
+use std::hint::black_box;
+
+use criterion::Criterion;
 use idem_tools::store::PostgresStore;
 use idem_tools::{Store, Turn, idempotent};
 use sqlx::{PgConnection, PgPool};
@@ -95,37 +97,26 @@ fn postgres(c: &mut Criterion) {
     let fresh = AtomicU64::new(1 << 40);
     let next = || fresh.fetch_add(1, Ordering::Relaxed);
     let mut group = c.benchmark_group("postgres");
-    let timed = |iters: u64, f: &dyn Fn(u64) -> std::pin::Pin<Box<dyn Future<Output = ()> + '_>>| {
-        rt.block_on(async {
-            let start = Instant::now();
-            for i in 0..iters {
-                f(i).await;
-            }
-            start.elapsed()
-        })
-    };
     group.bench_function("floor", |b| {
         b.iter_custom(|iters| {
-            timed(iters, &|_| {
-                Box::pin(async {
-                    let mut tx = pool.begin().await.expect("begin");
-                    black_box(writes(&mut tx, 0).await.expect("writes"));
-                    tx.commit().await.expect("commit");
-                })
+            timed(&rt, iters, |_| async {
+                let mut tx = pool.begin().await.expect("begin");
+                black_box(writes(&mut tx, 0).await.expect("writes"));
+                tx.commit().await.expect("commit");
             })
         });
     });
     group.bench_function("transactional_first", |b| {
         b.iter_custom(|iters| {
-            timed(iters, &|_| {
-                Box::pin(async { black_box(pay(&turn, next()).await.expect("runs")); })
+            timed(&rt, iters, |_| async {
+                black_box(pay(&turn, next()).await.expect("runs"));
             })
         });
     });
     group.bench_function("plain_first", |b| {
         b.iter_custom(|iters| {
-            timed(iters, &|_| {
-                Box::pin(async { black_box(pay_plain(&turn, &pool, next()).await.expect("runs")); })
+            timed(&rt, iters, |_| async {
+                black_box(pay_plain(&turn, &pool, next()).await.expect("runs"));
             })
         });
     });
@@ -135,18 +126,34 @@ fn postgres(c: &mut Criterion) {
     });
     group.bench_function("transactional_replay", |b| {
         b.iter_custom(|iters| {
-            timed(iters, &|_| Box::pin(async { black_box(pay(&turn, 7).await.expect("replays")); }))
+            timed(&rt, iters, |_| async {
+                black_box(pay(&turn, 7).await.expect("replays"));
+            })
         });
     });
     group.bench_function("plain_replay", |b| {
         b.iter_custom(|iters| {
-            timed(iters, &|_| {
-                Box::pin(async { black_box(pay_plain(&turn, &pool, 7).await.expect("replays")); })
+            timed(&rt, iters, |_| async {
+                black_box(pay_plain(&turn, &pool, 7).await.expect("replays"));
             })
         });
     });
     group.finish();
-    let _ = Duration::ZERO;
+}
+
+/// `iters` calls of `f`, one after the other in one `block_on`.
+fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, f: F) -> Duration
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    rt.block_on(async {
+        let start = Instant::now();
+        for i in 0..iters {
+            f(i).await;
+        }
+        start.elapsed()
+    })
 }
 
 criterion::criterion_group! {

@@ -13,8 +13,8 @@
 # CI:   scripts/postgres-test-server.sh run cargo test --workspace --all-features
 #
 # Installs PostgreSQL with apt-get if initdb/pg_ctl are missing (needs root). The cluster lives
-# in a temporary directory (initdb, trust authentication for loopback only, fsync off), listens
-# on 127.0.0.1 only, and is deleted on stop. PostgreSQL refuses to run as root: as root, the
+# in a temporary directory (initdb, trust authentication for loopback only, fsync off unless
+# IDEM_POSTGRES_FSYNC=on, as for benchmarks), listens on 127.0.0.1 only, and is deleted on stop. PostgreSQL refuses to run as root: as root, the
 # server runs as the `postgres` user (created by the package) through runuser.
 set -euo pipefail
 
@@ -54,8 +54,12 @@ as_owner() {
 start_cluster() {
     local dir=$1 port=$2 bin
     bin=$(pg_bin)
+    local durability="-c fsync=off -c full_page_writes=off"
+    if [ "${IDEM_POSTGRES_FSYNC:-off}" = on ]; then
+        durability="-c fsync=on"
+    fi
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 30 \
-        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off -c max_connections=200" \
+        -o "-p $port -k $dir -c listen_addresses=127.0.0.1 $durability -c max_connections=200" \
         start >/dev/null 2>&1
 }
 

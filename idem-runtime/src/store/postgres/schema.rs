@@ -57,14 +57,16 @@ $$;
 
 -- `Store::begin` (p_claim) and the charge of a transactional call (not p_claim), in one call:
 -- 1. a live record answers, read without a lock or a write (a replay, a wait);
--- 2. else the key's row is locked (created if missing), waiting for a transaction that holds
---    it for at most p_lock_timeout_ms, and read again;
--- 3. the budget rule of `store::budget::charge`: the key's live attempts first, then the turn's
---    count when p_max_calls is not NULL; refused, nothing is changed;
+-- 2. a key without a row gets its claimed (or charged) row in one insert; a key with a row has
+--    it locked (waiting for a transaction that holds it, for at most p_lock_timeout_ms) and
+--    read again: live, it answers; else its live attempts go through the per-key limit;
+-- 3. the turn's count when p_max_calls is not NULL (the budget rule of
+--    `store::budget::charge`); refused, every change of this call is undone;
 -- 4. p_claim: the key is claimed with p_token for p_lease_ms; else it is only charged (its row
 --    stays not live, like a released claim), committed asynchronously.
 -- Answers: ('live', state, fingerprint, result, token, attempts, NULL), ('claimed' | 'charged',
--- NULL...), ('refused_key' | 'refused_turn', NULL, NULL, NULL, NULL, count, limit).
+-- NULL, NULL, NULL, NULL, attempts, NULL), ('refused_key' | 'refused_turn', NULL, NULL, NULL,
+-- NULL, count, limit).
 CREATE OR REPLACE FUNCTION {s}idem_begin(
     p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_lease_ms bigint,
     p_token bigint, p_max_attempts bigint, p_turn bytea, p_max_calls bigint,
@@ -75,44 +77,61 @@ LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     r {s}idem_records%ROWTYPE;
     v_now bigint;
+    v_found boolean;
+    v_written boolean := false;
     v_inserted boolean := false;
-    v_attempts bigint;
+    v_attempts bigint := 0;
     v_calls bigint;
 BEGIN
     v_now := {s}idem_now_ms();
     SELECT * INTO r FROM {s}idem_records t WHERE t.namespace = p_namespace AND t.key = p_key;
-    IF FOUND AND r.expires_at_ms > v_now THEN
+    v_found := FOUND;
+    IF v_found AND r.expires_at_ms > v_now THEN
         RETURN QUERY SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token,
                             r.attempts, NULL::bigint;
         RETURN;
     END IF;
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    LOOP
-        SELECT * INTO r FROM {s}idem_records t
-            WHERE t.namespace = p_namespace AND t.key = p_key FOR UPDATE;
-        EXIT WHEN FOUND;
+    IF NOT v_found AND p_max_attempts > 0 THEN
+        -- No row: the claim (or charge) in one insert, unless another caller inserted first.
         INSERT INTO {s}idem_records (namespace, key, tool, state, fingerprint, result,
                                      created_at_ms, expires_at_ms, token, attempts,
                                      attempts_expire_ms)
-            VALUES (p_namespace, p_key, p_tool, 'in_progress', p_fingerprint, NULL, 0, 0,
-                    p_token, 0, 0)
+            VALUES (p_namespace, p_key, p_tool, 'in_progress', p_fingerprint, NULL, v_now,
+                    CASE WHEN p_claim THEN v_now + p_lease_ms ELSE 0 END, p_token, 1,
+                    v_now + p_window_ms)
             ON CONFLICT DO NOTHING;
-        v_inserted := FOUND;
-    END LOOP;
-    v_now := {s}idem_now_ms();
-    IF r.expires_at_ms > v_now THEN
-        RETURN QUERY SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token,
-                            r.attempts, NULL::bigint;
-        RETURN;
+        v_written := FOUND;
     END IF;
-    v_attempts := CASE WHEN r.attempts_expire_ms > v_now THEN r.attempts ELSE 0 END;
-    IF v_attempts >= p_max_attempts THEN
-        IF v_inserted THEN
-            DELETE FROM {s}idem_records t WHERE t.namespace = p_namespace AND t.key = p_key;
+    IF NOT v_written THEN
+        LOOP
+            SELECT * INTO r FROM {s}idem_records t
+                WHERE t.namespace = p_namespace AND t.key = p_key FOR UPDATE;
+            EXIT WHEN FOUND;
+            INSERT INTO {s}idem_records (namespace, key, tool, state, fingerprint, result,
+                                         created_at_ms, expires_at_ms, token, attempts,
+                                         attempts_expire_ms)
+                VALUES (p_namespace, p_key, p_tool, 'in_progress', p_fingerprint, NULL, 0, 0,
+                        p_token, 0, 0)
+                ON CONFLICT DO NOTHING;
+            v_inserted := FOUND;
+        END LOOP;
+        v_now := {s}idem_now_ms();
+        IF r.expires_at_ms > v_now THEN
+            RETURN QUERY SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token,
+                                r.attempts, NULL::bigint;
+            RETURN;
         END IF;
-        RETURN QUERY SELECT 'refused_key'::text, NULL::text, NULL::bytea, NULL::bytea,
-                            NULL::bigint, v_attempts, p_max_attempts;
-        RETURN;
+        v_attempts := CASE WHEN r.attempts_expire_ms > v_now THEN r.attempts ELSE 0 END;
+        IF v_attempts >= p_max_attempts THEN
+            IF v_inserted THEN
+                DELETE FROM {s}idem_records t
+                    WHERE t.namespace = p_namespace AND t.key = p_key;
+            END IF;
+            RETURN QUERY SELECT 'refused_key'::text, NULL::text, NULL::bytea, NULL::bytea,
+                                NULL::bigint, v_attempts, p_max_attempts;
+            RETURN;
+        END IF;
     END IF;
     IF p_max_calls IS NOT NULL THEN
         v_calls := NULL;
@@ -128,29 +147,28 @@ BEGIN
         IF v_calls IS NULL THEN
             SELECT CASE WHEN b.expires_at_ms > v_now THEN b.count ELSE 0 END INTO v_calls
                 FROM {s}idem_budgets b WHERE b.id = p_turn;
-            IF v_inserted THEN
-                DELETE FROM {s}idem_records t WHERE t.namespace = p_namespace AND t.key = p_key;
+            IF v_written OR v_inserted THEN
+                DELETE FROM {s}idem_records t
+                    WHERE t.namespace = p_namespace AND t.key = p_key;
             END IF;
             RETURN QUERY SELECT 'refused_turn'::text, NULL::text, NULL::bytea, NULL::bytea,
                                 NULL::bigint, coalesce(v_calls, 0), p_max_calls;
             RETURN;
         END IF;
     END IF;
-    IF p_claim THEN
+    IF NOT v_written THEN
         UPDATE {s}idem_records t
             SET tool = p_tool, state = 'in_progress', fingerprint = p_fingerprint,
-                result = NULL, created_at_ms = v_now, expires_at_ms = v_now + p_lease_ms,
+                result = NULL, created_at_ms = v_now,
+                expires_at_ms = CASE WHEN p_claim THEN v_now + p_lease_ms ELSE 0 END,
                 token = p_token, attempts = v_attempts + 1,
                 attempts_expire_ms = v_now + p_window_ms
             WHERE t.namespace = p_namespace AND t.key = p_key;
+    END IF;
+    IF p_claim THEN
         RETURN QUERY SELECT 'claimed'::text, NULL::text, NULL::bytea, NULL::bytea,
                             NULL::bigint, v_attempts + 1, NULL::bigint;
     ELSE
-        UPDATE {s}idem_records t
-            SET tool = p_tool, state = 'in_progress', fingerprint = p_fingerprint,
-                result = NULL, created_at_ms = v_now, expires_at_ms = 0, token = p_token,
-                attempts = v_attempts + 1, attempts_expire_ms = v_now + p_window_ms
-            WHERE t.namespace = p_namespace AND t.key = p_key;
         -- The charge needs no flush of its own: the tool's transaction, committed after it,
         -- flushes the log up to its own commit, this one included.
         PERFORM set_config('synchronous_commit', 'off', true);
