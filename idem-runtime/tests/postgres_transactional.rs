@@ -585,3 +585,20 @@ async fn a_commit_that_never_arrived_is_run_afresh_by_the_retry() {
     assert_eq!(rows(&store, "m").await, 1, "exactly once");
     cleanup(&store).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_with_quotes_and_backslashes_is_a_literal() {
+    let Some(store) = setup("tx_literal").await else {
+        return;
+    };
+    // The claim and the record spell the namespace as a literal in SQL text.
+    let turn = Turn::new("turn-literal").with_namespace(r"o'brien\'; DROP TABLE x; --");
+    let first = transfer(&store, &turn, "n").await.expect("runs");
+    assert_eq!(transfer(&store, &turn, "n").await.expect("replays"), first);
+    assert_eq!(rows(&store, "n").await, 1);
+    assert_eq!(
+        record_state(&store, &turn, "n").await,
+        Some(RecordState::Completed)
+    );
+    cleanup(&store).await;
+}
