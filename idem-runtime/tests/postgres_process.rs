@@ -355,7 +355,7 @@ fn transactional_calls_survive_kills_terminations_and_restarts() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
-    let (workers, keys) = (3, 1500);
+    let (workers, keys) = (3, usize::try_from(seconds * 80).unwrap_or(1500).max(1500));
     let server = OwnServer::start();
     let schema = unique_schema("fault");
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");

@@ -7,6 +7,7 @@ mod row;
 pub(crate) mod schema;
 pub(crate) mod tx;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
@@ -58,6 +59,11 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// - **Several hosts**: leases and TTLs are measured on the database server's clock
 ///   (`clock_timestamp()`), so hosts whose clocks disagree still agree on when a lease ends.
 ///
+/// # A `begin` given up
+/// A `begin` runs to its end in a task of its own even if its caller drops it (a timeout), and
+/// a `release` with its token waits for it: the claim it may make is given back after it
+/// lands, never before (connections of a pool keep no order between them).
+///
 /// # Cost per call
 /// A replay or a wait is one round trip that writes nothing (`idem_begin` reads the live
 /// record and returns). A first execution is two write round trips (`idem_begin` charges and
@@ -81,6 +87,8 @@ pub(crate) struct Inner {
     pub(crate) sql: Sql,
     pub(crate) lock_timeout: Duration,
     pub(crate) claims: AtomicU32,
+    /// The claims being made right now, by token: a `release` of one waits for it to land.
+    pub(crate) pending: std::sync::Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// The statements, with the schema's prefix in them.
@@ -210,6 +218,7 @@ impl PostgresStore {
                 sql: Sql::new(&prefix),
                 lock_timeout,
                 claims: AtomicU32::new(0),
+                pending: std::sync::Mutex::default(),
             }),
         }
     }

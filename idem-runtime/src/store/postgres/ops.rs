@@ -1,5 +1,6 @@
 //! [`Store`] for [`PostgresStore`]: each operation one statement (or one server-side function).
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -186,16 +187,81 @@ impl PostgresStore {
     }
 }
 
-impl Store for PostgresStore {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+/// A [`BeginRequest`] that can move into a task of its own.
+struct OwnedBegin {
+    namespace: String,
+    key: Key,
+    tool: &'static str,
+    fingerprint: crate::key::Fingerprint,
+    lease: Duration,
+    token: crate::store::LeaseToken,
+    charge: crate::store::Charge,
+}
+
+impl From<&BeginRequest<'_>> for OwnedBegin {
+    fn from(req: &BeginRequest<'_>) -> Self {
+        OwnedBegin {
+            namespace: req.namespace.to_owned(),
+            key: *req.key,
+            tool: req.tool,
+            fingerprint: *req.fingerprint,
+            lease: req.lease,
+            token: req.token,
+            charge: req.charge,
+        }
+    }
+}
+
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl PostgresStore {
+    /// `idem_begin` claiming `req`'s key.
+    fn claim<'a>(&'a self, req: &'a OwnedBegin) -> StoreFuture<'a, Answer> {
         Box::pin(async move {
+            let request = BeginRequest {
+                namespace: &req.namespace,
+                key: &req.key,
+                tool: req.tool,
+                fingerprint: &req.fingerprint,
+                lease: req.lease,
+                token: req.token,
+                charge: req.charge,
+            };
             let turn = req.charge.turn.turn_counter();
             let row = self
-                .begin_query(&req, &turn, true, self.inner.lock_timeout)
+                .begin_query(&request, &turn, true, self.inner.lock_timeout)
                 .fetch_one(&self.inner.pool)
                 .await
                 .map_err(|e| store_error("begin", e))?;
-            let answer = answer(&row, req.key)?;
+            answer(&row, &req.key)
+        })
+    }
+}
+
+impl Store for PostgresStore {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        // The claim runs in a task of its own, so that a caller giving up cannot cut it off
+        // half-way; a `release` with its token waits for it (see `pending`). Nothing happens
+        // before the first poll.
+        let owned = OwnedBegin::from(&req);
+        Box::pin(async move {
+            let store = self.clone();
+            let token = owned.token.0;
+            let landing = Arc::new(tokio::sync::Mutex::new(()));
+            let landed = Arc::clone(&landing).try_lock_owned();
+            lock(&self.inner.pending).insert(token, landing);
+            let claim = async move {
+                let answer = store.claim(&owned).await;
+                lock(&store.inner.pending).remove(&token);
+                drop(landed);
+                answer
+            };
+            let answer = match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => runtime.spawn(claim).await.map_err(|e| Error::store("begin", e))??,
+                Err(_) => claim.await?,
+            };
             match answer {
                 Answer::Begin(begin) => {
                     if begin == Begin::Claimed {
@@ -264,6 +330,11 @@ impl Store for PostgresStore {
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            // A claim with this token still on its way lands first.
+            let landing = lock(&self.inner.pending).get(&lease.token.0).cloned();
+            if let Some(landing) = landing {
+                let _landed = landing.lock().await;
+            }
             // The row stays, expired, with the key's attempt count.
             let changed = sqlx::query(&self.inner.sql.release)
                 .bind(&*lease.namespace)

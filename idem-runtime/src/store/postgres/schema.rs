@@ -5,8 +5,9 @@
 //! [`PostgresStore::with_schema`](super::PostgresStore::with_schema) (`"my_schema".`), or
 //! nothing (the connection's `search_path`).
 
-use sqlx::{Connection, PgConnection, Row};
+use sqlx::{Connection, Executor, PgConnection, Row};
 
+use crate::store::StoreFuture;
 use crate::{Error, Result};
 
 /// The schema version this build writes, kept in the table `idem_schema`.
@@ -250,12 +251,18 @@ pub(super) fn qualify(sql: &str, prefix: &str) -> String {
 }
 
 /// Brings the schema to [`SCHEMA_VERSION`] in one transaction, under an advisory lock named
-/// after the schema, so that processes opening one database at once migrate it once.
-pub(super) async fn migrate(
-    conn: &mut PgConnection,
-    schema: Option<&str>,
-    prefix: &str,
-) -> Result<()> {
+/// after the schema, so that processes opening one database at once migrate it once. (Boxed:
+/// `sqlx`'s executor-generic futures are not provably `Send` in callers generic over
+/// lifetimes, and opening a store must work in any spawned task.)
+pub(super) fn migrate<'a>(
+    conn: &'a mut PgConnection,
+    schema: Option<&'a str>,
+    prefix: &'a str,
+) -> StoreFuture<'a, ()> {
+    Box::pin(migrate_now(conn, schema, prefix))
+}
+
+async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str) -> Result<()> {
     let fail = |e: sqlx::Error| Error::store("migrate", e);
     let mut tx = conn.begin().await.map_err(fail)?;
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('idem schema ' || $1, 0))")
@@ -264,18 +271,11 @@ pub(super) async fn migrate(
         .await
         .map_err(fail)?;
     if let Some(schema) = schema {
-        sqlx::raw_sql(&format!(
-            "CREATE SCHEMA IF NOT EXISTS {}",
-            quote_ident(schema)
-        ))
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
+        let create = format!("CREATE SCHEMA IF NOT EXISTS {}", quote_ident(schema));
+        tx.execute(create.as_str()).await.map_err(fail)?;
     }
-    sqlx::raw_sql(&qualify(VERSION_TABLE, prefix))
-        .execute(&mut *tx)
-        .await
-        .map_err(fail)?;
+    let table = qualify(VERSION_TABLE, prefix);
+    tx.execute(table.as_str()).await.map_err(fail)?;
     let version: Option<i32> = sqlx::query(&qualify("SELECT max(version) FROM {s}idem_schema", prefix))
         .fetch_one(&mut *tx)
         .await
@@ -284,10 +284,8 @@ pub(super) async fn migrate(
     match version.unwrap_or(0) {
         SCHEMA_VERSION => return Ok(()),
         0 => {
-            sqlx::raw_sql(&qualify(SCHEMA_V1, prefix))
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
+            let v1 = qualify(SCHEMA_V1, prefix);
+            tx.execute(v1.as_str()).await.map_err(fail)?;
             sqlx::query(&qualify("DELETE FROM {s}idem_schema", prefix))
                 .execute(&mut *tx)
                 .await
@@ -316,8 +314,15 @@ pub(super) async fn migrate(
 }
 
 /// The version of the idem tables, without creating or changing anything: `None` if there are
-/// none (for the CLI, which never creates tables).
-pub(super) async fn existing_version(conn: &mut PgConnection, prefix: &str) -> Result<Option<i32>> {
+/// none (for the CLI, which never creates tables). Boxed, as [`migrate`] is.
+pub(super) fn existing_version<'a>(
+    conn: &'a mut PgConnection,
+    prefix: &'a str,
+) -> StoreFuture<'a, Option<i32>> {
+    Box::pin(existing_version_now(conn, prefix))
+}
+
+async fn existing_version_now(conn: &mut PgConnection, prefix: &str) -> Result<Option<i32>> {
     let table = qualify("{s}idem_schema", prefix);
     let found: Option<String> = sqlx::query("SELECT to_regclass($1)::text")
         .bind(&table)
