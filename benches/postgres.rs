@@ -64,7 +64,10 @@ async fn pay_plain(turn: &Turn, pool: &PgPool, n: u64) -> Result<i64, BenchError
 }
 
 fn postgres(c: &mut Criterion) {
-    let Some(url) = std::env::var("IDEM_POSTGRES_URL").ok().filter(|u| !u.is_empty()) else {
+    let Some(url) = std::env::var("IDEM_POSTGRES_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+    else {
         println!("postgres: skipped (IDEM_POSTGRES_URL is not set)");
         return;
     };

@@ -134,9 +134,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let turn = Turn::new(&turn_id).with_store(Arc::clone(&shared));
     let mut failures = 0;
 
-    let first = transfer(&turn, 1, 2, 2500).await.map_err(|e| format!("{e:?}"))?;
-    let retry = transfer(&turn, 1, 2, 2500).await.map_err(|e| format!("{e:?}"))?;
-    check(retry == first, "a retry replays the first receipt", &mut failures);
+    let first = transfer(&turn, 1, 2, 2500)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let retry = transfer(&turn, 1, 2, 2500)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    check(
+        retry == first,
+        "a retry replays the first receipt",
+        &mut failures,
+    );
     check(
         balances(&store).await? == (7500, 2500, 1),
         "the money moved once",
@@ -145,7 +153,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // A caller that gives up mid-transfer: everything rolls back, and the retry runs.
     let cut = tokio::time::timeout(Duration::from_millis(100), transfer(&turn, 1, 2, 100)).await;
-    check(cut.is_err(), "the caller timed out mid-transfer", &mut failures);
+    check(
+        cut.is_err(),
+        "the caller timed out mid-transfer",
+        &mut failures,
+    );
     check(
         balances(&store).await? == (7500, 2500, 1),
         "the cut-off transfer left nothing behind",
@@ -166,7 +178,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         transfer(&other, 1, 2, 300).await
     });
     let same = matches!((&a, &b), (Ok(a), Ok(b)) if a == b);
-    check(same, "a concurrent duplicate got the first receipt", &mut failures);
+    check(
+        same,
+        "a concurrent duplicate got the first receipt",
+        &mut failures,
+    );
     check(
         balances(&store).await? == (7100, 2900, 3),
         "three transfers in all, each once",

@@ -98,7 +98,9 @@ async fn setup(test: &str) -> Option<PostgresStore> {
     // The application's tables and idem's in one schema, found through the search path.
     let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a URL");
     let options = options.options([("search_path", schema.as_str())]);
-    let admin = sqlx::PgPool::connect_with(options.clone()).await.expect("connect");
+    let admin = sqlx::PgPool::connect_with(options.clone())
+        .await
+        .expect("connect");
     sqlx::raw_sql(&format!(
         "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema};
          CREATE TABLE {schema}.accounts (id bigint PRIMARY KEY, cents bigint NOT NULL);
@@ -113,7 +115,11 @@ async fn setup(test: &str) -> Option<PostgresStore> {
         .connect_with(options)
         .await
         .expect("connect");
-    Some(PostgresStore::from_pool(pool).await.expect("open the store"))
+    Some(
+        PostgresStore::from_pool(pool)
+            .await
+            .expect("open the store"),
+    )
 }
 
 async fn cents(store: &PostgresStore, account: i64) -> i64 {
@@ -133,7 +139,10 @@ async fn a_transfer_runs_once_and_callers_do_not_pass_the_connection() {
     let first = transfer(&turn, 1, 2, 2500).await.expect("runs");
     let retry = transfer(&turn, 1, 2, 2500).await.expect("replays");
     assert_eq!(first, retry);
-    assert_eq!((cents(&store, 1).await, cents(&store, 2).await), (7500, 2500));
+    assert_eq!(
+        (cents(&store, 1).await, cents(&store, 2).await),
+        (7500, 2500)
+    );
     assert_eq!(turn.stats().get(Outcome::Replayed), 1);
     // The call is `Send`: it can be spawned.
     let spawned = tokio::spawn({
@@ -153,7 +162,10 @@ async fn a_method_cut_off_by_a_caller_timeout_rolls_back_and_a_retry_runs() {
     let bank = Bank { fee: 300 };
     let cut = turn
         .clone()
-        .scope(tokio::time::timeout(Duration::from_millis(100), bank.charge_fee(1)))
+        .scope(tokio::time::timeout(
+            Duration::from_millis(100),
+            bank.charge_fee(1),
+        ))
         .await;
     assert!(cut.is_err(), "the caller timed out");
     assert_eq!(cents(&store, 1).await, 10000, "the fee was rolled back");

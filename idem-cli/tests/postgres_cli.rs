@@ -41,7 +41,11 @@ async fn list_show_stats_and_remove_on_a_postgres_store() {
     let schema = unique_schema("all");
     // The CLI never creates tables: before the agents ran, there is nothing to open.
     let missing = idem(&["--postgres", &url, "--schema", &schema, "list"]).expect_code(2);
-    assert!(missing.stderr.contains("no idem tables"), "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("no idem tables"),
+        "{}",
+        missing.stderr
+    );
 
     let pg = PostgresStore::builder()
         .schema(&schema)
@@ -74,7 +78,11 @@ async fn list_show_stats_and_remove_on_a_postgres_store() {
 
     let shown = run(&["show", &a.short().to_hex()]).expect_code(0);
     assert!(shown.stdout.contains(&a.to_hex()), "{}", shown.stdout);
-    assert!(shown.stdout.contains("\"sent_to\": \"a@x\""), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("\"sent_to\": \"a@x\""),
+        "{}",
+        shown.stdout
+    );
 
     let json = run(&["--json", "stats"]).expect_code(0).json();
     assert_eq!(json["by_state"]["total"], 3);
@@ -82,7 +90,9 @@ async fn list_show_stats_and_remove_on_a_postgres_store() {
 
     // Removing the stuck claim frees the key for the engine at once.
     run(&["remove", &stuck.to_hex(), "--yes"]).expect_code(0);
-    call(&store, &SEND, &t, "c@x", &runs).await.expect("runs now");
+    call(&store, &SEND, &t, "c@x", &runs)
+        .await
+        .expect("runs now");
     assert_eq!(runs.load(Ordering::SeqCst), 3);
 
     // --prefix is Redis's.

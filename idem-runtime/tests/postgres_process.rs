@@ -374,8 +374,10 @@ fn transactional_calls_survive_kills_terminations_and_restarts() {
     let mut phase: BTreeMap<usize, String> = BTreeMap::new();
     let mut acks: BTreeMap<String, BTreeSet<i64>> = BTreeMap::new();
     let mut memos: BTreeSet<String> = BTreeSet::new();
-    let drain = |phase: &mut BTreeMap<usize, String>, acks: &mut BTreeMap<_, BTreeSet<_>>,
-                     memos: &mut BTreeSet<String>, calls: &mut usize| {
+    let drain = |phase: &mut BTreeMap<usize, String>,
+                 acks: &mut BTreeMap<_, BTreeSet<_>>,
+                 memos: &mut BTreeSet<String>,
+                 calls: &mut usize| {
         while let Ok((n, line)) = heard.try_recv() {
             let mut words = line.split_whitespace();
             match (words.next(), words.next(), words.next()) {
@@ -474,7 +476,12 @@ fn transactional_calls_survive_kills_terminations_and_restarts() {
         found.orphans,
     );
     assert_eq!(
-        (found.duplicates, found.lost, found.interrupted, found.orphans),
+        (
+            found.duplicates,
+            found.lost,
+            found.interrupted,
+            found.orphans
+        ),
         (0, 0, 0, 0),
         "{found:?}"
     );
@@ -515,7 +522,9 @@ fn a_crash_loop_on_one_key_leaves_one_row_and_one_record() {
         }
         while let Ok((_, line)) = heard.recv_timeout(Duration::from_millis(50)) {
             if let Some(id) = line.strip_prefix("ack crash ") {
-                acks.lock().expect("lock").insert(id.parse::<i64>().expect("an id"));
+                acks.lock()
+                    .expect("lock")
+                    .insert(id.parse::<i64>().expect("an id"));
             }
         }
     }
@@ -588,8 +597,14 @@ fn several_processes_sharing_the_database_run_each_key_once() {
             .fetch_one(store.pool())
             .await
             .expect("count");
-        assert_eq!(rows, RACE_KEYS as i64, "each key ran once, in one of the processes");
-        assert!(acks.values().all(|ids| ids.len() == 1), "every process got the first result");
+        assert_eq!(
+            rows, RACE_KEYS as i64,
+            "each key ran once, in one of the processes"
+        );
+        assert!(
+            acks.values().all(|ids| ids.len() == 1),
+            "every process got the first result"
+        );
         println!("postgres store race: processes=4 keys={RACE_KEYS} rows={rows} waits={waits}");
         sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(store.pool())
@@ -627,7 +642,9 @@ fn a_plain_call_killed_mid_call_holds_its_key_until_the_lease_ends() {
         assert!(matches!(early, Err(Error::InFlight { .. })), "{early:?}");
         // After it, the key is free and the retry runs (the limit a transactional tool closes).
         tokio::time::sleep(Duration::from_millis(1100)).await;
-        plain(&store, "hang", Duration::ZERO).await.expect("runs after the lease");
+        plain(&store, "hang", Duration::ZERO)
+            .await
+            .expect("runs after the lease");
         let claimed: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM idem_records WHERE state = 'in_progress' \
              AND expires_at_ms > idem_now_ms()",
@@ -655,7 +672,9 @@ fn plain_calls_fail_closed_through_a_restart_and_terminated_connections() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");
     runtime.block_on(async {
         create_ledger(&server.url, &schema).await;
-        let store = open(&server.url, &schema, "idem-restart").await.expect("open");
+        let store = open(&server.url, &schema, "idem-restart")
+            .await
+            .expect("open");
         let admin = {
             let options: sqlx::postgres::PgConnectOptions = server.url.parse().expect("a URL");
             sqlx::postgres::PgPoolOptions::new().connect_lazy_with(options)
@@ -694,7 +713,9 @@ fn plain_calls_fail_closed_through_a_restart_and_terminated_connections() {
         tokio::time::sleep(Duration::from_millis(1100)).await;
         for key in 0..60 {
             let memo = format!("k-{key}");
-            let id = plain(&store, &memo, Duration::ZERO).await.expect("after the lease");
+            let id = plain(&store, &memo, Duration::ZERO)
+                .await
+                .expect("after the lease");
             let first = *acks.entry(memo.clone()).or_insert(id);
             assert_eq!(first, id, "{memo} replays its first result");
         }
@@ -707,7 +728,11 @@ fn plain_calls_fail_closed_through_a_restart_and_terminated_connections() {
                 .expect("read");
             assert!(ids.contains(id), "{memo}: its acknowledged row is there");
         }
-        assert!(restarted && acks.len() == 60, "every key got through: {}", acks.len());
+        assert!(
+            restarted && acks.len() == 60,
+            "every key got through: {}",
+            acks.len()
+        );
         println!(
             "postgres store restart: keys=60 rounds=3 failed_closed={failed} \
              terminated_connections={terminated}"

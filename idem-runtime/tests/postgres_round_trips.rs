@@ -96,9 +96,15 @@ async fn a_transactional_call_costs_one_round_trip_more_than_its_writes() {
     // Warm up: statements prepared, the connection open.
     floor(0).await;
     transactional(0).await;
-    sqlx::query("SELECT 1").execute(&pool).await.expect("select");
+    sqlx::query("SELECT 1")
+        .execute(&pool)
+        .await
+        .expect("select");
     let ping = count(&trips, async {
-        sqlx::query("SELECT 1").execute(&pool).await.expect("select");
+        sqlx::query("SELECT 1")
+            .execute(&pool)
+            .await
+            .expect("select");
     })
     .await
         - 1;

@@ -61,7 +61,14 @@ async fn a_begin_given_up_midway_is_given_back_after_it_lands() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     holder.commit().await.expect("let the claim through");
     let released = release.await.expect("joins");
-    assert!(released.is_ok(), "the release gave the landed claim back: {released:?}");
-    assert_eq!(store.get("ns", &key).await.expect("get"), None, "no orphan claim");
+    assert!(
+        released.is_ok(),
+        "the release gave the landed claim back: {released:?}"
+    );
+    assert_eq!(
+        store.get("ns", &key).await.expect("get"),
+        None,
+        "no orphan claim"
+    );
     cleanup(&store).await;
 }

@@ -59,11 +59,14 @@ fn ledger(store: &PostgresStore) -> String {
 }
 
 async fn rows(store: &PostgresStore, memo: &str) -> i64 {
-    sqlx::query_scalar(&format!("SELECT count(*) FROM {} WHERE memo = $1", ledger(store)))
-        .bind(memo)
-        .fetch_one(store.pool())
-        .await
-        .expect("count rows")
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {} WHERE memo = $1",
+        ledger(store)
+    ))
+    .bind(memo)
+    .fetch_one(store.pool())
+    .await
+    .expect("count rows")
 }
 
 fn call(turn: &Turn, store: &Arc<dyn Store>, memo: &str) -> Call {
@@ -75,12 +78,12 @@ fn call(turn: &Turn, store: &Arc<dyn Store>, memo: &str) -> Call {
 
 /// Inserts the row of `memo` through the call's transaction and returns its id.
 async fn insert(conn: &mut PgConnection, table: &str, memo: &str) -> Result<i64, Failure> {
-    Ok(
-        sqlx::query_scalar(&format!("INSERT INTO {table} (memo) VALUES ($1) RETURNING id"))
-            .bind(memo)
-            .fetch_one(&mut *conn)
-            .await?,
-    )
+    Ok(sqlx::query_scalar(&format!(
+        "INSERT INTO {table} (memo) VALUES ($1) RETURNING id"
+    ))
+    .bind(memo)
+    .fetch_one(&mut *conn)
+    .await?)
 }
 
 /// A transactional call of the tool that inserts `memo`'s row and returns its id.
@@ -143,7 +146,11 @@ async fn an_err_rolls_back_the_rows_and_the_claim_and_a_retry_runs_afresh() {
     .await;
     assert!(matches!(failed, Err(Failure::Tool("declined"))));
     assert_eq!(rows(&store, "b").await, 0, "the row was rolled back");
-    assert_eq!(record_state(&store, &turn, "b").await, None, "so was the claim");
+    assert_eq!(
+        record_state(&store, &turn, "b").await,
+        None,
+        "so was the claim"
+    );
     transfer(&store, &turn, "b").await.expect("the retry runs");
     assert_eq!(rows(&store, "b").await, 1);
     cleanup(&store).await;
@@ -229,7 +236,11 @@ async fn a_caller_that_times_out_mid_body_rolls_back_and_is_never_interrupted() 
     )
     .await;
     assert!(cut.is_err(), "the caller gave up");
-    assert_eq!(wrote.load(Ordering::SeqCst), 1, "the body had written its row");
+    assert_eq!(
+        wrote.load(Ordering::SeqCst),
+        1,
+        "the body had written its row"
+    );
     assert_eq!(turn.stats().get(Outcome::Cancelled), 1);
     assert_eq!(turn.stats().get(Outcome::Interrupted), 0);
     // The retry runs at once (the rollback frees the key; no lease to wait for) and is not
@@ -238,7 +249,11 @@ async fn a_caller_that_times_out_mid_body_rolls_back_and_is_never_interrupted() 
         .await
         .expect("the retry does not wait for a lease");
     assert!(retry.is_ok(), "{retry:?}");
-    assert_eq!(rows(&store, "d").await, 1, "one row: the cut-off attempt's rolled back");
+    assert_eq!(
+        rows(&store, "d").await,
+        1,
+        "one row: the cut-off attempt's rolled back"
+    );
     cleanup(&store).await;
 }
 
@@ -347,11 +362,18 @@ async fn a_tool_that_keeps_failing_exhausts_its_budget_though_each_attempt_rolls
             .await,
         );
     }
-    assert_eq!(ran.load(Ordering::SeqCst), 3, "three attempts, then refused");
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        3,
+        "three attempts, then refused"
+    );
     assert!(
         matches!(
             last,
-            Some(Err(Failure::Idem(Error::BudgetExhausted { attempts: 3, .. })))
+            Some(Err(Failure::Idem(Error::BudgetExhausted {
+                attempts: 3,
+                ..
+            })))
         ),
         "{last:?}"
     );
@@ -381,7 +403,11 @@ async fn a_savepoint_inside_the_body_commits_nothing_on_its_own() {
     )
     .await;
     assert!(matches!(failed, Err(Failure::Tool(_))));
-    assert_eq!(rows(&store, "h").await, 0, "the helper's commit was a savepoint's");
+    assert_eq!(
+        rows(&store, "h").await,
+        0,
+        "the helper's commit was a savepoint's"
+    );
     cleanup(&store).await;
 }
 
@@ -444,7 +470,6 @@ fn the_call_is_send(store: PostgresStore, turn: Turn) {
     fn spawnable<F: std::future::Future + Send + 'static>(_: F) {}
     spawnable(async move { transfer(&store, &turn, "k").await });
 }
-
 
 /// What the proxy does to the `COMMIT` it sees next.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -549,11 +574,16 @@ async fn a_commit_whose_answer_is_lost_is_replayed_by_the_retry() {
         "the caller is told the outcome is unknown, not Ok: {unknown:?}"
     );
     assert_eq!(rows(&store, "l").await, 1, "the transaction did commit");
-    let retry = transfer(&store, &turn, "l").await.expect("the retry replays");
-    let id: i64 = sqlx::query_scalar(&format!("SELECT id FROM {} WHERE memo = 'l'", ledger(&store)))
-        .fetch_one(store.pool())
+    let retry = transfer(&store, &turn, "l")
         .await
-        .expect("read");
+        .expect("the retry replays");
+    let id: i64 = sqlx::query_scalar(&format!(
+        "SELECT id FROM {} WHERE memo = 'l'",
+        ledger(&store)
+    ))
+    .fetch_one(store.pool())
+    .await
+    .expect("read");
     assert_eq!(retry, id, "the replayed result is the committed row's");
     assert_eq!(rows(&store, "l").await, 1, "exactly once");
     assert_eq!(turn.stats().get(Outcome::Replayed), 1);

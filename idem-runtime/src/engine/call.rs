@@ -281,7 +281,12 @@ async fn release_after_err(guard: &mut Guard, store: &Arc<dyn Store>) -> Answer 
 
 /// A recorded result, replayed or shared: returned for decoding, unless it is a marker, which
 /// answers with its error.
-pub(super) fn recorded(guard: &mut Guard, call: &Call, first: FirstResult, outcome: Outcome) -> Answer {
+pub(super) fn recorded(
+    guard: &mut Guard,
+    call: &Call,
+    first: FirstResult,
+    outcome: Outcome,
+) -> Answer {
     if first.fingerprint != call.fingerprint {
         return mismatch(guard, call);
     }

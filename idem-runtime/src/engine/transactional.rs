@@ -130,16 +130,14 @@ impl Drop for Checkout<'_> {
 fn postgres_store(call: &Call) -> Result<PostgresStore, Error> {
     let store: &dyn Store = &**call.store();
     let any: &dyn Any = store;
-    any.downcast_ref::<PostgresStore>()
-        .cloned()
-        .ok_or_else(|| {
-            Error::Config(format!(
-                "tool `{}` is transactional: it runs inside a transaction of its store's \
+    any.downcast_ref::<PostgresStore>().cloned().ok_or_else(|| {
+        Error::Config(format!(
+            "tool `{}` is transactional: it runs inside a transaction of its store's \
                  PostgreSQL database, so its store must be a PostgresStore (give it one with \
                  `store = …`, Turn::with_store or idem_tools::set_default_store)",
-                call.tool.name
-            ))
-        })
+            call.tool.name
+        ))
+    })
 }
 
 /// What the first steps decided.
@@ -175,7 +173,11 @@ where
     let (leader, mut tx) = 'claim: loop {
         let leader = match flight::join(store_id(call.store()), call.key) {
             Role::Done(shared) => {
-                return answered(recorded(&mut guard, &call, shared, Outcome::Joined), None, codec);
+                return answered(
+                    recorded(&mut guard, &call, shared, Outcome::Joined),
+                    None,
+                    codec,
+                );
             }
             Role::Follower(follower) => match follower.wait(wait_until).await {
                 Waited::Done(shared) => {
@@ -233,7 +235,11 @@ where
             let answer = if is_code(&failed, LOCK_TIMEOUT) {
                 in_flight(&mut guard, &call, wait_until)
             } else {
-                refuse(&mut guard, Outcome::StoreError, Error::store("begin", failed))
+                refuse(
+                    &mut guard,
+                    Outcome::StoreError,
+                    Error::store("begin", failed),
+                )
             };
             return answered(answer, None, codec);
         }

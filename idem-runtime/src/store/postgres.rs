@@ -18,10 +18,10 @@ use sqlx::PgPool;
 use super::LeaseToken;
 
 pub use self::builder::PostgresStoreBuilder;
+pub use self::schema::SCHEMA_VERSION;
 /// The connection a transactional tool's body gets (sqlx 0.8's): depend on `sqlx` 0.8 with
 /// its `postgres` feature to name it in your code.
 pub use sqlx::PgConnection;
-pub use self::schema::SCHEMA_VERSION;
 
 /// How long a store call waits for a row held by another transaction (a transactional tool
 /// running with the same key) before it fails, unless
@@ -113,8 +113,10 @@ impl Sql {
         let now = "WITH c AS (SELECT {s}idem_now_ms() AS now)";
         Sql {
             prefix: prefix.to_owned(),
-            begin: q("SELECT o_answer, o_state, o_fingerprint, o_result, o_token, o_n, o_lim \
-                 FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)"),
+            begin: q(
+                "SELECT o_answer, o_state, o_fingerprint, o_result, o_token, o_n, o_lim \
+                 FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            ),
             renew: q(&format!(
                 "{now} UPDATE {{s}}idem_records AS r SET expires_at_ms = c.now + $1 FROM c \
                  WHERE r.namespace = $2 AND r.key = $3 AND r.token = $4 \
@@ -144,8 +146,10 @@ impl Sql {
                 "{now} SELECT {COLUMNS}, c.now FROM {{s}}idem_records, c \
                  WHERE expires_at_ms > c.now AND ($1::text IS NULL OR namespace = $1) LIMIT $2"
             )),
-            remove: q("DELETE FROM {s}idem_records WHERE namespace = $1 AND key = $2 \
-                 RETURNING expires_at_ms > {s}idem_now_ms()"),
+            remove: q(
+                "DELETE FROM {s}idem_records WHERE namespace = $1 AND key = $2 \
+                 RETURNING expires_at_ms > {s}idem_now_ms()",
+            ),
             purge_records: q(&format!(
                 "{now}, doomed AS (SELECT r.namespace, r.key FROM {{s}}idem_records AS r, c \
                  WHERE r.expires_at_ms <= c.now AND r.attempts_expire_ms <= c.now LIMIT $1 \

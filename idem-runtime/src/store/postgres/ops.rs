@@ -133,7 +133,9 @@ fn answer(row: &PgRow, key: &Key) -> Result<Answer> {
         other => {
             return Err(Error::store(
                 "begin",
-                format!("idem_begin answered {other:?}: the idem functions in the database are not this build's"),
+                format!(
+                    "idem_begin answered {other:?}: the idem functions in the database are not this build's"
+                ),
             ));
         }
     })
@@ -213,7 +215,9 @@ impl From<&BeginRequest<'_>> for OwnedBegin {
 }
 
 fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl PostgresStore {
@@ -259,7 +263,10 @@ impl Store for PostgresStore {
                 answer
             };
             let answer = match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => runtime.spawn(claim).await.map_err(|e| Error::store("begin", e))??,
+                Ok(runtime) => runtime
+                    .spawn(claim)
+                    .await
+                    .map_err(|e| Error::store("begin", e))??,
                 Err(_) => claim.await?,
             };
             match answer {

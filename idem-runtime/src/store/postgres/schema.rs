@@ -276,11 +276,12 @@ async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str
     }
     let table = qualify(VERSION_TABLE, prefix);
     tx.execute(table.as_str()).await.map_err(fail)?;
-    let version: Option<i32> = sqlx::query(&qualify("SELECT max(version) FROM {s}idem_schema", prefix))
-        .fetch_one(&mut *tx)
-        .await
-        .and_then(|row| row.try_get(0))
-        .map_err(fail)?;
+    let version: Option<i32> =
+        sqlx::query(&qualify("SELECT max(version) FROM {s}idem_schema", prefix))
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(fail)?;
     match version.unwrap_or(0) {
         SCHEMA_VERSION => return Ok(()),
         0 => {
@@ -290,11 +291,14 @@ async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str
                 .execute(&mut *tx)
                 .await
                 .map_err(fail)?;
-            sqlx::query(&qualify("INSERT INTO {s}idem_schema (version) VALUES ($1)", prefix))
-                .bind(SCHEMA_VERSION)
-                .execute(&mut *tx)
-                .await
-                .map_err(fail)?;
+            sqlx::query(&qualify(
+                "INSERT INTO {s}idem_schema (version) VALUES ($1)",
+                prefix,
+            ))
+            .bind(SCHEMA_VERSION)
+            .execute(&mut *tx)
+            .await
+            .map_err(fail)?;
         }
         newer if newer > SCHEMA_VERSION => {
             return Err(Error::Config(format!(
