@@ -247,6 +247,8 @@ fn child() {
                     Ok(id) => say(format!("ack crash {id}")),
                     Err(error) => say(format!("err crash {error:?}").replace('\n', " ")),
                 }
+                // Wait to be killed: every run of the loop ends with a SIGKILL.
+                tokio::time::sleep(Duration::from_secs(60)).await;
             }
             // Plain (not transactional) calls of every key of the race, in a random order.
             "store-race" => {
@@ -498,7 +500,8 @@ fn a_crash_loop_on_one_key_leaves_one_row_and_one_record() {
     runtime.block_on(create_ledger(&url, &schema));
     let acks = Arc::new(Mutex::new(BTreeSet::new()));
     let mut rng = rand::rng();
-    let (mut killed, mut finished) = (0, 0);
+    // Kills that landed before the call answered (mid-call) and after (it had its answer).
+    let (mut mid_call, mut answered) = (0, 0);
     for _ in 0..100 {
         let mut child = spawn_child("crash", &url, &schema, &[]);
         let (lines, heard) = mpsc::channel();
@@ -513,19 +516,21 @@ fn a_crash_loop_on_one_key_leaves_one_row_and_one_record() {
         };
         assert!(ready, "the child started");
         std::thread::sleep(Duration::from_millis(rng.random_range(0..40)));
-        let _ = child.kill();
-        let status = child.wait().expect("wait");
-        if status.code() == Some(0) {
-            finished += 1;
-        } else {
-            killed += 1;
-        }
+        child.kill().expect("kill -9");
+        child.wait().expect("wait");
+        let mut got_answer = false;
         while let Ok((_, line)) = heard.recv_timeout(Duration::from_millis(50)) {
             if let Some(id) = line.strip_prefix("ack crash ") {
                 acks.lock()
                     .expect("lock")
                     .insert(id.parse::<i64>().expect("an id"));
             }
+            got_answer |= line.starts_with("ack ") || line.starts_with("err ");
+        }
+        if got_answer {
+            answered += 1;
+        } else {
+            mid_call += 1;
         }
     }
     let memos = BTreeSet::from(["crash".to_owned()]);
@@ -533,7 +538,7 @@ fn a_crash_loop_on_one_key_leaves_one_row_and_one_record() {
         BTreeMap::from([("crash".to_owned(), acks.lock().expect("lock").clone())]);
     let found = runtime.block_on(check(&url, &schema, &memos, &acked));
     println!(
-        "postgres crash loop: runs=100 killed={killed} finished={finished} executions={} rows={} \
+        "postgres crash loop: kills=100 (mid_call={mid_call} after_answer={answered}) executions={} rows={} \
          duplicates={} lost={}",
         found.rows / 2,
         found.rows,
