@@ -318,7 +318,7 @@ pub struct FirstResult {
 /// A dedup store: see [the contract](self#the-contract).
 ///
 /// `Any` lets the engine find a particular store behind `Arc<dyn Store>` (transactional tools
-/// need a [`PostgresStore`](postgres::PostgresStore)).
+/// need a `PostgresStore`).
 pub trait Store: std::any::Any + Send + Sync + 'static {
     /// Answers a live record without charging (completed: its result; in progress: in
     /// flight), else charges `req.charge` and claims `req.key` with `req.token` — all in one
