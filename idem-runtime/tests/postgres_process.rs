@@ -25,7 +25,7 @@ use idem_tools_runtime::engine::transactional;
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{PostgresStore, RecordState, Store};
 use idem_tools_runtime::{Call, Codec, Error, ToolInfo, Turn};
-use postgres_common::{OwnServer, postgres_url, unique_schema};
+use postgres_common::{Failure, OwnServer, postgres_url, unique_schema};
 use rand::Rng;
 use rand::seq::SliceRandom;
 use sqlx::PgConnection;
@@ -33,25 +33,6 @@ use sqlx::PgConnection;
 const CHILD_ENV: &str = "IDEM_PG_CHILD";
 static PAY: ToolInfo = ToolInfo::idempotent("pay");
 const TURN_ID: &str = "fault-turn";
-
-#[derive(Debug)]
-#[allow(dead_code)] // read through `Debug`
-enum Failure {
-    Idem(Error),
-    Sql(sqlx::Error),
-}
-
-impl From<Error> for Failure {
-    fn from(e: Error) -> Self {
-        Failure::Idem(e)
-    }
-}
-
-impl From<sqlx::Error> for Failure {
-    fn from(e: sqlx::Error) -> Self {
-        Failure::Sql(e)
-    }
-}
 
 /// The turn every process uses: same keys everywhere, and a budget no kill loop exhausts.
 fn turn(store: &PostgresStore) -> Turn {

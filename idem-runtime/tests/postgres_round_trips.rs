@@ -16,7 +16,7 @@ use idem_tools_runtime::engine::transactional;
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{PostgresStore, Store};
 use idem_tools_runtime::{Call, Codec, Error, ToolInfo, Turn};
-use postgres_common::{counting_proxy, postgres_url, unique_schema};
+use postgres_common::{postgres_url, proxy, unique_schema};
 use sqlx::{Connection, PgConnection};
 
 static PAY: ToolInfo = ToolInfo::idempotent("pay");
@@ -51,7 +51,7 @@ async fn a_transactional_call_costs_one_round_trip_more_than_its_writes() {
         return;
     };
     let schema = unique_schema("trips");
-    let (options, trips) = counting_proxy(&url).await;
+    let (options, trips) = proxy(&url, None).await;
     let options = options.options([("search_path", schema.as_str())]);
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(1)

@@ -15,30 +15,10 @@ use idem_tools_runtime::engine::transactional;
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{MemoryStore, PostgresStore, RecordState, Store};
 use idem_tools_runtime::{Call, Codec, Error, Outcome, ToolInfo, Turn};
-use postgres_common::{cleanup, postgres_url, store};
+use postgres_common::{Cut, Failure, cleanup, postgres_url, proxy, store};
 use sqlx::{Connection, PgConnection};
 
 static TRANSFER: ToolInfo = ToolInfo::idempotent("transfer");
-
-/// The tool's error: idem's, the database's, or its own.
-#[derive(Debug)]
-enum Failure {
-    Idem(Error),
-    Sql(#[allow(dead_code)] sqlx::Error),
-    Tool(&'static str),
-}
-
-impl From<Error> for Failure {
-    fn from(e: Error) -> Self {
-        Failure::Idem(e)
-    }
-}
-
-impl From<sqlx::Error> for Failure {
-    fn from(e: sqlx::Error) -> Self {
-        Failure::Sql(e)
-    }
-}
 
 /// A store in a schema of its own, with the application's table next to idem's.
 async fn setup(tag: &str) -> Option<PostgresStore> {
@@ -471,87 +451,12 @@ fn the_call_is_send(store: PostgresStore, turn: Turn) {
     spawnable(async move { transfer(&store, &turn, "k").await });
 }
 
-/// What the proxy does to the `COMMIT` it sees next.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Cut {
-    /// Forward it, let the server commit, then drop the connection before the answer.
-    AfterCommit,
-    /// Drop the connection instead of forwarding it.
-    BeforeCommit,
-}
-
-/// A TCP proxy to the server that cuts the connection around the next `COMMIT`; returns its
-/// port.
-async fn commit_cutting_proxy(server: std::net::SocketAddr, cut: Cut) -> u16 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("address").port();
-    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
-                continue;
-            };
-            let (mut client_rx, mut client_tx) = client.into_split();
-            let (mut server_rx, mut server_tx) = upstream.into_split();
-            let cutting = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let (armed, cutting2) = (Arc::clone(&armed), Arc::clone(&cutting));
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 1 << 16];
-                loop {
-                    let n = match client_rx.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
-                    };
-                    let chunk = &buf[..n];
-                    let commit = chunk.windows(6).any(|w| w == b"COMMIT");
-                    if commit && armed.swap(false, Ordering::SeqCst) {
-                        cutting2.store(true, Ordering::SeqCst);
-                        if cut == Cut::AfterCommit {
-                            let _ = server_tx.write_all(chunk).await;
-                            tokio::time::sleep(Duration::from_millis(300)).await;
-                        }
-                        return; // drops both halves it holds: the client sees EOF
-                    }
-                    if server_tx.write_all(chunk).await.is_err() {
-                        return;
-                    }
-                }
-            });
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 1 << 16];
-                loop {
-                    let n = match server_rx.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
-                    };
-                    if cutting.load(Ordering::SeqCst) {
-                        return; // the answer to COMMIT never reaches the client
-                    }
-                    if client_tx.write_all(&buf[..n]).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    port
-}
-
 /// A store on `url`'s database reached through a proxy that cuts the next `COMMIT`.
 async fn cut_store(url: &str, schema: &str, cut: Cut) -> PostgresStore {
-    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a URL");
-    let server = tokio::net::lookup_host((options.get_host(), options.get_port()))
-        .await
-        .expect("resolve")
-        .next()
-        .expect("an address");
-    let port = commit_cutting_proxy(server, cut).await;
+    let (options, _) = proxy(url, Some(cut)).await;
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(2)
-        .connect_lazy_with(options.host("127.0.0.1").port(port));
+        .connect_lazy_with(options);
     PostgresStore::builder()
         .schema(schema)
         .from_pool(pool)

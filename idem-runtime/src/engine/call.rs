@@ -19,7 +19,7 @@ use crate::Error;
 use crate::flight::{self, Role, Waited};
 use crate::replay::{self, RecordKind};
 use crate::stats::Outcome;
-use crate::store::{Begin, BeginRequest, Exhausted, FirstResult, LeaseToken, Store};
+use crate::store::{Begin, Exhausted, FirstResult, LeaseToken, Store};
 
 /// The first pause, and the longest, between two polls of a key in flight elsewhere.
 pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(5);
@@ -235,15 +235,7 @@ async fn begin(
         }
     }
     let mut give_back = GiveBack(Some((store, claim)));
-    let request = BeginRequest {
-        namespace: call.turn.namespace(),
-        key: &call.key,
-        tool: call.tool.name,
-        fingerprint: &call.fingerprint,
-        lease: duration,
-        token,
-        charge: call.turn.charge(call.tool.budget),
-    };
+    let request = call.begin_request(token, duration);
     let answer = match tokio::time::timeout(duration, store.begin(request)).await {
         Ok(answer) => answer,
         Err(_) => Err(Error::store("begin", "no answer within the lease")),

@@ -53,7 +53,7 @@ use crate::stats::Outcome;
 use crate::store::postgres::ops::{Answer as Charged, is_code, lock_timed_out};
 use crate::store::postgres::schema::{CLAIM_GONE, KEY_IS_LIVE, LOCK_TIMEOUT};
 use crate::store::postgres::tx::raw;
-use crate::store::{Begin, BeginRequest, FirstResult, LeaseToken, PostgresStore, Store};
+use crate::store::{Begin, FirstResult, LeaseToken, PostgresStore, Store};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
 /// its recorded result: see [the module documentation](self).
@@ -308,15 +308,7 @@ async fn charge(
     let duration = keeper_duration(call);
     let mut backoff = FIRST_BACKOFF;
     loop {
-        let request = BeginRequest {
-            namespace: call.turn.namespace(),
-            key: &call.key,
-            tool: call.tool.name,
-            fingerprint: &call.fingerprint,
-            lease: duration,
-            token,
-            charge: call.turn.charge(call.tool.budget),
-        };
+        let request = call.begin_request(token, duration);
         let answer = store
             .charge_on(&mut *conn, &request, remaining(wait_until))
             .await;

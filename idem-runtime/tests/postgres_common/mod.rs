@@ -123,10 +123,42 @@ impl Drop for OwnServer {
     }
 }
 
-/// A TCP proxy in front of the server at `url` that counts round trips: each time the client
-/// sends after the server last spoke (or first) is one. Returns the URL through it and the
-/// counter.
-pub async fn counting_proxy(url: &str) -> (sqlx::postgres::PgConnectOptions, Arc<AtomicU64>) {
+/// The error of the test tools: idem's, the database's, or the tool's own.
+#[derive(Debug)]
+pub enum Failure {
+    Idem(idem_tools_runtime::Error),
+    Sql(#[allow(dead_code)] sqlx::Error),
+    Tool(&'static str),
+}
+
+impl From<idem_tools_runtime::Error> for Failure {
+    fn from(e: idem_tools_runtime::Error) -> Self {
+        Failure::Idem(e)
+    }
+}
+
+impl From<sqlx::Error> for Failure {
+    fn from(e: sqlx::Error) -> Self {
+        Failure::Sql(e)
+    }
+}
+
+/// What a [`proxy`] does to the first `COMMIT` it sees.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Forward it, let the server commit, then drop the connection before the answer.
+    AfterCommit,
+    /// Drop the connection instead of forwarding it.
+    BeforeCommit,
+}
+
+/// A TCP proxy in front of the server at `url`: it counts round trips (each time the client
+/// sends after the server last spoke, or first, is one) and, with `cut`, cuts the connection
+/// around the first `COMMIT` it sees. Returns the connect options through it and the counter.
+pub async fn proxy(
+    url: &str,
+    cut: Option<Cut>,
+) -> (sqlx::postgres::PgConnectOptions, Arc<AtomicU64>) {
     use std::sync::atomic::AtomicBool;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a URL");
@@ -141,6 +173,7 @@ pub async fn counting_proxy(url: &str) -> (sqlx::postgres::PgConnectOptions, Arc
     let port = listener.local_addr().expect("address").port();
     let trips = Arc::new(AtomicU64::new(0));
     let counter = Arc::clone(&trips);
+    let armed = Arc::new(AtomicBool::new(cut.is_some()));
     tokio::spawn(async move {
         while let Ok((client, _)) = listener.accept().await {
             let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
@@ -150,16 +183,32 @@ pub async fn counting_proxy(url: &str) -> (sqlx::postgres::PgConnectOptions, Arc
             let _ = upstream.set_nodelay(true);
             let (mut client_rx, mut client_tx) = client.into_split();
             let (mut server_rx, mut server_tx) = upstream.into_split();
-            // Whether the client spoke last.
+            // Whether the client spoke last; whether the connection is being cut.
             let client_last = Arc::new(AtomicBool::new(false));
-            let (trips, last) = (Arc::clone(&counter), Arc::clone(&client_last));
+            let cutting = Arc::new(AtomicBool::new(false));
+            let (trips, last, armed, cutting_up) = (
+                Arc::clone(&counter),
+                Arc::clone(&client_last),
+                Arc::clone(&armed),
+                Arc::clone(&cutting),
+            );
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 1 << 16];
                 while let Ok(n @ 1..) = client_rx.read(&mut buf).await {
                     if !last.swap(true, Ordering::SeqCst) {
                         trips.fetch_add(1, Ordering::SeqCst);
                     }
-                    if server_tx.write_all(&buf[..n]).await.is_err() {
+                    let chunk = &buf[..n];
+                    let commit = chunk.windows(6).any(|w| w == b"COMMIT");
+                    if commit && armed.swap(false, Ordering::SeqCst) {
+                        cutting_up.store(true, Ordering::SeqCst);
+                        if cut == Some(Cut::AfterCommit) {
+                            let _ = server_tx.write_all(chunk).await;
+                            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                        }
+                        return; // drops both halves it holds: the client sees EOF
+                    }
+                    if server_tx.write_all(chunk).await.is_err() {
                         return;
                     }
                 }
@@ -167,6 +216,9 @@ pub async fn counting_proxy(url: &str) -> (sqlx::postgres::PgConnectOptions, Arc
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 1 << 16];
                 while let Ok(n @ 1..) = server_rx.read(&mut buf).await {
+                    if cutting.load(Ordering::SeqCst) {
+                        return; // the answer to COMMIT never reaches the client
+                    }
                     client_last.store(false, Ordering::SeqCst);
                     if client_tx.write_all(&buf[..n]).await.is_err() {
                         return;

@@ -3,8 +3,9 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::PgPool;
+use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
 
 use super::{DEFAULT_LOCK_TIMEOUT, PostgresStore, schema};
 use crate::{Error, Result};
@@ -76,13 +77,7 @@ impl PostgresStoreBuilder {
     /// # Errors
     /// As [`connect`](Self::connect).
     pub async fn from_pool(self, pool: PgPool) -> Result<PostgresStore> {
-        let store = PostgresStore::new(pool, self.schema, self.lock_timeout);
-        let mut conn = store
-            .inner
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| Error::store("open", e))?;
+        let (store, mut conn) = self.store(pool).await?;
         schema::migrate(&mut conn, store.schema(), &store.inner.sql.prefix).await?;
         Ok(store)
     }
@@ -95,13 +90,7 @@ impl PostgresStoreBuilder {
     /// another version; [`Error::Store`] if the server cannot be reached.
     pub async fn open_existing(self, url: &str) -> Result<PostgresStore> {
         let pool = self.pool(url)?;
-        let store = PostgresStore::new(pool, self.schema, self.lock_timeout);
-        let mut conn = store
-            .inner
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| Error::store("open", e))?;
+        let (store, mut conn) = self.store(pool).await?;
         let place = store.schema().map_or_else(
             || "the connection's search_path".to_owned(),
             |s| format!("schema {s:?}"),
@@ -117,6 +106,18 @@ impl PostgresStoreBuilder {
                 schema::SCHEMA_VERSION
             ))),
         }
+    }
+
+    /// The store on `pool`, and a connection of it (the server reached).
+    async fn store(self, pool: PgPool) -> Result<(PostgresStore, PoolConnection<Postgres>)> {
+        let store = PostgresStore::new(pool, self.schema, self.lock_timeout);
+        let conn = store
+            .inner
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| Error::store("open", e))?;
+        Ok((store, conn))
     }
 
     fn pool(&self, url: &str) -> Result<PgPool> {
