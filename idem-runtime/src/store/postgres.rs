@@ -1,6 +1,7 @@
 //! A dedup store on PostgreSQL (feature `postgres`), and the database side of transactional
 //! tools ([`engine::transactional`](crate::engine::transactional)).
 
+pub(crate) mod begin;
 mod builder;
 pub(crate) mod ops;
 mod row;
