@@ -199,6 +199,41 @@
 /// }
 /// ```
 ///
+/// # Transactional tools (feature `postgres`)
+///
+/// A tool that writes to the application's PostgreSQL database declares a parameter
+/// `#[transaction] tx: &mut sqlx::PgConnection`. The parameter leaves the signature callers see
+/// (they call `transfer(from, to, cents)`); the engine opens a transaction on the tool's
+/// `PostgresStore`, claims the key inside it, runs the body with
+/// its connection, records the result and commits — once. Either everything commits (a retry
+/// replays) or nothing does (a retry runs afresh): an `Err`, a panic, a caller that drops the
+/// call or times out, a killed process or a lost connection all roll back the tool's rows and
+/// the claim alike, so a transactional tool is never *interrupted*, and it runs in its caller's
+/// task. A concurrent duplicate waits for the transaction, then replays its result. See
+/// `idem_tools::engine::transactional` (with the `postgres` feature) and the README's "Exactly
+/// once for database writes".
+///
+/// **Not covered by the transaction:** whatever the body does outside the database. An HTTP
+/// call, an email or a message sent before the commit happens again if the process dies before
+/// the commit and the tool is retried. Forward the key to such APIs so that they deduplicate:
+///
+/// ```ignore
+/// #[idempotent]
+/// async fn refund(#[transaction] tx: &mut sqlx::PgConnection, order: i64) -> Result<i64, AppError> {
+///     let id = sqlx::query_scalar("UPDATE orders SET refunded = true WHERE id = $1 RETURNING id")
+///         .bind(order).fetch_one(&mut *tx).await?;
+///     let key = idem_tools::current_key().expect("inside a tool").to_hex();
+///     payments.refund(order).header("Idempotency-Key", key).send().await?; // deduplicated there
+///     Ok(id)
+/// }
+/// ```
+///
+/// One `#[transaction]` parameter at most; it cannot be the `#[key]`, and `cache_errors` and
+/// `release_on_cancel` do not apply (an `Err` and a cancellation roll back). Without the
+/// `postgres` feature, or with another type than `&mut sqlx::PgConnection`, it is a compile
+/// error that says so; a tool whose store at run time is not a `PostgresStore` fails with
+/// [`Error::Config`].
+///
 /// # The turn
 ///
 /// From a `Turn` or `&Turn` parameter if there is one, else from the task-local scope

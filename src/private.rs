@@ -433,3 +433,9 @@ pub use receiver::{
 #[path = "private/catalog.rs"]
 mod catalog;
 pub use catalog::{listed_as_function, method_listed_as_function};
+
+#[path = "private/transactional.rs"]
+mod transactional;
+pub use transactional::{
+    PgConnection, PostgresFeature, TransactionParam, run_transactional, transactional_enabled,
+};

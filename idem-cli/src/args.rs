@@ -9,10 +9,10 @@ use crate::state::State;
 /// Inspect and repair an idem dedup store: did this action happen, what did the agent get back,
 /// and release a claim that is stuck.
 ///
-/// Open a store with `--sqlite PATH`, `--redis URL` or `--redis-cluster URL,…` (plus `--prefix` if the agents use
-/// `RedisStore::with_prefix`). KEY is the full 64-hex key or any unambiguous prefix of at least
-/// 4 hex digits, such as the 12 digits the logs print, looked up in every namespace unless
-/// `--namespace` is given.
+/// Open a store with `--sqlite PATH`, `--redis URL`, `--redis-cluster URL,…` (plus `--prefix` if
+/// the agents use `RedisStore::with_prefix`) or `--postgres URL` (plus `--schema` if the agents
+/// use one). KEY is the full 64-hex key or any unambiguous prefix of at least 4 hex digits, such
+/// as the 12 digits the logs print, looked up in every namespace unless `--namespace` is given.
 ///
 /// Exit codes: 0 ok, 1 not found or refused, 2 usage or connection error.
 #[derive(Debug, Parser)]
@@ -30,6 +30,16 @@ pub struct Cli {
     /// one or more `redis://host:port` URLs, comma-separated.
     #[arg(long, value_name = "URLS", global = true, value_delimiter = ',', conflicts_with_all = ["sqlite", "redis"])]
     pub redis_cluster: Vec<String>,
+
+    /// The PostgreSQL database of a `PostgresStore`:
+    /// `postgres://[user[:password]@]host[:port]/database` (its idem tables must exist).
+    #[arg(long, value_name = "URL", global = true, conflicts_with_all = ["sqlite", "redis", "redis_cluster"])]
+    pub postgres: Option<String>,
+
+    /// The schema of the agents' `PostgresStore` (`PostgresStoreBuilder::schema`); default:
+    /// the connection's search path.
+    #[arg(long, value_name = "SCHEMA", global = true, requires = "postgres")]
+    pub schema: Option<String>,
 
     /// The key prefix the agents' `RedisStore` uses (`with_prefix`); default `idem`.
     #[arg(long, value_name = "PREFIX", global = true)]

@@ -1,7 +1,8 @@
-//! `idem`: inspect and repair an idem dedup store (SQLite or Redis) from a shell.
+//! `idem`: inspect and repair an idem dedup store (SQLite, Redis or PostgreSQL) from a shell.
 //!
 //! ```text
 //! idem --sqlite agent.db list --state in-progress
+//! idem --postgres postgres://app@127.0.0.1/app stats
 //! idem --sqlite agent.db show 3f2a9c01b7e4
 //! idem --sqlite agent.db remove 3f2a9c01b7e4
 //! ```

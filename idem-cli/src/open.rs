@@ -8,13 +8,18 @@ use crate::args::Cli;
 use crate::error::CliError;
 
 /// Which kind of store was opened.
-#[cfg_attr(not(all(feature = "sqlite", feature = "redis")), allow(dead_code))]
+#[cfg_attr(
+    not(all(feature = "sqlite", feature = "redis", feature = "postgres")),
+    allow(dead_code)
+)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
     /// A `SqliteStore` file.
     Sqlite,
     /// A `RedisStore` server.
     Redis,
+    /// A `PostgresStore` database.
+    Postgres,
 }
 
 /// An open store.
@@ -31,6 +36,14 @@ pub struct Opened {
 /// A usage error if neither or both are given, or `--prefix` without `--redis`; a connection
 /// error if the store cannot be opened or reached.
 pub async fn open(cli: &Cli) -> Result<Opened, CliError> {
+    if let Some(url) = &cli.postgres {
+        if cli.prefix.is_some() {
+            return Err(CliError::usage(
+                "--prefix applies to Redis stores only: for PostgreSQL, use --schema",
+            ));
+        }
+        return open_postgres(url, cli.schema.as_deref()).await;
+    }
     if !cli.redis_cluster.is_empty() {
         return open_redis_cluster(&cli.redis_cluster, cli.prefix.as_deref()).await;
     }
@@ -48,8 +61,9 @@ pub async fn open(cli: &Cli) -> Result<Opened, CliError> {
             "give one store: --sqlite PATH or --redis URL, not both",
         )),
         (None, None) => Err(CliError::usage(
-            "say which store to open: --sqlite PATH (a SqliteStore file) or --redis URL \
-             (a RedisStore server, e.g. redis://127.0.0.1:6379)",
+            "say which store to open: --sqlite PATH (a SqliteStore file), --redis URL \
+             (a RedisStore server, e.g. redis://127.0.0.1:6379) or --postgres URL (a \
+             PostgresStore database, e.g. postgres://app@127.0.0.1/app)",
         )),
     }
 }
@@ -149,8 +163,45 @@ async fn open_redis(_url: &str, _prefix: Option<&str>) -> Result<Opened, CliErro
     ))
 }
 
+/// Opens a `PostgresStore` whose tables exist (never creates them).
+#[cfg(feature = "postgres")]
+async fn open_postgres(url: &str, schema: Option<&str>) -> Result<Opened, CliError> {
+    use idem_tools_runtime::PostgresStore;
+    let shown = redact(url);
+    let builder = match schema {
+        Some(schema) => PostgresStore::builder().schema(schema),
+        None => PostgresStore::builder(),
+    };
+    let store = builder
+        .max_connections(2)
+        .open_existing(url)
+        .await
+        .map_err(|error| match error {
+            idem_tools_runtime::Error::Config(message) => {
+                CliError::connection(format!("{message} ({shown})"))
+            }
+            other => CliError::connection(format!(
+                "cannot reach the PostgreSQL database at {shown} ({}): check the URL and that \
+                 the server is running",
+                store_source(&other)
+            )),
+        })?;
+    Ok(Opened {
+        store: Arc::new(store),
+        backend: Backend::Postgres,
+    })
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(_url: &str, _schema: Option<&str>) -> Result<Opened, CliError> {
+    Err(CliError::usage(
+        "this idem was built without PostgreSQL support: reinstall it with \
+         `cargo install --path idem-cli --features postgres`",
+    ))
+}
+
 /// The underlying cause of a store error, without the engine's advice about tool calls.
-#[cfg(any(feature = "sqlite", feature = "redis"))]
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 fn store_source(error: &idem_tools_runtime::Error) -> String {
     match error {
         idem_tools_runtime::Error::Store { source, .. } => source.to_string(),
@@ -159,7 +210,7 @@ fn store_source(error: &idem_tools_runtime::Error) -> String {
 }
 
 /// `url` with any password replaced by `***`, fit for messages.
-#[cfg(feature = "redis")]
+#[cfg(any(feature = "redis", feature = "postgres"))]
 pub fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
@@ -180,7 +231,7 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-#[cfg(all(test, feature = "redis"))]
+#[cfg(all(test, any(feature = "redis", feature = "postgres")))]
 mod tests {
     use super::redact;
 

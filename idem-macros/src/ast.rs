@@ -10,7 +10,8 @@ use syn::{
     PathArguments, Receiver, ReturnType, Stmt, Type, TypeParamBound,
 };
 
-/// An `#[idempotent]` function, `#[key]` attributes taken off its parameters.
+/// An `#[idempotent]` function, `#[key]` and `#[transaction]` attributes taken off its
+/// parameters.
 pub(crate) struct ToolFn {
     /// The function as it will be emitted (its body is replaced by the expansion).
     pub func: ItemFn,
@@ -67,6 +68,9 @@ pub(crate) enum Role {
     CallerKey,
     /// `Turn` / `&Turn`: where the turn comes from.
     Turn,
+    /// `#[transaction]`: the connection of the tool's transaction, passed by the engine (not
+    /// an argument callers pass).
+    Transaction,
 }
 
 /// One parameter after `self`.
@@ -83,6 +87,8 @@ pub(crate) struct Param {
     pub ty: Type,
     /// The `#[key]` attributes it carried.
     pub key_attrs: Vec<Attribute>,
+    /// The `#[transaction]` attributes it carried.
+    pub tx_attrs: Vec<Attribute>,
 }
 
 impl Param {
@@ -93,7 +99,7 @@ impl Param {
 }
 
 impl ToolFn {
-    /// Reads `func`, removing the `#[key]` attributes of its parameters.
+    /// Reads `func`, removing the `#[key]` and `#[transaction]` attributes of its parameters.
     pub(crate) fn read(mut func: ItemFn) -> ToolFn {
         let form = if func.sig.asyncness.is_some() {
             match &func.sig.output {
@@ -119,6 +125,7 @@ impl ToolFn {
             let position = index;
             index += 1;
             let key_attrs = take_attrs(&mut typed.attrs, "key");
+            let tx_attrs = take_attrs(&mut typed.attrs, "transaction");
             let (name, binding, pattern) = match &*typed.pat {
                 Pat::Ident(PatIdent {
                     by_ref: None,
@@ -153,6 +160,7 @@ impl ToolFn {
                 pattern,
                 ty: (*typed.ty).clone(),
                 key_attrs,
+                tx_attrs,
             });
         }
         ToolFn {

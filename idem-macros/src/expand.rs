@@ -62,6 +62,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     }
     .tokens(body);
     rename_patterns(&params, &mut func);
+    remove_transaction(&params, &mut func);
     // The braces carry the return type's span: rustc reports the bounds of the future held
     // across `.await` at the body's span, and this merges those reports with the others.
     let span = ret.span();
@@ -230,6 +231,31 @@ impl Body<'_> {
                 };
                 (prelude, quote!(#holder.#method), future)
             }
+            Run::Transactional => {
+                let Some(tx) = self.params.iter().find(|p| p.role == Role::Transaction) else {
+                    unreachable!("a transactional tool has its `#[transaction]` parameter");
+                };
+                let (binding, ty) = (&tx.binding, &tx.ty);
+                let check = respan(private.clone(), tx.span());
+                let prelude = quote_spanned! {tx.span()=>
+                    #check::transactional_enabled::<()>();
+                };
+                let conn = Ident::new("idem_conn", Span::mixed_site());
+                // The binding is made from the connection by a trait whose message names the
+                // type to write, reported at the parameter's type.
+                let from_conn = quote_spanned! {tx.span()=>
+                    <#ty as #check::TransactionParam<'_>>::from_conn(#conn)
+                };
+                let runner = Ident::new("run_transactional", at);
+                let future = quote! {
+                    async move |#conn: &mut #private::PgConnection| {
+                        let #binding: #ty = #from_conn;
+                        #patterns
+                        #(#body)*
+                    }
+                };
+                (prelude, quote!(#private::#runner), future)
+            }
             run => {
                 let warning = match run {
                     Run::AttachedWarned(Unchecked::GenericImpl) => {
@@ -238,7 +264,7 @@ impl Body<'_> {
                     Run::AttachedWarned(Unchecked::NoToolImpl) => {
                         Some("receiver_outside_tool_impl")
                     }
-                    Run::Detached | Run::Attached | Run::OnClone => None,
+                    Run::Detached | Run::Attached | Run::OnClone | Run::Transactional => None,
                 };
                 let prelude = warning.map(|warning| {
                     let warning = Ident::new(warning, receiver);
@@ -316,8 +342,21 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
         Role::CallerKey => Some(quote_spanned! {at=>
             #digest.caller_key(&#binding);
         }),
-        Role::Turn | Role::Ignore => None,
+        Role::Turn | Role::Ignore | Role::Transaction => None,
     }
+}
+
+/// Takes the `#[transaction]` parameter out of the signature: the engine passes it, callers
+/// don't.
+fn remove_transaction(params: &[Param], func: &mut ItemFn) {
+    let mut roles = params.iter().map(|p| p.role);
+    func.sig.inputs = std::mem::take(&mut func.sig.inputs)
+        .into_iter()
+        .filter(|input| match input {
+            FnArg::Receiver(_) => true,
+            FnArg::Typed(_) => roles.next() != Some(Role::Transaction),
+        })
+        .collect();
 }
 
 /// Names pattern parameters `idem_argN` in the signature (destructured again in the body).

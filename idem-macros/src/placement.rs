@@ -6,7 +6,7 @@ use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::Type;
 
-use crate::ast::{Form, ToolFn};
+use crate::ast::{Form, Role, ToolFn};
 use crate::attr::IdempotentOptions;
 use crate::valid::borrows;
 
@@ -24,6 +24,9 @@ pub(crate) enum Run {
     /// A `&self` method with owned arguments whose type the generated code cannot check: it
     /// runs attached, with a warning.
     AttachedWarned(Unchecked),
+    /// A `#[transaction]` tool: in the caller's task, inside a transaction the engine opens
+    /// (a caller that goes away rolls it back, so there is nothing to detach or warn about).
+    Transactional,
 }
 
 /// Why a `&self` method's type cannot be checked for `Clone + Send + Sync + 'static`.
@@ -38,6 +41,9 @@ pub(crate) enum Unchecked {
 
 /// Where the body runs (see [`Run`]). A method marked `attached` is not warned about.
 pub(crate) fn run(tool: &ToolFn, options: &IdempotentOptions) -> Run {
+    if tool.params.iter().any(|p| p.role == Role::Transaction) {
+        return Run::Transactional;
+    }
     if options.attached.is_some() || !owns_its_arguments(tool) {
         return Run::Attached;
     }

@@ -38,6 +38,7 @@ pub(crate) fn idempotent(
     tool_name(&name, "idempotent", errors);
     self_key(tool, options, errors);
     caller_key(tool, errors);
+    transaction(tool, options, errors);
     unique_names(tool, errors);
     skip_and_ignore(tool, options, errors);
     owned_ok(tool, errors);
@@ -49,7 +50,7 @@ pub(crate) fn idempotent(
                 "this `&self` method with owned arguments runs detached, on a clone of `self`, \
                  when its type is `Clone + Send + Sync + 'static`",
             ),
-            Run::Attached => None,
+            Run::Attached | Run::Transactional => None,
         };
         if let Some(why) = why {
             errors.at(
@@ -215,6 +216,80 @@ fn caller_key(tool: &mut ToolFn, errors: &mut Errors) {
     }
 }
 
+/// At most one `#[transaction]`, a plain name of a `&mut` type, not the `#[key]` nor the turn;
+/// no `cache_errors` or `release_on_cancel` with it.
+fn transaction(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut Errors) {
+    const TYPE: &str = "`&mut sqlx::PgConnection`";
+    let mut first: Option<proc_macro2::Span> = None;
+    for param in &mut tool.params {
+        let Some(attr) = param.tx_attrs.first() else {
+            continue;
+        };
+        for extra in &param.tx_attrs[1..] {
+            errors.at(extra.span(), "`#[transaction]` is written once");
+        }
+        if !matches!(attr.meta, syn::Meta::Path(_)) {
+            errors.at(attr.span(), "`#[transaction]` takes no arguments");
+        }
+        if let Some(first) = first {
+            let mut error = syn::Error::new(
+                attr.span(),
+                "only one parameter can be the `#[transaction]`: the tool runs in one \
+                 transaction, and this is its connection",
+            );
+            error.combine(syn::Error::new(first, "the first `#[transaction]` is here"));
+            errors.push(error);
+            continue;
+        }
+        first = Some(attr.span());
+        match param.role {
+            Role::Turn => errors.at(
+                attr.span(),
+                "the `Turn` parameter cannot be the `#[transaction]`",
+            ),
+            Role::CallerKey => errors.at(
+                attr.span(),
+                "the `#[key]` parameter cannot be the `#[transaction]`",
+            ),
+            _ => {}
+        }
+        if !matches!(&param.ty, Type::Reference(r) if r.mutability.is_some()) {
+            errors.spanned(
+                &param.ty,
+                format!(
+                    "a `#[transaction]` parameter is the connection of the transaction the \
+                     engine opens for the tool: write it {TYPE}"
+                ),
+            );
+        } else if param.pattern.is_some() {
+            errors.at(
+                param.span(),
+                "a `#[transaction]` parameter must be a plain name: `#[transaction] tx: &mut \
+                 sqlx::PgConnection`",
+            );
+        }
+        param.role = Role::Transaction;
+    }
+    if first.is_none() {
+        return;
+    }
+    if let Some(span) = options.cache_errors {
+        errors.at(
+            span,
+            "`cache_errors` does not apply to a transactional tool: an `Err` rolls its \
+             transaction back (its writes and its claim), so a retry runs the tool again; \
+             remove `cache_errors`, or return the failure as an `Ok` value to record it",
+        );
+    }
+    if let Some(span) = options.release_on_cancel {
+        errors.at(
+            span,
+            "a transactional tool always gives its key back when its caller goes away: its \
+             transaction rolls back; remove `release_on_cancel`",
+        );
+    }
+}
+
 /// Two parameters cannot enter the key under one name.
 fn unique_names(tool: &ToolFn, errors: &mut Errors) {
     let params = &tool.params;
@@ -276,6 +351,13 @@ fn skip_and_ignore(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut 
                 ident.span(),
                 format!(
                     "`{name}` is the turn: it is never part of the key, no need to {option} it"
+                ),
+            ),
+            Some(p) if p.role == Role::Transaction => errors.at(
+                ident.span(),
+                format!(
+                    "`{name}` is the `#[transaction]` connection, which is never in the key: \
+                     no need to {option} it"
                 ),
             ),
             Some(p) if p.role == Role::CallerKey => errors.at(

@@ -24,6 +24,8 @@ pub use engine::{Call, Codec, current_key, execute, execute_detached, spawn};
 pub use error::{Error, Result};
 pub use key::{Fingerprint, Key};
 pub use stats::{Outcome, Stats, stats};
+#[cfg(feature = "postgres")]
+pub use store::PostgresStore;
 #[cfg(feature = "redis")]
 pub use store::RedisStore;
 #[cfg(feature = "sqlite")]

@@ -100,7 +100,7 @@ pub async fn purge(store: &dyn Store, backend: Backend, json: bool) -> Result<St
     let noun = if purged == 1 { "record" } else { "records" };
     let note = match backend {
         Backend::Redis => " (Redis deletes expired records by itself)",
-        Backend::Sqlite => "",
+        Backend::Sqlite | Backend::Postgres => "",
     };
     Ok(format!("purged {purged} expired {noun}{note}\n"))
 }

@@ -19,11 +19,11 @@ use crate::Error;
 use crate::flight::{self, Role, Waited};
 use crate::replay::{self, RecordKind};
 use crate::stats::Outcome;
-use crate::store::{Begin, BeginRequest, Exhausted, FirstResult, LeaseToken, Store};
+use crate::store::{Begin, Exhausted, FirstResult, LeaseToken, Store};
 
 /// The first pause, and the longest, between two polls of a key in flight elsewhere.
-const FIRST_BACKOFF: Duration = Duration::from_millis(5);
-const MAX_BACKOFF: Duration = Duration::from_millis(250);
+pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(5);
+pub(super) const MAX_BACKOFF: Duration = Duration::from_millis(250);
 
 /// How a call ended, for the typed layer.
 pub(super) enum Answer {
@@ -212,7 +212,7 @@ fn holding(guard: &mut Guard) -> &mut Holding {
 }
 
 /// A store's identity for single-flight: its address.
-fn store_id(store: &Arc<dyn Store>) -> usize {
+pub(super) fn store_id(store: &Arc<dyn Store>) -> usize {
     Arc::as_ptr(store).cast::<()>() as usize
 }
 
@@ -235,15 +235,7 @@ async fn begin(
         }
     }
     let mut give_back = GiveBack(Some((store, claim)));
-    let request = BeginRequest {
-        namespace: call.turn.namespace(),
-        key: &call.key,
-        tool: call.tool.name,
-        fingerprint: &call.fingerprint,
-        lease: duration,
-        token,
-        charge: call.turn.charge(call.tool.budget),
-    };
+    let request = call.begin_request(token, duration);
     let answer = match tokio::time::timeout(duration, store.begin(request)).await {
         Ok(answer) => answer,
         Err(_) => Err(Error::store("begin", "no answer within the lease")),
@@ -281,7 +273,12 @@ async fn release_after_err(guard: &mut Guard, store: &Arc<dyn Store>) -> Answer 
 
 /// A recorded result, replayed or shared: returned for decoding, unless it is a marker, which
 /// answers with its error.
-fn recorded(guard: &mut Guard, call: &Call, first: FirstResult, outcome: Outcome) -> Answer {
+pub(super) fn recorded(
+    guard: &mut Guard,
+    call: &Call,
+    first: FirstResult,
+    outcome: Outcome,
+) -> Answer {
     if first.fingerprint != call.fingerprint {
         return mismatch(guard, call);
     }
@@ -327,12 +324,12 @@ fn recorded(guard: &mut Guard, call: &Call, first: FirstResult, outcome: Outcome
     }
 }
 
-fn refuse(guard: &mut Guard, outcome: Outcome, error: Error) -> Answer {
+pub(super) fn refuse(guard: &mut Guard, outcome: Outcome, error: Error) -> Answer {
     guard.report().fail_with(outcome, &error);
     Answer::Refused(error)
 }
 
-fn mismatch(guard: &mut Guard, call: &Call) -> Answer {
+pub(super) fn mismatch(guard: &mut Guard, call: &Call) -> Answer {
     let error = Error::PayloadMismatch {
         tool: call.tool.name,
         key: call.key.short(),
@@ -340,7 +337,7 @@ fn mismatch(guard: &mut Guard, call: &Call) -> Answer {
     refuse(guard, Outcome::PayloadMismatch, error)
 }
 
-fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> Answer {
+pub(super) fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> Answer {
     let error = Error::InFlight {
         tool: call.tool.name,
         key: call.key.short(),
@@ -349,7 +346,7 @@ fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> Answer {
     refuse(guard, Outcome::InFlight, error)
 }
 
-fn over_budget(guard: &mut Guard, call: &Call, exhausted: Exhausted) -> Answer {
+pub(super) fn over_budget(guard: &mut Guard, call: &Call, exhausted: Exhausted) -> Answer {
     let tool = call.tool.name;
     let error = match exhausted {
         Exhausted::Key { attempts, limit } => Error::BudgetExhausted {

@@ -16,6 +16,8 @@ mod keeper;
 mod port;
 mod report;
 pub mod telemetry;
+#[cfg(feature = "postgres")]
+pub mod transactional;
 mod typed;
 
 use std::future::Future;
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use crate::Error;
 use crate::flight;
 use crate::key::{Fingerprint, Key};
-use crate::store::{Lease, LeaseToken, Store, default_store};
+use crate::store::{BeginRequest, Lease, LeaseToken, Store, default_store};
 use crate::tool::ToolInfo;
 use crate::turn::Turn;
 
@@ -132,6 +134,20 @@ impl Call {
         match (&self.store, self.turn.store()) {
             (Some(store), _) | (None, Some(store)) => store,
             (None, None) => default_store(),
+        }
+    }
+
+    /// What the store is asked to begin for this call: a claim with `token` for `lease`,
+    /// charged to the turn's budget.
+    fn begin_request(&self, token: LeaseToken, lease: std::time::Duration) -> BeginRequest<'_> {
+        BeginRequest {
+            namespace: self.turn.namespace(),
+            key: &self.key,
+            tool: self.tool.name,
+            fingerprint: &self.fingerprint,
+            lease,
+            token,
+            charge: self.turn.charge(self.tool.budget),
         }
     }
 

@@ -90,7 +90,7 @@ impl<T, E> Codec<T, E> {
     }
 
     /// What the engine does with `result`.
-    fn finished(&self, tool: &'static str, result: &Result<T, E>) -> Finished {
+    pub(super) fn finished(&self, tool: &'static str, result: &Result<T, E>) -> Finished {
         if let (Ok(value), Some(failed)) = (result, self.unrecorded)
             && failed(value)
         {
@@ -288,7 +288,7 @@ impl<T, E, F: Future<Output = Result<T, E>>> Running<T, E, F> {
 }
 
 /// The caller's result for the engine's answer.
-fn answered<T, E: From<Error>>(
+pub(super) fn answered<T, E: From<Error>>(
     answer: Answer,
     result: Option<Result<T, E>>,
     codec: Codec<T, E>,

@@ -62,6 +62,8 @@ pub mod budget;
 pub mod conformance;
 pub mod fault;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -79,6 +81,8 @@ use crate::key::{Fingerprint, Key};
 pub use self::redis::RedisStore;
 pub use bytes::Bytes;
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
@@ -312,7 +316,10 @@ pub struct FirstResult {
 }
 
 /// A dedup store: see [the contract](self#the-contract).
-pub trait Store: Send + Sync + 'static {
+///
+/// `Any` lets the engine find a particular store behind `Arc<dyn Store>` (transactional tools
+/// need a `PostgresStore`).
+pub trait Store: std::any::Any + Send + Sync + 'static {
     /// Answers a live record without charging (completed: its result; in progress: in
     /// flight), else charges `req.charge` and claims `req.key` with `req.token` — all in one
     /// atomic step.

@@ -1,0 +1,199 @@
+//! `idem_begin`: the claim of [`Store::begin`](crate::store::Store::begin) and the charge of a
+//! transactional call, and how a claim whose caller gave up is given back after it lands.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sqlx::postgres::{PgArguments, PgRow};
+use sqlx::query::Query;
+use sqlx::{PgConnection, Postgres, Row as _};
+
+use super::ops::store_error;
+use super::row;
+use super::{PostgresStore, sql_ms, sql_token};
+use crate::key::Key;
+use crate::store::{Begin, BeginRequest, Exhausted, StoreFuture};
+use crate::{Error, Result};
+
+/// What `idem_begin` answered.
+pub(crate) enum Answer {
+    /// A live record, a claim or a refusal: what [`Store::begin`] answers.
+    Begin(Begin),
+    /// Charged, not claimed (a transactional call's first step).
+    Charged,
+}
+
+impl PostgresStore {
+    /// The call of `idem_begin` for `req`: `claim` claims the key, else only charges it.
+    fn begin_query<'q>(
+        &'q self,
+        req: &'q BeginRequest<'q>,
+        turn: &'q [u8; 16],
+        claim: bool,
+        lock_timeout: Duration,
+    ) -> Query<'q, Postgres, PgArguments> {
+        let charge = &req.charge;
+        sqlx::query(&self.inner.sql.begin)
+            .bind(req.namespace)
+            .bind(req.key.as_bytes().as_slice())
+            .bind(req.tool)
+            .bind(req.fingerprint.as_bytes().as_slice())
+            .bind(sql_ms(req.lease).max(1))
+            .bind(sql_token(req.token))
+            .bind(i64::from(charge.max_attempts))
+            .bind(turn.as_slice())
+            .bind(charge.max_calls.map(i64::from))
+            .bind(sql_ms(charge.window))
+            .bind(claim)
+            .bind(sql_ms(lock_timeout).max(1))
+    }
+
+    /// Charges `req` (without claiming) on `conn`, outside any transaction: the first step of
+    /// a transactional call. (Boxed: a future generic over `sqlx`'s executors, held across an
+    /// `.await` of a caller generic over a higher-ranked closure, trips rustc's `Send` check.)
+    pub(crate) fn charge_on<'a>(
+        &'a self,
+        conn: &'a mut PgConnection,
+        req: &'a BeginRequest<'a>,
+        lock_timeout: Duration,
+    ) -> StoreFuture<'a, Answer> {
+        Box::pin(async move {
+            let turn = req.charge.turn.turn_counter();
+            let row = self
+                .begin_query(req, &turn, false, lock_timeout)
+                .fetch_one(conn)
+                .await
+                .map_err(|e| store_error("begin", e))?;
+            answer(&row, req.key)
+        })
+    }
+}
+
+fn answer(row: &PgRow, key: &Key) -> Result<Answer> {
+    let unreadable = |e: sqlx::Error| Error::store("begin", e);
+    let kind: String = row.try_get(0).map_err(unreadable)?;
+    let count = |i: usize| -> Result<u32> {
+        let n: Option<i64> = row.try_get(i).map_err(unreadable)?;
+        Ok(n.map_or(0, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
+    };
+    Ok(match kind.as_str() {
+        "live" => Answer::Begin(row::live(row, key)?),
+        "claimed" => Answer::Begin(Begin::Claimed),
+        "charged" => Answer::Charged,
+        "refused_key" => Answer::Begin(Begin::Refused(Exhausted::Key {
+            attempts: count(5)?,
+            limit: count(6)?,
+        })),
+        "refused_turn" => Answer::Begin(Begin::Refused(Exhausted::Turn {
+            calls: count(5)?,
+            limit: count(6)?,
+        })),
+        other => {
+            return Err(Error::store(
+                "begin",
+                format!(
+                    "idem_begin answered {other:?}: the idem functions in the database are not this build's"
+                ),
+            ));
+        }
+    })
+}
+
+/// A [`BeginRequest`] that can move into a task of its own.
+struct OwnedBegin {
+    namespace: String,
+    key: Key,
+    tool: &'static str,
+    fingerprint: crate::key::Fingerprint,
+    lease: Duration,
+    token: crate::store::LeaseToken,
+    charge: crate::store::Charge,
+}
+
+impl From<&BeginRequest<'_>> for OwnedBegin {
+    fn from(req: &BeginRequest<'_>) -> Self {
+        OwnedBegin {
+            namespace: req.namespace.to_owned(),
+            key: *req.key,
+            tool: req.tool,
+            fingerprint: *req.fingerprint,
+            lease: req.lease,
+            token: req.token,
+            charge: req.charge,
+        }
+    }
+}
+
+/// `mutex` locked, whatever a panic left in it.
+pub(super) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl PostgresStore {
+    /// `idem_begin` claiming `req`'s key.
+    fn claim<'a>(&'a self, req: &'a OwnedBegin) -> StoreFuture<'a, Answer> {
+        Box::pin(async move {
+            let request = BeginRequest {
+                namespace: &req.namespace,
+                key: &req.key,
+                tool: req.tool,
+                fingerprint: &req.fingerprint,
+                lease: req.lease,
+                token: req.token,
+                charge: req.charge,
+            };
+            let turn = req.charge.turn.turn_counter();
+            let row = self
+                .begin_query(&request, &turn, true, self.inner.lock_timeout)
+                .fetch_one(&self.inner.pool)
+                .await
+                .map_err(|e| store_error("begin", e))?;
+            answer(&row, &req.key)
+        })
+    }
+}
+
+impl PostgresStore {
+    /// [`Store::begin`](crate::store::Store::begin): claims in a task of its own.
+    pub(super) fn begin_claim<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        // The claim runs in a task of its own, so that a caller giving up cannot cut it off
+        // half-way; a `release` with its token waits for it (see `pending`). Nothing happens
+        // before the first poll.
+        let owned = OwnedBegin::from(&req);
+        Box::pin(async move {
+            let store = self.clone();
+            let token = owned.token.0;
+            let landing = Arc::new(tokio::sync::Mutex::new(()));
+            let landed = Arc::clone(&landing).try_lock_owned();
+            lock(&self.inner.pending).insert(token, landing);
+            let claim = async move {
+                let answer = store.claim(&owned).await;
+                lock(&store.inner.pending).remove(&token);
+                drop(landed);
+                answer
+            };
+            let answer = match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => runtime
+                    .spawn(claim)
+                    .await
+                    .map_err(|e| Error::store("begin", e))??,
+                Err(_) => claim.await?,
+            };
+            match answer {
+                Answer::Begin(begin) => {
+                    if begin == Begin::Claimed {
+                        self.housekeeping();
+                    }
+                    Ok(begin)
+                }
+                Answer::Charged => Err(Error::store(
+                    "begin",
+                    "idem_begin charged without claiming: the idem functions in the database \
+                     are not this build's",
+                )),
+            }
+        })
+    }
+}

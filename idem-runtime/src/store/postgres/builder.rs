@@ -1,0 +1,137 @@
+//! [`PostgresStoreBuilder`]: how a [`PostgresStore`] connects.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres};
+
+use super::{DEFAULT_LOCK_TIMEOUT, PostgresStore, schema};
+use crate::{Error, Result};
+
+/// How to connect a [`PostgresStore`]: [`PostgresStore::builder`].
+#[derive(Debug, Clone)]
+pub struct PostgresStoreBuilder {
+    schema: Option<String>,
+    max_connections: u32,
+    connect_timeout: Duration,
+    lock_timeout: Duration,
+}
+
+impl Default for PostgresStoreBuilder {
+    fn default() -> Self {
+        PostgresStoreBuilder {
+            schema: None,
+            max_connections: 10,
+            connect_timeout: Duration::from_secs(5),
+            lock_timeout: DEFAULT_LOCK_TIMEOUT,
+        }
+    }
+}
+
+impl PostgresStoreBuilder {
+    /// Keeps idem's tables and functions in the schema `name` (created if missing), instead
+    /// of the connection's `search_path`.
+    #[must_use]
+    pub fn schema(mut self, name: impl Into<String>) -> Self {
+        self.schema = Some(name.into());
+        self
+    }
+
+    /// The size of the pool [`connect`](Self::connect) opens (default 10).
+    #[must_use]
+    pub fn max_connections(mut self, n: u32) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// How long [`connect`](Self::connect) waits for a connection (default 5 s).
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long a store call waits for a key's row held by a transactional tool's transaction
+    /// before it fails with [`Error::Store`] (default [`DEFAULT_LOCK_TIMEOUT`]). Transactional
+    /// calls wait for their turn's in-flight wait instead.
+    #[must_use]
+    pub fn lock_timeout(mut self, timeout: Duration) -> Self {
+        self.lock_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
+    /// Connects to `url` with a pool of its own and creates or migrates idem's tables.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid URL or tables of a newer idem; [`Error::Store`] if the
+    /// server cannot be reached or the tables cannot be created.
+    pub async fn connect(self, url: &str) -> Result<PostgresStore> {
+        let pool = self.pool(url)?;
+        self.from_pool(pool).await
+    }
+
+    /// Uses `pool` and creates or migrates idem's tables.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    pub async fn from_pool(self, pool: PgPool) -> Result<PostgresStore> {
+        let (store, mut conn) = self.store(pool).await?;
+        schema::migrate(&mut conn, store.schema(), &store.inner.sql.prefix).await?;
+        Ok(store)
+    }
+
+    /// Connects to `url` only if idem's tables are there already: never creates or migrates
+    /// anything (for tools that inspect and repair a store, the `idem` CLI).
+    ///
+    /// # Errors
+    /// [`Error::Config`] if there are no idem tables (in the schema chosen) or they are of
+    /// another version; [`Error::Store`] if the server cannot be reached.
+    pub async fn open_existing(self, url: &str) -> Result<PostgresStore> {
+        let pool = self.pool(url)?;
+        let (store, mut conn) = self.store(pool).await?;
+        let place = store.schema().map_or_else(
+            || "the connection's search_path".to_owned(),
+            |s| format!("schema {s:?}"),
+        );
+        match schema::existing_version(&mut conn, &store.inner.sql.prefix).await? {
+            Some(schema::SCHEMA_VERSION) => Ok(store),
+            None => Err(Error::Config(format!(
+                "this database has no idem tables in {place}: check the URL (and --schema)"
+            ))),
+            Some(other) => Err(Error::Config(format!(
+                "the idem tables in {place} have schema version {other}, and this build of \
+                 idem knows version {}: use the idem build that wrote them",
+                schema::SCHEMA_VERSION
+            ))),
+        }
+    }
+
+    /// The store on `pool`, and a connection of it (the server reached).
+    async fn store(self, pool: PgPool) -> Result<(PostgresStore, PoolConnection<Postgres>)> {
+        let store = PostgresStore::new(pool, self.schema, self.lock_timeout);
+        let conn = store
+            .inner
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| Error::store("open", e))?;
+        Ok((store, conn))
+    }
+
+    fn pool(&self, url: &str) -> Result<PgPool> {
+        let options = PgConnectOptions::from_str(url).map_err(|e| {
+            Error::Config(format!(
+                "invalid PostgreSQL URL ({e}); write postgres://user:password@host:port/database"
+            ))
+        })?;
+        Ok(PgPoolOptions::new()
+            .max_connections(self.max_connections)
+            .acquire_timeout(self.connect_timeout)
+            // A connection that broke is found by its next query; testing every connection
+            // before use would cost a round trip per call.
+            .test_before_acquire(false)
+            .connect_lazy_with(options))
+    }
+}

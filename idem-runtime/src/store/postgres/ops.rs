@@ -1,0 +1,250 @@
+//! [`Store`] for [`PostgresStore`]: each operation one statement (or one server-side function).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use sqlx::Row as _;
+
+use super::begin::lock;
+use super::row::{self, Corrupt, corrupt};
+use super::schema::LOCK_TIMEOUT;
+use super::{PostgresStore, sql_ms, sql_token};
+use crate::key::Key;
+use crate::store::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
+use crate::{Error, Result};
+
+/// Expired rows deleted per statement by `purge_expired` and by housekeeping.
+const PURGE_BATCH: i64 = 1000;
+
+/// The store deletes a batch of expired rows (in a task of its own) after this many claims.
+const HOUSEKEEPING_EVERY: u32 = 1024;
+
+/// A lock wait that ran past its timeout: a transaction (a transactional tool running with the
+/// same key) holds the key's row.
+#[derive(Debug)]
+pub(crate) struct LockTimedOut(sqlx::Error);
+
+impl std::fmt::Display for LockTimedOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the key is held by a transaction (a transactional tool running with this key) for \
+             longer than the lock timeout ({})",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for LockTimedOut {}
+
+/// `sqlx`'s error as idem's, a lock wait past its timeout named as such ([`lock_timed_out`]).
+pub(crate) fn store_error(operation: &'static str, error: sqlx::Error) -> Error {
+    if is_code(&error, LOCK_TIMEOUT) {
+        return Error::store(operation, LockTimedOut(error));
+    }
+    Error::store(operation, error)
+}
+
+/// Whether `error` is a lock wait past its timeout.
+pub(crate) fn lock_timed_out(error: &Error) -> bool {
+    matches!(error, Error::Store { source, .. } if source.is::<LockTimedOut>())
+}
+
+/// Whether `error` is a database error with SQL state `code`.
+pub(crate) fn is_code(error: &sqlx::Error, code: &str) -> bool {
+    matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(code))
+}
+
+/// `Ok` if a statement guarded by the lease token changed a row, else [`Error::LeaseLost`].
+fn held(changed: u64, key: &Key) -> Result<()> {
+    if changed == 0 {
+        Err(Error::LeaseLost { key: key.short() })
+    } else {
+        Ok(())
+    }
+}
+
+impl PostgresStore {
+    /// Every [`HOUSEKEEPING_EVERY`] claims, deletes a batch of expired rows in a task of its
+    /// own, so that the tables do not grow without bound when nobody calls `purge_expired`.
+    pub(super) fn housekeeping(&self) {
+        let claims = self.inner.claims.fetch_add(1, Ordering::Relaxed);
+        if claims % HOUSEKEEPING_EVERY != HOUSEKEEPING_EVERY - 1 {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            if let Err(error) = store.purge_batch().await {
+                tracing::warn!(target: "idem", %error, "could not delete expired PostgreSQL records");
+            }
+        });
+    }
+
+    /// Deletes up to [`PURGE_BATCH`] expired records and as many expired turn counts; returns
+    /// how many of each were deleted.
+    async fn purge_batch(&self) -> Result<(u64, u64)> {
+        let fail = |e| store_error("purge_expired", e);
+        let records = sqlx::query(&self.inner.sql.purge_records)
+            .bind(PURGE_BATCH)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(fail)?
+            .rows_affected();
+        let counts = sqlx::query(&self.inner.sql.purge_budgets)
+            .bind(PURGE_BATCH)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(fail)?
+            .rows_affected();
+        Ok((records, counts))
+    }
+}
+
+impl Store for PostgresStore {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        self.begin_claim(req)
+    }
+
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let changed = sqlx::query(&self.inner.sql.renew)
+                .bind(sql_ms(duration))
+                .bind(&*lease.namespace)
+                .bind(lease.key.as_bytes().as_slice())
+                .bind(sql_token(lease.token))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| store_error("renew", e))?
+                .rows_affected();
+            held(changed, &lease.key)
+        })
+    }
+
+    fn complete<'a>(
+        &'a self,
+        lease: &'a Lease,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let fail = |e| store_error("complete", e);
+            // The token stays in the row, so that a retried complete is recognised.
+            let changed = sqlx::query(&self.inner.sql.complete)
+                .bind(result)
+                .bind(sql_ms(ttl))
+                .bind(&*lease.namespace)
+                .bind(lease.key.as_bytes().as_slice())
+                .bind(sql_token(lease.token))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(fail)?
+                .rows_affected();
+            if changed == 0 {
+                let completed = sqlx::query(&self.inner.sql.completed_by)
+                    .bind(&*lease.namespace)
+                    .bind(lease.key.as_bytes().as_slice())
+                    .bind(sql_token(lease.token))
+                    .fetch_optional(&self.inner.pool)
+                    .await
+                    .map_err(fail)?;
+                if completed.is_some() {
+                    return Ok(()); // completed by this lease already: a retried complete
+                }
+            }
+            held(changed, &lease.key)
+        })
+    }
+
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            // A claim with this token still on its way lands first.
+            let landing = lock(&self.inner.pending).get(&lease.token.0).cloned();
+            if let Some(landing) = landing {
+                let _landed = landing.lock().await;
+            }
+            // The row stays, expired, with the key's attempt count.
+            let changed = sqlx::query(&self.inner.sql.release)
+                .bind(&*lease.namespace)
+                .bind(lease.key.as_bytes().as_slice())
+                .bind(sql_token(lease.token))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| store_error("release", e))?
+                .rows_affected();
+            held(changed, &lease.key)
+        })
+    }
+
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        Box::pin(async move {
+            let row = sqlx::query(&self.inner.sql.get)
+                .bind(namespace)
+                .bind(key.as_bytes().as_slice())
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(|e| store_error("get", e))?;
+            row.map(|row| row::read(&row).map_err(corrupt(key)))
+                .transpose()
+        })
+    }
+
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        Box::pin(async move {
+            let mut total = 0u64;
+            loop {
+                let (records, counts) = self.purge_batch().await?;
+                total = total.saturating_add(records);
+                if records == 0 && counts == 0 {
+                    return Ok(total);
+                }
+            }
+        })
+    }
+
+    fn list<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        Box::pin(async move {
+            let rows = sqlx::query(&self.inner.sql.list)
+                .bind(namespace)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(|e| store_error("list", e))?;
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
+                match row::read(&row) {
+                    Ok(record) => out.push(record),
+                    // One corrupt row must not hide the others: it is skipped, and named.
+                    Err(Corrupt(message)) => {
+                        let namespace: String = row.try_get(0).unwrap_or_default();
+                        let key: Vec<u8> = row.try_get(1).unwrap_or_default();
+                        tracing::warn!(target: "idem", namespace, key = hex::encode(key), message,
+                            "skipping a corrupt PostgreSQL record; remove it with `remove`");
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        Box::pin(async move {
+            let live: Option<bool> = sqlx::query(&self.inner.sql.remove)
+                .bind(namespace)
+                .bind(key.as_bytes().as_slice())
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(|e| store_error("remove", e))?
+                .map(|row| row.try_get(0))
+                .transpose()
+                .map_err(|e| store_error("remove", e))?;
+            Ok(live.unwrap_or(false))
+        })
+    }
+}

@@ -1,0 +1,110 @@
+//! The database side of a transactional call: its claim and its record as SQL text, sent
+//! with `BEGIN` and `COMMIT` in one round trip each.
+//!
+//! They travel in the simple query protocol (several statements, one round trip), which takes
+//! no parameters: every value is spelled as a literal — bytes as hex digits
+//! (`decode('…', 'hex')`), numbers in decimal, text as an escape string (`E'…'`, its
+//! backslashes and quotes escaped, which means the same whatever `standard_conforming_strings`
+//! says) — so no text from a caller reaches the statement as SQL. (Not `convert_from` of hex:
+//! it made each claim cost milliseconds on the server.)
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use sqlx::{Executor as _, PgConnection};
+
+use super::{PostgresStore, sql_ms, sql_token};
+use crate::store::Lease;
+
+/// `bytes` as a `bytea` literal.
+fn bytea(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2 + 20);
+    out.push_str("decode('");
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out.push_str("', 'hex')");
+    out
+}
+
+/// `text` as an escape-string literal.
+fn text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 3);
+    out.push_str("E'");
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\'' => out.push_str("\\'"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+impl PostgresStore {
+    /// `BEGIN` and the claim of `lease`'s key inside the new transaction (`idem_claim`).
+    pub(crate) fn begin_and_claim(
+        &self,
+        lease: &Lease,
+        tool: &str,
+        fingerprint: &[u8; 32],
+        lease_duration: Duration,
+        window: Duration,
+        lock_timeout: Duration,
+    ) -> String {
+        format!(
+            "BEGIN; SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, \
+             {window}, {timeout})",
+            prefix = self.inner.sql.prefix,
+            ns = text(&lease.namespace),
+            key = bytea(lease.key.as_bytes()),
+            tool = text(tool),
+            fp = bytea(fingerprint),
+            lease = sql_ms(lease_duration).max(1),
+            token = sql_token(lease.token),
+            window = sql_ms(window),
+            timeout = sql_ms(lock_timeout).max(1),
+        )
+    }
+
+    /// The record of `result` under `lease`, `COMMIT`, and a new (empty) transaction for the
+    /// connection's `Transaction` to roll back when it is dropped.
+    pub(crate) fn record_and_commit(&self, lease: &Lease, result: &[u8], ttl: Duration) -> String {
+        format!(
+            "SELECT {prefix}idem_record({ns}, {key}, {token}, {result}, {ttl}); COMMIT; BEGIN",
+            prefix = self.inner.sql.prefix,
+            ns = text(&lease.namespace),
+            key = bytea(lease.key.as_bytes()),
+            token = sql_token(lease.token),
+            result = bytea(result),
+            ttl = sql_ms(ttl),
+        )
+    }
+}
+
+/// Runs `sql` (several statements, the simple query protocol) on `conn`. Boxed, as
+/// [`PostgresStore::charge_on`] is.
+pub(crate) fn raw<'a>(
+    conn: &'a mut PgConnection,
+    sql: &'a str,
+) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'a>> {
+    // A `&str` without arguments goes out as one simple query (`sqlx::raw_sql`'s future is not
+    // provably `Send` for a borrowed connection).
+    Box::pin(async move { conn.execute(sql).await.map(|_| ()) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literals_are_hex_digits_only() {
+        assert_eq!(bytea(b"\x00'\xff"), "decode('0027ff', 'hex')");
+        assert_eq!(text("a'; DROP TABLE x; --"), r"E'a\'; DROP TABLE x; --'");
+        assert_eq!(text(r"\'"), r"E'\\\''");
+    }
+}

@@ -1,0 +1,539 @@
+//! Transactional calls on a real PostgreSQL server (`IDEM_POSTGRES_URL`): the claim, the
+//! tool's rows and the recorded result commit together or not at all.
+//!
+//! The tool under test inserts one row into an application table (`ledger`) in the store's
+//! schema; rows are counted exactly, so a second execution or a lost one shows.
+#![cfg(feature = "postgres")]
+
+mod postgres_common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use idem_tools_runtime::engine::transactional;
+use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::store::{MemoryStore, PostgresStore, RecordState, Store};
+use idem_tools_runtime::{Call, Codec, Error, Outcome, ToolInfo, Turn};
+use postgres_common::{Cut, Failure, cleanup, postgres_url, proxy, store};
+use sqlx::{Connection, PgConnection};
+
+static TRANSFER: ToolInfo = ToolInfo::idempotent("transfer");
+
+/// A store in a schema of its own, with the application's table next to idem's.
+async fn setup(tag: &str) -> Option<PostgresStore> {
+    let url = postgres_url(tag)?;
+    let store = store(&url, tag).await;
+    let schema = store.schema().expect("a test schema");
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE \"{schema}\".ledger (id bigserial PRIMARY KEY, memo text NOT NULL)"
+    ))
+    .execute(store.pool())
+    .await
+    .expect("create the ledger");
+    Some(store)
+}
+
+fn ledger(store: &PostgresStore) -> String {
+    format!("\"{}\".ledger", store.schema().expect("a test schema"))
+}
+
+async fn rows(store: &PostgresStore, memo: &str) -> i64 {
+    sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {} WHERE memo = $1",
+        ledger(store)
+    ))
+    .bind(memo)
+    .fetch_one(store.pool())
+    .await
+    .expect("count rows")
+}
+
+fn call(turn: &Turn, store: &Arc<dyn Store>, memo: &str) -> Call {
+    let mut args = ArgsDigest::new(TRANSFER.name);
+    args.arg("memo", memo).expect("a string encodes");
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), TRANSFER.name, 1);
+    Call::new(&TRANSFER, turn, key, fingerprint).with_store(store)
+}
+
+/// Inserts the row of `memo` through the call's transaction and returns its id.
+async fn insert(conn: &mut PgConnection, table: &str, memo: &str) -> Result<i64, Failure> {
+    Ok(sqlx::query_scalar(&format!(
+        "INSERT INTO {table} (memo) VALUES ($1) RETURNING id"
+    ))
+    .bind(memo)
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
+/// A transactional call of the tool that inserts `memo`'s row and returns its id.
+async fn transfer(store: &PostgresStore, turn: &Turn, memo: &str) -> Result<i64, Failure> {
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(store);
+    transactional::execute(
+        call(turn, &shared, memo),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| insert(conn, &table, memo).await,
+    )
+    .await
+}
+
+async fn record_state(store: &PostgresStore, turn: &Turn, memo: &str) -> Option<RecordState> {
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let key = call(turn, &shared, memo).key();
+    store
+        .get(turn.namespace(), &key)
+        .await
+        .expect("get")
+        .map(|r| r.state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_call_commits_its_row_and_its_record_and_a_retry_replays() {
+    let Some(store) = setup("tx_commit").await else {
+        return;
+    };
+    let turn = Turn::new("turn-commit");
+    let first = transfer(&store, &turn, "a").await.expect("runs");
+    assert_eq!(rows(&store, "a").await, 1);
+    assert_eq!(
+        record_state(&store, &turn, "a").await,
+        Some(RecordState::Completed)
+    );
+    let retry = transfer(&store, &turn, "a").await.expect("replays");
+    assert_eq!(retry, first, "the retry gets the first result");
+    assert_eq!(rows(&store, "a").await, 1, "the retry did not run the tool");
+    assert_eq!(turn.stats().get(Outcome::Replayed), 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_err_rolls_back_the_rows_and_the_claim_and_a_retry_runs_afresh() {
+    let Some(store) = setup("tx_err").await else {
+        return;
+    };
+    let turn = Turn::new("turn-err");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let failed = transactional::execute(
+        call(&turn, &shared, "b"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            insert(conn, &table, "b").await?;
+            Err(Failure::Tool("declined"))
+        },
+    )
+    .await;
+    assert!(matches!(failed, Err(Failure::Tool("declined"))));
+    assert_eq!(rows(&store, "b").await, 0, "the row was rolled back");
+    assert_eq!(
+        record_state(&store, &turn, "b").await,
+        None,
+        "so was the claim"
+    );
+    transfer(&store, &turn, "b").await.expect("the retry runs");
+    assert_eq!(rows(&store, "b").await, 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_rolls_back_and_the_connection_goes_back_clean() {
+    let Some(url) = postgres_url("tx_panic") else {
+        return;
+    };
+    // One connection: if it went back to the pool inside the rolled-back transaction, the
+    // next call would run in it.
+    let store = PostgresStore::builder()
+        .schema(postgres_common::unique_schema("tx_panic"))
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {} (id bigserial PRIMARY KEY, memo text NOT NULL)",
+        ledger(&store)
+    ))
+    .execute(store.pool())
+    .await
+    .expect("create the ledger");
+    let turn = Turn::new("turn-panic");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let (store2, turn2, table2) = (store.clone(), turn.clone(), table.clone());
+    let panicked = tokio::spawn(async move {
+        let shared: Arc<dyn Store> = Arc::new(store2.clone());
+        transactional::execute(
+            call(&turn2, &shared, "c"),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                insert(conn, &table2, "c").await?;
+                panic!("the tool panics after its write");
+            },
+        )
+        .await
+    })
+    .await;
+    assert!(panicked.is_err_and(|e| e.is_panic()));
+    assert_eq!(turn.stats().get(Outcome::Panicked), 1);
+    let in_tx: bool = sqlx::query_scalar("SELECT txid_current_if_assigned() IS NOT NULL")
+        .fetch_one(store.pool())
+        .await
+        .expect("query");
+    assert!(!in_tx, "the pooled connection is outside any transaction");
+    assert_eq!(rows(&store, "c").await, 0);
+    let again = transactional::execute(
+        call(&turn, &shared, "c"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| insert(conn, &table, "c").await,
+    )
+    .await;
+    assert!(again.is_ok(), "the retry runs: {again:?}");
+    assert_eq!(rows(&store, "c").await, 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_times_out_mid_body_rolls_back_and_is_never_interrupted() {
+    let Some(store) = setup("tx_timeout").await else {
+        return;
+    };
+    let turn = Turn::new("turn-timeout");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let wrote = AtomicU32::new(0);
+    let cut = tokio::time::timeout(
+        Duration::from_millis(300),
+        transactional::execute(
+            call(&turn, &shared, "d"),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                let id = insert(conn, &table, "d").await?;
+                wrote.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                Ok(id)
+            },
+        ),
+    )
+    .await;
+    assert!(cut.is_err(), "the caller gave up");
+    assert_eq!(
+        wrote.load(Ordering::SeqCst),
+        1,
+        "the body had written its row"
+    );
+    assert_eq!(turn.stats().get(Outcome::Cancelled), 1);
+    assert_eq!(turn.stats().get(Outcome::Interrupted), 0);
+    // The retry runs at once (the rollback frees the key; no lease to wait for) and is not
+    // told "interrupted".
+    let retry = tokio::time::timeout(Duration::from_secs(5), transfer(&store, &turn, "d"))
+        .await
+        .expect("the retry does not wait for a lease");
+    assert!(retry.is_ok(), "{retry:?}");
+    assert_eq!(
+        rows(&store, "d").await,
+        1,
+        "one row: the cut-off attempt's rolled back"
+    );
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrent_duplicate_waits_for_the_transaction_and_replays_its_result() {
+    let Some(store) = setup("tx_dup").await else {
+        return;
+    };
+    let turn = Turn::new("turn-dup");
+    let table = ledger(&store);
+    // Two handles, as two processes: single-flight (per handle) does not join them, the
+    // database does.
+    let (a, b): (Arc<dyn Store>, Arc<dyn Store>) =
+        (Arc::new(store.clone()), Arc::new(store.clone()));
+    let started = tokio::sync::Notify::new();
+    let holder = transactional::execute(
+        call(&turn, &a, "e"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            let id = insert(conn, &table, "e").await?;
+            started.notify_one();
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Ok(id)
+        },
+    );
+    let duplicate = async {
+        started.notified().await;
+        transactional::execute(
+            call(&turn, &b, "e"),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| insert(conn, &table, "e").await,
+        )
+        .await
+    };
+    let (first, second) = tokio::join!(holder, duplicate);
+    let (first, second) = (first.expect("runs"), second.expect("replays"));
+    assert_eq!(first, second, "the duplicate got the holder's result");
+    assert_eq!(rows(&store, "e").await, 1);
+    assert_eq!(turn.stats().get(Outcome::Replayed), 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_waits_at_most_its_turns_in_flight_wait() {
+    let Some(store) = setup("tx_wait").await else {
+        return;
+    };
+    let turn = Turn::new("turn-wait").with_in_flight_wait(Duration::from_millis(200));
+    let table = ledger(&store);
+    let (a, b): (Arc<dyn Store>, Arc<dyn Store>) =
+        (Arc::new(store.clone()), Arc::new(store.clone()));
+    let started = tokio::sync::Notify::new();
+    let holder = transactional::execute(
+        call(&turn, &a, "f"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            let id = insert(conn, &table, "f").await?;
+            started.notify_one();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            Ok(id)
+        },
+    );
+    let duplicate = async {
+        started.notified().await;
+        let at = std::time::Instant::now();
+        let answer = transactional::execute(
+            call(&turn, &b, "f"),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| insert(conn, &table, "f").await,
+        )
+        .await;
+        (answer, at.elapsed())
+    };
+    let (first, (second, waited)) = tokio::join!(holder, duplicate);
+    first.expect("the holder commits");
+    assert!(
+        matches!(second, Err(Failure::Idem(Error::InFlight { .. }))),
+        "{second:?}"
+    );
+    assert!(waited < Duration::from_millis(1200), "waited {waited:?}");
+    assert_eq!(rows(&store, "f").await, 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_keeps_failing_exhausts_its_budget_though_each_attempt_rolls_back() {
+    let Some(store) = setup("tx_budget").await else {
+        return;
+    };
+    let turn = Turn::new("turn-budget").with_max_attempts_per_key(3);
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let ran = AtomicU32::new(0);
+    let mut last = None;
+    for _ in 0..5 {
+        last = Some(
+            transactional::execute(
+                call(&turn, &shared, "g"),
+                Codec::ok_only(),
+                async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                    ran.fetch_add(1, Ordering::SeqCst);
+                    insert(conn, &table, "g").await?;
+                    Err(Failure::Tool("always"))
+                },
+            )
+            .await,
+        );
+    }
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        3,
+        "three attempts, then refused"
+    );
+    assert!(
+        matches!(
+            last,
+            Some(Err(Failure::Idem(Error::BudgetExhausted {
+                attempts: 3,
+                ..
+            })))
+        ),
+        "{last:?}"
+    );
+    assert_eq!(rows(&store, "g").await, 0);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_savepoint_inside_the_body_commits_nothing_on_its_own() {
+    let Some(store) = setup("tx_savepoint").await else {
+        return;
+    };
+    let turn = Turn::new("turn-savepoint");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let failed = transactional::execute(
+        call(&turn, &shared, "h"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            // Helper code that opens "its own" transaction gets a savepoint.
+            let mut inner = conn.begin().await?;
+            let id = insert(&mut inner, &table, "h").await?;
+            inner.commit().await?;
+            let _ = id;
+            Err(Failure::Tool("after the helper committed"))
+        },
+    )
+    .await;
+    assert!(matches!(failed, Err(Failure::Tool(_))));
+    assert_eq!(
+        rows(&store, "h").await,
+        0,
+        "the helper's commit was a savepoint's"
+    );
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_terminated_mid_body_rolls_back_and_a_retry_runs() {
+    let Some(store) = setup("tx_terminate").await else {
+        return;
+    };
+    let turn = Turn::new("turn-terminate");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let killer = store.pool().clone();
+    let failed = transactional::execute(
+        call(&turn, &shared, "i"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            let id = insert(conn, &table, "i").await?;
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut *conn)
+                .await?;
+            sqlx::query("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .execute(&killer)
+                .await?;
+            // The next statement finds the connection gone.
+            sqlx::query("SELECT 1").execute(&mut *conn).await?;
+            Ok(id)
+        },
+    )
+    .await;
+    assert!(matches!(failed, Err(Failure::Sql(_))), "{failed:?}");
+    assert_eq!(rows(&store, "i").await, 0);
+    assert_eq!(record_state(&store, &turn, "i").await, None);
+    transfer(&store, &turn, "i").await.expect("the retry runs");
+    assert_eq!(rows(&store, "i").await, 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_is_not_postgres_is_a_clear_error() {
+    let turn = Turn::new("turn-memory");
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let answer = transactional::execute(
+        call(&turn, &memory, "j"),
+        Codec::ok_only(),
+        async |_: &mut PgConnection| -> Result<i64, Failure> { Ok(1) },
+    )
+    .await;
+    match answer {
+        Err(Failure::Idem(Error::Config(message))) => {
+            assert!(message.contains("PostgresStore"), "{message}");
+        }
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+}
+
+/// The future of a transactional call is `Send` when its body's is: it can be spawned.
+#[allow(dead_code)]
+fn the_call_is_send(store: PostgresStore, turn: Turn) {
+    fn spawnable<F: std::future::Future + Send + 'static>(_: F) {}
+    spawnable(async move { transfer(&store, &turn, "k").await });
+}
+
+/// A store on `url`'s database reached through a proxy that cuts the next `COMMIT`.
+async fn cut_store(url: &str, schema: &str, cut: Cut) -> PostgresStore {
+    let (options, _) = proxy(url, Some(cut)).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(options);
+    PostgresStore::builder()
+        .schema(schema)
+        .from_pool(pool)
+        .await
+        .expect("open through the proxy")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_is_replayed_by_the_retry() {
+    let Some(store) = setup("tx_lost_commit").await else {
+        return;
+    };
+    let url = postgres_url("tx_lost_commit").expect("set");
+    let schema = store.schema().expect("a schema").to_owned();
+    let cut = cut_store(&url, &schema, Cut::AfterCommit).await;
+    let turn = Turn::new("turn-lost-commit");
+    let unknown = transfer(&cut, &turn, "l").await;
+    assert!(
+        matches!(&unknown, Err(Failure::Idem(Error::Store { .. }))),
+        "the caller is told the outcome is unknown, not Ok: {unknown:?}"
+    );
+    assert_eq!(rows(&store, "l").await, 1, "the transaction did commit");
+    let retry = transfer(&store, &turn, "l")
+        .await
+        .expect("the retry replays");
+    let id: i64 = sqlx::query_scalar(&format!(
+        "SELECT id FROM {} WHERE memo = 'l'",
+        ledger(&store)
+    ))
+    .fetch_one(store.pool())
+    .await
+    .expect("read");
+    assert_eq!(retry, id, "the replayed result is the committed row's");
+    assert_eq!(rows(&store, "l").await, 1, "exactly once");
+    assert_eq!(turn.stats().get(Outcome::Replayed), 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_never_arrived_is_run_afresh_by_the_retry() {
+    let Some(store) = setup("tx_no_commit").await else {
+        return;
+    };
+    let url = postgres_url("tx_no_commit").expect("set");
+    let schema = store.schema().expect("a schema").to_owned();
+    let cut = cut_store(&url, &schema, Cut::BeforeCommit).await;
+    let turn = Turn::new("turn-no-commit");
+    let unknown = transfer(&cut, &turn, "m").await;
+    assert!(
+        matches!(&unknown, Err(Failure::Idem(Error::Store { .. }))),
+        "{unknown:?}"
+    );
+    // The server rolls back once it notices the client is gone.
+    let mut waited = Duration::ZERO;
+    while record_state(&store, &turn, "m").await.is_some() && waited < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        waited += Duration::from_millis(50);
+    }
+    assert_eq!(rows(&store, "m").await, 0, "nothing committed");
+    transfer(&store, &turn, "m").await.expect("the retry runs");
+    assert_eq!(rows(&store, "m").await, 1, "exactly once");
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_with_quotes_and_backslashes_is_a_literal() {
+    let Some(store) = setup("tx_literal").await else {
+        return;
+    };
+    // The claim and the record spell the namespace as a literal in SQL text.
+    let turn = Turn::new("turn-literal").with_namespace(r"o'brien\'; DROP TABLE x; --");
+    let first = transfer(&store, &turn, "n").await.expect("runs");
+    assert_eq!(transfer(&store, &turn, "n").await.expect("replays"), first);
+    assert_eq!(rows(&store, "n").await, 1);
+    assert_eq!(
+        record_state(&store, &turn, "n").await,
+        Some(RecordState::Completed)
+    );
+    cleanup(&store).await;
+}
