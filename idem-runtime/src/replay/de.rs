@@ -44,6 +44,14 @@ impl<'de> Decoder<'de> {
         &mut self,
         f: impl FnOnce(&mut Self) -> Result<R, FormatError>,
     ) -> Result<R, FormatError> {
+        self.descend()?;
+        let result = f(self);
+        self.depth -= 1;
+        result
+    }
+
+    /// One level deeper, within [`MAX_DEPTH`] (compiled once: the generic code only calls it).
+    fn descend(&mut self) -> Result<(), FormatError> {
         if self.depth >= MAX_DEPTH {
             return Err(FormatError::new(format!(
                 "values nest deeper than {MAX_DEPTH} levels at byte {}",
@@ -51,9 +59,7 @@ impl<'de> Decoder<'de> {
             )));
         }
         self.depth += 1;
-        let result = f(self);
-        self.depth -= 1;
-        result
+        Ok(())
     }
 
     #[inline]
@@ -61,12 +67,7 @@ impl<'de> Decoder<'de> {
         self.nested(|de| {
             let mut access = Elements { de, left: len };
             let value = visitor.visit_seq(&mut access)?;
-            match access.left {
-                0 => Ok(value),
-                left => Err(FormatError::new(format!(
-                    "the record holds {left} more elements than the type reads"
-                ))),
-            }
+            all_read(access.left, "elements").map(|()| value)
         })
     }
 
@@ -75,74 +76,130 @@ impl<'de> Decoder<'de> {
         self.nested(|de| {
             let mut access = Entries { de, left: len };
             let value = visitor.visit_map(&mut access)?;
-            match access.left {
-                0 => Ok(value),
-                left => Err(FormatError::new(format!(
-                    "the record holds {left} more entries than the type reads"
-                ))),
+            all_read(access.left, "entries").map(|()| value)
+        })
+    }
+
+    /// The head of the value tagged `t`: everything read before the type's visitor takes over
+    /// (compiled once).
+    fn head(&mut self, t: u8) -> Result<Head<'de>, FormatError> {
+        let r = &mut self.reader;
+        Ok(match t {
+            tag::NONE => Head::None,
+            tag::SOME => Head::Some,
+            tag::UNIT => Head::Unit,
+            tag::FALSE => Head::Bool(false),
+            tag::TRUE => Head::Bool(true),
+            tag::U8 => Head::U8(r.byte()?),
+            tag::U16 => Head::U16(r.u16()?),
+            tag::U32 => Head::U32(r.u32()?),
+            tag::U64 => Head::U64(r.varint()?),
+            tag::U128 => Head::U128(r.varint128()?),
+            tag::I8 => Head::I8(i8::from_le_bytes([r.byte()?])),
+            tag::I16 => Head::I16(r.i16()?),
+            tag::I32 => Head::I32(r.i32()?),
+            tag::I64 => Head::I64(r.i64()?),
+            tag::I128 => Head::I128(r.i128()?),
+            tag::F32 => Head::F32(f32::from_bits(r.f32_bits()?)),
+            tag::F64 => Head::F64(f64::from_bits(r.f64_bits()?)),
+            tag::CHAR => Head::Char(r.char()?),
+            tag::STR => Head::Str(r.str()?),
+            tag::BYTES => Head::Bytes(r.bytes()?),
+            // A set reads as the sequence it was written as; the type decides what it holds.
+            tag::SEQ | tag::SET => Head::Seq(r.count(1)?),
+            tag::MAP => Head::Map(r.count(2)?),
+            // Variants read without a type's guidance look as they do in JSON: a unit variant
+            // is its name, the others a one-entry map from the name to the content. This is
+            // what untagged and internally tagged enums expect.
+            tag::UNIT_VARIANT => Head::Str(r.str()?),
+            tag::NEWTYPE_VARIANT | tag::TUPLE_VARIANT | tag::STRUCT_VARIANT => {
+                Head::Variant(t, r.str()?)
+            }
+            other => {
+                return Err(FormatError::new(format!(
+                    "unknown tag {other:#04x} at byte {}",
+                    r.offset().saturating_sub(1)
+                )));
             }
         })
     }
 
-    #[inline]
+    /// The value tagged `t`, as the type's visitor takes it.
     fn any_tagged<V: Visitor<'de>>(&mut self, t: u8, visitor: V) -> Result<V::Value, FormatError> {
-        let r = &mut self.reader;
-        match t {
-            tag::NONE => visitor.visit_none(),
-            tag::SOME => self.nested(|de| visitor.visit_some(de)),
-            tag::UNIT => visitor.visit_unit(),
-            tag::FALSE => visitor.visit_bool(false),
-            tag::TRUE => visitor.visit_bool(true),
-            tag::U8 => visitor.visit_u8(r.byte()?),
-            tag::U16 => visitor.visit_u16(r.u16()?),
-            tag::U32 => visitor.visit_u32(r.u32()?),
-            tag::U64 => visitor.visit_u64(r.varint()?),
-            tag::U128 => visitor.visit_u128(r.varint128()?),
-            tag::I8 => visitor.visit_i8(i8::from_le_bytes([r.byte()?])),
-            tag::I16 => visitor.visit_i16(r.i16()?),
-            tag::I32 => visitor.visit_i32(r.i32()?),
-            tag::I64 => visitor.visit_i64(r.i64()?),
-            tag::I128 => visitor.visit_i128(r.i128()?),
-            tag::F32 => visitor.visit_f32(f32::from_bits(r.f32_bits()?)),
-            tag::F64 => visitor.visit_f64(f64::from_bits(r.f64_bits()?)),
-            tag::CHAR => visitor.visit_char(r.char()?),
-            tag::STR => visitor.visit_borrowed_str(r.str()?),
-            tag::BYTES => visitor.visit_borrowed_bytes(r.bytes()?),
-            // A set reads as the sequence it was written as; the type decides what it holds.
-            tag::SEQ | tag::SET => {
-                let len = r.count(1)?;
-                self.seq(len, visitor)
-            }
-            tag::MAP => {
-                let len = r.count(2)?;
-                self.map(len, visitor)
-            }
-            // Variants read without a type's guidance look as they do in JSON: a unit variant
-            // is its name, the others a one-entry map from the name to the content. This is
-            // what untagged and internally tagged enums expect.
-            tag::UNIT_VARIANT => visitor.visit_borrowed_str(r.str()?),
-            tag::NEWTYPE_VARIANT | tag::TUPLE_VARIANT | tag::STRUCT_VARIANT => {
-                let name = r.str()?;
-                self.nested(|de| {
-                    let mut access = VariantAsMap {
-                        de,
-                        kind: t,
-                        name: Some(name),
-                        value_read: false,
-                    };
-                    let value = visitor.visit_map(&mut access)?;
-                    if access.value_read {
-                        Ok(value)
-                    } else {
-                        Err(FormatError::new("the content of a variant was not read"))
-                    }
-                })
-            }
-            other => Err(FormatError::new(format!(
-                "unknown tag {other:#04x} at byte {}",
-                r.offset().saturating_sub(1)
-            ))),
+        match self.head(t)? {
+            Head::None => visitor.visit_none(),
+            Head::Some => self.nested(|de| visitor.visit_some(de)),
+            Head::Unit => visitor.visit_unit(),
+            Head::Bool(v) => visitor.visit_bool(v),
+            Head::U8(v) => visitor.visit_u8(v),
+            Head::U16(v) => visitor.visit_u16(v),
+            Head::U32(v) => visitor.visit_u32(v),
+            Head::U64(v) => visitor.visit_u64(v),
+            Head::U128(v) => visitor.visit_u128(v),
+            Head::I8(v) => visitor.visit_i8(v),
+            Head::I16(v) => visitor.visit_i16(v),
+            Head::I32(v) => visitor.visit_i32(v),
+            Head::I64(v) => visitor.visit_i64(v),
+            Head::I128(v) => visitor.visit_i128(v),
+            Head::F32(v) => visitor.visit_f32(v),
+            Head::F64(v) => visitor.visit_f64(v),
+            Head::Char(v) => visitor.visit_char(v),
+            Head::Str(v) => visitor.visit_borrowed_str(v),
+            Head::Bytes(v) => visitor.visit_borrowed_bytes(v),
+            Head::Seq(len) => self.seq(len, visitor),
+            Head::Map(len) => self.map(len, visitor),
+            Head::Variant(kind, name) => self.nested(|de| {
+                let mut access = VariantAsMap {
+                    de,
+                    kind,
+                    name: Some(name),
+                    value_read: false,
+                };
+                let value = visitor.visit_map(&mut access)?;
+                if access.value_read {
+                    Ok(value)
+                } else {
+                    Err(FormatError::new("the content of a variant was not read"))
+                }
+            }),
         }
+    }
+}
+
+/// A value's head: its tag and what follows it up to where the type's visitor takes over.
+enum Head<'de> {
+    None,
+    Some,
+    Unit,
+    Bool(bool),
+    U8(u8),
+    U16(u16),
+    U32(u32),
+    U64(u64),
+    U128(u128),
+    I8(i8),
+    I16(i16),
+    I32(i32),
+    I64(i64),
+    I128(i128),
+    F32(f32),
+    F64(f64),
+    Char(char),
+    Str(&'de str),
+    Bytes(&'de [u8]),
+    Seq(usize),
+    Map(usize),
+    /// A newtype, tuple or struct variant (its tag) and its name.
+    Variant(u8, &'de str),
+}
+
+/// The error for a collection the type did not read to its end.
+fn all_read(left: usize, what: &str) -> Result<(), FormatError> {
+    match left {
+        0 => Ok(()),
+        left => Err(FormatError::new(format!(
+            "the record holds {left} more {what} than the type reads"
+        ))),
     }
 }
 
