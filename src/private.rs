@@ -18,40 +18,12 @@ pub use idem_tools_runtime::key::ArgsDigest;
 pub use idem_tools_runtime::tool::ToolSlot;
 pub use idem_tools_runtime::{Error, Store, ToolInfo, Turn};
 
-use idem_tools_runtime::engine::{Call, Codec, execute, execute_detached};
+use idem_tools_runtime::engine::{Call, Codec, DetachedExecution, Execution, execute};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// The return type of an `#[idempotent]` tool: `Result<T, E>` (or an alias of it).
-#[diagnostic::on_unimplemented(
-    message = "an `#[idempotent]` tool must return `Result<T, E>`, found `{Self}`",
-    label = "not a `Result`",
-    note = "with `T: Serialize + DeserializeOwned` (the result is recorded and replayed) and \
-            `E: From<idem_tools::Error>` (so budget and store failures flow out as the tool's own error)",
-    note = "an MCP tool (rmcp) returning `Json<T>` returns \
-            `Result<idem_tools::mcp::Json<T>, idem_tools::mcp::ToolError>` instead (feature `rmcp`)"
-)]
-pub trait ToolReturn: Sized {
-    /// `T`.
-    type Ok;
-    /// `E`.
-    type Err;
-    /// `self` as a `Result`.
-    fn into_result(self) -> Result<Self::Ok, Self::Err>;
-    /// A `Result` as `Self`.
-    fn from_result(result: Result<Self::Ok, Self::Err>) -> Self;
-}
-
-impl<T, E> ToolReturn for Result<T, E> {
-    type Ok = T;
-    type Err = E;
-    fn into_result(self) -> Self {
-        self
-    }
-    fn from_result(result: Self) -> Self {
-        result
-    }
-}
+pub use idem_tools_runtime::engine::ToolResult as ToolReturn;
 
 /// The `Ok` type of an `#[idempotent]` tool.
 #[diagnostic::on_unimplemented(
@@ -183,26 +155,37 @@ impl Digest {
         digest
     }
 
-    fn add(&mut self, f: impl FnOnce(&mut ArgsDigest) -> Result<(), Error>) {
-        if let Ok((_, digest)) = &mut self.state
-            && let Err(error) = f(digest)
-        {
+    /// The digest being built, unless building it already failed.
+    fn args(&mut self) -> Option<&mut ArgsDigest> {
+        self.state.as_mut().ok().map(|(_, args)| args)
+    }
+
+    /// Keeps the first error.
+    fn check(&mut self, added: Result<(), Error>) {
+        if let Err(error) = added {
             self.state = Err(error);
         }
     }
 
     /// A `#[key]` parameter.
     pub fn caller_key<K: CallerKey + ?Sized>(&mut self, key: &K) {
-        self.add(|digest| {
-            digest.caller_key(key.as_ref());
-            Ok(())
-        });
+        if let Some(args) = self.args() {
+            args.caller_key(key.as_ref());
+        }
     }
 }
 
 /// An argument in the key and the fingerprint.
 pub fn key_arg<T: KeyArg<Name> + ?Sized, Name>(digest: &mut Digest, name: &str, value: &T) {
-    digest.add(|d| d.arg(name, value));
+    arg(digest, name, value);
+}
+
+/// [`key_arg`], compiled once per argument type (not per parameter name).
+fn arg<T: Serialize + ?Sized>(digest: &mut Digest, name: &str, value: &T) {
+    if let Some(args) = digest.args() {
+        let added = args.arg(name, value);
+        digest.check(added);
+    }
 }
 
 /// A `skip`ped argument, for autoref specialization: it goes in the fingerprint if it is
@@ -217,7 +200,10 @@ pub trait SkipViaSerialize {
 
 impl<T: Serialize + ?Sized> SkipViaSerialize for Skip<'_, T> {
     fn skip_arg(&self, digest: &mut Digest, name: &str) {
-        digest.add(|d| d.fingerprint_arg(name, self.0));
+        if let Some(args) = digest.args() {
+            let added = args.fingerprint_arg(name, self.0);
+            digest.check(added);
+        }
     }
 }
 
@@ -233,11 +219,11 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
 
 /// The call described by `digest`, or the error that stopped building it (logged and counted
 /// as the call's one outcome).
-fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error> {
+fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, (&'static str, Error)> {
     let tool = digest.tool;
     let (turn, args) = digest
         .state
-        .map_err(|error| idem_tools_runtime::engine::refuse(tool, error))?;
+        .map_err(|error| (tool.name, idem_tools_runtime::engine::refuse(tool, error)))?;
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
     let call = Call::in_turn(tool, turn, key, fingerprint);
     Ok(match store {
@@ -270,6 +256,7 @@ fn checked<T, E>(codec: Codec<T, E>, failed: Option<fn(&T) -> bool>) -> Codec<T,
 impl<R: ToolReturn> Records<R> for OkOnly<R::Ok>
 where
     R::Ok: ToolOk,
+    R::Err: ToolErr,
 {
     fn codec(self) -> Codec<R::Ok, R::Err> {
         checked(Codec::ok_only(), self.0)
@@ -332,7 +319,12 @@ impl OkMayFail<rmcp::model::CallToolResult> for OkFailure<rmcp::model::CallToolR
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] converted with `E: From<Error>`.
-pub async fn run<R, F, C>(digest: Digest, store: Option<Arc<dyn Store>>, records: C, body: F) -> R
+pub fn run<R, F, C>(
+    digest: Digest,
+    store: Option<Arc<dyn Store>>,
+    records: C,
+    body: F,
+) -> Execution<F>
 where
     R: ToolReturn,
     R::Ok: ToolOk,
@@ -341,11 +333,8 @@ where
     F: Future<Output = R>,
 {
     match prepare(digest, store) {
-        Ok(call) => {
-            let body = async move { body.await.into_result() };
-            R::from_result(execute(call, records.codec(), body).await)
-        }
-        Err(error) => R::from_result(Err(R::Err::from(error))),
+        Ok(call) => execute(call, records.codec(), body),
+        Err((tool, error)) => Execution::refused(tool, error, records.codec(), body),
     }
 }
 
@@ -378,12 +367,12 @@ impl<R, F: Future<Output = R> + Send + 'static> DetachedBody<R> for F {}
 ///
 /// # Errors
 /// As [`run`].
-pub async fn run_detached<R, F, C>(
+pub fn run_detached<R, F, C>(
     digest: Digest,
     store: Option<Arc<dyn Store>>,
     records: C,
     body: F,
-) -> R
+) -> DetachedExecution<R>
 where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
@@ -392,12 +381,19 @@ where
     // rustc reports a body that is not `Send` with its own message, which shows this line:
     F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
 {
+    // The one line compiled for each tool: the rest is shared by the tools returning `R`.
+    run_boxed(digest, store, records.codec(), Box::pin(body))
+}
+
+fn run_boxed<R: ToolReturn + Send + 'static>(
+    digest: Digest,
+    store: Option<Arc<dyn Store>>,
+    codec: Codec<R::Ok, R::Err>,
+    body: ::std::pin::Pin<Box<dyn Future<Output = R> + Send>>,
+) -> DetachedExecution<R> {
     match prepare(digest, store) {
-        Ok(call) => {
-            let body = async move { body.await.into_result() };
-            R::from_result(execute_detached(call, records.codec(), body).await)
-        }
-        Err(error) => R::from_result(Err(R::Err::from(error))),
+        Ok(call) => DetachedExecution::boxed(call, codec, body),
+        Err((tool, error)) => DetachedExecution::refused_boxed(tool, error, codec, body),
     }
 }
 

@@ -10,6 +10,7 @@
 
 mod background;
 mod call;
+mod driver;
 mod guard;
 mod held;
 mod keeper;
@@ -31,7 +32,7 @@ use crate::tool::ToolInfo;
 use crate::turn::Turn;
 
 pub use held::current_key;
-pub use typed::{Codec, Execution};
+pub use typed::{Codec, DetachedExecution, Execution, ToolResult};
 
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an
 /// argument that does not encode), so that every call yields exactly one outcome; returns the
@@ -208,10 +209,14 @@ impl Call {
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] above converted with `E: From<Error>`.
-pub fn execute<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Execution<T, E, F>
+pub fn execute<F>(
+    call: Call,
+    codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,
+    body: F,
+) -> Execution<F>
 where
-    E: From<Error>,
-    F: Future<Output = Result<T, E>>,
+    F: Future,
+    F::Output: ToolResult,
 {
     Execution::new(call, codec, body)
 }
@@ -226,13 +231,16 @@ where
 ///
 /// # Errors
 /// As [`execute`].
-pub fn execute_detached<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Execution<T, E, F>
+pub fn execute_detached<F>(
+    call: Call,
+    codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,
+    body: F,
+) -> DetachedExecution<F::Output>
 where
-    T: Send + 'static,
-    E: From<Error> + Send + 'static,
-    F: Future<Output = Result<T, E>> + Send + 'static,
+    F: Future + Send + 'static,
+    F::Output: ToolResult + Send + 'static,
 {
-    Execution::new(call, codec, body).detached(tokio::spawn)
+    DetachedExecution::boxed(call, codec, Box::pin(body))
 }
 
 impl std::fmt::Debug for Call {

@@ -13,7 +13,6 @@
 //! run: the lease's end is checked before every poll of the body.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
 
@@ -122,33 +121,29 @@ impl Port {
         self.state().ask.take()
     }
 
-    /// The typed layer: polls `body` in the call's scope, as the engine asked. A body that
-    /// finished hands its result back with [`Port::finish`].
-    pub(super) fn poll_body<F: Future + ?Sized>(
+    /// The typed layer: polls the body once in the call's scope, as the engine asked (the
+    /// typed layer's closure polls it and encodes its result). Not generic: the task-local
+    /// scopes are entered by code compiled once.
+    pub(super) fn poll_body(
         &self,
-        body: Pin<&mut F>,
         cx: &mut Context<'_>,
-    ) -> Poll<F::Output> {
+        body: &mut dyn FnMut(&mut Context<'_>) -> Poll<Finished>,
+    ) -> Poll<Finished> {
         let scope = {
             let mut state = self.state();
             state.started = true;
             state.scope.clone()
         };
         match scope {
-            Some(scope) => scope.poll(body, cx),
-            None => body.poll(cx),
+            Some(BodyScope { held, turn }) => {
+                super::held::sync_scope(held, || turn.sync_scope(|| body(cx)))
+            }
+            None => body(cx),
         }
     }
 
     /// The typed layer: the body finished with `finished`.
     pub(super) fn finish(&self, finished: Finished) {
         self.state().finished = Some(finished);
-    }
-}
-
-impl BodyScope {
-    fn poll<F: Future + ?Sized>(self, body: Pin<&mut F>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let BodyScope { held, turn } = self;
-        super::held::sync_scope(held, || turn.sync_scope(|| body.poll(cx)))
     }
 }

@@ -51,16 +51,6 @@ impl Reporter {
         self.emit(outcome, Some(error));
     }
 
-    /// Reports a failed call and returns its error.
-    pub(crate) fn fail<T, E: From<Error>>(
-        &mut self,
-        outcome: Outcome,
-        error: Error,
-    ) -> Result<T, E> {
-        self.emit(outcome, Some(&error));
-        Err(error.into())
-    }
-
     fn emit(&mut self, outcome: Outcome, error: Option<&Error>) {
         if std::mem::replace(&mut self.done, true) {
             return;
