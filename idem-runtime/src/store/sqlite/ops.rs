@@ -1,12 +1,13 @@
-//! [`Store`] for [`SqliteStore`]: each operation one job on the connection's thread.
+//! [`Store`] for [`SqliteStore`]: `begin` reads on the calling thread when it can; every other
+//! step is one operation on the store's thread.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::row::{COLUMNS, Corrupt, corrupt, read_row, select};
-use super::worker::{OwnedBegin, Worker};
+use super::claim::{OwnedBegin, refused_by_key};
+use super::row::{COLUMNS, Corrupt, Seen, corrupt, read_row, select};
+use super::worker::Worker;
 use super::{SqliteStore, sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::Key;
@@ -23,33 +24,51 @@ fn held(changed: usize, key: &Key) -> Result<()> {
 }
 
 /// Whether `lease` completed its key's live record: a repeated `complete` then succeeds.
-fn completed_by(worker: &Worker, lease: &Lease, now: u64) -> Result<bool> {
+fn completed_by(worker: &mut Worker<'_>, lease: &Lease) -> rusqlite::Result<bool> {
+    let now = worker.now;
     worker
-        .conn
-        .prepare_cached(
-            "SELECT 1 FROM idem_records WHERE namespace = ?1 AND key = ?2 AND token = ?3 \
-             AND state = 'completed' AND expires_at_ms > ?4",
+        .stmts
+        .completed_by
+        .query_row(
+            params![
+                &*lease.namespace,
+                lease.key.as_bytes().as_slice(),
+                sql_token(lease.token),
+                sql_ms(now)
+            ],
+            |_| Ok(()),
         )
-        .and_then(|mut stmt| {
-            stmt.query_row(
-                params![
-                    &*lease.namespace,
-                    lease.key.as_bytes().as_slice(),
-                    sql_token(lease.token),
-                    sql_ms(now)
-                ],
-                |_| Ok(()),
-            )
-            .optional()
-        })
+        .optional()
         .map(|found| found.is_some())
-        .map_err(|e| Error::store("complete", e))
+}
+
+impl SqliteStore {
+    /// `begin` read on this thread: `Some` answer if that settles it (a live record, a spent
+    /// per-key count, a corrupt row), `None` if a claim has to be sent, and `Err(())` if the
+    /// store's thread has to do the whole of it.
+    fn begin_here(&self, req: &BeginRequest<'_>) -> std::result::Result<Option<Result<Begin>>, ()> {
+        let readers = self.readers.as_ref().ok_or(())?;
+        if !self.pending.is_clear(req.key) {
+            return Err(()); // after what this store sent for the key
+        }
+        match readers.seen(req.namespace, req.key, self.clock.now_ms()) {
+            Some(Ok(Seen::Live(answer))) => Ok(Some(Ok(answer))),
+            Some(Ok(Seen::Free { attempts })) => Ok(refused_by_key(attempts, &req.charge).map(Ok)),
+            Some(Err(corrupt)) => Ok(Some(Err(corrupt))),
+            None => Err(()),
+        }
+    }
 }
 
 impl Store for SqliteStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        let req = OwnedBegin {
-            namespace: req.namespace.to_string(),
+        let whole = match self.begin_here(&req) {
+            Ok(Some(answer)) => return Box::pin(std::future::ready(answer)),
+            Ok(None) => false,
+            Err(()) => true,
+        };
+        let owned = OwnedBegin {
+            namespace: req.namespace.to_owned(),
             key: *req.key,
             tool: req.tool,
             fingerprint: *req.fingerprint,
@@ -57,29 +76,29 @@ impl Store for SqliteStore {
             token: req.token,
             charge: req.charge,
         };
-        let clock = Arc::clone(&self.clock);
-        self.submit("begin", true, move |worker, now| {
-            worker.begin(&req, now, &*clock)
+        self.submit("begin", true, true, Some(req.key), move |worker| {
+            if whole {
+                worker.begin(&owned)
+            } else {
+                worker.claim(&owned)
+            }
         })
         .boxed()
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        let lease = lease.clone();
-        self.submit("renew", false, move |worker, now| {
-            let changed = worker.write(
-                "renew",
-                "UPDATE idem_records SET expires_at_ms = ?1 WHERE namespace = ?2 AND key = ?3 \
-                 AND token = ?4 AND state = 'in_progress' AND expires_at_ms > ?5",
-                params![
-                    sql_ms(now.saturating_add(duration_ms(duration))),
-                    &*lease.namespace,
-                    lease.key.as_bytes().as_slice(),
-                    sql_token(lease.token),
-                    sql_ms(now),
-                ],
-            )?;
-            held(changed, &lease.key)
+        let owned = lease.clone();
+        self.submit("renew", true, false, Some(&lease.key), move |worker| {
+            worker.writing()?;
+            let now = worker.now;
+            let changed = worker.stmts.renew.execute(params![
+                sql_ms(now.saturating_add(duration_ms(duration))),
+                &*owned.namespace,
+                owned.key.as_bytes().as_slice(),
+                sql_token(owned.token),
+                sql_ms(now),
+            ])?;
+            Ok(held(changed, &owned.key))
         })
         .boxed()
     }
@@ -90,100 +109,91 @@ impl Store for SqliteStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        let (lease, result) = (lease.clone(), result.to_vec());
-        self.submit("complete", false, move |worker, now| {
-            // The token stays in the row, so that a retried complete is recognised.
-            let changed = worker.write(
-                "complete",
-                "UPDATE idem_records SET state = 'completed', result = ?1, expires_at_ms = ?2, \
-                 attempts = 0, attempts_expire_ms = 0 WHERE namespace = ?3 AND key = ?4 AND token = ?5 \
-                 AND state = 'in_progress' AND expires_at_ms > ?6",
-                params![
-                    result,
-                    sql_ms(now.saturating_add(duration_ms(ttl))),
-                    &*lease.namespace,
-                    lease.key.as_bytes().as_slice(),
-                    sql_token(lease.token),
-                    sql_ms(now),
-                ],
-            )?;
-            if changed == 0 && completed_by(worker, &lease, now)? {
-                return Ok(()); // completed by this lease already: a retried complete
+        let (owned, result) = (lease.clone(), result.to_vec());
+        self.submit("complete", true, false, Some(&lease.key), move |worker| {
+            worker.writing()?;
+            let now = worker.now;
+            let changed = worker.stmts.complete.execute(params![
+                result,
+                sql_ms(now.saturating_add(duration_ms(ttl))),
+                &*owned.namespace,
+                owned.key.as_bytes().as_slice(),
+                sql_token(owned.token),
+                sql_ms(now),
+            ])?;
+            if changed == 0 && completed_by(worker, &owned)? {
+                return Ok(Ok(())); // completed by this lease already: a retried complete
             }
-            held(changed, &lease.key)
+            Ok(held(changed, &owned.key))
         })
         .boxed()
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        let lease = lease.clone();
-        self.submit("release", false, move |worker, now| {
-            // The row stays, expired, with the key's attempt count.
-            let changed = worker.write(
-                "release",
-                "UPDATE idem_records SET expires_at_ms = 0 WHERE namespace = ?1 AND key = ?2 \
-                 AND token = ?3 AND state = 'in_progress' AND expires_at_ms > ?4",
-                params![
-                    &*lease.namespace,
-                    lease.key.as_bytes().as_slice(),
-                    sql_token(lease.token),
-                    sql_ms(now)
-                ],
-            )?;
-            held(changed, &lease.key)
+        let owned = lease.clone();
+        self.submit("release", true, false, Some(&lease.key), move |worker| {
+            worker.writing()?;
+            let now = worker.now;
+            let changed = worker.stmts.release.execute(params![
+                &*owned.namespace,
+                owned.key.as_bytes().as_slice(),
+                sql_token(owned.token),
+                sql_ms(now)
+            ])?;
+            Ok(held(changed, &owned.key))
         })
         .boxed()
     }
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
         let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("get", true, move |worker, now| {
-            match select(&worker.conn, "get", &namespace, &key)? {
-                Some(row) if row.is_live(now) => {
+        self.submit("get", false, true, None, move |worker| {
+            let now = worker.now;
+            Ok(match select(worker.conn, &namespace, &key)? {
+                Ok(Some(row)) if row.is_live(now) => {
                     row.into_record(now).map(Some).map_err(corrupt(&key))
                 }
-                _ => Ok(None),
-            }
+                Ok(_) => Ok(None),
+                Err(corrupt) => Err(corrupt),
+            })
         })
         .boxed()
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.submit("purge_expired", true, move |worker, now| {
+        self.submit("purge_expired", true, true, None, move |worker| {
+            let now = worker.now;
             let mut total = 0u64;
             loop {
-                let (records, counts) = worker
-                    .purge_batch(now)
-                    .map_err(|e| Error::store("purge_expired", e))?;
+                let (records, counts) = worker.purge_batch(now)?;
                 total = total.saturating_add(u64::try_from(records).unwrap_or(u64::MAX));
                 if records == 0 && counts == 0 {
-                    return Ok(total);
+                    return Ok(Ok(total));
                 }
             }
         })
         .boxed()
     }
+
     fn list<'a>(
         &'a self,
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
         let namespace = namespace.map(str::to_owned);
-        self.submit("list", true, move |worker, now| {
-            let fail = |e: rusqlite::Error| Error::store("list", e);
+        self.submit("list", false, true, None, move |worker| {
+            let now = worker.now;
             let sql = format!(
                 "SELECT {COLUMNS} FROM idem_records WHERE expires_at_ms > ?1 \
                  AND (?2 IS NULL OR namespace = ?2) LIMIT ?3"
             );
-            let mut stmt = worker.conn.prepare_cached(&sql).map_err(fail)?;
+            let mut stmt = worker.conn.prepare_cached(&sql)?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let rows = stmt
-                .query_map(params![sql_ms(now), namespace, limit], read_row)
-                .map_err(fail)?;
+            let rows = stmt.query_map(params![sql_ms(now), namespace, limit], read_row)?;
             let mut out = Vec::new();
             for row in rows {
                 // One corrupt row must not hide the others: it is skipped, and named in the log.
-                let (namespace, key, record) = match row.map_err(fail)? {
+                let (namespace, key, record) = match row? {
                     Ok(row) => (
                         row.namespace.clone(),
                         hex::encode(&row.key),
@@ -197,24 +207,25 @@ impl Store for SqliteStore {
                         message, "skipping a corrupt SQLite record; remove it with `remove`"),
                 }
             }
-            Ok(out)
+            Ok(Ok(out))
         })
         .boxed()
     }
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("remove", false, move |worker, now| {
-            let live = select(&worker.conn, "remove", &namespace, &key)
+        let (namespace, owned) = (namespace.to_owned(), *key);
+        self.submit("remove", true, false, Some(key), move |worker| {
+            let now = worker.now;
+            let live = select(worker.conn, &namespace, &owned)
                 .ok()
-                .flatten()
+                .and_then(|row| row.ok().flatten())
                 .is_some_and(|row| row.is_live(now));
-            worker.write(
-                "remove",
-                "DELETE FROM idem_records WHERE namespace = ?1 AND key = ?2",
-                params![namespace, key.as_bytes().as_slice()],
-            )?;
-            Ok(live)
+            worker.writing()?;
+            worker
+                .conn
+                .prepare_cached("DELETE FROM idem_records WHERE namespace = ?1 AND key = ?2")?
+                .execute(params![namespace, owned.as_bytes().as_slice()])?;
+            Ok(Ok(live))
         })
         .boxed()
     }

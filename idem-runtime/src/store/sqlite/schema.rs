@@ -51,8 +51,13 @@ ALTER TABLE idem_records ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE idem_records ADD COLUMN attempts_expire_ms INTEGER NOT NULL DEFAULT 0;
 ";
 
-/// Sets the connection up: busy timeout, WAL, and the schema.
-pub(super) fn configure(conn: &mut Connection, path: Option<&Path>, busy: Duration) -> Result<()> {
+/// Sets the connection up: busy timeout, WAL, and the schema. Returns whether the file is in
+/// WAL mode (readers then never wait for writers).
+pub(super) fn configure(
+    conn: &mut Connection,
+    path: Option<&Path>,
+    busy: Duration,
+) -> Result<bool> {
     let fail = |e: rusqlite::Error| Error::store("open", e);
     conn.busy_timeout(busy).map_err(fail)?;
     let mode: String = retry_while_busy(busy, || {
@@ -64,7 +69,8 @@ pub(super) fn configure(conn: &mut Connection, path: Option<&Path>, busy: Durati
     }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(fail)?;
-    migrate(conn, path)
+    migrate(conn, path)?;
+    Ok(mode.eq_ignore_ascii_case("wal"))
 }
 
 /// Runs `op` again while it fails with "database is locked", for up to `busy`. Switching a file

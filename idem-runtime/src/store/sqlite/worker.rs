@@ -1,56 +1,255 @@
-//! The connection's thread: the transactions behind each store operation, budget charges, and
-//! housekeeping.
+//! The store's thread: it owns the writing connection and its prepared statements, and runs
+//! the operations sent to it in batches — every operation queued when the thread gets to them,
+//! the writes of a batch in one transaction (group commit), answered once it committed. So
+//! concurrent first executions share transactions: the more there are, the fewer commits each
+//! costs.
 
-use std::time::Duration;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender};
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::Connection;
+use tokio::sync::oneshot;
 
-use super::row::{Row, corrupt, select};
-use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, sql_ms, sql_token};
-use crate::clock::{Clock, duration_ms};
-use crate::key::{Fingerprint, Key};
-use crate::store::budget::{self, CounterId};
-use crate::store::{Begin, Charge, LeaseToken};
+use super::statements::Statements;
+use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, sql_ms};
+use crate::clock::Clock;
 use crate::{Error, Result};
 
-/// The state owned by the connection's thread.
-pub(super) struct Worker {
-    pub(super) conn: Connection,
-    pub(super) writes_since_housekeeping: u32,
+/// At most this many operations share a transaction.
+const MAX_BATCH: usize = 256;
+
+/// The connection and statements of the store's thread, and the batch being run.
+pub(super) struct Worker<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) stmts: Statements<'c>,
+    clock: Arc<dyn Clock>,
+    /// The time of the operation running: read when its batch starts, and again once the
+    /// write lock is taken (that may have waited for another process).
+    pub(super) now: u64,
+    /// Whether the batch has two writes or more: then they share a transaction.
+    sharing: bool,
+    /// The operation running, and the one that opened the batch's transaction, if open.
+    current: usize,
+    opened_by: Option<usize>,
+    /// Why taking the write lock failed in this batch: the writes after it fail alike at
+    /// once, without waiting the busy timeout again each.
+    lock_failed: Option<rusqlite::Error>,
+    writes_since_housekeeping: u32,
 }
 
-/// A [`BeginRequest`](crate::store::BeginRequest) that can travel to the connection's thread.
-pub(super) struct OwnedBegin {
-    pub(super) namespace: String,
-    pub(super) key: Key,
-    pub(super) tool: &'static str,
-    pub(super) fingerprint: Fingerprint,
-    pub(super) lease: Duration,
-    pub(super) token: LeaseToken,
-    pub(super) charge: Charge,
+/// One operation sent to the store's thread.
+pub(super) trait Op: Send {
+    /// Runs the operation, keeping its answer. `Err`: SQLite itself failed (in a batch's
+    /// transaction, the batch is rolled back and its operations run again one by one).
+    fn run(&mut self, worker: &mut Worker<'_>) -> rusqlite::Result<()>;
+    /// Keeps `error` as the answer.
+    fn fail(&mut self, error: &rusqlite::Error);
+    /// Sends the answer, once whatever it read or wrote is committed.
+    fn finish(self: Box<Self>);
+    /// Whether it may write (so that it may share a transaction).
+    fn may_write(&self) -> bool;
 }
 
-impl Worker {
-    /// Runs one write statement; returns the number of rows changed.
-    pub(super) fn write(
+/// An [`Op`] made of a closure and the channel its answer goes back on.
+pub(super) struct Task<T, F> {
+    pub(super) operation: &'static str,
+    pub(super) may_write: bool,
+    /// Do nothing if the caller stopped waiting before the operation started.
+    pub(super) skip_if_abandoned: bool,
+    pub(super) work: F,
+    pub(super) answer: Option<Result<T>>,
+    pub(super) reply: oneshot::Sender<Result<T>>,
+    /// Cleared once the answer is committed (see [`Pending`](super::pending::Pending)).
+    pub(super) pending: Option<super::pending::Marked>,
+}
+
+impl<T, F> Op for Task<T, F>
+where
+    T: Send + 'static,
+    F: FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>> + Send + 'static,
+{
+    fn run(&mut self, worker: &mut Worker<'_>) -> rusqlite::Result<()> {
+        if self.skip_if_abandoned && self.reply.is_closed() {
+            return Ok(());
+        }
+        self.answer = Some((self.work)(worker)?);
+        Ok(())
+    }
+
+    fn fail(&mut self, error: &rusqlite::Error) {
+        self.answer = Some(Err(Error::store(self.operation, error.to_string())));
+    }
+
+    fn finish(mut self: Box<Self>) {
+        drop(self.pending.take());
+        if let Some(answer) = self.answer.take() {
+            // The caller may have gone away meanwhile; then nobody wants the answer.
+            let _ = self.reply.send(answer);
+        }
+    }
+
+    fn may_write(&self) -> bool {
+        self.may_write
+    }
+}
+
+/// The thread's body: prepares the statements (telling `ready` how that went), then serves
+/// batches until every sender is gone.
+pub(super) fn serve(
+    conn: Connection,
+    queue: Receiver<Box<dyn Op>>,
+    clock: Arc<dyn Clock>,
+    ready: SyncSender<rusqlite::Result<()>>,
+) {
+    let stmts = match Statements::prepare(&conn) {
+        Ok(stmts) => stmts,
+        Err(error) => {
+            let _ = ready.send(Err(error));
+            return;
+        }
+    };
+    let _ = ready.send(Ok(()));
+    let mut worker = Worker {
+        conn: &conn,
+        stmts,
+        clock,
+        now: 0,
+        sharing: false,
+        current: 0,
+        opened_by: None,
+        lock_failed: None,
+        writes_since_housekeeping: 0,
+    };
+    let mut batch: Vec<Box<dyn Op>> = Vec::new();
+    while let Ok(op) = queue.recv() {
+        batch.push(op);
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        // A panic in an operation must not take the connection down with it: the batch's
+        // callers are told the thread did not answer, and its transaction is rolled back.
+        let ran = catch_unwind(AssertUnwindSafe(|| worker.run_batch(&mut batch)));
+        if ran.is_err() {
+            tracing::error!(target: "idem", "a SQLite store operation panicked");
+            worker.rollback();
+        }
+        for op in batch.drain(..) {
+            op.finish();
+        }
+    }
+}
+
+impl Worker<'_> {
+    /// Runs `batch` in order. Two writes or more share one `BEGIN IMMEDIATE` transaction,
+    /// opened by the first write statement (reads before it take no write lock); a lone write
+    /// commits by itself. Every answer waits for the commit.
+    fn run_batch(&mut self, batch: &mut [Box<dyn Op>]) {
+        let writes = batch.iter().filter(|op| op.may_write()).count();
+        self.sharing = writes > 1;
+        self.opened_by = None;
+        self.lock_failed = None;
+        self.now = self.clock.now_ms();
+        let mut failed = false;
+        for i in 0..batch.len() {
+            self.current = i;
+            if let Err(error) = batch[i].run(self) {
+                match self.opened_by {
+                    None => batch[i].fail(&error),
+                    Some(_) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        if let Some(from) = self.opened_by.take() {
+            if failed || self.stmts.commit.execute([]).is_err() {
+                self.rollback();
+                self.one_by_one(&mut batch[from..]);
+            }
+        }
+        self.writes_since_housekeeping = self
+            .writes_since_housekeeping
+            .saturating_add(u32::try_from(writes).unwrap_or(u32::MAX));
+        let now = self.clock.now_ms();
+        self.housekeeping(now);
+    }
+
+    /// Runs each of `ops` alone (after their batch failed), so that each gets its own answer.
+    fn one_by_one(&mut self, ops: &mut [Box<dyn Op>]) {
+        self.sharing = false;
+        self.lock_failed = None;
+        for op in ops {
+            self.now = self.clock.now_ms();
+            if let Err(error) = op.run(self) {
+                op.fail(&error);
+            }
+        }
+    }
+
+    /// Reads time from `clock` from now on.
+    pub(super) fn set_clock(&mut self, clock: Arc<dyn Clock>) {
+        self.now = clock.now_ms();
+        self.clock = clock;
+    }
+
+    /// Call before a write statement: in a batch of several writes, takes the write lock for
+    /// the batch's transaction (the first time).
+    pub(super) fn writing(&mut self) -> rusqlite::Result<()> {
+        if self.sharing && self.conn.is_autocommit() {
+            self.begin_transaction()?;
+            self.opened_by = Some(self.current);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` in a transaction: the batch's, or one of its own.
+    pub(super) fn transaction<T>(
         &mut self,
-        operation: &'static str,
-        sql: &str,
-        params: impl rusqlite::Params,
-    ) -> Result<usize> {
-        let changed = self
-            .conn
-            .prepare_cached(sql)
-            .and_then(|mut stmt| stmt.execute(params))
-            .map_err(|e| Error::store(operation, e))?;
-        self.writes_since_housekeeping += 1;
-        Ok(changed)
+        f: impl FnOnce(&mut Self) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        if self.sharing || !self.conn.is_autocommit() {
+            self.writing()?;
+            return f(self);
+        }
+        self.begin_transaction()?;
+        let done = f(self).and_then(|value| self.stmts.commit.execute([]).map(|_| value));
+        if done.is_err() {
+            self.rollback();
+        }
+        done
+    }
+
+    /// `BEGIN IMMEDIATE`, then the time again.
+    fn begin_transaction(&mut self) -> rusqlite::Result<()> {
+        if let Some(error) = &self.lock_failed {
+            return Err(same_error(error));
+        }
+        if let Err(error) = self.stmts.begin.execute([]) {
+            self.lock_failed = Some(same_error(&error));
+            return Err(error);
+        }
+        self.now = self.clock.now_ms().max(self.now);
+        Ok(())
+    }
+
+    /// Rolls back the open transaction, if any (SQLite rolls some failures back itself).
+    fn rollback(&mut self) {
+        if !self.conn.is_autocommit()
+            && let Err(error) = self.stmts.rollback.execute([])
+        {
+            tracing::warn!(target: "idem", %error, "could not roll back a SQLite transaction");
+        }
     }
 
     /// Every [`HOUSEKEEPING_EVERY`] writes, deletes a batch of records and of budget counts
     /// expired at `now`, so that the file does not grow without bound when nobody calls
     /// [`Store::purge_expired`](crate::store::Store::purge_expired).
-    pub(super) fn housekeeping(&mut self, now: u64) {
+    fn housekeeping(&mut self, now: u64) {
         if self.writes_since_housekeeping >= HOUSEKEEPING_EVERY {
             self.writes_since_housekeeping = 0;
             if let Err(error) = self.purge_batch(now) {
@@ -68,107 +267,27 @@ impl Worker {
                 "DELETE FROM idem_records WHERE rowid IN (SELECT rowid FROM idem_records \
                  WHERE expires_at_ms <= ?1 AND attempts_expire_ms <= ?1 LIMIT ?2)",
             )?
-            .execute(params![sql_ms(now), PURGE_BATCH])?;
+            .execute(rusqlite::params![sql_ms(now), PURGE_BATCH])?;
         let counts = self
             .conn
             .prepare_cached(
                 "DELETE FROM idem_budgets WHERE id IN (SELECT id FROM idem_budgets \
                  WHERE expires_at_ms <= ?1 LIMIT ?2)",
             )?
-            .execute(params![sql_ms(now), PURGE_BATCH])?;
+            .execute(rusqlite::params![sql_ms(now), PURGE_BATCH])?;
         Ok((records, counts))
     }
+}
 
-    /// Answers a live record with a plain read (no write lock, nothing written); else charges
-    /// the request's budget and claims its key, in one `BEGIN IMMEDIATE` transaction.
-    pub(super) fn begin(&mut self, req: &OwnedBegin, now: u64, clock: &dyn Clock) -> Result<Begin> {
-        let row = select(&self.conn, "begin", &req.namespace, &req.key)?;
-        if let Some(row) = row.filter(|r| r.is_live(now)) {
-            return live(row, &req.key);
+/// A copy of `error` (`rusqlite::Error` is not `Clone`).
+fn same_error(error: &rusqlite::Error) -> rusqlite::Error {
+    match error {
+        rusqlite::Error::SqliteFailure(code, message) => {
+            rusqlite::Error::SqliteFailure(*code, message.clone())
         }
-        let fail = |e: rusqlite::Error| Error::store("begin", e);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(fail)?;
-        // Taking the lock may have waited for another process: read the clock again, so that a
-        // claim's lease starts when it is taken.
-        let now = clock.now_ms().max(now);
-        // Under the write lock: nobody can charge or claim between these reads and the writes.
-        let row = select(&tx, "begin", &req.namespace, &req.key)?;
-        if let Some(row) = row.as_ref().filter(|r| r.is_live(now)) {
-            // Claimed or completed meanwhile: drops `tx`, rolling back a transaction that
-            // wrote nothing.
-            return live(row.clone(), &req.key);
-        }
-        let attempts = row.as_ref().map_or(0, |r| r.live_attempts(now));
-        let window_end = now.saturating_add(duration_ms(req.charge.window));
-        let turn_id = req.charge.turn.turn_counter();
-        let calls = match req.charge.max_calls {
-            Some(_) => count(&tx, &turn_id, now)?,
-            None => 0,
-        };
-        if let Err(refused) = budget::charge(attempts, calls, &req.charge) {
-            return Ok(Begin::Refused(refused));
-        }
-        if req.charge.max_calls.is_some() {
-            set_count(&tx, &turn_id, calls + 1, window_end)?;
-        }
-        tx.prepare_cached(
-            "INSERT INTO idem_records (namespace, key, tool, state, fingerprint, result, \
-             created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms) \
-             VALUES (?1, ?2, ?3, 'in_progress', ?4, NULL, ?5, ?6, ?7, ?8, ?9) \
-             ON CONFLICT (namespace, key) DO UPDATE SET tool = excluded.tool, \
-             state = excluded.state, fingerprint = excluded.fingerprint, result = NULL, \
-             created_at_ms = excluded.created_at_ms, expires_at_ms = excluded.expires_at_ms, \
-             token = excluded.token, attempts = excluded.attempts, \
-             attempts_expire_ms = excluded.attempts_expire_ms",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                req.namespace,
-                req.key.as_bytes().as_slice(),
-                req.tool,
-                req.fingerprint.as_bytes().as_slice(),
-                sql_ms(now),
-                sql_ms(now.saturating_add(duration_ms(req.lease))),
-                sql_token(req.token),
-                attempts + 1,
-                sql_ms(window_end),
-            ])
-        })
-        .map_err(fail)?;
-        tx.commit().map_err(fail)?;
-        self.writes_since_housekeeping += 1;
-        Ok(Begin::Claimed)
+        other => rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(other.to_string()),
+        ),
     }
-}
-
-/// The live turn count named `id` (0 if absent or expired).
-fn count(tx: &Transaction<'_>, id: &CounterId, now: u64) -> Result<u32> {
-    let n: Option<i64> = tx
-        .prepare_cached("SELECT count FROM idem_budgets WHERE id = ?1 AND expires_at_ms > ?2")
-        .and_then(|mut stmt| {
-            stmt.query_row(params![id.as_slice(), sql_ms(now)], |row| row.get(0))
-                .optional()
-        })
-        .map_err(|e| Error::store("begin", e))?;
-    // A count out of range (written by hand) is read as the nearest valid one.
-    Ok(n.map_or(0, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
-}
-
-fn set_count(tx: &Transaction<'_>, id: &CounterId, n: u32, expires_at_ms: u64) -> Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO idem_budgets (id, count, expires_at_ms) VALUES (?1, ?2, ?3) \
-         ON CONFLICT (id) DO UPDATE SET count = excluded.count, \
-         expires_at_ms = excluded.expires_at_ms",
-    )
-    .and_then(|mut stmt| stmt.execute(params![id.as_slice(), n, sql_ms(expires_at_ms)]))
-    .map_err(|e| Error::store("begin", e))?;
-    Ok(())
-}
-
-/// The answer of `begin` for a live row.
-fn live(row: Row, key: &Key) -> Result<Begin> {
-    Begin::found(row.into_record(0).map_err(corrupt(key))?)
 }
