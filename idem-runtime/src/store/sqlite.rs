@@ -31,11 +31,13 @@ pub use self::schema::SCHEMA_VERSION;
 /// [`SqliteStore::with_busy_timeout`] says otherwise.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Expired rows deleted per batch by [`Store::purge_expired`](super::Store::purge_expired) and by the store's own
-/// housekeeping, so that no single transaction holds the write lock for long.
+/// Records looked at per step of the sweep of expired ones (by
+/// [`Store::purge_expired`](super::Store::purge_expired) and by the store's own housekeeping),
+/// and expired turn counts deleted per step, so that no single statement holds the write lock
+/// for long.
 const PURGE_BATCH: i64 = 512;
 
-/// The store deletes up to [`PURGE_BATCH`] expired rows after this many writes.
+/// The store sweeps one step of [`PURGE_BATCH`] records after this many writes.
 const HOUSEKEEPING_EVERY: u32 = 512;
 
 const STATE_IN_PROGRESS: &str = "in_progress";
@@ -129,14 +131,17 @@ const STATE_COMPLETED: &str = "completed";
 /// does), which runs after it on the same thread, so no orphaned claim is left behind.
 ///
 /// # Storage
-/// Two tables: `idem_records`, keyed by `(namespace, key)`, and `idem_budgets`, the turn budget
-/// counts (`id` as named by [`budget`](super::budget), `count`, `expires_at_ms`), each with an
-/// index on `expires_at_ms`, in a schema whose version is kept in `PRAGMA user_version` and
-/// migrated on open ([`SCHEMA_VERSION`]). Expired rows are overwritten by the next claim of
-/// their key (or charge of their count), deleted in small batches as the store is used, and
-/// all at once by [`Store::purge_expired`](super::Store::purge_expired). Results are stored as written by the engine
-/// (JSON), so `sqlite3 idem.db "select tool, cast(result as text) from idem_records"` shows what
-/// the agent was told.
+/// Two tables, in a schema whose version is kept in `PRAGMA user_version` and migrated on open
+/// ([`SCHEMA_VERSION`]): `idem_records`, a `WITHOUT ROWID` table keyed by `(namespace, key)`
+/// (one b-tree: a write changes one page), and `idem_budgets`, the turn budget counts (`id` as
+/// named by [`budget`](super::budget), `count`, `expires_at_ms`, with an index on
+/// `expires_at_ms`). Expired rows are overwritten by the next claim of their key (or charge of
+/// their count); every 512 writes the store sweeps the next 512 records in key order
+/// (wrapping around) of what expired, so the file stays
+/// within about twice what is live without an index on expiry to keep up to date;
+/// [`Store::purge_expired`](super::Store::purge_expired) sweeps them all. Results are stored
+/// as written by the engine (JSON), so `sqlite3 idem.db "select tool, cast(result as text)
+/// from idem_records"` shows what the agent was told.
 ///
 /// A row that cannot be parsed (a wrong-length key or fingerprint, an unknown state, a
 /// completed row without a result, ...) makes `begin` and `get` on its key fail with

@@ -163,14 +163,19 @@ impl Store for SqliteStore {
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
         self.submit("purge_expired", true, true, None, move |worker| {
             let now = worker.now;
+            // Every record, in steps of a few hundred (each its own short write).
             let mut total = 0u64;
+            let mut after = None;
             loop {
-                let (records, counts) = worker.purge_batch(now)?;
-                total = total.saturating_add(u64::try_from(records).unwrap_or(u64::MAX));
-                if records == 0 && counts == 0 {
-                    return Ok(Ok(total));
+                let (deleted, next) = worker.sweep(after.as_ref(), now)?;
+                total = total.saturating_add(u64::try_from(deleted).unwrap_or(u64::MAX));
+                match next {
+                    Some(next) => after = Some(next),
+                    None => break,
                 }
             }
+            while worker.purge_turn_counts(now)? > 0 {}
+            Ok(Ok(total))
         })
         .boxed()
     }

@@ -10,29 +10,13 @@ use crate::{Error, Result};
 /// The schema version this build writes, kept in `PRAGMA user_version`.
 ///
 /// Version 1 is the records table; version 2 adds the budget counters; version 3 keeps each
-/// key's attempt count in its record row (the budget counters keep turn counts only).
-pub const SCHEMA_VERSION: i64 = 3;
+/// key's attempt count in its record row (the budget counters keep turn counts only); version 4
+/// makes the records table a `WITHOUT ROWID` table without an index on expiry, so that a write
+/// changes one b-tree page instead of three (expired rows are swept in key order instead).
+pub const SCHEMA_VERSION: i64 = 4;
 
-/// Version 1: one row per remembered key.
-const SCHEMA_V1: &str = "
-CREATE TABLE IF NOT EXISTS idem_records (
-    namespace     TEXT    NOT NULL,
-    key           BLOB    NOT NULL,
-    tool          TEXT    NOT NULL,
-    state         TEXT    NOT NULL CHECK (state IN ('in_progress', 'completed')),
-    fingerprint   BLOB    NOT NULL,
-    result        BLOB,
-    created_at_ms INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL,
-    token         INTEGER,
-    PRIMARY KEY (namespace, key)
-) STRICT;
-CREATE INDEX IF NOT EXISTS idem_records_expires_at ON idem_records (expires_at_ms);
-";
-
-/// Version 2: turn budget counters, named by
-/// [`Charge::key_counter`](crate::store::Charge::key_counter) and
-/// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter).
+/// Version 2: budget counters (since version 3, turn counts only, named by
+/// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter)).
 const SCHEMA_V2: &str = "
 CREATE TABLE IF NOT EXISTS idem_budgets (
     id            BLOB    NOT NULL PRIMARY KEY,
@@ -49,6 +33,35 @@ CREATE INDEX IF NOT EXISTS idem_budgets_expires_at ON idem_budgets (expires_at_m
 const SCHEMA_V3: &str = "
 ALTER TABLE idem_records ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE idem_records ADD COLUMN attempts_expire_ms INTEGER NOT NULL DEFAULT 0;
+";
+
+/// Version 4: the records, keyed by `(namespace, key)` in a `WITHOUT ROWID` table (the
+/// primary key is the table: one b-tree), with no index on expiry.
+const RECORDS_V4: &str = "
+CREATE TABLE idem_records_v4 (
+    namespace          TEXT    NOT NULL,
+    key                BLOB    NOT NULL,
+    tool               TEXT    NOT NULL,
+    state              TEXT    NOT NULL CHECK (state IN ('in_progress', 'completed')),
+    fingerprint        BLOB    NOT NULL,
+    result             BLOB,
+    created_at_ms      INTEGER NOT NULL,
+    expires_at_ms      INTEGER NOT NULL,
+    token              INTEGER,
+    attempts           INTEGER NOT NULL DEFAULT 0,
+    attempts_expire_ms INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (namespace, key)
+) STRICT, WITHOUT ROWID;
+";
+
+/// From version 3 to 4: the rows copied into the new table, which takes the old one's name.
+const SCHEMA_V4: &str = "
+INSERT INTO idem_records_v4 (namespace, key, tool, state, fingerprint, result, created_at_ms,
+    expires_at_ms, token, attempts, attempts_expire_ms)
+SELECT namespace, key, tool, state, fingerprint, result, created_at_ms, expires_at_ms, token,
+    attempts, attempts_expire_ms FROM idem_records;
+DROP TABLE idem_records;
+ALTER TABLE idem_records_v4 RENAME TO idem_records;
 ";
 
 /// Sets the connection up: busy timeout, WAL, and the schema. Returns whether the file is in
@@ -111,14 +124,23 @@ fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
         .map_err(fail)?;
     match version {
         SCHEMA_VERSION => return Ok(()),
-        0..=2 => {
-            if version == 0 {
-                tx.execute_batch(SCHEMA_V1).map_err(fail)?;
-            }
+        0 => {
+            tx.execute_batch(RECORDS_V4).map_err(fail)?;
+            tx.execute_batch("ALTER TABLE idem_records_v4 RENAME TO idem_records;")
+                .map_err(fail)?;
+            tx.execute_batch(SCHEMA_V2).map_err(fail)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(fail)?;
+        }
+        1..=3 => {
             if version <= 1 {
                 tx.execute_batch(SCHEMA_V2).map_err(fail)?;
             }
-            tx.execute_batch(SCHEMA_V3).map_err(fail)?;
+            if version <= 2 {
+                tx.execute_batch(SCHEMA_V3).map_err(fail)?;
+            }
+            tx.execute_batch(RECORDS_V4).map_err(fail)?;
+            tx.execute_batch(SCHEMA_V4).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }

@@ -8,7 +8,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, SyncSender};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
 use super::statements::Statements;
@@ -36,6 +36,8 @@ pub(super) struct Worker<'c> {
     /// once, without waiting the busy timeout again each.
     lock_failed: Option<rusqlite::Error>,
     writes_since_housekeeping: u32,
+    /// Where housekeeping's sweep of expired records goes on (`None`: from the first).
+    sweep_after: Option<(String, Vec<u8>)>,
 }
 
 /// One operation sent to the store's thread.
@@ -120,6 +122,7 @@ pub(super) fn serve(
         opened_by: None,
         lock_failed: None,
         writes_since_housekeeping: 0,
+        sweep_after: None,
     };
     let mut batch: Vec<Box<dyn Op>> = Vec::new();
     while let Ok(op) = queue.recv() {
@@ -246,36 +249,78 @@ impl Worker<'_> {
         }
     }
 
-    /// Every [`HOUSEKEEPING_EVERY`] writes, deletes a batch of records and of budget counts
-    /// expired at `now`, so that the file does not grow without bound when nobody calls
+    /// Every [`HOUSEKEEPING_EVERY`] writes, sweeps the next [`PURGE_BATCH`] records (in key
+    /// order, wrapping around) of what expired at `now`, and deletes as many expired turn
+    /// counts, so that the file does not grow without bound when nobody calls
     /// [`Store::purge_expired`](crate::store::Store::purge_expired).
     fn housekeeping(&mut self, now: u64) {
         if self.writes_since_housekeeping >= HOUSEKEEPING_EVERY {
             self.writes_since_housekeeping = 0;
-            if let Err(error) = self.purge_batch(now) {
+            let after = self.sweep_after.take();
+            let swept = self.sweep(after.as_ref(), now).and_then(|(_, next)| {
+                self.sweep_after = next;
+                self.purge_turn_counts(now)
+            });
+            if let Err(error) = swept {
                 tracing::warn!(target: "idem", %error, "could not delete expired SQLite records");
             }
         }
     }
 
-    /// Deletes up to [`PURGE_BATCH`] rows whose record and attempt count both expired at
-    /// `now`, and as many expired turn counts; returns how many of each were deleted.
-    pub(super) fn purge_batch(&self, now: u64) -> rusqlite::Result<(usize, usize)> {
-        let records = self
+    /// Deletes what expired at `now` among the [`PURGE_BATCH`] records after `after` in key
+    /// order (from the first if `None`). Returns how many it deleted, and where the next step
+    /// starts (`None`: the sweep reached the end).
+    pub(super) fn sweep(
+        &self,
+        after: Option<&(String, Vec<u8>)>,
+        now: u64,
+    ) -> rusqlite::Result<(usize, Option<(String, Vec<u8>)>)> {
+        // No key is the empty blob, so ("", x'') comes before every record.
+        let (namespace, key) = after.map_or(("", &[][..]), |(ns, key)| (ns.as_str(), &key[..]));
+        let end: Option<(String, Vec<u8>)> = self
             .conn
             .prepare_cached(
-                "DELETE FROM idem_records WHERE rowid IN (SELECT rowid FROM idem_records \
-                 WHERE expires_at_ms <= ?1 AND attempts_expire_ms <= ?1 LIMIT ?2)",
+                "SELECT namespace, key FROM idem_records WHERE (namespace, key) > (?1, ?2) \
+                 ORDER BY namespace, key LIMIT 1 OFFSET ?3",
             )?
-            .execute(rusqlite::params![sql_ms(now), PURGE_BATCH])?;
-        let counts = self
-            .conn
+            .query_row(params![namespace, key, PURGE_BATCH - 1], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()?;
+        let deleted = match &end {
+            Some((last_namespace, last_key)) => self
+                .conn
+                .prepare_cached(
+                    "DELETE FROM idem_records WHERE (namespace, key) > (?1, ?2) \
+                     AND (namespace, key) <= (?3, ?4) \
+                     AND expires_at_ms <= ?5 AND attempts_expire_ms <= ?5",
+                )?
+                .execute(params![
+                    namespace,
+                    key,
+                    last_namespace,
+                    last_key,
+                    sql_ms(now)
+                ])?,
+            None => self
+                .conn
+                .prepare_cached(
+                    "DELETE FROM idem_records WHERE (namespace, key) > (?1, ?2) \
+                     AND expires_at_ms <= ?3 AND attempts_expire_ms <= ?3",
+                )?
+                .execute(params![namespace, key, sql_ms(now)])?,
+        };
+        Ok((deleted, end))
+    }
+
+    /// Deletes up to [`PURGE_BATCH`] turn counts expired at `now`; returns how many.
+    pub(super) fn purge_turn_counts(&self, now: u64) -> rusqlite::Result<usize> {
+        self.conn
             .prepare_cached(
                 "DELETE FROM idem_budgets WHERE id IN (SELECT id FROM idem_budgets \
                  WHERE expires_at_ms <= ?1 LIMIT ?2)",
             )?
-            .execute(rusqlite::params![sql_ms(now), PURGE_BATCH])?;
-        Ok((records, counts))
+            .execute(params![sql_ms(now), PURGE_BATCH])
     }
 }
 
