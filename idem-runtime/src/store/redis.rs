@@ -2,6 +2,7 @@
 //! server, or a Redis Cluster.
 
 mod builder;
+mod call;
 mod conn;
 mod layout;
 mod ops;
@@ -12,11 +13,11 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Script, ScriptInvocation, Value};
+use ::redis::{Script, ToRedisArgs, Value};
 
 pub use self::builder::RedisStoreBuilder;
 use self::conn::Conn;
-use self::reply::{Reply, decode_record, unexpected, wrong_type};
+use self::reply::{Reply, corrupt, decode_record, unexpected, wrong_type};
 use crate::clock::duration_ms;
 use crate::key::Key;
 use crate::store::Record;
@@ -261,7 +262,7 @@ impl RedisStore {
     /// The Redis key that holds the record of `key` in `namespace`:
     /// `<prefix>:<namespace>:{<key in hex>}`.
     pub fn redis_key(&self, namespace: &str, key: &Key) -> String {
-        layout::record_key(&self.prefix, namespace, key)
+        self.record_key(namespace, key).text()
     }
 
     /// Loads every script into the script cache of every node.
@@ -295,30 +296,25 @@ impl RedisStore {
         loaded.map_err(|e| Error::store("connect", e))
     }
 
-    /// Runs a script: `EVALSHA`, plus `SCRIPT LOAD` and a second `EVALSHA` if the server lost
-    /// its script cache.
-    async fn invoke(
-        &self,
-        operation: &'static str,
-        invocation: ScriptInvocation<'static>,
-    ) -> Result<Value> {
-        let mut conn = self.conn.clone();
-        invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| Error::store(operation, e))
-    }
-
-    /// A fenced transition (`complete`, `renew`, `release`): 1 done, 0 lease lost.
+    /// A fenced transition (`complete`, `renew`, `release`) of `script` on `key`, whose
+    /// arguments are the lease's token and then `args`: 1 done, 0 lease lost.
     async fn fenced(
         &self,
         operation: &'static str,
-        invocation: ScriptInvocation<'static>,
-        key: &Key,
+        script: &Script,
+        lease: &crate::store::Lease,
+        args: impl FnOnce(&mut ::redis::Cmd),
+        bytes: usize,
     ) -> Result<()> {
-        match self.invoke(operation, invocation).await? {
+        let key = self.record_key(&lease.namespace, &lease.key);
+        let mut cmd = call::evalsha(script, 1, 4, key.len() + 20 + bytes);
+        cmd.arg(key).arg(call::Token(lease.token.0));
+        args(&mut cmd);
+        match self.eval(operation, script, &cmd).await? {
             Value::Int(1) => Ok(()),
-            Value::Int(0) => Err(Error::LeaseLost { key: key.short() }),
+            Value::Int(0) => Err(Error::LeaseLost {
+                key: lease.key.short(),
+            }),
             other => Err(unexpected(operation, &other)),
         }
     }
@@ -327,17 +323,18 @@ impl RedisStore {
     async fn read(
         &self,
         operation: &'static str,
-        redis_key: &str,
+        redis_key: impl ToRedisArgs,
         namespace: &str,
         key: &Key,
     ) -> Result<Option<Record>> {
-        let mut invocation = SCRIPTS.get.prepare_invoke();
-        invocation.key(redis_key);
-        let reply = self.invoke(operation, invocation).await?;
+        let mut cmd = call::evalsha(&SCRIPTS.get, 1, 1, namespace.len() + 100);
+        cmd.arg(redis_key);
+        let reply = self.eval(operation, &SCRIPTS.get, &cmd).await?;
         match Reply::parse(operation, reply)? {
-            Reply::Tag(tag) if tag == b"none" => Ok(None),
+            Reply::None => Ok(None),
             Reply::Record(fields) => decode_record(namespace, key, &fields).map(Some),
             Reply::WrongType(kind) => Err(wrong_type(key, &kind)),
+            Reply::Corrupt(what) => Err(corrupt(key, what)),
             _ => Err(Error::store(operation, "unexpected reply from Redis")),
         }
     }

@@ -7,19 +7,31 @@
 --       'check' (no live record and within the key's budget? then {'free'}, writing nothing),
 --       'claim' (claim; the turn was charged already), [7] max turn calls (when KEYS[2]),
 --       [8] budget window in ms.
--- Replies: {'claimed'} | {'free'} | {'record', state, fp, tool, created, exp, res, att}
---        | {'wrongtype', type} | {'refused_key', attempts} | {'refused_turn', calls}.
+-- Replies: {'claimed'} | {'free'} | {'done', fp, res} | {'running', fp} | {'wrongtype', type}
+--        | {'corrupt', what} | {'refused_key', attempts} | {'refused_turn', calls}.
+-- Commands: a replay TIME, HGETALL; a claim TIME, HGETALL, HSET, PEXPIREAT.
 local k = KEYS[1]
-local t = kind(k)
-if t ~= 'none' and t ~= 'hash' then
-  return {'wrongtype', t}
+local f, kind = fields(k)
+if not f then
+  return {'wrongtype', kind}
 end
 local att = 0
-if t == 'hash' then
-  if live(k) then
-    return record(k)
+if next(f) ~= nil then
+  local exp = tonumber(f.exp)
+  if not exp then
+    return {'corrupt', 'field `exp` is missing or not a number of ms'}
   end
-  att = attempts(k)
+  if exp > now then
+    local wrong = malformed(f)
+    if wrong then
+      return {'corrupt', wrong}
+    end
+    if f.state == 'completed' then
+      return {'done', f.fp, f.res}
+    end
+    return {'running', f.fp}
+  end
+  att = attempts(f)
 end
 if att >= tonumber(ARGV[5]) then
   return {'refused_key', att}
@@ -36,8 +48,8 @@ if KEYS[2] then
   set_count(KEYS[2], calls + 1, window_end)
 end
 local expires = now + tonumber(ARGV[4])
-redis.call('HDEL', k, 'res')
+-- `res` emptied: an expired result must not stay with the new claim.
 redis.call('HSET', k, 'state', 'in_progress', 'tok', ARGV[1], 'fp', ARGV[2], 'tool', ARGV[3],
-  'created', ms(now), 'exp', ms(expires), 'att', ms(att + 1), 'aexp', ms(window_end))
+  'created', ms(now), 'exp', ms(expires), 'att', ms(att + 1), 'aexp', ms(window_end), 'res', '')
 redis.call('PEXPIREAT', k, ms(math.max(expires, window_end)))
 return {'claimed'}

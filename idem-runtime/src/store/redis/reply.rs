@@ -8,13 +8,29 @@ use crate::{Error, Result};
 
 /// The replies of the `begin` and `get` scripts.
 pub(super) enum Reply {
-    /// `{'claimed'}`, `{'free'}` or `{'none'}`.
-    Tag(Vec<u8>),
+    /// `{'claimed'}`: `begin` claimed the key.
+    Claimed,
+    /// `{'free'}`: no live record, and the key's count allows a claim (`begin` in mode
+    /// `check`).
+    Free,
+    /// `{'none'}`: no live record (`get`).
+    None,
+    /// `{'done', fp, res}`: a completed record's fingerprint and result (`begin`).
+    Done {
+        /// The fingerprint, as stored.
+        fingerprint: Vec<u8>,
+        /// The encoded result.
+        result: Vec<u8>,
+    },
+    /// `{'running', fp}`: a record in progress, and its fingerprint (`begin`).
+    Running(Vec<u8>),
     /// `{'record', state, fp, tool, created, exp, res, att}`: the seven fields, `None` where
-    /// absent.
+    /// absent (`get`).
     Record(Vec<Option<Vec<u8>>>),
     /// `{'wrongtype', type}`: the key holds another Redis type.
     WrongType(String),
+    /// `{'corrupt', what}`: the hash is not a well-formed record.
+    Corrupt(String),
     /// `{'refused_key', attempts}`: the per-key budget refused the claim.
     RefusedKey(u32),
     /// `{'refused_turn', calls}`: the turn's cap refused the claim.
@@ -28,17 +44,45 @@ fn count(value: Option<Value>) -> Option<u32> {
     }
 }
 
+fn bytes(value: Option<Value>) -> Option<Vec<u8>> {
+    match value {
+        Some(Value::BulkString(bytes)) => Some(bytes),
+        _ => None,
+    }
+}
+
+fn text(value: Option<Value>) -> String {
+    bytes(value).map_or_else(
+        || "unknown".to_owned(),
+        |b| String::from_utf8_lossy(&b).into_owned(),
+    )
+}
+
 impl Reply {
     pub(super) fn parse(operation: &'static str, reply: Value) -> Result<Reply> {
         let Value::Array(items) = reply else {
             return Err(unexpected(operation, &reply));
         };
+        let malformed = || Error::store(operation, "unexpected reply from Redis");
         let mut items = items.into_iter();
         let tag = match items.next() {
             Some(Value::BulkString(tag)) => tag,
-            _ => return Err(Error::store(operation, "unexpected reply from Redis")),
+            _ => return Err(malformed()),
         };
         match tag.as_slice() {
+            b"claimed" => Ok(Reply::Claimed),
+            b"free" => Ok(Reply::Free),
+            b"none" => Ok(Reply::None),
+            b"done" => match (bytes(items.next()), bytes(items.next())) {
+                (Some(fingerprint), Some(result)) => Ok(Reply::Done {
+                    fingerprint,
+                    result,
+                }),
+                _ => Err(malformed()),
+            },
+            b"running" => bytes(items.next())
+                .map(Reply::Running)
+                .ok_or_else(malformed),
             b"record" => {
                 let fields = items
                     .map(|item| match item {
@@ -49,22 +93,24 @@ impl Reply {
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Reply::Record(fields))
             }
-            b"wrongtype" => {
-                let kind = match items.next() {
-                    Some(Value::BulkString(kind)) => String::from_utf8_lossy(&kind).into_owned(),
-                    _ => "unknown".to_owned(),
-                };
-                Ok(Reply::WrongType(kind))
-            }
+            b"wrongtype" => Ok(Reply::WrongType(text(items.next()))),
+            b"corrupt" => Ok(Reply::Corrupt(text(items.next()))),
             b"refused_key" => count(items.next())
                 .map(Reply::RefusedKey)
-                .ok_or_else(|| Error::store(operation, "unexpected reply from Redis")),
+                .ok_or_else(malformed),
             b"refused_turn" => count(items.next())
                 .map(Reply::RefusedTurn)
-                .ok_or_else(|| Error::store(operation, "unexpected reply from Redis")),
-            _ => Ok(Reply::Tag(tag)),
+                .ok_or_else(malformed),
+            _ => Err(malformed()),
         }
     }
+}
+
+/// A fingerprint as stored (the scripts checked its length; a wrong one is corrupt anyway).
+pub(super) fn fingerprint(key: &Key, bytes: &[u8]) -> Result<Fingerprint> {
+    <[u8; 32]>::try_from(bytes)
+        .map(Fingerprint::from_bytes)
+        .map_err(|_| corrupt(key, "field `fp` is not 32 bytes"))
 }
 
 /// A reply of an unexpected shape (never data from the record: it may be large or private).
@@ -80,7 +126,7 @@ pub(super) fn unexpected(operation: &'static str, value: &Value) -> Error {
     Error::store(operation, format!("unexpected reply from Redis: {shape}"))
 }
 
-fn corrupt(key: &Key, message: impl Into<String>) -> Error {
+pub(super) fn corrupt(key: &Key, message: impl Into<String>) -> Error {
     Error::CorruptRecord {
         key: key.short(),
         message: message.into(),
@@ -128,9 +174,7 @@ pub(super) fn decode_record(
             ));
         }
     };
-    let fingerprint = <[u8; 32]>::try_from(field(fp, "fp")?.as_slice())
-        .map(Fingerprint::from_bytes)
-        .map_err(|_| corrupt(key, "field `fp` is not 32 bytes"))?;
+    let fingerprint = fingerprint(key, &field(fp, "fp")?)?;
     let tool = String::from_utf8(field(tool, "tool")?)
         .map_err(|_| corrupt(key, "field `tool` is not UTF-8"))?;
     let result = match state {
