@@ -78,6 +78,9 @@ pub enum Command {
     Purge,
     /// Count live records by state and by tool.
     Stats,
+    /// Measure idem on this store next to the least the store can do (replay and first
+    /// execution latency, throughput at a concurrency); creates the SQLite file if needed.
+    Bench(crate::commands::bench::Options),
 }
 
 /// A record state as written on the command line and in the output.

@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use self::pending::Pending;
 use self::reader::Readers;
-use self::worker::{Op, Task, Worker};
+use self::worker::{Job, Task, Worker, Writer};
 use super::{LeaseToken, StoreFuture};
 use crate::clock::{Clock, SystemClock};
 use crate::key::Key;
@@ -148,7 +148,9 @@ const STATE_COMPLETED: &str = "completed";
 /// [`Error::CorruptRecord`], never panic; `list` skips it with a warning naming its key, and
 /// `remove` deletes it. An expired corrupt row is simply overwritten by the next claim.
 pub struct SqliteStore {
-    ops: mpsc::Sender<Box<dyn Op>>,
+    jobs: mpsc::Sender<Job>,
+    /// The writing connection, shared with the store's thread.
+    writer: Arc<Writer>,
     /// Reading connections for `begin` on the calling thread (a file in WAL mode only).
     readers: Option<Readers>,
     /// Keys with an operation on its way to the thread.
@@ -215,12 +217,8 @@ impl SqliteStore {
     /// Stores sharing a file must agree on the time: give every process the system clock.
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = Arc::clone(&clock);
-        // Operations run in order, so every later one reads this clock.
-        let _ = self.submit("with_clock", false, false, None, move |worker| {
-            worker.set_clock(Arc::clone(&clock));
-            Ok(Ok(()))
-        });
+        self.writer.set_clock(Arc::clone(&clock));
+        self.clock = clock;
         self
     }
 
@@ -228,6 +226,7 @@ impl SqliteStore {
     /// [`Error::Store`], instead of [`DEFAULT_BUSY_TIMEOUT`].
     #[must_use]
     pub fn with_busy_timeout(self, timeout: Duration) -> Self {
+        self.writer.set_busy_timeout(timeout);
         // Operations run in order, so every later one waits `timeout`. If the thread is gone,
         // every call fails anyway.
         let _ = self.submit("with_busy_timeout", false, false, None, move |worker| {
@@ -246,30 +245,27 @@ impl SqliteStore {
 
     fn start(mut conn: Connection, path: Option<PathBuf>) -> Result<SqliteStore> {
         let wal = schema::configure(&mut conn, path.as_deref(), DEFAULT_BUSY_TIMEOUT)?;
-        let (ops, queue) = mpsc::channel::<Box<dyn Op>>();
-        let (ready, started) = mpsc::sync_channel(1);
+        let fail = |e| Error::store("open", e);
+        conn.set_prepared_statement_cache_capacity(statements::CACHED);
+        // Checkpoints sync the file: the store's thread runs them (see `worker`), never a
+        // write made on a caller's thread.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(fail)?;
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let thread_clock = Arc::clone(&clock);
+        let writer = Arc::new(Writer::new(conn, DEFAULT_BUSY_TIMEOUT, Arc::clone(&clock)));
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let thread_writer = Arc::clone(&writer);
         std::thread::Builder::new()
             .name("idem-sqlite".to_owned())
-            .spawn(move || worker::serve(conn, queue, thread_clock, ready))
+            .spawn(move || worker::serve(thread_writer, queue))
             .map_err(|e| Error::store("open", e))?;
-        match started.recv() {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => return Err(Error::store("open", error)),
-            Err(_) => {
-                return Err(Error::store(
-                    "open",
-                    "the SQLite store's thread did not start",
-                ));
-            }
-        }
         let readers = match (&path, wal) {
             (Some(path), true) => Some(Readers::new(path.clone())),
             _ => None,
         };
         Ok(SqliteStore {
-            ops,
+            jobs,
+            writer,
             readers,
             pending: Pending::new(),
             clock,
@@ -304,7 +300,7 @@ impl SqliteStore {
             reply,
             pending: key.map(|key| self.pending.mark(key)),
         });
-        let sent = self.ops.send(op).is_ok();
+        let sent = self.jobs.send(Job::Op(op)).is_ok();
         Answer {
             operation,
             sent,

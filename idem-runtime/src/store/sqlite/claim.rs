@@ -7,27 +7,55 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, params};
 
 use super::row::{self, Seen};
+use super::statements::{CLAIM, SEEN, SET_TURN_COUNT, TURN_COUNT};
 use super::worker::Worker;
 use super::{sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::{Fingerprint, Key};
 use crate::store::budget::{self, CounterId};
-use crate::store::{Begin, Charge, LeaseToken};
+use crate::store::{Begin, BeginRequest, Charge, LeaseToken};
 use crate::{Error, Result};
 
 /// How often a claim is tried again when the key changed hands between the claim and the read
 /// that explains why it did not take (another process, between two autocommit statements).
 const CLAIM_TRIES: usize = 4;
 
-/// A [`BeginRequest`](crate::store::BeginRequest) that can travel to the store's thread.
+/// A [`BeginRequest`] that can travel to the store's thread.
 pub(super) struct OwnedBegin {
-    pub(super) namespace: String,
-    pub(super) key: Key,
-    pub(super) tool: &'static str,
-    pub(super) fingerprint: Fingerprint,
-    pub(super) lease: Duration,
-    pub(super) token: LeaseToken,
-    pub(super) charge: Charge,
+    namespace: String,
+    key: Key,
+    tool: &'static str,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    token: LeaseToken,
+    charge: Charge,
+}
+
+impl OwnedBegin {
+    pub(super) fn new(req: &BeginRequest<'_>) -> Self {
+        OwnedBegin {
+            namespace: req.namespace.to_owned(),
+            key: *req.key,
+            tool: req.tool,
+            fingerprint: *req.fingerprint,
+            lease: req.lease,
+            token: req.token,
+            charge: req.charge,
+        }
+    }
+
+    /// The request again.
+    pub(super) fn request(&self) -> BeginRequest<'_> {
+        BeginRequest {
+            namespace: &self.namespace,
+            key: &self.key,
+            tool: self.tool,
+            fingerprint: &self.fingerprint,
+            lease: self.lease,
+            token: self.token,
+            charge: self.charge,
+        }
+    }
 }
 
 /// `begin`'s answer when the per-key count alone refuses a claim.
@@ -40,13 +68,18 @@ pub(super) fn refused_by_key(attempts: u32, charge: &Charge) -> Option<Begin> {
 
 impl Worker<'_> {
     /// What `begin` learns of the request's key.
-    fn seen(&mut self, req: &OwnedBegin) -> rusqlite::Result<Result<Seen>> {
-        row::seen(&mut self.stmts.seen, &req.namespace, &req.key, self.now)
+    fn seen(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Seen>> {
+        row::seen(
+            &mut *self.conn.prepare_cached(SEEN)?,
+            req.namespace,
+            req.key,
+            self.now,
+        )
     }
 
     /// The whole of `begin`: a live record answers (read without the write lock), else the
     /// claim.
-    pub(super) fn begin(&mut self, req: &OwnedBegin) -> rusqlite::Result<Result<Begin>> {
+    pub(super) fn begin(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
         match self.seen(req)? {
             Ok(Seen::Live(answer)) => Ok(Ok(answer)),
             Ok(Seen::Free { attempts }) => match refused_by_key(attempts, &req.charge) {
@@ -59,7 +92,7 @@ impl Worker<'_> {
 
     /// Claims the request's key, which was found without a live record (perhaps on another
     /// thread, so the claim checks again).
-    pub(super) fn claim(&mut self, req: &OwnedBegin) -> rusqlite::Result<Result<Begin>> {
+    pub(super) fn claim(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
         if req.charge.max_calls.is_some() {
             return self.transaction(|worker| worker.claim_in_turn(req));
         }
@@ -88,7 +121,7 @@ impl Worker<'_> {
 
     /// A claim charged to a turn with a cap, in a transaction: the key's count is checked
     /// first, so a call refused by it is never counted against the turn.
-    fn claim_in_turn(&mut self, req: &OwnedBegin) -> rusqlite::Result<Result<Begin>> {
+    fn claim_in_turn(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
         let attempts = match self.seen(req)? {
             Ok(Seen::Live(answer)) => return Ok(Ok(answer)),
             Ok(Seen::Free { attempts }) => attempts,
@@ -100,7 +133,7 @@ impl Worker<'_> {
             return Ok(Ok(Begin::Refused(refused)));
         }
         let window_end = self.now.saturating_add(duration_ms(req.charge.window));
-        self.stmts.set_turn_count.execute(params![
+        self.conn.prepare_cached(SET_TURN_COUNT)?.execute(params![
             turn.as_slice(),
             calls + 1,
             sql_ms(window_end)
@@ -113,11 +146,11 @@ impl Worker<'_> {
     }
 
     /// The claim statement; returns the rows it changed (1: claimed).
-    fn upsert(&mut self, req: &OwnedBegin) -> rusqlite::Result<usize> {
+    fn upsert(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<usize> {
         let now = self.now;
-        self.stmts.claim.execute(params![
-            req.namespace,
+        self.conn.prepare_cached(CLAIM)?.execute(params![
             req.key.as_bytes().as_slice(),
+            req.namespace,
             req.tool,
             req.fingerprint.as_bytes().as_slice(),
             sql_ms(now),
@@ -131,8 +164,8 @@ impl Worker<'_> {
     /// The live turn count named `id` (0 if absent or expired).
     fn turn_count(&mut self, id: &CounterId) -> rusqlite::Result<u32> {
         let n: Option<i64> = self
-            .stmts
-            .turn_count
+            .conn
+            .prepare_cached(TURN_COUNT)?
             .query_row(params![id.as_slice(), sql_ms(self.now)], |row| row.get(0))
             .optional()?;
         // A count out of range (written by hand) is read as the nearest valid one.

@@ -1,5 +1,5 @@
-//! [`Store`] for [`SqliteStore`]: `begin` reads on the calling thread when it can; every other
-//! step is one operation on the store's thread.
+//! [`Store`] for [`SqliteStore`]: `begin` reads on the calling thread when it can, and every
+//! write runs there too when the connection is free; the rest goes to the store's thread.
 
 use std::time::Duration;
 
@@ -7,7 +7,8 @@ use rusqlite::{OptionalExtension, params};
 
 use super::claim::{OwnedBegin, refused_by_key};
 use super::row::{COLUMNS, Corrupt, Seen, corrupt, read_row, select};
-use super::worker::Worker;
+use super::statements::{COMPLETE, COMPLETED_BY, RELEASE, RENEW};
+use super::worker::{Job, Worker};
 use super::{SqliteStore, sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::Key;
@@ -24,17 +25,16 @@ fn held(changed: usize, key: &Key) -> Result<()> {
 }
 
 /// Whether `lease` completed its key's live record: a repeated `complete` then succeeds.
-fn completed_by(worker: &mut Worker<'_>, lease: &Lease) -> rusqlite::Result<bool> {
-    let now = worker.now;
+fn completed_by(worker: &Worker<'_>, lease: &Lease) -> rusqlite::Result<bool> {
     worker
-        .stmts
-        .completed_by
+        .conn
+        .prepare_cached(COMPLETED_BY)?
         .query_row(
             params![
                 &*lease.namespace,
                 lease.key.as_bytes().as_slice(),
                 sql_token(lease.token),
-                sql_ms(now)
+                sql_ms(worker.now)
             ],
             |_| Ok(()),
         )
@@ -42,15 +42,63 @@ fn completed_by(worker: &mut Worker<'_>, lease: &Lease) -> rusqlite::Result<bool
         .map(|found| found.is_some())
 }
 
+/// Completes the record `lease` holds with `result`, kept for `ttl`.
+fn complete(
+    worker: &mut Worker<'_>,
+    lease: &Lease,
+    result: &[u8],
+    ttl: Duration,
+) -> rusqlite::Result<Result<()>> {
+    worker.writing()?;
+    let now = worker.now;
+    let changed = worker.conn.prepare_cached(COMPLETE)?.execute(params![
+        result,
+        sql_ms(now.saturating_add(duration_ms(ttl))),
+        &*lease.namespace,
+        lease.key.as_bytes().as_slice(),
+        sql_token(lease.token),
+        sql_ms(now),
+    ])?;
+    if changed == 0 && completed_by(worker, lease)? {
+        return Ok(Ok(())); // completed by this lease already: a retried complete
+    }
+    Ok(held(changed, &lease.key))
+}
+
+/// Runs `sql` (`RENEW` with its new expiry first, or `RELEASE`) for the record `lease` holds.
+fn fenced(
+    worker: &mut Worker<'_>,
+    lease: &Lease,
+    sql: &str,
+    expiry: Option<Duration>,
+) -> rusqlite::Result<Result<()>> {
+    worker.writing()?;
+    let now = worker.now;
+    let mut stmt = worker.conn.prepare_cached(sql)?;
+    let (namespace, key, token) = (
+        &*lease.namespace,
+        lease.key.as_bytes().as_slice(),
+        sql_token(lease.token),
+    );
+    let changed = match expiry {
+        Some(duration) => stmt.execute(params![
+            sql_ms(now.saturating_add(duration_ms(duration))),
+            namespace,
+            key,
+            token,
+            sql_ms(now),
+        ])?,
+        None => stmt.execute(params![namespace, key, token, sql_ms(now)])?,
+    };
+    Ok(held(changed, &lease.key))
+}
+
 impl SqliteStore {
-    /// `begin` read on this thread: `Some` answer if that settles it (a live record, a spent
-    /// per-key count, a corrupt row), `None` if a claim has to be sent, and `Err(())` if the
-    /// store's thread has to do the whole of it.
-    fn begin_here(&self, req: &BeginRequest<'_>) -> std::result::Result<Option<Result<Begin>>, ()> {
+    /// `begin` on this thread, reading on a reader connection: `Some` answer if that settles
+    /// it (a live record, a spent per-key count, a corrupt row), `None` if the key has to be
+    /// claimed, and `Err(())` if the whole of `begin` has to run on the writing connection.
+    fn begin_read(&self, req: &BeginRequest<'_>) -> std::result::Result<Option<Result<Begin>>, ()> {
         let readers = self.readers.as_ref().ok_or(())?;
-        if !self.pending.is_clear(req.key) {
-            return Err(()); // after what this store sent for the key
-        }
         match readers.seen(req.namespace, req.key, self.clock.now_ms()) {
             Some(Ok(Seen::Live(answer))) => Ok(Some(Ok(answer))),
             Some(Ok(Seen::Free { attempts })) => Ok(refused_by_key(attempts, &req.charge).map(Ok)),
@@ -58,49 +106,91 @@ impl SqliteStore {
             None => Err(()),
         }
     }
+
+    /// Runs `work` on the writing connection on this thread if it is free and nothing is on
+    /// its way to the store's thread (under load, writes join its batches).
+    fn here<T>(
+        &self,
+        work: &mut dyn FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>>,
+    ) -> Option<Result<T>> {
+        if !self.pending.is_idle() {
+            return None;
+        }
+        let mut due = false;
+        let answer = self.writer.here(&*self.clock, &mut due, work);
+        if due {
+            let _ = self.jobs.send(Job::Maintain);
+        }
+        answer
+    }
+
+    /// A write: run on this thread with `here` if it can (see [`Self::here`]), else sent to
+    /// the store's thread as `queued()`.
+    fn write<'a, T, F>(
+        &self,
+        operation: &'static str,
+        skip_if_abandoned: bool,
+        key: &Key,
+        mut here: impl FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>>,
+        queued: impl FnOnce() -> F,
+    ) -> StoreFuture<'a, T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>> + Send + 'static,
+    {
+        if let Some(answer) = self.here(&mut here) {
+            return Box::pin(std::future::ready(answer));
+        }
+        self.submit(operation, true, skip_if_abandoned, Some(key), queued())
+            .boxed()
+    }
 }
 
 impl Store for SqliteStore {
+    /// On this thread when the store is idle: the whole of `begin` on the writing connection
+    /// if it is free (its cache is the warmest), else a read on a reader connection, which
+    /// answers a live record and leaves a claim to the writing connection. While writes are
+    /// queued, the whole of `begin` joins them on the store's thread.
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        let whole = match self.begin_here(&req) {
-            Ok(Some(answer)) => return Box::pin(std::future::ready(answer)),
-            Ok(None) => false,
-            Err(()) => true,
-        };
-        let owned = OwnedBegin {
-            namespace: req.namespace.to_owned(),
-            key: *req.key,
-            tool: req.tool,
-            fingerprint: *req.fingerprint,
-            lease: req.lease,
-            token: req.token,
-            charge: req.charge,
-        };
-        self.submit("begin", true, true, Some(req.key), move |worker| {
+        if let Some(answer) = self.here(&mut |worker| worker.begin(&req)) {
+            return Box::pin(std::future::ready(answer));
+        }
+        let whole = !self.pending.is_clear(req.key)
+            || match self.begin_read(&req) {
+                Ok(Some(answer)) => return Box::pin(std::future::ready(answer)),
+                Ok(None) => false,
+                Err(()) => true,
+            };
+        let step = move |worker: &mut Worker<'_>, req: &BeginRequest<'_>| {
             if whole {
-                worker.begin(&owned)
+                worker.begin(req)
             } else {
-                worker.claim(&owned)
+                worker.claim(req)
             }
-        })
-        .boxed()
+        };
+        self.write(
+            "begin",
+            true,
+            req.key,
+            |worker| step(worker, &req),
+            || {
+                let owned = OwnedBegin::new(&req);
+                move |worker: &mut Worker<'_>| step(worker, &owned.request())
+            },
+        )
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        let owned = lease.clone();
-        self.submit("renew", true, false, Some(&lease.key), move |worker| {
-            worker.writing()?;
-            let now = worker.now;
-            let changed = worker.stmts.renew.execute(params![
-                sql_ms(now.saturating_add(duration_ms(duration))),
-                &*owned.namespace,
-                owned.key.as_bytes().as_slice(),
-                sql_token(owned.token),
-                sql_ms(now),
-            ])?;
-            Ok(held(changed, &owned.key))
-        })
-        .boxed()
+        self.write(
+            "renew",
+            false,
+            &lease.key,
+            |worker| fenced(worker, lease, RENEW, Some(duration)),
+            || {
+                let lease = lease.clone();
+                move |worker: &mut Worker<'_>| fenced(worker, &lease, RENEW, Some(duration))
+            },
+        )
     }
 
     fn complete<'a>(
@@ -109,40 +199,29 @@ impl Store for SqliteStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        let (owned, result) = (lease.clone(), result.to_vec());
-        self.submit("complete", true, false, Some(&lease.key), move |worker| {
-            worker.writing()?;
-            let now = worker.now;
-            let changed = worker.stmts.complete.execute(params![
-                result,
-                sql_ms(now.saturating_add(duration_ms(ttl))),
-                &*owned.namespace,
-                owned.key.as_bytes().as_slice(),
-                sql_token(owned.token),
-                sql_ms(now),
-            ])?;
-            if changed == 0 && completed_by(worker, &owned)? {
-                return Ok(Ok(())); // completed by this lease already: a retried complete
-            }
-            Ok(held(changed, &owned.key))
-        })
-        .boxed()
+        self.write(
+            "complete",
+            false,
+            &lease.key,
+            |worker| complete(worker, lease, result, ttl),
+            || {
+                let (lease, result) = (lease.clone(), result.to_vec());
+                move |worker: &mut Worker<'_>| complete(worker, &lease, &result, ttl)
+            },
+        )
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        let owned = lease.clone();
-        self.submit("release", true, false, Some(&lease.key), move |worker| {
-            worker.writing()?;
-            let now = worker.now;
-            let changed = worker.stmts.release.execute(params![
-                &*owned.namespace,
-                owned.key.as_bytes().as_slice(),
-                sql_token(owned.token),
-                sql_ms(now)
-            ])?;
-            Ok(held(changed, &owned.key))
-        })
-        .boxed()
+        self.write(
+            "release",
+            false,
+            &lease.key,
+            |worker| fenced(worker, lease, RELEASE, None),
+            || {
+                let lease = lease.clone();
+                move |worker: &mut Worker<'_>| fenced(worker, &lease, RELEASE, None)
+            },
+        )
     }
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
@@ -167,7 +246,7 @@ impl Store for SqliteStore {
             let mut total = 0u64;
             let mut after = None;
             loop {
-                let (deleted, next) = worker.sweep(after.as_ref(), now)?;
+                let (deleted, next) = worker.sweep(after.as_deref(), now)?;
                 total = total.saturating_add(u64::try_from(deleted).unwrap_or(u64::MAX));
                 match next {
                     Some(next) => after = Some(next),
@@ -228,7 +307,7 @@ impl Store for SqliteStore {
             worker.writing()?;
             worker
                 .conn
-                .prepare_cached("DELETE FROM idem_records WHERE namespace = ?1 AND key = ?2")?
+                .prepare_cached("DELETE FROM idem_records WHERE key = ?2 AND namespace = ?1")?
                 .execute(params![namespace, owned.as_bytes().as_slice()])?;
             Ok(Ok(live))
         })

@@ -178,7 +178,7 @@ pub(super) fn select(
     namespace: &str,
     key: &Key,
 ) -> rusqlite::Result<Result<Option<Row>>> {
-    let sql = format!("SELECT {COLUMNS} FROM idem_records WHERE namespace = ?1 AND key = ?2");
+    let sql = format!("SELECT {COLUMNS} FROM idem_records WHERE key = ?2 AND namespace = ?1");
     let row = conn
         .prepare_cached(&sql)?
         .query_row(params![namespace, key.as_bytes().as_slice()], read_row)
@@ -197,11 +197,25 @@ pub(super) enum Seen {
     },
 }
 
-/// Reads a row selected with [`SEEN`](super::statements::SEEN) as of `now`. Only a live record
-/// has to be well formed: an expired one is overwritten by the next claim.
-fn read_seen(row: &rusqlite::Row<'_>, now: u64) -> Result<Seen, Corrupt> {
+/// Reads a row selected with [`SEEN`](super::statements::SEEN) as of `now`, for `namespace`.
+/// Only a live record has to be well formed: an expired one is overwritten by the next claim.
+/// A row of another namespace holds no count for this one, and if live, cannot be this
+/// namespace's record (keys commit to their namespace: it was written by hand).
+fn read_seen(row: &rusqlite::Row<'_>, namespace: &str, now: u64) -> Result<Seen, Corrupt> {
     let expires_at_ms = required(integer(row, 3, "expires_at_ms")?, "expires_at_ms")?;
-    if !u64::try_from(expires_at_ms).is_ok_and(|at| at > now) {
+    let live = u64::try_from(expires_at_ms).is_ok_and(|at| at > now);
+    match row.get_ref(8) {
+        Ok(ValueRef::Text(ns)) if ns == namespace.as_bytes() => {}
+        Ok(ValueRef::Text(_)) if !live => return Ok(Seen::Free { attempts: 0 }),
+        Ok(ValueRef::Text(ns)) => {
+            return Err(Corrupt(format!(
+                "the key's live record is in namespace {:?}",
+                String::from_utf8_lossy(ns)
+            )));
+        }
+        _ => return Err(Corrupt("column `namespace` is not text".to_owned())),
+    }
+    if !live {
         let attempts = required(integer(row, 5, "attempts")?, "attempts")?;
         let window_end = required(integer(row, 6, "attempts_expire_ms")?, "attempts_expire_ms")?;
         return Ok(Seen::Free {
@@ -254,8 +268,8 @@ pub(super) fn seen(
     now: u64,
 ) -> rusqlite::Result<Result<Seen>> {
     let found = seen
-        .query_row(params![namespace, key.as_bytes().as_slice()], |row| {
-            Ok(read_seen(row, now))
+        .query_row([key.as_bytes().as_slice()], |row| {
+            Ok(read_seen(row, namespace, now))
         })
         .optional()?;
     Ok(found

@@ -11,8 +11,9 @@ use crate::{Error, Result};
 ///
 /// Version 1 is the records table; version 2 adds the budget counters; version 3 keeps each
 /// key's attempt count in its record row (the budget counters keep turn counts only); version 4
-/// makes the records table a `WITHOUT ROWID` table without an index on expiry, so that a write
-/// changes one b-tree page instead of three (expired rows are swept in key order instead).
+/// makes the records table a `WITHOUT ROWID` table keyed by the key alone, without an index on
+/// expiry, so that a write changes one b-tree page instead of three (expired rows are swept in
+/// key order instead).
 pub const SCHEMA_VERSION: i64 = 4;
 
 /// Version 2: budget counters (since version 3, turn counts only, named by
@@ -35,12 +36,13 @@ ALTER TABLE idem_records ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE idem_records ADD COLUMN attempts_expire_ms INTEGER NOT NULL DEFAULT 0;
 ";
 
-/// Version 4: the records, keyed by `(namespace, key)` in a `WITHOUT ROWID` table (the
-/// primary key is the table: one b-tree), with no index on expiry.
+/// Version 4: the records in a `WITHOUT ROWID` table keyed by the key alone (keys commit to
+/// their namespace, which is a column every statement checks), with no index on expiry: the
+/// primary key is the table, one b-tree, compared as one blob.
 const RECORDS_V4: &str = "
 CREATE TABLE idem_records_v4 (
+    key                BLOB    NOT NULL PRIMARY KEY,
     namespace          TEXT    NOT NULL,
-    key                BLOB    NOT NULL,
     tool               TEXT    NOT NULL,
     state              TEXT    NOT NULL CHECK (state IN ('in_progress', 'completed')),
     fingerprint        BLOB    NOT NULL,
@@ -49,16 +51,16 @@ CREATE TABLE idem_records_v4 (
     expires_at_ms      INTEGER NOT NULL,
     token              INTEGER,
     attempts           INTEGER NOT NULL DEFAULT 0,
-    attempts_expire_ms INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (namespace, key)
+    attempts_expire_ms INTEGER NOT NULL DEFAULT 0
 ) STRICT, WITHOUT ROWID;
 ";
 
 /// From version 3 to 4: the rows copied into the new table, which takes the old one's name.
+/// Two rows of one key (in two namespaces: only keys written by hand can do that) keep one.
 const SCHEMA_V4: &str = "
-INSERT INTO idem_records_v4 (namespace, key, tool, state, fingerprint, result, created_at_ms,
-    expires_at_ms, token, attempts, attempts_expire_ms)
-SELECT namespace, key, tool, state, fingerprint, result, created_at_ms, expires_at_ms, token,
+INSERT OR IGNORE INTO idem_records_v4 (key, namespace, tool, state, fingerprint, result,
+    created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms)
+SELECT key, namespace, tool, state, fingerprint, result, created_at_ms, expires_at_ms, token,
     attempts, attempts_expire_ms FROM idem_records;
 DROP TABLE idem_records;
 ALTER TABLE idem_records_v4 RENAME TO idem_records;
