@@ -33,7 +33,8 @@ const MAX_DURATION_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 /// Keys asked for per `SCAN` step of [`Store::list`](super::Store::list).
 const SCAN_COUNT: usize = 500;
 
-/// The Lua scripts, one per state transition, each prefixed with `prelude.lua`.
+/// The Lua scripts, one per state transition, each prefixed with `prelude.lua` (and
+/// `counts.lua` for those that charge a turn's count).
 struct Scripts {
     begin: Script,
     turn: Script,
@@ -45,14 +46,14 @@ struct Scripts {
 }
 
 macro_rules! lua {
-    ($file:literal) => {
-        concat!(include_str!("redis/prelude.lua"), include_str!($file))
+    ($($file:literal),+) => {
+        concat!(include_str!("redis/prelude.lua"), $(include_str!($file)),+)
     };
 }
 
 const LUA: [&str; 7] = [
-    lua!("redis/begin.lua"),
-    lua!("redis/turn.lua"),
+    lua!("redis/counts.lua", "redis/begin.lua"),
+    lua!("redis/counts.lua", "redis/turn.lua"),
     lua!("redis/get.lua"),
     lua!("redis/complete.lua"),
     lua!("redis/renew.lua"),
@@ -297,7 +298,8 @@ impl RedisStore {
     }
 
     /// A fenced transition (`complete`, `renew`, `release`) of `script` on `key`, whose
-    /// arguments are the lease's token and then `args`: 1 done, 0 lease lost.
+    /// arguments are the lease's token and then `args`: 1 done, 0 lease lost (as is a key of
+    /// another type: no claim of ours is there).
     async fn fenced(
         &self,
         operation: &'static str,
@@ -310,12 +312,15 @@ impl RedisStore {
         let mut cmd = call::evalsha(script, 1, 4, key.len() + 20 + bytes);
         cmd.arg(key).arg(call::Token(lease.token.0));
         args(&mut cmd);
-        match self.eval(operation, script, &cmd).await? {
-            Value::Int(1) => Ok(()),
-            Value::Int(0) => Err(Error::LeaseLost {
-                key: lease.key.short(),
-            }),
-            other => Err(unexpected(operation, &other)),
+        let lost = || Error::LeaseLost {
+            key: lease.key.short(),
+        };
+        match self.eval_raw(script, &cmd).await {
+            Ok(Value::Int(1)) => Ok(()),
+            Ok(Value::Int(0)) => Err(lost()),
+            Ok(other) => Err(unexpected(operation, &other)),
+            Err(error) if call::wrong_type(&error) => Err(lost()),
+            Err(error) => Err(Error::store(operation, error)),
         }
     }
 
@@ -323,17 +328,22 @@ impl RedisStore {
     async fn read(
         &self,
         operation: &'static str,
-        redis_key: impl ToRedisArgs,
+        redis_key: impl ToRedisArgs + Copy,
         namespace: &str,
         key: &Key,
     ) -> Result<Option<Record>> {
         let mut cmd = call::evalsha(&SCRIPTS.get, 1, 1, namespace.len() + 100);
         cmd.arg(redis_key);
-        let reply = self.eval(operation, &SCRIPTS.get, &cmd).await?;
+        let reply = match self.eval_raw(&SCRIPTS.get, &cmd).await {
+            Ok(reply) => reply,
+            Err(error) if call::wrong_type(&error) => {
+                return Err(wrong_type(key, &self.kind_of(redis_key).await));
+            }
+            Err(error) => return Err(Error::store(operation, error)),
+        };
         match Reply::parse(operation, reply)? {
             Reply::None => Ok(None),
             Reply::Record(fields) => decode_record(namespace, key, &fields).map(Some),
-            Reply::WrongType(kind) => Err(wrong_type(key, &kind)),
             Reply::Corrupt(what) => Err(corrupt(key, what)),
             _ => Err(Error::store(operation, "unexpected reply from Redis")),
         }

@@ -7,31 +7,45 @@
 --       'check' (no live record and within the key's budget? then {'free'}, writing nothing),
 --       'claim' (claim; the turn was charged already), [7] max turn calls (when KEYS[2]),
 --       [8] budget window in ms.
--- Replies: {'claimed'} | {'free'} | {'done', fp, res} | {'running', fp} | {'wrongtype', type}
---        | {'corrupt', what} | {'refused_key', attempts} | {'refused_turn', calls}.
--- Commands: a replay TIME, HGETALL; a claim TIME, HGETALL, HSET, PEXPIREAT.
+-- Replies: {'claimed'} | {'free'} | {'done', fp, res} | {'running', fp} | {'corrupt', what}
+--        | {'refused_key', attempts} | {'refused_turn', calls}; a key of another type fails.
+-- Commands: a replay TIME, HMGET; a claim TIME, HMGET, HSET, PEXPIREAT.
 local k = KEYS[1]
-local f, kind = fields(k)
-if not f then
-  return {'wrongtype', kind}
-end
+local f = redis.call('HMGET', k, 'exp', 'state', 'fp', 'res', 'tok', 'created', 'att', 'aexp')
 local att = 0
-if next(f) ~= nil then
-  local exp = tonumber(f.exp)
+if f[1] then
+  local exp = tonumber(f[1])
   if not exp then
-    return {'corrupt', 'field `exp` is missing or not a number of ms'}
+    return {'corrupt', 'field `exp` is not a number of ms'}
   end
   if exp > now then
-    local wrong = malformed(f)
-    if wrong then
-      return {'corrupt', wrong}
+    local state, fp = f[2], f[3]
+    if state ~= 'in_progress' and state ~= 'completed' then
+      return {'corrupt', 'field `state` is neither in_progress nor completed'}
     end
-    if f.state == 'completed' then
-      return {'done', f.fp, f.res}
+    if not fp or #fp ~= 32 then
+      return {'corrupt', 'field `fp` is not 32 bytes'}
     end
-    return {'running', f.fp}
+    if not tonumber(f[6]) then
+      return {'corrupt', 'field `created` is not a number of ms'}
+    end
+    if state == 'completed' then
+      if not f[4] then
+        return {'corrupt', 'field `res` is missing'}
+      end
+      return {'done', fp, f[4]}
+    end
+    if not f[5] then
+      return {'corrupt', 'field `tok` is missing'}
+    end
+    return {'running', fp}
   end
-  att = attempts(f)
+  if (tonumber(f[8]) or 0) > now then
+    att = tonumber(f[7]) or 0
+  end
+elseif f[2] or f[3] or f[4] or f[5] or f[6] then
+  -- Some of a record, without the instant that says whether it is live.
+  return {'corrupt', 'field `exp` is missing'}
 end
 if att >= tonumber(ARGV[5]) then
   return {'refused_key', att}

@@ -2,7 +2,7 @@
 //! by piece (prefix, namespace, the key's hex; see [`RecordKey`]) and numbers in place, so
 //! building a call allocates the command's two buffers and nothing else.
 
-use ::redis::{Cmd, RedisWrite, Script, ToRedisArgs, Value};
+use ::redis::{Cmd, RedisError, RedisWrite, Script, ToRedisArgs, Value};
 
 use super::RedisStore;
 use super::layout::RecordKey;
@@ -28,28 +28,46 @@ pub(super) fn evalsha(script: &Script, keys: usize, args: usize, bytes: usize) -
 
 impl RedisStore {
     /// Runs `cmd` (built by [`evalsha`] for `script`); if the server lost its script cache,
-    /// loads the script and runs it again.
+    /// loads the script and runs it again. A key of another type than the script expects
+    /// fails it: [`wrong_type`] tells.
+    pub(super) async fn eval_raw(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+    ) -> std::result::Result<Value, RedisError> {
+        let mut conn = self.conn.clone();
+        match cmd.query_async(&mut conn).await {
+            Err(error)
+                if error.kind()
+                    == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
+            {
+                script.load_async(&mut conn).await?;
+                cmd.query_async(&mut conn).await
+            }
+            answer => answer,
+        }
+    }
+
+    /// [`eval_raw`](Self::eval_raw), every failure an [`Error::Store`] of `operation`.
     pub(super) async fn eval(
         &self,
         operation: &'static str,
         script: &Script,
         cmd: &Cmd,
     ) -> Result<Value> {
+        self.eval_raw(script, cmd)
+            .await
+            .map_err(|e| Error::store(operation, e))
+    }
+
+    /// The Redis type of the key at `redis_key` (`string`, `list`, ...), for a message.
+    pub(super) async fn kind_of(&self, redis_key: impl ToRedisArgs) -> String {
         let mut conn = self.conn.clone();
-        let answer = match cmd.query_async(&mut conn).await {
-            Err(error)
-                if error.kind()
-                    == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
-            {
-                script
-                    .load_async(&mut conn)
-                    .await
-                    .map_err(|e| Error::store(operation, e))?;
-                cmd.query_async(&mut conn).await
-            }
-            answer => answer,
-        };
-        answer.map_err(|e| Error::store(operation, e))
+        ::redis::cmd("TYPE")
+            .arg(redis_key)
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|_| "value of another type".to_owned())
     }
 
     /// The Redis key of `key` in `namespace`, as an argument.
@@ -60,6 +78,12 @@ impl RedisStore {
             key,
         }
     }
+}
+
+/// Whether a script failed because a key holds another Redis type than it reads (Redis 7
+/// passes the command's error code on; older servers wrap it in the script's error).
+pub(super) fn wrong_type(error: &RedisError) -> bool {
+    error.code() == Some("WRONGTYPE") || error.to_string().contains("WRONGTYPE")
 }
 
 #[cfg(test)]

@@ -74,7 +74,13 @@ impl RedisStore {
             .arg(mode)
             .arg(req.charge.max_calls.unwrap_or(u32::MAX))
             .arg(script_ms(req.charge.window));
-        let reply = self.eval("begin", &SCRIPTS.begin, &cmd).await?;
+        let reply = match self.eval_raw(&SCRIPTS.begin, &cmd).await {
+            Ok(reply) => reply,
+            Err(error) if call::wrong_type(&error) => {
+                return Err(wrong_type(req.key, &self.kind_of(record_key).await));
+            }
+            Err(error) => return Err(Error::store("begin", error)),
+        };
         Reply::parse("begin", reply)
     }
 
@@ -123,7 +129,6 @@ impl RedisStore {
             Reply::Running(fingerprint) => Ok(Begin::InFlight {
                 fingerprint: fingerprint_of(req.key, &fingerprint)?,
             }),
-            Reply::WrongType(kind) => Err(wrong_type(req.key, &kind)),
             Reply::Corrupt(what) => Err(corrupt(req.key, what)),
             Reply::RefusedKey(attempts) => Ok(Begin::Refused(Exhausted::Key {
                 attempts,

@@ -27,8 +27,6 @@ pub(super) enum Reply {
     /// `{'record', state, fp, tool, created, exp, res, att}`: the seven fields, `None` where
     /// absent (`get`).
     Record(Vec<Option<Vec<u8>>>),
-    /// `{'wrongtype', type}`: the key holds another Redis type.
-    WrongType(String),
     /// `{'corrupt', what}`: the hash is not a well-formed record.
     Corrupt(String),
     /// `{'refused_key', attempts}`: the per-key budget refused the claim.
@@ -93,7 +91,6 @@ impl Reply {
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Reply::Record(fields))
             }
-            b"wrongtype" => Ok(Reply::WrongType(text(items.next()))),
             b"corrupt" => Ok(Reply::Corrupt(text(items.next()))),
             b"refused_key" => count(items.next())
                 .map(Reply::RefusedKey)
