@@ -98,46 +98,46 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///
 /// Each idempotency key is one Redis hash at `<prefix>:<namespace>:{<key as 64 hex digits>}`
 /// (prefix [`DEFAULT_PREFIX`] unless [`with_prefix`](Self::with_prefix) says otherwise). Tool
-/// arguments never appear in Redis keys, only their digest. The hash holds the fields `state`
+/// arguments never appear in Redis keys, only their digest. The hash holds the record — `state`
 /// (`in_progress` or `completed`), `tok` (the fencing token of the claim that holds or
 /// completed it), `fp` (the 32-byte argument fingerprint), `tool`, `created` and `exp` (ms since
-/// the Unix epoch) and `res` (the encoded result, once completed), so `HGETALL` shows a record
-/// by hand.
+/// the Unix epoch) and `res` (the encoded result, once completed) — and the key's attempt count,
+/// `att` and `aexp` (when it expires), so `HGETALL` shows a record by hand. A released claim
+/// keeps its hash with `exp` = 0 (no record) for its count.
 ///
-/// Turn budgets are hashes (`n`, `exp`) next to what they count:
-/// - the attempts with one key in one turn at `<record key>:b:<counter id in hex>`, where the
-///   counter id is [`Charge::key_counter`](super::Charge::key_counter);
-/// - the turn-wide call count (only for turns with `max_calls`) at
-///   `<prefix>:<namespace>:t:{<turn counter id in hex>}`
-///   ([`TurnIdentity::turn_counter`](super::budget::TurnIdentity::turn_counter)).
+/// A turn's count of started actions (only for turns with `max_calls`) is a hash (`n`, `exp`)
+/// at `<prefix>:<namespace>:t:{<turn counter id in hex>}`
+/// ([`TurnIdentity::turn_counter`](super::budget::TurnIdentity::turn_counter)).
 ///
 /// # Redis Cluster
 ///
 /// [`connect_cluster`](RedisStoreBuilder::connect_cluster) talks to a cluster natively (the
-/// `redis` crate's cluster client: slot routing, `MOVED`/`ASK` redirections). The `{…}` around
-/// the key's hex is a hash tag: a record and its per-key count always share a slot, so a claim
-/// and its budget charge run in one atomic script on one master. Keys are uniform BLAKE3
+/// `redis` crate's cluster client: slot routing, `MOVED`/`ASK` redirections). A record and its
+/// per-key count share one hash, so a claim and its budget charge run in one atomic script on
+/// one master. The `{…}` around the key's hex is a hash tag. Keys are uniform BLAKE3
 /// hashes, so records spread evenly over the 16384 slots and the masters. If the namespace
 /// contains a hash tag (`{tenant-42}`), the first tag wins for the record, its count and the
 /// turn count alike: one tenant's keys then live on one slot (useful to keep a tenant's data
 /// together, at the price of balance). [`Store::list`](super::Store::list) scans every master.
 ///
-/// The turn-wide count lives in its turn's own slot, so a turn with `max_calls` costs one more
-/// round trip per charged `begin`: a script that counts the call (or refuses it) **before** the
-/// claim script. Per-key counting stays atomic with the claim. The two steps are not one
-/// transaction: an attempt then refused by its per-key limit gives its turn-wide call back with
-/// a third script call, and meanwhile a concurrent call in the same turn may see the count one
-/// too high; a `begin` that fails after the first step keeps its call counted (it may have
-/// claimed). A standalone server uses the same layout and steps.
+/// On a cluster the turn-wide count lives in its turn's own slot, so a turn with `max_calls`
+/// costs one more round trip per charged `begin`: a script that counts the call (or refuses it)
+/// **before** the claim script. Per-key counting stays atomic with the claim. The two steps are
+/// not one transaction: an attempt then refused by its per-key limit gives its turn-wide call
+/// back with a third script call, and meanwhile a concurrent call in the same turn may see the
+/// count one too high; a `begin` that fails after the first step keeps its call counted (it may
+/// have claimed). On a standalone server (and when the turn's count shares the record's slot)
+/// the claim script charges the turn itself, atomically.
 ///
 /// # Time and expiry
 ///
 /// `created_at_ms` and `expires_at_ms` are read from the Redis server's clock (`TIME` inside
 /// the scripts, replicated by effects, Redis ≥ 5), and a record is live while
 /// `now < expires_at_ms`, as in every store. Redis expires a key only *after* its
-/// `PEXPIREAT` instant, so the scripts treat a record whose `exp` has come as absent (and
-/// delete it); Redis drops the rest by itself, so [`Store::purge_expired`](super::Store::purge_expired)
-/// has nothing to do and returns 0 without contacting Redis. This store does not use a
+/// `PEXPIREAT` instant, so the scripts treat a record whose `exp` has come as absent (the next
+/// claim overwrites it); Redis drops the rest by itself, so
+/// [`Store::purge_expired`](super::Store::purge_expired) has nothing to do and returns 0
+/// without contacting Redis. This store does not use a
 /// [`Clock`](crate::clock::Clock): tests of lease and TTL expiry use short real durations.
 /// Leases, TTLs and budget windows are capped at 100 years.
 ///
@@ -152,11 +152,16 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///
 /// # Cost per call
 ///
-/// One round trip per store operation, each an `EVALSHA` of a cached script: a first execution
-/// costs two (`begin`, `complete`) plus one `renew` per third of the lease the tool runs, a
-/// replay costs one; a turn with `max_calls` adds one per charged `begin`. The scripts are
-/// loaded when connecting; after a server restart empties the script cache, the first call of
-/// each script costs one extra `SCRIPT LOAD` round trip.
+/// One round trip per store operation, each an `EVALSHA` of a cached script that runs the
+/// fewest commands its step needs: a **replay** (or a wait) is `TIME` and one `HMGET`, and
+/// writes nothing; a **first execution** is two round trips, the claim (`TIME`, `HMGET`,
+/// `HSET`, `PEXPIREAT`) and the completion (the same four); a lease renewal (every third of the
+/// lease the tool runs) is one more. A turn with `max_calls` adds its count's read and write to
+/// the claim. Calls are written straight into the command's buffer (keys spelled out piece by
+/// piece, numbers in place). The scripts are loaded when connecting; after a server restart
+/// empties the script cache, the first call of each script costs one extra `SCRIPT LOAD` round
+/// trip. A script costs the server several times what a plain `GET` does (each command inside
+/// one costs about as much as the script's own start): BENCHMARKS.md has the numbers.
 ///
 /// # What it survives, and what it does not
 ///

@@ -77,14 +77,15 @@ const STATE_COMPLETED: &str = "completed";
 ///   (never corrupting the file). Losing a completion means one re-execution after a reboot.
 ///
 /// # Cost per call
-/// A **replay** (and a wait on a key in flight elsewhere) is one `SELECT` by primary key, read
-/// on the calling thread: no write lock, nothing written, no hand-off to another thread (see
-/// *How it runs*). A **first execution** is that read, a claim (one `INSERT … ON CONFLICT DO
-/// UPDATE … WHERE` that applies the per-key budget itself) and a completion (one `UPDATE`):
-/// two writes, each one hand-off to the store's thread and one WAL append — shared with every
-/// other write queued at the same time. A lease renewal (every `lease / 3` while the tool runs)
-/// is one more write. Writes commit without `fsync` (`synchronous = NORMAL`). BENCHMARKS.md
-/// has the numbers, next to hand-written SQL on the same file.
+/// A **replay** (and a wait on a key in flight elsewhere) is one `SELECT` by primary key, on
+/// the calling thread: no write lock, nothing written, no hand-off to another thread. A **first
+/// execution** is that read, a claim (one `INSERT … ON CONFLICT DO UPDATE … WHERE` that applies
+/// the per-key budget itself) and a completion (one `UPDATE`): two writes, each one WAL append
+/// of one b-tree page, on the calling thread when the store is idle and shared with the other
+/// writes queued at the same time when it is not (see *How it runs*). A lease renewal (every
+/// `lease / 3` while the tool runs) is one more write. Writes commit without `fsync`
+/// (`synchronous = NORMAL`). BENCHMARKS.md has the numbers, next to hand-written SQL on the
+/// same file.
 ///
 /// # Budgets
 /// A claim applies the per-key budget in its own statement (a count that is spent makes it
@@ -105,40 +106,51 @@ const STATE_COMPLETED: &str = "completed";
 /// well above the largest expected step.
 ///
 /// # How it runs
-/// SQLite calls block, so each store owns **one writing connection on one dedicated thread**;
-/// the async methods send it an operation and await the answer, so the async executor never
-/// waits for a lock or a write. The thread runs operations in **batches**: whatever is queued
-/// when it gets to them, in order, with the writes of a batch in one transaction (group
-/// commit), each answered once its batch committed. One caller's first execution costs one
-/// commit per write; sixty-four concurrent ones share a handful. One writer is enough: SQLite
-/// admits one writer per file at a time anyway, and a pool of writers would only queue on the
-/// file lock, where SQLite's busy handler sleeps and polls. Across processes, writers wait for
-/// each other for up to [`DEFAULT_BUSY_TIMEOUT`] ([`with_busy_timeout`](Self::with_busy_timeout);
-/// then the call fails closed with [`Error::Store`] and the tool is not run).
+/// SQLite calls block. Each store has **one writing connection** and a small pool of
+/// **reading connections** (at most one per core, up to 8, opened as needed), and **a thread
+/// of its own**. Nothing that can wait runs on the caller's thread:
 ///
-/// `begin` first **reads on the calling thread**, through a small pool of reading connections
-/// (at most one per core, up to 8, opened as needed) whose busy timeout is zero: in WAL mode a
-/// read takes no lock a writer holds, so it answers a replay in a few microseconds, without a
-/// thread hand-off. A read that would wait, a pool with no free connection, an in-memory
-/// database, and a key with an operation of this store still on its way to the thread (so that
-/// a call sees every call made before it) all go through the thread instead. Only a `begin`
-/// that finds no live record sends a claim to the thread.
+/// - `begin` runs on the calling thread when nothing this store was asked is still on its way
+///   to the thread: on the writing connection if it is free (its cache is the warmest), else a
+///   read on a reading connection, which answers a live record (a replay, a wait) and leaves a
+///   claim to the writing connection. A read takes no lock a writer holds (WAL mode), so it
+///   answers in microseconds.
+/// - A write (claim, completion, renewal, release) runs on the calling thread when the writing
+///   connection is free and nothing is queued, with a busy timeout of zero: a write that would
+///   wait for another process's lock goes to the thread instead, as does every write while the
+///   thread has work. So one caller's first execution costs what hand-written SQL on the
+///   calling thread costs, without a hand-off.
+/// - The thread runs what it is sent in **batches**: whatever is queued when it gets to them,
+///   in order, with the writes of a batch in one transaction (group commit), each answered once
+///   its batch committed: concurrent first executions share transactions. Across processes it
+///   waits for the write lock up to [`DEFAULT_BUSY_TIMEOUT`]
+///   ([`with_busy_timeout`](Self::with_busy_timeout); then the call fails closed with
+///   [`Error::Store`] and the tool is not run). It also checkpoints the WAL (writes never do:
+///   a checkpoint syncs the file) and sweeps expired records, every 512 writes. The admin
+///   methods (`get`, `list`, `remove`, `purge_expired`) always run there.
 ///
-/// Each method sends its operation when called, not when first polled, so a `complete` or
-/// `release` issued from a destructor is carried out even if its future is never polled again.
-/// A `begin` whose future is dropped before its claim starts is skipped; once started, a
-/// dropped `begin`'s claim is given back by a `release` with the request's token (as the engine
-/// does), which runs after it on the same thread, so no orphaned claim is left behind.
+/// An operation on a key still on its way to the thread keeps a later `begin` of that key off
+/// the calling thread, so a call sees every call made on this store before it. One writing
+/// connection is enough: SQLite admits one writer per file at a time anyway, and a pool of
+/// writers would only queue on the file lock, where SQLite's busy handler sleeps and polls.
+///
+/// Each method does its work, or sends it to the thread, when called, not when first polled, so
+/// a `complete` or `release` issued from a destructor is carried out even if its future is
+/// never polled again. A `begin` sent to the thread whose future is dropped before it starts is
+/// skipped; once started, a dropped `begin`'s claim is given back by a `release` with the
+/// request's token (as the engine does), which runs after it, so no orphaned claim is left
+/// behind.
 ///
 /// # Storage
 /// Two tables, in a schema whose version is kept in `PRAGMA user_version` and migrated on open
-/// ([`SCHEMA_VERSION`]): `idem_records`, a `WITHOUT ROWID` table keyed by `(namespace, key)`
-/// (one b-tree: a write changes one page), and `idem_budgets`, the turn budget counts (`id` as
+/// ([`SCHEMA_VERSION`]): `idem_records`, a `WITHOUT ROWID` table keyed by the key alone (keys
+/// commit to their namespace, a column every statement checks; one b-tree, so a write changes
+/// one page), and `idem_budgets`, the turn budget counts (`id` as
 /// named by [`budget`](super::budget), `count`, `expires_at_ms`, with an index on
 /// `expires_at_ms`). Expired rows are overwritten by the next claim of their key (or charge of
-/// their count); every 512 writes the store sweeps the next 512 records in key order
-/// (wrapping around) of what expired, so the file stays
-/// within about twice what is live without an index on expiry to keep up to date;
+/// their count); every 512 writes the store's thread sweeps the next 512 records in key order
+/// (wrapping around) of what expired, so the file does not grow without bound and no index on
+/// expiry has to be kept up to date by every write;
 /// [`Store::purge_expired`](super::Store::purge_expired) sweeps them all. Results are stored
 /// as written by the engine (JSON), so `sqlite3 idem.db "select tool, cast(result as text)
 /// from idem_records"` shows what the agent was told.
