@@ -81,7 +81,7 @@ impl RedisStore {
             }
             Err(error) => return Err(Error::store("begin", error)),
         };
-        Reply::parse("begin", reply)
+        Reply::begun(reply)
     }
 
     /// Counts one more action against the turn at `turn_key` (its own Cluster slot) unless its
@@ -124,7 +124,7 @@ impl RedisStore {
                 result,
             } => Ok(Begin::Completed(FirstResult {
                 fingerprint: fingerprint_of(req.key, &fingerprint)?,
-                result: result.into(),
+                result,
             })),
             Reply::Running(fingerprint) => Ok(Begin::InFlight {
                 fingerprint: fingerprint_of(req.key, &fingerprint)?,

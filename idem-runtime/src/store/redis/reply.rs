@@ -3,43 +3,37 @@
 use ::redis::Value;
 
 use crate::key::{Fingerprint, Key};
+use crate::store::Bytes;
 use crate::store::{Record, RecordState};
 use crate::{Error, Result};
 
 /// The replies of the `begin` and `get` scripts.
 pub(super) enum Reply {
-    /// `{'claimed'}`: `begin` claimed the key.
+    /// `c`: `begin` claimed the key.
     Claimed,
-    /// `{'free'}`: no live record, and the key's count allows a claim (`begin` in mode
-    /// `check`).
+    /// `f`: no live record, and the key's count allows a claim (`begin` in mode `check`).
     Free,
     /// `{'none'}`: no live record (`get`).
     None,
-    /// `{'done', fp, res}`: a completed record's fingerprint and result (`begin`).
+    /// `d` + fingerprint + result: a completed record (`begin`).
     Done {
         /// The fingerprint, as stored.
-        fingerprint: Vec<u8>,
-        /// The encoded result.
-        result: Vec<u8>,
+        fingerprint: Bytes,
+        /// The encoded result (shares the reply's bytes).
+        result: Bytes,
     },
-    /// `{'running', fp}`: a record in progress, and its fingerprint (`begin`).
-    Running(Vec<u8>),
+    /// `r` + fingerprint: a record in progress (`begin`).
+    Running(Bytes),
     /// `{'record', state, fp, tool, created, exp, res, att}`: the seven fields, `None` where
     /// absent (`get`).
     Record(Vec<Option<Vec<u8>>>),
-    /// `{'corrupt', what}`: the hash is not a well-formed record.
+    /// `x` + what (`begin`), `{'corrupt', what}` (`get`): the hash is not a well-formed
+    /// record.
     Corrupt(String),
-    /// `{'refused_key', attempts}`: the per-key budget refused the claim.
+    /// `k` + attempts: the per-key budget refused the claim.
     RefusedKey(u32),
-    /// `{'refused_turn', calls}`: the turn's cap refused the claim.
+    /// `t` + calls: the turn's cap refused the claim.
     RefusedTurn(u32),
-}
-
-fn count(value: Option<Value>) -> Option<u32> {
-    match value {
-        Some(Value::Int(n)) => Some(u32::try_from(n.max(0)).unwrap_or(u32::MAX)),
-        _ => None,
-    }
 }
 
 fn bytes(value: Option<Value>) -> Option<Vec<u8>> {
@@ -56,7 +50,47 @@ fn text(value: Option<Value>) -> String {
     )
 }
 
+/// The length of a fingerprint in a `begin` reply.
+const FP: usize = 32;
+
 impl Reply {
+    /// A reply of `begin.lua`: one string whose first byte says what follows.
+    pub(super) fn begun(reply: Value) -> Result<Reply> {
+        let Value::BulkString(bytes) = reply else {
+            return Err(unexpected("begin", &reply));
+        };
+        let malformed = || Error::store("begin", "unexpected reply from Redis");
+        let number = |digits: &[u8]| {
+            std::str::from_utf8(digits)
+                .ok()
+                .and_then(|text| text.parse::<u64>().ok())
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+        };
+        match bytes.first() {
+            Some(b'c') => Ok(Reply::Claimed),
+            Some(b'f') => Ok(Reply::Free),
+            Some(b'd') if bytes.len() > FP => {
+                let bytes = Bytes::from(bytes);
+                Ok(Reply::Done {
+                    fingerprint: bytes.slice(1..=FP),
+                    result: bytes.slice(FP + 1..),
+                })
+            }
+            Some(b'r') if bytes.len() > FP => Ok(Reply::Running(Bytes::from(bytes).slice(1..))),
+            Some(b'x') => Ok(Reply::Corrupt(
+                String::from_utf8_lossy(&bytes[1..]).into_owned(),
+            )),
+            Some(b'k') => number(&bytes[1..])
+                .map(Reply::RefusedKey)
+                .ok_or_else(malformed),
+            Some(b't') => number(&bytes[1..])
+                .map(Reply::RefusedTurn)
+                .ok_or_else(malformed),
+            _ => Err(malformed()),
+        }
+    }
+
+    /// A reply of `get.lua`: `{'none'}`, `{'record', …}` or `{'corrupt', what}`.
     pub(super) fn parse(operation: &'static str, reply: Value) -> Result<Reply> {
         let Value::Array(items) = reply else {
             return Err(unexpected(operation, &reply));
@@ -68,19 +102,7 @@ impl Reply {
             _ => return Err(malformed()),
         };
         match tag.as_slice() {
-            b"claimed" => Ok(Reply::Claimed),
-            b"free" => Ok(Reply::Free),
             b"none" => Ok(Reply::None),
-            b"done" => match (bytes(items.next()), bytes(items.next())) {
-                (Some(fingerprint), Some(result)) => Ok(Reply::Done {
-                    fingerprint,
-                    result,
-                }),
-                _ => Err(malformed()),
-            },
-            b"running" => bytes(items.next())
-                .map(Reply::Running)
-                .ok_or_else(malformed),
             b"record" => {
                 let fields = items
                     .map(|item| match item {
@@ -92,12 +114,6 @@ impl Reply {
                 Ok(Reply::Record(fields))
             }
             b"corrupt" => Ok(Reply::Corrupt(text(items.next()))),
-            b"refused_key" => count(items.next())
-                .map(Reply::RefusedKey)
-                .ok_or_else(malformed),
-            b"refused_turn" => count(items.next())
-                .map(Reply::RefusedTurn)
-                .ok_or_else(malformed),
             _ => Err(malformed()),
         }
     }
