@@ -41,8 +41,9 @@ pub struct Options {
     /// Calls timed one by one, for each latency measurement.
     #[arg(long, value_name = "N", default_value_t = 2000)]
     pub calls: usize,
-    /// Seconds of each throughput run (idem and the floor run twice each, alternately).
-    #[arg(long, value_name = "SECONDS", default_value_t = 2.0)]
+    /// Seconds of each throughput run (idem and the floor alternately: first executions four
+    /// times each, replays twice).
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.5)]
     pub seconds: f64,
     /// Make exactly N calls of KIND (replay, first, floor-replay, floor-first) and nothing
     /// else, for instruction counts (`valgrind --tool=callgrind`, two values of N); what it
@@ -192,13 +193,14 @@ async fn measure(
         }
     }
     let rate = |kind: Kind, side: Side| {
+        let slots = SCHEDULE.iter().filter(|&&(k, s)| k == kind && s == side);
         let calls: u64 = SCHEDULE
             .iter()
             .zip(&total)
             .filter(|((k, s), _)| *k == kind && *s == side)
             .map(|(_, n)| n)
             .sum();
-        calls as f64 / (2.0 * options.seconds)
+        calls as f64 / (slots.count() as f64 * options.seconds)
     };
     Ok(Report {
         store: target.label.clone(),

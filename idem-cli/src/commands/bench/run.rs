@@ -38,8 +38,13 @@ pub enum Kind {
     First,
 }
 
-/// The throughput schedule: first executions, then replays; floor and idem alternately, twice.
-pub const SCHEDULE: [(Kind, Side); 8] = [
+/// The throughput schedule: first executions (floor and idem alternately, four times each, so
+/// that a machine getting busier or quieter weighs on both alike), then replays (twice each).
+pub const SCHEDULE: [(Kind, Side); 12] = [
+    (Kind::First, Side::Floor),
+    (Kind::First, Side::Idem),
+    (Kind::First, Side::Floor),
+    (Kind::First, Side::Idem),
     (Kind::First, Side::Floor),
     (Kind::First, Side::Idem),
     (Kind::First, Side::Floor),
