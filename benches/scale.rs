@@ -8,7 +8,7 @@
 //! claims and times replays again (a lazy clean-up that does all its work at once would show as
 //! a pause there). It prints one line per size:
 //!
-//! `scale n=… result_bytes=… bytes_per_record=… replay_p50_ns=… replay_p99_ns=… replay_max_ns=…
+//! `scale n=… result=… result_bytes=… bytes_per_record=… replay_p50_ns=… replay_p99_ns=… replay_max_ns=…
 //! replay_over_1ms=… after_lease_p50_ns=… after_lease_p99_ns=… after_lease_max_ns=…
 //! after_lease_over_1ms=…` (`over_1ms`: how many sampled replays took more than 1 ms).
 //!
@@ -196,7 +196,7 @@ fn measure(n: u64, result: &str) {
     assert_eq!(turn.stats().executed, n, "scale: a replay executed");
 
     println!(
-        "scale n={n} result_bytes={result_bytes} bytes_per_record={per_record} \
+        "scale n={n} result={result} result_bytes={result_bytes} bytes_per_record={per_record} \
          replay_p50_ns={} replay_p99_ns={} replay_max_ns={} replay_over_1ms={} \
          after_lease_p50_ns={} after_lease_p99_ns={} after_lease_max_ns={} \
          after_lease_over_1ms={}",

@@ -150,8 +150,9 @@ def load_scale(scale_out=SCALE_OUT):
     for line in scale_out.read_text().splitlines():
         if line.startswith("scale "):
             fields = dict(part.split("=", 1) for part in line.split()[1:])
-            rows.append({k: int(v) for k, v in fields.items()})
-    return sorted(rows, key=lambda r: (r.get("result_bytes", 0), r["n"]))
+            rows.append({k: int(v) if v.isdigit() else v for k, v in fields.items()})
+    # Grouped by the result recorded (`receipt`, or a size), smallest store first.
+    return sorted(rows, key=lambda r: (str(r.get("result", r.get("result_bytes", ""))), r["n"]))
 
 
 def fmt_time(ns):
@@ -299,7 +300,8 @@ def build_rows(est, scale, stores=None, instructions=None):
             f"max {fmt_time(row['after_lease_max_ns'])}; {pauses} replays > 1 ms",
             "≤ 200 B/record, no pause > 1 ms",
             [(">200 B", row["bytes_per_record"] <= 200), ("pause > 1 ms", worst <= PAUSE_NS)])
-    same_results = [r for r in scale if r.get("result_bytes") == scale[0].get("result_bytes")]
+    kind = lambda r: r.get("result", r.get("result_bytes"))
+    same_results = [r for r in scale if kind(r) == kind(scale[0])] if scale else []
     if len(same_results) >= 2:
         lo, hi = same_results[0], same_results[-1]
         p50 = ratio(hi["replay_p50_ns"], lo["replay_p50_ns"])
