@@ -15,6 +15,35 @@ pub(super) const KEY_HEX_LEN: usize = 64;
 /// The tail of a record's Redis key: `:{` + 64 hex digits + `}`.
 const RECORD_TAIL_LEN: usize = KEY_HEX_LEN + 3;
 
+/// Writes `<prefix>:<namespace>:<kind>{<id in hex>}` (the hex spelled out on the stack).
+fn write_key(
+    out: &mut impl Write,
+    prefix: &str,
+    namespace: &str,
+    kind: &str,
+    id: &[u8],
+) -> std::io::Result<()> {
+    let mut hex = [0u8; KEY_HEX_LEN];
+    let hex = &mut hex[..2 * id.len().min(KEY_HEX_LEN / 2)];
+    // The buffer is twice the input: cannot fail.
+    let _ = hex::encode_to_slice(&id[..hex.len() / 2], hex);
+    out.write_all(prefix.as_bytes())?;
+    out.write_all(b":")?;
+    out.write_all(namespace.as_bytes())?;
+    out.write_all(b":")?;
+    out.write_all(kind.as_bytes())?;
+    out.write_all(b"{")?;
+    out.write_all(hex)?;
+    out.write_all(b"}")
+}
+
+/// A Redis key as a `String` (for the admin API, Cluster slots and tests).
+fn text(write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
+    let mut out = Vec::new();
+    let _ = write(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A record's Redis key, `<prefix>:<namespace>:{<key in hex>}`, written where it is needed.
 #[derive(Clone, Copy)]
 pub(super) struct RecordKey<'a> {
@@ -26,26 +55,16 @@ pub(super) struct RecordKey<'a> {
 impl RecordKey<'_> {
     /// Its length in bytes.
     pub(super) fn len(&self) -> usize {
-        self.prefix.len() + self.namespace.len() + 2 * 32 + 4
+        self.prefix.len() + self.namespace.len() + KEY_HEX_LEN + 4
     }
 
     fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
-        let mut hex = [0u8; 64];
-        // 64 bytes of output for 32 of input: cannot fail.
-        let _ = hex::encode_to_slice(self.key.as_bytes(), &mut hex);
-        out.write_all(self.prefix.as_bytes())?;
-        out.write_all(b":")?;
-        out.write_all(self.namespace.as_bytes())?;
-        out.write_all(b":{")?;
-        out.write_all(&hex)?;
-        out.write_all(b"}")
+        write_key(out, self.prefix, self.namespace, "", self.key.as_bytes())
     }
 
-    /// As a `String` (for the admin API and tests).
+    /// As a `String`.
     pub(super) fn text(self) -> String {
-        let mut out = Vec::with_capacity(self.len());
-        let _ = self.write(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
+        text(|out| self.write(out))
     }
 }
 
@@ -66,21 +85,12 @@ pub(super) struct TurnKey<'a> {
 
 impl TurnKey<'_> {
     fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
-        let mut hex = [0u8; 32];
-        let _ = hex::encode_to_slice(self.id, &mut hex);
-        out.write_all(self.prefix.as_bytes())?;
-        out.write_all(b":")?;
-        out.write_all(self.namespace.as_bytes())?;
-        out.write_all(b":t:{")?;
-        out.write_all(&hex)?;
-        out.write_all(b"}")
+        write_key(out, self.prefix, self.namespace, "t:", self.id)
     }
 
-    /// As a `String` (to find its Cluster slot).
+    /// As a `String`.
     pub(super) fn text(self) -> String {
-        let mut out = Vec::new();
-        let _ = self.write(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
+        text(|out| self.write(out))
     }
 }
 
