@@ -7,6 +7,7 @@ mod reader;
 mod row;
 mod schema;
 mod statements;
+mod thread;
 mod worker;
 
 use std::fmt;
@@ -19,7 +20,8 @@ use tokio::sync::oneshot;
 
 use self::pending::Pending;
 use self::reader::Readers;
-use self::worker::{Job, Task, Worker, Writer};
+use self::thread::{Job, Task};
+use self::worker::{Worker, Writer};
 use super::{LeaseToken, StoreFuture};
 use crate::clock::{Clock, SystemClock};
 use crate::key::Key;
@@ -269,7 +271,7 @@ impl SqliteStore {
         let thread_writer = Arc::clone(&writer);
         std::thread::Builder::new()
             .name("idem-sqlite".to_owned())
-            .spawn(move || worker::serve(thread_writer, queue))
+            .spawn(move || thread::serve(thread_writer, queue))
             .map_err(|e| Error::store("open", e))?;
         let readers = match (&path, wal) {
             (Some(path), true) => Some(Readers::new(path.clone())),

@@ -250,7 +250,8 @@ async fn redis(url: &str, prefix: Option<&str>, run: &str) -> Result<Opened, Cli
         Some(prefix) => store.with_prefix(prefix),
         None => store,
     };
-    let floor = super::floor::RedisFloor::connect(url, &format!("idem-bench-floor:{run}"))
+    let floor_prefix = format!("{}-bench-floor:{run}", prefix.unwrap_or("idem"));
+    let floor = super::floor::RedisFloor::connect(url, &floor_prefix)
         .await
         .map_err(CliError::connection)?;
     let commands = super::stats::CommandStats::connect(url).await;
