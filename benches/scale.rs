@@ -1,17 +1,19 @@
-//! Memory per live record and replay latency at 10k, 100k and 1M keys on the memory store.
+//! Memory per live record and replay latency at 10k, 100k and 1M keys on the memory store, for
+//! three recorded results: the benchmark's `Receipt` (19 bytes as recorded), 26 and 64 bytes.
 //!
-//! Each size runs in a child process of its own (this binary re-run with `--scale-child=N`), so
-//! that memory freed by a smaller size cannot hide the next one's growth. The child records N
-//! calls, reads the RSS delta from `/proc/self/statm`, times replays of a sample of the keys one
-//! by one, then moves the store's clock past the 30 s lease of the claims and times replays
-//! again (a lazy clean-up that does all its work at once would show as a pause there). It prints
-//! one line per size:
+//! Each size runs in a child process of its own (this binary re-run with
+//! `--scale-child=N:RESULT`), so that memory freed by a smaller size cannot hide the next one's
+//! growth. The child records N calls, reads the RSS delta from `/proc/self/statm`, times replays
+//! of a sample of the keys one by one, then moves the store's clock past the 30 s lease of the
+//! claims and times replays again (a lazy clean-up that does all its work at once would show as
+//! a pause there). It prints one line per size:
 //!
-//! `scale n=… bytes_per_record=… replay_p50_ns=… replay_p99_ns=… replay_max_ns=…
+//! `scale n=… result=… result_bytes=… bytes_per_record=… replay_p50_ns=… replay_p99_ns=… replay_max_ns=…
 //! replay_over_1ms=… after_lease_p50_ns=… after_lease_p99_ns=… after_lease_max_ns=…
 //! after_lease_over_1ms=…` (`over_1ms`: how many sampled replays took more than 1 ms).
 //!
-//! `IDEM_SCALE_SIZES=10000,100000` runs other sizes.
+//! `IDEM_SCALE_SIZES=10000,100000` runs other sizes; `IDEM_SCALE_RESULTS=receipt,64,200` other
+//! results (`receipt`, or a size in bytes reached by padding a note).
 
 mod support;
 
@@ -23,9 +25,11 @@ use std::time::{Duration, Instant};
 use idem_tools::MemoryStore;
 use idem_tools::clock::ManualClock;
 
-use support::{Args, LEASE, SIZES, current_thread, ok, send, turn};
+use idem_tools::Store;
+use support::{Args, LEASE, PAD, SIZES, current_thread, ok, send, send_padded, turn};
 
 const DEFAULT_SIZES: [u64; 3] = [10_000, 100_000, 1_000_000];
+const DEFAULT_RESULTS: &str = "receipt,26,64";
 /// Replays timed one by one at each size, before and after the lease.
 const SAMPLE: u64 = 10_000;
 const CHILD_FLAG: &str = "--scale-child=";
@@ -34,7 +38,12 @@ fn main() {
     // `cargo bench` passes `--bench` and perhaps a filter: only our own flag matters.
     let child = std::env::args().find_map(|a| a.strip_prefix(CHILD_FLAG).map(str::to_owned));
     match child {
-        Some(n) => measure(ok("--scale-child", n.parse::<u64>())),
+        Some(arg) => {
+            let (n, result) = arg
+                .split_once(':')
+                .unwrap_or_else(|| panic!("{CHILD_FLAG}{arg}: want N:RESULT"));
+            measure(ok("--scale-child", n.parse::<u64>()), result)
+        }
         None => parent(),
     }
 }
@@ -47,13 +56,52 @@ fn parent() {
             .collect(),
         Err(_) => DEFAULT_SIZES.to_vec(),
     };
+    let results =
+        std::env::var("IDEM_SCALE_RESULTS").unwrap_or_else(|_| DEFAULT_RESULTS.to_owned());
     let exe = ok("current_exe", std::env::current_exe());
-    for n in sizes {
-        let status = ok(
-            "scale child",
-            Command::new(&exe).arg(format!("{CHILD_FLAG}{n}")).status(),
-        );
-        assert!(status.success(), "scale child for n={n} failed: {status}");
+    for result in results.split(',').map(str::trim) {
+        for &n in &sizes {
+            let status = ok(
+                "scale child",
+                Command::new(&exe)
+                    .arg(format!("{CHILD_FLAG}{n}:{result}"))
+                    .status(),
+            );
+            assert!(
+                status.success(),
+                "scale child for n={n}, result {result} failed: {status}"
+            );
+        }
+    }
+}
+
+/// Which tool records, and how long its result is as recorded: `receipt` is [`send`]'s
+/// `Receipt`; a number pads [`send_padded`]'s note to reach that many bytes.
+#[derive(Clone, Copy)]
+enum Recorded {
+    Receipt,
+    Padded,
+}
+
+impl Recorded {
+    /// Calls the tool; returns the recorded result's id.
+    async fn call(self, args: &Args) -> u64 {
+        match self {
+            Recorded::Receipt => ok("record", send(args).await).id,
+            Recorded::Padded => ok("record", send_padded(args).await).id,
+        }
+    }
+}
+
+/// The length of the result recorded for `args` by `tool`, in a store of its own.
+fn recorded_len(rt: &tokio::runtime::Runtime, tool: Recorded, args: &Args) -> usize {
+    let store = Arc::new(MemoryStore::new());
+    let turn = turn("bench/scale/probe", store.clone());
+    rt.block_on(turn.clone().scope(tool.call(args)));
+    let records = ok("list", rt.block_on(store.list(None, 1)));
+    match records.first().and_then(|r| r.result.as_ref()) {
+        Some(result) => result.len(),
+        None => panic!("scale: the probe recorded nothing"),
     }
 }
 
@@ -95,8 +143,24 @@ fn percentiles(mut samples: Vec<Duration>) -> [u128; 4] {
     [at(0.50), at(0.99), at(1.0), pauses as u128]
 }
 
-fn measure(n: u64) {
+fn measure(n: u64, result: &str) {
     let rt = current_thread();
+    // A typical argument: the result's id has as many digits as most of the keys'.
+    let typical = Args::new(SIZES[0], n / 2);
+    let tool = match result {
+        "receipt" => Recorded::Receipt,
+        bytes => {
+            let want = ok("IDEM_SCALE_RESULTS", bytes.parse::<usize>());
+            let base = recorded_len(&rt, Recorded::Padded, &typical);
+            PAD.store(
+                want.saturating_sub(base),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+            Recorded::Padded
+        }
+    };
+    let result_bytes = recorded_len(&rt, tool, &typical);
+
     let clock = ManualClock::new(1_700_000_000_000);
     let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
     let turn = turn("bench/scale", store.clone());
@@ -107,7 +171,7 @@ fn measure(n: u64) {
     rt.block_on(turn.clone().scope(async {
         for i in 0..n {
             args.n = i;
-            ok("record", send(&args).await);
+            black_box(tool.call(&args).await);
         }
     }));
     let after = rss_bytes();
@@ -121,7 +185,7 @@ fn measure(n: u64) {
             for i in (0..n).step_by(stride as usize).take(SAMPLE as usize) {
                 args.n = (i + offset) % n;
                 let start = Instant::now();
-                black_box(ok("replay", send(black_box(&args)).await));
+                black_box(tool.call(black_box(&args)).await);
                 samples.push(start.elapsed());
             }
             percentiles(samples)
@@ -133,9 +197,10 @@ fn measure(n: u64) {
     assert_eq!(turn.stats().executed, n, "scale: a replay executed");
 
     println!(
-        "scale n={n} bytes_per_record={per_record} replay_p50_ns={} replay_p99_ns={} \
-         replay_max_ns={} replay_over_1ms={} after_lease_p50_ns={} after_lease_p99_ns={} \
-         after_lease_max_ns={} after_lease_over_1ms={}",
+        "scale n={n} result={result} result_bytes={result_bytes} bytes_per_record={per_record} \
+         replay_p50_ns={} replay_p99_ns={} replay_max_ns={} replay_over_1ms={} \
+         after_lease_p50_ns={} after_lease_p99_ns={} after_lease_max_ns={} \
+         after_lease_over_1ms={}",
         replay[0],
         replay[1],
         replay[2],

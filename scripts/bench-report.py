@@ -3,26 +3,43 @@
 
     scripts/bench-report.py                      # cargo bench --bench calls, then --bench scale
     scripts/bench-report.py --features sqlite    # also the SQLite rows (redis: set IDEM_REDIS_URL)
+    scripts/bench-report.py --stores sqlite,redis   # idem bench on each store, next to its floor
+    scripts/bench-report.py --stores sqlite --instructions   # and callgrind counts per call
     scripts/bench-report.py --no-run             # only read the results of the last run
 
 It reads criterion's target/criterion/**/new/{benchmark,estimates}.json (the median of each
-benchmark) and the `scale ...` lines of the scale bench (kept in target/criterion/scale.txt).
-Before a run it removes the previous results of the groups it runs, so the table is from one
-run. Extra arguments after `--` go to both benches (e.g. `-- --measurement-time 10`).
+benchmark), the `scale ...` lines of the scale bench (kept in target/criterion/scale.txt), and
+for `--stores` the JSON of `idem bench` (the operator CLI's benchmark: latency percentiles and
+throughput, idem and the hand-written floor alternately in one run; kept in
+target/criterion/stores.json) and with `--instructions` the instructions per call counted by
+callgrind on `idem bench --exact` (kept in target/criterion/instructions.json). Before a run it
+removes the previous results of the groups it runs, so the table is from one run. Extra
+arguments after `--` go to the criterion benches (e.g. `-- --measurement-time 10`).
 The exit status is 0 even when targets are missed: the table says which.
 """
 
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CRITERION = ROOT / "target" / "criterion"
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+CRITERION = TARGET / "criterion"
 SCALE_OUT = CRITERION / "scale.txt"
+STORES_OUT = CRITERION / "stores.json"
+INSTRUCTIONS_OUT = CRITERION / "instructions.json"
+IDEM = TARGET / "release" / "idem"
+# idem bench runs: (label, extra arguments); each store is measured with both.
+STORE_RUNS = [("64 tasks", ["--concurrency", "64"]),
+              ("4 processes × 16 tasks", ["--concurrency", "16", "--processes", "4"])]
+# Calls counted by callgrind: the difference of two runs, divided by their difference.
+EXACT = (1000, 3000)
 GROUPS = ["calls", "key", "throughput", "sqlite", "redis"]
 SIZES = ["small", "1KiB", "64KiB"]
 PAUSE_NS = 1_000_000
@@ -43,6 +60,68 @@ def run(features, extra):
     sys.stderr.write(scale.stdout)
     CRITERION.mkdir(parents=True, exist_ok=True)
     SCALE_OUT.write_text(scale.stdout)
+
+
+def store_urls(stores, workdir):
+    """[(store name, idem global arguments)] for the stores asked for."""
+    urls = []
+    for store in stores:
+        if store == "sqlite":
+            urls.append(("sqlite", ["--sqlite", str(Path(workdir) / "bench.db")]))
+        elif store == "redis":
+            url = os.environ.get("IDEM_REDIS_URL")
+            if not url:
+                sys.stderr.write("redis: skipped (IDEM_REDIS_URL is not set)\n")
+                continue
+            urls.append(("redis", ["--redis", url]))
+        else:
+            sys.exit(f"--stores: unknown store {store!r} (sqlite, redis)")
+    return urls
+
+
+def build_cli():
+    subprocess.run(["cargo", "build", "--release", "-p", "idem-tools-cli"], cwd=ROOT, check=True,
+                   stdout=sys.stderr)
+
+
+def run_stores(stores, instructions):
+    """idem bench on each store (and callgrind on --exact), results kept as JSON."""
+    build_cli()
+    CRITERION.mkdir(parents=True, exist_ok=True)
+    results = {}
+    with tempfile.TemporaryDirectory() as workdir:
+        for name, args in store_urls(stores, workdir):
+            for label, extra in STORE_RUNS:
+                out = subprocess.run([str(IDEM), *args, "--json", "bench", *extra], check=True,
+                                     stdout=subprocess.PIPE, text=True)
+                results.setdefault(name, {})[label] = json.loads(out.stdout)
+    STORES_OUT.write_text(json.dumps(results, indent=1))
+    if not instructions:
+        return
+    counts = {}
+    for name in stores:
+        for kind in ("replay", "first", "floor-replay", "floor-first"):
+            total = []
+            for n in EXACT:
+                # A scratch store per run: what --exact records is left in place.
+                with tempfile.TemporaryDirectory() as workdir:
+                    (_, args), = store_urls([name], workdir) or [(None, None)]
+                    if args is None:
+                        break
+                    out_file = Path(workdir) / "callgrind.out"
+                    run = subprocess.run(["valgrind", "--tool=callgrind",
+                                          f"--callgrind-out-file={out_file}", str(IDEM), *args,
+                                          "bench", "--exact", f"{kind}:{n}"],
+                                         check=True, stderr=subprocess.PIPE, text=True)
+                    found = re.search(r"Collected : ([\d,]+)", run.stderr)
+                    total.append(int(found.group(1).replace(",", "")))
+            if len(total) == 2:
+                counts.setdefault(name, {})[kind] = (total[1] - total[0]) / (EXACT[1] - EXACT[0])
+    INSTRUCTIONS_OUT.write_text(json.dumps(counts, indent=1))
+
+
+def load_json(path):
+    return json.loads(path.read_text()) if path.exists() else {}
 
 
 def load_estimates(criterion=CRITERION):
@@ -71,8 +150,9 @@ def load_scale(scale_out=SCALE_OUT):
     for line in scale_out.read_text().splitlines():
         if line.startswith("scale "):
             fields = dict(part.split("=", 1) for part in line.split()[1:])
-            rows.append({k: int(v) for k, v in fields.items()})
-    return sorted(rows, key=lambda r: r["n"])
+            rows.append({k: int(v) if v.isdigit() else v for k, v in fields.items()})
+    # Grouped by the result recorded (`receipt`, or a size), smallest store first.
+    return sorted(rows, key=lambda r: (str(r.get("result", r.get("result_bytes", ""))), r["n"]))
 
 
 def fmt_time(ns):
@@ -107,7 +187,7 @@ def within(r, limit):
     return None if r is None else r <= limit
 
 
-def build_rows(est, scale):
+def build_rows(est, scale, stores=None, instructions=None):
     rows = []
 
     def med(group, function, value):
@@ -180,18 +260,50 @@ def build_rows(est, scale):
             add(f"{store} first execution", "small", first,
                 f"{fmt_ratio(ratio(first, replay))} replay", base=small_base)
 
+    for store, runs in (stores or {}).items():
+        first_run = next(iter(runs.values()), None)
+        if first_run:
+            for kind, label in (("replay", "replay"), ("first", "first execution")):
+                pair = first_run["latency_ns"][kind]
+                p50 = ratio(pair["idem"]["p50"], pair["floor"]["p50"])
+                p99 = ratio(pair["idem"]["p99"], pair["floor"]["p99"])
+                add(f"{store} {label}, idem bench p50", "small", pair["idem"]["p50"],
+                    f"{fmt_ratio(p50)} floor ({fmt_time(pair['floor']['p50'])}); p99 "
+                    f"{fmt_time(pair['idem']['p99'])}, {fmt_ratio(p99)} floor",
+                    "≤ 1.5× floor", [(">1.5× floor", within(p50, 1.5))])
+        for run, report in runs.items():
+            for kind, label in (("first", "first executions"), ("replay", "replays")):
+                pair = report["throughput_per_s"][kind]
+                r = ratio(pair["idem"], pair["floor"])
+                target = "≥ 0.7× floor" if kind == "first" else ""
+                add(f"{store} {label} per second, {run}", "small", None,
+                    f"{pair['idem']:,.0f}/s, {fmt_ratio(r)} floor ({pair['floor']:,.0f}/s)",
+                    target, [("<0.7× floor", None if r is None else r >= 0.7)])
+    for store, counts in (instructions or {}).items():
+        for kind, label in (("replay", "replay"), ("first", "first execution")):
+            idem, floor = counts.get(kind), counts.get(f"floor-{kind}")
+            if idem is None:
+                continue
+            r = ratio(idem, floor)
+            add(f"{store} {label}, instructions per call", "small", None,
+                f"{idem:,.0f} vs floor {floor:,.0f}: {fmt_ratio(r)}", "≤ 1.5× floor",
+                [(">1.5× floor", within(r, 1.5))])
+
     for row in scale:
         worst = max(row["replay_max_ns"], row["after_lease_max_ns"])
         pauses = row.get("replay_over_1ms", 0) + row.get("after_lease_over_1ms", 0)
-        add(f"memory store, {row['n']:,} keys: replay p50", "small", row["replay_p50_ns"],
+        result = f", {row['result_bytes']} B results" if "result_bytes" in row else ""
+        add(f"memory store, {row['n']:,} keys{result}: replay p50", "small", row["replay_p50_ns"],
             f"{row['bytes_per_record']} B/record; p99 {fmt_time(row['replay_p99_ns'])}, "
             f"max {fmt_time(row['replay_max_ns'])}; after lease p50 "
             f"{fmt_time(row['after_lease_p50_ns'])}, p99 {fmt_time(row['after_lease_p99_ns'])}, "
             f"max {fmt_time(row['after_lease_max_ns'])}; {pauses} replays > 1 ms",
             "≤ 200 B/record, no pause > 1 ms",
             [(">200 B", row["bytes_per_record"] <= 200), ("pause > 1 ms", worst <= PAUSE_NS)])
-    if len(scale) >= 2:
-        lo, hi = scale[0], scale[-1]
+    kind = lambda r: r.get("result", r.get("result_bytes"))
+    same_results = [r for r in scale if kind(r) == kind(scale[0])] if scale else []
+    if len(same_results) >= 2:
+        lo, hi = same_results[0], same_results[-1]
         p50 = ratio(hi["replay_p50_ns"], lo["replay_p50_ns"])
         p99 = ratio(max(hi["replay_p99_ns"], hi["after_lease_p99_ns"]),
                     max(lo["replay_p99_ns"], lo["after_lease_p99_ns"]))
@@ -240,7 +352,16 @@ def self_test():
             "scale n=1000000 bytes_per_record=300 replay_p50_ns=1500 replay_p99_ns=5000 "
             "replay_max_ns=900000 replay_over_1ms=0 after_lease_p50_ns=1500 "
             "after_lease_p99_ns=5000 after_lease_max_ns=20000000 after_lease_over_1ms=1\n")
-        rows = {(r[0], r[1]): r for r in build_rows(load_estimates(root), load_scale(scale))}
+        pct = lambda p50: {"p50": p50, "p90": p50, "p99": 2 * p50, "max": 3 * p50}
+        stores = {"sqlite": {"64 tasks": {
+            "latency_ns": {"replay": {"idem": pct(3000), "floor": pct(2000)},
+                           "first": {"idem": pct(16000), "floor": pct(10000)}},
+            "throughput_per_s": {"replay": {"idem": 300000.0, "floor": 400000.0},
+                                 "first": {"idem": 20000.0, "floor": 30000.0}}}}}
+        instructions = {"sqlite": {"replay": 14000, "floor-replay": 10000, "first": 80000,
+                                   "floor-first": 40000}}
+        rows = {(r[0], r[1]): r for r in build_rows(load_estimates(root), load_scale(scale),
+                                                     stores, instructions)}
     expect = [
         (("#[read_only]", "small"), 3, "1.05×"), (("#[read_only]", "small"), 9, "yes"),
         (("#[read_only]", "1KiB"), 9, "NO (slower than bare)"),
@@ -254,6 +375,12 @@ def self_test():
         (("memory store, 1,000,000 keys: replay p50", "small"), 9,
          "NO (>200 B, pause > 1 ms)"),
         (("replay latency 1,000,000 vs 10,000 keys", "small"), 9, "NO (p99 grows)"),
+        (("sqlite replay, idem bench p50", "small"), 9, "yes"),
+        (("sqlite first execution, idem bench p50", "small"), 9, "NO (>1.5× floor)"),
+        (("sqlite first executions per second, 64 tasks", "small"), 9, "NO (<0.7× floor)"),
+        (("sqlite replays per second, 64 tasks", "small"), 9, ""),
+        (("sqlite replay, instructions per call", "small"), 9, "yes"),
+        (("sqlite first execution, instructions per call", "small"), 9, "NO (>1.5× floor)"),
     ]
     failed = [(row, col, want, rows.get(row, [None] * 10)[col]) for row, col, want in expect
               if rows.get(row, [None] * 10)[col] != want]
@@ -271,16 +398,26 @@ def main():
                         help="check the ratios and verdicts on made-up results, run nothing")
     parser.add_argument("--features", default=os.environ.get("IDEM_BENCH_FEATURES", ""),
                         help="cargo features for the benches (sqlite, redis)")
+    parser.add_argument("--stores", default="",
+                        help="run `idem bench` on these stores (sqlite, redis), comma-separated")
+    parser.add_argument("--instructions", action="store_true",
+                        help="with --stores: count instructions per call with callgrind")
+    parser.add_argument("--no-criterion", action="store_true",
+                        help="skip the criterion and scale benches (store rows only)")
     parser.add_argument("extra", nargs="*", help="arguments for the benches, after --")
     args = parser.parse_args()
     if args.self_test:
         self_test()
+    stores = [s for s in args.stores.replace(",", " ").split() if s]
     if not args.no_run:
-        run(args.features, args.extra)
+        if not args.no_criterion:
+            run(args.features, args.extra)
+        if stores:
+            run_stores(stores, args.instructions)
     est = load_estimates()
-    if not est:
-        sys.exit(f"no criterion results under {CRITERION}: run without --no-run first")
-    print_table(build_rows(est, load_scale()))
+    if not est and not STORES_OUT.exists():
+        sys.exit(f"no results under {CRITERION}: run without --no-run first")
+    print_table(build_rows(est, load_scale(), load_json(STORES_OUT), load_json(INSTRUCTIONS_OUT)))
 
 
 if __name__ == "__main__":

@@ -119,6 +119,29 @@ pub async fn send_owned(args: Args) -> Result<Receipt, idem_tools::Error> {
     Ok(receipt(&args))
 }
 
+/// How long the `note` of [`send_padded`]'s result is (the scale bench sets it to reach a
+/// recorded result of a given size).
+pub static PAD: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A receipt with a note, to record results of a chosen size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Padded {
+    /// Echoes `Args::n`.
+    pub id: u64,
+    /// [`PAD`] characters.
+    pub note: String,
+}
+
+/// The body of [`send`] returning a [`Padded`] receipt.
+#[idempotent]
+pub async fn send_padded(args: &Args) -> Result<Padded, idem_tools::Error> {
+    let pad = PAD.load(std::sync::atomic::Ordering::Relaxed);
+    Ok(Padded {
+        id: args.n,
+        note: "x".repeat(pad),
+    })
+}
+
 /// The same body under the `cached` crate's async `#[cached]` (unbounded, ahash; its key is
 /// an owned clone of the arguments).
 #[cached::macros::cached(key = "Args", convert = r#"{ args.clone() }"#)]

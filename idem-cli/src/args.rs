@@ -92,4 +92,7 @@ pub enum Command {
     Purge,
     /// Count live records by state and by tool.
     Stats,
+    /// Measure idem on this store next to the least the store can do (replay and first
+    /// execution latency, throughput at a concurrency); creates the SQLite file if needed.
+    Bench(crate::commands::bench::Options),
 }

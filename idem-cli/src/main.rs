@@ -39,6 +39,9 @@ fn main() -> ExitCode {
         .without_time()
         .with_target(false)
         .init();
+    if let Command::Bench(options) = &cli.command {
+        return commands::bench::main(&cli, options); // on a runtime of its own
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -92,5 +95,6 @@ async fn run(cli: &Cli) -> Result<String, CliError> {
         (Command::Show { .. } | Command::Remove { .. }, None) => {
             Err(CliError::usage("KEY is required"))
         }
+        (Command::Bench(_), _) => Err(CliError::usage("bench runs on a runtime of its own")),
     }
 }

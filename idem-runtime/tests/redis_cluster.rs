@@ -125,7 +125,8 @@ async fn claims_budgets_and_replays_spread_over_the_masters() {
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let runs = Arc::new(AtomicUsize::new(0));
     const KEYS: usize = 24;
-    // The turn may start one action per key; the second round replays them, past the cap.
+    // Only claims count against the turn: the first round spends the cap, the second replays
+    // (a replay is never charged, and answers past the cap).
     const CAP: u32 = KEYS as u32;
     let mut keys = Vec::new();
     for round in 0..2 {
@@ -172,7 +173,8 @@ async fn claims_budgets_and_replays_spread_over_the_masters() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), KEYS, "each tool ran once");
 
-    // Every record and its per-key count live on the same master; the records spread.
+    // Every record holds its per-key count (in its own hash, so on its master); the records
+    // spread.
     let records: Vec<String> = keys.iter().map(|k| store.redis_key("tenant", k)).collect();
     let holders = nodes_holding(&urls, &records).await;
     assert_eq!(holders.len(), KEYS, "every record is on some master");
@@ -184,13 +186,17 @@ async fn claims_budgets_and_replays_spread_over_the_masters() {
     for (record, url) in &holders {
         // The key's attempt count is a field of its record's hash: on its master by design.
         let mut conn = raw(url).await;
-        let counted: bool = redis::cmd("HEXISTS")
+        let count: Option<String> = redis::cmd("HGET")
             .arg(record)
             .arg("att")
             .query_async(&mut conn)
             .await
             .unwrap();
-        assert!(counted, "{record}: its attempt count is in its hash");
+        assert_eq!(
+            count.as_deref(),
+            Some("0"),
+            "{record}: its count, reset by the recorded result, is in its hash"
+        );
     }
 
     // The turn's call cap, counted in the turn's own slot, refuses the next call.
@@ -223,7 +229,7 @@ async fn claims_budgets_and_replays_spread_over_the_masters() {
     cleanup_cluster(&urls, &prefix).await;
 }
 
-/// A namespace hash tag pins a tenant's records, counts and turn count to one slot.
+/// A namespace hash tag pins a tenant's records (with their counts) and turn count to one slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_namespace_hash_tag_pins_a_tenant_to_one_master() {
     let Some(urls) = cluster_urls("a_namespace_hash_tag_pins_a_tenant_to_one_master") else {
@@ -258,7 +264,7 @@ async fn a_namespace_hash_tag_pins_a_tenant_to_one_master() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    // 12 records (each with its attempt count) and the turn count, all on the tenant's master.
+    // 12 records (each with its per-key count) and the turn count, all on the tenant's master.
     assert_eq!(everything.len(), 13, "{everything:?}");
     cleanup_cluster(&urls, &prefix).await;
 }

@@ -78,8 +78,22 @@ async fn a_begin_lost_to_a_busy_server_leaves_no_orphaned_claim() {
     );
     sleeper.await.unwrap().expect("DEBUG SLEEP");
 
-    // The server woke up and ran the queued begin, then the release the engine sent on giving
-    // up: the key is free long before its 120 s lease would end...
+    // The server woke up and ran the queued begin: the key's attempt count (kept in its hash,
+    // and kept when the claim is given back) says one claim landed...
+    let record_key = store.redis_key(turn.namespace(), &k);
+    let mut conn = raw(&url).await;
+    let attempts: Option<String> = redis::cmd("HGET")
+        .arg(&record_key)
+        .arg("att")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        attempts.as_deref(),
+        Some("1"),
+        "the lost begin reached the server"
+    );
+    // ...and was given back: the key is free long before its 120 s lease would end.
     let deadline = Instant::now() + Duration::from_secs(5);
     while let Some(record) = store.get(turn.namespace(), &k).await.unwrap() {
         assert_eq!(record.state, RecordState::InProgress);

@@ -75,7 +75,9 @@ async fn corrupt_records_are_errors_not_panics() {
     cases.push(("tool not UTF-8", bad_tool));
     let no_result = good("completed")[..5].to_vec();
     cases.push(("completed without result", no_result));
-    cases.push(("no fields we know", vec![("junk", b"1".to_vec())]));
+    let mut no_expiry = good("completed");
+    no_expiry.remove(4);
+    cases.push(("fields but no expiry", no_expiry));
 
     for (label, fields) in &cases {
         let k = key(label);
@@ -97,6 +99,21 @@ async fn corrupt_records_are_errors_not_panics() {
             "{label}: {get:?}"
         );
     }
+
+    // A hash with none of a record's fields holds no record (the scripts read only theirs):
+    // nothing to get, and a claim takes the key over.
+    let k = key("no fields we know");
+    let _: () = redis::cmd("HSET")
+        .arg(store.redis_key("ns", &k))
+        .arg("junk")
+        .arg(1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(store.get("ns", &k).await.unwrap(), None);
+    let begin = store.begin(request("ns", &k, &fp, LONG)).await;
+    assert!(matches!(begin, Ok(Begin::Claimed)), "{begin:?}");
+    assert!(store.remove("ns", &k).await.unwrap());
 
     // Garbage of another Redis type under a record's key.
     let k = key("string");

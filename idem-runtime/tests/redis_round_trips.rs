@@ -1,8 +1,8 @@
 //! What a call costs in round trips to Redis, counted by the server itself.
 //!
 //! A private `redis-server` is watched with `MONITOR`, which reports every command a client
-//! sends (commands run inside scripts are reported with the source `lua` and are not round
-//! trips). A marker `ECHO` sent after each step delimits its commands.
+//! sends, and every command a script runs (with the source `lua`: not round trips, but the
+//! server's work). A marker `ECHO` sent after each step delimits its commands.
 #![cfg(feature = "redis")]
 
 mod redis_common;
@@ -20,12 +20,13 @@ use tokio::net::TcpStream;
 
 const SEND: ToolInfo = ToolInfo::idempotent("send_message");
 
-/// The commands clients sent up to the next marker, by name (`EVALSHA`, ...).
+/// The commands clients sent up to the next marker, by name (`EVALSHA`, ...), and the
+/// commands the scripts ran meanwhile.
 async fn commands_until_marker(
     monitor: &mut Lines<BufReader<TcpStream>>,
     marker: &str,
-) -> Vec<String> {
-    let mut commands = Vec::new();
+) -> (Vec<String>, Vec<String>) {
+    let (mut commands, mut in_scripts) = (Vec::new(), Vec::new());
     loop {
         let line = tokio::time::timeout(std::time::Duration::from_secs(10), monitor.next_line())
             .await
@@ -36,12 +37,13 @@ async fn commands_until_marker(
         let Some((source, rest)) = line.split_once("] ") else {
             continue;
         };
+        let name = rest.split('"').nth(1).unwrap_or_default().to_uppercase();
         if source.ends_with(" lua") {
+            in_scripts.push(name);
             continue;
         }
-        let name = rest.split('"').nth(1).unwrap_or_default().to_uppercase();
         if name == "ECHO" && rest.contains(marker) {
-            return commands;
+            return (commands, in_scripts);
         }
         commands.push(name);
     }
@@ -92,21 +94,38 @@ async fn a_first_execution_costs_two_round_trips_and_a_replay_one() {
     };
 
     let marker = mark().await;
-    assert!(
-        commands_until_marker(&mut monitor, &marker)
-            .await
-            .is_empty()
+    assert_eq!(
+        commands_until_marker(&mut monitor, &marker).await,
+        (vec![], vec![])
     );
 
+    // A first execution: the claim reads the hash, writes it and sets its expiry; so does the
+    // completion.
     call().await.unwrap();
     let marker = mark().await;
-    let first = commands_until_marker(&mut monitor, &marker).await;
+    let (first, in_scripts) = commands_until_marker(&mut monitor, &marker).await;
     assert_eq!(first, ["EVALSHA", "EVALSHA"], "begin + complete");
+    assert_eq!(
+        in_scripts,
+        [
+            "TIME",
+            "HMGET",
+            "HSET",
+            "PEXPIREAT",
+            "TIME",
+            "HMGET",
+            "HSET",
+            "PEXPIREAT"
+        ],
+        "the fewest commands a claim and a completion need"
+    );
 
+    // A replay: one round trip, whose script reads the clock and the hash and writes nothing.
     call().await.unwrap();
     let marker = mark().await;
-    let replay = commands_until_marker(&mut monitor, &marker).await;
+    let (replay, in_scripts) = commands_until_marker(&mut monitor, &marker).await;
     assert_eq!(replay, ["EVALSHA"], "begin answers a replay");
+    assert_eq!(in_scripts, ["TIME", "HMGET"], "a replay is a read");
     assert_eq!(sent.load(Ordering::SeqCst), 1);
 
     // After the server loses its script cache (a restart), a script costs one extra load.
@@ -119,7 +138,7 @@ async fn a_first_execution_costs_two_round_trips_and_a_replay_one() {
     let _ = commands_until_marker(&mut monitor, &marker).await;
     call().await.unwrap();
     let marker = mark().await;
-    let reload = commands_until_marker(&mut monitor, &marker).await;
+    let (reload, _) = commands_until_marker(&mut monitor, &marker).await;
     assert_eq!(reload, ["EVALSHA", "SCRIPT", "EVALSHA"]);
     assert_eq!(sent.load(Ordering::SeqCst), 1);
 }

@@ -221,7 +221,8 @@ async fn expired_turn_counts_are_deleted_by_purge_and_by_housekeeping() {
             .unwrap();
     }
     // Writes 513..1200 after the last housekeeping include one more: it deletes a batch (512)
-    // of the 600 expired turn counts.
+    // of the 600 expired turn counts, on the store's thread (a `get` goes after it).
+    store.get(NS, &key(0)).await.unwrap();
     assert_eq!(raw_counts(&dir.db()), 600 - 512);
     store.purge_expired().await.unwrap();
     assert_eq!(raw_counts(&dir.db()), 0);
@@ -271,7 +272,7 @@ async fn a_version_1_database_is_migrated_and_keeps_its_records() {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (3, 3));
+    assert_eq!((version, SCHEMA_VERSION), (4, 4));
     match store
         .begin(charged(&k, &fp, "turn", 3, None, WINDOW))
         .await
@@ -283,5 +284,102 @@ async fn a_version_1_database_is_migrated_and_keeps_its_records() {
     assert_eq!(raw_counts(&dir.db()), 0, "a replay counts nothing");
     drop(store);
     // Opening again is a no-op.
+    SqliteStore::open(dir.db()).unwrap();
+}
+
+/// SQL of schema version 3 on top of version 1: budget counters, and each key's attempt count
+/// in its row.
+const SCHEMA_V3_ON_V1: &str = "
+CREATE TABLE idem_budgets (
+    id            BLOB    NOT NULL PRIMARY KEY,
+    count         INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE INDEX idem_budgets_expires_at ON idem_budgets (expires_at_ms);
+ALTER TABLE idem_records ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE idem_records ADD COLUMN attempts_expire_ms INTEGER NOT NULL DEFAULT 0;
+PRAGMA user_version = 3;
+";
+
+/// Version 4 copies every row into a `WITHOUT ROWID` table: records, and released claims
+/// with their attempt counts, survive it.
+#[tokio::test]
+async fn a_version_3_database_is_migrated_and_keeps_its_records_and_counts() {
+    let dir = TempDir::new("migrate-v3");
+    let (done, released) = (key(31), key(32));
+    let fp = Fingerprint::from_bytes([3; 32]);
+    {
+        let conn = rusqlite::Connection::open(dir.db()).unwrap();
+        conn.execute_batch(SCHEMA_V1).unwrap();
+        conn.execute_batch(SCHEMA_V3_ON_V1).unwrap();
+        let insert =
+            "INSERT INTO idem_records VALUES (?1, ?2, 'send', ?3, ?4, ?5, 1, ?6, 7, ?7, ?8)";
+        conn.execute(
+            insert,
+            rusqlite::params![
+                NS,
+                done.as_bytes().as_slice(),
+                "completed",
+                fp.as_bytes().as_slice(),
+                b"{\"ok\":2}".as_slice(),
+                i64::MAX,
+                0,
+                0
+            ],
+        )
+        .unwrap();
+        // A released claim: no live record, two attempts counted until far in the future.
+        conn.execute(
+            insert,
+            rusqlite::params![
+                NS,
+                released.as_bytes().as_slice(),
+                "in_progress",
+                fp.as_bytes().as_slice(),
+                None::<Vec<u8>>,
+                0,
+                2,
+                i64::MAX
+            ],
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(dir.db()).unwrap();
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert!(
+        conn.prepare("SELECT rowid FROM idem_records").is_err(),
+        "the records table has no rowid any more"
+    );
+    match store
+        .begin(charged(&done, &fp, "turn", 3, None, WINDOW))
+        .await
+        .unwrap()
+    {
+        Begin::Completed(first) => assert_eq!(&*first.result, b"{\"ok\":2}"),
+        other => panic!("the old record replays: {other:?}"),
+    }
+    // Two attempts were counted: a limit of 3 allows one more claim, then refuses.
+    let lease = {
+        let req = charged(&released, &fp, "turn", 3, None, WINDOW);
+        let lease = req.lease();
+        assert_eq!(store.begin(req).await.unwrap(), Begin::Claimed);
+        lease
+    };
+    store.release(&lease).await.unwrap();
+    assert_eq!(
+        store
+            .begin(charged(&released, &fp, "turn", 3, None, WINDOW))
+            .await
+            .unwrap(),
+        Begin::Refused(Exhausted::Key {
+            attempts: 3,
+            limit: 3
+        })
+    );
+    drop(store);
     SqliteStore::open(dir.db()).unwrap();
 }

@@ -1,5 +1,6 @@
 //! One module per subcommand; each returns the text to print on stdout.
 
+pub mod bench;
 pub mod list;
 mod remove;
 mod show;

@@ -1,5 +1,6 @@
 //! The embedded default store: a sharded in-memory table.
 
+mod names;
 mod shard;
 
 use std::fmt;
@@ -10,12 +11,12 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashMap;
 
 use super::budget::{self, CounterId};
-use super::{Begin, BeginRequest, FirstResult, Lease, Record, RecordState, Store, StoreFuture};
+use super::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
 use crate::Error;
 use crate::clock::{Clock, MonotonicClock, duration_ms};
 use crate::key::Key;
 
-use shard::{Shard, Stored};
+use shard::{Claim, Shard};
 
 const SHARDS: usize = 32;
 
@@ -27,6 +28,12 @@ const SHARDS: usize = 32;
 /// count together. Expired entries are dropped when they are next touched, and each shard
 /// sweeps out what expired whenever it has grown to twice its size after the last sweep, so
 /// memory stays within twice what is live; [`Store::purge_expired`] sweeps everything.
+///
+/// **Memory:** under 200 bytes per live record at a million keys, for results of up to 64
+/// bytes (kept inside the record; a larger result takes its own allocation besides). A record
+/// is 168 bytes: key, fingerprint, token, times, attempt count, and an id for its namespace
+/// and tool, which each shard keeps once. A turn's budget window is kept for at most 49.7 days
+/// (`u32::MAX` ms) here, which a store that lives as long as its process rarely reaches.
 ///
 /// Time is read from a [`MonotonicClock`]: a wall-clock step (NTP, a VM resumed) cannot free a
 /// live lease early or keep a dead one blocked.
@@ -113,7 +120,7 @@ impl MemoryStore {
     /// Live records across all shards (for tests and inspection).
     pub fn len(&self) -> usize {
         let now = self.clock.now_ms();
-        self.shards.iter().map(|s| lock(s).live(now).count()).sum()
+        self.shards.iter().map(|s| lock(s).live(now)).sum()
     }
 
     /// Whether no live record is stored.
@@ -164,16 +171,7 @@ impl Store for MemoryStore {
         let now = self.clock.now_ms();
         let mut shard = self.shard(req.key);
         let entry = shard.find(req.key);
-        if let Some(record) = entry.and_then(|i| shard.get(i).live_record(now)) {
-            let answer = match record.state {
-                RecordState::Completed => Begin::Completed(FirstResult {
-                    fingerprint: record.fingerprint,
-                    result: record.result.clone(),
-                }),
-                RecordState::InProgress => Begin::InFlight {
-                    fingerprint: record.fingerprint,
-                },
-            };
+        if let Some(answer) = entry.and_then(|i| shard.answer(i, now)) {
             return Box::pin(std::future::ready(Ok(answer)));
         }
         // No live record: charge, then claim.
@@ -184,28 +182,25 @@ impl Store for MemoryStore {
         if let Err(refused) = budget::charge(attempts, calls, &req.charge) {
             return Box::pin(std::future::ready(Ok(Begin::Refused(refused))));
         }
-        let window_end = now.saturating_add(duration_ms(req.charge.window));
+        let window_ms = duration_ms(req.charge.window);
         if let Some(turns) = &mut turns {
             let count = Count {
                 n: calls + 1,
-                expires_at_ms: window_end,
+                expires_at_ms: now.saturating_add(window_ms),
             };
             turns.set(turn_id, count, now);
         }
         drop(turns);
-        let i = shard.find_or_insert(req.key, now);
-        let entry = shard.get_mut(i);
-        entry.attempts = attempts + 1;
-        entry.attempts_expire_ms = window_end;
-        entry.record = Some(Stored {
-            state: RecordState::InProgress,
-            fingerprint: *req.fingerprint,
-            result: super::Bytes::new(),
-            token: req.token,
+        shard.claim(&Claim {
+            key: req.key,
+            namespace: req.namespace,
             tool: req.tool,
-            namespace: Arc::from(req.namespace),
-            created_at_ms: now,
-            expires_at_ms: now.saturating_add(duration_ms(req.lease)),
+            fingerprint: req.fingerprint,
+            token: req.token,
+            now,
+            lease_end: now.saturating_add(duration_ms(req.lease)),
+            attempts: attempts + 1,
+            window_ms,
         });
         Box::pin(std::future::ready(Ok(Begin::Claimed)))
     }
@@ -214,8 +209,8 @@ impl Store for MemoryStore {
         let now = self.clock.now_ms();
         let mut shard = self.shard(&lease.key);
         let renewed = match shard.held(lease, now) {
-            Some(record) => {
-                record.expires_at_ms = now.saturating_add(duration_ms(duration));
+            Some(i) => {
+                shard.renew(i, now.saturating_add(duration_ms(duration)));
                 Ok(())
             }
             None => Err(lease_lost(&lease.key)),
@@ -231,23 +226,13 @@ impl Store for MemoryStore {
     ) -> StoreFuture<'a, ()> {
         let now = self.clock.now_ms();
         let mut shard = self.shard(&lease.key);
-        let completed = match shard.find(&lease.key) {
+        let completed = match shard.held(lease, now) {
             Some(i) => {
-                let entry = shard.get_mut(i);
-                match entry.record.as_mut().filter(|r| now < r.expires_at_ms) {
-                    Some(r) if r.token == lease.token && r.state == RecordState::Completed => {
-                        Ok(()) // completed by this lease already: a retried `complete`
-                    }
-                    Some(r) if r.token == lease.token => {
-                        r.state = RecordState::Completed;
-                        r.result = super::Bytes::copy_from_slice(result);
-                        r.expires_at_ms = now.saturating_add(duration_ms(ttl));
-                        entry.attempts = 0;
-                        Ok(())
-                    }
-                    _ => Err(lease_lost(&lease.key)),
-                }
+                shard.complete(i, result, now.saturating_add(duration_ms(ttl)));
+                Ok(())
             }
+            // Completed by this lease already: a retried `complete`.
+            None if shard.completed_by(lease, now) => Ok(()),
             None => Err(lease_lost(&lease.key)),
         };
         Box::pin(std::future::ready(completed))
@@ -257,8 +242,8 @@ impl Store for MemoryStore {
         let now = self.clock.now_ms();
         let mut shard = self.shard(&lease.key);
         let released = match shard.held(lease, now) {
-            Some(_) => {
-                shard.drop_record(&lease.key, now);
+            Some(i) => {
+                shard.release(i, now);
                 Ok(())
             }
             None => Err(lease_lost(&lease.key)),
@@ -269,7 +254,7 @@ impl Store for MemoryStore {
     fn get<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
         let now = self.clock.now_ms();
         let shard = self.shard(key);
-        let record = shard.find(key).and_then(|i| shard.get(i).record(now));
+        let record = shard.find(key).and_then(|i| shard.record(i, now));
         Box::pin(std::future::ready(Ok(record)))
     }
 
@@ -292,21 +277,14 @@ impl Store for MemoryStore {
                 break;
             }
             let shard = lock(shard);
-            let wanted = shard
-                .live(now)
-                .filter_map(|entry| entry.record(now))
-                .filter(|r| namespace.is_none_or(|ns| r.namespace == ns));
-            out.extend(wanted.take(limit - out.len()));
+            out.extend(shard.records(namespace, now).take(limit - out.len()));
         }
         Box::pin(std::future::ready(Ok(out)))
     }
 
     fn remove<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         let now = self.clock.now_ms();
-        let removed = self
-            .shard(key)
-            .remove(key)
-            .is_some_and(|entry| entry.live_record(now).is_some());
+        let removed = self.shard(key).remove_at(key, now).unwrap_or(false);
         Box::pin(std::future::ready(Ok(removed)))
     }
 }

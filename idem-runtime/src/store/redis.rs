@@ -2,6 +2,7 @@
 //! server, or a Redis Cluster.
 
 mod builder;
+mod call;
 mod conn;
 mod layout;
 mod ops;
@@ -12,11 +13,11 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use ::redis::{Script, ScriptInvocation, Value};
+use ::redis::{Script, ToRedisArgs, Value};
 
 pub use self::builder::RedisStoreBuilder;
 use self::conn::Conn;
-use self::reply::{Reply, decode_record, unexpected, wrong_type};
+use self::reply::{Reply, corrupt, decode_record, unexpected, wrong_type};
 use crate::clock::duration_ms;
 use crate::key::Key;
 use crate::store::Record;
@@ -32,7 +33,8 @@ const MAX_DURATION_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
 /// Keys asked for per `SCAN` step of [`Store::list`](super::Store::list).
 const SCAN_COUNT: usize = 500;
 
-/// The Lua scripts, one per state transition, each prefixed with `prelude.lua`.
+/// The Lua scripts, one per state transition, each prefixed with `prelude.lua` (and
+/// `counts.lua` for those that charge a turn's count).
 struct Scripts {
     begin: Script,
     turn: Script,
@@ -44,14 +46,14 @@ struct Scripts {
 }
 
 macro_rules! lua {
-    ($file:literal) => {
-        concat!(include_str!("redis/prelude.lua"), include_str!($file))
+    ($($file:literal),+) => {
+        concat!(include_str!("redis/prelude.lua"), $(include_str!($file)),+)
     };
 }
 
 const LUA: [&str; 7] = [
-    lua!("redis/begin.lua"),
-    lua!("redis/turn.lua"),
+    lua!("redis/counts.lua", "redis/begin.lua"),
+    lua!("redis/counts.lua", "redis/turn.lua"),
     lua!("redis/get.lua"),
     lua!("redis/complete.lua"),
     lua!("redis/renew.lua"),
@@ -100,9 +102,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// arguments never appear in Redis keys, only their digest. The hash holds the record — `state`
 /// (`in_progress` or `completed`), `tok` (the fencing token of the claim that holds or
 /// completed it), `fp` (the 32-byte argument fingerprint), `tool`, `created` and `exp` (ms since
-/// the Unix epoch; 0 once a claim was given back) and `res` (the encoded result, once
-/// completed) — and the key's attempt count, `att` and `aexp` (when it expires), so `HGETALL`
-/// shows both by hand. Redis expires the hash at the later of `exp` and `aexp`.
+/// the Unix epoch; 0 once a claim was given back: no record, the hash kept for its count) and
+/// `res` (the encoded result, once completed) — and the key's attempt count, `att` and `aexp`
+/// (when it expires), so `HGETALL` shows both by hand. Redis expires the hash at the later of
+/// `exp` and `aexp`.
 ///
 /// A turn's count of started actions (only for turns with `max_calls`) is a hash (`n`, `exp`)
 /// at `<prefix>:<namespace>:t:{<turn counter id in hex>}`
@@ -111,30 +114,32 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// # Redis Cluster
 ///
 /// [`connect_cluster`](RedisStoreBuilder::connect_cluster) talks to a cluster natively (the
-/// `redis` crate's cluster client: slot routing, `MOVED`/`ASK` redirections). The `{…}` around
-/// the key's hex is a hash tag: a record and its per-key count always share a slot, so a claim
-/// and its budget charge run in one atomic script on one master. Keys are uniform BLAKE3
+/// `redis` crate's cluster client: slot routing, `MOVED`/`ASK` redirections). A record and its
+/// per-key count share one hash, so a claim and its budget charge run in one atomic script on
+/// one master. The `{…}` around the key's hex is a hash tag. Keys are uniform BLAKE3
 /// hashes, so records spread evenly over the 16384 slots and the masters. If the namespace
 /// contains a hash tag (`{tenant-42}`), the first tag wins for the record, its count and the
 /// turn count alike: one tenant's keys then live on one slot (useful to keep a tenant's data
 /// together, at the price of balance). [`Store::list`](super::Store::list) scans every master.
 ///
-/// The turn-wide count lives in its turn's own slot, so a turn with `max_calls` costs one more
-/// round trip per charged `begin`: a script that counts the call (or refuses it) **before** the
-/// claim script. Per-key counting stays atomic with the claim. The two steps are not one
-/// transaction: an attempt then refused by its per-key limit gives its turn-wide call back with
-/// a third script call, and meanwhile a concurrent call in the same turn may see the count one
-/// too high; a `begin` that fails after the first step keeps its call counted (it may have
-/// claimed). A standalone server uses the same layout and steps.
+/// On a cluster the turn-wide count lives in its turn's own slot, so a turn with `max_calls`
+/// costs one more round trip per charged `begin`: a script that counts the call (or refuses it)
+/// **before** the claim script. Per-key counting stays atomic with the claim. The two steps are
+/// not one transaction: an attempt then refused by its per-key limit gives its turn-wide call
+/// back with a third script call, and meanwhile a concurrent call in the same turn may see the
+/// count one too high; a `begin` that fails after the first step keeps its call counted (it may
+/// have claimed). On a standalone server (and when the turn's count shares the record's slot)
+/// the claim script charges the turn itself, atomically.
 ///
 /// # Time and expiry
 ///
 /// `created_at_ms` and `expires_at_ms` are read from the Redis server's clock (`TIME` inside
 /// the scripts, replicated by effects, Redis ≥ 5), and a record is live while
 /// `now < expires_at_ms`, as in every store. Redis expires a key only *after* its
-/// `PEXPIREAT` instant, so the scripts treat a record whose `exp` has come as absent (and
-/// delete it); Redis drops the rest by itself, so [`Store::purge_expired`](super::Store::purge_expired)
-/// has nothing to do and returns 0 without contacting Redis. This store does not use a
+/// `PEXPIREAT` instant, so the scripts treat a record whose `exp` has come as absent (the next
+/// claim overwrites it); Redis drops the rest by itself, so
+/// [`Store::purge_expired`](super::Store::purge_expired) has nothing to do and returns 0
+/// without contacting Redis. This store does not use a
 /// [`Clock`](crate::clock::Clock): tests of lease and TTL expiry use short real durations.
 /// Leases, TTLs and budget windows are capped at 100 years.
 ///
@@ -149,11 +154,16 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///
 /// # Cost per call
 ///
-/// One round trip per store operation, each an `EVALSHA` of a cached script: a first execution
-/// costs two (`begin`, `complete`) plus one `renew` per third of the lease the tool runs, a
-/// replay costs one; a turn with `max_calls` adds one per charged `begin`. The scripts are
-/// loaded when connecting; after a server restart empties the script cache, the first call of
-/// each script costs one extra `SCRIPT LOAD` round trip.
+/// One round trip per store operation, each an `EVALSHA` of a cached script that runs the
+/// fewest commands its step needs: a **replay** (or a wait) is `TIME` and one `HMGET`, and
+/// writes nothing; a **first execution** is two round trips, the claim (`TIME`, `HMGET`,
+/// `HSET`, `PEXPIREAT`) and the completion (the same four); a lease renewal (every third of the
+/// lease the tool runs) is one more. A turn with `max_calls` adds its count's read and write to
+/// the claim. Calls are written straight into the command's buffer (keys spelled out piece by
+/// piece, numbers in place). The scripts are loaded when connecting; after a server restart
+/// empties the script cache, the first call of each script costs one extra `SCRIPT LOAD` round
+/// trip. A script costs the server several times what a plain `GET` does (each command inside
+/// one costs about as much as the script's own start): BENCHMARKS.md has the numbers.
 ///
 /// # What it survives, and what it does not
 ///
@@ -260,7 +270,7 @@ impl RedisStore {
     /// The Redis key that holds the record of `key` in `namespace`:
     /// `<prefix>:<namespace>:{<key in hex>}`.
     pub fn redis_key(&self, namespace: &str, key: &Key) -> String {
-        layout::record_key(&self.prefix, namespace, key)
+        self.record_key(namespace, key).text()
     }
 
     /// Loads every script into the script cache of every node.
@@ -294,31 +304,30 @@ impl RedisStore {
         loaded.map_err(|e| Error::store("connect", e))
     }
 
-    /// Runs a script: `EVALSHA`, plus `SCRIPT LOAD` and a second `EVALSHA` if the server lost
-    /// its script cache.
-    async fn invoke(
-        &self,
-        operation: &'static str,
-        invocation: ScriptInvocation<'static>,
-    ) -> Result<Value> {
-        let mut conn = self.conn.clone();
-        invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| Error::store(operation, e))
-    }
-
-    /// A fenced transition (`complete`, `renew`, `release`): 1 done, 0 lease lost.
+    /// A fenced transition (`complete`, `renew`, `release`) of `script` on `key`, whose
+    /// arguments are the lease's token and then `args`: 1 done, 0 lease lost (as is a key of
+    /// another type: no claim of ours is there).
     async fn fenced(
         &self,
         operation: &'static str,
-        invocation: ScriptInvocation<'static>,
-        key: &Key,
+        script: &Script,
+        lease: &crate::store::Lease,
+        args: impl FnOnce(&mut ::redis::Cmd),
+        bytes: usize,
     ) -> Result<()> {
-        match self.invoke(operation, invocation).await? {
-            Value::Int(1) => Ok(()),
-            Value::Int(0) => Err(Error::LeaseLost { key: key.short() }),
-            other => Err(unexpected(operation, &other)),
+        let key = self.record_key(&lease.namespace, &lease.key);
+        let mut cmd = call::evalsha(script, 1, 4, key.len() + 20 + bytes);
+        cmd.arg(key).arg(call::Token(lease.token.0));
+        args(&mut cmd);
+        let lost = || Error::LeaseLost {
+            key: lease.key.short(),
+        };
+        match self.eval_raw(script, &cmd).await {
+            Ok(Value::Int(1)) => Ok(()),
+            Ok(Value::Int(0)) => Err(lost()),
+            Ok(other) => Err(unexpected(operation, &other)),
+            Err(error) if call::wrong_type(&error) => Err(lost()),
+            Err(error) => Err(Error::store(operation, error)),
         }
     }
 
@@ -326,17 +335,23 @@ impl RedisStore {
     async fn read(
         &self,
         operation: &'static str,
-        redis_key: &str,
+        redis_key: impl ToRedisArgs + Copy,
         namespace: &str,
         key: &Key,
     ) -> Result<Option<Record>> {
-        let mut invocation = SCRIPTS.get.prepare_invoke();
-        invocation.key(redis_key);
-        let reply = self.invoke(operation, invocation).await?;
+        let mut cmd = call::evalsha(&SCRIPTS.get, 1, 1, namespace.len() + 100);
+        cmd.arg(redis_key);
+        let reply = match self.eval_raw(&SCRIPTS.get, &cmd).await {
+            Ok(reply) => reply,
+            Err(error) if call::wrong_type(&error) => {
+                return Err(wrong_type(key, &self.kind_of(redis_key).await));
+            }
+            Err(error) => return Err(Error::store(operation, error)),
+        };
         match Reply::parse(operation, reply)? {
-            Reply::Tag(tag) if tag == b"none" => Ok(None),
+            Reply::None => Ok(None),
             Reply::Record(fields) => decode_record(namespace, key, &fields).map(Some),
-            Reply::WrongType(kind) => Err(wrong_type(key, &kind)),
+            Reply::Corrupt(what) => Err(corrupt(key, what)),
             _ => Err(Error::store(operation, "unexpected reply from Redis")),
         }
     }

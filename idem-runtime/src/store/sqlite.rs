@@ -1,12 +1,16 @@
 //! A durable store on a local SQLite file (feature `sqlite`).
 
+mod claim;
 mod ops;
+mod pending;
+mod reader;
 mod row;
 mod schema;
+mod statements;
+mod thread;
 mod worker;
 
 use std::fmt;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::Duration;
@@ -14,9 +18,13 @@ use std::time::Duration;
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
 
-use self::worker::Worker;
+use self::pending::Pending;
+use self::reader::Readers;
+use self::thread::{Job, Task};
+use self::worker::{Worker, Writer};
 use super::{LeaseToken, StoreFuture};
 use crate::clock::{Clock, SystemClock};
+use crate::key::Key;
 use crate::{Error, Result};
 
 pub use self::schema::SCHEMA_VERSION;
@@ -25,11 +33,13 @@ pub use self::schema::SCHEMA_VERSION;
 /// [`SqliteStore::with_busy_timeout`] says otherwise.
 pub const DEFAULT_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Expired rows deleted per batch by [`Store::purge_expired`](super::Store::purge_expired) and by the store's own
-/// housekeeping, so that no single transaction holds the write lock for long.
+/// Records looked at per step of the sweep of expired ones (by
+/// [`Store::purge_expired`](super::Store::purge_expired) and by the store's own housekeeping),
+/// and expired turn counts deleted per step, so that no single statement holds the write lock
+/// for long.
 const PURGE_BATCH: i64 = 512;
 
-/// The store deletes up to [`PURGE_BATCH`] expired rows after this many writes.
+/// The store sweeps one step of [`PURGE_BATCH`] records after this many writes.
 const HOUSEKEEPING_EVERY: u32 = 512;
 
 const STATE_IN_PROGRESS: &str = "in_progress";
@@ -70,26 +80,22 @@ const STATE_COMPLETED: &str = "completed";
 ///   (never corrupting the file). Losing a completion means one re-execution after a reboot.
 ///
 /// # Cost per call
-/// A first execution is two store calls: `begin` (one write transaction that charges the turn's
-/// budget and claims the key) and `complete` (one write transaction), plus one write per lease
-/// renewal (every `lease / 3` while the tool runs). A replay is one store call: its `begin` is
-/// charged too, so it is one small write transaction; only an uncharged `begin` (polling a key
-/// in flight elsewhere) is a plain read without the write lock. Writes commit without `fsync`
-/// (`synchronous = NORMAL`).
-///
-/// Measured roughly on a small 2-core VM with the `measure_cost_per_call` test (release build,
-/// before budgets were kept in the file): a first execution cost 0.06–0.27 ms, a replay about
-/// 0.1 ms, against 2 µs with [`MemoryStore`](super::MemoryStore). SQLite's own share is about
-/// 35 µs per write and 8 µs per read, so charging the budget in the claim's transaction adds
-/// tens of microseconds to a replay; most of the rest is the hand-off to the store's thread
-/// and back. Either way it is far below the cost of the tools it protects.
+/// A **replay** (and a wait on a key in flight elsewhere) is one `SELECT` by primary key, on
+/// the calling thread: no write lock, nothing written, no hand-off to another thread. A **first
+/// execution** is that read, a claim (one `INSERT … ON CONFLICT DO UPDATE … WHERE` that applies
+/// the per-key budget itself) and a completion (one `UPDATE`): two writes, each one WAL append
+/// of one b-tree page, on the calling thread when the store is idle and shared with the other
+/// writes queued at the same time when it is not (see *How it runs*). A lease renewal (every
+/// `lease / 3` while the tool runs) is one more write. Writes commit without `fsync`
+/// (`synchronous = NORMAL`). BENCHMARKS.md has the numbers, next to hand-written SQL on the
+/// same file.
 ///
 /// # Budgets
-/// A charged `begin` counts the attempt in the same `BEGIN IMMEDIATE` transaction as the claim,
-/// so concurrent calls in any number of processes never exceed a turn's budget: the per-key
-/// count first, then the turn-wide count when the turn sets `max_calls`, exactly as
-/// [`MemoryStore`](super::MemoryStore) counts. A charged `begin` always takes the write lock,
-/// even to answer a replay; an uncharged one (a poll) reads without it.
+/// A claim applies the per-key budget in its own statement (a count that is spent makes it
+/// change nothing), so concurrent calls in any number of processes never exceed it. A turn with
+/// a cap (`max_calls`) reads and writes its count in the same `BEGIN IMMEDIATE` transaction as
+/// the claim: the per-key count first, then the turn-wide count, exactly as
+/// [`MemoryStore`](super::MemoryStore) counts. A replay is never charged, so it never writes.
 ///
 /// # Time
 /// Processes sharing the file must agree on the time, so the store reads the **wall clock**
@@ -103,31 +109,54 @@ const STATE_COMPLETED: &str = "completed";
 /// well above the largest expected step.
 ///
 /// # How it runs
-/// SQLite calls block, so each store owns **one connection on one dedicated thread**; the async
-/// methods send it a job and await the answer, so the async executor never blocks and the
-/// store works under any executor. One connection is enough: every hot-path operation writes,
-/// and SQLite admits one writer per file at a time anyway. A pool of writers in one process
-/// would only queue on the file lock, where SQLite's busy handler sleeps and polls; queueing in
-/// a channel hands the connection over at once. Across processes, writers wait for each other
-/// for up to [`DEFAULT_BUSY_TIMEOUT`] ([`with_busy_timeout`](Self::with_busy_timeout); then the call fails closed with
-/// [`Error::Store`] and the tool is not run); meanwhile this store's other calls queue behind
-/// the waiting one. To spread a hot file over more writers, give processes separate files.
+/// SQLite calls block. Each store has **one writing connection** and a small pool of
+/// **reading connections** (at most one per core, up to 8, opened as needed), and **a thread
+/// of its own**. Nothing that can wait runs on the caller's thread:
 ///
-/// Each method sends its job when called, not when first polled, so a `complete` or `release`
-/// issued from a destructor is carried out even if its future is never polled again. A `begin`
-/// whose future is dropped before the job starts is skipped; once started, a dropped `begin`'s
-/// claim is given back by a `release` with the request's token (as the engine does), which
-/// runs after it on the same thread, so no orphaned claim is left behind.
+/// - `begin` runs on the calling thread when nothing this store was asked is still on its way
+///   to the thread: on the writing connection if it is free (its cache is the warmest), else a
+///   read on a reading connection, which answers a live record (a replay, a wait) and leaves a
+///   claim to the writing connection. A read takes no lock a writer holds (WAL mode), so it
+///   answers in microseconds.
+/// - A write (claim, completion, renewal, release) runs on the calling thread when the writing
+///   connection is free and nothing is queued, with a busy timeout of zero: a write that would
+///   wait for another process's lock goes to the thread instead, as does every write while the
+///   thread has work. So one caller's first execution costs what hand-written SQL on the
+///   calling thread costs, without a hand-off.
+/// - The thread runs what it is sent in **batches**: whatever is queued when it gets to them,
+///   in order, with the writes of a batch in one transaction (group commit), each answered once
+///   its batch committed: concurrent first executions share transactions. Across processes it
+///   waits for the write lock up to [`DEFAULT_BUSY_TIMEOUT`]
+///   ([`with_busy_timeout`](Self::with_busy_timeout); then the call fails closed with
+///   [`Error::Store`] and the tool is not run). It also checkpoints the WAL (writes never do:
+///   a checkpoint syncs the file) and sweeps expired records, every 512 writes. The admin
+///   methods (`get`, `list`, `remove`, `purge_expired`) always run there.
+///
+/// An operation on a key still on its way to the thread keeps a later `begin` of that key off
+/// the calling thread, so a call sees every call made on this store before it. One writing
+/// connection is enough: SQLite admits one writer per file at a time anyway, and a pool of
+/// writers would only queue on the file lock, where SQLite's busy handler sleeps and polls.
+///
+/// Each method does its work, or sends it to the thread, when called, not when first polled, so
+/// a `complete` or `release` issued from a destructor is carried out even if its future is
+/// never polled again. A `begin` sent to the thread whose future is dropped before it starts is
+/// skipped; once started, a dropped `begin`'s claim is given back by a `release` with the
+/// request's token (as the engine does), which runs after it, so no orphaned claim is left
+/// behind.
 ///
 /// # Storage
-/// Two tables: `idem_records`, keyed by `(namespace, key)`, and `idem_budgets`, the turn budget
-/// counts (`id` as named by [`budget`](super::budget), `count`, `expires_at_ms`), each with an
-/// index on `expires_at_ms`, in a schema whose version is kept in `PRAGMA user_version` and
-/// migrated on open ([`SCHEMA_VERSION`]). Expired rows are overwritten by the next claim of
-/// their key (or charge of their count), deleted in small batches as the store is used, and
-/// all at once by [`Store::purge_expired`](super::Store::purge_expired). Results are stored as written by the engine
-/// (JSON), so `sqlite3 idem.db "select tool, cast(result as text) from idem_records"` shows what
-/// the agent was told.
+/// Two tables, in a schema whose version is kept in `PRAGMA user_version` and migrated on open
+/// ([`SCHEMA_VERSION`]): `idem_records`, a `WITHOUT ROWID` table keyed by the key alone (keys
+/// commit to their namespace, a column every statement checks; one b-tree, so a write changes
+/// one page), and `idem_budgets`, the turn budget counts (`id` as
+/// named by [`budget`](super::budget), `count`, `expires_at_ms`, with an index on
+/// `expires_at_ms`). Expired rows are overwritten by the next claim of their key (or charge of
+/// their count); every 512 writes the store's thread sweeps the next 512 records in key order
+/// (wrapping around) of what expired, so the file does not grow without bound and no index on
+/// expiry has to be kept up to date by every write;
+/// [`Store::purge_expired`](super::Store::purge_expired) sweeps them all. Results are stored
+/// as written by the engine (JSON), so `sqlite3 idem.db "select tool, cast(result as text)
+/// from idem_records"` shows what the agent was told.
 ///
 /// A row that cannot be parsed (a wrong-length key or fingerprint, an unknown state, a
 /// completed row without a result, ...) makes `begin` and `get` on its key fail with
@@ -135,12 +164,15 @@ const STATE_COMPLETED: &str = "completed";
 /// `remove` deletes it. An expired corrupt row is simply overwritten by the next claim.
 pub struct SqliteStore {
     jobs: mpsc::Sender<Job>,
+    /// The writing connection, shared with the store's thread.
+    writer: Arc<Writer>,
+    /// Reading connections for `begin` on the calling thread (a file in WAL mode only).
+    readers: Option<Readers>,
+    /// Keys with an operation on its way to the thread.
+    pending: Arc<Pending>,
     clock: Arc<dyn Clock>,
     path: Option<PathBuf>,
 }
-
-/// Work sent to the connection's thread.
-type Job = Box<dyn FnOnce(&mut Worker) + Send>;
 
 impl SqliteStore {
     /// Opens (creating it if needed) the database at `path`, migrating its schema to this
@@ -200,6 +232,7 @@ impl SqliteStore {
     /// Stores sharing a file must agree on the time: give every process the system clock.
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.writer.set_clock(Arc::clone(&clock));
         self.clock = clock;
         self
     }
@@ -208,14 +241,15 @@ impl SqliteStore {
     /// [`Error::Store`], instead of [`DEFAULT_BUSY_TIMEOUT`].
     #[must_use]
     pub fn with_busy_timeout(self, timeout: Duration) -> Self {
-        let job: Job = Box::new(move |worker: &mut Worker| {
+        self.writer.set_busy_timeout(timeout);
+        // Operations run in order, so every later one waits `timeout`. If the thread is gone,
+        // every call fails anyway.
+        let _ = self.submit("with_busy_timeout", false, false, None, move |worker| {
             if let Err(error) = worker.conn.busy_timeout(timeout) {
                 tracing::warn!(target: "idem", %error, "could not set the SQLite busy timeout");
             }
+            Ok(Ok(()))
         });
-        // Jobs run in order, so every later call waits `timeout`. If the thread is gone, every
-        // call fails anyway.
-        let _ = self.jobs.send(job);
         self
     }
 
@@ -225,54 +259,63 @@ impl SqliteStore {
     }
 
     fn start(mut conn: Connection, path: Option<PathBuf>) -> Result<SqliteStore> {
-        schema::configure(&mut conn, path.as_deref(), DEFAULT_BUSY_TIMEOUT)?;
+        let wal = schema::configure(&mut conn, path.as_deref(), DEFAULT_BUSY_TIMEOUT)?;
+        let fail = |e| Error::store("open", e);
+        conn.set_prepared_statement_cache_capacity(statements::CACHED);
+        // Checkpoints sync the file: the store's thread runs them (see `worker`), never a
+        // write made on a caller's thread.
+        conn.pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(fail)?;
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let writer = Arc::new(Writer::new(conn, DEFAULT_BUSY_TIMEOUT, Arc::clone(&clock)));
         let (jobs, queue) = mpsc::channel::<Job>();
-        let mut worker = Worker {
-            conn,
-            writes_since_housekeeping: 0,
-        };
+        let thread_writer = Arc::clone(&writer);
         std::thread::Builder::new()
             .name("idem-sqlite".to_owned())
-            .spawn(move || {
-                while let Ok(job) = queue.recv() {
-                    // A panic in a job must not take the connection down with it; the open
-                    // transaction, if any, is rolled back as the job unwinds.
-                    if catch_unwind(AssertUnwindSafe(|| job(&mut worker))).is_err() {
-                        tracing::error!(target: "idem", "a SQLite store job panicked");
-                    }
-                }
-            })
+            .spawn(move || thread::serve(thread_writer, queue))
             .map_err(|e| Error::store("open", e))?;
+        let readers = match (&path, wal) {
+            (Some(path), true) => Some(Readers::new(path.clone())),
+            _ => None,
+        };
         Ok(SqliteStore {
             jobs,
-            clock: Arc::new(SystemClock),
+            writer,
+            readers,
+            pending: Pending::new(),
+            clock,
             path,
         })
     }
 
-    /// Sends `job` to the connection's thread now, and returns a future of its answer.
+    /// Sends an operation to the store's thread now, and returns a future of its answer.
     ///
-    /// With `skip_if_abandoned`, the job does nothing if its future was dropped before the job
-    /// started.
-    fn submit<T, F>(&self, operation: &'static str, skip_if_abandoned: bool, job: F) -> Answer<T>
+    /// `may_write`: whether it may share a batch's transaction. With `skip_if_abandoned`, it
+    /// does nothing if its future was dropped before it started. `key`: the key it acts on,
+    /// counted as pending until its answer is committed.
+    fn submit<T, F>(
+        &self,
+        operation: &'static str,
+        may_write: bool,
+        skip_if_abandoned: bool,
+        key: Option<&Key>,
+        work: F,
+    ) -> Answer<T>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Worker, u64) -> Result<T> + Send + 'static,
+        F: FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let clock = Arc::clone(&self.clock);
-        let job: Job = Box::new(move |worker: &mut Worker| {
-            if skip_if_abandoned && reply.is_closed() {
-                return;
-            }
-            let now = clock.now_ms();
-            let result = job(worker, now);
-            // The caller may have gone away meanwhile; then nobody wants the answer.
-            let _ = reply.send(result);
-            // After answering, so that the caller does not wait for it.
-            worker.housekeeping(now);
+        let op = Box::new(Task {
+            operation,
+            may_write,
+            skip_if_abandoned,
+            work,
+            answer: None,
+            reply,
+            pending: key.map(|key| self.pending.mark(key)),
         });
-        let sent = self.jobs.send(job).is_ok();
+        let sent = self.jobs.send(Job::Op(op)).is_ok();
         Answer {
             operation,
             sent,
@@ -281,7 +324,7 @@ impl SqliteStore {
     }
 }
 
-/// A job's answer, awaited.
+/// An operation's answer, awaited.
 struct Answer<T> {
     operation: &'static str,
     sent: bool,
@@ -294,7 +337,7 @@ impl<T: Send + 'static> Answer<T> {
             let stopped = || {
                 Error::store(
                     self.operation,
-                    "the SQLite store's thread did not answer (it stopped, or the operation \
+                    "the SQLite store's thread did not answer (it stopped, or an operation \
                      panicked)",
                 )
             };

@@ -2,6 +2,10 @@
 //! its attempt count share one hash; a turn's count of started actions has a key of its own,
 //! in the namespace's slot when the namespace has a hash tag.
 
+use std::io::Write;
+
+use ::redis::{RedisWrite, ToRedisArgs};
+
 use crate::key::Key;
 use crate::store::budget::CounterId;
 
@@ -11,15 +15,89 @@ pub(super) const KEY_HEX_LEN: usize = 64;
 /// The tail of a record's Redis key: `:{` + 64 hex digits + `}`.
 const RECORD_TAIL_LEN: usize = KEY_HEX_LEN + 3;
 
-/// `<prefix>:<namespace>:{<key in hex>}`.
-pub(super) fn record_key(prefix: &str, namespace: &str, key: &Key) -> String {
-    format!("{prefix}:{namespace}:{{{}}}", key.to_hex())
+/// Writes `<prefix>:<namespace>:<kind>{<id in hex>}` (the hex spelled out on the stack).
+fn write_key(
+    out: &mut impl Write,
+    prefix: &str,
+    namespace: &str,
+    kind: &str,
+    id: &[u8],
+) -> std::io::Result<()> {
+    let mut hex = [0u8; KEY_HEX_LEN];
+    let hex = &mut hex[..2 * id.len().min(KEY_HEX_LEN / 2)];
+    // The buffer is twice the input: cannot fail.
+    let _ = hex::encode_to_slice(&id[..hex.len() / 2], hex);
+    out.write_all(prefix.as_bytes())?;
+    out.write_all(b":")?;
+    out.write_all(namespace.as_bytes())?;
+    out.write_all(b":")?;
+    out.write_all(kind.as_bytes())?;
+    out.write_all(b"{")?;
+    out.write_all(hex)?;
+    out.write_all(b"}")
 }
 
-/// `<prefix>:<namespace>:t:{<turn counter id in hex>}`: in the turn's own slot (or the
-/// namespace's, if it has a hash tag).
-pub(super) fn turn_counter_key(prefix: &str, namespace: &str, id: &CounterId) -> String {
-    format!("{prefix}:{namespace}:t:{{{}}}", hex::encode(id))
+/// A Redis key as a `String` (for the admin API, Cluster slots and tests).
+fn text(write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
+    let mut out = Vec::new();
+    let _ = write(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A record's Redis key, `<prefix>:<namespace>:{<key in hex>}`, written where it is needed.
+#[derive(Clone, Copy)]
+pub(super) struct RecordKey<'a> {
+    pub(super) prefix: &'a str,
+    pub(super) namespace: &'a str,
+    pub(super) key: &'a Key,
+}
+
+impl RecordKey<'_> {
+    /// Its length in bytes.
+    pub(super) fn len(&self) -> usize {
+        self.prefix.len() + self.namespace.len() + KEY_HEX_LEN + 4
+    }
+
+    fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
+        write_key(out, self.prefix, self.namespace, "", self.key.as_bytes())
+    }
+
+    /// As a `String`.
+    pub(super) fn text(self) -> String {
+        text(|out| self.write(out))
+    }
+}
+
+impl ToRedisArgs for RecordKey<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        // Writing to the command's buffer cannot fail.
+        let _ = self.write(&mut out.writer_for_next_arg());
+    }
+}
+
+/// A turn's count of started actions, `<prefix>:<namespace>:t:{<counter id in hex>}`.
+#[derive(Clone, Copy)]
+pub(super) struct TurnKey<'a> {
+    pub(super) prefix: &'a str,
+    pub(super) namespace: &'a str,
+    pub(super) id: &'a CounterId,
+}
+
+impl TurnKey<'_> {
+    fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
+        write_key(out, self.prefix, self.namespace, "t:", self.id)
+    }
+
+    /// As a `String`.
+    pub(super) fn text(self) -> String {
+        text(|out| self.write(out))
+    }
+}
+
+impl ToRedisArgs for TurnKey<'_> {
+    fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
+        let _ = self.write(&mut out.writer_for_next_arg());
+    }
 }
 
 /// The `SCAN MATCH` pattern of the records of one namespace, or of every namespace.
@@ -84,6 +162,24 @@ pub(super) fn slot(redis_key: &str) -> u16 {
 mod tests {
     use super::*;
 
+    fn record_key(prefix: &str, namespace: &str, key: &Key) -> String {
+        RecordKey {
+            prefix,
+            namespace,
+            key,
+        }
+        .text()
+    }
+
+    fn turn_counter_key(prefix: &str, namespace: &str, id: &CounterId) -> String {
+        TurnKey {
+            prefix,
+            namespace,
+            id,
+        }
+        .text()
+    }
+
     #[test]
     fn glob_characters_are_escaped() {
         assert_eq!(glob_escape(r"a*b?c[d]e\f"), r"a\*b\?c\[d\]e\\f");
@@ -93,6 +189,15 @@ mod tests {
     fn record_keys_split_into_namespace_and_key() {
         let key = Key::from_bytes([0xab; 32]);
         let raw = record_key("idem", "a:b", &key);
+        assert_eq!(
+            raw.len(),
+            RecordKey {
+                prefix: "idem",
+                namespace: "a:b",
+                key: &key
+            }
+            .len()
+        );
         assert_eq!(raw, format!("idem:a:b:{{{}}}", key.to_hex()));
         assert_eq!(
             parse_record_key("idem", raw.as_bytes()),

@@ -6,37 +6,48 @@ use std::time::Duration;
 
 use ::redis::Value;
 
+use super::call::{self, Token};
 use super::conn::Node;
-use super::layout::{self, parse_record_key, record_pattern};
-use super::reply::{Reply, decode_record, unexpected, wrong_type};
+use super::layout::{self, TurnKey, parse_record_key, record_pattern};
+use super::reply::{Reply, corrupt, fingerprint as fingerprint_of, unexpected, wrong_type};
 use super::{RedisStore, SCAN_COUNT, SCRIPTS, script_ms};
 use crate::key::Key;
-use crate::store::{Begin, BeginRequest, Charge, Exhausted, Lease, Record, Store, StoreFuture};
+use crate::store::budget::CounterId;
+use crate::store::{
+    Begin, BeginRequest, Charge, Exhausted, FirstResult, Lease, Record, Store, StoreFuture,
+};
 use crate::{Error, Result};
 
 /// How `begin` reaches a turn's count of started actions.
-enum TurnCount {
+enum TurnCount<'a> {
     /// The turn has no cap.
     Uncapped,
     /// The count's key shares the record's server or slot: the claim script charges it.
-    InScript(String),
+    InScript(TurnKey<'a>),
     /// The count is in another Cluster slot: charged by its own script between a check and the
     /// claim.
-    Apart(String),
+    Apart(TurnKey<'a>),
 }
 
 impl RedisStore {
-    /// Where the turn count of `req` is, as seen from its record's key.
-    fn turn_count(&self, req: &BeginRequest<'_>, record_key: &str) -> TurnCount {
+    /// Where the turn count of `req` is, as seen from its record's key. Only a Cluster with a
+    /// capped turn spells the keys out, to compare their slots.
+    fn turn_count<'a>(&'a self, req: &'a BeginRequest<'_>, id: &'a CounterId) -> TurnCount<'a> {
         if req.charge.max_calls.is_none() {
             return TurnCount::Uncapped;
         }
-        let id = req.charge.turn.turn_counter();
-        let turn_key = layout::turn_counter_key(&self.prefix, req.namespace, &id);
-        if !self.is_cluster() || layout::slot(&turn_key) == layout::slot(record_key) {
-            TurnCount::InScript(turn_key)
-        } else {
+        let turn_key = TurnKey {
+            prefix: &self.prefix,
+            namespace: req.namespace,
+            id,
+        };
+        let apart = self.is_cluster()
+            && layout::slot(&turn_key.text())
+                != layout::slot(&self.record_key(req.namespace, req.key).text());
+        if apart {
             TurnCount::Apart(turn_key)
+        } else {
+            TurnCount::InScript(turn_key)
         }
     }
 
@@ -44,17 +55,18 @@ impl RedisStore {
     async fn begin_script(
         &self,
         req: &BeginRequest<'_>,
-        record_key: &str,
-        turn_key: Option<&str>,
+        turn_key: Option<TurnKey<'_>>,
         mode: &str,
     ) -> Result<Reply> {
-        let mut invocation = SCRIPTS.begin.prepare_invoke();
-        invocation.key(record_key);
+        let record_key = self.record_key(req.namespace, req.key);
+        let keys = 1 + usize::from(turn_key.is_some());
+        let bytes = 2 * record_key.len() + req.tool.len() + 32 + 80;
+        let mut cmd = call::evalsha(&SCRIPTS.begin, keys, keys + 8, bytes);
+        cmd.arg(record_key);
         if let Some(turn_key) = turn_key {
-            invocation.key(turn_key);
+            cmd.arg(turn_key);
         }
-        invocation
-            .arg(req.token.0.to_string())
+        cmd.arg(Token(req.token.0))
             .arg(req.fingerprint.as_bytes().as_slice())
             .arg(req.tool)
             .arg(script_ms(req.lease))
@@ -62,19 +74,25 @@ impl RedisStore {
             .arg(mode)
             .arg(req.charge.max_calls.unwrap_or(u32::MAX))
             .arg(script_ms(req.charge.window));
-        Reply::parse("begin", self.invoke("begin", invocation).await?)
+        let reply = match self.eval_raw(&SCRIPTS.begin, &cmd).await {
+            Ok(reply) => reply,
+            Err(error) if call::wrong_type(&error) => {
+                return Err(wrong_type(req.key, &self.kind_of(record_key).await));
+            }
+            Err(error) => return Err(Error::store("begin", error)),
+        };
+        Reply::begun(reply)
     }
 
     /// Counts one more action against the turn at `turn_key` (its own Cluster slot) unless its
     /// cap is reached: `Ok(None)` if counted, else the calls it had.
-    async fn charge_turn(&self, turn_key: &str, charge: &Charge) -> Result<Option<u32>> {
-        let mut invocation = SCRIPTS.turn.prepare_invoke();
-        invocation
-            .key(turn_key)
+    async fn charge_turn(&self, turn_key: TurnKey<'_>, charge: &Charge) -> Result<Option<u32>> {
+        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 4, 120);
+        cmd.arg(turn_key)
             .arg("charge")
             .arg(charge.max_calls.unwrap_or(u32::MAX))
             .arg(script_ms(charge.window));
-        match self.invoke("begin", invocation).await? {
+        match self.eval("begin", &SCRIPTS.turn, &cmd).await? {
             Value::Array(reply) => match reply.as_slice() {
                 [Value::Int(1), Value::Int(_)] => Ok(None),
                 [Value::Int(0), Value::Int(calls)] => {
@@ -87,10 +105,10 @@ impl RedisStore {
     }
 
     /// Gives back an action counted by [`charge_turn`](Self::charge_turn) that was not claimed.
-    async fn refund_turn(&self, turn_key: &str, key: &Key) {
-        let mut invocation = SCRIPTS.turn.prepare_invoke();
-        invocation.key(turn_key).arg("refund").arg(0).arg(0);
-        if let Err(error) = self.invoke("begin", invocation).await {
+    async fn refund_turn(&self, turn_key: TurnKey<'_>, key: &Key) {
+        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 4, 120);
+        cmd.arg(turn_key).arg("refund").arg(0).arg(0);
+        if let Err(error) = self.eval("begin", &SCRIPTS.turn, &cmd).await {
             tracing::warn!(target: "idem", key = %key.short(), %error,
                 "could not give back a turn count whose claim did not happen; the turn counts \
                  one action too many until its window ends");
@@ -100,9 +118,18 @@ impl RedisStore {
     /// The answer of `begin` for a reply of `begin.lua`.
     fn begun(req: &BeginRequest<'_>, reply: Reply) -> Result<Begin> {
         match reply {
-            Reply::Tag(tag) if tag == b"claimed" => Ok(Begin::Claimed),
-            Reply::Record(fields) => Begin::found(decode_record(req.namespace, req.key, &fields)?),
-            Reply::WrongType(kind) => Err(wrong_type(req.key, &kind)),
+            Reply::Claimed => Ok(Begin::Claimed),
+            Reply::Done {
+                fingerprint,
+                result,
+            } => Ok(Begin::Completed(FirstResult {
+                fingerprint: fingerprint_of(req.key, &fingerprint)?,
+                result,
+            })),
+            Reply::Running(fingerprint) => Ok(Begin::InFlight {
+                fingerprint: fingerprint_of(req.key, &fingerprint)?,
+            }),
+            Reply::Corrupt(what) => Err(corrupt(req.key, what)),
             Reply::RefusedKey(attempts) => Ok(Begin::Refused(Exhausted::Key {
                 attempts,
                 limit: req.charge.max_attempts,
@@ -111,7 +138,9 @@ impl RedisStore {
                 calls,
                 limit: req.charge.max_calls.unwrap_or(u32::MAX),
             })),
-            Reply::Tag(_) => Err(Error::store("begin", "unexpected reply from Redis")),
+            Reply::Free | Reply::None | Reply::Record(_) => {
+                Err(Error::store("begin", "unexpected reply from Redis"))
+            }
         }
     }
 
@@ -149,8 +178,8 @@ impl RedisStore {
                 if namespace.is_some_and(|wanted| wanted != ns) || !seen.insert(raw.clone()) {
                     continue;
                 }
-                let redis_key = String::from_utf8_lossy(&raw);
-                match self.read(OP, &redis_key, &ns, &key).await {
+                let redis_key = String::from_utf8_lossy(&raw).into_owned();
+                match self.read(OP, &raw, &ns, &key).await {
                     Ok(Some(record)) => out.push(record),
                     Ok(None) => {} // expired or removed since the scan saw it
                     Err(error @ Error::CorruptRecord { .. }) => {
@@ -178,44 +207,47 @@ impl Store for RedisStore {
     /// claim lost a race meanwhile).
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         Box::pin(async move {
-            let record_key = self.redis_key(req.namespace, req.key);
-            let turn_key = match self.turn_count(&req, &record_key) {
+            let id = req.charge.turn.turn_counter();
+            let turn_key = match self.turn_count(&req, &id) {
                 TurnCount::Uncapped => None,
                 TurnCount::InScript(turn_key) => Some(turn_key),
                 TurnCount::Apart(turn_key) => {
-                    match self.begin_script(&req, &record_key, None, "check").await? {
-                        Reply::Tag(tag) if tag == b"free" => {}
+                    match self.begin_script(&req, None, "check").await? {
+                        Reply::Free => {}
                         answer => return Self::begun(&req, answer),
                     }
-                    if let Some(calls) = self.charge_turn(&turn_key, &req.charge).await? {
+                    if let Some(calls) = self.charge_turn(turn_key, &req.charge).await? {
                         return Ok(Begin::Refused(Exhausted::Turn {
                             calls,
                             limit: req.charge.max_calls.unwrap_or(u32::MAX),
                         }));
                     }
-                    let reply = self.begin_script(&req, &record_key, None, "claim").await;
+                    let reply = self.begin_script(&req, None, "claim").await;
                     let answer = reply.and_then(|reply| Self::begun(&req, reply));
                     if !matches!(answer, Ok(Begin::Claimed)) {
-                        self.refund_turn(&turn_key, req.key).await;
+                        self.refund_turn(turn_key, req.key).await;
                     }
                     return answer;
                 }
             };
-            let reply = self
-                .begin_script(&req, &record_key, turn_key.as_deref(), "charge")
-                .await?;
+            let reply = self.begin_script(&req, turn_key, "charge").await?;
             Self::begun(&req, reply)
         })
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut invocation = SCRIPTS.renew.prepare_invoke();
-            invocation
-                .key(self.redis_key(&lease.namespace, &lease.key))
-                .arg(lease.token.0.to_string())
-                .arg(script_ms(duration));
-            self.fenced("renew", invocation, &lease.key).await
+            let ms = script_ms(duration);
+            self.fenced(
+                "renew",
+                &SCRIPTS.renew,
+                lease,
+                |cmd| {
+                    cmd.arg(ms);
+                },
+                20,
+            )
+            .await
         })
     }
 
@@ -226,29 +258,31 @@ impl Store for RedisStore {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut invocation = SCRIPTS.complete.prepare_invoke();
-            invocation
-                .key(self.redis_key(&lease.namespace, &lease.key))
-                .arg(lease.token.0.to_string())
-                .arg(script_ms(ttl))
-                .arg(result);
-            self.fenced("complete", invocation, &lease.key).await
+            let ms = script_ms(ttl);
+            let args = |cmd: &mut ::redis::Cmd| {
+                cmd.arg(ms).arg(result);
+            };
+            self.fenced(
+                "complete",
+                &SCRIPTS.complete,
+                lease,
+                args,
+                20 + result.len(),
+            )
+            .await
         })
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            let mut invocation = SCRIPTS.release.prepare_invoke();
-            invocation
-                .key(self.redis_key(&lease.namespace, &lease.key))
-                .arg(lease.token.0.to_string());
-            self.fenced("release", invocation, &lease.key).await
+            self.fenced("release", &SCRIPTS.release, lease, |_| {}, 0)
+                .await
         })
     }
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
         Box::pin(async move {
-            self.read("get", &self.redis_key(namespace, key), namespace, key)
+            self.read("get", self.record_key(namespace, key), namespace, key)
                 .await
         })
     }
@@ -288,9 +322,10 @@ impl Store for RedisStore {
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         Box::pin(async move {
-            let mut invocation = SCRIPTS.remove.prepare_invoke();
-            invocation.key(self.redis_key(namespace, key));
-            match self.invoke("remove", invocation).await? {
+            let record_key = self.record_key(namespace, key);
+            let mut cmd = call::evalsha(&SCRIPTS.remove, 1, 1, record_key.len());
+            cmd.arg(record_key);
+            match self.eval("remove", &SCRIPTS.remove, &cmd).await? {
                 Value::Int(n) => Ok(n == 1),
                 other => Err(unexpected("remove", &other)),
             }

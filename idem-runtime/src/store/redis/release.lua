@@ -1,8 +1,15 @@
 -- release: end the live claim if ARGV[1] is its token, keeping the key's attempt count.
--- Replies 1, or 0 if the lease is lost.
-if kind(KEYS[1]) ~= 'hash' or not live(KEYS[1]) then return 0 end
-local held = redis.call('HMGET', KEYS[1], 'state', 'tok')
-if held[1] ~= 'in_progress' or held[2] ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'exp', '0')
-expire(KEYS[1])
+-- Replies 1, or 0 if the lease is lost (a key of another type fails).
+-- Commands: TIME, HMGET, then HSET and PEXPIREAT (a live count) or DEL.
+local h = redis.call('HMGET', KEYS[1], 'exp', 'state', 'tok', 'aexp')
+if (tonumber(h[1]) or 0) <= now or h[2] ~= 'in_progress' or h[3] ~= ARGV[1] then
+  return 0
+end
+local count_end = tonumber(h[4]) or 0
+if count_end > now then
+  redis.call('HSET', KEYS[1], 'exp', '0')
+  redis.call('PEXPIREAT', KEYS[1], ms(count_end))
+else
+  redis.call('DEL', KEYS[1])
+end
 return 1

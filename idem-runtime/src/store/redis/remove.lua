@@ -1,11 +1,11 @@
--- remove: delete the hash at KEYS[1] (record and attempt count), or whatever else is there.
--- Replies 1 if it held a live record or something that is no record of ours, else 0.
-local t = kind(KEYS[1])
-local was = 0
-if t == 'hash' then
-  if live(KEYS[1]) or redis.call('HEXISTS', KEYS[1], 'exp') == 0 then was = 1 end
-elseif t ~= 'none' then
-  was = 1
+-- remove: delete whatever is at KEYS[1] (record and attempt count, or anything else).
+-- Replies 1 if it held a live record or something that is not a record, else 0.
+-- Commands: TIME, HGET, DEL.
+local exp = redis.pcall('HGET', KEYS[1], 'exp')
+if redis.call('DEL', KEYS[1]) == 0 then
+  return 0
 end
-redis.call('DEL', KEYS[1])
-return was
+if type(exp) == 'string' and tonumber(exp) and tonumber(exp) <= now then
+  return 0
+end
+return 1

@@ -3,42 +3,106 @@
 use ::redis::Value;
 
 use crate::key::{Fingerprint, Key};
+use crate::store::Bytes;
 use crate::store::{Record, RecordState};
 use crate::{Error, Result};
 
 /// The replies of the `begin` and `get` scripts.
 pub(super) enum Reply {
-    /// `{'claimed'}`, `{'free'}` or `{'none'}`.
-    Tag(Vec<u8>),
+    /// `c`: `begin` claimed the key.
+    Claimed,
+    /// `f`: no live record, and the key's count allows a claim (`begin` in mode `check`).
+    Free,
+    /// `{'none'}`: no live record (`get`).
+    None,
+    /// `d` + fingerprint + result: a completed record (`begin`).
+    Done {
+        /// The fingerprint, as stored.
+        fingerprint: Bytes,
+        /// The encoded result (shares the reply's bytes).
+        result: Bytes,
+    },
+    /// `r` + fingerprint: a record in progress (`begin`).
+    Running(Bytes),
     /// `{'record', state, fp, tool, created, exp, res, att}`: the seven fields, `None` where
-    /// absent.
+    /// absent (`get`).
     Record(Vec<Option<Vec<u8>>>),
-    /// `{'wrongtype', type}`: the key holds another Redis type.
-    WrongType(String),
-    /// `{'refused_key', attempts}`: the per-key budget refused the claim.
+    /// `x` + what (`begin`), `{'corrupt', what}` (`get`): the hash is not a well-formed
+    /// record.
+    Corrupt(String),
+    /// `k` + attempts: the per-key budget refused the claim.
     RefusedKey(u32),
-    /// `{'refused_turn', calls}`: the turn's cap refused the claim.
+    /// `t` + calls: the turn's cap refused the claim.
     RefusedTurn(u32),
 }
 
-fn count(value: Option<Value>) -> Option<u32> {
+fn bytes(value: Option<Value>) -> Option<Vec<u8>> {
     match value {
-        Some(Value::Int(n)) => Some(u32::try_from(n.max(0)).unwrap_or(u32::MAX)),
+        Some(Value::BulkString(bytes)) => Some(bytes),
         _ => None,
     }
 }
 
+fn text(value: Option<Value>) -> String {
+    bytes(value).map_or_else(
+        || "unknown".to_owned(),
+        |b| String::from_utf8_lossy(&b).into_owned(),
+    )
+}
+
+/// The length of a fingerprint in a `begin` reply.
+const FP: usize = 32;
+
 impl Reply {
+    /// A reply of `begin.lua`: one string whose first byte says what follows.
+    pub(super) fn begun(reply: Value) -> Result<Reply> {
+        let Value::BulkString(bytes) = reply else {
+            return Err(unexpected("begin", &reply));
+        };
+        let malformed = || Error::store("begin", "unexpected reply from Redis");
+        let number = |digits: &[u8]| {
+            std::str::from_utf8(digits)
+                .ok()
+                .and_then(|text| text.parse::<u64>().ok())
+                .map(|n| u32::try_from(n).unwrap_or(u32::MAX))
+        };
+        match bytes.first() {
+            Some(b'c') => Ok(Reply::Claimed),
+            Some(b'f') => Ok(Reply::Free),
+            Some(b'd') if bytes.len() > FP => {
+                let bytes = Bytes::from(bytes);
+                Ok(Reply::Done {
+                    fingerprint: bytes.slice(1..=FP),
+                    result: bytes.slice(FP + 1..),
+                })
+            }
+            Some(b'r') if bytes.len() > FP => Ok(Reply::Running(Bytes::from(bytes).slice(1..))),
+            Some(b'x') => Ok(Reply::Corrupt(
+                String::from_utf8_lossy(&bytes[1..]).into_owned(),
+            )),
+            Some(b'k') => number(&bytes[1..])
+                .map(Reply::RefusedKey)
+                .ok_or_else(malformed),
+            Some(b't') => number(&bytes[1..])
+                .map(Reply::RefusedTurn)
+                .ok_or_else(malformed),
+            _ => Err(malformed()),
+        }
+    }
+
+    /// A reply of `get.lua`: `{'none'}`, `{'record', …}` or `{'corrupt', what}`.
     pub(super) fn parse(operation: &'static str, reply: Value) -> Result<Reply> {
         let Value::Array(items) = reply else {
             return Err(unexpected(operation, &reply));
         };
+        let malformed = || Error::store(operation, "unexpected reply from Redis");
         let mut items = items.into_iter();
         let tag = match items.next() {
             Some(Value::BulkString(tag)) => tag,
-            _ => return Err(Error::store(operation, "unexpected reply from Redis")),
+            _ => return Err(malformed()),
         };
         match tag.as_slice() {
+            b"none" => Ok(Reply::None),
             b"record" => {
                 let fields = items
                     .map(|item| match item {
@@ -49,22 +113,17 @@ impl Reply {
                     .collect::<Result<Vec<_>>>()?;
                 Ok(Reply::Record(fields))
             }
-            b"wrongtype" => {
-                let kind = match items.next() {
-                    Some(Value::BulkString(kind)) => String::from_utf8_lossy(&kind).into_owned(),
-                    _ => "unknown".to_owned(),
-                };
-                Ok(Reply::WrongType(kind))
-            }
-            b"refused_key" => count(items.next())
-                .map(Reply::RefusedKey)
-                .ok_or_else(|| Error::store(operation, "unexpected reply from Redis")),
-            b"refused_turn" => count(items.next())
-                .map(Reply::RefusedTurn)
-                .ok_or_else(|| Error::store(operation, "unexpected reply from Redis")),
-            _ => Ok(Reply::Tag(tag)),
+            b"corrupt" => Ok(Reply::Corrupt(text(items.next()))),
+            _ => Err(malformed()),
         }
     }
+}
+
+/// A fingerprint as stored (the scripts checked its length; a wrong one is corrupt anyway).
+pub(super) fn fingerprint(key: &Key, bytes: &[u8]) -> Result<Fingerprint> {
+    <[u8; 32]>::try_from(bytes)
+        .map(Fingerprint::from_bytes)
+        .map_err(|_| corrupt(key, "field `fp` is not 32 bytes"))
 }
 
 /// A reply of an unexpected shape (never data from the record: it may be large or private).
@@ -80,7 +139,7 @@ pub(super) fn unexpected(operation: &'static str, value: &Value) -> Error {
     Error::store(operation, format!("unexpected reply from Redis: {shape}"))
 }
 
-fn corrupt(key: &Key, message: impl Into<String>) -> Error {
+pub(super) fn corrupt(key: &Key, message: impl Into<String>) -> Error {
     Error::CorruptRecord {
         key: key.short(),
         message: message.into(),
@@ -128,9 +187,7 @@ pub(super) fn decode_record(
             ));
         }
     };
-    let fingerprint = <[u8; 32]>::try_from(field(fp, "fp")?.as_slice())
-        .map(Fingerprint::from_bytes)
-        .map_err(|_| corrupt(key, "field `fp` is not 32 bytes"))?;
+    let fingerprint = fingerprint(key, &field(fp, "fp")?)?;
     let tool = String::from_utf8(field(tool, "tool")?)
         .map_err(|_| corrupt(key, "field `tool` is not UTF-8"))?;
     let result = match state {

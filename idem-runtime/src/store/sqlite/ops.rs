@@ -1,12 +1,15 @@
-//! [`Store`] for [`SqliteStore`]: each operation one job on the connection's thread.
+//! [`Store`] for [`SqliteStore`]: `begin` reads on the calling thread when it can, and every
+//! write runs there too when the connection is free; the rest goes to the store's thread.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::row::{COLUMNS, Corrupt, corrupt, read_row, select};
-use super::worker::{OwnedBegin, Worker};
+use super::claim::{OwnedBegin, refused_by_key};
+use super::row::{COLUMNS, Corrupt, Seen, corrupt, read_row, select};
+use super::statements::{COMPLETE, COMPLETED_BY, RELEASE, RENEW};
+use super::thread::Job;
+use super::worker::Worker;
 use super::{SqliteStore, sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::Key;
@@ -23,65 +26,172 @@ fn held(changed: usize, key: &Key) -> Result<()> {
 }
 
 /// Whether `lease` completed its key's live record: a repeated `complete` then succeeds.
-fn completed_by(worker: &Worker, lease: &Lease, now: u64) -> Result<bool> {
+fn completed_by(worker: &Worker<'_>, lease: &Lease) -> rusqlite::Result<bool> {
     worker
         .conn
-        .prepare_cached(
-            "SELECT 1 FROM idem_records WHERE namespace = ?1 AND key = ?2 AND token = ?3 \
-             AND state = 'completed' AND expires_at_ms > ?4",
+        .prepare_cached(COMPLETED_BY)?
+        .query_row(
+            params![
+                &*lease.namespace,
+                lease.key.as_bytes().as_slice(),
+                sql_token(lease.token),
+                sql_ms(worker.now)
+            ],
+            |_| Ok(()),
         )
-        .and_then(|mut stmt| {
-            stmt.query_row(
-                params![
-                    &*lease.namespace,
-                    lease.key.as_bytes().as_slice(),
-                    sql_token(lease.token),
-                    sql_ms(now)
-                ],
-                |_| Ok(()),
-            )
-            .optional()
-        })
+        .optional()
         .map(|found| found.is_some())
-        .map_err(|e| Error::store("complete", e))
+}
+
+/// Completes the record `lease` holds with `result`, kept for `ttl`.
+fn complete(
+    worker: &mut Worker<'_>,
+    lease: &Lease,
+    result: &[u8],
+    ttl: Duration,
+) -> rusqlite::Result<Result<()>> {
+    worker.writing()?;
+    let now = worker.now;
+    let changed = worker.conn.prepare_cached(COMPLETE)?.execute(params![
+        result,
+        sql_ms(now.saturating_add(duration_ms(ttl))),
+        &*lease.namespace,
+        lease.key.as_bytes().as_slice(),
+        sql_token(lease.token),
+        sql_ms(now),
+    ])?;
+    if changed == 0 && completed_by(worker, lease)? {
+        return Ok(Ok(())); // completed by this lease already: a retried complete
+    }
+    Ok(held(changed, &lease.key))
+}
+
+/// Runs `sql` (`RENEW` with its new expiry first, or `RELEASE`) for the record `lease` holds.
+fn fenced(
+    worker: &mut Worker<'_>,
+    lease: &Lease,
+    sql: &str,
+    expiry: Option<Duration>,
+) -> rusqlite::Result<Result<()>> {
+    worker.writing()?;
+    let now = worker.now;
+    let mut stmt = worker.conn.prepare_cached(sql)?;
+    let (namespace, key, token) = (
+        &*lease.namespace,
+        lease.key.as_bytes().as_slice(),
+        sql_token(lease.token),
+    );
+    let changed = match expiry {
+        Some(duration) => stmt.execute(params![
+            sql_ms(now.saturating_add(duration_ms(duration))),
+            namespace,
+            key,
+            token,
+            sql_ms(now),
+        ])?,
+        None => stmt.execute(params![namespace, key, token, sql_ms(now)])?,
+    };
+    Ok(held(changed, &lease.key))
+}
+
+impl SqliteStore {
+    /// `begin` on this thread, reading on a reader connection: `Some` answer if that settles
+    /// it (a live record, a spent per-key count, a corrupt row), `None` if the key has to be
+    /// claimed, and `Err(())` if the whole of `begin` has to run on the writing connection.
+    fn begin_read(&self, req: &BeginRequest<'_>) -> std::result::Result<Option<Result<Begin>>, ()> {
+        let readers = self.readers.as_ref().ok_or(())?;
+        match readers.seen(req.namespace, req.key, self.clock.now_ms()) {
+            Some(Ok(Seen::Live(answer))) => Ok(Some(Ok(answer))),
+            Some(Ok(Seen::Free { attempts })) => Ok(refused_by_key(attempts, &req.charge).map(Ok)),
+            Some(Err(corrupt)) => Ok(Some(Err(corrupt))),
+            None => Err(()),
+        }
+    }
+
+    /// Runs `work` on the writing connection on this thread if it is free and nothing is on
+    /// its way to the store's thread (under load, writes join its batches).
+    fn here<T>(
+        &self,
+        work: &mut dyn FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>>,
+    ) -> Option<Result<T>> {
+        if !self.pending.is_idle() {
+            return None;
+        }
+        let mut due = false;
+        let answer = self.writer.here(&*self.clock, &mut due, work);
+        if due {
+            let _ = self.jobs.send(Job::Maintain);
+        }
+        answer
+    }
+
+    /// A write: run on this thread with `here` if it can (see [`Self::here`]), else sent to
+    /// the store's thread as `queued()`.
+    fn write<'a, T, F>(
+        &self,
+        operation: &'static str,
+        skip_if_abandoned: bool,
+        key: &Key,
+        mut here: impl FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>>,
+        queued: impl FnOnce() -> F,
+    ) -> StoreFuture<'a, T>
+    where
+        T: Send + 'static,
+        F: FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>> + Send + 'static,
+    {
+        if let Some(answer) = self.here(&mut here) {
+            return Box::pin(std::future::ready(answer));
+        }
+        self.submit(operation, true, skip_if_abandoned, Some(key), queued())
+            .boxed()
+    }
 }
 
 impl Store for SqliteStore {
+    /// On this thread when the store is idle: the whole of `begin` on the writing connection
+    /// if it is free (its cache is the warmest), else a read on a reader connection, which
+    /// answers a live record and leaves a claim to the writing connection. While writes are
+    /// queued, the whole of `begin` joins them on the store's thread.
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        let req = OwnedBegin {
-            namespace: req.namespace.to_string(),
-            key: *req.key,
-            tool: req.tool,
-            fingerprint: *req.fingerprint,
-            lease: req.lease,
-            token: req.token,
-            charge: req.charge,
+        if let Some(answer) = self.here(&mut |worker| worker.begin(&req)) {
+            return Box::pin(std::future::ready(answer));
+        }
+        let whole = !self.pending.is_clear(req.key)
+            || match self.begin_read(&req) {
+                Ok(Some(answer)) => return Box::pin(std::future::ready(answer)),
+                Ok(None) => false,
+                Err(()) => true,
+            };
+        let step = move |worker: &mut Worker<'_>, req: &BeginRequest<'_>| {
+            if whole {
+                worker.begin(req)
+            } else {
+                worker.claim(req)
+            }
         };
-        let clock = Arc::clone(&self.clock);
-        self.submit("begin", true, move |worker, now| {
-            worker.begin(&req, now, &*clock)
-        })
-        .boxed()
+        self.write(
+            "begin",
+            true,
+            req.key,
+            |worker| step(worker, &req),
+            || {
+                let owned = OwnedBegin::new(&req);
+                move |worker: &mut Worker<'_>| step(worker, &owned.request())
+            },
+        )
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        let lease = lease.clone();
-        self.submit("renew", false, move |worker, now| {
-            let changed = worker.write(
-                "renew",
-                "UPDATE idem_records SET expires_at_ms = ?1 WHERE namespace = ?2 AND key = ?3 \
-                 AND token = ?4 AND state = 'in_progress' AND expires_at_ms > ?5",
-                params![
-                    sql_ms(now.saturating_add(duration_ms(duration))),
-                    &*lease.namespace,
-                    lease.key.as_bytes().as_slice(),
-                    sql_token(lease.token),
-                    sql_ms(now),
-                ],
-            )?;
-            held(changed, &lease.key)
-        })
-        .boxed()
+        self.write(
+            "renew",
+            false,
+            &lease.key,
+            |worker| fenced(worker, lease, RENEW, Some(duration)),
+            || {
+                let lease = lease.clone();
+                move |worker: &mut Worker<'_>| fenced(worker, &lease, RENEW, Some(duration))
+            },
+        )
     }
 
     fn complete<'a>(
@@ -90,100 +200,85 @@ impl Store for SqliteStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        let (lease, result) = (lease.clone(), result.to_vec());
-        self.submit("complete", false, move |worker, now| {
-            // The token stays in the row, so that a retried complete is recognised.
-            let changed = worker.write(
-                "complete",
-                "UPDATE idem_records SET state = 'completed', result = ?1, expires_at_ms = ?2, \
-                 attempts = 0, attempts_expire_ms = 0 WHERE namespace = ?3 AND key = ?4 AND token = ?5 \
-                 AND state = 'in_progress' AND expires_at_ms > ?6",
-                params![
-                    result,
-                    sql_ms(now.saturating_add(duration_ms(ttl))),
-                    &*lease.namespace,
-                    lease.key.as_bytes().as_slice(),
-                    sql_token(lease.token),
-                    sql_ms(now),
-                ],
-            )?;
-            if changed == 0 && completed_by(worker, &lease, now)? {
-                return Ok(()); // completed by this lease already: a retried complete
-            }
-            held(changed, &lease.key)
-        })
-        .boxed()
+        self.write(
+            "complete",
+            false,
+            &lease.key,
+            |worker| complete(worker, lease, result, ttl),
+            || {
+                let (lease, result) = (lease.clone(), result.to_vec());
+                move |worker: &mut Worker<'_>| complete(worker, &lease, &result, ttl)
+            },
+        )
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        let lease = lease.clone();
-        self.submit("release", false, move |worker, now| {
-            // The row stays, expired, with the key's attempt count.
-            let changed = worker.write(
-                "release",
-                "UPDATE idem_records SET expires_at_ms = 0 WHERE namespace = ?1 AND key = ?2 \
-                 AND token = ?3 AND state = 'in_progress' AND expires_at_ms > ?4",
-                params![
-                    &*lease.namespace,
-                    lease.key.as_bytes().as_slice(),
-                    sql_token(lease.token),
-                    sql_ms(now)
-                ],
-            )?;
-            held(changed, &lease.key)
-        })
-        .boxed()
+        self.write(
+            "release",
+            false,
+            &lease.key,
+            |worker| fenced(worker, lease, RELEASE, None),
+            || {
+                let lease = lease.clone();
+                move |worker: &mut Worker<'_>| fenced(worker, &lease, RELEASE, None)
+            },
+        )
     }
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
         let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("get", true, move |worker, now| {
-            match select(&worker.conn, "get", &namespace, &key)? {
-                Some(row) if row.is_live(now) => {
+        self.submit("get", false, true, None, move |worker| {
+            let now = worker.now;
+            Ok(match select(worker.conn, &namespace, &key)? {
+                Ok(Some(row)) if row.is_live(now) => {
                     row.into_record(now).map(Some).map_err(corrupt(&key))
                 }
-                _ => Ok(None),
-            }
+                Ok(_) => Ok(None),
+                Err(corrupt) => Err(corrupt),
+            })
         })
         .boxed()
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.submit("purge_expired", true, move |worker, now| {
+        self.submit("purge_expired", true, true, None, move |worker| {
+            let now = worker.now;
+            // Every record, in steps of a few hundred (each its own short write).
             let mut total = 0u64;
+            let mut after = None;
             loop {
-                let (records, counts) = worker
-                    .purge_batch(now)
-                    .map_err(|e| Error::store("purge_expired", e))?;
-                total = total.saturating_add(u64::try_from(records).unwrap_or(u64::MAX));
-                if records == 0 && counts == 0 {
-                    return Ok(total);
+                let (deleted, next) = worker.sweep(after.as_deref(), now)?;
+                total = total.saturating_add(u64::try_from(deleted).unwrap_or(u64::MAX));
+                match next {
+                    Some(next) => after = Some(next),
+                    None => break,
                 }
             }
+            while worker.purge_turn_counts(now)? > 0 {}
+            Ok(Ok(total))
         })
         .boxed()
     }
+
     fn list<'a>(
         &'a self,
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
         let namespace = namespace.map(str::to_owned);
-        self.submit("list", true, move |worker, now| {
-            let fail = |e: rusqlite::Error| Error::store("list", e);
+        self.submit("list", false, true, None, move |worker| {
+            let now = worker.now;
             let sql = format!(
                 "SELECT {COLUMNS} FROM idem_records WHERE expires_at_ms > ?1 \
                  AND (?2 IS NULL OR namespace = ?2) LIMIT ?3"
             );
-            let mut stmt = worker.conn.prepare_cached(&sql).map_err(fail)?;
+            let mut stmt = worker.conn.prepare_cached(&sql)?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let rows = stmt
-                .query_map(params![sql_ms(now), namespace, limit], read_row)
-                .map_err(fail)?;
+            let rows = stmt.query_map(params![sql_ms(now), namespace, limit], read_row)?;
             let mut out = Vec::new();
             for row in rows {
                 // One corrupt row must not hide the others: it is skipped, and named in the log.
-                let (namespace, key, record) = match row.map_err(fail)? {
+                let (namespace, key, record) = match row? {
                     Ok(row) => (
                         row.namespace.clone(),
                         hex::encode(&row.key),
@@ -197,24 +292,25 @@ impl Store for SqliteStore {
                         message, "skipping a corrupt SQLite record; remove it with `remove`"),
                 }
             }
-            Ok(out)
+            Ok(Ok(out))
         })
         .boxed()
     }
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        let (namespace, key) = (namespace.to_owned(), *key);
-        self.submit("remove", false, move |worker, now| {
-            let live = select(&worker.conn, "remove", &namespace, &key)
+        let (namespace, owned) = (namespace.to_owned(), *key);
+        self.submit("remove", true, false, Some(key), move |worker| {
+            let now = worker.now;
+            let live = select(worker.conn, &namespace, &owned)
                 .ok()
-                .flatten()
+                .and_then(|row| row.ok().flatten())
                 .is_some_and(|row| row.is_live(now));
-            worker.write(
-                "remove",
-                "DELETE FROM idem_records WHERE namespace = ?1 AND key = ?2",
-                params![namespace, key.as_bytes().as_slice()],
-            )?;
-            Ok(live)
+            worker.writing()?;
+            worker
+                .conn
+                .prepare_cached("DELETE FROM idem_records WHERE key = ?2 AND namespace = ?1")?
+                .execute(params![namespace, owned.as_bytes().as_slice()])?;
+            Ok(Ok(live))
         })
         .boxed()
     }

@@ -1,11 +1,11 @@
 //! Reading `idem_records` rows: every column checked, a malformed row an error, never a panic.
 
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, Statement, params};
 
 use super::{STATE_COMPLETED, STATE_IN_PROGRESS};
 use crate::key::{Fingerprint, Key};
-use crate::store::{Record, RecordState};
+use crate::store::{Begin, Bytes, FirstResult, Record, RecordState};
 use crate::{Error, Result};
 
 /// The columns [`read_row`] expects, in order.
@@ -94,6 +94,16 @@ pub(super) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Row, 
     Ok(read())
 }
 
+/// An attempt count as live at `now` (0 if expired; a count out of range, written by hand, is
+/// read as the nearest valid one).
+fn live_attempts(attempts: i64, expires_at_ms: i64, now: u64) -> u32 {
+    if u64::try_from(expires_at_ms).is_ok_and(|at| at > now) {
+        u32::try_from(attempts.max(0)).unwrap_or(u32::MAX)
+    } else {
+        0
+    }
+}
+
 fn timestamp(ms: i64, name: &str) -> Result<u64, Corrupt> {
     u64::try_from(ms).map_err(|_| Corrupt(format!("`{name}` is negative ({ms})")))
 }
@@ -104,14 +114,9 @@ impl Row {
         u64::try_from(self.expires_at_ms).is_ok_and(|at| at > now)
     }
 
-    /// The attempt count live at `now` (0 if expired; a count out of range, written by hand,
-    /// is read as the nearest valid one).
+    /// The attempt count live at `now`.
     pub(super) fn live_attempts(&self, now: u64) -> u32 {
-        if u64::try_from(self.attempts_expire_ms).is_ok_and(|at| at > now) {
-            u32::try_from(self.attempts.max(0)).unwrap_or(u32::MAX)
-        } else {
-            0
-        }
+        live_attempts(self.attempts, self.attempts_expire_ms, now)
     }
 
     /// Validates the row into a [`Record`], with its attempt count as live at `now`.
@@ -167,20 +172,107 @@ pub(super) fn corrupt(key: &Key) -> impl FnOnce(Corrupt) -> Error + '_ {
     }
 }
 
-/// The row for a key, live or not.
+/// The row for a key, live or not (an inner `Err` for a row that cannot be parsed).
 pub(super) fn select(
     conn: &Connection,
-    operation: &'static str,
     namespace: &str,
     key: &Key,
-) -> Result<Option<Row>> {
-    let sql = format!("SELECT {COLUMNS} FROM idem_records WHERE namespace = ?1 AND key = ?2");
+) -> rusqlite::Result<Result<Option<Row>>> {
+    let sql = format!("SELECT {COLUMNS} FROM idem_records WHERE key = ?2 AND namespace = ?1");
     let row = conn
-        .prepare_cached(&sql)
-        .and_then(|mut stmt| {
-            stmt.query_row(params![namespace, key.as_bytes().as_slice()], read_row)
-                .optional()
+        .prepare_cached(&sql)?
+        .query_row(params![namespace, key.as_bytes().as_slice()], read_row)
+        .optional()?;
+    Ok(row.transpose().map_err(corrupt(key)))
+}
+
+/// What `begin` learns from a key's row.
+pub(super) enum Seen {
+    /// A live record: `begin`'s answer.
+    Live(Begin),
+    /// No live record; the key's live attempt count.
+    Free {
+        /// Claims since the last recorded result, within the budget window.
+        attempts: u32,
+    },
+}
+
+/// Reads a row selected with [`SEEN`](super::statements::SEEN) as of `now`, for `namespace`.
+/// Only a live record has to be well formed: an expired one is overwritten by the next claim.
+/// A row of another namespace holds no count for this one, and if live, cannot be this
+/// namespace's record (keys commit to their namespace: it was written by hand).
+fn read_seen(row: &rusqlite::Row<'_>, namespace: &str, now: u64) -> Result<Seen, Corrupt> {
+    let expires_at_ms = required(integer(row, 3, "expires_at_ms")?, "expires_at_ms")?;
+    let live = u64::try_from(expires_at_ms).is_ok_and(|at| at > now);
+    match row.get_ref(8) {
+        Ok(ValueRef::Text(ns)) if ns == namespace.as_bytes() => {}
+        Ok(ValueRef::Text(_)) if !live => return Ok(Seen::Free { attempts: 0 }),
+        Ok(ValueRef::Text(ns)) => {
+            return Err(Corrupt(format!(
+                "the key's live record is in namespace {:?}",
+                String::from_utf8_lossy(ns)
+            )));
+        }
+        _ => return Err(Corrupt("column `namespace` is not text".to_owned())),
+    }
+    if !live {
+        let attempts = required(integer(row, 5, "attempts")?, "attempts")?;
+        let window_end = required(integer(row, 6, "attempts_expire_ms")?, "attempts_expire_ms")?;
+        return Ok(Seen::Free {
+            attempts: live_attempts(attempts, window_end, now),
+        });
+    }
+    // Not needed to answer, but a record whose columns do not hold what they should is
+    // refused whole, as `get` refuses it.
+    timestamp(
+        required(integer(row, 7, "created_at_ms")?, "created_at_ms")?,
+        "created_at_ms",
+    )?;
+    let fingerprint = match row.get_ref(1) {
+        Ok(ValueRef::Blob(b)) => <[u8; 32]>::try_from(b)
+            .map(Fingerprint::from_bytes)
+            .map_err(|_| Corrupt(format!("fingerprint is {} bytes, not 32", b.len())))?,
+        _ => return Err(Corrupt("column `fingerprint` is not a blob".to_owned())),
+    };
+    let state = match row.get_ref(0) {
+        Ok(ValueRef::Text(state)) => state,
+        _ => return Err(Corrupt("column `state` is not text".to_owned())),
+    };
+    match state {
+        b"in_progress" => {
+            if integer(row, 4, "token")?.is_none() {
+                return Err(Corrupt("in progress without a lease token".to_owned()));
+            }
+            Ok(Seen::Live(Begin::InFlight { fingerprint }))
+        }
+        b"completed" => match row.get_ref(2) {
+            Ok(ValueRef::Blob(result)) => Ok(Seen::Live(Begin::Completed(FirstResult {
+                fingerprint,
+                result: Bytes::copy_from_slice(result),
+            }))),
+            _ => Err(Corrupt("completed without a result".to_owned())),
+        },
+        other => Err(Corrupt(format!(
+            "unknown state {:?}",
+            String::from_utf8_lossy(other)
+        ))),
+    }
+}
+
+/// What `begin` learns from `key`'s row (none: free, never claimed), with `seen`, a statement
+/// of [`SEEN`](super::statements::SEEN).
+pub(super) fn seen(
+    seen: &mut Statement<'_>,
+    namespace: &str,
+    key: &Key,
+    now: u64,
+) -> rusqlite::Result<Result<Seen>> {
+    let found = seen
+        .query_row([key.as_bytes().as_slice()], |row| {
+            Ok(read_seen(row, namespace, now))
         })
-        .map_err(|e| Error::store(operation, e))?;
-    row.transpose().map_err(corrupt(key))
+        .optional()?;
+    Ok(found
+        .unwrap_or(Ok(Seen::Free { attempts: 0 }))
+        .map_err(corrupt(key)))
 }

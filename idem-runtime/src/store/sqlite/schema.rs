@@ -10,29 +10,14 @@ use crate::{Error, Result};
 /// The schema version this build writes, kept in `PRAGMA user_version`.
 ///
 /// Version 1 is the records table; version 2 adds the budget counters; version 3 keeps each
-/// key's attempt count in its record row (the budget counters keep turn counts only).
-pub const SCHEMA_VERSION: i64 = 3;
+/// key's attempt count in its record row (the budget counters keep turn counts only); version 4
+/// makes the records table a `WITHOUT ROWID` table keyed by the key alone, without an index on
+/// expiry, so that a write changes one b-tree page instead of three (expired rows are swept in
+/// key order instead).
+pub const SCHEMA_VERSION: i64 = 4;
 
-/// Version 1: one row per remembered key.
-const SCHEMA_V1: &str = "
-CREATE TABLE IF NOT EXISTS idem_records (
-    namespace     TEXT    NOT NULL,
-    key           BLOB    NOT NULL,
-    tool          TEXT    NOT NULL,
-    state         TEXT    NOT NULL CHECK (state IN ('in_progress', 'completed')),
-    fingerprint   BLOB    NOT NULL,
-    result        BLOB,
-    created_at_ms INTEGER NOT NULL,
-    expires_at_ms INTEGER NOT NULL,
-    token         INTEGER,
-    PRIMARY KEY (namespace, key)
-) STRICT;
-CREATE INDEX IF NOT EXISTS idem_records_expires_at ON idem_records (expires_at_ms);
-";
-
-/// Version 2: budget counters (since version 3 only turns' counts of started actions, named by
-/// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter); version 2
-/// also kept per-key counts here).
+/// Version 2: budget counters (since version 3, turn counts only, named by
+/// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter)).
 const SCHEMA_V2: &str = "
 CREATE TABLE IF NOT EXISTS idem_budgets (
     id            BLOB    NOT NULL PRIMARY KEY,
@@ -51,8 +36,43 @@ ALTER TABLE idem_records ADD COLUMN attempts INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE idem_records ADD COLUMN attempts_expire_ms INTEGER NOT NULL DEFAULT 0;
 ";
 
-/// Sets the connection up: busy timeout, WAL, and the schema.
-pub(super) fn configure(conn: &mut Connection, path: Option<&Path>, busy: Duration) -> Result<()> {
+/// Version 4: the records in a `WITHOUT ROWID` table keyed by the key alone (keys commit to
+/// their namespace, which is a column every statement checks), with no index on expiry: the
+/// primary key is the table, one b-tree, compared as one blob.
+const RECORDS_V4: &str = "
+CREATE TABLE idem_records_v4 (
+    key                BLOB    NOT NULL PRIMARY KEY,
+    namespace          TEXT    NOT NULL,
+    tool               TEXT    NOT NULL,
+    state              TEXT    NOT NULL CHECK (state IN ('in_progress', 'completed')),
+    fingerprint        BLOB    NOT NULL,
+    result             BLOB,
+    created_at_ms      INTEGER NOT NULL,
+    expires_at_ms      INTEGER NOT NULL,
+    token              INTEGER,
+    attempts           INTEGER NOT NULL DEFAULT 0,
+    attempts_expire_ms INTEGER NOT NULL DEFAULT 0
+) STRICT, WITHOUT ROWID;
+";
+
+/// From version 3 to 4: the rows copied into the new table, which takes the old one's name.
+/// Two rows of one key (in two namespaces: only keys written by hand can do that) keep one.
+const SCHEMA_V4: &str = "
+INSERT OR IGNORE INTO idem_records_v4 (key, namespace, tool, state, fingerprint, result,
+    created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms)
+SELECT key, namespace, tool, state, fingerprint, result, created_at_ms, expires_at_ms, token,
+    attempts, attempts_expire_ms FROM idem_records;
+DROP TABLE idem_records;
+ALTER TABLE idem_records_v4 RENAME TO idem_records;
+";
+
+/// Sets the connection up: busy timeout, WAL, and the schema. Returns whether the file is in
+/// WAL mode (readers then never wait for writers).
+pub(super) fn configure(
+    conn: &mut Connection,
+    path: Option<&Path>,
+    busy: Duration,
+) -> Result<bool> {
     let fail = |e: rusqlite::Error| Error::store("open", e);
     conn.busy_timeout(busy).map_err(fail)?;
     let mode: String = retry_while_busy(busy, || {
@@ -64,7 +84,8 @@ pub(super) fn configure(conn: &mut Connection, path: Option<&Path>, busy: Durati
     }
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(fail)?;
-    migrate(conn, path)
+    migrate(conn, path)?;
+    Ok(mode.eq_ignore_ascii_case("wal"))
 }
 
 /// Runs `op` again while it fails with "database is locked", for up to `busy`. Switching a file
@@ -105,14 +126,23 @@ fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
         .map_err(fail)?;
     match version {
         SCHEMA_VERSION => return Ok(()),
-        0..=2 => {
-            if version == 0 {
-                tx.execute_batch(SCHEMA_V1).map_err(fail)?;
-            }
+        0 => {
+            tx.execute_batch(RECORDS_V4).map_err(fail)?;
+            tx.execute_batch("ALTER TABLE idem_records_v4 RENAME TO idem_records;")
+                .map_err(fail)?;
+            tx.execute_batch(SCHEMA_V2).map_err(fail)?;
+            tx.pragma_update(None, "user_version", SCHEMA_VERSION)
+                .map_err(fail)?;
+        }
+        1..=3 => {
             if version <= 1 {
                 tx.execute_batch(SCHEMA_V2).map_err(fail)?;
             }
-            tx.execute_batch(SCHEMA_V3).map_err(fail)?;
+            if version <= 2 {
+                tx.execute_batch(SCHEMA_V3).map_err(fail)?;
+            }
+            tx.execute_batch(RECORDS_V4).map_err(fail)?;
+            tx.execute_batch(SCHEMA_V4).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }

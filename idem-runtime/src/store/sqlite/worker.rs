@@ -1,174 +1,247 @@
-//! The connection's thread: the transactions behind each store operation, budget charges, and
-//! housekeeping.
+//! The writing connection, shared by the store's thread and the callers that write in place,
+//! and [`Worker`], the connection lent to one batch or one operation.
+//!
+//! A write runs on the caller's thread when the connection is free and nothing is on its way
+//! to the store's thread (no hand-off, as hand-written SQL would do), and never waits there: a
+//! write that would wait for the lock, or finds the connection in use, goes to the thread
+//! (`thread.rs`).
 
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, params};
 
-use super::row::{Row, corrupt, select};
-use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, sql_ms, sql_token};
-use crate::clock::{Clock, duration_ms};
-use crate::key::{Fingerprint, Key};
-use crate::store::budget::{self, CounterId};
-use crate::store::{Begin, Charge, LeaseToken};
-use crate::{Error, Result};
+use super::statements::{BEGIN, COMMIT, ROLLBACK};
+use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, sql_ms};
+use crate::Result;
+use crate::clock::Clock;
 
-/// The state owned by the connection's thread.
-pub(super) struct Worker {
-    pub(super) conn: Connection,
-    pub(super) writes_since_housekeeping: u32,
+/// The writing connection, shared by the store's thread and callers that write in place.
+pub(super) struct Writer {
+    conn: Mutex<Connection>,
+    /// How long the thread waits for another process's write lock (callers never wait).
+    busy_timeout_ms: AtomicU64,
+    /// The clock the thread reads (callers read the store's).
+    clock: RwLock<Arc<dyn Clock>>,
+    /// Writes since the store started; every [`HOUSEKEEPING_EVERY`] the thread does its
+    /// maintenance.
+    writes: AtomicU32,
 }
 
-/// A [`BeginRequest`](crate::store::BeginRequest) that can travel to the connection's thread.
-pub(super) struct OwnedBegin {
-    pub(super) namespace: String,
-    pub(super) key: Key,
-    pub(super) tool: &'static str,
-    pub(super) fingerprint: Fingerprint,
-    pub(super) lease: Duration,
-    pub(super) token: LeaseToken,
-    pub(super) charge: Charge,
-}
-
-impl Worker {
-    /// Runs one write statement; returns the number of rows changed.
-    pub(super) fn write(
-        &mut self,
-        operation: &'static str,
-        sql: &str,
-        params: impl rusqlite::Params,
-    ) -> Result<usize> {
-        let changed = self
-            .conn
-            .prepare_cached(sql)
-            .and_then(|mut stmt| stmt.execute(params))
-            .map_err(|e| Error::store(operation, e))?;
-        self.writes_since_housekeeping += 1;
-        Ok(changed)
-    }
-
-    /// Every [`HOUSEKEEPING_EVERY`] writes, deletes a batch of records and of budget counts
-    /// expired at `now`, so that the file does not grow without bound when nobody calls
-    /// [`Store::purge_expired`](crate::store::Store::purge_expired).
-    pub(super) fn housekeeping(&mut self, now: u64) {
-        if self.writes_since_housekeeping >= HOUSEKEEPING_EVERY {
-            self.writes_since_housekeeping = 0;
-            if let Err(error) = self.purge_batch(now) {
-                tracing::warn!(target: "idem", %error, "could not delete expired SQLite records");
-            }
+impl Writer {
+    pub(super) fn new(conn: Connection, busy_timeout: Duration, clock: Arc<dyn Clock>) -> Self {
+        Writer {
+            conn: Mutex::new(conn),
+            busy_timeout_ms: AtomicU64::new(duration_ms(busy_timeout)),
+            clock: RwLock::new(clock),
+            writes: AtomicU32::new(0),
         }
     }
 
-    /// Deletes up to [`PURGE_BATCH`] rows whose record and attempt count both expired at
-    /// `now`, and as many expired turn counts; returns how many of each were deleted.
-    pub(super) fn purge_batch(&self, now: u64) -> rusqlite::Result<(usize, usize)> {
-        let records = self
-            .conn
-            .prepare_cached(
-                "DELETE FROM idem_records WHERE rowid IN (SELECT rowid FROM idem_records \
-                 WHERE expires_at_ms <= ?1 AND attempts_expire_ms <= ?1 LIMIT ?2)",
-            )?
-            .execute(params![sql_ms(now), PURGE_BATCH])?;
-        let counts = self
-            .conn
+    pub(super) fn set_busy_timeout(&self, timeout: Duration) {
+        self.busy_timeout_ms
+            .store(duration_ms(timeout), Ordering::SeqCst);
+    }
+
+    pub(super) fn set_clock(&self, clock: Arc<dyn Clock>) {
+        *self.clock.write().unwrap_or_else(PoisonError::into_inner) = clock;
+    }
+
+    pub(super) fn clock(&self) -> Arc<dyn Clock> {
+        Arc::clone(&self.clock.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts `n` writes; whether that makes maintenance due.
+    pub(super) fn wrote(&self, n: u32) -> bool {
+        let before = self.writes.fetch_add(n, Ordering::Relaxed);
+        before / HOUSEKEEPING_EVERY != before.wrapping_add(n) / HOUSEKEEPING_EVERY
+    }
+
+    /// Runs `work` (which may write) on this thread, if the connection is free: without
+    /// waiting for any lock. `None`: the connection was in use, or the work would have waited
+    /// or failed; the store's thread has to do it. `due` is set when maintenance became due.
+    pub(super) fn here<T>(
+        &self,
+        clock: &dyn Clock,
+        due: &mut bool,
+        work: &mut dyn FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>>,
+    ) -> Option<Result<T>> {
+        let conn = self.conn.try_lock().ok()?;
+        conn.busy_timeout(Duration::ZERO).ok()?;
+        let mut worker = Worker::new(&conn, clock, false);
+        let done = work(&mut worker);
+        let wrote = worker.wrote;
+        let timeout = Duration::from_millis(self.busy_timeout_ms.load(Ordering::SeqCst));
+        if let Err(error) = conn.busy_timeout(timeout) {
+            tracing::warn!(target: "idem", %error, "could not set the SQLite busy timeout");
+        }
+        drop(conn);
+        *due = wrote && self.wrote(1);
+        done.ok()
+    }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The writing connection lent to one batch, or to one operation run in place.
+pub(super) struct Worker<'c> {
+    pub(super) conn: &'c Connection,
+    pub(super) clock: &'c dyn Clock,
+    /// The time of the operation running: read when its batch starts, and again once the
+    /// write lock is taken (that may have waited for another process).
+    pub(super) now: u64,
+    /// Whether the batch has two writes or more: then they share a transaction.
+    pub(super) sharing: bool,
+    /// The operation running, and the one that opened the batch's transaction, if open.
+    pub(super) current: usize,
+    pub(super) opened_by: Option<usize>,
+    /// Why taking the write lock failed in this batch: the writes after it fail alike at
+    /// once, without waiting the busy timeout again each.
+    pub(super) lock_failed: Option<rusqlite::Error>,
+    /// Whether a write statement ran.
+    wrote: bool,
+}
+
+impl<'c> Worker<'c> {
+    pub(super) fn new(conn: &'c Connection, clock: &'c dyn Clock, sharing: bool) -> Self {
+        Worker {
+            conn,
+            clock,
+            now: clock.now_ms(),
+            sharing,
+            current: 0,
+            opened_by: None,
+            lock_failed: None,
+            wrote: false,
+        }
+    }
+
+    /// Call before a write statement: in a batch of several writes, takes the write lock for
+    /// the batch's transaction (the first time).
+    pub(super) fn writing(&mut self) -> rusqlite::Result<()> {
+        self.wrote = true;
+        if self.sharing && self.conn.is_autocommit() {
+            self.begin_transaction()?;
+            self.opened_by = Some(self.current);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` in a transaction: the batch's, or one of its own.
+    pub(super) fn transaction<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> rusqlite::Result<T>,
+    ) -> rusqlite::Result<T> {
+        if self.sharing || !self.conn.is_autocommit() {
+            self.writing()?;
+            return f(self);
+        }
+        self.wrote = true;
+        self.begin_transaction()?;
+        let done = f(self).and_then(|value| self.execute(COMMIT).map(|()| value));
+        if done.is_err() {
+            self.rollback();
+        }
+        done
+    }
+
+    pub(super) fn execute(&self, sql: &str) -> rusqlite::Result<()> {
+        self.conn.prepare_cached(sql)?.execute([]).map(drop)
+    }
+
+    /// `BEGIN IMMEDIATE`, then the time again.
+    fn begin_transaction(&mut self) -> rusqlite::Result<()> {
+        if let Some(error) = &self.lock_failed {
+            return Err(same_error(error));
+        }
+        if let Err(error) = self.execute(BEGIN) {
+            self.lock_failed = Some(same_error(&error));
+            return Err(error);
+        }
+        self.now = self.clock.now_ms().max(self.now);
+        Ok(())
+    }
+
+    /// Rolls back the open transaction, if any (SQLite rolls some failures back itself).
+    pub(super) fn rollback(&mut self) {
+        if !self.conn.is_autocommit()
+            && let Err(error) = self.execute(ROLLBACK)
+        {
+            tracing::warn!(target: "idem", %error, "could not roll back a SQLite transaction");
+        }
+    }
+
+    /// Deletes what expired at `now` among the [`PURGE_BATCH`] records after the key `after`
+    /// in key order (from the first if `None`), in one transaction. Returns how many it
+    /// deleted, and where the next step starts (`None`: the sweep reached the end).
+    pub(super) fn sweep(
+        &mut self,
+        after: Option<&[u8]>,
+        now: u64,
+    ) -> rusqlite::Result<(usize, Option<Vec<u8>>)> {
+        // No key is the empty blob: x'' comes before every record.
+        let after = after.unwrap_or_default();
+        let (mut expired, mut last, mut seen) = (Vec::new(), Vec::new(), 0);
+        {
+            let mut window = self.conn.prepare_cached(
+                "SELECT key, expires_at_ms <= ?2 AND attempts_expire_ms <= ?2 \
+                 FROM idem_records WHERE key > ?1 ORDER BY key LIMIT ?3",
+            )?;
+            let mut rows = window.query(params![after, sql_ms(now), PURGE_BATCH])?;
+            while let Some(row) = rows.next()? {
+                let key = row.get_ref(0)?.as_blob()?;
+                if row.get::<_, bool>(1)? {
+                    expired.push(key.to_vec());
+                }
+                last.clear();
+                last.extend_from_slice(key);
+                seen += 1;
+            }
+        }
+        let deleted = if expired.is_empty() {
+            0
+        } else {
+            self.transaction(|worker| {
+                let mut delete = worker.conn.prepare_cached(
+                    "DELETE FROM idem_records WHERE key = ?1 \
+                     AND expires_at_ms <= ?2 AND attempts_expire_ms <= ?2",
+                )?;
+                expired.iter().try_fold(0, |deleted, key| {
+                    Ok(deleted + delete.execute(params![key, sql_ms(now)])?)
+                })
+            })?
+        };
+        let next = (seen == PURGE_BATCH).then_some(last);
+        Ok((deleted, next))
+    }
+
+    /// Deletes up to [`PURGE_BATCH`] turn counts expired at `now`; returns how many.
+    pub(super) fn purge_turn_counts(&self, now: u64) -> rusqlite::Result<usize> {
+        self.conn
             .prepare_cached(
                 "DELETE FROM idem_budgets WHERE id IN (SELECT id FROM idem_budgets \
                  WHERE expires_at_ms <= ?1 LIMIT ?2)",
             )?
-            .execute(params![sql_ms(now), PURGE_BATCH])?;
-        Ok((records, counts))
-    }
-
-    /// Answers a live record with a plain read (no write lock, nothing written); else charges
-    /// the request's budget and claims its key, in one `BEGIN IMMEDIATE` transaction.
-    pub(super) fn begin(&mut self, req: &OwnedBegin, now: u64, clock: &dyn Clock) -> Result<Begin> {
-        let row = select(&self.conn, "begin", &req.namespace, &req.key)?;
-        if let Some(row) = row.filter(|r| r.is_live(now)) {
-            return live(row, &req.key);
-        }
-        let fail = |e: rusqlite::Error| Error::store("begin", e);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(fail)?;
-        // Taking the lock may have waited for another process: read the clock again, so that a
-        // claim's lease starts when it is taken.
-        let now = clock.now_ms().max(now);
-        // Under the write lock: nobody can charge or claim between these reads and the writes.
-        let row = select(&tx, "begin", &req.namespace, &req.key)?;
-        if let Some(row) = row.as_ref().filter(|r| r.is_live(now)) {
-            // Claimed or completed meanwhile: drops `tx`, rolling back a transaction that
-            // wrote nothing.
-            return live(row.clone(), &req.key);
-        }
-        let attempts = row.as_ref().map_or(0, |r| r.live_attempts(now));
-        let window_end = now.saturating_add(duration_ms(req.charge.window));
-        let turn_id = req.charge.turn.turn_counter();
-        let calls = match req.charge.max_calls {
-            Some(_) => count(&tx, &turn_id, now)?,
-            None => 0,
-        };
-        if let Err(refused) = budget::charge(attempts, calls, &req.charge) {
-            return Ok(Begin::Refused(refused));
-        }
-        if req.charge.max_calls.is_some() {
-            set_count(&tx, &turn_id, calls + 1, window_end)?;
-        }
-        tx.prepare_cached(
-            "INSERT INTO idem_records (namespace, key, tool, state, fingerprint, result, \
-             created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms) \
-             VALUES (?1, ?2, ?3, 'in_progress', ?4, NULL, ?5, ?6, ?7, ?8, ?9) \
-             ON CONFLICT (namespace, key) DO UPDATE SET tool = excluded.tool, \
-             state = excluded.state, fingerprint = excluded.fingerprint, result = NULL, \
-             created_at_ms = excluded.created_at_ms, expires_at_ms = excluded.expires_at_ms, \
-             token = excluded.token, attempts = excluded.attempts, \
-             attempts_expire_ms = excluded.attempts_expire_ms",
-        )
-        .and_then(|mut stmt| {
-            stmt.execute(params![
-                req.namespace,
-                req.key.as_bytes().as_slice(),
-                req.tool,
-                req.fingerprint.as_bytes().as_slice(),
-                sql_ms(now),
-                sql_ms(now.saturating_add(duration_ms(req.lease))),
-                sql_token(req.token),
-                attempts + 1,
-                sql_ms(window_end),
-            ])
-        })
-        .map_err(fail)?;
-        tx.commit().map_err(fail)?;
-        self.writes_since_housekeeping += 1;
-        Ok(Begin::Claimed)
+            .execute(params![sql_ms(now), PURGE_BATCH])
     }
 }
 
-/// The live turn count named `id` (0 if absent or expired).
-fn count(tx: &Transaction<'_>, id: &CounterId, now: u64) -> Result<u32> {
-    let n: Option<i64> = tx
-        .prepare_cached("SELECT count FROM idem_budgets WHERE id = ?1 AND expires_at_ms > ?2")
-        .and_then(|mut stmt| {
-            stmt.query_row(params![id.as_slice(), sql_ms(now)], |row| row.get(0))
-                .optional()
-        })
-        .map_err(|e| Error::store("begin", e))?;
-    // A count out of range (written by hand) is read as the nearest valid one.
-    Ok(n.map_or(0, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
-}
-
-fn set_count(tx: &Transaction<'_>, id: &CounterId, n: u32, expires_at_ms: u64) -> Result<()> {
-    tx.prepare_cached(
-        "INSERT INTO idem_budgets (id, count, expires_at_ms) VALUES (?1, ?2, ?3) \
-         ON CONFLICT (id) DO UPDATE SET count = excluded.count, \
-         expires_at_ms = excluded.expires_at_ms",
-    )
-    .and_then(|mut stmt| stmt.execute(params![id.as_slice(), n, sql_ms(expires_at_ms)]))
-    .map_err(|e| Error::store("begin", e))?;
-    Ok(())
-}
-
-/// The answer of `begin` for a live row.
-fn live(row: Row, key: &Key) -> Result<Begin> {
-    Begin::found(row.into_record(0).map_err(corrupt(key))?)
+/// A copy of `error` (`rusqlite::Error` is not `Clone`).
+fn same_error(error: &rusqlite::Error) -> rusqlite::Error {
+    match error {
+        rusqlite::Error::SqliteFailure(code, message) => {
+            rusqlite::Error::SqliteFailure(*code, message.clone())
+        }
+        other => rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR),
+            Some(other.to_string()),
+        ),
+    }
 }

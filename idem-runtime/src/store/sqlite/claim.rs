@@ -1,0 +1,174 @@
+//! `begin` on the store's thread: a claim is one conditional upsert that applies the per-key
+//! budget rule itself; a turn with a cap adds its count's read and write, in one transaction
+//! with the claim. And the whole of `begin`, for when it could not read on the caller's thread.
+
+use std::time::Duration;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::row::{self, Seen};
+use super::statements::{CLAIM, SEEN, SET_TURN_COUNT, TURN_COUNT};
+use super::worker::Worker;
+use super::{sql_ms, sql_token};
+use crate::clock::duration_ms;
+use crate::key::{Fingerprint, Key};
+use crate::store::budget::{self, CounterId};
+use crate::store::{Begin, BeginRequest, Charge, LeaseToken};
+use crate::{Error, Result};
+
+/// How often a claim is tried again when the key changed hands between the claim and the read
+/// that explains why it did not take (another process, between two autocommit statements).
+const CLAIM_TRIES: usize = 4;
+
+/// A [`BeginRequest`] that can travel to the store's thread.
+pub(super) struct OwnedBegin {
+    namespace: String,
+    key: Key,
+    tool: &'static str,
+    fingerprint: Fingerprint,
+    lease: Duration,
+    token: LeaseToken,
+    charge: Charge,
+}
+
+impl OwnedBegin {
+    pub(super) fn new(req: &BeginRequest<'_>) -> Self {
+        OwnedBegin {
+            namespace: req.namespace.to_owned(),
+            key: *req.key,
+            tool: req.tool,
+            fingerprint: *req.fingerprint,
+            lease: req.lease,
+            token: req.token,
+            charge: req.charge,
+        }
+    }
+
+    /// The request again.
+    pub(super) fn request(&self) -> BeginRequest<'_> {
+        BeginRequest {
+            namespace: &self.namespace,
+            key: &self.key,
+            tool: self.tool,
+            fingerprint: &self.fingerprint,
+            lease: self.lease,
+            token: self.token,
+            charge: self.charge,
+        }
+    }
+}
+
+/// `begin`'s answer when the per-key count alone refuses a claim.
+pub(super) fn refused_by_key(attempts: u32, charge: &Charge) -> Option<Begin> {
+    match budget::charge(attempts, 0, charge) {
+        Err(exhausted @ crate::store::Exhausted::Key { .. }) => Some(Begin::Refused(exhausted)),
+        _ => None,
+    }
+}
+
+impl Worker<'_> {
+    /// What `begin` learns of the request's key.
+    fn seen(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Seen>> {
+        row::seen(
+            &mut *self.conn.prepare_cached(SEEN)?,
+            req.namespace,
+            req.key,
+            self.now,
+        )
+    }
+
+    /// The whole of `begin`: a live record answers (read without the write lock), else the
+    /// claim.
+    pub(super) fn begin(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
+        match self.seen(req)? {
+            Ok(Seen::Live(answer)) => Ok(Ok(answer)),
+            Ok(Seen::Free { attempts }) => match refused_by_key(attempts, &req.charge) {
+                Some(refused) => Ok(Ok(refused)),
+                None => self.claim(req),
+            },
+            Err(corrupt) => Ok(Err(corrupt)),
+        }
+    }
+
+    /// Claims the request's key, which was found without a live record (perhaps on another
+    /// thread, so the claim checks again).
+    pub(super) fn claim(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
+        if req.charge.max_calls.is_some() {
+            return self.transaction(|worker| worker.claim_in_turn(req));
+        }
+        for _ in 0..CLAIM_TRIES {
+            self.writing()?;
+            if self.upsert(req)? == 1 {
+                return Ok(Ok(Begin::Claimed));
+            }
+            // Not taken: the record is live, or the count is spent.
+            match self.seen(req)? {
+                Ok(Seen::Live(answer)) => return Ok(Ok(answer)),
+                Ok(Seen::Free { attempts }) => {
+                    if let Some(refused) = refused_by_key(attempts, &req.charge) {
+                        return Ok(Ok(refused));
+                    }
+                    // Free again: another process gave it back meanwhile.
+                }
+                Err(corrupt) => return Ok(Err(corrupt)),
+            }
+        }
+        Ok(Err(Error::store(
+            "begin",
+            "the key changed hands between every claim and read; try again",
+        )))
+    }
+
+    /// A claim charged to a turn with a cap, in a transaction: the key's count is checked
+    /// first, so a call refused by it is never counted against the turn.
+    fn claim_in_turn(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
+        let attempts = match self.seen(req)? {
+            Ok(Seen::Live(answer)) => return Ok(Ok(answer)),
+            Ok(Seen::Free { attempts }) => attempts,
+            Err(corrupt) => return Ok(Err(corrupt)),
+        };
+        let turn = req.charge.turn.turn_counter();
+        let calls = self.turn_count(&turn)?;
+        if let Err(refused) = budget::charge(attempts, calls, &req.charge) {
+            return Ok(Ok(Begin::Refused(refused)));
+        }
+        let window_end = self.now.saturating_add(duration_ms(req.charge.window));
+        self.conn.prepare_cached(SET_TURN_COUNT)?.execute(params![
+            turn.as_slice(),
+            calls + 1,
+            sql_ms(window_end)
+        ])?;
+        if self.upsert(req)? != 1 {
+            // Under the write lock nothing can change between the read and the claim.
+            return Ok(Err(Error::store("begin", "the claim did not take")));
+        }
+        Ok(Ok(Begin::Claimed))
+    }
+
+    /// The claim statement; returns the rows it changed (1: claimed).
+    fn upsert(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<usize> {
+        let now = self.now;
+        self.conn.prepare_cached(CLAIM)?.execute(params![
+            req.key.as_bytes().as_slice(),
+            req.namespace,
+            req.tool,
+            req.fingerprint.as_bytes().as_slice(),
+            sql_ms(now),
+            sql_ms(now.saturating_add(duration_ms(req.lease))),
+            sql_token(req.token),
+            sql_ms(now.saturating_add(duration_ms(req.charge.window))),
+            req.charge.max_attempts,
+        ])
+    }
+
+    /// The live turn count named `id` (0 if absent or expired).
+    fn turn_count(&mut self, id: &CounterId) -> rusqlite::Result<u32> {
+        let n: Option<i64> = self
+            .conn
+            .prepare_cached(TURN_COUNT)?
+            .query_row(params![id.as_slice(), sql_ms(self.now)], |row| row.get(0))
+            .optional()?;
+        // A count out of range (written by hand) is read as the nearest valid one.
+        Ok(n.map_or(0, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
+    }
+}

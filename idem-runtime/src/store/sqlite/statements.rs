@@ -1,0 +1,59 @@
+//! The SQL of the hot path. Each statement is prepared once per connection and kept in its
+//! statement cache (`BEGIN` and `COMMIT` included): found again by its text, never parsed
+//! again.
+
+/// How many prepared statements a connection keeps: every statement here and the admin ones.
+pub(super) const CACHED: usize = 64;
+
+pub(super) const BEGIN: &str = "BEGIN IMMEDIATE";
+pub(super) const COMMIT: &str = "COMMIT";
+pub(super) const ROLLBACK: &str = "ROLLBACK";
+
+/// What `begin` reads of a key's row: enough to answer a live record and to charge a claim,
+/// and the namespace the row belongs to. Parameter: key.
+pub(super) const SEEN: &str = "SELECT state, fingerprint, result, expires_at_ms, token, \
+     attempts, attempts_expire_ms, created_at_ms, namespace FROM idem_records WHERE key = ?1";
+
+/// A claim in one statement: insert the key's row, or take over a row whose record is no
+/// longer live and whose attempt count (in this namespace) allows one more claim. A live
+/// record, or a spent count, changes nothing (0 rows). Parameters: key, namespace, tool,
+/// fingerprint, now, lease end, token, count window end, max attempts.
+pub(super) const CLAIM: &str = "INSERT INTO idem_records (key, namespace, tool, state, \
+     fingerprint, result, created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms) \
+     VALUES (?1, ?2, ?3, 'in_progress', ?4, NULL, ?5, ?6, ?7, 1, ?8) \
+     ON CONFLICT (key) DO UPDATE SET namespace = ?2, tool = ?3, state = 'in_progress', \
+     fingerprint = ?4, result = NULL, created_at_ms = ?5, expires_at_ms = ?6, token = ?7, \
+     attempts = (CASE WHEN idem_records.namespace = ?2 AND idem_records.attempts_expire_ms > ?5 \
+         THEN max(idem_records.attempts, 0) ELSE 0 END) + 1, \
+     attempts_expire_ms = ?8 \
+     WHERE idem_records.expires_at_ms <= ?5 \
+     AND (CASE WHEN idem_records.namespace = ?2 AND idem_records.attempts_expire_ms > ?5 \
+         THEN max(idem_records.attempts, 0) ELSE 0 END) < ?9";
+
+/// A turn's live count of started actions. Parameters: counter id, now.
+pub(super) const TURN_COUNT: &str =
+    "SELECT count FROM idem_budgets WHERE id = ?1 AND expires_at_ms > ?2";
+
+/// Sets a turn's count. Parameters: counter id, count, expiry.
+pub(super) const SET_TURN_COUNT: &str = "INSERT INTO idem_budgets (id, count, expires_at_ms) \
+     VALUES (?1, ?2, ?3) ON CONFLICT (id) DO UPDATE SET count = excluded.count, \
+     expires_at_ms = excluded.expires_at_ms";
+
+/// Parameters: new expiry, namespace, key, token, now.
+pub(super) const RENEW: &str = "UPDATE idem_records SET expires_at_ms = ?1 WHERE key = ?3 \
+     AND namespace = ?2 AND token = ?4 AND state = 'in_progress' AND expires_at_ms > ?5";
+
+/// The token stays in the row, so that a retried complete is recognised. Parameters: result,
+/// expiry, namespace, key, token, now.
+pub(super) const COMPLETE: &str = "UPDATE idem_records SET state = 'completed', result = ?1, \
+     expires_at_ms = ?2, attempts = 0, attempts_expire_ms = 0 WHERE key = ?4 AND namespace = ?3 \
+     AND token = ?5 AND state = 'in_progress' AND expires_at_ms > ?6";
+
+/// Whether a token completed its key's live record. Parameters: namespace, key, token, now.
+pub(super) const COMPLETED_BY: &str = "SELECT 1 FROM idem_records WHERE key = ?2 \
+     AND namespace = ?1 AND token = ?3 AND state = 'completed' AND expires_at_ms > ?4";
+
+/// The row stays, expired, with the key's attempt count. Parameters: namespace, key, token,
+/// now.
+pub(super) const RELEASE: &str = "UPDATE idem_records SET expires_at_ms = 0 WHERE key = ?2 \
+     AND namespace = ?1 AND token = ?3 AND state = 'in_progress' AND expires_at_ms > ?4";
