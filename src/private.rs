@@ -361,9 +361,9 @@ pub trait NoDescriptor<Method> {}
 pub trait DetachedBody<R>: Future<Output = R> + Send + 'static {}
 impl<R, F: Future<Output = R> + Send + 'static> DetachedBody<R> for F {}
 
-/// Runs a detached `#[idempotent]` tool's body through [`execute_detached`]: once claimed, the
-/// call goes on in a task of its own, so it finishes, records its result and serves retries
-/// even if the caller goes away.
+/// Runs a detached `#[idempotent]` tool's body through
+/// [`execute_detached`](crate::execute_detached): once claimed, the call goes on in a task of
+/// its own, so it finishes, records its result and serves retries even if the caller goes away.
 ///
 /// # Errors
 /// As [`run`].
