@@ -8,8 +8,8 @@
 //! The first run charges the card (a line in `charges.log`) and records the result in an SQLite
 //! file; the second run is a new process that repeats the same turn from the top, as an
 //! orchestrator does after a crash, and gets the first receipt back without charging again.
-//! State lives in `$IDEM_DURABLE_DIR` (default: `target/idem-durable-example`); pass `--reset`
-//! to start over.
+//! State lives in `$IDEM_DURABLE_DIR` (default: `idem-durable-example` in the system's temporary
+//! directory, never in the checkout); pass `--reset` to start over.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -26,7 +26,7 @@ struct Receipt {
 
 fn state_dir() -> PathBuf {
     std::env::var_os("IDEM_DURABLE_DIR").map_or_else(
-        || Path::new(env!("CARGO_MANIFEST_DIR")).join("target/idem-durable-example"),
+        || std::env::temp_dir().join("idem-durable-example"),
         PathBuf::from,
     )
 }
@@ -65,8 +65,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     idem_tools::set_default_store(Arc::new(SqliteStore::open(&db)?))?;
 
     println!(
-        "{} run: the orchestrator starts turn order-1001/turn-1 from the top",
-        if restarted { "second" } else { "first" }
+        "{} run: the orchestrator starts turn order-1001/turn-1 from the top (state in {})",
+        if restarted { "second" } else { "first" },
+        dir.display()
     );
     let receipt = Turn::new("order-1001/turn-1")
         .scope(charge_card("ada".to_owned(), 4200))

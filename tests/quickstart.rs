@@ -1,7 +1,7 @@
-//! `cargo run --example quickstart` tells the README's story; this runs the same code and checks
+//! `cargo run -p idem-quickstart` tells the README's story; this runs the same code and checks
 //! the same claims, so the story cannot silently rot.
 
-#[path = "../examples/quickstart.rs"]
+#[path = "../examples/quickstart/src/main.rs"]
 mod quickstart;
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! idem in one minute: `cargo run --example quickstart`.
+//! idem in one minute: `cargo run -p idem-quickstart`.
 //!
 //! An agent calls three tools through a transport that loses responses:
 //! 1. `send_message` is retried after its response was lost: the retry shares the first call's
