@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::error::Error;
 
-/// A short, stable name of the error's kind (`"already_succeeded"`, `"store"`, …), as put in
+/// A short, stable name of the error's kind (`"budget_exhausted"`, `"store"`, …), as put in
 /// `data.idem.error` of an [`ErrorData`].
 pub fn error_kind(error: &Error) -> &'static str {
     match error {

@@ -16,7 +16,7 @@
 //!   from `#[idempotent]` / `#[read_only]`, true for the client that reads them:
 //!   `idempotentHint` on a write only for a client that declares [`IDEMPOTENCY_EXTENSION`];
 //! * **errors** a model can act on: the idem errors that say something true about the action
-//!   (already succeeded, stuck, in flight, interrupted, …) come back as tool results with
+//!   (stuck, the turn's cap reached, in flight, interrupted, …) come back as tool results with
 //!   `isError: true`, worded for a model; the others are protocol errors.
 //!
 //! Tools return `Result<T, E>` as usual: `Result<CallToolResult, ErrorData>`,
