@@ -545,7 +545,8 @@ async fn a_call_waits_for_the_same_key_running_in_another_process() {
     let other = Arc::clone(&store);
     let other_process = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(40)).await;
-        let bytes = serde_json::to_vec(&serde_json::json!({"ok": {"id": 41}})).unwrap();
+        let mut bytes = Vec::new();
+        idem_tools_runtime::replay::bench::encode(&Receipt { id: 41 }, &mut bytes).unwrap();
         other
             .complete(&token, &bytes, Duration::from_secs(60))
             .await

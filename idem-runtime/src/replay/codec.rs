@@ -1,7 +1,7 @@
 //! The two codecs the engine uses, and the fidelity check before recording.
 
 use serde::Serialize;
-use serde::de::{DeserializeOwned, IgnoredAny};
+use serde::de::DeserializeOwned;
 
 use super::envelope::{Envelope, decode_error, encode_error, encode_record, marker_error, open};
 use super::format::marker;
@@ -18,10 +18,16 @@ fn verify_value<V: Serialize + DeserializeOwned>(
         .map_err(|e| encode_error(tool, format!("it would not replay: {e}")))?;
     let mut again = Vec::with_capacity(recorded.len());
     ser::encode_value(&replayed, &mut again).map_err(|e| encode_error(tool, e))?;
+    same_value(tool, recorded, &again)
+}
+
+/// Whether `again` (a value decoded from `recorded` and encoded back) is the value recorded;
+/// compiled once, outside the generic code.
+fn same_value(tool: &'static str, recorded: &[u8], again: &[u8]) -> Result<(), Error> {
     if again == recorded {
         return Ok(());
     }
-    let (first, second) = match (node::parse(recorded), node::parse(&again)) {
+    let (first, second) = match (node::parse(recorded), node::parse(again)) {
         (Ok(first), Ok(second)) => (first, second),
         (Err(e), _) | (_, Err(e)) => return Err(encode_error(tool, e)),
     };
@@ -48,19 +54,6 @@ fn verify_value<V: Serialize + DeserializeOwned>(
     ))
 }
 
-/// Decodes a record written as JSON before format version 1: `{"ok": …}` or `{"err": …}`.
-mod legacy {
-    use serde::Deserialize;
-
-    #[derive(Deserialize)]
-    pub(super) enum Envelope<T, E> {
-        #[serde(rename = "ok")]
-        Ok(T),
-        #[serde(rename = "err")]
-        Err(E),
-    }
-}
-
 impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
     fn encode_into(
         tool: &'static str,
@@ -76,15 +69,6 @@ impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
             Envelope::Ok(value) => de::decode_value(value)
                 .map(Ok)
                 .map_err(|e| decode_error(tool, key, e)),
-            Envelope::Json(json) => {
-                match serde_json::from_slice::<legacy::Envelope<T, IgnoredAny>>(json) {
-                    Ok(legacy::Envelope::Ok(value)) => Ok(Ok(value)),
-                    Ok(legacy::Envelope::Err(_)) => {
-                        Err(marker_error(tool, key, Envelope::Err(&[])))
-                    }
-                    Err(e) => Err(decode_error(tool, key, e)),
-                }
-            }
             other => Err(marker_error(tool, key, other)),
         }
     }
@@ -92,7 +76,7 @@ impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
     fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
         match open(bytes).map_err(|e| encode_error(tool, e))? {
             Envelope::Ok(value) => verify_value::<T>(tool, value),
-            Envelope::Err(_) | Envelope::Json(_) => Err(encode_error(
+            Envelope::Err(_) => Err(encode_error(
                 tool,
                 "this tool records `Ok` results only, in format version 1",
             )),
@@ -125,11 +109,6 @@ where
             Envelope::Err(value) => de::decode_value(value)
                 .map(Err)
                 .map_err(|e| decode_error(tool, key, e)),
-            Envelope::Json(json) => match serde_json::from_slice::<legacy::Envelope<T, E>>(json) {
-                Ok(legacy::Envelope::Ok(value)) => Ok(Ok(value)),
-                Ok(legacy::Envelope::Err(error)) => Ok(Err(error)),
-                Err(e) => Err(decode_error(tool, key, e)),
-            },
             other => Err(marker_error(tool, key, other)),
         }
     }
@@ -138,7 +117,6 @@ where
         match open(bytes).map_err(|e| encode_error(tool, e))? {
             Envelope::Ok(value) => verify_value::<T>(tool, value),
             Envelope::Err(value) => verify_value::<E>(tool, value),
-            Envelope::Json(_) => Err(encode_error(tool, "not a format version 1 record")),
             Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
         }
     }

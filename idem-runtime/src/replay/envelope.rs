@@ -30,15 +30,8 @@ pub(crate) fn encode_interrupted(tool: &str) -> Vec<u8> {
 pub(super) enum Envelope<'a> {
     Ok(&'a [u8]),
     Err(&'a [u8]),
-    NotReplayable {
-        tool: &'a str,
-        reason: &'a str,
-    },
-    Interrupted {
-        tool: &'a str,
-    },
-    /// A record written as JSON before format version 1.
-    Json(&'a [u8]),
+    NotReplayable { tool: &'a str, reason: &'a str },
+    Interrupted { tool: &'a str },
 }
 
 pub(super) fn open(bytes: &[u8]) -> Result<Envelope<'_>, FormatError> {
@@ -47,7 +40,10 @@ pub(super) fn open(bytes: &[u8]) -> Result<Envelope<'_>, FormatError> {
         .byte()
         .map_err(|_| FormatError::new("the record is empty"))?;
     if version == b'{' {
-        return Ok(Envelope::Json(bytes));
+        return Err(FormatError::new(
+            "a JSON record, written by a development build of idem before record format \
+             version 1; this idem does not read it (remove it with `idem remove`)",
+        ));
     }
     if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(FormatError::new(format!(
@@ -127,6 +123,6 @@ pub(super) fn marker_error(tool: &'static str, key: &Key, envelope: Envelope<'_>
             key,
             "the record holds a cached error but the tool does not cache errors",
         ),
-        Envelope::Ok(_) | Envelope::Json(_) => decode_error(tool, key, "unexpected record kind"),
+        Envelope::Ok(_) => decode_error(tool, key, "unexpected record kind"),
     }
 }

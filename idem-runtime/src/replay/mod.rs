@@ -205,14 +205,6 @@ pub fn render(bytes: &[u8]) -> Result<String, Error> {
             render::write_node(&mut out, &node::Node::Str(tool), 0);
             out.push_str(" }");
         }
-        Envelope::Json(text) => {
-            let value: serde_json::Value = serde_json::from_slice(text)
-                .map_err(|e| unreadable(FormatError::new(format!("invalid JSON record: {e}"))))?;
-            out.push_str("JSON record (written before format version 1): ");
-            let pretty = serde_json::to_string_pretty(&value)
-                .map_err(|e| unreadable(FormatError::new(e.to_string())))?;
-            out.push_str(&pretty);
-        }
     }
     Ok(out)
 }
@@ -293,14 +285,5 @@ pub fn kind(bytes: &[u8]) -> Result<RecordKind, Error> {
         Envelope::NotReplayable { reason, .. } => RecordKind::NotReplayable {
             reason: reason.to_owned(),
         },
-        Envelope::Json(text) => {
-            let value: serde_json::Value = serde_json::from_slice(text)
-                .map_err(|e| unreadable(FormatError::new(format!("invalid JSON record: {e}"))))?;
-            if value.get("err").is_some() {
-                RecordKind::Err
-            } else {
-                RecordKind::Ok
-            }
-        }
     })
 }

@@ -341,14 +341,21 @@ fn records_of_an_older_struct_decode_into_a_compatible_newer_one() {
 }
 
 #[test]
-fn records_written_as_json_before_version_one_still_decode() {
-    let decoded: Result<V1, ()> =
-        <OkOnly as ResultCodec<V1, ()>>::decode(TOOL, &key(), br#"{"ok":{"id":1,"count":2}}"#)
-            .expect("decode");
-    assert_eq!(decoded, Ok(V1 { id: 1, count: 2 }));
+fn json_records_from_before_version_one_are_a_decode_error_naming_what_they_are() {
+    // Development builds recorded JSON before format version 1; no release did, and this idem
+    // does not read them: a clear decode error (never a second run), not a misread value.
+    let decoded =
+        <OkOnly as ResultCodec<V1, ()>>::decode(TOOL, &key(), br#"{"ok":{"id":1,"count":2}}"#);
+    match decoded {
+        Err(crate::Error::Decode { message, .. }) => {
+            assert!(message.contains("JSON record"), "{message}");
+        }
+        other => panic!("expected a decode error, got {other:?}"),
+    }
     use crate::replay::OkAndErr;
-    let decoded: Result<u8, String> =
-        <OkAndErr as ResultCodec<u8, String>>::decode(TOOL, &key(), br#"{"err":"no"}"#)
-            .expect("decode");
-    assert_eq!(decoded, Err("no".to_owned()));
+    let decoded = <OkAndErr as ResultCodec<u8, String>>::decode(TOOL, &key(), br#"{"err":"no"}"#);
+    assert!(
+        matches!(decoded, Err(crate::Error::Decode { .. })),
+        "{decoded:?}"
+    );
 }

@@ -144,16 +144,3 @@ fn records_of_format_version_1_still_decode() {
         "{decoded:?}"
     );
 }
-
-#[test]
-fn legacy_json_records_parse_floats_correctly_rounded() {
-    // serde_json without `float_roundtrip` reads this shortest-form text one ulp off
-    // (215218.44830576063); idem enables the feature, so a legacy record replays the float the
-    // tool returned.
-    let text = "215218.44830576066";
-    let expected: f64 = text.parse().expect("a float");
-    let record = format!(r#"{{"ok":{text}}}"#);
-    let decoded =
-        <OkOnly as ResultCodec<f64, ()>>::decode(TOOL, &key(), record.as_bytes()).expect("decode");
-    assert_eq!(decoded.map(f64::to_bits), Ok(expected.to_bits()));
-}
