@@ -10,18 +10,28 @@ use super::format::{FormatError, MAX_DEPTH, Reader, tag, tag_name};
 pub(super) fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FormatError> {
     let mut de = Decoder::new(bytes);
     match T::deserialize(&mut de) {
-        Ok(value) if de.reader.remaining() == 0 => Ok(value),
-        Ok(_) => Err(FormatError::new(format!(
-            "{} unexpected bytes after the value, at byte {}",
-            de.reader.remaining(),
-            de.reader.offset()
-        ))),
-        Err(FormatError(message)) if message.contains(" at byte ") => Err(FormatError(message)),
-        Err(FormatError(message)) => Err(FormatError::new(format!(
-            "{message}, at byte {}",
+        Ok(value) => all_consumed(&de).map(|()| value),
+        Err(error) => Err(located(&de, error)),
+    }
+}
+
+/// Refuses bytes left after the value. Compiled once, like [`located`].
+fn all_consumed(de: &Decoder<'_>) -> Result<(), FormatError> {
+    match de.reader.remaining() {
+        0 => Ok(()),
+        left => Err(FormatError::new(format!(
+            "{left} unexpected bytes after the value, at byte {}",
             de.reader.offset()
         ))),
     }
+}
+
+/// The error, saying at which byte it happened if it does not already.
+fn located(de: &Decoder<'_>, error: FormatError) -> FormatError {
+    if error.0.contains(" at byte ") {
+        return error;
+    }
+    FormatError::new(format!("{}, at byte {}", error.0, de.reader.offset()))
 }
 
 /// Reads values from a byte slice.
