@@ -15,7 +15,7 @@ n_ir=${3:-20}
 n_time=${4:-200}
 lib=${crate//-/_}
 work=$(mktemp -d "${TMPDIR:-/tmp}/idem-compile-cost.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${IDEM_KEEP_WORK:-}" ] || rm -rf "$work"' EXIT
 export CARGO_TARGET_DIR="$work/target"
 
 # A crate of $2 tools, annotated ($3 = idem) or bare ($3 = bare), in directory $1.
@@ -57,20 +57,31 @@ make_crate "$work/warm" 1 idem
 
 make_crate "$work/ir" "$n_ir" idem
 (cd "$work/ir" && cargo llvm-lines --lib 2>/dev/null) >"$work/ir.txt"
-python3 - "$work/ir.txt" "$lib" "$n_ir" <<'EOF'
+make_crate "$work/ir-bare" "$n_ir" bare
+(cd "$work/ir-bare" && cargo llvm-lines --lib 2>/dev/null) >"$work/ir-bare.txt"
+# Two readings: the lines in functions named by idem's crates, and the lines the annotations add
+# in all (the annotated crate's IR against the same crate bare). The second counts the serde and
+# serde_json code instantiated for idem's encoding and decoding, which the first does not see.
+python3 - "$work/ir.txt" "$work/ir-bare.txt" "$lib" "$n_ir" <<'EOF'
 import re, sys
-path, lib, n = sys.argv[1], sys.argv[2], sys.argv[3]
-total = idem = 0
-for line in open(path):
-    m = re.match(r'\s*(\d+)\s+\(\s*[\d.]+%.*?\)\s+(\d+)\s+\(.*?\)\s+(.*)', line)
-    if not m:
-        continue
-    lines, name = int(m.group(1)), m.group(3)
-    total += lines
-    if lib + '::' in name or (lib + '_runtime::') in name or (lib + '_tools_runtime::') in name \
-            or 'idem_runtime::' in name or 'idem_tools_runtime::' in name:
-        idem += lines
-print(f"llvm-lines: {n} tools: {idem} of {total} lines are idem's ({100 * idem / max(total, 1):.1f}%)")
+path, bare_path, lib, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+def read(path):
+    total = idem = 0
+    for line in open(path):
+        m = re.match(r'\s*(\d+)\s+\(\s*[\d.]+%.*?\)\s+(\d+)\s+\(.*?\)\s+(.*)', line)
+        if not m:
+            continue
+        lines, name = int(m.group(1)), m.group(3)
+        total += lines
+        if lib + '::' in name or (lib + '_runtime::') in name or (lib + '_tools_runtime::') in name \
+                or 'idem_runtime::' in name or 'idem_tools_runtime::' in name:
+            idem += lines
+    return total, idem
+total, idem = read(path)
+bare, _ = read(bare_path)
+added = total - bare
+print(f"llvm-lines: {n} tools: {idem} of {total} lines are in idem's functions ({100 * idem / max(total, 1):.1f}%)")
+print(f"llvm-lines: {n} tools: {added} of {total} lines are added by the annotations ({100 * added / max(total, 1):.1f}%; the bare crate has {bare})")
 EOF
 
 for kind in bare idem; do
