@@ -1,8 +1,8 @@
-//! The ledger: what tool bodies, callers and the store did, checked as it happens against the
+//! The ledger: what tool bodies, callers and the store did, checked against the
 //! invariants that hold at a single moment (no overlap, no duplicate side effect, every `Ok` is
 //! the first result).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -26,11 +26,15 @@ struct Finish {
     val: Val,
     at: u64,
     ttl: u64,
+    /// Its place in the order of the ledger's events (times may tie in virtual time).
+    seq: u64,
 }
 
 /// A completion the store accepted.
 #[derive(Debug, Clone)]
 struct Completion {
+    /// Its place in the order of the ledger's events.
+    seq: u64,
     token: LeaseToken,
     /// What the record holds, as far as the harness can read it.
     content: Content,
@@ -38,9 +42,8 @@ struct Completion {
     expires: u64,
 }
 
-/// What a recorded result holds. The record format belongs to the engine; the harness reads
-/// the JSON envelope it knows and otherwise learns the value from the first caller answered
-/// while the record lives.
+/// What a recorded result holds: read from the record (see [`decode`]), or, for bytes the
+/// harness cannot read, learnt from the first caller answered while the record lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Content {
     /// A result of this value.
@@ -73,6 +76,11 @@ pub struct Counts {
     /// In-progress records left after a store fault that documents them (freed at lease
     /// expiry).
     pub excused_claims: u64,
+    /// Results that could not be recorded because the store's injected faults took their
+    /// claim's lease (renewals that failed, hung or came late): the documented limit "a lost
+    /// lease between the side effect and recording it", so a later execution of the key is
+    /// not a duplicate.
+    pub excused_records: u64,
     /// Calls that did not end within the hang bound.
     pub hangs: u64,
     /// Panics other than the tool's own.
@@ -100,6 +108,7 @@ impl Counts {
         self.wrong_results += other.wrong_results;
         self.orphans += other.orphans;
         self.excused_claims += other.excused_claims;
+        self.excused_records += other.excused_records;
         self.hangs += other.hangs;
         self.panics += other.panics;
         self.outcome_errors += other.outcome_errors;
@@ -128,7 +137,7 @@ impl Counts {
             "fault-suite {mode}: schedules={} calls={} executions={} effects={} duplicates={} \
              overlaps={} wrong_results={} orphans={} hangs={} panics={} outcome_errors={} \
              budget_overruns={} false_refusals={} leaks={} (claims left by documented store \
-             faults: {})",
+             faults: {}; results a lease lost to store faults left unrecorded: {})",
             self.schedules,
             self.calls,
             self.executions,
@@ -144,6 +153,7 @@ impl Counts {
             self.false_refusals,
             self.leaks,
             self.excused_claims,
+            self.excused_records,
         )
     }
 }
@@ -159,6 +169,17 @@ struct State {
     /// The per-key budget, if checked.
     limit: Option<u32>,
     finishes: HashMap<Key, Vec<Finish>>,
+    /// Side effects (key, execution, when) and answers (key, value, when), checked by
+    /// [`settle`].
+    effects: Vec<(Key, u64, u64, u64)>,
+    answers: Vec<(Key, Val, u64, u64)>,
+    /// The last event's place in their order.
+    seq: u64,
+    /// Claims whose renewals met a store fault (failed, hung, or answered late).
+    troubled_leases: HashSet<LeaseToken>,
+    /// Renewals sent and not answered yet: their claim, and when they were sent.
+    pending_renewals: HashMap<u64, (LeaseToken, u64)>,
+    next_renewal: u64,
     completions: HashMap<Key, Vec<Completion>>,
     counts: Counts,
     problems: Vec<String>,
@@ -248,28 +269,15 @@ impl Ledger {
         (exec, alive)
     }
 
-    /// Execution `exec` performs its side effect.
+    /// Execution `exec` performs its side effect (checked when the run is over, see
+    /// [`settle`]).
     pub fn effect(&self, key: Key, exec: u64) {
         let now = self.now();
         let mut s = self.lock();
         s.counts.effects += 1;
-        let finished = s.finishes.get(&key).and_then(|f| {
-            f.iter()
-                .find(|f| f.val.exec != exec && f.at <= now && now < f.at + f.ttl)
-                .copied()
-        });
-        let recorded = s
-            .completions
-            .get(&key)
-            .and_then(|c| c.iter().find(|c| c.at <= now && now < c.expires).cloned());
-        if finished.is_some() || recorded.is_some() {
-            s.counts.duplicates += 1;
-            s.problems.push(format!(
-                "duplicate: execution {exec} of key {} performed its side effect at {now} ms \
-                 after {finished:?} finished / while {recorded:?} was recorded",
-                key.short(),
-            ));
-        }
+        s.seq += 1;
+        let seq = s.seq;
+        s.effects.push((key, exec, now, seq));
     }
 
     /// Execution `exec` returned a result the engine records (`Ok`, or `Err` of a tool that
@@ -277,11 +285,13 @@ impl Ledger {
     pub fn finish(&self, key: Key, val: Val, ttl: Duration) {
         let at = self.now();
         let ttl = ms(ttl);
-        self.lock()
-            .finishes
+        let mut s = self.lock();
+        s.seq += 1;
+        let seq = s.seq;
+        s.finishes
             .entry(key)
             .or_default()
-            .push(Finish { val, at, ttl });
+            .push(Finish { val, at, ttl, seq });
     }
 
     /// The store accepted `complete` under `token` with `bytes` for `ttl`.
@@ -293,8 +303,11 @@ impl Ledger {
             return; // a repeated complete of the same claim changes nothing
         }
         s.since_record.insert(key, 0);
+        s.seq += 1;
+        let seq = s.seq;
         let list = s.completions.entry(key).or_default();
         list.push(Completion {
+            seq,
             token,
             content: decode(bytes),
             at,
@@ -302,39 +315,64 @@ impl Ledger {
         });
     }
 
-    /// A caller of `key` was answered with `val` (an `Ok`, or a recorded tool `Err`).
+    /// A renewal of the claim `token` is sent: its id, for [`renewal_ended`](Self::renewal_ended).
+    pub fn renewal_sent(&self, token: LeaseToken) -> u64 {
+        let now = self.now();
+        let mut s = self.lock();
+        s.next_renewal += 1;
+        let id = s.next_renewal;
+        s.pending_renewals.insert(id, (token, now));
+        id
+    }
+
+    /// Renewal `id` was answered (`clean`: at once, and not with a store error) or dropped
+    /// unanswered.
+    pub fn renewal_ended(&self, id: u64, clean: bool) {
+        let now = self.now();
+        let mut s = self.lock();
+        if let Some((token, sent)) = s.pending_renewals.remove(&id)
+            && (!clean || now > sent)
+        {
+            s.troubled_leases.insert(token);
+        }
+    }
+
+    /// The store refused `complete` of `bytes` under `token`: the claim's lease had ended. If
+    /// the store's faults took that lease (a renewal of it failed, answered late, or is still
+    /// unanswered), the result is
+    /// documented as unrecorded and no longer protects the key; otherwise the engine let a
+    /// lease lapse on its own, and a later execution still counts as a duplicate.
+    pub fn lease_lost(&self, key: Key, token: LeaseToken, bytes: &[u8]) {
+        let now = self.now();
+        let mut s = self.lock();
+        // Troubled: a renewal failed or came late, or one is still waiting for its answer.
+        let waiting = s
+            .pending_renewals
+            .values()
+            .any(|&(pending, sent)| pending == token && now > sent);
+        if !waiting && !s.troubled_leases.contains(&token) {
+            return;
+        }
+        let Content::Value(val) = decode(bytes) else {
+            return;
+        };
+        if let Some(finishes) = s.finishes.get_mut(&key) {
+            let before = finishes.len();
+            finishes.retain(|f| f.val != val);
+            if finishes.len() < before {
+                s.counts.excused_records += 1;
+            }
+        }
+    }
+
+    /// A caller of `key` was answered with `val` (an `Ok`, or a recorded tool `Err`; checked
+    /// when the run is over, see [`settle`]).
     pub fn answered(&self, key: Key, val: Val) {
         let now = self.now();
         let mut s = self.lock();
-        let first_finish = s.finishes.get(&key).and_then(|f| {
-            f.iter()
-                .find(|f| f.at <= now && now < f.at + f.ttl)
-                .map(|f| f.val)
-        });
-        let recorded = s.completions.get_mut(&key).and_then(|c| {
-            c.iter_mut()
-                .find(|c| c.at <= now && now < c.expires)
-                .map(|c| {
-                    if let Content::Opaque(first @ None) = &mut c.content {
-                        *first = Some(val);
-                    }
-                    c.content
-                })
-        });
-        let wrong = first_finish.is_some_and(|f| f != val)
-            || match recorded {
-                Some(Content::Value(v) | Content::Opaque(Some(v))) => v != val,
-                Some(Content::Marker) => true,
-                Some(Content::Opaque(None)) | None => false,
-            };
-        if wrong {
-            s.counts.wrong_results += 1;
-            s.problems.push(format!(
-                "wrong result: a caller of key {} got {val:?} at {now} ms; first finished \
-                 {first_finish:?}, recorded {recorded:?}",
-                key.short()
-            ));
-        }
+        s.seq += 1;
+        let seq = s.seq;
+        s.answers.push((key, val, now, seq));
     }
 
     /// A caller of `key` was refused with the idem error `name` (its variant): the refusal must
@@ -399,37 +437,143 @@ impl Ledger {
 
     /// The counts and the violations found.
     pub fn verdict(&self) -> (Counts, Vec<String>) {
-        let s = self.lock();
+        let mut s = self.lock();
+        settle(&mut s);
         (s.counts, s.problems.clone())
     }
 }
 
-/// What a record holds: a marker (as `replay::kind` tells), a value read from a JSON
-/// envelope (`{"ok":N}`, `{"err":{"Tool":N}}`) if it is one, else a value learnt later.
+/// Checks the side effects and answers of the run against the results finished and recorded
+/// at their moments. It runs once the run is over, because a result may be found unrecorded
+/// only after a later execution started: the late `complete` whose lease the store's faults
+/// took is refused after the store gave the key to another caller.
+fn settle(s: &mut State) {
+    for (key, exec, now, seq) in std::mem::take(&mut s.effects) {
+        let finished = s.finishes.get(&key).and_then(|f| {
+            f.iter()
+                .find(|f| f.seq < seq && f.val.exec != exec && f.at <= now && now < f.at + f.ttl)
+                .copied()
+        });
+        let recorded = s.completions.get(&key).and_then(|c| {
+            c.iter()
+                .find(|c| c.seq < seq && c.at <= now && now < c.expires)
+                .cloned()
+        });
+        if finished.is_some() || recorded.is_some() {
+            s.counts.duplicates += 1;
+            s.problems.push(format!(
+                "duplicate: execution {exec} of key {} performed its side effect at {now} ms \
+                 after {finished:?} finished / while {recorded:?} was recorded",
+                key.short(),
+            ));
+        }
+    }
+    for (key, val, now, seq) in std::mem::take(&mut s.answers) {
+        let first_finish = s.finishes.get(&key).and_then(|f| {
+            f.iter()
+                .find(|f| f.seq < seq && f.at <= now && now < f.at + f.ttl)
+                .map(|f| f.val)
+        });
+        let recorded = s.completions.get_mut(&key).and_then(|c| {
+            c.iter_mut()
+                .find(|c| c.seq < seq && c.at <= now && now < c.expires)
+                .map(|c| {
+                    if let Content::Opaque(first @ None) = &mut c.content {
+                        *first = Some(val);
+                    }
+                    c.content
+                })
+        });
+        let wrong = first_finish.is_some_and(|f| f != val)
+            || match recorded {
+                Some(Content::Value(v) | Content::Opaque(Some(v))) => v != val,
+                Some(Content::Marker) => true,
+                Some(Content::Opaque(None)) | None => false,
+            };
+        if wrong {
+            s.counts.wrong_results += 1;
+            s.problems.push(format!(
+                "wrong result: a caller of key {} got {val:?} at {now} ms; first finished \
+                 {first_finish:?}, recorded {recorded:?}",
+                key.short()
+            ));
+        }
+    }
+}
+
+/// What a record holds: a marker (as `replay::kind` tells), or the harness tools' result
+/// (`Ok(exec)` or `Err(ToolError::Tool(exec))`) read back through the record format.
 fn decode(bytes: &[u8]) -> Content {
-    use idem_tools_runtime::replay::{RecordKind, kind};
-    if let Ok(RecordKind::Interrupted | RecordKind::NotReplayable { .. }) = kind(bytes) {
-        return Content::Marker;
+    use idem_tools_runtime::replay::{RecordKind, bench, kind, render};
+    match kind(bytes) {
+        Ok(RecordKind::Interrupted | RecordKind::NotReplayable { .. }) => Content::Marker,
+        Ok(RecordKind::Ok) => match bench::decode::<u64>(bytes) {
+            Ok(exec) => Content::Value(Val { exec, ok: true }),
+            Err(_) => Content::Opaque(None),
+        },
+        // `Err({"Tool": 7})`: the error's serde form, rendered.
+        Ok(RecordKind::Err) => {
+            let shown = render(bytes).unwrap_or_default();
+            let digits: String = shown
+                .split("\"Tool\"")
+                .nth(1)
+                .unwrap_or_default()
+                .chars()
+                .skip_while(|c| !c.is_ascii_digit())
+                .take_while(char::is_ascii_digit)
+                .collect();
+            match digits.parse() {
+                Ok(exec) => Content::Value(Val { exec, ok: false }),
+                Err(_) => Content::Opaque(None),
+            }
+        }
+        Err(_) => Content::Opaque(None),
     }
-    let Ok(json) = serde_json::from_slice::<serde_json::Value>(bytes) else {
-        return Content::Opaque(None);
-    };
-    if let Some(exec) = json.get("ok").and_then(serde_json::Value::as_u64) {
-        return Content::Value(Val { exec, ok: true });
-    }
-    if let Some(exec) = json
-        .get("err")
-        .and_then(|e| e.get("Tool"))
-        .and_then(serde_json::Value::as_u64)
-    {
-        return Content::Value(Val { exec, ok: false });
-    }
-    if json.get("interrupted").is_some() || json.get("unreplayable").is_some() {
-        return Content::Marker;
-    }
-    Content::Opaque(None)
 }
 
 fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The excuse for a result left unrecorded holds only for a lease whose renewals met the
+/// store's faults: one the engine let lapse on its own still makes the next execution a
+/// duplicate.
+#[test]
+fn a_lost_lease_excuses_an_unrecorded_result_only_after_troubled_renewals() {
+    use idem_tools_runtime::clock::ManualClock;
+    use idem_tools_runtime::replay::bench;
+
+    let run = |troubled: bool| {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let ledger = Ledger::new(clock.clone());
+        let key = Key::from_bytes([1; 32]);
+        let token = LeaseToken::generate();
+        let (first, alive) = ledger.start(key);
+        let renewal = ledger.renewal_sent(token);
+        if troubled {
+            clock.advance(Duration::from_millis(5)); // answered late
+        }
+        ledger.renewal_ended(renewal, true);
+        clock.advance(Duration::from_millis(5));
+        ledger.effect(key, first);
+        ledger.finish(
+            key,
+            Val {
+                exec: first,
+                ok: true,
+            },
+            Duration::from_secs(60),
+        );
+        drop(alive);
+        let (second, _alive) = ledger.start(key);
+        ledger.effect(key, second);
+        let mut bytes = Vec::new();
+        bench::encode(&first, &mut bytes).expect("encode");
+        ledger.lease_lost(key, token, &bytes);
+        ledger.verdict().0
+    };
+    let excused = run(true);
+    assert_eq!((excused.duplicates, excused.excused_records), (0, 1));
+    let lapsed = run(false);
+    assert_eq!((lapsed.duplicates, lapsed.excused_records), (1, 0));
 }

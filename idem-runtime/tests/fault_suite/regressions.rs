@@ -254,3 +254,64 @@ fn a_keeper_past_the_stores_end_of_its_lease_spun_instead_of_giving_up() {
         .recv_timeout(Duration::from_secs(60))
         .expect("the schedule never ended: a call spun");
 }
+
+/// Found as seed 1051884 of the two-process mode, once schedules came from proptest: not a
+/// defect of the engine but of the harness. Renewals that fail six times in a row on a 15 ms
+/// lease and a `complete` delayed 6 ms: the body finished in time, its `complete` reached the
+/// store after the lease the failed renewals could not extend had ended (`LeaseLost`), and
+/// another process ran the key again. That is the documented limit "a lost lease between the
+/// side effect and recording it"; the harness counted the unrecorded result as if recorded.
+/// It now excuses such a result only when the claim's renewals met injected faults (a lease the
+/// engine lets lapse on its own still makes the next execution a duplicate), and counts it.
+#[test]
+fn a_result_a_faulty_store_left_unrecorded_is_excused_only_as_such() {
+    let plain = |tool: Tool, gap_ms: u64| Attempt {
+        gap_ms,
+        turn: 0,
+        tool,
+        arg: 0,
+        cancel: Cancel::None,
+        body: Body {
+            before_ms: 0,
+            effect: false,
+            after_ms: 0,
+            end: End::Ok,
+        },
+    };
+    let mut selecting = plain(Tool::Short, 0);
+    selecting.cancel = Cancel::Select(19);
+    selecting.body.before_ms = 4;
+    selecting.body.after_ms = 9;
+    let schedule = Schedule {
+        seed: 1051884,
+        limit: 2,
+        chains: vec![
+            chain(2, vec![plain(Tool::Plain, 7), plain(Tool::Short, 0)]),
+            chain(0, vec![plain(Tool::Detached, 0)]),
+            chain(0, vec![plain(Tool::Plain, 0)]),
+            chain(0, vec![selecting]),
+        ],
+        faults: vec![
+            FaultSpec {
+                op: Op::Renew,
+                nth: 1,
+                fault: Fault::FailBefore,
+                repeat: 5,
+            },
+            FaultSpec {
+                op: Op::Complete,
+                nth: 1,
+                fault: Fault::Delay(Duration::from_millis(6)),
+                repeat: 1,
+            },
+        ],
+        lazy: true,
+    };
+    let _serial = crate::serial();
+    let verdict = run::paused(&schedule, two_processes());
+    assert!(!verdict.failed(), "{verdict:#?}");
+    assert_eq!(
+        verdict.counts.excused_records, 1,
+        "the unrecorded result is the excused one: {verdict:#?}"
+    );
+}

@@ -15,7 +15,9 @@ use idem_tools_runtime::{Key, Turn};
 use crate::calls::{attempt_once, quiet_tool_panics};
 use crate::ledger::{Counts, Ledger};
 use crate::schedule::{FaultSpec, Schedule};
-use crate::stores::{Forgetful, Lazy, Observed, SlowReplies, TokioClock, plan_slow_reply};
+use crate::stores::{
+    Forgetful, Lazy, Observed, Renewals, SlowReplies, TokioClock, plan_slow_reply,
+};
 
 /// How long the checks wait after the last call.
 #[derive(Debug, Clone, Copy)]
@@ -177,7 +179,8 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
             }
             let plan = Arc::clone(&plan);
             let faulty: Arc<dyn Store> = Arc::new(FaultStore::new(below, move |op| plan.fault(op)));
-            Arc::new(SlowReplies::new(faulty)) as Arc<dyn Store>
+            let slow: Arc<dyn Store> = Arc::new(SlowReplies::new(faulty));
+            Arc::new(Renewals::new(slow, Arc::clone(&ledger))) as Arc<dyn Store>
         })
         .collect();
     let injected = Arc::clone(&plan.injected);

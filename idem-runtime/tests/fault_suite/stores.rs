@@ -1,16 +1,17 @@
 //! Store wrappers of the harness: the Tokio-time clock, the observer that tells the ledger what
-//! the store recorded, a deliberately broken store for the self-test, and a store whose every
-//! operation is pending once (for the cancellation-point enumerator).
+//! the store recorded, the watcher of renewals that tells it which leases the injected faults
+//! troubled, a deliberately broken store for the self-test, and a store whose every operation
+//! is pending once (for the cancellation-point enumerator).
 
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
-use idem_tools_runtime::Key;
 use idem_tools_runtime::clock::Clock;
 use idem_tools_runtime::store::{
     Begin, BeginRequest, Lease, Record, RecordState, Store, StoreFuture,
 };
+use idem_tools_runtime::{Error, Key};
 
 use crate::ledger::Ledger;
 
@@ -65,10 +66,92 @@ impl Store for Observed {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
-            self.inner.complete(lease, result, ttl).await?;
-            self.ledger.completed(lease.key, lease.token, result, ttl);
-            Ok(())
+            match self.inner.complete(lease, result, ttl).await {
+                Ok(()) => {
+                    self.ledger.completed(lease.key, lease.token, result, ttl);
+                    Ok(())
+                }
+                Err(error @ Error::LeaseLost { .. }) => {
+                    self.ledger.lease_lost(lease.key, lease.token, result);
+                    Err(error)
+                }
+                Err(error) => Err(error),
+            }
         })
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        self.inner.release(lease)
+    }
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        self.inner.get(namespace, key)
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        self.inner.purge_expired()
+    }
+    fn list<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        self.inner.list(namespace, limit)
+    }
+    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        self.inner.remove(namespace, key)
+    }
+}
+
+/// Sits where the engine meets the store (above the injected faults) and tells the ledger
+/// about each renewal: sent, then answered (clean: at once in virtual time, and not a store
+/// error; the store saying the lease is already lost is clean) or dropped unanswered.
+pub struct Renewals {
+    inner: Arc<dyn Store>,
+    ledger: Arc<Ledger>,
+}
+
+impl Renewals {
+    /// Watches `inner`'s renewals for `ledger`.
+    pub fn new(inner: Arc<dyn Store>, ledger: Arc<Ledger>) -> Self {
+        Renewals { inner, ledger }
+    }
+}
+
+/// Ends a renewal in the ledger when it is dropped: unanswered, unless marked answered.
+struct Pending<'a> {
+    ledger: &'a Ledger,
+    id: u64,
+    clean: Option<bool>,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        self.ledger
+            .renewal_ended(self.id, self.clean.unwrap_or(false));
+    }
+}
+
+impl Store for Renewals {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        self.inner.begin(req)
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            let mut pending = Pending {
+                ledger: &self.ledger,
+                id: self.ledger.renewal_sent(lease.token),
+                clean: None,
+            };
+            let result = self.inner.renew(lease, duration).await;
+            pending.clean = Some(!matches!(result, Err(Error::Store { .. })));
+            result
+        })
+    }
+    fn complete<'a>(
+        &'a self,
+        lease: &'a Lease,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.complete(lease, result, ttl)
     }
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
         self.inner.release(lease)
