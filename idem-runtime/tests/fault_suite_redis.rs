@@ -12,8 +12,6 @@ mod ledger;
 mod minimize;
 #[path = "fault_suite/modes.rs"]
 mod modes;
-#[path = "fault_suite/prng.rs"]
-mod prng;
 #[path = "fault_suite/run.rs"]
 mod run;
 #[path = "fault_suite/schedule.rs"]

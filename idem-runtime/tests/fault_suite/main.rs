@@ -17,7 +17,6 @@ mod enumerate;
 mod ledger;
 mod minimize;
 mod modes;
-mod prng;
 mod regressions;
 mod run;
 mod schedule;

@@ -77,7 +77,7 @@ pub fn mode(
         if verdict.failed() {
             failing.push(seed);
             if failing.len() <= 3 {
-                let (small, why) = minimize(&schedule, verdict, &check);
+                let (small, why) = minimize(seed, shape, verdict, &check);
                 eprintln!(
                     "fault-suite {name}: seed {seed} FAILS (reproduce: IDEM_FAULT_SEED={seed} \
                      cargo test -p idem-tools-runtime --test {test} -- --nocapture --include-ignored)\n\

@@ -1,12 +1,17 @@
 //! Schedules: what each chain of callers does, what each tool body does, and which store
-//! operations fail. A schedule is generated from a seed and can be shrunk by dropping parts.
+//! operations fail. A schedule is a proptest value generated from a seed (proptest's ChaCha
+//! generator, seeded from it), so proptest's shrinking makes a failing one smaller: fewer
+//! chains, attempts and faults, no cancellation, shorter delays.
 
 use std::time::Duration;
 
 use idem_tools_runtime::ToolInfo;
 use idem_tools_runtime::store::fault::{Fault, Op};
-
-use crate::prng::Rng;
+use proptest::collection::vec;
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 /// The tools schedules call, by [`Tool`] index.
 pub static TOOLS: [ToolInfo; 5] = [
@@ -177,78 +182,27 @@ impl Schedule {
     /// The schedule of `seed`: 1–4 chains of 1–4 attempts over 2 turns, 5 tools and 2
     /// arguments, and 0–3 store faults.
     pub fn generate(seed: u64, shape: Shape) -> Schedule {
-        let mut r = Rng::new(seed);
-        let limit = r.range(2, 4) as u32;
-        let mut chains: Vec<Chain> = (0..r.range(1, 4))
-            .map(|_| Chain {
-                start_ms: r.below(6),
-                attempts: (0..r.range(1, 4)).map(|_| attempt(&mut r)).collect(),
-            })
-            .collect();
-        let mut faults: Vec<FaultSpec> = (0..r.below(4)).map(|_| fault(&mut r, shape)).collect();
-        avoid_unkeepable_leases(&mut chains, &faults);
-        if !shape.known_defects {
-            avoid_known_defects(&mut chains, &mut faults);
-            if shape.realtime {
-                for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
-                    if attempt.tool == Tool::Short {
-                        attempt.tool = Tool::Plain;
-                    }
-                }
-            }
+        Schedule::tree(seed, shape).current()
+    }
+
+    /// The schedule of `seed` as a proptest value tree: `current()` is the schedule,
+    /// `simplify()` and `complicate()` walk towards a smaller one (see `minimize.rs`).
+    pub fn tree(seed: u64, shape: Shape) -> impl ValueTree<Value = Schedule> {
+        let mut bytes = [0u8; 32];
+        for chunk in bytes.chunks_mut(8) {
+            chunk.copy_from_slice(&seed.to_le_bytes());
         }
-        Schedule {
-            seed,
-            limit,
-            chains,
-            faults,
-            lazy: r.chance(50),
-        }
+        let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &bytes);
+        let mut runner = TestRunner::new_with_rng(Config::default(), rng);
+        schedules(shape)
+            .prop_map(move |schedule| Schedule { seed, ..schedule })
+            .new_tree(&mut runner)
+            .expect("the schedule strategy has no filter, so it always generates")
     }
 
     /// Every attempt of every chain.
     pub fn attempts(&self) -> impl Iterator<Item = &Attempt> {
         self.chains.iter().flat_map(|c| c.attempts.iter())
-    }
-
-    /// Smaller variants of this schedule: one chain, one attempt or one fault dropped, or one
-    /// attempt made simpler (no cancellation, no delays).
-    pub fn shrinks(&self) -> Vec<Schedule> {
-        let mut out = Vec::new();
-        for i in 0..self.chains.len() {
-            let mut s = self.clone();
-            s.chains.remove(i);
-            out.push(s);
-        }
-        for i in 0..self.faults.len() {
-            let mut s = self.clone();
-            s.faults.remove(i);
-            out.push(s);
-        }
-        for (c, chain) in self.chains.iter().enumerate() {
-            for (a, attempt) in chain.attempts.iter().enumerate() {
-                if chain.attempts.len() > 1 {
-                    let mut s = self.clone();
-                    s.chains[c].attempts.remove(a);
-                    out.push(s);
-                }
-                if attempt.cancel != Cancel::None {
-                    let mut s = self.clone();
-                    s.chains[c].attempts[a].cancel = Cancel::None;
-                    out.push(s);
-                }
-                if attempt.gap_ms != 0 || attempt.body.before_ms != 0 || attempt.body.after_ms != 0
-                {
-                    let mut s = self.clone();
-                    let simpler = &mut s.chains[c].attempts[a];
-                    simpler.gap_ms = 0;
-                    simpler.body.before_ms = 0;
-                    simpler.body.after_ms = 0;
-                    out.push(s);
-                }
-            }
-        }
-        out
     }
 
     /// How many parts it has (chains + attempts + faults): what shrinking reduces.
@@ -257,59 +211,109 @@ impl Schedule {
     }
 }
 
-fn attempt(r: &mut Rng) -> Attempt {
-    let cancel = match r.below(10) {
-        0 => Cancel::Timeout(r.range(0, 25)),
-        1 => Cancel::Select(r.range(0, 25)),
-        2 => Cancel::Abort(r.range(0, 25)),
-        _ => Cancel::None,
-    };
-    let end = match r.below(10) {
-        0 | 1 => End::Err,
-        2 => End::Panic,
-        _ => End::Ok,
-    };
-    Attempt {
-        gap_ms: r.below(8),
-        turn: r.below(2) as u8,
-        tool: Tool::ALL[r.below(Tool::ALL.len() as u64) as usize],
-        arg: r.below(2) as u8,
-        cancel,
-        body: Body {
-            before_ms: r.below(12),
-            effect: r.chance(90),
-            after_ms: r.below(12),
-            end,
-        },
-    }
+/// Every schedule `shape` allows. Each choice's simplest value comes first, where shrinking
+/// goes: no cancellation, an `Ok` end, the plain tool, a fault that happens once.
+fn schedules(shape: Shape) -> impl Strategy<Value = Schedule> {
+    let chain = (0u64..6, vec(attempt(), 1..=4))
+        .prop_map(|(start_ms, attempts)| Chain { start_ms, attempts });
+    (
+        2u32..=4,
+        vec(chain, 1..=4),
+        vec(fault(shape), 0..=3),
+        any::<bool>(),
+    )
+        .prop_map(move |(limit, mut chains, mut faults, lazy)| {
+            avoid_unkeepable_leases(&mut chains, &faults);
+            if !shape.known_defects {
+                avoid_known_defects(&mut chains, &mut faults);
+                if shape.realtime {
+                    for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
+                        if attempt.tool == Tool::Short {
+                            attempt.tool = Tool::Plain;
+                        }
+                    }
+                }
+            }
+            Schedule {
+                seed: 0,
+                limit,
+                chains,
+                faults,
+                lazy,
+            }
+        })
 }
 
-fn fault(r: &mut Rng, shape: Shape) -> FaultSpec {
+fn attempt() -> impl Strategy<Value = Attempt> {
+    let cancel = prop_oneof![
+        7 => Just(Cancel::None),
+        1 => (0u64..=25).prop_map(Cancel::Timeout),
+        1 => (0u64..=25).prop_map(Cancel::Select),
+        1 => (0u64..=25).prop_map(Cancel::Abort),
+    ];
+    let end = prop_oneof![7 => Just(End::Ok), 2 => Just(End::Err), 1 => Just(End::Panic)];
+    let body = (0u64..12, prop::bool::weighted(0.9), 0u64..12, end).prop_map(
+        |(before_ms, effect, after_ms, end)| Body {
+            before_ms,
+            effect,
+            after_ms,
+            end,
+        },
+    );
+    (
+        0u64..8,
+        0u8..2,
+        select(Tool::ALL.to_vec()),
+        0u8..2,
+        cancel,
+        body,
+    )
+        .prop_map(|(gap_ms, turn, tool, arg, cancel, body)| Attempt {
+            gap_ms,
+            turn,
+            tool,
+            arg,
+            cancel,
+            body,
+        })
+}
+
+fn fault(shape: Shape) -> impl Strategy<Value = FaultSpec> {
     const OPS: [Op; 4] = [Op::Begin, Op::Renew, Op::Complete, Op::Release];
-    let op = OPS[r.below(4) as usize];
-    let fault = match r.below(4) {
-        0 => Fault::Delay(Duration::from_millis(r.range(1, 20))),
-        1 => Fault::FailBefore,
-        2 => Fault::FailAfter,
-        _ if op == Op::Renew || shape.unbounded_hangs => Fault::HangAfter,
-        _ => Fault::Delay(Duration::from_millis(r.range(1, 20))),
-    };
-    // One fault in five lasts: the store is down for several calls, or renewals never reach
-    // it again, so a holder loses its lease while another process calls. (A `complete` that
-    // fails forever is not planned: the result is then retried in the background, holding the
-    // key, until its TTL — a day — ends, which a schedule's settle cannot wait out.)
-    let repeat = match r.below(10) {
-        0 => r.range(1, 8) as usize,
-        1 if op == Op::Renew => usize::MAX / 2,
-        1 => r.range(1, 8) as usize,
-        _ => 0,
-    };
-    FaultSpec {
-        op,
-        nth: r.below(4) as usize,
-        fault,
-        repeat,
-    }
+    (
+        select(OPS.to_vec()),
+        0u8..4,
+        1u64..=20,
+        0u8..10,
+        1usize..=8,
+        0usize..4,
+    )
+        .prop_map(move |(op, kind, delay_ms, lasting, calls, nth)| {
+            let delay = Fault::Delay(Duration::from_millis(delay_ms));
+            let fault = match kind {
+                0 => delay,
+                1 => Fault::FailBefore,
+                2 => Fault::FailAfter,
+                _ if op == Op::Renew || shape.unbounded_hangs => Fault::HangAfter,
+                _ => delay,
+            };
+            // One fault in five lasts: the store is down for several calls, or renewals never
+            // reach it again, so a holder loses its lease while another process calls. (A
+            // `complete` that fails forever is not planned: the result is then retried in the
+            // background, holding the key, until its TTL — a day — ends, which a schedule's
+            // settle cannot wait out.)
+            let repeat = match lasting {
+                9 if op == Op::Renew => usize::MAX / 2,
+                8 | 9 => calls,
+                _ => 0,
+            };
+            FaultSpec {
+                op,
+                nth,
+                fault,
+                repeat,
+            }
+        })
 }
 
 /// The documented limit, not a defect: a store whose `renew` answers later than half a lease

@@ -13,9 +13,10 @@ use idem_tools_runtime::store::{MemoryStore, Store};
 use idem_tools_runtime::{Call, Error, Turn, execute};
 
 use crate::calls::key_of;
-use crate::prng::Rng;
 use crate::schedule::Tool;
 use crate::stores::TokioClock;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 /// The footprint a leak-free store never exceeds here: turns overlap within a TTL (40 ms) and
 /// a budget window (100 ms) of about ten turns of at most six keys each, and each of the 32
@@ -24,7 +25,7 @@ use crate::stores::TokioClock;
 const FOOTPRINT_BOUND: usize = 2_000;
 
 /// One turn: six concurrent calls over three keys; some time out, some fail.
-async fn turn(store: &Arc<dyn Store>, id: u64, r: &mut Rng) {
+async fn turn(store: &Arc<dyn Store>, id: u64, r: &mut StdRng) {
     let turn = Turn::new(format!("soak-{id}"))
         .with_store(Arc::clone(store))
         .with_budget_window(Duration::from_millis(100));
@@ -32,7 +33,11 @@ async fn turn(store: &Arc<dyn Store>, id: u64, r: &mut Rng) {
         .map(|i| {
             let (key, fingerprint) = key_of(&turn, Tool::Short, (i % 3) as u8);
             let call = Call::new(Tool::Short.info(), &turn, key, fingerprint);
-            let (work, fails, patience) = (r.below(8), r.chance(20), r.range(1, 12));
+            let (work, fails, patience) = (
+                r.random_range(0..8),
+                r.random_bool(0.2),
+                r.random_range(1..=11),
+            );
             tokio::spawn(async move {
                 let body = async move {
                     tokio::time::sleep(Duration::from_millis(work)).await;
@@ -74,8 +79,8 @@ fn the_flight_registry_and_the_store_stay_bounded_over_many_turns() {
     let turns = turns();
     let (max_footprint, max_flights, end_footprint, end_flights) = runtime.block_on(async {
         let memory = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock::new())));
-        let mut faults = Rng::new(!turns);
-        let faults = std::sync::Mutex::new(move || match faults.below(50) {
+        let mut faults = StdRng::seed_from_u64(!turns);
+        let faults = std::sync::Mutex::new(move || match faults.random_range(0..50) {
             0 => Fault::FailBefore,
             1 => Fault::FailAfter,
             _ => Fault::None,
@@ -86,7 +91,7 @@ fn the_flight_registry_and_the_store_stay_bounded_over_many_turns() {
                 .unwrap_or_else(std::sync::PoisonError::into_inner))()
         };
         let store: Arc<dyn Store> = Arc::new(FaultStore::new(memory.clone(), plan));
-        let mut r = Rng::new(turns);
+        let mut r = StdRng::seed_from_u64(turns);
         let (mut max_footprint, mut max_flights) = (0, 0);
         for id in 0..turns {
             turn(&store, id, &mut r).await;

@@ -7,7 +7,6 @@ use idem_tools_runtime::store::{MemoryStore, Store};
 
 use crate::minimize::minimize;
 use crate::modes::{SHAPE, budget, mode, realtime_shape, seeds, shape};
-use crate::prng::Rng;
 use crate::run::{self, Backend, Opener};
 use crate::schedule::Schedule;
 
@@ -101,34 +100,32 @@ fn a_failing_seed_reproduces_and_minimizes() {
     let _serial = crate::serial();
     let check = |s: &Schedule| run::paused(s, Backend::Forgetful);
     let seed = (0..300)
-        .find(|&seed| check(&Schedule::generate(seed, SHAPE)).failed())
-        .expect("some schedule exposes the forgetful store");
+        .find(|&seed| {
+            let schedule = Schedule::generate(seed, SHAPE);
+            schedule.size() > 4 && check(&schedule).failed()
+        })
+        .expect("some schedule of several parts exposes the forgetful store");
     let schedule = Schedule::generate(seed, SHAPE);
+    assert_eq!(
+        schedule,
+        Schedule::generate(seed, SHAPE),
+        "a seed is one schedule"
+    );
+    assert_ne!(
+        schedule,
+        Schedule::generate(seed + 1, SHAPE),
+        "another seed another"
+    );
     let first = check(&schedule);
     let again = check(&schedule);
     assert_eq!(first.counts, again.counts, "a paused run is deterministic");
-    let (small, verdict) = minimize(&schedule, first, check);
-    assert!(verdict.failed());
-    assert!(small.size() <= schedule.size());
+    let (small, verdict) = minimize(seed, SHAPE, first, check);
+    assert!(verdict.failed(), "the minimized schedule still fails");
+    assert_eq!(check(&small).counts, verdict.counts, "and reproduces");
     assert!(
-        small.shrinks().iter().all(|s| !check(s).failed()),
-        "a smaller schedule still fails"
+        small.size() < schedule.size(),
+        "minimizing made it smaller: {} parts, from {}",
+        small.size(),
+        schedule.size()
     );
-}
-
-#[test]
-fn the_same_seed_gives_the_same_numbers_and_another_seed_others() {
-    let a: Vec<u64> = (0..4)
-        .scan(Rng::new(7), |r, _| Some(r.next_u64()))
-        .collect();
-    let b: Vec<u64> = (0..4)
-        .scan(Rng::new(7), |r, _| Some(r.next_u64()))
-        .collect();
-    let c: Vec<u64> = (0..4)
-        .scan(Rng::new(8), |r, _| Some(r.next_u64()))
-        .collect();
-    assert_eq!(a, b);
-    assert_ne!(a, c);
-    let mut r = Rng::new(1);
-    assert!((0..1000).all(|_| (3..=5).contains(&r.range(3, 5))));
 }
