@@ -5,6 +5,7 @@ use serde::de::value::BorrowedStrDeserializer;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
 
 use super::format::{FormatError, MAX_DEPTH, Reader, tag, tag_name};
+use super::head::{self, Head};
 
 /// Decodes one value that must fill `bytes` exactly.
 pub(super) fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FormatError> {
@@ -90,53 +91,9 @@ impl<'de> Decoder<'de> {
         })
     }
 
-    /// The head of the value tagged `t`: everything read before the type's visitor takes over
-    /// (compiled once).
-    fn head(&mut self, t: u8) -> Result<Head<'de>, FormatError> {
-        let r = &mut self.reader;
-        Ok(match t {
-            tag::NONE => Head::None,
-            tag::SOME => Head::Some,
-            tag::UNIT => Head::Unit,
-            tag::FALSE => Head::Bool(false),
-            tag::TRUE => Head::Bool(true),
-            tag::U8 => Head::U8(r.byte()?),
-            tag::U16 => Head::U16(r.u16()?),
-            tag::U32 => Head::U32(r.u32()?),
-            tag::U64 => Head::U64(r.varint()?),
-            tag::U128 => Head::U128(r.varint128()?),
-            tag::I8 => Head::I8(i8::from_le_bytes([r.byte()?])),
-            tag::I16 => Head::I16(r.i16()?),
-            tag::I32 => Head::I32(r.i32()?),
-            tag::I64 => Head::I64(r.i64()?),
-            tag::I128 => Head::I128(r.i128()?),
-            tag::F32 => Head::F32(f32::from_bits(r.f32_bits()?)),
-            tag::F64 => Head::F64(f64::from_bits(r.f64_bits()?)),
-            tag::CHAR => Head::Char(r.char()?),
-            tag::STR => Head::Str(r.str()?),
-            tag::BYTES => Head::Bytes(r.bytes()?),
-            // A set reads as the sequence it was written as; the type decides what it holds.
-            tag::SEQ | tag::SET => Head::Seq(r.count(1)?),
-            tag::MAP => Head::Map(r.count(2)?),
-            // Variants read without a type's guidance look as they do in JSON: a unit variant
-            // is its name, the others a one-entry map from the name to the content. This is
-            // what untagged and internally tagged enums expect.
-            tag::UNIT_VARIANT => Head::Str(r.str()?),
-            tag::NEWTYPE_VARIANT | tag::TUPLE_VARIANT | tag::STRUCT_VARIANT => {
-                Head::Variant(t, r.str()?)
-            }
-            other => {
-                return Err(FormatError::new(format!(
-                    "unknown tag {other:#04x} at byte {}",
-                    r.offset().saturating_sub(1)
-                )));
-            }
-        })
-    }
-
     /// The value tagged `t`, as the type's visitor takes it.
     fn any_tagged<V: Visitor<'de>>(&mut self, t: u8, visitor: V) -> Result<V::Value, FormatError> {
-        match self.head(t)? {
+        match head::read(&mut self.reader, t)? {
             Head::None => visitor.visit_none(),
             Head::Some => self.nested(|de| visitor.visit_some(de)),
             Head::Unit => visitor.visit_unit(),
@@ -151,12 +108,16 @@ impl<'de> Decoder<'de> {
             Head::I32(v) => visitor.visit_i32(v),
             Head::I64(v) => visitor.visit_i64(v),
             Head::I128(v) => visitor.visit_i128(v),
-            Head::F32(v) => visitor.visit_f32(v),
-            Head::F64(v) => visitor.visit_f64(v),
+            Head::F32(bits) => visitor.visit_f32(f32::from_bits(bits)),
+            Head::F64(bits) => visitor.visit_f64(f64::from_bits(bits)),
             Head::Char(v) => visitor.visit_char(v),
-            Head::Str(v) => visitor.visit_borrowed_str(v),
+            // Variants read without a type's guidance look as they do in JSON: a unit variant
+            // is its name, the others a one-entry map from the name to the content. This is
+            // what untagged and internally tagged enums expect.
+            Head::Str(v) | Head::UnitVariant(v) => visitor.visit_borrowed_str(v),
             Head::Bytes(v) => visitor.visit_borrowed_bytes(v),
-            Head::Seq(len) => self.seq(len, visitor),
+            // A set reads as the sequence it was written as; the type decides what it holds.
+            Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
             Head::Map(len) => self.map(len, visitor),
             Head::Variant(kind, name) => self.nested(|de| {
                 let mut access = VariantAsMap {
@@ -174,33 +135,6 @@ impl<'de> Decoder<'de> {
             }),
         }
     }
-}
-
-/// A value's head: its tag and what follows it up to where the type's visitor takes over.
-enum Head<'de> {
-    None,
-    Some,
-    Unit,
-    Bool(bool),
-    U8(u8),
-    U16(u16),
-    U32(u32),
-    U64(u64),
-    U128(u128),
-    I8(i8),
-    I16(i16),
-    I32(i32),
-    I64(i64),
-    I128(i128),
-    F32(f32),
-    F64(f64),
-    Char(char),
-    Str(&'de str),
-    Bytes(&'de [u8]),
-    Seq(usize),
-    Map(usize),
-    /// A newtype, tuple or struct variant (its tag) and its name.
-    Variant(u8, &'de str),
 }
 
 /// The error for a collection the type did not read to its end.

@@ -89,6 +89,7 @@ mod codec;
 mod de;
 mod envelope;
 mod format;
+mod head;
 mod node;
 mod render;
 mod ser;

@@ -2,6 +2,7 @@
 //! operators and for checking that a result replays faithfully.
 
 use super::format::{FormatError, MAX_DEPTH, Reader, tag};
+use super::head::{self, Head};
 
 /// One recorded value. Floats are kept as their bits, so that equality is bit-exact and `Ord`
 /// is total.
@@ -59,54 +60,49 @@ pub(super) fn read<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Node<'a>, For
     }
     let t = r.byte()?;
     let deeper = depth + 1;
-    Ok(match t {
-        tag::NONE => Node::None,
-        tag::SOME => Node::Some(Box::new(read(r, deeper)?)),
-        tag::UNIT => Node::Unit,
-        tag::FALSE => Node::Bool(false),
-        tag::TRUE => Node::Bool(true),
-        tag::U8 => Node::U8(r.byte()?),
-        tag::U16 => Node::U16(r.u16()?),
-        tag::U32 => Node::U32(r.u32()?),
-        tag::U64 => Node::U64(r.varint()?),
-        tag::U128 => Node::U128(r.varint128()?),
-        tag::I8 => Node::I8(i8::from_le_bytes([r.byte()?])),
-        tag::I16 => Node::I16(r.i16()?),
-        tag::I32 => Node::I32(r.i32()?),
-        tag::I64 => Node::I64(r.i64()?),
-        tag::I128 => Node::I128(r.i128()?),
-        tag::F32 => Node::F32(r.f32_bits()?),
-        tag::F64 => Node::F64(r.f64_bits()?),
-        tag::CHAR => Node::Char(r.char()?),
-        tag::STR => Node::Str(r.str()?),
-        tag::BYTES => Node::Bytes(r.bytes()?),
-        tag::SEQ => Node::Seq(elements(r, deeper)?),
-        tag::SET => Node::Set(elements(r, deeper)?),
-        tag::MAP => Node::Map(entries(r, deeper)?),
-        tag::UNIT_VARIANT => Node::UnitVariant(r.str()?),
-        tag::NEWTYPE_VARIANT => {
-            let name = r.str()?;
+    Ok(match head::read(r, t)? {
+        Head::None => Node::None,
+        Head::Some => Node::Some(Box::new(read(r, deeper)?)),
+        Head::Unit => Node::Unit,
+        Head::Bool(v) => Node::Bool(v),
+        Head::U8(v) => Node::U8(v),
+        Head::U16(v) => Node::U16(v),
+        Head::U32(v) => Node::U32(v),
+        Head::U64(v) => Node::U64(v),
+        Head::U128(v) => Node::U128(v),
+        Head::I8(v) => Node::I8(v),
+        Head::I16(v) => Node::I16(v),
+        Head::I32(v) => Node::I32(v),
+        Head::I64(v) => Node::I64(v),
+        Head::I128(v) => Node::I128(v),
+        Head::F32(bits) => Node::F32(bits),
+        Head::F64(bits) => Node::F64(bits),
+        Head::Char(v) => Node::Char(v),
+        Head::Str(v) => Node::Str(v),
+        Head::Bytes(v) => Node::Bytes(v),
+        Head::Seq(len) => Node::Seq(elements(r, len, deeper)?),
+        Head::Set(len) => Node::Set(elements(r, len, deeper)?),
+        Head::Map(len) => Node::Map(entries(r, len, deeper)?),
+        Head::UnitVariant(name) => Node::UnitVariant(name),
+        Head::Variant(tag::NEWTYPE_VARIANT, name) => {
             Node::NewtypeVariant(name, Box::new(read(r, deeper)?))
         }
-        tag::TUPLE_VARIANT => {
-            let name = r.str()?;
-            Node::TupleVariant(name, elements(r, deeper)?)
+        Head::Variant(tag::TUPLE_VARIANT, name) => {
+            let len = r.count(1)?;
+            Node::TupleVariant(name, elements(r, len, deeper)?)
         }
-        tag::STRUCT_VARIANT => {
-            let name = r.str()?;
-            Node::StructVariant(name, entries(r, deeper)?)
-        }
-        other => {
-            return Err(FormatError::new(format!(
-                "unknown tag {other:#04x} at byte {}",
-                r.offset().saturating_sub(1)
-            )));
+        Head::Variant(_, name) => {
+            let len = r.count(2)?;
+            Node::StructVariant(name, entries(r, len, deeper)?)
         }
     })
 }
 
-fn elements<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Vec<Node<'a>>, FormatError> {
-    let len = r.count(1)?;
+fn elements<'a>(
+    r: &mut Reader<'a>,
+    len: usize,
+    depth: usize,
+) -> Result<Vec<Node<'a>>, FormatError> {
     let mut out = Vec::with_capacity(len);
     for _ in 0..len {
         out.push(read(r, depth)?);
@@ -114,8 +110,11 @@ fn elements<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Vec<Node<'a>>, Forma
     Ok(out)
 }
 
-fn entries<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Vec<(Node<'a>, Node<'a>)>, FormatError> {
-    let len = r.count(2)?;
+fn entries<'a>(
+    r: &mut Reader<'a>,
+    len: usize,
+    depth: usize,
+) -> Result<Vec<(Node<'a>, Node<'a>)>, FormatError> {
     let mut out = Vec::with_capacity(len);
     for _ in 0..len {
         let key = read(r, depth)?;
