@@ -447,6 +447,10 @@ pub mod __private;
 #[cfg(feature = "rmcp")]
 pub mod mcp;
 
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod http;
+
 /// The README's Rust examples, run as doctests so that they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
