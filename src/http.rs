@@ -40,7 +40,7 @@
 //!
 //! **Which requests.** Every request the client sends from inside an `#[idempotent]` tool (the
 //! key of the innermost one), whatever its method; a request outside a tool goes out untouched.
-//! The key is found where [`current_key`](crate::current_key) finds it, in the task that runs
+//! The key is found where [`current_key`] finds it, in the task that runs
 //! the tool: a request sent from a plain `tokio::spawn` inside the tool has none (use
 //! [`idem_tools::spawn`](crate::spawn)). A request that already has an `Idempotency-Key`
 //! header keeps it: the caller's choice wins.
