@@ -222,8 +222,9 @@
 /// async fn refund(#[transaction] tx: &mut sqlx::PgConnection, order: i64) -> Result<i64, AppError> {
 ///     let id = sqlx::query_scalar("UPDATE orders SET refunded = true WHERE id = $1 RETURNING id")
 ///         .bind(order).fetch_one(&mut *tx).await?;
-///     let key = idem_tools::current_key().expect("inside a tool").to_hex();
-///     payments.refund(order).header("Idempotency-Key", key).send().await?; // deduplicated there
+///     // With the `IdempotencyKey` middleware (feature `reqwest`) on `payments`, the request
+///     // carries `Idempotency-Key: <this call's key>`: deduplicated there.
+///     payments.post(refund_url(order)).send().await?;
 ///     Ok(id)
 /// }
 /// ```
@@ -446,6 +447,10 @@ pub mod __private;
 
 #[cfg(feature = "rmcp")]
 pub mod mcp;
+
+#[cfg(feature = "reqwest")]
+#[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
+pub mod http;
 
 /// The README's Rust examples, run as doctests so that they cannot rot.
 #[cfg(doctest)]
