@@ -447,6 +447,10 @@ pub mod __private;
 #[cfg(feature = "rmcp")]
 pub mod mcp;
 
+#[cfg(feature = "rig")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
+pub mod rig;
+
 /// The README's Rust examples, run as doctests so that they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
