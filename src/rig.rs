@@ -51,7 +51,7 @@
 //! call with neither fails with [`Error::NoTurn`](crate::Error::NoTurn) without running.
 //!
 //! rig 0.44 has no tool annotations (read-only, idempotent, destructive hints; they arrive in
-//! rig 0.45, which needs Rust 1.97): which calls of one reply run side by side is the run's
+//! rig 0.45, which needs Rust 1.97.1): which calls of one reply run side by side is the run's
 //! `tool_concurrency` (1 by default: one after another). Either way a repeated call replays:
 //! run after the first, or side by side with it (it waits for the first and takes its result).
 
