@@ -61,7 +61,9 @@ impl Tool for SendMessage {
         let send = self.sent.fetch_add(1, Ordering::SeqCst) + 1;
         // Let the other calls of the reply run meanwhile, when rig runs them side by side.
         tokio::task::yield_now().await;
-        let turn = Turn::current().map(|t| t.id().to_owned()).unwrap_or_default();
+        let turn = Turn::current()
+            .map(|t| t.id().to_owned())
+            .unwrap_or_default();
         Ok(Receipt { send, turn })
     }
 }
@@ -182,7 +184,10 @@ async fn the_same_call_in_a_later_reply_replays() {
     let response = agent(tool.clone())
         .prompt("Tell Ada hi again")
         .using_model_value(model)
-        .tool_context(with_turn(ToolContext::new(), &Turn::new("later-reply/msg-2")))
+        .tool_context(with_turn(
+            ToolContext::new(),
+            &Turn::new("later-reply/msg-2"),
+        ))
         .await
         .expect("the run");
     assert_eq!(tool.sent.load(Ordering::SeqCst), 2);
@@ -249,7 +254,11 @@ async fn a_task_local_turn_does_not_follow_calls_between_runs_of_one_agent() {
     };
     let (a, b) = tokio::join!(run("scoped-a/msg-1"), run("scoped-b/msg-1"));
     let (a, b) = (a.expect("run a"), b.expect("run b"));
-    assert_eq!(tool.sent.load(Ordering::SeqCst), 1, "one message for two users");
+    assert_eq!(
+        tool.sent.load(Ordering::SeqCst),
+        1,
+        "one message for two users"
+    );
     let b_receipt = Receipt {
         send: 1,
         turn: "scoped-b/msg-1".into(),
@@ -310,6 +319,9 @@ async fn without_a_turn_nothing_is_sent() {
 fn the_rig_tool_is_catalogued_under_its_rig_name() {
     assert_eq!(TOOLS[0].name, SendMessage::NAME);
     assert_eq!(TOOLS[0].kind, ToolKind::Idempotent);
-    assert_eq!(InTurn(SendMessage::default()).description(), "Send a text message");
+    assert_eq!(
+        InTurn(SendMessage::default()).description(),
+        "Send a text message"
+    );
     assert_eq!(<InTurn<SendMessage> as Tool>::NAME, "send_message");
 }
