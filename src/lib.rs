@@ -452,6 +452,10 @@ pub mod mcp;
 #[cfg_attr(docsrs, doc(cfg(feature = "reqwest")))]
 pub mod http;
 
+#[cfg(feature = "rig")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rig")))]
+pub mod rig;
+
 /// The README's Rust examples, run as doctests so that they cannot rot.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
