@@ -97,9 +97,15 @@ pub(super) fn mark_interrupted(
 }
 
 /// Keeps trying to record `bytes` under the keeper's claim, renewing it meanwhile (the keeper
-/// renews as it does while the body runs), until it lands, the store is known to have let the
-/// claim go, or the TTL would have passed. Until then, callers in this process get the result
-/// from `lingering` and callers elsewhere see the key in flight.
+/// renews as it does while the body runs), until it lands, the store says the claim is gone,
+/// or the TTL would have passed. Until then, callers in this process get the result from
+/// `lingering` and callers elsewhere see the key in flight.
+///
+/// Past the lease's end as far as the engine knows (no renewal answered in time), renewing
+/// cannot help, but the store may still hold the claim: a renewal whose answer was lost took
+/// effect, or nobody else claimed the key. So the result is still offered, with the claim's
+/// token, which the store fences: it lands only if no other caller took the key over, and the
+/// store's `LeaseLost` ends the attempts.
 pub(super) fn record(mut keeper: Keeper, bytes: Bytes, ttl: Duration, lingering: Lingering) {
     let work: Work = Box::pin(async move {
         let key = keeper.lease().key.short();
@@ -108,17 +114,21 @@ pub(super) fn record(mut keeper: Keeper, bytes: Bytes, ttl: Duration, lingering:
         loop {
             let (store, lease) = (Arc::clone(keeper.store()), keeper.lease().clone());
             let step = Instant::now() + BOUND.min(ttl);
-            match keeper
-                .during(store.complete(&lease, &bytes, ttl), step)
-                .await
-            {
+            let attempt = store.complete(&lease, &bytes, ttl);
+            let answer = if keeper.gone() {
+                tokio::time::timeout_at(step, attempt).await.ok()
+            } else {
+                keeper.during(attempt, step).await
+            };
+            match answer {
                 Some(Ok(())) => {
                     tracing::info!(target: "idem", %key, "the result was recorded after a retry");
                     break;
                 }
                 Some(Err(error @ Error::LeaseLost { .. })) => {
                     tracing::error!(target: "idem", %key, %error,
-                        "the result could not be recorded: another caller took the key over");
+                        "the result could not be recorded: the key's lease ended first, or \
+                         another caller took it over");
                     break;
                 }
                 Some(Err(error)) => tracing::warn!(target: "idem", %key, %error,
@@ -126,23 +136,27 @@ pub(super) fn record(mut keeper: Keeper, bytes: Bytes, ttl: Duration, lingering:
                 None => tracing::warn!(target: "idem", %key,
                     "the store did not answer while recording the result; retrying"),
             }
-            if keeper.gone() {
-                tracing::error!(target: "idem", %key,
-                    "the result could not be recorded: the key's lease ended first");
-                break;
-            }
             if Instant::now() + backoff >= give_up {
                 tracing::error!(target: "idem", %key,
                     "gave up recording the result: its TTL would have passed");
                 break;
             }
-            keeper.during(tokio::time::sleep(backoff), give_up).await;
-            backoff = (backoff * 2).min(keeper_step(ttl));
+            if keeper.gone() {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(GONE_STEP.min(ttl));
+            } else {
+                keeper.during(tokio::time::sleep(backoff), give_up).await;
+                backoff = (backoff * 2).min(keeper_step(ttl));
+            }
         }
         drop(lingering);
     });
     go(work, |work| work, "record a result");
 }
+
+/// The longest pause between two attempts to record once the lease is past its end: nothing
+/// is renewed then, and a store that is down is not asked more often than this.
+const GONE_STEP: Duration = Duration::from_secs(5);
 
 /// The longest pause between two attempts to record in the background.
 fn keeper_step(ttl: Duration) -> Duration {
