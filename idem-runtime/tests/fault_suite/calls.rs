@@ -151,6 +151,7 @@ async fn marking_polled<F: Future>(polled: Arc<AtomicBool>, future: F) -> F::Out
 async fn engine_call(ledger: Arc<Ledger>, attempt: Attempt, call: Call) {
     let key = call.key();
     let tool = attempt.tool;
+    let called = ledger.now();
     let body = tool_body(Arc::clone(&ledger), attempt, key);
     let result = match tool {
         Tool::Plain | Tool::Short | Tool::Release => execute(call, Codec::ok_only(), body).await,
@@ -162,7 +163,7 @@ async fn engine_call(ledger: Arc<Ledger>, attempt: Attempt, call: Call) {
         Err(ToolError::Tool(exec)) if tool.records_errors() => {
             ledger.answered(key, Val { exec, ok: false });
         }
-        Err(ToolError::Idem(name)) => ledger.refused(key, &name),
+        Err(ToolError::Idem(name)) => ledger.refused(key, &name, called),
         Err(ToolError::Tool(_)) => {}
     }
 }

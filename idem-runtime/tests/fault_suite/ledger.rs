@@ -375,22 +375,26 @@ impl Ledger {
         s.answers.push((key, val, now, seq));
     }
 
-    /// A caller of `key` was refused with the idem error `name` (its variant): the refusal must
-    /// be true at this moment.
-    pub fn refused(&self, key: Key, name: &str) {
+    /// A caller of `key`, which called at `called`, was refused with the idem error `name` (its
+    /// variant): "stuck" must be true now, "interrupted" and "not replayable" at some moment of
+    /// the call (the marker may have expired while the store's answer travelled).
+    pub fn refused(&self, key: Key, name: &str, called: u64) {
         let now = self.now();
         let mut s = self.lock();
-        let live = |s: &State| -> Vec<Content> {
+        // What the store held at some moment since `called`: a store's answer is true when it
+        // is made, and a slow reply brings it later (a marker may expire in between).
+        let live_since = |s: &State, since: u64| -> Vec<Content> {
             s.completions
                 .get(&key)
                 .map(|c| {
                     c.iter()
-                        .filter(|c| c.at <= now && now < c.expires)
+                        .filter(|c| c.at <= now && since < c.expires)
                         .map(|c| c.content)
                         .collect()
                 })
                 .unwrap_or_default()
         };
+        let live = |s: &State| live_since(s, now);
         let untrue = match name {
             "BudgetExhausted" => {
                 let recorded = !live(&s).is_empty();
@@ -399,7 +403,7 @@ impl Ledger {
                     .then(|| format!("\"stuck\" while recorded: {recorded}, running: {running}"))
             }
             "Interrupted" | "NotReplayable" => {
-                let marked = live(&s).contains(&Content::Marker);
+                let marked = live_since(&s, called).contains(&Content::Marker);
                 (!marked).then(|| format!("{name} without a live marker"))
             }
             _ => None,

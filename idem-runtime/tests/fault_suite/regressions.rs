@@ -315,3 +315,73 @@ fn a_result_a_faulty_store_left_unrecorded_is_excused_only_as_such() {
         "the unrecorded result is the excused one: {verdict:#?}"
     );
 }
+
+/// Found as seed 273002 (300,000 schedules): a renewal whose answer never comes (it took
+/// effect) and `complete`s that fail. The engine stopped offering the result once no renewal had
+/// been answered within the lease, so no `complete` reached the store after that, and the key
+/// ran again with nothing to say the result had been lost with its lease. Background recording
+/// now keeps offering the result past the lease's end as the engine knows it (without
+/// renewing): the store fences the write, so it lands if no other caller took the key over,
+/// and otherwise the store's `LeaseLost` says the lease is gone: the documented limit, counted.
+#[test]
+fn a_result_is_offered_to_the_store_after_the_lease_the_engine_could_not_renew() {
+    let first = call(Tool::Short, 8, 6, End::Ok);
+    let mut retry = call(Tool::Short, 0, 0, End::Ok);
+    retry.gap_ms = 5;
+    let schedule = Schedule {
+        seed: 273002,
+        limit: 2,
+        chains: vec![chain(0, vec![first, retry])],
+        faults: vec![
+            FaultSpec {
+                op: Op::Renew,
+                nth: 1,
+                fault: Fault::HangAfter,
+                repeat: 0,
+            },
+            FaultSpec {
+                op: Op::Complete,
+                nth: 0,
+                fault: Fault::FailBefore,
+                repeat: 2,
+            },
+        ],
+        lazy: false,
+    };
+    let _serial = crate::serial();
+    let verdict = run::paused(&schedule, Backend::Memory);
+    assert!(!verdict.failed(), "{verdict:#?}");
+    assert_eq!(verdict.counts.excused_records, 1, "{verdict:#?}");
+}
+
+/// Found as seed 274992 (300,000 schedules), a defect of the harness: a `begin` answered with a
+/// live interrupted marker whose reply was delayed past the marker's end (40 ms TTL). The
+/// caller was rightly told `Interrupted`, but the ledger checked the marker at the moment the
+/// reply arrived. A refusal is now checked against what the store held during the call.
+#[test]
+fn a_marker_that_expires_while_its_answer_travels_is_a_true_refusal() {
+    let mut cut_off = call(Tool::Short, 0, 1, End::Ok);
+    cut_off.turn = 1;
+    cut_off.arg = 1;
+    cut_off.cancel = Cancel::Timeout(0);
+    let mut slow = call(Tool::Caching, 10, 11, End::Ok);
+    slow.gap_ms = 5;
+    let mut again = call(Tool::Short, 0, 0, End::Ok);
+    again.turn = 1;
+    again.arg = 1;
+    assert_clean(&Schedule {
+        seed: 274992,
+        limit: 2,
+        chains: vec![chain(
+            0,
+            vec![call(Tool::Plain, 0, 0, End::Ok), cut_off, slow, again],
+        )],
+        faults: vec![FaultSpec {
+            op: Op::Begin,
+            nth: 2,
+            fault: Fault::Delay(Duration::from_millis(7)),
+            repeat: 1,
+        }],
+        lazy: false,
+    });
+}
