@@ -269,7 +269,7 @@
 /// # The descriptor
 ///
 /// Next to the function the macro emits its classification, a `const` [`ToolInfo`] named
-/// `<fn>__needs_idem`: a module-level constant for a function, an associated constant for a
+/// `<fn>__needs_idempotent_or_read_only`: a module-level constant for a function, an associated constant for a
 /// method. [`tools!`] reads it. A method with a `self` receiver and no visibility gets none,
 /// since it may sit in a trait impl, which cannot hold extra items: put
 /// [`#[tool_impl]`](macro@tool_impl) on its `impl` block (trait or inherent), which emits it
@@ -359,7 +359,7 @@ pub use idem_tools_macros::read_only;
 /// visibility — every method of a trait impl (`impl Tool for X { async fn call(&self, …) }`),
 /// and the usual `#[tool]` method of an rmcp-style MCP server — gets none. Put `#[tool_impl]`
 /// on the `impl` block: it adds after it an inherent
-/// `impl SelfTy { pub const <method>__needs_idem: ToolInfo = …; }` with those descriptors,
+/// `impl SelfTy { pub const <method>__needs_idempotent_or_read_only: ToolInfo = …; }` with those descriptors,
 /// the same ones the method-level attribute would have built from its options.
 ///
 /// ```
@@ -424,7 +424,7 @@ pub use idem_tools_macros::read_only;
 ///
 /// Limits: the descriptors live in an inherent impl of the self type, so that type must be
 /// local to the crate (not `Vec<X>` nor `&X`), and two listed methods of one type cannot share
-/// a name (two trait impls each with `call`: one `call__needs_idem`). Type and const parameters
+/// a name (two trait impls each with `call`: one `call__needs_idempotent_or_read_only`). Type and const parameters
 /// of the impl that the self type does not use are left off the inherent impl; a generic type is
 /// listed with its arguments: `tools![Wrapper::<u8>::call]`.
 pub use idem_tools_macros::tool_impl;
@@ -492,7 +492,7 @@ pub struct ReadmeDoctests;
 /// ```
 ///
 /// An unannotated function is rejected: rustc reports that it cannot find the value
-/// `not_annotated__needs_idem` (the descriptor `#[idempotent]` or `#[read_only]` would have
+/// `not_annotated__needs_idempotent_or_read_only` (the descriptor `#[idempotent]` or `#[read_only]` would have
 /// emitted next to it). Annotate the function, or take it out of the catalog. A method without
 /// a descriptor gets a message of its own, naming `#[idem_tools::tool_impl]`, and so does a
 /// method listed like a function (`tools![charge_card]`): it says to write

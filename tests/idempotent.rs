@@ -257,7 +257,10 @@ async fn name_keeps_keys_across_modules_and_version_changes_them() {
         })
         .await;
     assert_eq!((t.stats().executed, t.stats().replayed), (2, 0));
-    assert_eq!(v2::create_invoice_v2__needs_idem.version, 2);
+    assert_eq!(
+        v2::create_invoice_v2__needs_idempotent_or_read_only.version,
+        2
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -496,7 +499,7 @@ struct Mailer {
 /// Under `#[tool_impl]`, every tool method is named `Mailer__method`.
 #[idem_tools::tool_impl]
 impl Mailer {
-    /// `pub` methods get a descriptor: `Mailer::send__needs_idem`.
+    /// `pub` methods get a descriptor: `Mailer::send__needs_idempotent_or_read_only`.
     #[idempotent]
     pub async fn send(&self, to: String) -> Result<usize, Error> {
         let _ = to;
@@ -552,11 +555,26 @@ async fn methods_of_every_receiver_kind() {
             assert_eq!(Arc::clone(&shared).shared("c".into()).await.unwrap(), 3);
         })
         .await;
-    assert_eq!(Mailer::send__needs_idem.name, "Mailer__send");
-    assert_eq!(Mailer::record__needs_idem.name, "Mailer__record");
-    assert_eq!(Mailer::notify__needs_idem.name, "Mailer__notify");
-    assert_eq!(Mailer::associated__needs_idem.name, "Mailer__associated");
-    assert_eq!(Mailer::shared__needs_idem.name, "mailer_shared");
+    assert_eq!(
+        Mailer::send__needs_idempotent_or_read_only.name,
+        "Mailer__send"
+    );
+    assert_eq!(
+        Mailer::record__needs_idempotent_or_read_only.name,
+        "Mailer__record"
+    );
+    assert_eq!(
+        Mailer::notify__needs_idempotent_or_read_only.name,
+        "Mailer__notify"
+    );
+    assert_eq!(
+        Mailer::associated__needs_idempotent_or_read_only.name,
+        "Mailer__associated"
+    );
+    assert_eq!(
+        Mailer::shared__needs_idempotent_or_read_only.name,
+        "mailer_shared"
+    );
 }
 
 /// A receiver whose tool runs on a clone: `self` in every position of the body means the

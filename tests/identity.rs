@@ -53,8 +53,14 @@ async fn two_trait_impls_of_one_method_do_not_share_keys() {
         .await;
     assert_eq!(INVOICES.load(Ordering::SeqCst), 1);
     assert_eq!(DELETIONS.load(Ordering::SeqCst), 1);
-    assert_eq!(CreateInvoice::call__needs_idem.name, "CreateInvoice__call");
-    assert_eq!(DeleteAccount::call__needs_idem.name, "DeleteAccount__call");
+    assert_eq!(
+        CreateInvoice::call__needs_idempotent_or_read_only.name,
+        "CreateInvoice__call"
+    );
+    assert_eq!(
+        DeleteAccount::call__needs_idempotent_or_read_only.name,
+        "DeleteAccount__call"
+    );
 }
 
 /// Two inherent `send` methods, one per type, and a generic type.

@@ -43,19 +43,22 @@ async fn borrowing(name: &str) -> Result<usize, Error> {
 
 #[tokio::test]
 async fn descriptors_carry_ttl_lease_and_release_on_cancel() {
-    let spaced = spaced_ttl__needs_idem;
+    let spaced = spaced_ttl__needs_idempotent_or_read_only;
     assert_eq!(spaced.ttl, Some(Duration::from_secs(3600)));
     assert_eq!(spaced.lease, Some(Duration::from_secs(90)));
     assert!(!spaced.release_on_cancel);
     assert_eq!(
-        shortest_lease__needs_idem.lease,
+        shortest_lease__needs_idempotent_or_read_only.lease,
         Some(Duration::from_millis(10))
     );
     assert_eq!(
-        longest_lease__needs_idem.lease,
+        longest_lease__needs_idempotent_or_read_only.lease,
         Some(Duration::from_secs(24 * 3600))
     );
-    let (attached, borrows) = (attached_with_rc__needs_idem, borrowing__needs_idem);
+    let (attached, borrows) = (
+        attached_with_rc__needs_idempotent_or_read_only,
+        borrowing__needs_idempotent_or_read_only,
+    );
     assert!(attached.release_on_cancel);
     assert!(!borrows.release_on_cancel);
     Turn::new("options-1")

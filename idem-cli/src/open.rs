@@ -62,8 +62,9 @@ pub async fn open(cli: &Cli) -> Result<Opened, CliError> {
         )),
         (None, None) => Err(CliError::usage(
             "say which store to open: --sqlite PATH (a SqliteStore file), --redis URL \
-             (a RedisStore server, e.g. redis://127.0.0.1:6379) or --postgres URL (a \
-             PostgresStore database, e.g. postgres://app@127.0.0.1/app)",
+             (a RedisStore server, e.g. redis://127.0.0.1:6379), --redis-cluster URL,URL,... \
+             (a RedisStore on a Redis Cluster) or --postgres URL (a PostgresStore database, \
+             e.g. postgres://app@127.0.0.1/app)",
         )),
     }
 }

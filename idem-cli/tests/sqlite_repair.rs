@@ -34,6 +34,13 @@ async fn remove_needs_yes_without_a_terminal_then_the_tool_runs_again() {
 
     let refused = idem(&["--sqlite", &db, "remove", &key]).expect_code(1);
     assert!(refused.stderr.contains("pass --yes"), "{}", refused.stderr);
+    // The command to run again is this one, store and all, with --yes.
+    let again = format!("idem --sqlite {db} remove {key} --yes");
+    assert!(
+        refused.stderr.contains(&again),
+        "{again}: {}",
+        refused.stderr
+    );
     assert!(
         refused.stderr.contains("not a terminal"),
         "{}",

@@ -73,9 +73,9 @@ fn functions(private: &TokenStream, paths: &[Path]) -> TokenStream {
 }
 
 /// For `Type::method` entries: a trait in scope whose associated constant
-/// `<method>__needs_idem` only exists for types implementing `__private::NoDescriptor`, which
+/// `<method>__needs_idempotent_or_read_only` only exists for types implementing `__private::NoDescriptor`, which
 /// none does, so that a method without a descriptor of its own is an error that says what to
-/// do, rather than "no associated item named `<method>__needs_idem`". A type's own descriptor,
+/// do, rather than "no associated item named `<method>__needs_idempotent_or_read_only`". A type's own descriptor,
 /// an inherent associated constant, takes precedence over the trait's. The error names the
 /// method through a type named like it, in `idem_methods`.
 fn fallbacks(private: &TokenStream, paths: &[Path]) -> TokenStream {

@@ -1,5 +1,5 @@
 //! Descriptors: the `ToolInfo` of a tool (its name rule and options), the `__private` path, and
-//! the `const <fn>__needs_idem` that `tools![]` reads.
+//! the `const <fn>__needs_idempotent_or_read_only` that `tools![]` reads.
 
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
@@ -173,7 +173,7 @@ pub(crate) fn own_descriptor(
     emits_own_descriptor(sig, vis).then(|| descriptor_const(vis, &sig.ident, private, info))
 }
 
-/// `#vis const <fn>__needs_idem: ToolInfo = #info;`.
+/// `#vis const <fn>__needs_idempotent_or_read_only: ToolInfo = #info;`.
 pub(crate) fn descriptor_const(
     vis: &Visibility,
     fn_ident: &Ident,
@@ -191,10 +191,15 @@ pub(crate) fn descriptor_const(
     }
 }
 
-/// `<fn>__needs_idem`, spanned at `ident`. The name is what rustc prints when `tools![<fn>]`
-/// lists a function that is not annotated (an unresolved name cannot be given a message of its
-/// own), so it points at what is missing; it is short so that rustc does not offer another
-/// tool's descriptor as a "similar name".
+/// `<fn>__needs_idempotent_or_read_only`, spanned at `ident`. The name is what rustc prints when
+/// `tools![<fn>]` lists a function that is not annotated (an unresolved name cannot be given a
+/// message of its own), so it says what to add. (A name this long lets rustc offer another
+/// tool's descriptor as a "similar name" more often than `__needs_idem` did; a newcomer told
+/// "cannot find value `send__needs_idem`" did not know what to do, which costs more.)
 pub(crate) fn descriptor_ident(ident: &Ident) -> Ident {
-    format_ident!("{}__needs_idem", ident.unraw(), span = ident.span())
+    format_ident!(
+        "{}__needs_idempotent_or_read_only",
+        ident.unraw(),
+        span = ident.span()
+    )
 }

@@ -6,7 +6,7 @@ use serde_json::json;
 use super::show::namespace_flag;
 use crate::confirm;
 use crate::error::CliError;
-use crate::keyarg::{self, Found, KeyArg};
+use crate::keyarg::{self, Found, KeyArg, shell_word};
 use crate::output::namespace_label;
 use crate::state::State;
 
@@ -52,9 +52,8 @@ pub async fn remove(
         if !confirm::stdin_is_terminal() {
             return Err(CliError::refused(format!(
                 "not removing {what} without confirmation: stdin is not a terminal; pass --yes \
-                 to remove it: idem remove {}{} --yes\n{RESETS} {next}",
-                key.short(),
-                namespace_flag(&namespace)
+                 to remove it: {} --yes\n{RESETS} {next}",
+                this_command(&namespace)
             )));
         }
         let question = format!("About to remove {what}.\n{RESETS}\n{next}\nRemove it?");
@@ -91,4 +90,20 @@ pub async fn remove(
         "removed {what}\ndeleted: the record and the key's attempt count{attempts}; kept: the \
          turn's count of started actions\n{next}\n"
     ))
+}
+
+/// The command line this process runs, as a shell would take it back (the program as `idem`),
+/// with `--namespace` added when the key was found in a namespace the command did not name:
+/// what to run again with `--yes`.
+fn this_command(namespace: &str) -> String {
+    let mut words: Vec<String> = std::env::args()
+        .skip(1)
+        .map(|word| shell_word(&word))
+        .collect();
+    words.insert(0, "idem".to_owned());
+    if !std::env::args().any(|word| word == "--namespace" || word.starts_with("--namespace=")) {
+        words.push(namespace_flag(namespace).trim().to_owned());
+    }
+    words.retain(|word| !word.is_empty());
+    words.join(" ")
 }
