@@ -32,7 +32,8 @@ pub struct Cli {
     pub redis_cluster: Vec<String>,
 
     /// The PostgreSQL database of a `PostgresStore`:
-    /// `postgres://[user[:password]@]host[:port]/database` (its idem tables must exist).
+    /// `postgres://[user[:password]@]host[:port]/database` (its idem tables must exist, except
+    /// for `bench`, which creates them).
     #[arg(long, value_name = "URL", global = true, conflicts_with_all = ["sqlite", "redis", "redis_cluster"])]
     pub postgres: Option<String>,
 
@@ -93,6 +94,7 @@ pub enum Command {
     /// Count live records by state and by tool.
     Stats,
     /// Measure idem on this store next to the least the store can do (replay and first
-    /// execution latency, throughput at a concurrency); creates the SQLite file if needed.
+    /// execution latency, throughput at a concurrency); creates the SQLite file, or idem's
+    /// PostgreSQL tables, if needed.
     Bench(crate::commands::bench::Options),
 }

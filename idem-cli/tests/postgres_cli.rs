@@ -1,6 +1,6 @@
 //! The `idem` binary against a real PostgreSQL server (`IDEM_POSTGRES_URL`, as
 //! `scripts/postgres-test-server.sh run cargo test ...` provides), with records prepared by the
-//! engine: `list`, `show`, `stats` and `remove`, in a schema of the test's own. Without a
+//! engine: `list`, `show`, `stats` and `remove`, in a schema of the test's own, and `bench`. Without a
 //! server the tests print a skip notice, unless `IDEM_REQUIRE_POSTGRES` is set (as in CI).
 
 mod common;
@@ -111,4 +111,89 @@ async fn cleanup(store: &PostgresStore, schema: &str) {
             .expect("remove");
     }
     let _ = schema;
+}
+
+/// `idem bench` on PostgreSQL, with a worker process: idem and the floor side by side for
+/// replays and first executions, idem's tables created in a fresh schema, and nothing of the
+/// run left behind (no records, no floor table).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_on_postgres_reports_idem_next_to_the_floor_and_cleans_up() {
+    let Some(url) = postgres_url("bench_on_postgres_reports_idem_next_to_the_floor_and_cleans_up")
+    else {
+        return;
+    };
+    let schema = unique_schema("bench");
+    let run = idem(&[
+        "--postgres",
+        &url,
+        "--schema",
+        &schema,
+        "--json",
+        "bench",
+        "--calls",
+        "40",
+        "--seconds",
+        "0.2",
+        "--concurrency",
+        "4",
+        "--processes",
+        "2",
+    ])
+    .expect_code(0);
+    let report = run.json();
+    assert!(
+        report["store"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("PostgreSQL")),
+        "{report}"
+    );
+    assert!(
+        report["floor"]
+            .as_str()
+            .is_some_and(|s| s.contains("ON CONFLICT")),
+        "{report}"
+    );
+    assert_eq!(report["processes"], 2);
+    for kind in ["replay", "first"] {
+        for side in ["idem", "floor"] {
+            let p50 = report["latency_ns"][kind][side]["p50"].as_u64().unwrap();
+            let max = report["latency_ns"][kind][side]["max"].as_u64().unwrap();
+            assert!(p50 > 0 && p50 <= max, "{kind} {side}: {report}");
+            let rate = report["throughput_per_s"][kind][side].as_f64().unwrap();
+            assert!(rate > 0.0, "{kind} {side}: no calls completed: {report}");
+        }
+    }
+
+    // The bench created idem's tables in the schema; the run's records and both processes'
+    // floor tables are gone.
+    let store = PostgresStore::builder()
+        .schema(&schema)
+        .max_connections(1)
+        .open_existing(&url)
+        .await
+        .expect("the bench created idem's tables");
+    let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {}", store.records_table()))
+        .fetch_one(store.pool())
+        .await
+        .expect("count");
+    assert_eq!(rows, 0, "the run left records behind");
+    let mut tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+    )
+    .bind(&schema)
+    .fetch_all(store.pool())
+    .await
+    .expect("tables");
+    tables.sort();
+    assert_eq!(
+        tables,
+        ["idem_budgets", "idem_records", "idem_schema"],
+        "the run left a floor table behind"
+    );
+
+    // Without a store, the bench names all three.
+    let none = idem(&["bench"]).expect_code(2);
+    for option in ["--sqlite PATH", "--redis URL", "--postgres URL"] {
+        assert!(none.stderr.contains(option), "{}", none.stderr);
+    }
 }

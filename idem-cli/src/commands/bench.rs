@@ -4,8 +4,9 @@
 //! It prints replay and first-execution latency (calls timed one by one), and the throughput of
 //! first executions and of replays with `--concurrency` tasks in each of `--processes`
 //! processes, for idem and the floor side by side. idem's records go to a namespace of their own
-//! (`idem-bench`, or `--namespace`) and are removed at the end, as is the floor's table (SQLite)
-//! or keys (Redis). Unlike the other commands, it creates the SQLite file if there is none.
+//! (`idem-bench`, or `--namespace`) and are removed at the end, as is the floor's table (SQLite,
+//! PostgreSQL) or keys (Redis). Unlike the other commands, it creates the SQLite file if there
+//! is none, and idem's PostgreSQL tables (in `--schema`, if given) if they are missing.
 //!
 //! `--exact KIND:N` makes exactly N calls of one kind and nothing else (not even the clean-up),
 //! for instruction counts: run it under `valgrind --tool=callgrind` with two values of N on a

@@ -1,18 +1,18 @@
 //! The floors `idem bench` measures idem against: the least a deduplicating tool call has to
 //! ask of the same store, hand-written with the same driver and settings.
 //!
-//! - a **replay** is one read of the key's result (SQLite: one `SELECT` by primary key; Redis:
-//!   one `GET`);
-//! - a **first execution** is a claim and a completion (SQLite: an `INSERT … ON CONFLICT DO
-//!   UPDATE … WHERE` that takes an expired row over, then an `UPDATE` of the result, each its own
-//!   autocommit transaction; Redis: `SET NX PX`, then `SET XX PX`).
+//! - a **replay** is one read of the key's result (SQLite and PostgreSQL: one `SELECT` by
+//!   primary key; Redis: one `GET`);
+//! - a **first execution** is a claim and a completion (SQLite and PostgreSQL: an `INSERT …
+//!   ON CONFLICT DO UPDATE … WHERE` that takes an expired row over, then an `UPDATE` of the
+//!   result, each its own autocommit transaction; Redis: `SET NX PX`, then `SET XX PX`).
 //!
 //! The key is the BLAKE3 digest of the arguments' `serde_json` bytes, computed by the caller.
 //! No namespace, tool name, fingerprint, budget, lease renewal or fencing beyond the claim's
 //! token: what idem does on top of this is what the comparison shows.
 //!
-//! This file is also compiled into the criterion benches (`benches/support/stores.rs`), so it
-//! names only crates both have: `rusqlite`, `redis`, `tokio`.
+//! Each floor names only the crate of its store's driver (`rusqlite`, `redis`, `sqlx`), behind
+//! the CLI feature of that store.
 #![allow(dead_code)] // each user (the CLI, a bench target) uses part of it
 
 use std::future::Future;
@@ -281,6 +281,143 @@ impl Floor for RedisFloor {
                 }
                 cursor = next;
             }
+        })
+    }
+}
+
+/// PostgreSQL: a pool of its own with the store's settings (`sqlx`, the same size and options
+/// as the `PostgresStore`'s pool, `test_before_acquire(false)`), statements prepared once per
+/// connection (sqlx's cache, as idem's), on a table of the run's own:
+///
+/// ```sql
+/// CREATE TABLE <table> (key bytea PRIMARY KEY, token bigint NOT NULL, result bytea,
+///                       expires_at_ms bigint NOT NULL)
+/// -- replay: one round trip
+/// SELECT result, expires_at_ms FROM <table> WHERE key = $1
+/// -- first execution: two round trips, each its own autocommit transaction
+/// INSERT INTO <table> (key, token, result, expires_at_ms) VALUES ($1, $2, NULL, $3)
+///     ON CONFLICT (key) DO UPDATE SET token = excluded.token, result = NULL,
+///     expires_at_ms = excluded.expires_at_ms WHERE <table>.expires_at_ms <= $4
+/// UPDATE <table> SET result = $1, expires_at_ms = $2 WHERE key = $3 AND token = $4
+/// ```
+///
+/// That is what idem's store needs at the least too (a replay is one `idem_begin` that reads;
+/// a first execution an `idem_begin` that claims and a `complete`), so the two sides make the
+/// same round trips and the ratio is the price of what idem does inside them. Times come from
+/// the client's clock (idem's from the server's, `clock_timestamp()`).
+#[cfg(feature = "postgres")]
+pub struct PostgresFloor {
+    pool: sqlx::PgPool,
+    /// The table, schema-qualified and quoted.
+    table: String,
+    claim: String,
+    record: String,
+    read: String,
+}
+
+/// `name` quoted as a PostgreSQL identifier.
+#[cfg(feature = "postgres")]
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+#[cfg(feature = "postgres")]
+impl PostgresFloor {
+    /// Creates the floor's table `table` (in `schema`, else the connection's `search_path`)
+    /// with a pool of its own, sized and set as `like` (the store's pool).
+    ///
+    /// # Errors
+    /// If the server cannot be reached or the table created.
+    pub async fn create(
+        like: &sqlx::PgPool,
+        schema: Option<&str>,
+        table: &str,
+    ) -> Result<PostgresFloor, String> {
+        let fail = |e: sqlx::Error| format!("PostgreSQL floor: {e}");
+        let options = (*like.connect_options()).clone();
+        let pool = like.options().clone().connect_lazy_with(options);
+        let table = match schema {
+            Some(schema) => format!("{}.{}", quote_ident(schema), quote_ident(table)),
+            None => quote_ident(table),
+        };
+        sqlx::raw_sql(&format!(
+            "CREATE TABLE IF NOT EXISTS {table} (key bytea NOT NULL PRIMARY KEY, \
+             token bigint NOT NULL, result bytea, expires_at_ms bigint NOT NULL)"
+        ))
+        .execute(&pool)
+        .await
+        .map_err(fail)?;
+        Ok(PostgresFloor {
+            pool,
+            claim: format!(
+                "INSERT INTO {table} AS t (key, token, result, expires_at_ms) \
+                 VALUES ($1, $2, NULL, $3) ON CONFLICT (key) DO UPDATE SET \
+                 token = excluded.token, result = NULL, expires_at_ms = excluded.expires_at_ms \
+                 WHERE t.expires_at_ms <= $4"
+            ),
+            record: format!(
+                "UPDATE {table} SET result = $1, expires_at_ms = $2 WHERE key = $3 AND token = $4"
+            ),
+            read: format!("SELECT result, expires_at_ms FROM {table} WHERE key = $1"),
+            table,
+        })
+    }
+}
+
+#[cfg(feature = "postgres")]
+impl Floor for PostgresFloor {
+    fn first<'a>(&'a self, key: &'a [u8; 32], result: &'a [u8]) -> FloorFuture<'a, ()> {
+        Box::pin(async move {
+            let fail = |e: sqlx::Error| format!("PostgreSQL floor: {e}");
+            let (now, token) = (now_ms(), token());
+            let claimed = sqlx::query(&self.claim)
+                .bind(&key[..])
+                .bind(token)
+                .bind(now + ms(LEASE))
+                .bind(now)
+                .execute(&self.pool)
+                .await
+                .map_err(fail)?
+                .rows_affected();
+            let recorded = sqlx::query(&self.record)
+                .bind(result)
+                .bind(now + ms(TTL))
+                .bind(&key[..])
+                .bind(token)
+                .execute(&self.pool)
+                .await
+                .map_err(fail)?
+                .rows_affected();
+            match (claimed, recorded) {
+                (1, 1) => Ok(()),
+                other => Err(format!(
+                    "PostgreSQL floor: claim and record changed {other:?}"
+                )),
+            }
+        })
+    }
+
+    fn replay<'a>(&'a self, key: &'a [u8; 32]) -> FloorFuture<'a, Vec<u8>> {
+        Box::pin(async move {
+            let (result, expires): (Option<Vec<u8>>, i64) = sqlx::query_as(&self.read)
+                .bind(&key[..])
+                .fetch_one(&self.pool)
+                .await
+                .map_err(|e| format!("PostgreSQL floor: {e}"))?;
+            match result {
+                Some(result) if expires > now_ms() => Ok(result),
+                _ => Err("PostgreSQL floor: no live result".to_owned()),
+            }
+        })
+    }
+
+    fn clean(&self) -> FloorFuture<'_, ()> {
+        Box::pin(async move {
+            sqlx::raw_sql(&format!("DROP TABLE IF EXISTS {}", self.table))
+                .execute(&self.pool)
+                .await
+                .map(drop)
+                .map_err(|e| format!("PostgreSQL floor: {e}"))
         })
     }
 }

@@ -64,22 +64,36 @@ pub fn run_id() -> String {
 impl Target {
     /// Opens the store chosen on the command line and its floor; `run` names this run and
     /// process (its records and the floor's table or keys).
-    ///
-    /// A PostgreSQL store is one more arm here, with its floor in `floor.rs`.
     pub async fn open(cli: &Cli, run: &str) -> Result<Target, CliError> {
         let namespace = cli
             .namespace
             .clone()
             .unwrap_or_else(|| "idem-bench".to_owned());
-        let (label, floor_label, store, floor, commands) = match (&cli.sqlite, &cli.redis) {
-            (Some(path), None) => sqlite(path, run)?,
-            (None, Some(url)) => redis(url, cli.prefix.as_deref(), run).await?,
-            _ => {
-                return Err(CliError::usage(
-                    "say which store to measure: --sqlite PATH or --redis URL",
-                ));
-            }
-        };
+        let (label, floor_label, store, floor, commands) =
+            match (&cli.sqlite, &cli.redis, &cli.postgres) {
+                (Some(path), None, None) => sqlite(path, run)?,
+                (None, Some(url), None) => redis(url, cli.prefix.as_deref(), run).await?,
+                (None, None, Some(url)) => {
+                    if cli.prefix.is_some() {
+                        return Err(CliError::usage(
+                            "--prefix applies to Redis stores only: for PostgreSQL, use --schema",
+                        ));
+                    }
+                    postgres(url, cli.schema.as_deref(), run).await?
+                }
+                _ => {
+                    let cluster = if cli.redis_cluster.is_empty() {
+                        ""
+                    } else {
+                        " (bench does not run on a Redis Cluster: give one of its nodes \
+                         with --redis)"
+                    };
+                    return Err(CliError::usage(format!(
+                        "say which store to measure: --sqlite PATH, --redis URL or \
+                         --postgres URL{cluster}"
+                    )));
+                }
+            };
         let turn = Turn::new(format!("idem-bench-{run}"))
             .with_namespace(namespace)
             .with_store(Arc::clone(&store));
@@ -268,6 +282,53 @@ async fn redis(url: &str, prefix: Option<&str>, run: &str) -> Result<Opened, Cli
 async fn redis(_url: &str, _prefix: Option<&str>, _run: &str) -> Result<Opened, CliError> {
     Err(CliError::usage(
         "this idem was built without Redis support: reinstall it with the `redis` feature",
+    ))
+}
+
+/// Connects to the PostgreSQL database at `url` with a pool of `PostgresStore`'s default size,
+/// creating idem's tables (in `schema`, else the connection's `search_path`) if they are not
+/// there, as the SQLite bench creates its file; the floor's table `idem_bench_floor_<run>` goes
+/// next to them, with a pool of the same size and settings.
+#[cfg(feature = "postgres")]
+async fn postgres(url: &str, schema: Option<&str>, run: &str) -> Result<Opened, CliError> {
+    use idem_tools_runtime::PostgresStore;
+    let shown = crate::open::redact(url);
+    let builder = match schema {
+        Some(schema) => PostgresStore::builder().schema(schema),
+        None => PostgresStore::builder(),
+    };
+    let store = builder.connect(url).await.map_err(|error| {
+        CliError::connection(format!(
+            "cannot open the PostgreSQL database at {shown} for benchmarking: {}",
+            match &error {
+                idem_tools_runtime::Error::Store { source, .. } => source.to_string(),
+                other => other.to_string(),
+            }
+        ))
+    })?;
+    let floor = super::floor::PostgresFloor::create(
+        store.pool(),
+        schema,
+        &format!("idem_bench_floor_{run}"),
+    )
+    .await
+    .map_err(CliError::connection)?;
+    let place = schema.map_or_else(String::new, |s| format!(", schema {s}"));
+    Ok((
+        format!("PostgreSQL {shown}{place}"),
+        "SELECT by primary key; INSERT … ON CONFLICT DO UPDATE … WHERE expired + UPDATE \
+         (sqlx, a pool of the store's size and settings)",
+        Arc::new(store),
+        Box::new(floor),
+        None,
+    ))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres(_url: &str, _schema: Option<&str>, _run: &str) -> Result<Opened, CliError> {
+    Err(CliError::usage(
+        "this idem was built without PostgreSQL support: reinstall it with the `postgres` \
+         feature",
     ))
 }
 
