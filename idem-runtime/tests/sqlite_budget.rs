@@ -220,10 +220,15 @@ async fn expired_turn_counts_are_deleted_by_purge_and_by_housekeeping() {
             .await
             .unwrap();
     }
-    // Writes 513..1200 after the last housekeeping include one more: it deletes a batch (512)
-    // of the 600 expired turn counts, on the store's thread (a `get` goes after it).
+    // Writes 513..1200 after the last housekeeping include at least one more: each deletes a
+    // batch (512) of the 600 expired turn counts, on the store's thread (a `get` goes after
+    // it). How many passes ran depends on how the writes were batched, so at least one.
     store.get(NS, &key(0)).await.unwrap();
-    assert_eq!(raw_counts(&dir.db()), 600 - 512);
+    let left = raw_counts(&dir.db());
+    assert!(
+        left <= 600 - 512,
+        "housekeeping deleted expired turn counts without purge_expired: {left} left"
+    );
     store.purge_expired().await.unwrap();
     assert_eq!(raw_counts(&dir.db()), 0);
 }
