@@ -36,14 +36,20 @@
 //!     }
 //! }
 //!
-//! # async fn run(model: rig_core::DynModel<rig_core::operation::Completion>) -> Result<(), Box<dyn std::error::Error>> {
-//! let agent = rig_agent::AgentBuilder::new(model).tool(InTurn(SendMessage)).build();
+//! let tool = InTurn(SendMessage); // what the agent registers
 //! let turn = Turn::new("conv-42/msg-7"); // the user message being answered
+//! let context = with_turn(ToolContext::new(), &turn); // what the run's prompt carries
+//! ```
+//!
+//! With rig-agent (the application's dependency, not idem's; `tests/rig/` runs this through
+//! rig's own agent loop):
+//!
+//! ```ignore
+//! let agent = rig_agent::AgentBuilder::new(model).tool(InTurn(SendMessage)).build();
 //! let reply = agent
 //!     .prompt("Tell Ada hi")
 //!     .tool_context(with_turn(ToolContext::new(), &turn))
 //!     .await?;
-//! # Ok(()) }
 //! ```
 //!
 //! The tool is still the user's `Tool`; [`InTurn`] forwards its name, description, schema and
