@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{TempDir, idem};
+use common::{TempDir, idem, short_bench};
 
 /// Rows of idem's records and tables of the file, after a run.
 fn leftovers(db: &str) -> (i64, Vec<String>) {
@@ -28,33 +28,7 @@ fn leftovers(db: &str) -> (i64, Vec<String>) {
 fn bench_reports_idem_next_to_the_floor_and_cleans_up() {
     let dir = TempDir::new("bench-report");
     let db = dir.file("bench.db");
-    let run = idem(&[
-        "--sqlite",
-        &db,
-        "--json",
-        "bench",
-        "--calls",
-        "40",
-        "--seconds",
-        "0.2",
-        "--concurrency",
-        "4",
-        "--processes",
-        "2",
-    ])
-    .expect_code(0);
-    let report = run.json();
-    assert_eq!(report["processes"], 2);
-    assert_eq!(report["concurrency"], 4);
-    for kind in ["replay", "first"] {
-        for side in ["idem", "floor"] {
-            let p50 = report["latency_ns"][kind][side]["p50"].as_u64().unwrap();
-            let max = report["latency_ns"][kind][side]["max"].as_u64().unwrap();
-            assert!(p50 > 0 && p50 <= max, "{kind} {side}: {report}");
-            let rate = report["throughput_per_s"][kind][side].as_f64().unwrap();
-            assert!(rate > 0.0, "{kind} {side}: no calls completed: {report}");
-        }
-    }
+    short_bench(&["--sqlite", &db]);
     assert_eq!(
         leftovers(&db),
         (

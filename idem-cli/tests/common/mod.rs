@@ -73,6 +73,38 @@ pub fn idem(args: &[&str]) -> Run {
     Run::from_output(output)
 }
 
+/// Runs a short `idem bench` (40 calls, 0.2 s slots, 4 tasks, 2 processes, JSON) on the store
+/// `store_args` open, and checks its report: idem and the floor, for replays and first
+/// executions, each with latencies and a throughput. Returns the report.
+pub fn short_bench(store_args: &[&str]) -> Value {
+    let mut args = store_args.to_vec();
+    args.extend([
+        "--json",
+        "bench",
+        "--calls",
+        "40",
+        "--seconds",
+        "0.2",
+        "--concurrency",
+        "4",
+        "--processes",
+        "2",
+    ]);
+    let report = idem(&args).expect_code(0).json();
+    assert_eq!(report["processes"], 2);
+    assert_eq!(report["concurrency"], 4);
+    for kind in ["replay", "first"] {
+        for side in ["idem", "floor"] {
+            let p50 = report["latency_ns"][kind][side]["p50"].as_u64().unwrap();
+            let max = report["latency_ns"][kind][side]["max"].as_u64().unwrap();
+            assert!(p50 > 0 && p50 <= max, "{kind} {side}: {report}");
+            let rate = report["throughput_per_s"][kind][side].as_f64().unwrap();
+            assert!(rate > 0.0, "{kind} {side}: no calls completed: {report}");
+        }
+    }
+    report
+}
+
 /// Runs `idem` with `args` on a new pseudo-terminal as stdin, typing `typed` into it.
 pub fn idem_on_terminal(args: &[&str], typed: &str) -> Run {
     use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
