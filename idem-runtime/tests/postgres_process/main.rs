@@ -2,8 +2,8 @@
 //! workers killed with SIGKILL at random points, their connections terminated with
 //! `pg_terminate_backend`, the server restarted — and a crash loop of one key.
 //!
-//! Each test re-executes this test binary as children running only [`child`], with
-//! `IDEM_PG_CHILD` saying what to do; without it [`child`] does nothing. The tool's side
+//! Each test re-executes this test binary as children running only
+//! [`children::child`], with `IDEM_PG_CHILD` saying what to do (without it, nothing). The tool's side
 //! effect is two rows in the same database (`ledger`, parts 1 and 2, written with a pause
 //! before, between and after them, and a commit slowed by a deferred trigger), so the ledger is
 //! exact: a duplicated row, a lost acknowledged result, a key left interrupted or claimed by
@@ -12,322 +12,28 @@
 //! `IDEM_PG_FAULT_SECONDS` (default 20) is how long the fault mode runs; CI runs the default.
 #![cfg(all(feature = "postgres", unix))]
 
+#[path = "../postgres_common/mod.rs"]
 mod postgres_common;
 
+mod check;
+mod children;
+mod tools;
+
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::process::Child;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-use idem_tools_runtime::engine::transactional;
+use idem_tools_runtime::Error;
 use idem_tools_runtime::key::ArgsDigest;
-use idem_tools_runtime::store::{PostgresStore, RecordState, Store};
-use idem_tools_runtime::{Call, Codec, Error, ToolInfo, Turn};
-use postgres_common::{Failure, OwnServer, postgres_url, unique_schema};
+use idem_tools_runtime::store::{RecordState, Store};
+use postgres_common::{OwnServer, postgres_url, unique_schema};
+
+use check::{check, live_records};
+use children::{listen, spawn_child};
 use rand::Rng;
-use rand::seq::SliceRandom;
-use sqlx::PgConnection;
 
-const CHILD_ENV: &str = "IDEM_PG_CHILD";
-static PAY: ToolInfo = ToolInfo::idempotent("pay");
-const TURN_ID: &str = "fault-turn";
-
-/// The turn every process uses: same keys everywhere, and a budget no kill loop exhausts.
-fn turn(store: &PostgresStore) -> Turn {
-    Turn::new(TURN_ID)
-        .with_max_attempts_per_key(1_000_000)
-        .with_in_flight_wait(Duration::from_secs(10))
-        .with_store(Arc::new(store.clone()))
-}
-
-/// The transactional call of `pay(memo)`: two rows, with pauses of up to `pause` ms around
-/// them; `phase` is told where the body is.
-async fn pay(
-    store: &PostgresStore,
-    memo: &str,
-    pause: u64,
-    phase: impl Fn(&str),
-) -> Result<i64, Failure> {
-    let turn = turn(store);
-    let mut args = ArgsDigest::new(PAY.name);
-    args.arg("memo", memo).expect("encodes");
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), PAY.name, 1);
-    let call = Call::new(&PAY, &turn, key, fingerprint);
-    let nap = |max: u64| {
-        let ms = rand::rng().random_range(0..=max);
-        tokio::time::sleep(Duration::from_millis(ms))
-    };
-    transactional::execute(
-        call,
-        Codec::ok_only(),
-        async |conn: &mut PgConnection| -> Result<i64, Failure> {
-            phase("before");
-            nap(pause).await;
-            let id: i64 =
-                sqlx::query_scalar("INSERT INTO ledger (memo, part) VALUES ($1, 1) RETURNING id")
-                    .bind(memo)
-                    .fetch_one(&mut *conn)
-                    .await?;
-            phase("between");
-            nap(pause).await;
-            sqlx::query("INSERT INTO ledger (memo, part) VALUES ($1, 2)")
-                .bind(memo)
-                .execute(&mut *conn)
-                .await?;
-            phase("after");
-            nap(pause).await;
-            Ok(id)
-        },
-    )
-    .await
-}
-
-/// Keys of the plain race.
-const RACE_KEYS: usize = 50;
-
-/// A plain tool with a 1 s lease (so that a killed holder frees its key quickly).
-static SEND: ToolInfo = ToolInfo::idempotent("send").with_lease(Duration::from_secs(1));
-
-/// A plain (not transactional) call of `send(memo)` on the store: its side effect, one row
-/// written through the pool after `pause`, commits on its own.
-async fn plain(store: &PostgresStore, memo: &str, pause: Duration) -> Result<i64, Error> {
-    let turn = turn(store).with_in_flight_wait(Duration::from_millis(200));
-    let mut args = ArgsDigest::new(SEND.name);
-    args.arg("memo", memo).expect("encodes");
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), SEND.name, 1);
-    let call = Call::new(&SEND, &turn, key, fingerprint);
-    let pool = store.pool().clone();
-    idem_tools_runtime::execute(call, Codec::ok_only(), async move {
-        if memo == "hang" {
-            sqlx::query("INSERT INTO ledger (memo, part) VALUES ('hang', 0)")
-                .execute(&pool)
-                .await
-                .map_err(|e| Error::store("test", e))?;
-            println!("started");
-        }
-        tokio::time::sleep(pause).await;
-        sqlx::query_scalar("INSERT INTO ledger (memo, part) VALUES ($1, 1) RETURNING id")
-            .bind(memo)
-            .fetch_one(&pool)
-            .await
-            .map_err(|e| Error::store("test", e))
-    })
-    .await
-}
-
-/// Creates the application's tables in `schema`: the ledger and a deferred trigger that
-/// sleeps up to 10 ms at commit, so that kills land in `COMMIT` too.
-async fn create_ledger(url: &str, schema: &str) {
-    let pool = sqlx::PgPool::connect(url).await.expect("connect");
-    sqlx::raw_sql(&format!(
-        "CREATE SCHEMA IF NOT EXISTS {schema};
-         CREATE TABLE {schema}.ledger (id bigserial PRIMARY KEY, memo text NOT NULL,
-                                       part int NOT NULL);
-         CREATE FUNCTION {schema}.slow_commit() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN PERFORM pg_sleep(random() * 0.01); RETURN NULL; END $$;
-         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON {schema}.ledger
-             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
-             EXECUTE FUNCTION {schema}.slow_commit();"
-    ))
-    .execute(&pool)
-    .await
-    .expect("create the ledger");
-    pool.close().await;
-}
-
-/// The store the processes share: idem's tables and the ledger in `schema`, found through the
-/// search path; connections named so that the parent can terminate them.
-async fn open(url: &str, schema: &str, name: &str) -> Result<PostgresStore, Error> {
-    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a URL");
-    let options = options
-        .options([("search_path", schema)])
-        .application_name(name);
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(3)
-        .acquire_timeout(Duration::from_secs(2))
-        .test_before_acquire(false)
-        .connect_lazy_with(options);
-    PostgresStore::from_pool(pool).await
-}
-
-/// A child process of this test binary.
-fn spawn_child(mode: &str, url: &str, schema: &str, extra: &[(&str, String)]) -> Child {
-    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
-    command
-        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, mode)
-        .env("IDEM_PG_URL", url)
-        .env("IDEM_PG_SCHEMA", schema)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null());
-    for (name, value) in extra {
-        command.env(name, value);
-    }
-    command.spawn().expect("spawn a child")
-}
-
-/// What children say, line by line, tagged with the child's number.
-fn listen(child: &mut Child, n: usize, lines: mpsc::Sender<(usize, String)>) {
-    let stdout = child.stdout.take().expect("piped");
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines.send((n, line)).is_err() {
-                return;
-            }
-        }
-    });
-}
-
-/// The child: does what `IDEM_PG_CHILD` says (nothing without it).
-#[test]
-fn child() {
-    let Ok(mode) = std::env::var(CHILD_ENV) else {
-        return;
-    };
-    let var = |name: &str| std::env::var(name).expect(name);
-    let (url, schema) = (var("IDEM_PG_URL"), var("IDEM_PG_SCHEMA"));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    // The test harness has printed `test child ... ` without a newline: end that line first.
-    println!();
-    runtime.block_on(async move {
-        let say = |line: String| println!("{line}");
-        match mode.as_str() {
-            // Calls random keys forever (until killed), saying where it is and what it got.
-            "worker" => {
-                let keys: usize = var("IDEM_PG_KEYS").parse().expect("a number");
-                let store = loop {
-                    match open(&url, &schema, "idem-fault-worker").await {
-                        Ok(store) => break store,
-                        Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                    }
-                };
-                loop {
-                    let key = rand::rng().random_range(0..keys);
-                    let memo = format!("key-{key}");
-                    say(format!("call {memo}"));
-                    match pay(&store, &memo, 5, |phase| say(format!("phase {phase}"))).await {
-                        Ok(id) => say(format!("ack {memo} {id}")),
-                        Err(error) => {
-                            say(format!("err {memo} {error:?}").replace('\n', " "));
-                            tokio::time::sleep(Duration::from_millis(20)).await;
-                        }
-                    }
-                }
-            }
-            // One call of the crash loop's key, once told to go.
-            "crash" => {
-                let store = open(&url, &schema, "idem-crash-loop").await.expect("open");
-                say("ready".to_owned());
-                match pay(&store, "crash", 10, |phase| say(format!("phase {phase}"))).await {
-                    Ok(id) => say(format!("ack crash {id}")),
-                    Err(error) => say(format!("err crash {error:?}").replace('\n', " ")),
-                }
-                // Wait to be killed: every run of the loop ends with a SIGKILL.
-                tokio::time::sleep(Duration::from_secs(60)).await;
-            }
-            // Plain (not transactional) calls of every key of the race, in a random order.
-            "store-race" => {
-                let store = open(&url, &schema, "idem-store-race").await.expect("open");
-                let mut keys: Vec<usize> = (0..RACE_KEYS).collect();
-                keys.shuffle(&mut rand::rng());
-                for key in keys {
-                    let memo = format!("race-{key}");
-                    match plain(&store, &memo, Duration::from_millis(2)).await {
-                        Ok(id) => say(format!("ack {memo} {id}")),
-                        Err(error) => say(format!("err {memo} {error:?}").replace('\n', " ")),
-                    }
-                }
-            }
-            // A plain call that never finishes: killed mid-call.
-            "store-hang" => {
-                let store = open(&url, &schema, "idem-store-hang").await.expect("open");
-                let _ = plain(&store, "hang", Duration::from_secs(60)).await;
-            }
-            other => panic!("unknown child mode {other}"),
-        }
-    });
-}
-
-/// What the checks found.
-#[derive(Default, Debug)]
-struct Ledger {
-    duplicates: usize,
-    lost: usize,
-    interrupted: usize,
-    orphans: usize,
-    rows: i64,
-}
-
-/// Checks the ledger and idem's records after the chaos: every key called once more in a
-/// clean process state must answer (replay or run), every acknowledged id must be the one
-/// replayed, and no `(memo, part)` may have two rows.
-async fn check(
-    url: &str,
-    schema: &str,
-    memos: &BTreeSet<String>,
-    acks: &BTreeMap<String, BTreeSet<i64>>,
-) -> Ledger {
-    let store = open(url, schema, "idem-fault-check").await.expect("open");
-    let mut found = Ledger::default();
-    // Every key with a row, whether or not its call was heard.
-    let written: Vec<String> = sqlx::query_scalar("SELECT DISTINCT memo FROM ledger")
-        .fetch_all(store.pool())
-        .await
-        .expect("read the ledger");
-    let memos: BTreeSet<String> = memos.iter().cloned().chain(written).collect();
-    let memos = &memos;
-    // Nothing may be left claimed: a transactional claim never commits in progress.
-    let claimed: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM idem_records WHERE state = 'in_progress' \
-         AND expires_at_ms > idem_now_ms()",
-    )
-    .fetch_one(store.pool())
-    .await
-    .expect("count claims");
-    found.orphans += usize::try_from(claimed).unwrap_or(usize::MAX);
-    for memo in memos {
-        match pay(&store, memo, 0, |_| {}).await {
-            Ok(id) => {
-                let acked = acks.get(memo).cloned().unwrap_or_default();
-                // Every id a caller was given is the one the record replays.
-                found.lost += acked.iter().filter(|a| **a != id).count();
-            }
-            Err(Failure::Idem(Error::Interrupted { .. })) => found.interrupted += 1,
-            Err(other) => panic!("the final call of {memo} failed: {other:?}"),
-        }
-        let shared: Arc<dyn Store> = Arc::new(store.clone());
-        let _ = shared;
-    }
-    let duplicated: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT memo, part FROM ledger GROUP BY memo, part \
-         HAVING count(*) > 1) AS d",
-    )
-    .fetch_one(store.pool())
-    .await
-    .expect("count duplicates");
-    found.duplicates = usize::try_from(duplicated).unwrap_or(usize::MAX);
-    found.rows = sqlx::query_scalar("SELECT count(*) FROM ledger")
-        .fetch_one(store.pool())
-        .await
-        .expect("count rows");
-    // Every key ran exactly once: its two rows, and a completed record.
-    let complete: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM idem_records WHERE state = 'completed' \
-         AND expires_at_ms > idem_now_ms()",
-    )
-    .fetch_one(store.pool())
-    .await
-    .expect("count records");
-    assert_eq!(found.rows, 2 * memos.len() as i64, "two rows per key");
-    assert_eq!(complete, memos.len() as i64, "one record per key");
-    found
-}
+use tools::{PAY, RACE_KEYS, create_ledger, open, plain, turn};
 
 #[test]
 fn transactional_calls_survive_kills_terminations_and_restarts() {
@@ -631,13 +337,7 @@ fn a_plain_call_killed_mid_call_holds_its_key_until_the_lease_ends() {
         plain(&store, "hang", Duration::ZERO)
             .await
             .expect("runs after the lease");
-        let claimed: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM idem_records WHERE state = 'in_progress' \
-             AND expires_at_ms > idem_now_ms()",
-        )
-        .fetch_one(store.pool())
-        .await
-        .expect("count");
+        let claimed = live_records(&store, "in_progress").await;
         assert_eq!(claimed, 0, "nothing left claimed");
         sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(store.pool())
