@@ -15,6 +15,67 @@ use idem_tools_runtime::{Error, Key};
 
 use crate::ledger::Ledger;
 
+/// Writes the `Store` methods listed, each handing its call of `self.inner` to `$through` (a
+/// function of the call, as a closure, returning the wrapper's answer): what a wrapper does
+/// not change, it forwards in one line.
+macro_rules! forward {
+    ($through:path; $($method:ident)*) => { $( forward!(@one $through, $method); )* };
+    (@one $t:path, begin) => {
+        fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+            $t(move || self.inner.begin(req))
+        }
+    };
+    (@one $t:path, renew) => {
+        fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+            $t(move || self.inner.renew(lease, duration))
+        }
+    };
+    (@one $t:path, complete) => {
+        fn complete<'a>(
+            &'a self,
+            lease: &'a Lease,
+            result: &'a [u8],
+            ttl: Duration,
+        ) -> StoreFuture<'a, ()> {
+            $t(move || self.inner.complete(lease, result, ttl))
+        }
+    };
+    (@one $t:path, release) => {
+        fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+            $t(move || self.inner.release(lease))
+        }
+    };
+    (@one $t:path, get) => {
+        fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+            $t(move || self.inner.get(namespace, key))
+        }
+    };
+    (@one $t:path, purge_expired) => {
+        fn purge_expired(&self) -> StoreFuture<'_, u64> {
+            $t(move || self.inner.purge_expired())
+        }
+    };
+    (@one $t:path, list) => {
+        fn list<'a>(
+            &'a self,
+            namespace: Option<&'a str>,
+            limit: usize,
+        ) -> StoreFuture<'a, Vec<Record>> {
+            $t(move || self.inner.list(namespace, limit))
+        }
+    };
+    (@one $t:path, remove) => {
+        fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+            $t(move || self.inner.remove(namespace, key))
+        }
+    };
+}
+
+/// The call, unchanged.
+fn passed<'a, T>(call: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+    call()
+}
+
 /// Wall-clock milliseconds that follow Tokio's clock, so a paused runtime's virtual time moves
 /// the store's leases and TTLs too.
 #[derive(Debug, Clone, Copy)]
@@ -53,12 +114,6 @@ impl Observed {
 }
 
 impl Store for Observed {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        self.inner.begin(req)
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        self.inner.renew(lease, duration)
-    }
     fn complete<'a>(
         &'a self,
         lease: &'a Lease,
@@ -79,25 +134,7 @@ impl Store for Observed {
             }
         })
     }
-    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        self.inner.release(lease)
-    }
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        self.inner.get(namespace, key)
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.inner.purge_expired()
-    }
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        self.inner.list(namespace, limit)
-    }
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        self.inner.remove(namespace, key)
-    }
+    forward!(passed; begin renew release get purge_expired list remove);
 }
 
 /// Sits where the engine meets the store (above the injected faults) and tells the ledger
@@ -130,9 +167,6 @@ impl Drop for Pending<'_> {
 }
 
 impl Store for Renewals {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        self.inner.begin(req)
-    }
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
         Box::pin(async move {
             let mut pending = Pending {
@@ -145,33 +179,7 @@ impl Store for Renewals {
             result
         })
     }
-    fn complete<'a>(
-        &'a self,
-        lease: &'a Lease,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.complete(lease, result, ttl)
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        self.inner.release(lease)
-    }
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        self.inner.get(namespace, key)
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.inner.purge_expired()
-    }
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        self.inner.list(namespace, limit)
-    }
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        self.inner.remove(namespace, key)
-    }
+    forward!(passed; begin complete release get purge_expired list remove);
 }
 
 /// A broken store for the harness's self-test: it forgets completions, turning `begin` of a
@@ -198,36 +206,7 @@ impl Store for Forgetful {
             self.inner.begin(req).await
         })
     }
-    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        self.inner.renew(lease, duration)
-    }
-    fn complete<'a>(
-        &'a self,
-        lease: &'a Lease,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.complete(lease, result, ttl)
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        self.inner.release(lease)
-    }
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        self.inner.get(namespace, key)
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.inner.purge_expired()
-    }
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        self.inner.list(namespace, limit)
-    }
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        self.inner.remove(namespace, key)
-    }
+    forward!(passed; renew complete release get purge_expired list remove);
 }
 
 thread_local! {
@@ -270,39 +249,7 @@ fn slowed<'a, T: Send + 'a>(op: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFut
 }
 
 impl Store for SlowReplies {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        slowed(|| self.inner.begin(req))
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        slowed(|| self.inner.renew(lease, duration))
-    }
-    fn complete<'a>(
-        &'a self,
-        lease: &'a Lease,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        slowed(|| self.inner.complete(lease, result, ttl))
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        slowed(|| self.inner.release(lease))
-    }
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        slowed(|| self.inner.get(namespace, key))
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        slowed(|| self.inner.purge_expired())
-    }
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        slowed(|| self.inner.list(namespace, limit))
-    }
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        slowed(|| self.inner.remove(namespace, key))
-    }
+    forward!(slowed; begin renew complete release get purge_expired list remove);
 }
 
 /// A store whose operations take effect when first polled, like a network store's (the memory
@@ -319,40 +266,15 @@ impl Lazy {
     }
 }
 
+/// The call, made when its answer is first polled.
+fn on_first_poll<'a, T: Send + 'a>(
+    call: impl FnOnce() -> StoreFuture<'a, T> + Send + 'a,
+) -> StoreFuture<'a, T> {
+    Box::pin(async move { call().await })
+}
+
 impl Store for Lazy {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        Box::pin(async move { self.inner.begin(req).await })
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.inner.renew(lease, duration).await })
-    }
-    fn complete<'a>(
-        &'a self,
-        lease: &'a Lease,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.inner.complete(lease, result, ttl).await })
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        Box::pin(async move { self.inner.release(lease).await })
-    }
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(async move { self.inner.get(namespace, key).await })
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        Box::pin(async move { self.inner.purge_expired().await })
-    }
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        Box::pin(async move { self.inner.list(namespace, limit).await })
-    }
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        Box::pin(async move { self.inner.remove(namespace, key).await })
-    }
+    forward!(on_first_poll; begin renew complete release get purge_expired list remove);
 }
 
 /// A store whose every operation returns `Pending` once (waking itself) before it runs: each
@@ -368,8 +290,9 @@ impl YieldOnce {
     }
 }
 
-/// Pending once, then `work`.
-fn yield_then<'a, T: Send + 'a>(work: StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+/// The call, made now; then pending once, then its answer.
+fn yield_then<'a, T: Send + 'a>(call: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFuture<'a, T> {
+    let work = call();
     Box::pin(async move {
         let mut yielded = false;
         std::future::poll_fn(|cx| {
@@ -386,37 +309,5 @@ fn yield_then<'a, T: Send + 'a>(work: StoreFuture<'a, T>) -> StoreFuture<'a, T> 
 }
 
 impl Store for YieldOnce {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        yield_then(self.inner.begin(req))
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        yield_then(self.inner.renew(lease, duration))
-    }
-    fn complete<'a>(
-        &'a self,
-        lease: &'a Lease,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        yield_then(self.inner.complete(lease, result, ttl))
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        yield_then(self.inner.release(lease))
-    }
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        yield_then(self.inner.get(namespace, key))
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        yield_then(self.inner.purge_expired())
-    }
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        yield_then(self.inner.list(namespace, limit))
-    }
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        yield_then(self.inner.remove(namespace, key))
-    }
+    forward!(yield_then; begin renew complete release get purge_expired list remove);
 }
