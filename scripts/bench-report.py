@@ -4,6 +4,7 @@
     scripts/bench-report.py                      # cargo bench --bench calls, then --bench scale
     scripts/bench-report.py --features sqlite    # also the SQLite rows (redis: set IDEM_REDIS_URL)
     scripts/bench-report.py --stores sqlite,redis   # idem bench on each store, next to its floor
+    scripts/postgres-test-server.sh run scripts/bench-report.py --stores postgres   # PostgreSQL
     scripts/bench-report.py --stores sqlite --instructions   # and callgrind counts per call
     scripts/bench-report.py --no-run             # only read the results of the last run
 
@@ -74,8 +75,16 @@ def store_urls(stores, workdir):
                 sys.stderr.write("redis: skipped (IDEM_REDIS_URL is not set)\n")
                 continue
             urls.append(("redis", ["--redis", url]))
+        elif store == "postgres":
+            url = os.environ.get("IDEM_POSTGRES_URL")
+            if not url:
+                sys.stderr.write("postgres: skipped (IDEM_POSTGRES_URL is not set)\n")
+                continue
+            # A schema of its own per run, as the SQLite runs get a file of their own.
+            schema = "idem_bench_" + Path(workdir).name.lower().replace("-", "_").strip("_")
+            urls.append(("postgres", ["--postgres", url, "--schema", schema]))
         else:
-            sys.exit(f"--stores: unknown store {store!r} (sqlite, redis)")
+            sys.exit(f"--stores: unknown store {store!r} (sqlite, redis, postgres)")
     return urls
 
 
@@ -252,7 +261,7 @@ def build_rows(est, scale, stores=None, instructions=None):
     small_base = {k: med("calls", f, "small") for k, f in (("bare", "bare"), ("floor", "floor"),
                                                             ("cached", "cached_hit"),
                                                             ("naive", "naive_hit"))}
-    for store in ("sqlite", "redis"):
+    for store in ("sqlite", "redis"):  # criterion's rows (PostgreSQL: `idem bench` only)
         replay, first = med(store, "replay", "small"), med(store, "first", "small")
         if replay is not None:
             add(f"{store} replay", "small", replay, base=small_base)
@@ -399,7 +408,8 @@ def main():
     parser.add_argument("--features", default=os.environ.get("IDEM_BENCH_FEATURES", ""),
                         help="cargo features for the benches (sqlite, redis)")
     parser.add_argument("--stores", default="",
-                        help="run `idem bench` on these stores (sqlite, redis), comma-separated")
+                        help="run `idem bench` on these stores (sqlite, redis, postgres), "
+                        "comma-separated")
     parser.add_argument("--instructions", action="store_true",
                         help="with --stores: count instructions per call with callgrind")
     parser.add_argument("--no-criterion", action="store_true",

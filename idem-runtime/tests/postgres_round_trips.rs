@@ -126,3 +126,62 @@ async fn a_transactional_call_costs_one_round_trip_more_than_its_writes() {
     conn.close_on_drop();
     let _ = conn.ping().await;
 }
+
+/// A replay is answered by the plain read of the `begin` statement: `idem_begin`, the
+/// PL/pgSQL function that claims, is not called for a live record (it costs about twice the
+/// read). Shown by replacing the function with one that fails: replays still answer, a new
+/// key fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_is_a_plain_read_that_calls_no_function() {
+    let Some(url) = postgres_url("a_replay_is_a_plain_read_that_calls_no_function") else {
+        return;
+    };
+    let schema = unique_schema("read");
+    let options: sqlx::postgres::PgConnectOptions = url.parse().expect("a URL");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(options.options([("search_path", schema.as_str())]));
+    sqlx::raw_sql(&format!("CREATE SCHEMA {schema}"))
+        .execute(&pool)
+        .await
+        .expect("create the schema");
+    let store = PostgresStore::from_pool(pool.clone()).await.expect("open");
+    let turn = Turn::new("read").with_store(Arc::new(store));
+    let pay = |n: i64| {
+        let mut args = ArgsDigest::new(PAY.name);
+        args.arg("n", &n).expect("encodes");
+        let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), PAY.name, 1);
+        let call = Call::new(&PAY, &turn, key, fingerprint);
+        idem_tools_runtime::execute(
+            call,
+            Codec::ok_only(),
+            async move { Ok::<_, Error>(n * 10) },
+        )
+    };
+    assert_eq!(pay(1).await.expect("runs"), 10);
+    sqlx::raw_sql(
+        "CREATE OR REPLACE FUNCTION idem_begin(
+             p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_lease_ms bigint,
+             p_token bigint, p_max_attempts bigint, p_turn bytea, p_max_calls bigint,
+             p_window_ms bigint, p_claim boolean, p_lock_timeout_ms bigint)
+         RETURNS TABLE (o_answer text, o_state text, o_fingerprint bytea, o_result bytea,
+                        o_token bigint, o_n bigint, o_lim bigint)
+         LANGUAGE plpgsql VOLATILE AS $$
+         BEGIN RAISE EXCEPTION 'idem_begin was called'; END $$;",
+    )
+    .execute(&pool)
+    .await
+    .expect("replace idem_begin");
+    for _ in 0..3 {
+        assert_eq!(pay(1).await.expect("replays without idem_begin"), 10);
+    }
+    let fresh = pay(2).await;
+    assert!(
+        matches!(&fresh, Err(Error::Store { .. })) && format!("{fresh:?}").contains("was called"),
+        "a new key needs idem_begin: {fresh:?}"
+    );
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&pool)
+        .await
+        .expect("drop");
+}

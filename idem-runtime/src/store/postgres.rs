@@ -114,9 +114,18 @@ impl Sql {
         let now = "WITH c AS (SELECT {s}idem_now_ms() AS now)";
         Sql {
             prefix: prefix.to_owned(),
+            // A live record (a replay, a wait) is answered by the plain read, as `idem_begin`
+            // itself would answer it but without a PL/pgSQL call: the function runs only when
+            // the read found nothing (`NOT EXISTS` over the read is a one-time filter, so
+            // PostgreSQL does not call it otherwise). One round trip either way.
             begin: q(
-                "SELECT o_answer, o_state, o_fingerprint, o_result, o_token, o_n, o_lim \
-                 FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+                "WITH live AS (SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token, \
+                 r.attempts, NULL::bigint FROM {s}idem_records AS r \
+                 WHERE r.namespace = $1 AND r.key = $2 AND r.expires_at_ms > {s}idem_now_ms()) \
+                 SELECT * FROM live UNION ALL \
+                 SELECT o_answer, o_state, o_fingerprint, o_result, o_token, o_n, o_lim \
+                 FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 WHERE NOT EXISTS (SELECT 1 FROM live)",
             ),
             renew: q(&format!(
                 "{now} UPDATE {{s}}idem_records AS r SET expires_at_ms = c.now + $1 FROM c \

@@ -1,7 +1,9 @@
 //! `idem_begin`: the claim of [`Store::begin`](crate::store::Store::begin) and the charge of a
 //! transactional call, and how a claim whose caller gave up is given back after it lands.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgRow};
@@ -156,11 +158,12 @@ impl PostgresStore {
 }
 
 impl PostgresStore {
-    /// [`Store::begin`](crate::store::Store::begin): claims in a task of its own.
+    /// [`Store::begin`](crate::store::Store::begin): the claim runs in the caller's task while
+    /// the caller waits for it, and in a task of its own if the caller gives up first.
     pub(super) fn begin_claim<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        // The claim runs in a task of its own, so that a caller giving up cannot cut it off
-        // half-way; a `release` with its token waits for it (see `pending`). Nothing happens
-        // before the first poll.
+        // A claim is never cut off half-way: a caller giving up hands the rest to a task of its
+        // own (see `Landing`), and a `release` with its token waits for it (see `pending`).
+        // Nothing happens before the first poll.
         let owned = OwnedBegin::from(&req);
         Box::pin(async move {
             let store = self.clone();
@@ -174,14 +177,7 @@ impl PostgresStore {
                 drop(landed);
                 answer
             };
-            let answer = match tokio::runtime::Handle::try_current() {
-                Ok(runtime) => runtime
-                    .spawn(claim)
-                    .await
-                    .map_err(|e| Error::store("begin", e))??,
-                Err(_) => claim.await?,
-            };
-            match answer {
+            match Landing(Some(Box::pin(claim))).await? {
                 Answer::Begin(begin) => {
                     if begin == Begin::Claimed {
                         self.housekeeping();
@@ -195,5 +191,37 @@ impl PostgresStore {
                 )),
             }
         })
+    }
+}
+
+/// A claim on its way to the database, polled by the caller that waits for it. Dropped before
+/// it answers (the caller gave up), it finishes in a task of its own: the claim lands, and the
+/// `release` the engine sends for it (which waits for the landing) gives it back. Outside a
+/// runtime it is dropped, and a claim that landed anyway ends with its lease.
+struct Landing(Option<Pin<Box<dyn Future<Output = Result<Answer>> + Send>>>);
+
+impl Future for Landing {
+    type Output = Result<Answer>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Answer>> {
+        let Some(claim) = self.0.as_mut() else {
+            return Poll::Ready(Err(Error::store(
+                "begin",
+                "the claim was polled after it answered",
+            )));
+        };
+        let answer = std::task::ready!(claim.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(answer)
+    }
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        if let Some(rest) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            drop(runtime.spawn(rest));
+        }
     }
 }
