@@ -385,3 +385,33 @@ fn a_marker_that_expires_while_its_answer_travels_is_a_true_refusal() {
         lazy: false,
     });
 }
+
+/// Found as seed 2199023255842 of the SQLite real-time mode; a harness defect. Five failed
+/// `complete`s put the background recording's last attempt about 155 ms after the call, past
+/// the real-time settle (150 ms). The harness read the single-flight entries once, before
+/// waiting for the tasks, and counted the entry the recording still held as a leak, though it
+/// ended with its task. Both are now read after the wait.
+#[test]
+fn a_recording_retried_past_the_settle_is_not_a_leak() {
+    let _serial = crate::serial();
+    let quiet = |turn| {
+        let mut attempt = call(Tool::Plain, 0, 0, End::Ok);
+        attempt.turn = turn;
+        attempt.body.effect = false;
+        attempt
+    };
+    let schedule = Schedule {
+        seed: 2199023255842,
+        limit: 2,
+        chains: vec![chain(0, vec![quiet(1), quiet(0)])],
+        faults: vec![FaultSpec {
+            op: Op::Complete,
+            nth: 1,
+            fault: Fault::FailBefore,
+            repeat: 5,
+        }],
+        lazy: false,
+    };
+    let verdict = run::realtime(&schedule, Backend::Memory);
+    assert!(!verdict.failed(), "{schedule:#?}\n{verdict:#?}");
+}

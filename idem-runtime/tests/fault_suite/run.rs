@@ -246,21 +246,22 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
             );
         }
     }
-    let flights = flights_registered() as u64;
     let alive = || {
         tokio::runtime::Handle::current()
             .metrics()
             .num_alive_tasks()
             .saturating_sub(store_tasks) as u64
     };
-    // In real time, a store client's own short-lived tasks (a sqlx pool's ping of each
-    // connection it takes back) may still run on a loaded machine: a leak is a task that does
-    // not end. (Paused time would fire every timer of a leaked task instead: no patience.)
-    let mut tasks = alive();
+    // In real time, background work may outlast the settle on a loaded machine (a recording
+    // retried with backoff after a store fault, a sqlx pool's ping of each connection it takes
+    // back): a leak is a single-flight entry or a task that does not end. The entry and the
+    // task that holds it end together, so both are read after the wait. (Paused time would
+    // fire every timer of a leaked task instead: no patience.)
+    let (mut flights, mut tasks) = (flights_registered() as u64, alive());
     let patience = tokio::time::Instant::now() + Duration::from_secs(2);
-    while tasks > 0 && settle.leases.is_none() && tokio::time::Instant::now() < patience {
+    while flights + tasks > 0 && settle.leases.is_none() && tokio::time::Instant::now() < patience {
         tokio::time::sleep(Duration::from_millis(20)).await;
-        tasks = alive();
+        (flights, tasks) = (flights_registered() as u64, alive());
     }
     if flights + tasks > 0 {
         ledger.problem(
