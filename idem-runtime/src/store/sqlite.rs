@@ -241,15 +241,8 @@ impl SqliteStore {
     /// [`Error::Store`], instead of [`DEFAULT_BUSY_TIMEOUT`].
     #[must_use]
     pub fn with_busy_timeout(self, timeout: Duration) -> Self {
+        // The store's thread sets it on the connection when it next takes it.
         self.writer.set_busy_timeout(timeout);
-        // Operations run in order, so every later one waits `timeout`. If the thread is gone,
-        // every call fails anyway.
-        let _ = self.submit("with_busy_timeout", false, false, None, move |worker| {
-            if let Err(error) = worker.conn.busy_timeout(timeout) {
-                tracing::warn!(target: "idem", %error, "could not set the SQLite busy timeout");
-            }
-            Ok(Ok(()))
-        });
         self
     }
 

@@ -103,9 +103,9 @@ pub(super) fn serve(writer: Arc<Writer>, queue: Receiver<Job>) {
         }
         let clock = thread.writer.clock();
         {
-            let conn = thread.writer.lock();
+            let held = thread.writer.lock();
             let writes = batch.iter().filter(|op| op.may_write()).count();
-            let mut worker = Worker::new(&conn, &*clock, writes > 1);
+            let mut worker = Worker::new(&held.conn, &*clock, writes > 1);
             // A panic in an operation must not take the connection down with it: the batch's
             // callers are told the thread did not answer, and its transaction is rolled back.
             let ran = catch_unwind(AssertUnwindSafe(|| worker.run_batch(&mut batch)));
@@ -138,8 +138,8 @@ impl Thread {
     /// the file nor the WAL grows without bound when nobody calls
     /// [`Store::purge_expired`](crate::store::Store::purge_expired).
     fn maintain(&mut self, clock: &dyn Clock) {
-        let conn = self.writer.lock();
-        let mut worker = Worker::new(&conn, clock, false);
+        let held = self.writer.lock();
+        let mut worker = Worker::new(&held.conn, clock, false);
         let now = worker.now;
         let after = self.sweep_after.take();
         let swept = worker.sweep(after.as_deref(), now).and_then(|(_, next)| {
@@ -151,7 +151,7 @@ impl Thread {
         }
         // Writes never checkpoint by themselves (`wal_autocheckpoint` is off): a checkpoint
         // syncs the file, which a caller writing in place must not wait for.
-        let checkpoint = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        let checkpoint = held.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
         if let Err(error) = checkpoint {
             tracing::warn!(target: "idem", %error, "could not checkpoint the SQLite WAL");
         }

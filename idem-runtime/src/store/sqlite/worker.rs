@@ -19,7 +19,7 @@ use crate::clock::Clock;
 
 /// The writing connection, shared by the store's thread and callers that write in place.
 pub(super) struct Writer {
-    conn: Mutex<Connection>,
+    conn: Mutex<Held>,
     /// How long the thread waits for another process's write lock (callers never wait).
     busy_timeout_ms: AtomicU64,
     /// The clock the thread reads (callers read the store's).
@@ -30,9 +30,13 @@ pub(super) struct Writer {
 }
 
 impl Writer {
+    /// `conn` has `busy_timeout` set already.
     pub(super) fn new(conn: Connection, busy_timeout: Duration, clock: Arc<dyn Clock>) -> Self {
         Writer {
-            conn: Mutex::new(conn),
+            conn: Mutex::new(Held {
+                conn,
+                busy: busy_timeout,
+            }),
             busy_timeout_ms: AtomicU64::new(duration_ms(busy_timeout)),
             clock: RwLock::new(clock),
             writes: AtomicU32::new(0),
@@ -52,8 +56,15 @@ impl Writer {
         Arc::clone(&self.clock.read().unwrap_or_else(PoisonError::into_inner))
     }
 
-    pub(super) fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    /// The connection for the store's thread, which waits up to the busy timeout for another
+    /// process's write lock.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Held> {
+        let mut held = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        let timeout = Duration::from_millis(self.busy_timeout_ms.load(Ordering::SeqCst));
+        if let Err(error) = held.wait_up_to(timeout) {
+            tracing::warn!(target: "idem", %error, "could not set the SQLite busy timeout");
+        }
+        held
     }
 
     /// Counts `n` writes; whether that makes maintenance due.
@@ -71,18 +82,31 @@ impl Writer {
         due: &mut bool,
         work: &mut dyn FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>>,
     ) -> Option<Result<T>> {
-        let conn = self.conn.try_lock().ok()?;
-        conn.busy_timeout(Duration::ZERO).ok()?;
-        let mut worker = Worker::new(&conn, clock, false);
+        let mut held = self.conn.try_lock().ok()?;
+        held.wait_up_to(Duration::ZERO).ok()?;
+        let mut worker = Worker::new(&held.conn, clock, false);
         let done = work(&mut worker);
         let wrote = worker.wrote;
-        let timeout = Duration::from_millis(self.busy_timeout_ms.load(Ordering::SeqCst));
-        if let Err(error) = conn.busy_timeout(timeout) {
-            tracing::warn!(target: "idem", %error, "could not set the SQLite busy timeout");
-        }
-        drop(conn);
+        drop(held);
         *due = wrote && self.wrote(1);
         done.ok()
+    }
+}
+
+/// The writing connection, and the busy timeout it has now: set only when it changes (the
+/// callers that write in place want none, the store's thread the store's), not twice per call.
+pub(super) struct Held {
+    pub(super) conn: Connection,
+    busy: Duration,
+}
+
+impl Held {
+    fn wait_up_to(&mut self, timeout: Duration) -> rusqlite::Result<()> {
+        if self.busy != timeout {
+            self.conn.busy_timeout(timeout)?;
+            self.busy = timeout;
+        }
+        Ok(())
     }
 }
 
