@@ -9,11 +9,9 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -21,6 +19,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use idem_test_support::{Kid, TempDir};
 use idem_tools::http::{IDEMPOTENCY_KEY, IdempotencyKey};
 use idem_tools::store::{RecordState, Store};
 use idem_tools::{SqliteStore, Turn, current_key, idempotent};
@@ -250,13 +249,13 @@ fn child() {
 #[test]
 fn a_worker_killed_after_the_api_charged_is_retried_and_the_api_charges_once() {
     let api = PaymentApi::start();
-    let dir = TempDir::new();
+    let dir = TempDir::new("http-key");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
 
-    let mut first = Kid::spawn("die_before_recording", &dir, &api.url);
+    let mut first = worker("die_before_recording", &dir, &api.url);
     let key = first.expect("KEY ");
     let charged = first.wait_for(&api.charged, "the API to make the charge");
     assert_eq!(charged, key, "the charge was made under another key");
@@ -272,7 +271,7 @@ fn a_worker_killed_after_the_api_charged_is_retried_and_the_api_charges_once() {
         "the killed worker recorded its result"
     );
 
-    let mut retry = Kid::spawn("retry", &dir, &api.url);
+    let mut retry = worker("retry", &dir, &api.url);
     assert_eq!(retry.expect("KEY "), key, "the retry derived another key");
     let receipt = retry.expect("RESULT ");
     retry.finish();
@@ -407,133 +406,15 @@ async fn two_different_requests_under_the_calls_one_key_are_refused_by_the_api()
 // ---------------------------------------------------------------------------------------------
 // Processes and files
 
-/// A fresh directory under the system temp dir, deleted on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new() -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("idem-http-key-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("idem.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A running worker and the lines it prints.
-struct Kid {
-    process: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Kid {
-    fn spawn(mode: &str, dir: &TempDir, url: &str) -> Kid {
-        let mut process = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, mode)
-            .env(DB_ENV, dir.db())
-            .env(URL_ENV, url)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = process.stdout.take().unwrap();
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Kid { process, lines }
-    }
-
-    /// Waits for a line containing `prefix` and returns what follows it.
-    fn expect(&mut self, prefix: &str) -> String {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                // libtest may print `test child ... ` before the test's own first line.
-                Ok(line) => {
-                    if let Some(at) = line.find(prefix) {
-                        return line[at + prefix.len()..].trim().to_owned();
-                    }
-                }
-                Err(error) => {
-                    let _ = self.process.kill();
-                    panic!("the worker never printed {prefix:?}: {error}");
-                }
-            }
-        }
-    }
-
-    /// Waits for `what` to arrive on `signal`, while the worker lives.
-    fn wait_for<T>(&mut self, signal: &mpsc::Receiver<T>, what: &str) -> T {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            match signal.recv_timeout(Duration::from_millis(50)) {
-                Ok(value) => return value,
-                Err(mpsc::RecvTimeoutError::Disconnected) => panic!("no one sends {what}"),
-                Err(mpsc::RecvTimeoutError::Timeout) => {}
-            }
-            if let Ok(Some(status)) = self.process.try_wait() {
-                panic!("the worker exited ({status}) before {what}");
-            }
-            if Instant::now() > deadline {
-                let _ = self.process.kill();
-                panic!("waited {TIMEOUT:?} for {what}");
-            }
-        }
-    }
-
-    /// Waits for the worker to exit, which it must do successfully.
-    fn finish(&mut self) {
-        let deadline = Instant::now() + TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(_) => {}
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let _ = self.process.kill();
-                    panic!("the worker did not finish");
-                }
-            }
-        }
-        let status = self.process.wait().unwrap();
-        assert!(status.success(), "the worker failed: {status}");
-    }
-
-    /// `SIGKILL`: no destructor, no clean-up, no chance to record anything.
-    fn kill(&mut self) {
-        self.process.kill().unwrap();
-        self.process.wait().unwrap();
-    }
-}
-
-impl Drop for Kid {
-    /// A failing test must not leave its workers behind.
-    fn drop(&mut self) {
-        if let Ok(None) = self.process.try_wait() {
-            let _ = self.process.kill();
-            let _ = self.process.wait();
-        }
-    }
+/// A worker running `mode` on `dir`'s database against the API at `url`.
+fn worker(mode: &str, dir: &TempDir, url: &str) -> Kid {
+    Kid::spawn(
+        "child",
+        [
+            (CHILD_ENV, PathBuf::from(mode)),
+            (DB_ENV, dir.db()),
+            (URL_ENV, PathBuf::from(url)),
+        ],
+        TIMEOUT,
+    )
 }

@@ -19,32 +19,18 @@ mod schedule;
 #[path = "fault_suite/stores.rs"]
 mod stores;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use idem_test_support::TempDir;
 use idem_tools_runtime::store::{SqliteStore, Store};
 
 use modes::{budget, mode, realtime_shape, seeds};
 use run::{Backend, Opener};
 
-/// A directory of this run's database files, deleted at the end.
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn sqlite_realtime() {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    let dir =
-        Dir(std::env::temp_dir().join(format!("idem-fault-suite-{}-{nanos}", std::process::id())));
-    std::fs::create_dir_all(&dir.0).expect("the temp dir is writable");
+    let dir = TempDir::new("fault-suite");
     let root = dir.0.clone();
     let files = Arc::new(AtomicU64::new(0));
     let open: Opener = Arc::new(move |clock| {

@@ -7,15 +7,14 @@
 #![cfg(all(feature = "sqlite", unix))]
 
 mod sqlite_common;
+use idem_test_support::Kid;
 use idem_tools_runtime::Codec;
 use sqlite_common::TempDir;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use idem_tools_runtime::clock::{Clock, SystemClock};
@@ -214,100 +213,25 @@ fn child() {
     }
 }
 
-/// A running child and the lines it prints.
-struct Kid {
-    process: Child,
-    lines: mpsc::Receiver<String>,
-}
-
-impl Kid {
-    fn spawn(mode: &str, dir: &TempDir) -> Kid {
-        let mut process = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
-            .env(CHILD_ENV, mode)
-            .env(DB_ENV, dir.db())
-            .env(LOG_ENV, dir.path("side-effects.log"))
-            .env(GO_ENV, dir.path("go"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = process.stdout.take().unwrap();
-        let (send, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if send.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Kid { process, lines }
-    }
-
-    /// Waits for a line containing `prefix` and returns what follows it.
-    fn expect(&mut self, prefix: &str) -> String {
-        let deadline = Instant::now() + CHILD_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    // libtest prints `test child ... ` before the test's own first line.
-                    if let Some(at) = line.find(prefix) {
-                        return line[at + prefix.len()..].trim().to_owned();
-                    }
-                }
-                Err(error) => {
-                    let _ = self.process.kill();
-                    panic!("the child never printed {prefix:?}: {error}");
-                }
-            }
-        }
-    }
-
-    /// Lines left until the child exits, which it must do successfully.
-    fn finish(&mut self) -> Vec<String> {
-        let mut rest = Vec::new();
-        let deadline = Instant::now() + CHILD_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => rest.push(line),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
-                    let _ = self.process.kill();
-                    panic!("the child did not finish");
-                }
-            }
-        }
-        let status = self.process.wait().unwrap();
-        assert!(status.success(), "the child failed: {status}");
-        rest
-    }
-
-    /// `SIGKILL`: no destructor, no clean-up, no chance to record or release anything.
-    fn kill(&mut self) {
-        self.process.kill().unwrap();
-        self.process.wait().unwrap();
-    }
-}
-
-impl Drop for Kid {
-    /// A failing test must not leave its children behind.
-    fn drop(&mut self) {
-        if let Ok(None) = self.process.try_wait() {
-            let _ = self.process.kill();
-            let _ = self.process.wait();
-        }
-    }
+/// A child running `mode` on `dir`'s database, side-effect log and go-file.
+fn kid(mode: &str, dir: &TempDir) -> Kid {
+    Kid::spawn(
+        "child",
+        [
+            (CHILD_ENV, PathBuf::from(mode)),
+            (DB_ENV, dir.db()),
+            (LOG_ENV, dir.path("side-effects.log")),
+            (GO_ENV, dir.path("go")),
+        ],
+        CHILD_TIMEOUT,
+    )
 }
 
 #[tokio::test]
 async fn a_completed_call_is_replayed_after_its_process_is_killed() {
     let dir = TempDir::new("replay");
     let log = dir.path("side-effects.log");
-    let mut kid = Kid::spawn("complete_then_hang", &dir);
+    let mut kid = kid("complete_then_hang", &dir);
     let first = kid.expect("DONE");
     kid.kill();
     assert_eq!(log_lines(&log).len(), 1);
@@ -343,7 +267,7 @@ async fn a_call_killed_mid_execution_blocks_its_key_until_the_lease_expires() {
         })
     };
 
-    let mut kid = Kid::spawn("hang_mid_execution", &dir);
+    let mut kid = kid("hang_mid_execution", &dir);
     kid.expect("RUNNING");
     // While the child lives, it renews its lease: a retry waits, then gives up.
     let error = retry().await.unwrap_err();
@@ -376,7 +300,7 @@ async fn a_call_killed_mid_execution_blocks_its_key_until_the_lease_expires() {
 fn two_processes_racing_on_one_file_execute_each_key_once() {
     let dir = TempDir::new("race");
     let log = dir.path("side-effects.log");
-    let mut kids = [Kid::spawn("race", &dir), Kid::spawn("race", &dir)];
+    let mut kids = [kid("race", &dir), kid("race", &dir)];
     for kid in &mut kids {
         kid.expect("READY");
     }
@@ -417,7 +341,7 @@ fn the_budget_holds_across_restarted_processes() {
     let log = dir.path("side-effects.log");
     let mut answers = Vec::new();
     for _ in 0..5 {
-        let mut kid = Kid::spawn("fail_once", &dir);
+        let mut kid = kid("fail_once", &dir);
         answers.push(kid.expect("ANSWER"));
         kid.finish();
     }

@@ -4,7 +4,6 @@
 
 use idem_tools_runtime::Codec;
 use idem_tools_runtime::store::Charge;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -128,36 +127,8 @@ pub fn idem_on_terminal(args: &[&str], typed: &str) -> Run {
     Run::from_output(output)
 }
 
-/// A fresh directory under the system temp dir, deleted on drop.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(name: &str) -> TempDir {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir =
-            std::env::temp_dir().join(format!("idem-cli-{name}-{}-{nanos}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    /// A path in the directory, as a string for the command line.
-    pub fn file(&self, name: &str) -> String {
-        self.0
-            .join(name)
-            .to_str()
-            .expect("a UTF-8 temp dir")
-            .to_owned()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+#[allow(unused_imports)] // not every test binary sharing this module makes files
+pub use idem_test_support::TempDir;
 
 /// The key and fingerprint the engine derives for `tool` called with `to` in `turn`.
 pub fn key_of(tool: &'static ToolInfo, turn: &Turn, to: &str) -> (Key, Fingerprint) {
