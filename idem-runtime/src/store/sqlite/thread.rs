@@ -151,7 +151,9 @@ impl Thread {
         }
         // Writes never checkpoint by themselves (`wal_autocheckpoint` is off): a checkpoint
         // syncs the file, which a caller writing in place must not wait for.
-        let checkpoint = held.conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+        let checkpoint = held
+            .conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
         if let Err(error) = checkpoint {
             tracing::warn!(target: "idem", %error, "could not checkpoint the SQLite WAL");
         }
