@@ -49,19 +49,9 @@ impl<'de> Decoder<'de> {
         }
     }
 
-    /// Runs `f` one nesting level deeper, refusing input nested beyond [`MAX_DEPTH`].
-    #[inline]
-    fn nested<R>(
-        &mut self,
-        f: impl FnOnce(&mut Self) -> Result<R, FormatError>,
-    ) -> Result<R, FormatError> {
-        self.descend()?;
-        let result = f(self);
-        self.depth -= 1;
-        result
-    }
-
     /// One level deeper, within [`MAX_DEPTH`] (compiled once: the generic code only calls it).
+    /// Each `descend` is followed by an [`ascend`](Self::ascend) around the nested read, written
+    /// out rather than taken as a closure, which would compile once per call site and type.
     fn descend(&mut self) -> Result<(), FormatError> {
         if self.depth >= MAX_DEPTH {
             return Err(FormatError::new(format!(
@@ -73,29 +63,53 @@ impl<'de> Decoder<'de> {
         Ok(())
     }
 
+    /// One level up again, after the read a [`descend`](Self::descend) began.
+    fn ascend(&mut self) {
+        self.depth -= 1;
+    }
+
     #[inline]
     fn seq<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
-        self.nested(|de| {
-            let mut access = Elements { de, left: len };
-            let value = visitor.visit_seq(&mut access)?;
-            all_read(access.left, "elements").map(|()| value)
-        })
+        self.descend()?;
+        let mut access = Elements {
+            de: self,
+            left: len,
+        };
+        let value = visitor.visit_seq(&mut access);
+        let left = access.left;
+        self.ascend();
+        let value = value?;
+        all_read(left, "elements").map(|()| value)
     }
 
     #[inline]
     fn map<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
-        self.nested(|de| {
-            let mut access = Entries { de, left: len };
-            let value = visitor.visit_map(&mut access)?;
-            all_read(access.left, "entries").map(|()| value)
-        })
+        self.descend()?;
+        let mut access = Entries {
+            de: self,
+            left: len,
+        };
+        let value = visitor.visit_map(&mut access);
+        let left = access.left;
+        self.ascend();
+        let value = value?;
+        all_read(left, "entries").map(|()| value)
+    }
+
+    /// The value after a `Some` (or a value recorded before its field became optional).
+    #[inline]
+    fn some<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        self.descend()?;
+        let value = visitor.visit_some(&mut *self);
+        self.ascend();
+        value
     }
 
     /// The value tagged `t`, as the type's visitor takes it.
     fn any_tagged<V: Visitor<'de>>(&mut self, t: u8, visitor: V) -> Result<V::Value, FormatError> {
         match head::read(&mut self.reader, t)? {
             Head::None => visitor.visit_none(),
-            Head::Some => self.nested(|de| visitor.visit_some(de)),
+            Head::Some => self.some(visitor),
             Head::Unit => visitor.visit_unit(),
             Head::Bool(v) => visitor.visit_bool(v),
             Head::U8(v) => visitor.visit_u8(v),
@@ -119,20 +133,22 @@ impl<'de> Decoder<'de> {
             // A set reads as the sequence it was written as; the type decides what it holds.
             Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
             Head::Map(len) => self.map(len, visitor),
-            Head::Variant(kind, name) => self.nested(|de| {
+            Head::Variant(kind, name) => {
+                self.descend()?;
                 let mut access = VariantAsMap {
-                    de,
+                    de: self,
                     kind,
                     name: Some(name),
                     value_read: false,
                 };
-                let value = visitor.visit_map(&mut access)?;
-                if access.value_read {
-                    Ok(value)
-                } else {
-                    Err(FormatError::new("the content of a variant was not read"))
+                let value = visitor.visit_map(&mut access);
+                let value_read = access.value_read;
+                self.ascend();
+                match value? {
+                    value if value_read => Ok(value),
+                    _ => Err(FormatError::new("the content of a variant was not read")),
                 }
-            }),
+            }
         }
     }
 }
@@ -165,10 +181,10 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
             }
             tag::SOME => {
                 self.reader.byte()?;
-                self.nested(|de| visitor.visit_some(de))
+                self.some(visitor)
             }
             // A value recorded before a field became optional.
-            _ => self.nested(|de| visitor.visit_some(de)),
+            _ => self.some(visitor),
         }
     }
 
@@ -177,7 +193,10 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        self.nested(|de| visitor.visit_newtype_struct(de))
+        self.descend()?;
+        let value = visitor.visit_newtype_struct(&mut *self);
+        self.ascend();
+        value
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -202,7 +221,14 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
             }
         };
         let name = self.reader.str()?;
-        self.nested(|de| visitor.visit_enum(Variant { de, kind, name }))
+        self.descend()?;
+        let value = visitor.visit_enum(Variant {
+            de: &mut *self,
+            kind,
+            name,
+        });
+        self.ascend();
+        value
     }
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
