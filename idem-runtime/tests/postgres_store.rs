@@ -8,8 +8,124 @@ use std::time::Duration;
 
 use idem_tools_runtime::key::{Fingerprint, Key};
 use idem_tools_runtime::store::budget::TurnIdentity;
-use idem_tools_runtime::store::{BeginRequest, Charge, Lease, LeaseToken, Store};
+use idem_tools_runtime::store::{BeginRequest, Charge, Lease, LeaseToken, PostgresStore, Store};
 use postgres_common::{cleanup, postgres_url, store};
+
+/// Holds the turn's budget row of `turn` in an open transaction, so that a claim charging
+/// that turn waits inside its statement until the transaction ends.
+async fn hold_budget_row(
+    store: &PostgresStore,
+    turn: &TurnIdentity,
+) -> sqlx::Transaction<'static, sqlx::Postgres> {
+    let schema = store.schema().expect("a schema").to_owned();
+    let mut holder = store.pool().begin().await.expect("begin");
+    sqlx::query(&format!(
+        "INSERT INTO \"{schema}\".idem_budgets (id, count, expires_at_ms) VALUES ($1, 0, \
+         9000000000000) ON CONFLICT (id) DO UPDATE SET count = 0"
+    ))
+    .bind(turn.turn_counter().as_slice())
+    .execute(&mut *holder)
+    .await
+    .expect("lock the budget row");
+    holder
+}
+
+/// A claim of `key` for `turn` with a turn-wide cap (so that it charges the held row).
+fn claim_request<'a>(
+    key: &'a Key,
+    fingerprint: &'a Fingerprint,
+    turn: TurnIdentity,
+    token: LeaseToken,
+) -> BeginRequest<'a> {
+    BeginRequest {
+        namespace: "ns",
+        key,
+        tool: "t",
+        fingerprint,
+        lease: Duration::from_secs(60),
+        token,
+        charge: Charge {
+            max_calls: Some(10),
+            turn,
+            ..Charge::unlimited()
+        },
+    }
+}
+
+/// Sends a `release` of `key` with `token` while the claim it gives back still waits for
+/// `holder`, then lets the claim through: the release waits for it to land and gives it back,
+/// leaving no orphan claim. Drops the store's schema.
+async fn released_after_it_lands(
+    store: &PostgresStore,
+    key: Key,
+    token: LeaseToken,
+    holder: sqlx::Transaction<'static, sqlx::Postgres>,
+) {
+    let lease = Lease {
+        namespace: "ns".into(),
+        key,
+        token,
+    };
+    let release = tokio::spawn({
+        let store = store.clone();
+        async move { store.release(&lease).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    holder.commit().await.expect("let the claim through");
+    let released = release.await.expect("joins");
+    assert!(
+        released.is_ok(),
+        "the landed claim was given back: {released:?}"
+    );
+    assert_eq!(
+        store.get("ns", &key).await.expect("get"),
+        None,
+        "no orphan claim"
+    );
+    cleanup(store).await;
+}
+
+/// Polls `op` on `runtime` for 100 ms (it must still be waiting), then drops it on this
+/// thread, outside the runtime; whether the drop did not panic.
+fn drop_outside<T>(
+    runtime: &tokio::runtime::Runtime,
+    mut op: idem_tools_runtime::store::StoreFuture<'_, T>,
+) -> bool {
+    runtime.block_on(async {
+        let waited = tokio::time::timeout(
+            Duration::from_millis(100),
+            std::future::poll_fn(|cx| op.as_mut().poll(cx)),
+        )
+        .await;
+        assert!(waited.is_err(), "the operation was still waiting");
+    });
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(op))).is_ok()
+}
+
+/// A `begin` polled on a runtime until its claim is in flight, then dropped on a thread outside
+/// any runtime (a future kept past the `block_on` that polled it): no panic, and the claim
+/// still lands on the runtime it started on, so a `release` with its token gives it back.
+#[test]
+fn a_begin_dropped_outside_its_runtime_lands_and_is_given_back() {
+    let Some(url) = postgres_url("a_begin_dropped_outside_its_runtime_lands_and_is_given_back")
+    else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let store = runtime.block_on(store(&url, "dropped_outside"));
+    let turn = TurnIdentity::new("ns", "turn-dropped-outside");
+    let (key, fingerprint) = (Key::from_bytes([9; 32]), Fingerprint::from_bytes([8; 32]));
+    let holder = runtime.block_on(hold_budget_row(&store, &turn));
+    let token = LeaseToken::generate();
+    let begin = store.begin(claim_request(&key, &fingerprint, turn, token));
+    let dropped = drop_outside(&runtime, begin);
+    assert!(dropped, "dropping the begin outside a runtime panicked");
+    runtime.block_on(released_after_it_lands(&store, key, token, holder));
+}
 
 /// A `begin` whose caller gave up while it waited is given back by a `release` with its
 /// token, even though the claim lands after the release was sent: no key is left claimed by
@@ -22,53 +138,58 @@ async fn a_begin_given_up_midway_is_given_back_after_it_lands() {
     let store = store(&url, "given_up").await;
     let turn = TurnIdentity::new("ns", "turn-given-up");
     let (key, fingerprint) = (Key::from_bytes([7; 32]), Fingerprint::from_bytes([8; 32]));
-    // Hold the turn's budget row, so that the claim waits inside its statement.
-    let schema = store.schema().expect("a schema").to_owned();
-    let mut holder = store.pool().begin().await.expect("begin");
-    sqlx::query(&format!(
-        "INSERT INTO \"{schema}\".idem_budgets (id, count, expires_at_ms) VALUES ($1, 0, \
-         9000000000000) ON CONFLICT (id) DO UPDATE SET count = 0"
-    ))
-    .bind(turn.turn_counter().as_slice())
-    .execute(&mut *holder)
-    .await
-    .expect("lock the budget row");
+    let holder = hold_budget_row(&store, &turn).await;
     let token = LeaseToken::generate();
-    let request = BeginRequest {
-        namespace: "ns",
-        key: &key,
-        tool: "t",
-        fingerprint: &fingerprint,
-        lease: Duration::from_secs(60),
-        token,
-        charge: Charge {
-            max_calls: Some(10),
-            turn,
-            ..Charge::unlimited()
-        },
-    };
+    let request = claim_request(&key, &fingerprint, turn, token);
     let gave_up = tokio::time::timeout(Duration::from_millis(50), store.begin(request)).await;
     assert!(gave_up.is_err(), "the claim was still waiting");
+    released_after_it_lands(&store, key, token, holder).await;
+}
+
+/// Any operation dropped unfinished on a thread outside a runtime (here a `complete` waiting
+/// for a row lock, polled on a runtime, kept past its `block_on`) drops its pooled connection
+/// inside the runtime it was polled on: no panic.
+#[test]
+fn an_operation_dropped_outside_its_runtime_does_not_panic() {
+    let Some(url) = postgres_url("an_operation_dropped_outside_its_runtime_does_not_panic") else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let store = runtime.block_on(store(&url, "op_dropped_outside"));
+    let (key, fingerprint) = (Key::from_bytes([5; 32]), Fingerprint::from_bytes([8; 32]));
+    let token = LeaseToken::generate();
+    let turn = TurnIdentity::new("ns", "turn-op-dropped");
+    let mut request = claim_request(&key, &fingerprint, turn, token);
+    request.charge.max_calls = None;
+    let claimed = runtime.block_on(store.begin(request)).expect("begin");
+    assert_eq!(claimed, idem_tools_runtime::store::Begin::Claimed);
+    // Lock the record's row, so that `complete` waits inside its statement.
+    let schema = store.schema().expect("a schema").to_owned();
+    let holder = runtime.block_on(async {
+        let mut holder = store.pool().begin().await.expect("begin");
+        sqlx::query(&format!(
+            "SELECT 1 FROM \"{schema}\".idem_records WHERE key = $1 FOR UPDATE"
+        ))
+        .bind(key.as_bytes().as_slice())
+        .execute(&mut *holder)
+        .await
+        .expect("lock the row");
+        holder
+    });
     let lease = Lease {
         namespace: "ns".into(),
         key,
         token,
     };
-    let release = tokio::spawn({
-        let store = store.clone();
-        async move { store.release(&lease).await }
+    let complete = store.complete(&lease, b"result", Duration::from_secs(60));
+    let dropped = drop_outside(&runtime, complete);
+    assert!(dropped, "dropping an operation outside a runtime panicked");
+    runtime.block_on(async {
+        holder.rollback().await.expect("rollback");
+        cleanup(&store).await;
     });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    holder.commit().await.expect("let the claim through");
-    let released = release.await.expect("joins");
-    assert!(
-        released.is_ok(),
-        "the release gave the landed claim back: {released:?}"
-    );
-    assert_eq!(
-        store.get("ns", &key).await.expect("get"),
-        None,
-        "no orphan claim"
-    );
-    cleanup(&store).await;
 }

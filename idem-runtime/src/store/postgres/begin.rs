@@ -169,15 +169,22 @@ impl PostgresStore {
             let store = self.clone();
             let token = owned.token.0;
             let landing = Arc::new(tokio::sync::Mutex::new(()));
-            let landed = Arc::clone(&landing).try_lock_owned();
+            let held = Arc::clone(&landing).try_lock_owned().ok();
             lock(&self.inner.pending).insert(token, landing);
             let claim = async move {
-                let answer = store.claim(&owned).await;
-                lock(&store.inner.pending).remove(&token);
-                drop(landed);
-                answer
+                // Lets a waiting `release` go when the claim ends, however it ends.
+                let _landed = Landed {
+                    store: store.clone(),
+                    token,
+                    _held: held,
+                };
+                store.claim(&owned).await
             };
-            match Landing(Some(Box::pin(claim))).await? {
+            let landing = Landing {
+                claim: Some(Box::pin(claim)),
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            };
+            match landing.await? {
                 Answer::Begin(begin) => {
                     if begin == Begin::Claimed {
                         self.housekeeping();
@@ -195,33 +202,52 @@ impl PostgresStore {
 }
 
 /// A claim on its way to the database, polled by the caller that waits for it. Dropped before
-/// it answers (the caller gave up), it finishes in a task of its own: the claim lands, and the
-/// `release` the engine sends for it (which waits for the landing) gives it back. Outside a
-/// runtime it is dropped, and a claim that landed anyway ends with its lease.
-struct Landing(Option<Pin<Box<dyn Future<Output = Result<Answer>> + Send>>>);
+/// it answers (the caller gave up), it finishes in a task of its own on the runtime it started
+/// on — wherever it is dropped, even on a thread outside any runtime: the claim lands, and the
+/// `release` the engine sends for it (which waits for the landing) gives it back. Only if it
+/// was never polled in a runtime is it dropped in place.
+struct Landing {
+    claim: Option<Pin<Box<dyn Future<Output = Result<Answer>> + Send>>>,
+    runtime: Option<tokio::runtime::Handle>,
+}
 
 impl Future for Landing {
     type Output = Result<Answer>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Answer>> {
-        let Some(claim) = self.0.as_mut() else {
+        let Some(claim) = self.claim.as_mut() else {
             return Poll::Ready(Err(Error::store(
                 "begin",
                 "the claim was polled after it answered",
             )));
         };
         let answer = std::task::ready!(claim.as_mut().poll(cx));
-        self.0 = None;
+        self.claim = None;
         Poll::Ready(answer)
     }
 }
 
 impl Drop for Landing {
     fn drop(&mut self) {
-        if let Some(rest) = self.0.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
+        if let (Some(rest), Some(runtime)) = (self.claim.take(), self.runtime.take()) {
+            // Entered, so that what the claim drops on a runtime that is shutting down (a
+            // pooled connection) finds the runtime it needs.
+            let _entered = runtime.enter();
             drop(runtime.spawn(rest));
         }
+    }
+}
+
+/// Held by a claim while it runs: when the claim ends (it answered, or it was dropped), its
+/// entry in `pending` goes and a `release` waiting for the landing goes on.
+struct Landed {
+    store: PostgresStore,
+    token: u64,
+    _held: Option<tokio::sync::OwnedMutexGuard<()>>,
+}
+
+impl Drop for Landed {
+    fn drop(&mut self) {
+        lock(&self.store.inner.pending).remove(&self.token);
     }
 }

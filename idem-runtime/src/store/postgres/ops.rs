@@ -6,6 +6,7 @@ use std::time::Duration;
 use sqlx::Row as _;
 
 use super::begin::lock;
+use super::entered::entered;
 use super::row::{self, Corrupt, corrupt};
 use super::schema::LOCK_TIMEOUT;
 use super::{PostgresStore, sql_ms, sql_token};
@@ -109,7 +110,7 @@ impl Store for PostgresStore {
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        entered(async move {
             let changed = sqlx::query(&self.inner.sql.renew)
                 .bind(sql_ms(duration))
                 .bind(&*lease.namespace)
@@ -129,7 +130,7 @@ impl Store for PostgresStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        entered(async move {
             let fail = |e| store_error("complete", e);
             // The token stays in the row, so that a retried complete is recognised.
             let changed = sqlx::query(&self.inner.sql.complete)
@@ -159,7 +160,7 @@ impl Store for PostgresStore {
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        entered(async move {
             // A claim with this token still on its way lands first.
             let landing = lock(&self.inner.pending).get(&lease.token.0).cloned();
             if let Some(landing) = landing {
@@ -179,7 +180,7 @@ impl Store for PostgresStore {
     }
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(async move {
+        entered(async move {
             let row = sqlx::query(&self.inner.sql.get)
                 .bind(namespace)
                 .bind(key.as_bytes().as_slice())
@@ -192,7 +193,7 @@ impl Store for PostgresStore {
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        Box::pin(async move {
+        entered(async move {
             let mut total = 0u64;
             loop {
                 let (records, counts) = self.purge_batch().await?;
@@ -209,7 +210,7 @@ impl Store for PostgresStore {
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
-        Box::pin(async move {
+        entered(async move {
             let rows = sqlx::query(&self.inner.sql.list)
                 .bind(namespace)
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
@@ -234,7 +235,7 @@ impl Store for PostgresStore {
     }
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        entered(async move {
             let live: Option<bool> = sqlx::query(&self.inner.sql.remove)
                 .bind(namespace)
                 .bind(key.as_bytes().as_slice())
