@@ -641,3 +641,26 @@ fn many_openers_of_one_fresh_file_all_succeed() {
         }
     }
 }
+
+/// A busy timeout longer than SQLite takes (`Duration::MAX`) waits as long as SQLite allows:
+/// writes in place and on the store's thread, purges and listings all keep working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_busy_timeout_is_the_longest_sqlite_takes() {
+    let dir = TempDir::new("busy-max");
+    let clock = ManualClock::new(1_000_000);
+    let store = open(&dir.db(), &clock).with_busy_timeout(Duration::MAX);
+    for n in 0..4 {
+        let lease = claim(&store, &key(n), LEASE).await;
+        store.complete(&lease, b"ok", TTL).await.expect("complete");
+    }
+    store
+        .purge_expired()
+        .await
+        .expect("purge on the store's thread");
+    assert_eq!(store.list(None, 10).await.expect("list").len(), 4);
+    let lease = claim(&store, &key(9), LEASE).await;
+    store
+        .complete(&lease, b"ok", TTL)
+        .await
+        .expect("still writes");
+}

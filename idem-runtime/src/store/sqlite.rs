@@ -238,7 +238,8 @@ impl SqliteStore {
     }
 
     /// Waits up to `timeout` for another process's write lock before failing a call with
-    /// [`Error::Store`], instead of [`DEFAULT_BUSY_TIMEOUT`].
+    /// [`Error::Store`], instead of [`DEFAULT_BUSY_TIMEOUT`]. SQLite waits at most `i32::MAX`
+    /// milliseconds (about 24.8 days); a longer `timeout` waits that long.
     #[must_use]
     pub fn with_busy_timeout(self, timeout: Duration) -> Self {
         // The store's thread sets it on the connection when it next takes it.

@@ -35,7 +35,7 @@ impl Writer {
         Writer {
             conn: Mutex::new(Held {
                 conn,
-                busy: busy_timeout,
+                busy: Some(busy_timeout),
             }),
             busy_timeout_ms: AtomicU64::new(duration_ms(busy_timeout)),
             clock: RwLock::new(clock),
@@ -97,17 +97,26 @@ impl Writer {
 /// callers that write in place want none, the store's thread the store's), not twice per call.
 pub(super) struct Held {
     pub(super) conn: Connection,
-    busy: Duration,
+    /// `None` once setting it failed: then it is set again before the next use.
+    busy: Option<Duration>,
 }
 
 impl Held {
     fn wait_up_to(&mut self, timeout: Duration) -> rusqlite::Result<()> {
-        if self.busy != timeout {
+        let timeout = clamp_busy_timeout(timeout);
+        if self.busy != Some(timeout) {
+            self.busy = None;
             self.conn.busy_timeout(timeout)?;
-            self.busy = timeout;
+            self.busy = Some(timeout);
         }
         Ok(())
     }
+}
+
+/// The longest busy timeout SQLite takes (`i32::MAX` milliseconds, about 24.8 days): a longer
+/// one, `Duration::MAX` included, waits that long.
+pub(super) fn clamp_busy_timeout(timeout: Duration) -> Duration {
+    timeout.min(Duration::from_millis(i32::MAX.unsigned_abs().into()))
 }
 
 fn duration_ms(d: Duration) -> u64 {
