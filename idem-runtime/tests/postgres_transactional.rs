@@ -537,3 +537,62 @@ async fn a_namespace_with_quotes_and_backslashes_is_a_literal() {
     );
     cleanup(&store).await;
 }
+
+/// A transactional call polled on a runtime until its body has written, then dropped on a
+/// thread outside any runtime (kept past the `block_on` that polled it): no panic, the
+/// transaction rolls back, and a retry runs afresh.
+#[test]
+fn a_call_dropped_outside_its_runtime_rolls_back_without_a_panic() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let Some(store) = runtime.block_on(setup("tx_dropped_outside")) else {
+        return;
+    };
+    let turn = Turn::new("turn-dropped-outside");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let wrote = AtomicU32::new(0);
+    let mut cut = Box::pin(transactional::execute(
+        call(&turn, &shared, "e"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            let id = insert(conn, &table, "e").await?;
+            wrote.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(id)
+        },
+    ));
+    runtime.block_on(async {
+        let waited = tokio::time::timeout(
+            Duration::from_millis(300),
+            std::future::poll_fn(|cx| cut.as_mut().poll(cx)),
+        )
+        .await;
+        assert!(waited.is_err(), "the body was still running");
+    });
+    assert_eq!(
+        wrote.load(Ordering::SeqCst),
+        1,
+        "the body had written its row"
+    );
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(cut)));
+    assert!(
+        dropped.is_ok(),
+        "dropping the call outside a runtime panicked"
+    );
+    runtime.block_on(async {
+        let retry = tokio::time::timeout(Duration::from_secs(5), transfer(&store, &turn, "e"))
+            .await
+            .expect("the retry does not wait for a lease");
+        assert!(retry.is_ok(), "{retry:?}");
+        assert_eq!(
+            rows(&store, "e").await,
+            1,
+            "one row: the dropped attempt's rolled back"
+        );
+        cleanup(&store).await;
+    });
+}

@@ -93,9 +93,12 @@ where
 /// A connection of the store's pool. If the call ends while the connection's transaction
 /// state is not known to `sqlx` (between sending `BEGIN` and learning whether it began, or
 /// after a failed claim and before its `ROLLBACK`), the connection is closed instead of going
-/// back to the pool: the server rolls back whatever it had open.
+/// back to the pool: the server rolls back whatever it had open. Either way it is dropped inside
+/// the runtime it was acquired on (a pooled connection goes back through a task of the runtime),
+/// so a call dropped on a thread outside any runtime does not panic.
 struct Checkout<'u> {
     conn: Option<PoolConnection<Postgres>>,
+    runtime: Option<tokio::runtime::Handle>,
     /// Outside the struct, so that it can change while a transaction borrows the connection.
     unsure: &'u AtomicBool,
 }
@@ -119,10 +122,14 @@ impl DerefMut for Checkout<'_> {
 
 impl Drop for Checkout<'_> {
     fn drop(&mut self) {
-        if self.unsure.load(Ordering::Relaxed)
-            && let Some(conn) = self.conn.take()
-        {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        let _entered = self.runtime.as_ref().map(tokio::runtime::Handle::enter);
+        if self.unsure.load(Ordering::Relaxed) {
             drop(conn.detach());
+        } else {
+            drop(conn);
         }
     }
 }
@@ -168,6 +175,7 @@ where
     let unsure = AtomicBool::new(false);
     let mut conn = Checkout {
         conn: None,
+        runtime: None,
         unsure: &unsure,
     };
     // Steps 1 to 3, until the key is claimed inside a transaction or the call has its answer.
@@ -195,7 +203,10 @@ where
         loop {
             if conn.conn.is_none() {
                 match store.pool().acquire().await {
-                    Ok(acquired) => conn.conn = Some(acquired),
+                    Ok(acquired) => {
+                        conn.conn = Some(acquired);
+                        conn.runtime = tokio::runtime::Handle::try_current().ok();
+                    }
                     Err(e) => {
                         let error = Error::store("begin", e);
                         let answer = refuse(&mut guard, Outcome::StoreError, error);
