@@ -38,6 +38,10 @@ struct Completion {
     token: LeaseToken,
     /// What the record holds, as far as the harness can read it.
     content: Content,
+    /// When the `complete` was sent: a network store may apply it (and other callers read it)
+    /// before its answer comes back.
+    sent: u64,
+    /// When its answer came back.
     at: u64,
     expires: u64,
 }
@@ -173,6 +177,10 @@ struct State {
     /// [`settle`].
     effects: Vec<(Key, u64, u64, u64)>,
     answers: Vec<(Key, Val, u64, u64)>,
+    /// Callers told "interrupted" or "not replayable" (key, the error's name, called, when),
+    /// checked by [`settle`]: the marker they read may be one whose `complete` has not
+    /// answered yet.
+    marked_refusals: Vec<(Key, String, u64, u64)>,
     /// The last event's place in their order.
     seq: u64,
     /// Claims whose renewals met a store fault (failed, hung, or answered late).
@@ -294,8 +302,9 @@ impl Ledger {
             .push(Finish { val, at, ttl, seq });
     }
 
-    /// The store accepted `complete` under `token` with `bytes` for `ttl`.
-    pub fn completed(&self, key: Key, token: LeaseToken, bytes: &[u8], ttl: Duration) {
+    /// The store accepted `complete` under `token` with `bytes` for `ttl`; it was sent at
+    /// `sent`.
+    pub fn completed(&self, key: Key, token: LeaseToken, bytes: &[u8], ttl: Duration, sent: u64) {
         let at = self.now();
         let mut s = self.lock();
         let list = s.completions.entry(key).or_default();
@@ -310,6 +319,7 @@ impl Ledger {
             seq,
             token,
             content: decode(bytes),
+            sent,
             at,
             expires: at + ms(ttl),
         });
@@ -403,8 +413,8 @@ impl Ledger {
                     .then(|| format!("\"stuck\" while recorded: {recorded}, running: {running}"))
             }
             "Interrupted" | "NotReplayable" => {
-                let marked = live_since(&s, called).contains(&Content::Marker);
-                (!marked).then(|| format!("{name} without a live marker"))
+                s.marked_refusals.push((key, name.to_owned(), called, now));
+                None
             }
             _ => None,
         };
@@ -452,6 +462,22 @@ impl Ledger {
 /// only after a later execution started: the late `complete` whose lease the store's faults
 /// took is refused after the store gave the key to another caller.
 fn settle(s: &mut State) {
+    for (key, name, called, now) in std::mem::take(&mut s.marked_refusals) {
+        // A marker that may have been live at some moment of the call: sent by then (a store
+        // may apply a `complete` before its answer arrives) and not expired when it began.
+        let marked = s.completions.get(&key).is_some_and(|c| {
+            c.iter()
+                .any(|c| c.content == Content::Marker && c.sent <= now && called < c.expires)
+        });
+        if !marked {
+            s.counts.false_refusals += 1;
+            s.problems.push(format!(
+                "false refusal: a caller of key {} was told {name} without a live marker at \
+                 {now} ms",
+                key.short()
+            ));
+        }
+    }
     for (key, exec, now, seq) in std::mem::take(&mut s.effects) {
         let finished = s.finishes.get(&key).and_then(|f| {
             f.iter()
@@ -580,4 +606,45 @@ fn a_lost_lease_excuses_an_unrecorded_result_only_after_troubled_renewals() {
     assert_eq!((excused.duplicates, excused.excused_records), (0, 1));
     let lapsed = run(false);
     assert_eq!((lapsed.duplicates, lapsed.excused_records), (1, 0));
+}
+
+/// "Interrupted" is a true refusal when a marker may have been live at some moment of the call:
+/// its `complete` sent by the time the caller was answered (a network store applies it before
+/// its answer comes back), even if that answer arrives after the refusal; it is false without
+/// one, or with one sent only afterwards.
+#[test]
+fn an_interrupted_refusal_needs_a_marker_sent_before_it() {
+    use idem_tools_runtime::clock::ManualClock;
+
+    // A refusal at 1 010 ms of a call made at 1 000 ms, and a marker sent at `sent` whose
+    // answer came back at 1 020 ms.
+    let run = |sent: Option<u64>| {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let ledger = Ledger::new(clock.clone());
+        let key = Key::from_bytes([2; 32]);
+        clock.advance(Duration::from_millis(10));
+        ledger.refused(key, "Interrupted", 1_000);
+        clock.advance(Duration::from_millis(10));
+        if let Some(sent) = sent {
+            let mut s = ledger.lock();
+            s.seq += 1;
+            let seq = s.seq;
+            s.completions.entry(key).or_default().push(Completion {
+                seq,
+                token: LeaseToken::generate(),
+                content: Content::Marker,
+                sent,
+                at: 1_020,
+                expires: 1_020 + 60_000,
+            });
+        }
+        ledger.verdict().0.false_refusals
+    };
+    assert_eq!(
+        run(Some(1_005)),
+        0,
+        "applied before the refusal, answered after it"
+    );
+    assert_eq!(run(None), 1, "no marker at all");
+    assert_eq!(run(Some(1_015)), 1, "a marker sent only after the refusal");
 }

@@ -121,9 +121,11 @@ impl Store for Observed {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         Box::pin(async move {
+            let sent = self.ledger.now();
             match self.inner.complete(lease, result, ttl).await {
                 Ok(()) => {
-                    self.ledger.completed(lease.key, lease.token, result, ttl);
+                    self.ledger
+                        .completed(lease.key, lease.token, result, ttl, sent);
                     Ok(())
                 }
                 Err(error @ Error::LeaseLost { .. }) => {
