@@ -259,3 +259,85 @@ async fn a_call_abandoned_while_its_begin_waits_for_the_lock_leaves_no_orphan() 
     .await;
     assert_eq!(retried.unwrap(), 2);
 }
+
+const RECORDED: ToolInfo = ToolInfo::idempotent("recorded").with_lease(Duration::from_millis(400));
+
+/// Polls `call` on `runtime` for `ms` milliseconds; it must still be running.
+fn poll_for(
+    runtime: &tokio::runtime::Runtime,
+    call: &mut std::pin::Pin<Box<dyn Future<Output = Result<u32, Error>> + Send>>,
+    ms: u64,
+) {
+    runtime.block_on(async {
+        let waited = tokio::time::timeout(
+            Duration::from_millis(ms),
+            std::future::poll_fn(|cx| call.as_mut().poll(cx)),
+        )
+        .await;
+        assert!(waited.is_err(), "the call was still running");
+    });
+}
+
+/// A call dropped while its result is being recorded — with a renewal and the `complete`
+/// both waiting for another process's write lock — after the runtime it ran on is gone,
+/// inside another runtime: no panic (the renewal in flight was a timer of the dead runtime),
+/// and the result is recorded from the new runtime once the lock goes.
+#[test]
+fn a_call_dropped_while_recording_in_another_runtime_records_without_a_panic() {
+    let dir = TempDir::new("recording-other-runtime");
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(dir.db())
+            .unwrap()
+            .with_busy_timeout(Duration::from_secs(30)),
+    );
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let first = runtime();
+    let turn = Turn::new("recording").with_store(Arc::clone(&store));
+    let mut args = ArgsDigest::new(RECORDED.name);
+    args.arg("a", "x").unwrap();
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), RECORDED.name, 1);
+    let go = Arc::new(tokio::sync::Notify::new());
+    let body = {
+        let go = Arc::clone(&go);
+        async move {
+            go.notified().await;
+            Ok::<u32, Error>(7)
+        }
+    };
+    let mut call: std::pin::Pin<Box<dyn Future<Output = Result<u32, Error>> + Send>> =
+        Box::pin(execute(
+            Call::new(&RECORDED, &turn, key, fingerprint),
+            Codec::ok_only(),
+            body,
+        ));
+    poll_for(&first, &mut call, 250); // claimed; renewing every 100 ms
+    let locker = rusqlite::Connection::open(dir.db()).unwrap();
+    locker.execute_batch("BEGIN IMMEDIATE").unwrap(); // another process writes
+    poll_for(&first, &mut call, 120); // a renewal waits for the lock
+    go.notify_one();
+    poll_for(&first, &mut call, 50); // recording: `complete` waits too
+    drop(first);
+    let second = runtime();
+    let dropped = second.block_on(async {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(call))).is_ok()
+    });
+    assert!(dropped, "dropping the call in another runtime panicked");
+    locker.execute_batch("ROLLBACK").unwrap();
+    second.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(record) = store.get(turn.namespace(), &key).await.unwrap()
+                && record.result.is_some()
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "the result was never recorded");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+}

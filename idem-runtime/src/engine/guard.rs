@@ -126,7 +126,11 @@ impl Drop for Guard {
             // Dropped while the result was recorded: finish recording it, so that a retry
             // replays instead of running the tool again.
             Phase::Recording { holding, bytes, ok } => {
-                let Holding { keeper, leader, .. } = holding;
+                let Holding {
+                    mut keeper, leader, ..
+                } = holding;
+                // The background may run on another runtime than the call's.
+                keeper.forget_renewal();
                 let fingerprint = report.call().fingerprint;
                 let shared = FirstResult {
                     fingerprint,

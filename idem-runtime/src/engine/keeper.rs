@@ -106,6 +106,13 @@ impl Keeper {
         }
     }
 
+    /// Forgets the renewal in flight, as if it went unanswered: its timer belongs to the
+    /// runtime it was polled on, which may be gone when the keeper is polled again elsewhere
+    /// (a call dropped in another runtime). The next round sends a new one.
+    pub(super) fn forget_renewal(&mut self) {
+        self.renewal = None;
+    }
+
     /// The lease it keeps.
     pub(super) fn lease(&self) -> &Lease {
         &self.lease
