@@ -193,3 +193,126 @@ fn an_operation_dropped_outside_its_runtime_does_not_panic() {
         cleanup(&store).await;
     });
 }
+
+/// Opening a store dropped unfinished on a thread outside any runtime — waiting for the
+/// migration's advisory lock, which another process holds — drops its pooled connection inside
+/// the runtime: no panic.
+#[test]
+fn opening_a_store_dropped_outside_its_runtime_does_not_panic() {
+    let Some(url) = postgres_url("opening_a_store_dropped_outside_its_runtime_does_not_panic")
+    else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let schema = postgres_common::unique_schema("open_dropped");
+    let holder = runtime.block_on(async {
+        let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+        let mut holder = pool.begin().await.expect("begin");
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('idem schema ' || $1, 0))")
+            .bind(&schema)
+            .execute(&mut *holder)
+            .await
+            .expect("take the migration's lock");
+        holder
+    });
+    let opening: idem_tools_runtime::store::StoreFuture<'_, PostgresStore> = Box::pin(
+        PostgresStore::builder()
+            .schema(schema.clone())
+            .connect(&url),
+    );
+    let dropped = drop_outside(&runtime, opening);
+    assert!(dropped, "dropping the opening outside a runtime panicked");
+    runtime.block_on(async {
+        holder.rollback().await.expect("rollback");
+        let store = PostgresStore::builder()
+            .schema(schema)
+            .connect(&url)
+            .await
+            .expect("opens once the lock is gone");
+        cleanup(&store).await;
+    });
+}
+
+thread_local! {
+    /// Where the child below leaves an operation for its thread's exit to drop.
+    static LEFT: std::cell::RefCell<Option<idem_tools_runtime::store::StoreFuture<'static, Option<idem_tools_runtime::store::Record>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// The child of the test below (does nothing unless `IDEM_PG_TLS_CHILD` is set): leaves an
+/// operation in flight in a thread-local whose destructor runs after Tokio's context is gone.
+#[test]
+fn thread_exit_child() {
+    let Ok(url) = std::env::var("IDEM_PG_TLS_CHILD") else {
+        return;
+    };
+    let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime"),
+    ));
+    let store: &'static PostgresStore = Box::leak(Box::new(runtime.block_on(store(&url, "tls"))));
+    let key: &'static Key = Box::leak(Box::new(Key::from_bytes([3; 32])));
+    let schema = store.schema().expect("a schema").to_owned();
+    // Hold the table, so that `get` waits inside its statement.
+    let holder = runtime.block_on(async move {
+        let mut holder = store.pool().begin().await.expect("begin");
+        sqlx::query(&format!(
+            "LOCK TABLE \"{schema}\".idem_records IN ACCESS EXCLUSIVE MODE"
+        ))
+        .execute(&mut *holder)
+        .await
+        .expect("lock");
+        holder
+    });
+    std::thread::spawn(move || {
+        LEFT.with(|_| {}); // registered before Tokio's context: destroyed after it
+        let op = drop_outside_later(runtime, store.get("ns", key));
+        LEFT.with(|left| *left.borrow_mut() = Some(op));
+    })
+    .join()
+    .expect("the thread exits cleanly");
+    runtime.block_on(async move {
+        holder.rollback().await.expect("rollback");
+        cleanup(store).await;
+    });
+    println!("CHILD OK");
+}
+
+/// `op` polled on `runtime` until it waits, and handed back still in flight.
+fn drop_outside_later<T>(
+    runtime: &tokio::runtime::Runtime,
+    mut op: idem_tools_runtime::store::StoreFuture<'static, T>,
+) -> idem_tools_runtime::store::StoreFuture<'static, T> {
+    runtime.block_on(async {
+        let waited = tokio::time::timeout(
+            Duration::from_millis(100),
+            std::future::poll_fn(|cx| op.as_mut().poll(cx)),
+        )
+        .await;
+        assert!(waited.is_err(), "the operation was still waiting");
+    });
+    op
+}
+
+/// An operation in flight dropped by a thread-local's destructor at thread exit, after
+/// Tokio's own context is gone (no runtime can be entered then): leaked, not a panic in a
+/// destructor, which would abort the process. Run in a child process.
+#[test]
+fn an_operation_dropped_at_thread_exit_does_not_abort() {
+    let Some(url) = postgres_url("an_operation_dropped_at_thread_exit_does_not_abort") else {
+        return;
+    };
+    let mut child = idem_test_support::Kid::spawn(
+        "thread_exit_child",
+        [("IDEM_PG_TLS_CHILD", url)],
+        Duration::from_secs(60),
+    );
+    assert_eq!(child.expect("CHILD"), "OK");
+    child.finish();
+}

@@ -125,6 +125,10 @@ impl Drop for Checkout<'_> {
         let Some(conn) = self.conn.take() else {
             return;
         };
+        if crate::store::postgres::entered::context_destroyed() {
+            std::mem::forget(conn);
+            return;
+        }
         let _entered = self.runtime.as_ref().map(tokio::runtime::Handle::enter);
         if self.unsure.load(Ordering::Relaxed) {
             drop(conn.detach());

@@ -3,7 +3,7 @@
 
 pub(crate) mod begin;
 mod builder;
-mod entered;
+pub(crate) mod entered;
 pub(crate) mod ops;
 mod row;
 pub(crate) mod schema;

@@ -230,6 +230,10 @@ impl Future for Landing {
 impl Drop for Landing {
     fn drop(&mut self) {
         if let (Some(rest), Some(runtime)) = (self.claim.take(), self.runtime.take()) {
+            if super::entered::context_destroyed() {
+                std::mem::forget(rest);
+                return;
+            }
             // Entered, so that what the claim drops on a runtime that is shutting down (a
             // pooled connection) finds the runtime it needs.
             let _entered = runtime.enter();

@@ -7,6 +7,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres};
 
+use super::entered::entered;
 use super::{DEFAULT_LOCK_TIMEOUT, PostgresStore, schema};
 use crate::{Error, Result};
 
@@ -77,9 +78,13 @@ impl PostgresStoreBuilder {
     /// # Errors
     /// As [`connect`](Self::connect).
     pub async fn from_pool(self, pool: PgPool) -> Result<PostgresStore> {
-        let (store, mut conn) = self.store(pool).await?;
-        schema::migrate(&mut conn, store.schema(), &store.inner.sql.prefix).await?;
-        Ok(store)
+        // Dropped unfinished anywhere, it drops its pooled connection inside the runtime.
+        entered(async move {
+            let (store, mut conn) = self.store(pool).await?;
+            schema::migrate(&mut conn, store.schema(), &store.inner.sql.prefix).await?;
+            Ok(store)
+        })
+        .await
     }
 
     /// Connects to `url` only if idem's tables are there already: never creates or migrates
@@ -90,6 +95,12 @@ impl PostgresStoreBuilder {
     /// another version; [`Error::Store`] if the server cannot be reached.
     pub async fn open_existing(self, url: &str) -> Result<PostgresStore> {
         let pool = self.pool(url)?;
+        // Dropped unfinished anywhere, it drops its pooled connection inside the runtime.
+        entered(self.check_existing(pool)).await
+    }
+
+    /// [`open_existing`](Self::open_existing) on `pool`.
+    async fn check_existing(self, pool: PgPool) -> Result<PostgresStore> {
         let (store, mut conn) = self.store(pool).await?;
         let place = store.schema().map_or_else(
             || "the connection's search_path".to_owned(),

@@ -48,8 +48,19 @@ impl<T> Future for Entered<'_, T> {
 impl<T> Drop for Entered<'_, T> {
     fn drop(&mut self) {
         if let (Some(op), Some(runtime)) = (self.op.take(), self.runtime.as_ref()) {
+            if context_destroyed() {
+                std::mem::forget(op);
+                return;
+            }
             let _entered = runtime.enter();
             drop(op);
         }
     }
+}
+
+/// Whether this thread is exiting and has destroyed Tokio's context already (a value dropped
+/// by another thread-local's destructor): no runtime can be entered any more, and what needs
+/// one to be dropped is leaked instead — the thread is going away.
+pub(crate) fn context_destroyed() -> bool {
+    matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_thread_local_destroyed())
 }
