@@ -85,6 +85,15 @@ async fn released_after_it_lands(
     cleanup(store).await;
 }
 
+/// A runtime of its own, for tests that drop things outside it.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
 /// Polls `op` on `runtime` for 100 ms (it must still be waiting), then drops it on this
 /// thread, outside the runtime; whether the drop did not panic.
 fn drop_outside<T>(
@@ -111,11 +120,7 @@ fn a_begin_dropped_outside_its_runtime_lands_and_is_given_back() {
     else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = runtime();
     let store = runtime.block_on(store(&url, "dropped_outside"));
     let turn = TurnIdentity::new("ns", "turn-dropped-outside");
     let (key, fingerprint) = (Key::from_bytes([9; 32]), Fingerprint::from_bytes([8; 32]));
@@ -154,11 +159,7 @@ fn an_operation_dropped_outside_its_runtime_does_not_panic() {
     let Some(url) = postgres_url("an_operation_dropped_outside_its_runtime_does_not_panic") else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = runtime();
     let store = runtime.block_on(store(&url, "op_dropped_outside"));
     let (key, fingerprint) = (Key::from_bytes([5; 32]), Fingerprint::from_bytes([8; 32]));
     let token = LeaseToken::generate();
@@ -203,11 +204,7 @@ fn opening_a_store_dropped_outside_its_runtime_does_not_panic() {
     else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
+    let runtime = runtime();
     let schema = postgres_common::unique_schema("open_dropped");
     let holder = runtime.block_on(async {
         let pool = sqlx::PgPool::connect(&url).await.expect("connect");
@@ -250,12 +247,7 @@ fn thread_exit_child() {
     let Ok(url) = std::env::var("IDEM_PG_TLS_CHILD") else {
         return;
     };
-    let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime"),
-    ));
+    let runtime: &'static tokio::runtime::Runtime = Box::leak(Box::new(runtime()));
     let store: &'static PostgresStore = Box::leak(Box::new(runtime.block_on(store(&url, "tls"))));
     let key: &'static Key = Box::leak(Box::new(Key::from_bytes([3; 32])));
     let schema = store.schema().expect("a schema").to_owned();
