@@ -98,16 +98,9 @@ fn runtime() -> tokio::runtime::Runtime {
 /// thread, outside the runtime; whether the drop did not panic.
 fn drop_outside<T>(
     runtime: &tokio::runtime::Runtime,
-    mut op: idem_tools_runtime::store::StoreFuture<'_, T>,
+    op: idem_tools_runtime::store::StoreFuture<'_, T>,
 ) -> bool {
-    runtime.block_on(async {
-        let waited = tokio::time::timeout(
-            Duration::from_millis(100),
-            std::future::poll_fn(|cx| op.as_mut().poll(cx)),
-        )
-        .await;
-        assert!(waited.is_err(), "the operation was still waiting");
-    });
+    let op = drop_outside_later(runtime, op);
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(op))).is_ok()
 }
 
@@ -276,11 +269,12 @@ fn thread_exit_child() {
     println!("CHILD OK");
 }
 
-/// `op` polled on `runtime` until it waits, and handed back still in flight.
-fn drop_outside_later<T>(
+/// `op` polled on `runtime` for 100 ms (it must still be waiting), and handed back still in
+/// flight.
+fn drop_outside_later<'a, T>(
     runtime: &tokio::runtime::Runtime,
-    mut op: idem_tools_runtime::store::StoreFuture<'static, T>,
-) -> idem_tools_runtime::store::StoreFuture<'static, T> {
+    mut op: idem_tools_runtime::store::StoreFuture<'a, T>,
+) -> idem_tools_runtime::store::StoreFuture<'a, T> {
     runtime.block_on(async {
         let waited = tokio::time::timeout(
             Duration::from_millis(100),
