@@ -125,16 +125,12 @@ impl Drop for Checkout<'_> {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if crate::store::postgres::entered::context_destroyed() {
-            std::mem::forget(conn);
-            return;
-        }
-        let _entered = self.runtime.as_ref().map(tokio::runtime::Handle::enter);
-        if self.unsure.load(Ordering::Relaxed) {
-            drop(conn.detach());
-        } else {
-            drop(conn);
-        }
+        let unsure = self.unsure.load(Ordering::Relaxed);
+        crate::store::postgres::entered::inside(self.runtime.as_ref(), conn, |conn| {
+            if unsure {
+                drop(conn.detach());
+            }
+        });
     }
 }
 

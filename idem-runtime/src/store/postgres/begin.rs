@@ -230,14 +230,9 @@ impl Future for Landing {
 impl Drop for Landing {
     fn drop(&mut self) {
         if let (Some(rest), Some(runtime)) = (self.claim.take(), self.runtime.take()) {
-            if super::entered::context_destroyed() {
-                std::mem::forget(rest);
-                return;
-            }
-            // Entered, so that what the claim drops on a runtime that is shutting down (a
-            // pooled connection) finds the runtime it needs.
-            let _entered = runtime.enter();
-            drop(runtime.spawn(rest));
+            // Inside the runtime, so that what the claim drops on a runtime that is shutting
+            // down (a pooled connection) finds the runtime it needs.
+            super::entered::inside(Some(&runtime), rest, |rest| drop(runtime.spawn(rest)));
         }
     }
 }

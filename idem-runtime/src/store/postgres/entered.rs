@@ -47,20 +47,21 @@ impl<T> Future for Entered<'_, T> {
 
 impl<T> Drop for Entered<'_, T> {
     fn drop(&mut self) {
-        if let (Some(op), Some(runtime)) = (self.op.take(), self.runtime.as_ref()) {
-            if context_destroyed() {
-                std::mem::forget(op);
-                return;
-            }
-            let _entered = runtime.enter();
-            drop(op);
+        if let Some(op) = self.op.take() {
+            inside(self.runtime.as_ref(), op, drop);
         }
     }
 }
 
-/// Whether this thread is exiting and has destroyed Tokio's context already (a value dropped
-/// by another thread-local's destructor): no runtime can be entered any more, and what needs
-/// one to be dropped is leaked instead — the thread is going away.
-pub(crate) fn context_destroyed() -> bool {
-    matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_thread_local_destroyed())
+/// Ends `value` with `end` inside `runtime` (what it holds may need the runtime to be dropped).
+/// On a thread that is exiting and has destroyed Tokio's context already (a value dropped by
+/// another thread-local's destructor), no runtime can be entered any more: `value` is leaked
+/// instead — the thread is going away.
+pub(crate) fn inside<T>(runtime: Option<&tokio::runtime::Handle>, value: T, end: impl FnOnce(T)) {
+    if matches!(tokio::runtime::Handle::try_current(), Err(e) if e.is_thread_local_destroyed()) {
+        std::mem::forget(value);
+        return;
+    }
+    let _entered = runtime.map(tokio::runtime::Handle::enter);
+    end(value);
 }
