@@ -168,9 +168,10 @@
 /// `self: Arc<Self>`, or write `attached` to accept it. `&mut self` always runs attached,
 /// without a warning.
 ///
-/// A detached body must be `Send + 'static`; when it is not (a `std::sync::MutexGuard` or an
-/// `Rc` held across `.await`), the error's note says to drop it before `.await`, use
-/// `tokio::sync::Mutex`, or write `attached`.
+/// Every body is a `Send` future, and a detached one is also `'static`. When a body is not
+/// `Send` (a `std::sync::MutexGuard`, an `Rc` or a `RefCell` borrow held across `.await`), the
+/// error's note says to drop it before the `.await` or use `tokio::sync::Mutex`; when a
+/// detached body borrows, to write `attached`.
 ///
 /// Every other tool, and one marked `attached`, runs **attached**, in the caller's task. If
 /// it is cancelled after it started, its key is kept as interrupted (a retry gets an error
@@ -179,19 +180,17 @@
 ///
 /// ```
 /// # use idem_tools::idempotent;
-/// # use std::rc::Rc;
-/// #[idempotent(attached)] // holds an `Rc` across `.await`: not `Send`
+/// #[idempotent(attached)] // runs in the caller's task, although it could be detached
 /// async fn count(n: u32) -> Result<u32, idem_tools::Error> {
-///     let shared = Rc::new(n);
 ///     tokio::task::yield_now().await;
-///     Ok(*shared)
+///     Ok(n)
 /// }
 /// ```
 ///
 /// ```compile_fail
 /// # use idem_tools::idempotent;
 /// # use std::rc::Rc;
-/// #[idempotent] // detached: the body must be `Send`
+/// #[idempotent(attached)] // attached or not, a body must be `Send`
 /// async fn count(n: u32) -> Result<u32, idem_tools::Error> {
 ///     let shared = Rc::new(n);
 ///     tokio::task::yield_now().await;

@@ -18,7 +18,7 @@ pub use idem_tools_runtime::key::ArgsDigest;
 pub use idem_tools_runtime::tool::ToolSlot;
 pub use idem_tools_runtime::{Error, Store, ToolInfo, Turn};
 
-use idem_tools_runtime::engine::{Call, Codec, DetachedExecution, Execution, execute};
+use idem_tools_runtime::engine::{Call, Codec, execute, execute_detached};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -324,17 +324,22 @@ pub fn run<R, F, C>(
     store: Option<Arc<dyn Store>>,
     records: C,
     body: F,
-) -> Execution<F>
+) -> impl Future<Output = R> + Send
 where
-    R: ToolReturn,
-    R::Ok: ToolOk,
-    R::Err: ToolErr,
+    R: ToolReturn + Send,
+    R::Ok: ToolOk + Send,
+    R::Err: ToolErr + Send,
     C: Records<R>,
-    F: Future<Output = R>,
+    F: AttachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, or use tokio::sync::Mutex
 {
-    match prepare(digest, store) {
-        Ok(call) => execute(call, records.codec(), body),
-        Err((tool, error)) => Execution::refused(tool, error, records.codec(), body),
+    let codec = records.codec();
+    let call = prepare(digest, store);
+    // An `async` block, not an `async fn`: it keeps no second copy of its arguments.
+    async move {
+        match call {
+            Ok(call) => execute(call, codec, body).await,
+            Err((_, error)) => R::from_result(Err(R::Err::from(error))),
+        }
     }
 }
 
@@ -350,13 +355,27 @@ where
 )]
 pub trait NoDescriptor<Method> {}
 
+/// The body of an attached tool: it runs in the caller's task, and must be `Send`.
+#[diagnostic::on_unimplemented(
+    message = "the body of this `#[idempotent]` tool must be `Send`",
+    label = "holds something that is not `Send` across an `.await`",
+    note = "drop a `std::sync::MutexGuard`, an `Rc` or a `RefCell` borrow before the next \
+            `.await` (or use `tokio::sync::Mutex`): the engine runs every tool body as a `Send` \
+            future"
+)]
+pub trait AttachedBody<R>: Future<Output = R> + Send {}
+impl<R, F: Future<Output = R> + Send> AttachedBody<R> for F {}
+
 /// The body of a detached tool: it runs in a task of its own, so it must be `Send + 'static`.
 #[diagnostic::on_unimplemented(
     message = "the body of this `#[idempotent]` tool runs detached, in a task of its own, so it \
                must be `Send + 'static`",
     label = "holds something that is not `Send` across an `.await`, or borrows",
-    note = "a detached body finishes and records its result even if the caller times out; to \
-            run it in the caller's task instead, write `#[idempotent(attached)]`"
+    note = "not `Send`: drop a `std::sync::MutexGuard`, an `Rc` or a `RefCell` borrow before the \
+            next `.await`, or use `tokio::sync::Mutex` (every tool body is a `Send` future)",
+    note = "borrows: a detached body finishes and records its result even if the caller times \
+            out, so it must own what it uses; to run a body that borrows in the caller's task \
+            instead, write `#[idempotent(attached)]`"
 )]
 pub trait DetachedBody<R>: Future<Output = R> + Send + 'static {}
 impl<R, F: Future<Output = R> + Send + 'static> DetachedBody<R> for F {}
@@ -372,28 +391,22 @@ pub fn run_detached<R, F, C>(
     store: Option<Arc<dyn Store>>,
     records: C,
     body: F,
-) -> DetachedExecution<R>
+) -> impl Future<Output = R> + Send
 where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
     R::Err: ToolErr + Send + 'static,
     C: Records<R>,
     // rustc reports a body that is not `Send` with its own message, which shows this line:
-    F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
+    F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
 {
-    // The one line compiled for each tool: the rest is shared by the tools returning `R`.
-    run_boxed(digest, store, records.codec(), Box::pin(body))
-}
-
-fn run_boxed<R: ToolReturn + Send + 'static>(
-    digest: Digest,
-    store: Option<Arc<dyn Store>>,
-    codec: Codec<R::Ok, R::Err>,
-    body: ::std::pin::Pin<Box<dyn Future<Output = R> + Send>>,
-) -> DetachedExecution<R> {
-    match prepare(digest, store) {
-        Ok(call) => DetachedExecution::boxed(call, codec, body),
-        Err((tool, error)) => DetachedExecution::refused_boxed(tool, error, codec, body),
+    let codec = records.codec();
+    let call = prepare(digest, store);
+    async move {
+        match call {
+            Ok(call) => execute_detached(call, codec, body).await,
+            Err((_, error)) => R::from_result(Err(R::Err::from(error))),
+        }
     }
 }
 

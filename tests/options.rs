@@ -25,20 +25,23 @@ async fn longest_lease(n: u32) -> Result<u32, Error> {
     Ok(n)
 }
 
-/// `attached`: the body runs in the caller's task, so it may hold an `Rc` across `.await`.
+/// `attached`: the body runs in the caller's task, even though it could be detached.
 #[idempotent(attached, release_on_cancel)]
 async fn attached_with_rc(n: u32) -> Result<u32, Error> {
-    let shared = Rc::new(n);
+    // An `Rc` may live between `.await`s, not across one: bodies are `Send`.
+    let n = {
+        let shared = Rc::new(n);
+        *shared
+    };
     tokio::task::yield_now().await;
-    Ok(*shared)
+    Ok(n)
 }
 
 /// A borrowed parameter makes a tool attached by itself: no option needed.
 #[idempotent]
 async fn borrowing(name: &str) -> Result<usize, Error> {
-    let shared = Rc::new(name.len());
     tokio::task::yield_now().await;
-    Ok(*shared)
+    Ok(name.len())
 }
 
 #[tokio::test]

@@ -31,7 +31,7 @@ impl Harness for Postgres {
     }
 
     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             tokio::time::sleep(by).await;
             Ok(())
         })
@@ -42,7 +42,7 @@ impl Harness for Postgres {
             "UPDATE {} SET fingerprint = '\\x00ff'::bytea WHERE namespace = $1 AND key = $2",
             self.store.records_table()
         );
-        Some(Box::pin(async move {
+        Some(StoreFuture::new(async move {
             sqlx::query(&sql)
                 .bind(namespace)
                 .bind(key.as_bytes().as_slice())

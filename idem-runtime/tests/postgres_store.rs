@@ -209,7 +209,7 @@ fn opening_a_store_dropped_outside_its_runtime_does_not_panic() {
             .expect("take the migration's lock");
         holder
     });
-    let opening: idem_tools_runtime::store::StoreFuture<'_, PostgresStore> = Box::pin(
+    let opening = idem_tools_runtime::store::StoreFuture::new(
         PostgresStore::builder()
             .schema(schema.clone())
             .connect(&url),
@@ -278,7 +278,7 @@ fn drop_outside_later<'a, T>(
     runtime.block_on(async {
         let waited = tokio::time::timeout(
             Duration::from_millis(100),
-            std::future::poll_fn(|cx| op.as_mut().poll(cx)),
+            std::future::poll_fn(|cx| std::pin::Pin::new(&mut op).poll(cx)),
         )
         .await;
         assert!(waited.is_err(), "the operation was still waiting");

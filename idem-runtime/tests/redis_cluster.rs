@@ -70,7 +70,7 @@ impl Harness for Cluster {
     }
 
     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             tokio::time::sleep(by).await;
             Ok(())
         })
@@ -79,7 +79,7 @@ impl Harness for Cluster {
     fn corrupt<'a>(&'a self, namespace: &'a str, key: &'a Key) -> Option<StoreFuture<'a, ()>> {
         let redis_key = self.store.redis_key(namespace, key);
         let mut conn = self.conn.clone();
-        Some(Box::pin(async move {
+        Some(StoreFuture::new(async move {
             redis::cmd("SET")
                 .arg(redis_key)
                 .arg(b"\x00\xffnot a record".as_slice())

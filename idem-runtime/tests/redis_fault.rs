@@ -83,7 +83,7 @@ impl Store for Acknowledged {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             self.inner.complete(lease, result, ttl).await?;
             let mut recorded = self.recorded.lock().unwrap();
             recorded.entry(lease.key).or_default().push(result.to_vec());

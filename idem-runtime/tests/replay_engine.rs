@@ -30,7 +30,7 @@ fn call(tool: &'static ToolInfo, turn: &Turn, arg: &str) -> Call {
 /// Runs `value`'s tool twice with the same key: once executed, once replayed.
 async fn run_twice<T>(turn: &Turn, arg: &str, value: T) -> (T, T, usize)
 where
-    T: Serialize + serde::de::DeserializeOwned + Clone,
+    T: Serialize + serde::de::DeserializeOwned + Clone + Send,
 {
     let runs = AtomicUsize::new(0);
     let tool = |value: T| {

@@ -58,7 +58,7 @@ impl Harness for Sqlite {
 
     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
         self.clock.advance(by);
-        Box::pin(async { Ok(()) })
+        StoreFuture::ready(Ok(()))
     }
 
     /// A ManualClock drives the store: the expiry boundary is checked to the millisecond.
@@ -69,7 +69,7 @@ impl Harness for Sqlite {
     fn corrupt<'a>(&'a self, namespace: &'a str, key: &'a Key) -> Option<StoreFuture<'a, ()>> {
         let path = self.path.clone()?;
         let (namespace, key) = (namespace.to_owned(), *key);
-        Some(Box::pin(async move {
+        Some(StoreFuture::new(async move {
             let conn = rusqlite::Connection::open(path).unwrap();
             conn.busy_timeout(Duration::from_secs(5)).unwrap();
             let changed = conn

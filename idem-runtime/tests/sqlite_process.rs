@@ -73,7 +73,7 @@ async fn call<F>(
     body: F,
 ) -> Result<String, Error>
 where
-    F: Future<Output = Result<String, Error>>,
+    F: Future<Output = Result<String, Error>> + Send,
 {
     let turn = Turn::new(TURN_ID)
         .with_store(Arc::clone(store))

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{
-    DetachedBody, Digest, Records, Store, ToolErr, ToolOk, ToolReturn, key_arg, run, run_detached,
+    AttachedBody, DetachedBody, Digest, Records, Store, ToolErr, ToolOk, ToolReturn, key_arg, run,
+    run_detached,
 };
 
 /// The receiver of a `&self` tool, for autoref specialization:
@@ -114,7 +115,7 @@ impl<S: Send + Sync + 'static> Owned<S> {
         R::Err: ToolErr + Send + 'static,
         C: Records<R>,
         F: FnOnce(Self) -> Fut,
-        Fut: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, use tokio::sync::Mutex, or write `attached`
+        Fut: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
     {
         run_detached(digest, store, records, body(self))
     }
@@ -130,12 +131,12 @@ impl<S: ?Sized> Borrowed<'_, S> {
         body: F,
     ) -> impl Future<Output = R>
     where
-        R: ToolReturn,
-        R::Ok: ToolOk,
-        R::Err: ToolErr,
+        R: ToolReturn + Send,
+        R::Ok: ToolOk + Send,
+        R::Err: ToolErr + Send,
         C: Records<R>,
         F: FnOnce(Self) -> Fut,
-        Fut: Future<Output = R>,
+        Fut: AttachedBody<R>,
     {
         run(digest, store, records, body(self))
     }

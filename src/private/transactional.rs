@@ -73,8 +73,8 @@ pub async fn run_transactional<R, F, C>(
 ) -> R
 where
     R: ToolReturn,
-    R::Ok: ToolOk,
-    R::Err: ToolErr,
+    R::Ok: ToolOk + Send,
+    R::Err: ToolErr + Send,
     C: Records<R>,
     F: AsyncFnOnce(&mut PgConnection) -> R,
 {

@@ -3,9 +3,12 @@
 //!
 //! Each is polled once in place first — an in-memory store finishes there, so a process that
 //! exits right after the call has done it — and goes on in a task of the current Tokio runtime
-//! if it has to wait. Outside a runtime (one that shut down, a future kept in a static) nothing
-//! is polled, since a store client or a timer may need the runtime: the work is dropped with a
-//! warning and the lease's end frees the key. Nothing here panics.
+//! if it has to wait. A call dropped on a thread outside any runtime (a future kept past the
+//! `block_on` that polled it) first asks the store in place, which is enough for a store that
+//! answers at once (the memory store, SQLite when idle; SQLite also takes a write it queues to
+//! its thread), and otherwise hands the work to the runtime the call was made on, if it still
+//! runs. A store client or a timer may need a runtime, so outside one nothing is polled.
+//! Nothing here panics.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -14,6 +17,7 @@ use std::task::{Context, Waker};
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::runtime::Handle;
 use tokio::time::Instant;
 
 use super::keeper::Keeper;
@@ -28,12 +32,30 @@ const BOUND: Duration = Duration::from_secs(10);
 type Work = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// Polls `work` once in place; if it has to wait, hands `rest` (built from it, inside the
-/// runtime, where timers may be built) to a task of the current runtime.
-fn go(mut work: Work, rest: impl FnOnce(Work) -> Work + Send + 'static, what: &'static str) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        tracing::warn!(target: "idem",
-            "no Tokio runtime to {what} in; the key is freed when its lease ends");
-        return;
+/// runtime, where timers may be built) to a task of the current runtime, or of `runtime` (the
+/// call's) outside any.
+fn go(
+    mut work: Work,
+    rest: impl FnOnce(Work) -> Work + Send + 'static,
+    what: &'static str,
+    runtime: Option<Handle>,
+) {
+    let runtime = match Handle::try_current() {
+        Ok(current) => current,
+        Err(_) => match runtime {
+            Some(runtime) => {
+                // Entering the call's runtime from this thread lets the work build its
+                // timers; a runtime that shut down drops the task unpolled.
+                let _entered = runtime.enter();
+                runtime.spawn(async move { rest(work).await });
+                return;
+            }
+            None => {
+                tracing::warn!(target: "idem",
+                    "no Tokio runtime to {what} in; the key is freed when its lease ends");
+                return;
+            }
+        },
     };
     if work
         .as_mut()
@@ -43,6 +65,15 @@ fn go(mut work: Work, rest: impl FnOnce(Work) -> Work + Send + 'static, what: &'
         return;
     }
     runtime.spawn(async move { rest(work).await });
+}
+
+/// Outside any runtime, the store's answer to `asked` if it gave it at once (`None`: the work
+/// goes to a runtime). Inside one, `None` without asking: [`go`] polls it in place.
+fn here<T>(asked: impl FnOnce() -> Option<Result<T, Error>>) -> Option<Result<T, Error>> {
+    if Handle::try_current().is_ok() {
+        return None;
+    }
+    asked()
 }
 
 /// A store operation, bounded by [`BOUND`] once it runs in a task.
@@ -57,19 +88,24 @@ fn bounded(work: Work, what: &'static str, key: String) -> Work {
 
 /// Gives `lease` back. `LeaseLost` is expected (the claim never landed, or was taken over) and
 /// not worth a word.
-pub(super) fn release(store: Arc<dyn Store>, lease: Lease) {
-    let key = lease.key.short().to_string();
-    let work: Work = Box::pin(async move {
-        match store.release(&lease).await {
+pub(super) fn release(store: Arc<dyn Store>, lease: Lease, runtime: Option<Handle>) {
+    fn said(lease: &Lease, answer: Result<(), Error>) {
+        match answer {
             Ok(()) | Err(Error::LeaseLost { .. }) => {}
             Err(error) => tracing::warn!(target: "idem", key = %lease.key.short(), %error,
                 "could not give the key back; it is freed when its lease ends"),
         }
-    });
+    }
+    if let Some(answer) = here(|| store.release(&lease).answered_now()) {
+        return said(&lease, answer);
+    }
+    let key = lease.key.short().to_string();
+    let work: Work = Box::pin(async move { said(&lease, store.release(&lease).await) });
     go(
         work,
         move |work| bounded(work, "release", key),
         "give a key back",
+        runtime,
     );
 }
 
@@ -80,19 +116,26 @@ pub(super) fn mark_interrupted(
     lease: Lease,
     tool: &'static str,
     ttl: Duration,
+    runtime: Option<Handle>,
 ) {
-    let key = lease.key.short().to_string();
-    let work: Work = Box::pin(async move {
-        let marker = replay::encode_interrupted(tool);
-        if let Err(error) = store.complete(&lease, &marker, ttl).await {
+    fn said(lease: &Lease, answer: Result<(), Error>) {
+        if let Err(error) = answer {
             tracing::warn!(target: "idem", key = %lease.key.short(), %error,
                 "could not mark the interrupted key; it is freed when its lease ends");
         }
-    });
+    }
+    let marker = replay::encode_interrupted(tool);
+    if let Some(answer) = here(|| store.complete(&lease, &marker, ttl).answered_now()) {
+        return said(&lease, answer);
+    }
+    let key = lease.key.short().to_string();
+    let work: Work =
+        Box::pin(async move { said(&lease, store.complete(&lease, &marker, ttl).await) });
     go(
         work,
         move |work| bounded(work, "mark", key),
         "mark a key interrupted",
+        runtime,
     );
 }
 
@@ -106,7 +149,13 @@ pub(super) fn mark_interrupted(
 /// effect, or nobody else claimed the key. So the result is still offered, with the claim's
 /// token, which the store fences: it lands only if no other caller took the key over, and the
 /// store's `LeaseLost` ends the attempts.
-pub(super) fn record(mut keeper: Keeper, bytes: Bytes, ttl: Duration, lingering: Lingering) {
+pub(super) fn record(
+    mut keeper: Keeper,
+    bytes: Bytes,
+    ttl: Duration,
+    lingering: Lingering,
+    runtime: Option<Handle>,
+) {
     let work: Work = Box::pin(async move {
         let key = keeper.lease().key.short();
         let give_up = Instant::now() + ttl;
@@ -151,7 +200,7 @@ pub(super) fn record(mut keeper: Keeper, bytes: Bytes, ttl: Duration, lingering:
         }
         drop(lingering);
     });
-    go(work, |work| work, "record a result");
+    go(work, |work| work, "record a result", runtime);
 }
 
 /// The longest pause between two attempts to record once the lease is past its end: nothing

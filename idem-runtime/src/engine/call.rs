@@ -1,136 +1,398 @@
-//! A call's life, top to bottom: join → begin → answer → run under the lease keeper → record →
-//! publish → report. It never sees the tool's types: the body is polled, and its result encoded
-//! and decoded, by the typed [`Execution`](super::Execution), through the [`Port`].
+//! A call's life, top to bottom, compiled once for every tool: [`ask`] — refusals that need no
+//! store, then join an identical call running here or ask the store until there is an answer
+//! or a claim — then [`run`] the body under the lease keeper, record its result, publish it to
+//! the calls waiting here and report the outcome. The typed layer (`typed.rs`) hands the body
+//! in, boxed, already encoding its result ([`Body`]), and decodes what comes back.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
+use tracing::{Instrument, Span};
 
-use super::Call;
 use super::background;
 use super::guard::{self, Guard, Holding, Phase};
-use super::held;
+use super::held::{self, Held};
 use super::keeper::{self, Claim, Keeper};
-use super::port::{BodyScope, Finished, Port};
 use super::report::Reporter;
+use super::{Call, telemetry};
 use crate::Error;
-use crate::flight::{self, Role, Waited};
+use crate::flight::{self, Leader, Role, Waited};
 use crate::replay::{self, RecordKind};
 use crate::stats::Outcome;
-use crate::store::{Begin, Exhausted, FirstResult, LeaseToken, Store};
+use crate::store::{Begin, BeginRequest, Exhausted, FirstResult, LeaseToken, Store, StoreFuture};
+use crate::turn::Turn;
 
 /// The first pause, and the longest, between two polls of a key in flight elsewhere.
 pub(super) const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 pub(super) const MAX_BACKOFF: Duration = Duration::from_millis(250);
 
-/// How a call ended, for the typed layer.
-pub(super) enum Answer {
-    /// The body ran in this call; its result is the typed layer's. The outcome is reported.
-    Ran,
-    /// A recorded result to decode and return — replayed from the store, or shared by an
-    /// identical call — and the outcome to report once it decoded.
-    Recorded {
+/// The tool's body as the engine runs it: the tool's future, which encodes its result for
+/// recording when it finishes (the typed result stays with the typed layer).
+pub(crate) type Body<'a> = Pin<Box<dyn Future<Output = Finished> + Send + 'a>>;
+
+/// How the tool's body finished, as the engine needs to know it.
+#[derive(Debug)]
+pub(crate) enum Finished {
+    /// Record these bytes (an `Ok`, or an `Err` of a tool that records errors).
+    Record {
+        /// The record.
         bytes: Bytes,
-        outcome: Outcome,
-        report: Reporter,
+        /// Whether the result is an `Ok`.
+        ok: bool,
     },
-    /// The call was refused or failed; the outcome is reported.
-    Refused(Error),
+    /// The result cannot be replayed faithfully: record this marker instead, so that a retry
+    /// is told the tool ran rather than running it again.
+    Unreplayable {
+        /// The marker.
+        bytes: Bytes,
+        /// Why, for the operator.
+        reason: String,
+    },
+    /// An `Err` that is not recorded: give the key back so that a retry runs again.
+    Release,
 }
 
-/// Runs one call: see the module documentation. `detached`: once claimed, the call moves into
-/// a task of its own.
-pub(super) async fn run(report: Reporter, port: Arc<Port>, detached: bool) -> Answer {
-    let call = report.call().clone();
-    let store = Arc::clone(call.store());
-    let mut guard = Guard::new(report, Arc::clone(&port));
+/// How a call ended, for the typed layer, its outcome reported: `Ok` when the typed layer
+/// holds the result — the body's, or a recorded one the [`Decode`] turned into the tool's
+/// result — or the error that refused or failed the call.
+pub(super) type Answer = Result<(), Error>;
 
-    // 1. Refusals that need no store.
-    if held::holds(&call.key) {
-        // Single-flight would make this call wait for the one it runs inside of.
-        let error = Error::Reentrant {
-            tool: call.tool.name,
-            key: call.key.short(),
-        };
-        return refuse(&mut guard, Outcome::Reentrant, error);
+/// Turns a recorded result (replayed from the store, or shared by an identical call) into the
+/// tool's result, kept by the typed layer; an error if it does not decode.
+pub(super) type Decode<'d> = &'d mut (dyn FnMut(&Call, &[u8]) -> Result<(), Error> + Send);
+
+/// What asking gave: an answer, or leave to go on.
+pub(super) enum Asked {
+    Answered(Answer),
+    /// Boxed: a call that replays never gets one, and its future stays small.
+    Granted(Box<Granted>),
+}
+
+/// A call the store let go on: a plain call holds its claim (in the guard, the body not
+/// started); a transactional call was charged and claims in its own transaction, with
+/// `claim`'s token, leading the flight of its key here.
+pub(super) struct Granted {
+    pub(super) guard: Guard,
+    pub(super) call: Call,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) span: Span,
+    pub(super) claim: Claim,
+    /// The flight, unless the guard holds it with the claim.
+    pub(super) leader: Option<Leader>,
+    /// When the in-flight wait ends.
+    pub(super) wait_until: Instant,
+}
+
+/// How [`ask`] asks the store: [`Claiming`] claims the key (every plain call); a
+/// transactional call charges the attempt instead, and claims inside its own transaction.
+pub(super) trait Asker: Send {
+    /// Whether [`Begin::Claimed`] means the key is claimed in the store: the claim is then
+    /// trusted for part of its lease only, and given back if the call ends before it runs.
+    const CLAIMS: bool;
+
+    /// Asks the store for `request`'s key; `wait_until` ends the in-flight wait.
+    fn begin<'a>(
+        &'a mut self,
+        store: &'a Arc<dyn Store>,
+        request: BeginRequest<'a>,
+        wait_until: Instant,
+    ) -> StoreFuture<'a, Begin>;
+
+    /// Whether `error` means the key stayed held until the in-flight wait ended.
+    fn held_too_long(_error: &Error) -> bool {
+        false
     }
-    let duration = match keeper::duration(call.tool) {
-        Ok(duration) => duration,
-        Err(error) => return refuse(&mut guard, Outcome::ConfigError, error),
-    };
+}
 
-    // 2. Join an identical call running here, or ask the store until the call has an answer
-    //    or a claim. Waiting — for the call here, or for a holder elsewhere — charges nothing.
-    let wait_until = Instant::now() + call.turn.in_flight_wait();
-    let (leader, claim) = 'ask: loop {
-        let leader = match flight::join(store_id(&store), call.key) {
-            Role::Done(shared) => return recorded(&mut guard, &call, shared, Outcome::Joined),
-            Role::Follower(follower) => match follower.wait(wait_until).await {
-                Waited::Done(shared) => {
-                    return recorded(&mut guard, &call, shared, Outcome::Joined);
-                }
-                Waited::Abandoned => continue 'ask, // it recorded nothing: maybe lead now
-                Waited::TimedOut => return in_flight(&mut guard, &call, wait_until),
-            },
-            Role::Leader(leader) => leader,
-        };
-        let mut backoff = FIRST_BACKOFF;
-        loop {
-            let token = LeaseToken::generate();
-            let sent = Instant::now(); // no later than the store's start of the lease
-            let claim = Claim {
-                lease: call.lease(token),
-                duration,
-                sent,
-            };
-            match begin(&store, &call, token, duration, &claim).await {
-                Err(error) => return refuse(&mut guard, Outcome::StoreError, error),
-                Ok(Begin::Claimed) if Instant::now() < claim.trusted_until() => {
-                    break 'ask (leader, claim);
-                }
-                // Answered after the lease it granted could be trusted: another caller may
-                // hold the key by then. Give it back and ask again.
-                Ok(Begin::Claimed) => background::release(Arc::clone(&store), claim.lease),
-                Ok(Begin::Completed(first)) => {
-                    if first.fingerprint != call.fingerprint {
-                        return mismatch(&mut guard, &call);
-                    }
-                    leader.publish(|| first.clone());
-                    return recorded(&mut guard, &call, first, Outcome::Replayed);
-                }
-                Ok(Begin::InFlight { fingerprint }) if fingerprint != call.fingerprint => {
-                    return mismatch(&mut guard, &call);
-                }
-                Ok(Begin::InFlight { .. }) => {}
-                Ok(Begin::Refused(exhausted)) => return over_budget(&mut guard, &call, exhausted),
-            }
-            // In flight elsewhere: ask again after a pause, while the wait lasts.
-            let now = Instant::now();
-            if now >= wait_until {
-                return in_flight(&mut guard, &call, wait_until);
-            }
-            tokio::time::sleep(backoff.min(wait_until - now)).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
-        }
-    };
+/// A plain call's [`Asker`]: [`Store::begin`].
+pub(super) struct Claiming;
 
-    // 3. Run the body under the lease keeper.
-    let keeper = Keeper::new(Arc::clone(&store), &claim);
-    guard.enter(Phase::Running(Holding {
-        claim,
-        keeper,
+impl Asker for Claiming {
+    const CLAIMS: bool = true;
+
+    fn begin<'a>(
+        &'a mut self,
+        store: &'a Arc<dyn Store>,
+        request: BeginRequest<'a>,
+        _: Instant,
+    ) -> StoreFuture<'a, Begin> {
+        store.begin(request)
+    }
+}
+
+/// Asks for `call`: its span, its reporter, then [`asking`].
+pub(super) fn ask<'a, A: Asker>(
+    call: Call,
+    asker: &'a mut A,
+    decode: Decode<'a>,
+) -> impl Future<Output = Asked> + Send + 'a {
+    let span = telemetry::span(&call);
+    let guard = Guard::new(Reporter::new(call, span.clone(), telemetry::context()));
+    asking(guard, span.clone(), None, asker, decode).instrument(span)
+}
+
+/// Asks again for a call whose grant did not hold (a transactional call found the key live
+/// when it claimed it): its flight ends — the calls waiting on it ask too — and its in-flight
+/// wait goes on.
+pub(super) fn ask_again<'a, A: Asker>(
+    granted: Box<Granted>,
+    asker: &'a mut A,
+    decode: Decode<'a>,
+) -> impl Future<Output = Asked> + Send + 'a {
+    let Granted {
+        guard,
+        span,
         leader,
-    }));
-    if detached {
-        port.detach().await;
+        wait_until,
+        ..
+    } = *granted;
+    drop(leader);
+    asking(guard, span.clone(), Some(wait_until), asker, decode).instrument(span)
+}
+
+/// Refusals that need no store, then join an identical call running here or ask the store
+/// until the call has an answer or leave to go on. Waiting — for the call here, or for a
+/// holder elsewhere — charges nothing.
+///
+/// (An `async` block rather than an `async fn`, here and below: the block uses its captures in
+/// place, where an `async fn` copies its arguments into locals, and a call's future is moved
+/// several times on its way to being polled.)
+#[allow(clippy::manual_async_fn)] // the reason is above
+fn asking<'a, A: Asker>(
+    mut guard: Guard,
+    span: Span,
+    wait_until: Option<Instant>,
+    asker: &'a mut A,
+    decode: Decode<'a>,
+) -> impl Future<Output = Asked> + Send + 'a {
+    async move {
+        let call = guard.report().call().clone();
+        let store = Arc::clone(call.store());
+        if held::holds(&call.key) {
+            // Single-flight would make this call wait for the one it runs inside of.
+            let error = Error::Reentrant {
+                tool: call.tool.name,
+                key: call.key.short(),
+            };
+            return answered(refuse(&mut guard, Outcome::Reentrant, error));
+        }
+        let duration = match keeper::duration(call.tool) {
+            Ok(duration) => duration,
+            Err(error) => return answered(refuse(&mut guard, Outcome::ConfigError, error)),
+        };
+        let wait_until = wait_until.unwrap_or_else(|| Instant::now() + call.turn.in_flight_wait());
+        let (leader, claim) = 'ask: loop {
+            let leader = match flight::join(store_id(&store), call.key) {
+                Role::Done(shared) => {
+                    return answered(recorded(&mut guard, &call, shared, Outcome::Joined, decode));
+                }
+                // Boxed, as every wait: a call that does not wait keeps a small future.
+                Role::Follower(follower) => match Box::pin(follower.wait(wait_until)).await {
+                    Waited::Done(shared) => {
+                        return answered(recorded(
+                            &mut guard,
+                            &call,
+                            shared,
+                            Outcome::Joined,
+                            decode,
+                        ));
+                    }
+                    Waited::Abandoned => continue 'ask, // it recorded nothing: maybe lead now
+                    Waited::TimedOut => return answered(in_flight(&mut guard, &call, wait_until)),
+                },
+                Role::Leader(leader) => leader,
+            };
+            let mut backoff = FIRST_BACKOFF;
+            loop {
+                let claim = Claim {
+                    lease: call.lease(LeaseToken::generate()),
+                    duration,
+                    sent: Instant::now(), // no later than the store's start of the lease
+                };
+                let answer = begin(&store, &call, asker, &claim, wait_until).await;
+                let refusal = match answer {
+                    Err(error) if A::held_too_long(&error) => {
+                        Some(in_flight(&mut guard, &call, wait_until))
+                    }
+                    Err(error) => Some(refuse(&mut guard, Outcome::StoreError, error)),
+                    Ok(Begin::Claimed) if !A::CLAIMS || Instant::now() < claim.trusted_until() => {
+                        break 'ask (leader, claim);
+                    }
+                    // Answered after the lease it granted could be trusted: another caller may
+                    // hold the key by then. Give it back and ask again.
+                    Ok(Begin::Claimed) => {
+                        background::release(Arc::clone(&store), claim.lease, None);
+                        None
+                    }
+                    Ok(Begin::Completed(first)) if first.fingerprint != call.fingerprint => {
+                        Some(mismatch(&mut guard, &call))
+                    }
+                    Ok(Begin::Completed(first)) => {
+                        leader.publish(|| first.clone());
+                        return answered(recorded(
+                            &mut guard,
+                            &call,
+                            first,
+                            Outcome::Replayed,
+                            decode,
+                        ));
+                    }
+                    Ok(Begin::InFlight { fingerprint }) if fingerprint != call.fingerprint => {
+                        Some(mismatch(&mut guard, &call))
+                    }
+                    Ok(Begin::InFlight { .. }) => None,
+                    Ok(Begin::Refused(exhausted)) => {
+                        Some(over_budget(&mut guard, &call, exhausted))
+                    }
+                };
+                if let Some(refusal) = refusal {
+                    return answered(refusal);
+                }
+                // In flight elsewhere: ask again after a pause, while the wait lasts.
+                let now = Instant::now();
+                if now >= wait_until {
+                    return answered(in_flight(&mut guard, &call, wait_until));
+                }
+                Box::pin(tokio::time::sleep(backoff.min(wait_until - now))).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        };
+        let leader = if A::CLAIMS {
+            let keeper = Keeper::new(Arc::clone(&store), &claim);
+            guard.enter(Phase::Running(Box::new(Holding {
+                claim: claim.clone(),
+                keeper,
+                leader,
+                runtime: tokio::runtime::Handle::try_current().ok(),
+            })));
+            None
+        } else {
+            Some(leader)
+        };
+        Asked::Granted(Box::new(Granted {
+            guard,
+            call,
+            store,
+            span,
+            claim,
+            leader,
+            wait_until,
+        }))
     }
-    port.enter(BodyScope {
+}
+
+fn answered(answer: Answer) -> Asked {
+    Asked::Answered(answer)
+}
+
+/// Asks the store, bounded by the lease asked for (an answer after that is of no use). If
+/// the call is dropped meanwhile, or the answer is an error (a timeout may hide a claim that
+/// landed), a claim that may have been made is given back with its token.
+#[allow(clippy::manual_async_fn)] // see `asking`: an async block keeps no second copy of its arguments
+fn begin<'a, A: Asker>(
+    store: &'a Arc<dyn Store>,
+    call: &'a Call,
+    asker: &'a mut A,
+    claim: &'a Claim,
+    wait_until: Instant,
+) -> impl Future<Output = Result<Begin, Error>> + Send + 'a {
+    async move {
+        struct GiveBack<'a>(Option<(&'a Arc<dyn Store>, &'a Claim)>);
+        impl Drop for GiveBack<'_> {
+            fn drop(&mut self) {
+                if let Some((store, claim)) = self.0 {
+                    background::release(Arc::clone(store), claim.lease.clone(), None);
+                }
+            }
+        }
+        let mut give_back = GiveBack(A::CLAIMS.then_some((store, claim)));
+        let request = call.begin_request(claim.lease.token, claim.duration);
+        let answer = bounded(asker.begin(store, request, wait_until), claim.duration)
+            .await
+            .unwrap_or_else(|| Err(Error::store("begin", "no answer within the lease")));
+        if answer.is_ok() {
+            give_back.0 = None;
+        }
+        answer
+    }
+}
+
+/// `future`, given up `limit` after its first poll (`None`). No timer is armed (or allocated)
+/// for a future that answers in its first poll (the memory store, a SQLite read).
+pub(super) fn bounded<F: Future + Unpin>(
+    mut future: F,
+    limit: Duration,
+) -> impl Future<Output = Option<F::Output>> {
+    let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+    std::future::poll_fn(move |cx| {
+        if let Poll::Ready(output) = Pin::new(&mut future).poll(cx) {
+            return Poll::Ready(Some(output));
+        }
+        let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    })
+}
+
+/// Runs a granted plain call: the body under the lease keeper, then records its result (or
+/// gives the key back), publishes it, reports. Boxed: a call that replays keeps a small future.
+pub(super) fn run(
+    granted: Box<Granted>,
+    body: Body<'_>,
+) -> Pin<Box<dyn Future<Output = Answer> + Send + '_>> {
+    Box::pin(run_here(granted, body))
+}
+
+fn run_here(granted: Box<Granted>, body: Body<'_>) -> impl Future<Output = Answer> + Send + '_ {
+    let span = granted.span.clone();
+    running(granted, body).instrument(span)
+}
+
+/// [`run`] in a task of its own (where there is a runtime): the caller going away does not cut
+/// the body off. A panic of the body propagates to the caller, if it still waits.
+pub(super) async fn run_detached(granted: Box<Granted>, body: Body<'static>) -> Answer {
+    if tokio::runtime::Handle::try_current().is_err() {
+        return run_here(granted, body).await;
+    }
+    match tokio::spawn(run_here(granted, body)).await {
+        Ok(answer) => answer,
+        Err(error) => match error.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            // The runtime shut down: the task was dropped, and its guard kept the key as
+            // interrupted (or gave it back, had the body not started).
+            Err(_) => Err(Error::Config(
+                "the Tokio runtime shut down while the tool ran".to_owned(),
+            )),
+        },
+    }
+}
+
+async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
+    let Granted {
+        mut guard,
+        call,
+        store,
+        claim,
+        ..
+    } = *granted;
+    let duration = claim.duration;
+    let body = Scoped {
+        body,
         held: held::with(call.key),
         turn: call.turn.clone(),
-    });
-    let finished = match holding(&mut guard).keeper.run(port.body()).await {
+    };
+    // The body is polled in the keeper's first poll, unless the lease ended already (then the
+    // call answers `LeaseLost`, holding nothing). Dropped mid-run, the body goes before the
+    // guard decides (it is a temporary of this `.await`): two bodies of one key never overlap.
+    guard.start();
+    let finished = match holding(&mut guard).keeper.run(body).await {
         Ok(finished) => finished,
         Err(error) => {
             // The lease could not be kept: the body was dropped, and the key is not ours.
@@ -139,7 +401,7 @@ pub(super) async fn run(report: Reporter, port: Arc<Port>, detached: bool) -> An
         }
     };
 
-    // 4. Record the result (or give the key back), publish it, report.
+    // Record the result (or give the key back), publish it, report.
     let (bytes, ok) = match finished {
         Finished::Release => return release_after_err(&mut guard, &store).await,
         Finished::Record { bytes, ok } => (bytes, ok),
@@ -197,11 +459,35 @@ pub(super) async fn run(report: Reporter, port: Arc<Port>, detached: bool) -> An
                 %error, "the tool ran but its result could not be recorded yet; retrying in the \
                 background while holding the key");
             guard.report().report(outcome);
-            let Holding { keeper, leader, .. } = holding;
-            background::record(keeper, bytes, ttl, leader.linger(shared));
+            let Holding {
+                keeper,
+                leader,
+                runtime,
+                ..
+            } = *holding;
+            background::record(keeper, bytes, ttl, leader.linger(shared), runtime);
         }
     }
-    Answer::Ran
+    Ok(())
+}
+
+/// The body, polled with the call's held keys and turn around it (in a detached call's task
+/// too, where task-locals do not follow).
+struct Scoped<'a> {
+    body: Body<'a>,
+    held: Held,
+    turn: Turn,
+}
+
+impl Future for Scoped<'_> {
+    type Output = Finished;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Finished> {
+        let Scoped { body, held, turn } = self.get_mut();
+        held::sync_scope(held.clone(), || {
+            turn.clone().sync_scope(|| body.as_mut().poll(cx))
+        })
+    }
 }
 
 /// The claim the call holds.
@@ -216,36 +502,6 @@ pub(super) fn store_id(store: &Arc<dyn Store>) -> usize {
     Arc::as_ptr(store).cast::<()>() as usize
 }
 
-/// Asks the store to begin, bounded by the lease it asks for (an answer after that is of no
-/// use). If the call is dropped meanwhile, or the answer is an error (a timeout may hide a
-/// claim that landed), the claim it may have made is given back with its token.
-async fn begin(
-    store: &Arc<dyn Store>,
-    call: &Call,
-    token: LeaseToken,
-    duration: Duration,
-    claim: &Claim,
-) -> Result<Begin, Error> {
-    struct GiveBack<'a>(Option<(&'a Arc<dyn Store>, &'a Claim)>);
-    impl Drop for GiveBack<'_> {
-        fn drop(&mut self) {
-            if let Some((store, claim)) = self.0 {
-                background::release(Arc::clone(store), claim.lease.clone());
-            }
-        }
-    }
-    let mut give_back = GiveBack(Some((store, claim)));
-    let request = call.begin_request(token, duration);
-    let answer = match tokio::time::timeout(duration, store.begin(request)).await {
-        Ok(answer) => answer,
-        Err(_) => Err(Error::store("begin", "no answer within the lease")),
-    };
-    if answer.is_ok() {
-        give_back.0 = None;
-    }
-    answer
-}
-
 /// An `Err` that is not recorded: give the key back so that a retry runs again. The guard
 /// stays armed meanwhile: a caller giving up during the release hands it to the background,
 /// and a process exiting right after the call has given the key back.
@@ -255,20 +511,20 @@ async fn release_after_err(guard: &mut Guard, store: &Arc<dyn Store>) -> Answer 
     };
     let (lease, duration) = (holding.claim.lease.clone(), holding.claim.duration);
     guard.enter(Phase::Releasing(holding));
-    let answer = tokio::time::timeout(duration, store.release(&lease)).await;
+    let answer = bounded(store.release(&lease), duration).await;
     let Phase::Releasing(holding) = guard.enter(Phase::Free) else {
         unreachable!("the key was being given back");
     };
     match answer {
-        Ok(Ok(()) | Err(Error::LeaseLost { .. })) => {}
-        Ok(Err(error)) => tracing::warn!(target: "idem", key = %lease.key.short(), %error,
+        Some(Ok(()) | Err(Error::LeaseLost { .. })) => {}
+        Some(Err(error)) => tracing::warn!(target: "idem", key = %lease.key.short(), %error,
             "could not give the key back; it is freed when its lease ends"),
-        Err(_) => tracing::warn!(target: "idem", key = %lease.key.short(),
+        None => tracing::warn!(target: "idem", key = %lease.key.short(),
             "the store did not answer a release; the key is freed when its lease ends"),
     }
     guard.report().report(Outcome::Failed);
     drop(holding); // followers wake after the key was given back, and ask again
-    Answer::Ran
+    Ok(())
 }
 
 /// A recorded result, replayed or shared: returned for decoding, unless it is a marker, which
@@ -278,55 +534,60 @@ pub(super) fn recorded(
     call: &Call,
     first: FirstResult,
     outcome: Outcome,
+    decode: Decode<'_>,
 ) -> Answer {
     if first.fingerprint != call.fingerprint {
         return mismatch(guard, call);
     }
     let (tool, key) = (call.tool.name, call.key.short());
-    match replay::kind(&first.result) {
-        Ok(RecordKind::Ok) => {}
-        Ok(RecordKind::Err) if call.tool.cache_errors => {}
+    let refusal = match replay::kind(&first.result) {
+        Ok(RecordKind::Ok) => None,
+        Ok(RecordKind::Err) if call.tool.cache_errors => None,
         Ok(RecordKind::Interrupted) => {
-            let error = Error::Interrupted { tool, key };
-            return refuse(guard, Outcome::WasInterrupted, error);
+            Some((Outcome::WasInterrupted, Error::Interrupted { tool, key }))
         }
-        Ok(RecordKind::NotReplayable { reason }) => {
-            let error = Error::NotReplayable {
+        Ok(RecordKind::NotReplayable { reason }) => Some((
+            Outcome::NotReplayable,
+            Error::NotReplayable {
                 tool,
                 key,
                 message: reason,
-            };
-            return refuse(guard, Outcome::NotReplayable, error);
-        }
-        Ok(RecordKind::Err) => {
-            let error = Error::Decode {
+            },
+        )),
+        Ok(RecordKind::Err) => Some((
+            Outcome::DecodeError,
+            Error::Decode {
                 tool,
                 key,
                 message: "the record holds an `Err`, but this tool records `Ok` results only \
                           (was `cache_errors` removed?)"
                     .to_owned(),
-            };
-            return refuse(guard, Outcome::DecodeError, error);
-        }
-        Err(error) => {
-            let message = error.to_string();
-            return refuse(
-                guard,
-                Outcome::DecodeError,
-                Error::Decode { tool, key, message },
-            );
-        }
+            },
+        )),
+        Err(error) => Some((
+            Outcome::DecodeError,
+            Error::Decode {
+                tool,
+                key,
+                message: error.to_string(),
+            },
+        )),
+    };
+    if let Some((outcome, error)) = refusal {
+        return refuse(guard, outcome, error);
     }
-    Answer::Recorded {
-        bytes: first.result,
-        outcome,
-        report: guard.take_report(),
+    match decode(call, &first.result) {
+        Ok(()) => {
+            guard.report().report(outcome);
+            Ok(())
+        }
+        Err(error) => refuse(guard, Outcome::DecodeError, error),
     }
 }
 
 pub(super) fn refuse(guard: &mut Guard, outcome: Outcome, error: Error) -> Answer {
     guard.report().fail_with(outcome, &error);
-    Answer::Refused(error)
+    Err(error)
 }
 
 pub(super) fn mismatch(guard: &mut Guard, call: &Call) -> Answer {

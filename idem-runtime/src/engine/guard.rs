@@ -5,10 +5,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::runtime::Handle;
 
 use super::background;
 use super::keeper::{Claim, Keeper};
-use super::port::Port;
 use super::report::Reporter;
 use crate::flight::Leader;
 use crate::stats::Outcome;
@@ -19,19 +19,23 @@ pub(super) struct Holding {
     pub(super) claim: Claim,
     pub(super) keeper: Keeper,
     pub(super) leader: Leader,
+    /// The runtime the claim was made on: clean-up of a call dropped outside any runtime goes
+    /// there.
+    pub(super) runtime: Option<Handle>,
 }
 
-/// What the call holds.
+/// What the call holds (boxed: a call that replays never holds a claim, and its future stays
+/// small).
 pub(super) enum Phase {
     /// No claim: the call is asking the store or waiting, or it has its answer.
     Free,
     /// The key is claimed and the body runs (or is about to).
-    Running(Holding),
+    Running(Box<Holding>),
     /// The body returned an `Err` that is not recorded: the key is being given back.
-    Releasing(Holding),
+    Releasing(Box<Holding>),
     /// The body's result is being recorded (`ok`: it is an `Ok`).
     Recording {
-        holding: Holding,
+        holding: Box<Holding>,
         bytes: Bytes,
         ok: bool,
     },
@@ -41,17 +45,23 @@ pub(super) enum Phase {
 /// future dropped, or a panic unwinding), its `Drop` decides the outcome and the clean-up.
 pub(super) struct Guard {
     report: Option<Reporter>,
-    port: Arc<Port>,
     phase: Phase,
+    /// Whether the body may have been polled: a body never polled did nothing.
+    started: bool,
 }
 
 impl Guard {
-    pub(super) fn new(report: Reporter, port: Arc<Port>) -> Self {
+    pub(super) fn new(report: Reporter) -> Self {
         Guard {
             report: Some(report),
-            port,
             phase: Phase::Free,
+            started: false,
         }
+    }
+
+    /// The body is about to be polled.
+    pub(super) fn start(&mut self) {
+        self.started = true;
     }
 
     /// The reporter, to report the call's outcome.
@@ -59,13 +69,6 @@ impl Guard {
         self.report
             .as_mut()
             .unwrap_or_else(|| unreachable!("the reporter stays until the call answers"))
-    }
-
-    /// Hands the reporter to whoever reports the outcome (the typed layer, after decoding).
-    pub(super) fn take_report(&mut self) -> Reporter {
-        self.report
-            .take()
-            .unwrap_or_else(|| unreachable!("the reporter is taken once"))
     }
 
     /// Moves to `phase`; returns what the call held before.
@@ -106,7 +109,7 @@ impl Drop for Guard {
                 (Outcome::Panicked, holding)
             }
             // Dropped before the body first ran, or a tool that may simply run again.
-            Phase::Running(holding) if !self.port.started() || tool.release_on_cancel => {
+            Phase::Running(holding) if !self.started || tool.release_on_cancel => {
                 release(&holding);
                 (Outcome::Cancelled, holding)
             }
@@ -115,7 +118,8 @@ impl Drop for Guard {
             Phase::Running(holding) => {
                 let store = Arc::clone(holding.keeper.store());
                 let lease = holding.claim.lease.clone();
-                background::mark_interrupted(store, lease, tool.name, ttl);
+                let runtime = holding.runtime.clone();
+                background::mark_interrupted(store, lease, tool.name, ttl, runtime);
                 (Outcome::Interrupted, holding)
             }
             // Dropped while giving the key back after an `Err`: finish giving it back.
@@ -127,8 +131,11 @@ impl Drop for Guard {
             // replays instead of running the tool again.
             Phase::Recording { holding, bytes, ok } => {
                 let Holding {
-                    mut keeper, leader, ..
-                } = holding;
+                    mut keeper,
+                    leader,
+                    runtime,
+                    ..
+                } = *holding;
                 // The background may run on another runtime than the call's.
                 keeper.forget_renewal();
                 let fingerprint = report.call().fingerprint;
@@ -142,7 +149,7 @@ impl Drop for Guard {
                 } else {
                     Outcome::Failed
                 });
-                background::record(keeper, bytes, ttl, lingering);
+                background::record(keeper, bytes, ttl, lingering, runtime);
                 return;
             }
         };
@@ -156,5 +163,5 @@ impl Drop for Guard {
 /// Gives the claim back in the background.
 pub(super) fn release(holding: &Holding) {
     let store: Arc<dyn Store> = Arc::clone(holding.keeper.store());
-    background::release(store, holding.claim.lease.clone());
+    background::release(store, holding.claim.lease.clone(), holding.runtime.clone());
 }

@@ -1,20 +1,19 @@
 //! The engine every `#[idempotent]` tool runs through: key → budget → store → execute or
 //! replay.
 //!
-//! A call's life is one `async fn`, `call::run`, read top to bottom: join an identical call
-//! running here, or ask the store (which answers a recorded result, a holder elsewhere, a
-//! refusal, or a claim); run the body under the lease keeper; record the result; publish it to
-//! the calls waiting here; report the outcome. One drop guard (`guard.rs`) decides what an early
-//! end means. The tool's types never reach it: [`Execution`], the only generic part, polls the
-//! body when the engine asks and encodes and decodes results with the tool's [`Codec`].
+//! A call's life is two `async fn`s of `call.rs`, read top to bottom: `ask` joins an identical
+//! call running here or asks the store (which answers a recorded result, a holder elsewhere, a
+//! refusal, or a claim); `run` runs the body under the lease keeper, records the result,
+//! publishes it to the calls waiting here and reports the outcome. One drop guard (`guard.rs`)
+//! decides what an early end means. The tool's types never reach them: the typed layer, the
+//! only generic part, hands the body in boxed, encoding its result with the tool's [`Codec`],
+//! and decodes a recorded result.
 
 mod background;
 mod call;
-mod driver;
 mod guard;
 mod held;
 mod keeper;
-mod port;
 mod report;
 pub mod telemetry;
 #[cfg(feature = "postgres")]
@@ -32,7 +31,7 @@ use crate::tool::ToolInfo;
 use crate::turn::Turn;
 
 pub use held::current_key;
-pub use typed::{Codec, DetachedExecution, Execution, ToolResult};
+pub use typed::{Codec, ToolResult};
 
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an
 /// argument that does not encode), so that every call yields exactly one outcome; returns the
@@ -213,12 +212,14 @@ pub fn execute<F>(
     call: Call,
     codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,
     body: F,
-) -> Execution<F>
+) -> impl Future<Output = F::Output> + Send
 where
-    F: Future,
-    F::Output: ToolResult,
+    F: Future + Send,
+    F::Output: ToolResult + Send,
+    <F::Output as ToolResult>::Ok: Send,
+    <F::Output as ToolResult>::Err: Send,
 {
-    Execution::new(call, codec, body)
+    typed::attached(call, codec, body)
 }
 
 /// Like [`execute`], but once the key is claimed the rest of the call — the body, its lease,
@@ -235,12 +236,14 @@ pub fn execute_detached<F>(
     call: Call,
     codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,
     body: F,
-) -> DetachedExecution<F::Output>
+) -> impl Future<Output = F::Output> + Send
 where
     F: Future + Send + 'static,
     F::Output: ToolResult + Send + 'static,
+    <F::Output as ToolResult>::Ok: Send + 'static,
+    <F::Output as ToolResult>::Err: Send + 'static,
 {
-    DetachedExecution::boxed(call, codec, Box::pin(body))
+    typed::detached(call, codec, body)
 }
 
 impl std::fmt::Debug for Call {

@@ -60,6 +60,9 @@ impl Reporter {
         call.turn.record(outcome);
         #[cfg(feature = "metrics")]
         self.metrics.end(outcome);
+        if !telemetry::wanted() {
+            return;
+        }
         // The event stands next to the call's span, not inside it: it carries every field
         // itself, so each prints once — a subscriber printing span fields with each event sees
         // none of the span's here — and it carries them to a layer that keeps events but not

@@ -70,8 +70,18 @@ pub fn is_failure(outcome: Outcome, error: Option<&Error>) -> bool {
         )
 }
 
-/// The span of one call: see the module documentation.
+/// Whether anything may want a call's span or event: a `tracing` subscriber was set, or a `log`
+/// logger is installed (which `tracing`'s `log` feature forwards to when no subscriber is).
+pub(super) fn wanted() -> bool {
+    tracing::dispatcher::has_been_set() || log::max_level() != log::LevelFilter::Off
+}
+
+/// The span of one call: see the module documentation. With nothing to take it
+/// ([`wanted`]), none is built.
 pub(super) fn span(call: &Call) -> Span {
+    if !wanted() {
+        return Span::none();
+    }
     let tool = call.tool.name;
     tracing::info_span!(
         target: "idem",
@@ -85,6 +95,16 @@ pub(super) fn span(call: &Call) -> Span {
         otel.status_code = Empty,
         otel.status_description = Empty,
     )
+}
+
+/// The span a call is made in, the parent of its span and of its outcome event (none when
+/// nothing wants them: [`wanted`]).
+pub(super) fn context() -> Span {
+    if wanted() {
+        Span::current()
+    } else {
+        Span::none()
+    }
 }
 
 /// Records a call's outcome on its span.

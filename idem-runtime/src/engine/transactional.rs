@@ -27,7 +27,7 @@
 //! commits); the later one then waits and replays.
 
 use std::any::Any;
-use std::future::{Future, poll_fn};
+use std::future::poll_fn;
 use std::ops::{Deref, DerefMut};
 use std::pin::pin;
 use std::sync::Arc;
@@ -36,25 +36,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use sqlx::pool::PoolConnection;
 use sqlx::{Connection, PgConnection, Postgres};
 use tokio::time::Instant;
-use tracing::{Instrument, Span};
+use tracing::Instrument;
 
-use super::call::{
-    Answer, FIRST_BACKOFF, MAX_BACKOFF, in_flight, mismatch, over_budget, recorded, refuse,
-    store_id,
-};
-use super::guard::{Guard, ttl_of};
-use super::port::{Finished, Port};
-use super::report::Reporter;
-use super::typed::answered;
-use super::{Call, Codec, held, keeper, telemetry};
+use super::call::Finished;
+use super::call::{self, Asked, Asker, Granted, in_flight, refuse};
+use super::guard::ttl_of;
+use super::{Call, Codec, held};
 use crate::Error;
-use crate::flight::{self, Role, Waited};
 use crate::stats::Outcome;
 use crate::store::postgres::begin::Answer as Charged;
 use crate::store::postgres::ops::{is_code, lock_timed_out};
 use crate::store::postgres::schema::{CLAIM_GONE, KEY_IS_LIVE, LOCK_TIMEOUT};
 use crate::store::postgres::tx::raw;
-use crate::store::{Begin, FirstResult, LeaseToken, PostgresStore, Store};
+use crate::store::{Begin, BeginRequest, FirstResult, PostgresStore, Store, StoreFuture};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
 /// its recorded result: see [the module documentation](self).
@@ -82,12 +76,180 @@ use crate::store::{Begin, FirstResult, LeaseToken, PostgresStore, Store};
 /// when the connection dropped during `COMMIT` — the outcome is unknown: a retry finds out).
 pub async fn execute<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Result<T, E>
 where
-    E: From<Error>,
+    T: Send,
+    E: From<Error> + Send,
     F: AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
 {
-    let span = telemetry::span(&call);
-    let report = Reporter::new(call, span.clone(), Span::current());
-    run(report, codec, body).instrument(span).await
+    let store = match postgres_store(&call) {
+        Ok(store) => store,
+        Err(error) => return Err(codec.error(super::refuse(call.tool, error))),
+    };
+    let unsure = AtomicBool::new(false);
+    let mut asker = Charging {
+        store: &store,
+        conn: Checkout {
+            conn: None,
+            runtime: None,
+            unsure: &unsure,
+        },
+    };
+    // Steps 1 to 3, until the key is claimed inside a transaction or the call has its answer.
+    let mut replayed = None;
+    let mut asked = call::ask(call, &mut asker, &mut codec.decoder(&mut replayed)).await;
+    let (mut granted, mut tx) = loop {
+        let granted = match asked {
+            Asked::Answered(answer) => return codec.answered(answer, replayed),
+            Asked::Granted(granted) => granted,
+        };
+        let sql = store.begin_and_claim(
+            &granted.claim.lease,
+            granted.call.tool.name,
+            granted.call.fingerprint.as_bytes(),
+            granted.claim.duration,
+            granted.call.turn.charge(granted.call.tool.budget).window,
+            remaining(granted.wait_until),
+        );
+        let conn = &mut asker.conn;
+        unsure.store(true, Ordering::Relaxed);
+        let failed = match conn.begin_with(sql).instrument(granted.span.clone()).await {
+            Ok(tx) => break (granted, tx),
+            Err(error) => error,
+        };
+        // The claim failed inside the new transaction: roll it back before anything else.
+        if raw(conn, "ROLLBACK").await.is_err() {
+            drop(conn.conn.take().map(PoolConnection::detach));
+        }
+        unsure.store(false, Ordering::Relaxed);
+        if is_code(&failed, KEY_IS_LIVE) {
+            // Completed or held meanwhile: asking again answers it.
+            asked = call::ask_again(granted, &mut asker, &mut codec.decoder(&mut replayed)).await;
+            continue;
+        }
+        let Granted {
+            mut guard,
+            call,
+            wait_until,
+            ..
+        } = *granted;
+        let answer = if is_code(&failed, LOCK_TIMEOUT) {
+            in_flight(&mut guard, &call, wait_until)
+        } else {
+            refuse(
+                &mut guard,
+                Outcome::StoreError,
+                Error::store("begin", failed),
+            )
+        };
+        return codec.answered(answer, None);
+    };
+    // From here on the transaction is `sqlx`'s: dropped, it rolls back.
+    unsure.store(false, Ordering::Relaxed);
+    let span = granted.span.clone();
+    let (call, lease) = (granted.call.clone(), granted.claim.lease.clone());
+
+    // Step 4: the body, with the call's held keys and turn around each poll.
+    let result = {
+        let (held, turn) = (held::with(call.key), call.turn.clone());
+        let mut body = pin!(body(&mut *tx));
+        poll_fn(|cx| {
+            held::sync_scope(held.clone(), || {
+                turn.clone().sync_scope(|| body.as_mut().poll(cx))
+            })
+        })
+        .instrument(span.clone())
+        .await
+    };
+
+    // Step 5: record and commit, or roll back.
+    let leader = granted.leader.take();
+    let guard = &mut granted.guard;
+    let bytes = match codec.finished(call.tool.name, &result) {
+        Finished::Record { bytes, ok: true } => bytes,
+        Finished::Unreplayable { bytes, reason } => {
+            tracing::error!(target: "idem", parent: &span, tool = call.tool.name,
+                key = %call.key.short(), %reason, "the result cannot be replayed faithfully; \
+                retries will be told the tool ran");
+            bytes
+        }
+        Finished::Record { ok: false, .. } | Finished::Release => {
+            drop(tx); // rolls back, the claim with the tool's writes
+            drop(leader); // followers ask again, after the rollback was queued
+            guard.report().report(Outcome::Failed);
+            return result;
+        }
+    };
+    let sql = store.record_and_commit(&lease, &bytes, ttl_of(guard.report()));
+    match raw(&mut tx, &sql).instrument(span).await {
+        Ok(()) => {
+            let shared = FirstResult {
+                fingerprint: call.fingerprint,
+                result: bytes,
+            };
+            if let Some(leader) = leader {
+                leader.publish(|| shared);
+            }
+            guard.report().report(Outcome::Executed);
+            result
+        }
+        Err(failed) => {
+            drop(tx);
+            drop(leader);
+            let error = commit_error(failed);
+            codec.answered(refuse(guard, Outcome::StoreError, error), None)
+        }
+    }
+}
+
+/// A transactional call's [`Asker`]: charges the attempt on the call's own connection
+/// (autocommit, so that it survives a rollback), answering a live record instead; the claim is
+/// made afterwards, inside the call's transaction.
+struct Charging<'s, 'u> {
+    store: &'s PostgresStore,
+    conn: Checkout<'u>,
+}
+
+impl Asker for Charging<'_, '_> {
+    const CLAIMS: bool = false;
+
+    fn begin<'a>(
+        &'a mut self,
+        _: &'a Arc<dyn Store>,
+        request: BeginRequest<'a>,
+        wait_until: Instant,
+    ) -> StoreFuture<'a, Begin> {
+        StoreFuture::new(async move {
+            if self.conn.conn.is_none() {
+                let acquired = self
+                    .store
+                    .pool()
+                    .acquire()
+                    .await
+                    .map_err(|e| Error::store("begin", e))?;
+                self.conn.conn = Some(acquired);
+                self.conn.runtime = tokio::runtime::Handle::try_current().ok();
+            }
+            // Cut off mid-query (the engine bounds every ask), the connection is closed
+            // rather than pooled: its state is unknown.
+            self.conn.unsure.store(true, Ordering::Relaxed);
+            let charged = self
+                .store
+                .charge_on(&mut self.conn, &request, remaining(wait_until))
+                .await;
+            self.conn.unsure.store(false, Ordering::Relaxed);
+            match charged? {
+                Charged::Charged => Ok(Begin::Claimed),
+                Charged::Begin(Begin::Claimed) => Err(Error::store(
+                    "begin",
+                    "idem_begin claimed when asked to charge",
+                )),
+                Charged::Begin(answer) => Ok(answer),
+            }
+        })
+    }
+
+    fn held_too_long(error: &Error) -> bool {
+        lock_timed_out(error)
+    }
 }
 
 /// A connection of the store's pool. If the call ends while the connection's transaction
@@ -146,236 +308,6 @@ fn postgres_store(call: &Call) -> Result<PostgresStore, Error> {
             call.tool.name
         ))
     })
-}
-
-/// What the first steps decided.
-enum Opened {
-    /// The call has its answer (a refusal, an error).
-    Answer(Answer),
-    /// A recorded result of these arguments: replay it.
-    Replay(FirstResult),
-    /// The caller must claim the key inside a transaction (step 3).
-    Charged,
-}
-
-async fn run<T, E, F>(report: Reporter, codec: Codec<T, E>, body: F) -> Result<T, E>
-where
-    E: From<Error>,
-    F: AsyncFnOnce(&mut PgConnection) -> Result<T, E>,
-{
-    let mut guard = Guard::new(report, Arc::new(Port::default()));
-    let call = guard.report().call().clone();
-    let store = match prepare(&call) {
-        Ok(store) => store,
-        Err((outcome, error)) => return answered(refuse(&mut guard, outcome, error), None, codec),
-    };
-    let wait_until = Instant::now() + call.turn.in_flight_wait();
-    let token = LeaseToken::generate();
-    let lease = call.lease(token);
-    let unsure = AtomicBool::new(false);
-    let mut conn = Checkout {
-        conn: None,
-        runtime: None,
-        unsure: &unsure,
-    };
-    // Steps 1 to 3, until the key is claimed inside a transaction or the call has its answer.
-    let (leader, mut tx) = 'claim: loop {
-        let leader = match flight::join(store_id(call.store()), call.key) {
-            Role::Done(shared) => {
-                return answered(
-                    recorded(&mut guard, &call, shared, Outcome::Joined),
-                    None,
-                    codec,
-                );
-            }
-            Role::Follower(follower) => match follower.wait(wait_until).await {
-                Waited::Done(shared) => {
-                    let answer = recorded(&mut guard, &call, shared, Outcome::Joined);
-                    return answered(answer, None, codec);
-                }
-                Waited::Abandoned => continue 'claim,
-                Waited::TimedOut => {
-                    return answered(in_flight(&mut guard, &call, wait_until), None, codec);
-                }
-            },
-            Role::Leader(leader) => leader,
-        };
-        loop {
-            if conn.conn.is_none() {
-                match store.pool().acquire().await {
-                    Ok(acquired) => {
-                        conn.conn = Some(acquired);
-                        conn.runtime = tokio::runtime::Handle::try_current().ok();
-                    }
-                    Err(e) => {
-                        let error = Error::store("begin", e);
-                        let answer = refuse(&mut guard, Outcome::StoreError, error);
-                        return answered(answer, None, codec);
-                    }
-                }
-            }
-            match charge(&mut guard, &call, &store, &mut conn, token, wait_until).await {
-                Opened::Answer(answer) => return answered(answer, None, codec),
-                Opened::Replay(first) => {
-                    leader.publish(|| first.clone());
-                    let answer = recorded(&mut guard, &call, first, Outcome::Replayed);
-                    return answered(answer, None, codec);
-                }
-                Opened::Charged => {}
-            }
-            let sql = store.begin_and_claim(
-                &lease,
-                call.tool.name,
-                call.fingerprint.as_bytes(),
-                keeper_duration(&call),
-                call.turn.charge(call.tool.budget).window,
-                remaining(wait_until),
-            );
-            unsure.store(true, Ordering::Relaxed);
-            let failed = match conn.begin_with(sql).await {
-                Ok(tx) => break 'claim (leader, tx),
-                Err(error) => error,
-            };
-            // The claim failed inside the new transaction: roll it back before anything else.
-            if raw(&mut conn, "ROLLBACK").await.is_err() {
-                drop(conn.conn.take().map(PoolConnection::detach));
-            }
-            unsure.store(false, Ordering::Relaxed);
-            if is_code(&failed, KEY_IS_LIVE) {
-                continue; // completed or held meanwhile: the charge step answers it
-            }
-            let answer = if is_code(&failed, LOCK_TIMEOUT) {
-                in_flight(&mut guard, &call, wait_until)
-            } else {
-                refuse(
-                    &mut guard,
-                    Outcome::StoreError,
-                    Error::store("begin", failed),
-                )
-            };
-            return answered(answer, None, codec);
-        }
-    };
-    // From here on the transaction is `sqlx`'s: dropped, it rolls back.
-    unsure.store(false, Ordering::Relaxed);
-
-    // Step 4: the body, with the call's held keys and turn around each poll.
-    let result = {
-        let (held, turn) = (held::with(call.key), call.turn.clone());
-        let mut body = pin!(body(&mut *tx));
-        poll_fn(|cx| {
-            held::sync_scope(held.clone(), || {
-                turn.clone().sync_scope(|| body.as_mut().poll(cx))
-            })
-        })
-        .await
-    };
-
-    // Step 5: record and commit, or roll back.
-    let bytes = match codec.finished(call.tool.name, &result) {
-        Finished::Record { bytes, ok: true } => bytes,
-        Finished::Unreplayable { bytes, reason } => {
-            tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
-                %reason, "the result cannot be replayed faithfully; retries will be told the \
-                tool ran");
-            bytes
-        }
-        Finished::Record { ok: false, .. } | Finished::Release => {
-            drop(tx); // rolls back, the claim with the tool's writes
-            drop(leader); // followers ask again, after the rollback was queued
-            guard.report().report(Outcome::Failed);
-            return answered(Answer::Ran, Some(result), codec);
-        }
-    };
-    let sql = store.record_and_commit(&lease, &bytes, ttl_of(guard.report()));
-    match raw(&mut tx, &sql).await {
-        Ok(_) => {
-            let shared = FirstResult {
-                fingerprint: call.fingerprint,
-                result: bytes,
-            };
-            leader.publish(|| shared);
-            guard.report().report(Outcome::Executed);
-            answered(Answer::Ran, Some(result), codec)
-        }
-        Err(failed) => {
-            drop(tx);
-            drop(leader);
-            let error = commit_error(failed);
-            answered(refuse(&mut guard, Outcome::StoreError, error), None, codec)
-        }
-    }
-}
-
-/// Step 2: charges the attempt (autocommit), answering a live record instead; waits with
-/// backoff for a holder outside a transaction.
-async fn charge(
-    guard: &mut Guard,
-    call: &Call,
-    store: &PostgresStore,
-    conn: &mut PgConnection,
-    token: LeaseToken,
-    wait_until: Instant,
-) -> Opened {
-    let duration = keeper_duration(call);
-    let mut backoff = FIRST_BACKOFF;
-    loop {
-        let request = call.begin_request(token, duration);
-        let answer = store
-            .charge_on(&mut *conn, &request, remaining(wait_until))
-            .await;
-        match answer {
-            Ok(Charged::Charged) => return Opened::Charged,
-            Ok(Charged::Begin(Begin::Completed(first))) => {
-                if first.fingerprint != call.fingerprint {
-                    return Opened::Answer(mismatch(guard, call));
-                }
-                return Opened::Replay(first);
-            }
-            Ok(Charged::Begin(Begin::InFlight { fingerprint })) => {
-                if fingerprint != call.fingerprint {
-                    return Opened::Answer(mismatch(guard, call));
-                }
-            }
-            Ok(Charged::Begin(Begin::Refused(exhausted))) => {
-                return Opened::Answer(over_budget(guard, call, exhausted));
-            }
-            Ok(Charged::Begin(Begin::Claimed)) => {
-                let error = Error::store("begin", "idem_begin claimed when asked to charge");
-                return Opened::Answer(refuse(guard, Outcome::StoreError, error));
-            }
-            Err(error) if lock_timed_out(&error) => {
-                return Opened::Answer(in_flight(guard, call, wait_until));
-            }
-            Err(error) => return Opened::Answer(refuse(guard, Outcome::StoreError, error)),
-        }
-        // Held outside a transaction (a non-transactional call of this key): ask again.
-        let now = Instant::now();
-        if now >= wait_until {
-            return Opened::Answer(in_flight(guard, call, wait_until));
-        }
-        tokio::time::sleep(backoff.min(wait_until - now)).await;
-        backoff = (backoff * 2).min(MAX_BACKOFF);
-    }
-}
-
-/// The call's store, checked; or the outcome and error that refuse it.
-fn prepare(call: &Call) -> Result<PostgresStore, (Outcome, Error)> {
-    if held::holds(&call.key) {
-        let error = Error::Reentrant {
-            tool: call.tool.name,
-            key: call.key.short(),
-        };
-        return Err((Outcome::Reentrant, error));
-    }
-    keeper::duration(call.tool).map_err(|error| (Outcome::ConfigError, error))?;
-    postgres_store(call).map_err(|error| (Outcome::ConfigError, error))
-}
-
-/// The tool's lease (checked by [`prepare`]): how long an in-progress row would count, were it
-/// ever committed.
-fn keeper_duration(call: &Call) -> std::time::Duration {
-    keeper::duration(call.tool).unwrap_or(crate::store::DEFAULT_LEASE)
 }
 
 /// What is left of the in-flight wait (at least a millisecond: a lock timeout of zero would

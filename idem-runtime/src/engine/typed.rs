@@ -1,25 +1,20 @@
-//! The typed side of a call, and the only generic code of the engine: it holds the tool's body
-//! and result, polls the body when the engine asks, encodes the result for recording and
-//! decodes a recorded one. Everything else — the store, the lease, single-flight, the outcome,
-//! the span, the detached task — is the [`Driver`](super::driver) and
-//! [`call::run`](super::call::run), compiled once for every tool.
+//! The typed side of a call, and the only generic code of the engine: it asks the engine
+//! ([`call::ask`](super::call::ask)), hands it the tool's body, boxed and encoding its result
+//! (`Finished`), when the key is claimed, and decodes a recorded result. Everything else — the
+//! store, the lease, single-flight, the outcome, the span, the detached task — is
+//! [`call`](super::call), compiled once for every tool.
 
-use std::any::Any;
 use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Call;
-use super::call::Answer;
-use super::driver::{Driven, Driver};
-use super::port::Finished;
+use super::call::{self, Asked, Claiming, Finished};
 use crate::Error;
 use crate::key::Key;
 use crate::replay::{OkAndErr, OkOnly, Recorded, ResultCodec};
-use crate::stats::Outcome;
 
 /// What a tool returns: `Result<T, E>` (or an alias of it). The engine records and replays the
 /// `Ok` (and with [`Codec::ok_and_err`], the `Err`), and returns its own failures as `E`.
@@ -155,253 +150,128 @@ impl<T, E> Codec<T, E> {
     }
 }
 
-/// A call of a state-changing tool, as [`execute`](super::execute) returns it: a future of the
-/// tool's result. Its `tracing` span is entered whenever it is polled.
-///
-/// `F` is the tool's body: its own future type for [`execute`](super::execute), and
-/// `dyn Future<Output = R> + Send` for [`execute_detached`](super::execute_detached)
-/// ([`DetachedExecution`]), so that every detached tool with one result type shares one
-/// compiled copy.
-#[must_use = "a call does nothing unless awaited"]
-pub struct Execution<F: ?Sized + Future>
+/// Runs `body` in the caller's task: see [`execute`](super::execute).
+#[allow(clippy::manual_async_fn)] // see `asking`: an async block keeps no second copy of its arguments
+pub(super) fn attached<F>(
+    call: Call,
+    codec: Codec<OkOf<F>, ErrOf<F>>,
+    body: F,
+) -> impl Future<Output = F::Output> + Send
 where
-    F::Output: ToolResult,
+    F: Future + Send,
+    F::Output: ToolResult + Send,
+    OkOf<F>: Send,
+    ErrOf<F>: Send,
 {
-    /// The body, boxed so that the call can move into a task of its own after it started;
-    /// `None` once it finished. Dropped before the driver, so that by the time the engine's
-    /// guard gives the key back (or marks it), the body is no longer alive: two bodies of one
-    /// key never overlap.
-    body: Option<Pin<Box<F>>>,
-    driver: Driver,
-    /// The body's result, once it finished, until the engine answers.
-    result: Option<F::Output>,
+    // An `async` block, not an `async fn`: see `call::asking`.
+    async move {
+        let mut result = None;
+        let asked = call::ask(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
+        let answer = match asked {
+            Asked::Answered(answer) => answer,
+            Asked::Granted(granted) => {
+                let tool = granted.call.tool.name;
+                let body = encoded(body, codec, tool, |output| result = Some(output));
+                call::run(granted, Box::pin(body)).await
+            }
+        };
+        ToolResult::from_result(codec.answered(answer, result))
+    }
+}
+
+/// Runs `body` in a task of its own once the key is claimed: see
+/// [`execute_detached`](super::execute_detached).
+#[allow(clippy::manual_async_fn)] // see `asking`: an async block keeps no second copy of its arguments
+pub(super) fn detached<F>(
+    call: Call,
+    codec: Codec<OkOf<F>, ErrOf<F>>,
+    body: F,
+) -> impl Future<Output = F::Output> + Send
+where
+    F: Future + Send + 'static,
+    F::Output: ToolResult + Send + 'static,
+    OkOf<F>: Send + 'static,
+    ErrOf<F>: Send + 'static,
+{
+    async move {
+        let mut result = None;
+        let asked = call::ask(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
+        let answer = match asked {
+            Asked::Answered(answer) => answer,
+            Asked::Granted(granted) => {
+                // The task outlives this call if the caller goes away: the result is shared.
+                let slot = Arc::new(Mutex::new(None));
+                let tool = granted.call.tool.name;
+                let body = encoded(body, codec, tool, {
+                    let slot = Arc::clone(&slot);
+                    move |output| {
+                        *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(output)
+                    }
+                });
+                let answer = call::run_detached(granted, Box::pin(body)).await;
+                result = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+                answer
+            }
+        };
+        ToolResult::from_result(codec.answered(answer, result))
+    }
+}
+
+/// The body as the engine runs it: awaits the tool's body, hands its result to `keep` and
+/// tells the engine what to do with it.
+#[allow(clippy::manual_async_fn)] // see `asking`: an async block keeps no second copy of its arguments
+fn encoded<F>(
+    body: F,
     codec: Codec<OkOf<F>, ErrOf<F>>,
     tool: &'static str,
-    detach: Option<Detach<F>>,
-}
-
-/// How a detached call moves into a task of its own, and how its result comes back: set only
-/// where the body and its result are `Send + 'static`.
-struct Detach<F: ?Sized + Future>
+    keep: impl FnOnce(Result<OkOf<F>, ErrOf<F>>),
+) -> impl Future<Output = Finished>
 where
+    F: Future,
     F::Output: ToolResult,
 {
-    /// Moves the rest of the call into a task, leaving the driver that joins it.
-    spawn: fn(&mut Execution<F>) -> Driver,
-    unbox: fn(Box<dyn Any + Send>) -> Option<F::Output>,
-}
-
-impl<F: ?Sized + Future> Clone for Detach<F>
-where
-    F::Output: ToolResult,
-{
-    fn clone(&self) -> Self {
-        *self
+    async move {
+        let output = body.await.into_result();
+        let finished = codec.finished(tool, &output);
+        keep(output);
+        finished
     }
 }
 
-impl<F: ?Sized + Future> Copy for Detach<F> where F::Output: ToolResult {}
-
-/// A detached call ([`execute_detached`](super::execute_detached)): its body type-erased.
-pub type DetachedExecution<R> = Execution<dyn Future<Output = R> + Send>;
-
-impl<F: Future> Execution<F>
-where
-    F::Output: ToolResult,
-{
-    pub(super) fn new(call: Call, codec: Codec<OkOf<F>, ErrOf<F>>, body: F) -> Self {
-        let tool = call.tool.name;
-        Self::with(Driver::new(call, false), tool, codec, Box::pin(body))
-    }
-
-    /// A call refused before it reached the engine — outside a turn, an argument that does not
-    /// encode — that answers `error` (converted into the tool's error) without polling `body`.
-    /// Report the refusal with [`refuse`](super::refuse) first, so that it is logged and
-    /// counted as the call's one outcome.
-    pub fn refused(
-        tool: &'static str,
-        error: Error,
-        codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,
-        body: F,
-    ) -> Self {
-        Self::with(Driver::refused(error), tool, codec, Box::pin(body))
-    }
-}
-
-impl<F: ?Sized + Future> Execution<F>
-where
-    F::Output: ToolResult,
-{
-    fn with(
-        driver: Driver,
-        tool: &'static str,
-        codec: Codec<OkOf<F>, ErrOf<F>>,
-        body: Pin<Box<F>>,
-    ) -> Self {
-        Execution {
-            body: Some(body),
-            driver,
-            result: None,
-            codec,
-            tool,
-            detach: None,
+impl<T, E> Codec<T, E> {
+    /// The engine's [`Decode`](call::Decode): decodes a recorded result into `result`.
+    pub(super) fn decoder<'r>(
+        self,
+        result: &'r mut Option<Result<T, E>>,
+    ) -> impl FnMut(&Call, &[u8]) -> Result<(), Error> + Send + 'r
+    where
+        T: Send,
+        E: Send,
+    {
+        move |call, bytes| {
+            *result = Some((self.decode)(call.tool.name, &call.key, bytes)?);
+            Ok(())
         }
     }
-}
 
-impl<R: ToolResult + Send + 'static> DetachedExecution<R> {
-    /// [`execute_detached`](super::execute_detached) of a body already boxed.
-    pub fn boxed(
-        call: Call,
-        codec: Codec<R::Ok, R::Err>,
-        body: Pin<Box<dyn Future<Output = R> + Send>>,
-    ) -> Self {
-        let tool = call.tool.name;
-        let mut execution = Self::with(Driver::new(call, true), tool, codec, body);
-        execution.detach = Some(Detach {
-            spawn: Self::spawn,
-            unbox: |result| result.downcast().ok().map(|result| *result),
-        });
-        execution
-    }
-
-    /// Moves the rest of the call into a task of its own; returns the driver that joins it.
-    fn spawn(&mut self) -> Driver {
-        let rest = Execution {
-            body: self.body.take(),
-            driver: self.driver.take(),
-            result: None,
-            codec: self.codec,
-            tool: self.tool,
-            detach: None,
-        };
-        Driver::spawn(Box::pin(Boxed(rest)))
-    }
-
-    /// A detached call refused before it reached the engine (see [`Execution::refused`]).
-    pub fn refused_boxed(
-        tool: &'static str,
-        error: Error,
-        codec: Codec<R::Ok, R::Err>,
-        body: Pin<Box<dyn Future<Output = R> + Send>>,
-    ) -> Self {
-        Self::with(Driver::refused(error), tool, codec, body)
-    }
-}
-
-/// The rest of a detached call, in its own task: its result boxed, so that every detached
-/// call's task has one type.
-struct Boxed<R: ToolResult>(DetachedExecution<R>);
-
-impl<R: ToolResult + Send + 'static> Future for Boxed<R> {
-    type Output = Box<dyn Any + Send>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Box<dyn Any + Send>> {
-        Pin::new(&mut self.get_mut().0)
-            .poll(cx)
-            .map(|result| Box::new(result) as Box<dyn Any + Send>)
-    }
-}
-
-impl<F: ?Sized + Future> Drop for Execution<F>
-where
-    F::Output: ToolResult,
-{
-    fn drop(&mut self) {
-        // The body goes first (see the field).
-        self.body = None;
-    }
-}
-
-impl<F> Future for Execution<F>
-where
-    F: ?Sized + Future,
-    F::Output: ToolResult,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let this = self.get_mut();
-        let driven = loop {
-            let Execution {
-                body,
-                driver,
-                result,
-                codec,
-                tool,
-                detach,
-            } = &mut *this;
-            match std::task::ready!(driver.poll(cx, &mut |cx| {
-                let Some(polled) = body.as_mut() else {
-                    // Asked to poll a body that is gone: cannot happen (the engine asks only
-                    // while it runs); stay pending rather than poll it again.
-                    return Poll::Pending;
-                };
-                let output = std::task::ready!(polled.as_mut().poll(cx)).into_result();
-                *body = None;
-                let finished = codec.finished(tool, &output);
-                *result = Some(ToolResult::from_result(output));
-                Poll::Ready(finished)
-            })) {
-                // Only a detachable call is asked to detach.
-                Driven::Detach => {
-                    if let Some(detach) = *detach {
-                        this.driver = (detach.spawn)(this);
-                    }
-                }
-                driven => break driven,
-            }
-        };
-        this.body = None;
-        let output = match driven {
-            Driven::Answer(answer) => {
-                let result = this.result.take().map(ToolResult::into_result);
-                answered(answer, result, this.codec)
-            }
-            Driven::Joined(joined) => match this.detach.and_then(|detach| (detach.unbox)(joined)) {
-                Some(result) => return Poll::Ready(result),
-                None => Err((this.codec.error)(Error::Config(
-                    "a detached call's task returned a result of another type".to_owned(),
-                ))),
-            },
-            Driven::Detach => unreachable!("handled above"),
-        };
-        Poll::Ready(ToolResult::from_result(output))
-    }
-}
-
-// Nothing is pinned in place: the body is boxed.
-impl<F: ?Sized + Future> Unpin for Execution<F> where F::Output: ToolResult {}
-
-/// The caller's result for the engine's answer.
-pub(super) fn answered<T, E>(
-    answer: Answer,
-    result: Option<Result<T, E>>,
-    codec: Codec<T, E>,
-) -> Result<T, E> {
-    match answer {
-        Answer::Ran => result.unwrap_or_else(|| {
-            let error =
-                Error::Config("the engine answered before the tool's body finished".to_owned());
-            Err((codec.error)(error))
-        }),
-        Answer::Recorded {
-            bytes,
-            outcome,
-            mut report,
-        } => {
-            let call = report.call();
-            match (codec.decode)(call.tool.name, &call.key, &bytes) {
-                Ok(result) => {
-                    report.report(outcome);
-                    result
-                }
-                Err(error) => {
-                    report.fail_with(Outcome::DecodeError, &error);
-                    Err((codec.error)(error))
-                }
-            }
+    /// The caller's result: the one the typed layer holds, or the engine's error as the tool's
+    /// error.
+    pub(super) fn answered(
+        self,
+        answer: call::Answer,
+        result: Option<Result<T, E>>,
+    ) -> Result<T, E> {
+        match (answer, result) {
+            (Ok(()), Some(result)) => result,
+            (Ok(()), None) => Err((self.error)(Error::Config(
+                "the engine answered before the tool's result was known".to_owned(),
+            ))),
+            (Err(error), _) => Err((self.error)(error)),
         }
-        Answer::Refused(error) => Err((codec.error)(error)),
+    }
+
+    /// The engine's own failure as the tool's error.
+    pub(crate) fn error(&self, error: Error) -> E {
+        (self.error)(error)
     }
 }

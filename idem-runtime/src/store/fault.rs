@@ -104,7 +104,7 @@ impl FaultStore {
     ) -> StoreFuture<'a, T> {
         self.calls[op.index()].fetch_add(1, Ordering::SeqCst);
         let fault = (self.plan)(op);
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let lost = || Error::store(op_name(op), "injected fault: the reply was lost");
             match fault {
                 Fault::None => work().await,

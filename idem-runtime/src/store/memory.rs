@@ -172,7 +172,7 @@ impl Store for MemoryStore {
         let mut shard = self.shard(req.key);
         let entry = shard.find(req.key);
         if let Some(answer) = entry.and_then(|i| shard.answer(i, now)) {
-            return Box::pin(std::future::ready(Ok(answer)));
+            return StoreFuture::ready(Ok(answer));
         }
         // No live record: charge, then claim.
         let attempts = entry.map_or(0, |i| shard.get(i).live_attempts(now));
@@ -180,7 +180,7 @@ impl Store for MemoryStore {
         let mut turns = req.charge.max_calls.map(|_| lock(&self.turns));
         let calls = turns.as_ref().map_or(0, |t| t.live(&turn_id, now));
         if let Err(refused) = budget::charge(attempts, calls, &req.charge) {
-            return Box::pin(std::future::ready(Ok(Begin::Refused(refused))));
+            return StoreFuture::ready(Ok(Begin::Refused(refused)));
         }
         let window_ms = duration_ms(req.charge.window);
         if let Some(turns) = &mut turns {
@@ -202,7 +202,7 @@ impl Store for MemoryStore {
             attempts: attempts + 1,
             window_ms,
         });
-        Box::pin(std::future::ready(Ok(Begin::Claimed)))
+        StoreFuture::ready(Ok(Begin::Claimed))
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
@@ -215,7 +215,7 @@ impl Store for MemoryStore {
             }
             None => Err(lease_lost(&lease.key)),
         };
-        Box::pin(std::future::ready(renewed))
+        StoreFuture::ready(renewed)
     }
 
     fn complete<'a>(
@@ -235,7 +235,7 @@ impl Store for MemoryStore {
             None if shard.completed_by(lease, now) => Ok(()),
             None => Err(lease_lost(&lease.key)),
         };
-        Box::pin(std::future::ready(completed))
+        StoreFuture::ready(completed)
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
@@ -248,21 +248,21 @@ impl Store for MemoryStore {
             }
             None => Err(lease_lost(&lease.key)),
         };
-        Box::pin(std::future::ready(released))
+        StoreFuture::ready(released)
     }
 
     fn get<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
         let now = self.clock.now_ms();
         let shard = self.shard(key);
         let record = shard.find(key).and_then(|i| shard.record(i, now));
-        Box::pin(std::future::ready(Ok(record)))
+        StoreFuture::ready(Ok(record))
     }
 
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
         let now = self.clock.now_ms();
         let removed = self.shards.iter().map(|s| lock(s).sweep(now)).sum();
         lock(&self.turns).sweep(now);
-        Box::pin(std::future::ready(Ok(removed)))
+        StoreFuture::ready(Ok(removed))
     }
 
     fn list<'a>(
@@ -279,12 +279,12 @@ impl Store for MemoryStore {
             let shard = lock(shard);
             out.extend(shard.records(namespace, now).take(limit - out.len()));
         }
-        Box::pin(std::future::ready(Ok(out)))
+        StoreFuture::ready(Ok(out))
     }
 
     fn remove<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         let now = self.clock.now_ms();
         let removed = self.shard(key).remove_at(key, now).unwrap_or(false);
-        Box::pin(std::future::ready(Ok(removed)))
+        StoreFuture::ready(Ok(removed))
     }
 }

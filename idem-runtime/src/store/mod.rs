@@ -86,8 +86,78 @@ pub use postgres::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
-/// What every [`Store`] method returns: a boxed future of its answer.
-pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>;
+/// What every [`Store`] method returns: its answer — ready at once from a store that answers in
+/// place, such as [`MemoryStore`] (nothing is allocated), or a boxed future of it.
+///
+/// ```
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::store::StoreFuture;
+///
+/// let now: StoreFuture<'_, u64> = StoreFuture::ready(Ok(7));
+/// let later: StoreFuture<'_, u64> = StoreFuture::new(async { Ok(7) });
+/// # let _ = (now, later);
+/// ```
+#[must_use = "a store operation does nothing unless awaited"]
+pub struct StoreFuture<'a, T>(Answering<'a, T>);
+
+enum Answering<'a, T> {
+    /// The answer, until it is taken.
+    Ready(Option<Result<T>>),
+    Later(Pin<Box<dyn Future<Output = Result<T>> + Send + 'a>>),
+}
+
+impl<'a, T> StoreFuture<'a, T> {
+    /// An answer known now.
+    pub fn ready(answer: Result<T>) -> Self {
+        StoreFuture(Answering::Ready(Some(answer)))
+    }
+
+    /// An answer `future` gives (boxed).
+    pub fn new(future: impl Future<Output = Result<T>> + Send + 'a) -> Self {
+        StoreFuture(Answering::Later(Box::pin(future)))
+    }
+
+    /// The answer, if the store gave it at once (taken: the future is spent).
+    pub(crate) fn answered_now(&mut self) -> Option<Result<T>> {
+        match &mut self.0 {
+            Answering::Ready(answer) => answer.take(),
+            Answering::Later(_) => None,
+        }
+    }
+}
+
+impl<T> Future for StoreFuture<'_, T> {
+    type Output = Result<T>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<T>> {
+        match &mut self.0 {
+            Answering::Ready(answer) => {
+                std::task::Poll::Ready(answer.take().unwrap_or_else(|| {
+                    Err(crate::Error::store(
+                        "store",
+                        "an operation was polled after it answered",
+                    ))
+                }))
+            }
+            Answering::Later(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<T> Unpin for StoreFuture<'_, T> {}
+
+impl<T> std::fmt::Debug for StoreFuture<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = match &self.0 {
+            Answering::Ready(_) => "ready",
+            Answering::Later(_) => "later",
+        };
+        f.debug_tuple("StoreFuture").field(&state).finish()
+    }
+}
 
 /// How long completed records are kept when a tool sets no `ttl`: one day.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);

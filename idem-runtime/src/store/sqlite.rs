@@ -327,7 +327,7 @@ struct Answer<T> {
 
 impl<T: Send + 'static> Answer<T> {
     fn boxed<'a>(self) -> StoreFuture<'a, T> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let stopped = || {
                 Error::store(
                     self.operation,

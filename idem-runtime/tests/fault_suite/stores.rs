@@ -120,7 +120,7 @@ impl Store for Observed {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let sent = self.ledger.now();
             match self.inner.complete(lease, result, ttl).await {
                 Ok(()) => {
@@ -170,7 +170,7 @@ impl Drop for Pending<'_> {
 
 impl Store for Renewals {
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let mut pending = Pending {
                 ledger: &self.ledger,
                 id: self.ledger.renewal_sent(lease.token),
@@ -199,7 +199,7 @@ impl Forgetful {
 
 impl Store for Forgetful {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             if let Some(record) = self.inner.get(req.namespace, req.key).await?
                 && record.state == RecordState::Completed
             {
@@ -242,7 +242,7 @@ fn slowed<'a, T: Send + 'a>(op: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFut
     let work = op();
     match SLOW_REPLY.with(std::cell::Cell::take) {
         None => work,
-        Some(by) => Box::pin(async move {
+        Some(by) => StoreFuture::new(async move {
             let reply = work.await;
             tokio::time::sleep(by).await;
             reply
@@ -272,7 +272,7 @@ impl Lazy {
 fn on_first_poll<'a, T: Send + 'a>(
     call: impl FnOnce() -> StoreFuture<'a, T> + Send + 'a,
 ) -> StoreFuture<'a, T> {
-    Box::pin(async move { call().await })
+    StoreFuture::new(async move { call().await })
 }
 
 impl Store for Lazy {
@@ -295,7 +295,7 @@ impl YieldOnce {
 /// The call, made now; then pending once, then its answer.
 fn yield_then<'a, T: Send + 'a>(call: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFuture<'a, T> {
     let work = call();
-    Box::pin(async move {
+    StoreFuture::new(async move {
         let mut yielded = false;
         std::future::poll_fn(|cx| {
             if std::mem::replace(&mut yielded, true) {

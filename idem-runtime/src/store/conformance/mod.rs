@@ -28,7 +28,7 @@
 //!     }
 //!     fn advance(&self, by: Duration) -> StoreFuture<'_, ()> {
 //!         self.clock.advance(by);
-//!         Box::pin(async { Ok(()) })
+//!         StoreFuture::ready(Ok(()))
 //!     }
 //!     fn corrupt<'a>(&'a self, _: &'a str, _: &'a Key) -> Option<StoreFuture<'a, ()>> {
 //!         None // typed memory cannot hold a corrupt record

@@ -59,7 +59,7 @@ impl PostgresStore {
         req: &'a BeginRequest<'a>,
         lock_timeout: Duration,
     ) -> StoreFuture<'a, Answer> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let turn = req.charge.turn.turn_counter();
             let row = self
                 .begin_query(req, &turn, false, lock_timeout)
@@ -136,7 +136,7 @@ pub(super) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, 
 impl PostgresStore {
     /// `idem_begin` claiming `req`'s key.
     fn claim<'a>(&'a self, req: &'a OwnedBegin) -> StoreFuture<'a, Answer> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let request = BeginRequest {
                 namespace: &req.namespace,
                 key: &req.key,
@@ -165,7 +165,7 @@ impl PostgresStore {
         // own (see `Landing`), and a `release` with its token waits for it (see `pending`).
         // Nothing happens before the first poll.
         let owned = OwnedBegin::from(&req);
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let store = self.clone();
             let token = owned.token.0;
             let landing = Arc::new(tokio::sync::Mutex::new(()));

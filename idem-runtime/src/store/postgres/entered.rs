@@ -12,11 +12,11 @@ use crate::store::StoreFuture;
 
 /// `op` as a store operation that, dropped unfinished, is dropped inside the runtime it was
 /// last polled on.
-pub(super) fn entered<'a, T: 'a>(
+pub(super) fn entered<'a, T: Send + 'a>(
     op: impl Future<Output = Result<T>> + Send + 'a,
 ) -> StoreFuture<'a, T> {
-    Box::pin(Entered {
-        op: Some(Box::pin(op)),
+    StoreFuture::new(Entered {
+        op: Some(StoreFuture::new(op)),
         runtime: None,
     })
 }
@@ -39,7 +39,7 @@ impl<T> Future for Entered<'_, T> {
                 "an operation was polled after it answered",
             )));
         };
-        let answer = std::task::ready!(op.as_mut().poll(cx));
+        let answer = std::task::ready!(Pin::new(op).poll(cx));
         self.op = None;
         Poll::Ready(answer)
     }

@@ -259,7 +259,7 @@ pub(super) fn migrate<'a>(
     schema: Option<&'a str>,
     prefix: &'a str,
 ) -> StoreFuture<'a, ()> {
-    Box::pin(migrate_now(conn, schema, prefix))
+    StoreFuture::new(migrate_now(conn, schema, prefix))
 }
 
 async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str) -> Result<()> {
@@ -323,7 +323,7 @@ pub(super) fn existing_version<'a>(
     conn: &'a mut PgConnection,
     prefix: &'a str,
 ) -> StoreFuture<'a, Option<i32>> {
-    Box::pin(existing_version_now(conn, prefix))
+    StoreFuture::new(existing_version_now(conn, prefix))
 }
 
 async fn existing_version_now(conn: &mut PgConnection, prefix: &str) -> Result<Option<i32>> {

@@ -206,7 +206,7 @@ impl Store for RedisStore {
     /// record, a claim takes three: a check, the turn's charge, the claim (and a refund if the
     /// claim lost a race meanwhile).
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let id = req.charge.turn.turn_counter();
             let turn_key = match self.turn_count(&req, &id) {
                 TurnCount::Uncapped => None,
@@ -236,7 +236,7 @@ impl Store for RedisStore {
     }
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let ms = script_ms(duration);
             self.fenced(
                 "renew",
@@ -257,7 +257,7 @@ impl Store for RedisStore {
         result: &'a [u8],
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let ms = script_ms(ttl);
             let args = |cmd: &mut ::redis::Cmd| {
                 cmd.arg(ms).arg(result);
@@ -274,14 +274,14 @@ impl Store for RedisStore {
     }
 
     fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             self.fenced("release", &SCRIPTS.release, lease, |_| {}, 0)
                 .await
         })
     }
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             self.read("get", self.record_key(namespace, key), namespace, key)
                 .await
         })
@@ -290,7 +290,7 @@ impl Store for RedisStore {
     /// Redis expires records itself (`PEXPIREAT`), and the scripts treat a record whose expiry
     /// has come as absent, so there is nothing to purge: returns 0 without contacting Redis.
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        Box::pin(std::future::ready(Ok(0)))
+        StoreFuture::ready(Ok(0))
     }
 
     /// `SCAN`s `<prefix>:<namespace>:{…}` (or `<prefix>:*}`) on every master and reads each
@@ -301,7 +301,7 @@ impl Store for RedisStore {
         namespace: Option<&'a str>,
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let mut out = Vec::new();
             if limit == 0 {
                 return Ok(out);
@@ -321,7 +321,7 @@ impl Store for RedisStore {
     }
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        Box::pin(async move {
+        StoreFuture::new(async move {
             let record_key = self.record_key(namespace, key);
             let mut cmd = call::evalsha(&SCRIPTS.remove, 1, 1, record_key.len());
             cmd.arg(record_key);

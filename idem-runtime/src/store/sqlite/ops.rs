@@ -140,7 +140,7 @@ impl SqliteStore {
         F: FnMut(&mut Worker<'_>) -> rusqlite::Result<Result<T>> + Send + 'static,
     {
         if let Some(answer) = self.here(&mut here) {
-            return Box::pin(std::future::ready(answer));
+            return StoreFuture::ready(answer);
         }
         self.submit(operation, true, skip_if_abandoned, Some(key), queued())
             .boxed()
@@ -154,11 +154,11 @@ impl Store for SqliteStore {
     /// queued, the whole of `begin` joins them on the store's thread.
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         if let Some(answer) = self.here(&mut |worker| worker.begin(&req)) {
-            return Box::pin(std::future::ready(answer));
+            return StoreFuture::ready(answer);
         }
         let whole = !self.pending.is_clear(req.key)
             || match self.begin_read(&req) {
-                Ok(Some(answer)) => return Box::pin(std::future::ready(answer)),
+                Ok(Some(answer)) => return StoreFuture::ready(answer),
                 Ok(None) => false,
                 Err(()) => true,
             };
