@@ -10,7 +10,8 @@
 //! 2. the connection, for a server not reached over HTTP (stdio, a pipe): one `IdemServer`
 //!    serves one client for its whole life;
 //! 3. the [`CLIENT_ID_HEADER`] header, which a client sets to an id of its own: it names the
-//!    client across sessions, reconnections and server processes, so it wins over the session.
+//!    client across sessions, reconnections and server processes sharing a store, so it wins
+//!    over the session.
 //!    It is an identity the client claims, not authentication: anyone who sends the same id
 //!    shares the namespace (and is replayed its results);
 //! 4. the HTTP session (`Mcp-Session-Id`), for a server rmcp created for that session (it saw
