@@ -3,8 +3,8 @@
 //!
 //! A help desk: `open_ticket` and `close_ticket` change the world, `comment` too, and
 //! `list_tickets` only reads. The server is wrapped in `idem_tools::mcp::IdemServer`, which gives
-//! every call its turn (from `_meta["idem/turnId"]`), its namespace (the connection, the HTTP
-//! session, or the `Idem-Client-Id` header where HTTP is stateless) and the client's
+//! every call its turn (from `_meta["idem/turnId"]`), its namespace (the connection, the
+//! client's `Idem-Client-Id` header, or else the HTTP session) and the client's
 //! `_meta["idempotencyKey"]`, and fills the `tools/list` annotations from `#[idempotent]` /
 //! `#[read_only]`. No tool has any MCP-specific idem code.
 //!

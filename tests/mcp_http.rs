@@ -218,24 +218,56 @@ async fn a_stateless_write_from_an_unnamed_client_is_refused_and_a_read_is_serve
 
 /// `initialize` and `notifications/initialized` on protocol 2025-11-25: the session's id.
 async fn open_session(service: &mut Service) -> String {
+    open_session_as(service, None).await
+}
+
+/// [`open_session`] by a client that sends `client_id` as its `Idem-Client-Id`, if any.
+async fn open_session_as(service: &mut Service, client_id: Option<&str>) -> String {
     let params = json!({
         "protocolVersion": V2025,
         "capabilities": {},
         "clientInfo": {"name": "test", "version": "0"},
     });
-    let (status, session, init) = Post::request(V2025, "initialize", params)
+    let as_client = |post: Post| match client_id {
+        Some(id) => post.header(CLIENT_ID_HEADER, id),
+        None => post,
+    };
+    let (status, session, init) = as_client(Post::request(V2025, "initialize", params))
         .send(service)
         .await;
     assert_eq!(status, StatusCode::OK, "{init}");
     let session = session.expect("a session id");
     let mut initialized = Post::request(V2025, "notifications/initialized", json!({}));
     initialized.body = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let (status, _, _) = initialized
+    let (status, _, _) = as_client(initialized)
         .header("mcp-session-id", &session)
         .send(service)
         .await;
     assert_eq!(status, StatusCode::ACCEPTED);
     session
+}
+
+/// A client's own id outlives its session: after reconnecting (a new session) its retry is
+/// still a retry. A client without one is its session.
+#[tokio::test]
+async fn with_sessions_the_client_id_wins_over_the_session() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let mut service = service(&backend, true);
+    let mut replies = Vec::new();
+    for client in ["agent-7", "agent-7", "agent-8"] {
+        let session = open_session_as(&mut service, Some(client)).await;
+        let call = open(V2025, "same", "turn-1")
+            .header("mcp-session-id", &session)
+            .header(CLIENT_ID_HEADER, client);
+        let (_, _, reply) = call.send(&mut service).await;
+        replies.push(result(&reply)["structuredContent"].clone());
+    }
+    assert_eq!(replies[0], replies[1], "the reconnected client is replayed");
+    assert_ne!(
+        replies[0], replies[2],
+        "another client id is another namespace"
+    );
+    assert_eq!(backend.tickets().len(), 2);
 }
 
 #[tokio::test]

@@ -44,6 +44,39 @@ async fn a_client_that_declares_the_extension_is_told_that_writes_are_idempotent
     client.cancel().await.unwrap();
 }
 
+/// The hint is true only where dedup happens: a declaring client's write that names no action
+/// (no turn id, no key) would be a new action however often it is retried, so it is refused.
+#[tokio::test]
+async fn a_declaring_client_s_write_that_names_no_action_is_refused_and_nothing_runs() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_declaring(example::session(backend.clone()).unwrap()).await;
+    let unnamed = client
+        .call_tool(call("open_ticket", json!({"title": "t"}), &[]))
+        .await;
+    let Err(rmcp::ServiceError::McpError(refused)) = unnamed else {
+        panic!("refused, not {unnamed:?}");
+    };
+    assert_eq!(refused.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+    assert_eq!(refused.data.unwrap()["idem"]["error"], "no_turn_id");
+    assert!(
+        refused.message.contains(TURN_ID_META),
+        "{}",
+        refused.message
+    );
+    assert!(backend.tickets().is_empty(), "nothing ran");
+    // A read needs no turn; a write with a turn id, or with a key, runs and replays.
+    let listed = client.call_tool(call("list_tickets", json!({}), &[])).await;
+    assert!(!is_error(&listed.unwrap()));
+    for meta in [(TURN_ID_META, "t1"), (IDEMPOTENCY_KEY_META, "k1")] {
+        for _ in 0..2 {
+            let open = call("open_ticket", json!({"title": "t"}), &[meta]);
+            assert!(!is_error(&client.call_tool(open).await.unwrap()));
+        }
+    }
+    assert_eq!(backend.tickets().len(), 2);
+    client.cancel().await.unwrap();
+}
+
 #[test]
 fn get_tool_knows_no_client_so_promises_no_idempotent_write() {
     use rmcp::ServerHandler;

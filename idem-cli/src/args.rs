@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+use crate::keyarg::shell_word;
 use crate::state::State;
 
 /// Inspect and repair an idem dedup store: did this action happen, what did the agent get back,
@@ -58,6 +59,38 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// `idem` with the options that open this store again (`--sqlite`, `--redis`,
+    /// `--redis-cluster`, `--postgres`, `--schema`, `--prefix`), quoted for a POSIX shell: the
+    /// start of a command this process suggests, so that it runs as printed.
+    pub fn reopen(&self) -> String {
+        let mut words = vec!["idem".to_owned()];
+        let mut option = |name: &str, value: &str| {
+            words.push(name.to_owned());
+            words.push(shell_word(value));
+        };
+        if let Some(path) = &self.sqlite {
+            option("--sqlite", &path.to_string_lossy());
+        }
+        if let Some(url) = &self.redis {
+            option("--redis", url);
+        }
+        if !self.redis_cluster.is_empty() {
+            option("--redis-cluster", &self.redis_cluster.join(","));
+        }
+        if let Some(url) = &self.postgres {
+            option("--postgres", url);
+        }
+        if let Some(schema) = &self.schema {
+            option("--schema", schema);
+        }
+        if let Some(prefix) = &self.prefix {
+            option("--prefix", prefix);
+        }
+        words.join(" ")
+    }
 }
 
 /// The subcommands.

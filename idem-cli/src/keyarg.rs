@@ -95,6 +95,7 @@ impl KeyArg {
 }
 
 /// Finds the record KEY names: in `namespace` when one is given, else in every namespace.
+/// `reopen` is `idem` with the options that opened the store, for the commands it suggests.
 ///
 /// # Errors
 /// Not found (with a hint when the key is in another namespace), an ambiguous KEY listing the
@@ -103,11 +104,12 @@ pub async fn resolve(
     store: &dyn Store,
     namespace: Option<&str>,
     arg: &KeyArg,
+    reopen: &str,
 ) -> Result<Found, CliError> {
     if let (Some(namespace), KeyArg::Full(key)) = (namespace, arg) {
         return match get(store, namespace, key).await? {
             Some(found) => Ok(found),
-            None => Err(not_found(store, Some(namespace), &key.to_hex()).await),
+            None => Err(not_found(store, Some(namespace), &key.to_hex(), reopen).await),
         };
     }
     let hex = arg.hex();
@@ -126,7 +128,7 @@ pub async fn resolve(
             {
                 return Ok(found);
             }
-            Err(not_found(store, namespace, &hex).await)
+            Err(not_found(store, namespace, &hex, reopen).await)
         }
         1 => Ok(Found::Record(Box::new(matches.remove(0)))),
         _ => Err(ambiguous(namespace, &hex, matches)),
@@ -177,11 +179,17 @@ fn ambiguous(namespace: Option<&str>, hex: &str, mut matches: Vec<Record>) -> Cl
 }
 
 /// "Not found", pointing at the namespaces that do hold a matching key, if any.
-async fn not_found(store: &dyn Store, namespace: Option<&str>, hex: &str) -> CliError {
-    const GONE: &str = "it may have expired, or been removed; `idem list` shows the live records";
+async fn not_found(
+    store: &dyn Store,
+    namespace: Option<&str>,
+    hex: &str,
+    reopen: &str,
+) -> CliError {
+    let gone =
+        format!("it may have expired, or been removed; `{reopen} list` shows the live records");
     let Some(namespace) = namespace else {
         return CliError::not_found(format!(
-            "no live record with key {hex} in any namespace ({GONE}; a corrupt record is found \
+            "no live record with key {hex} in any namespace ({gone}; a corrupt record is found \
              by its full 64-digit key, with --namespace unless its namespace is \"\")"
         ));
     };
@@ -207,7 +215,7 @@ async fn not_found(store: &dyn Store, namespace: Option<&str>, hex: &str) -> Cli
         None => {
             let _ = write!(
                 message,
-                " ({GONE}; a corrupt record is found by its full 64-digit key only)"
+                " ({gone}; a corrupt record is found by its full 64-digit key only)"
             );
         }
         Some(first) => {

@@ -74,6 +74,7 @@ async fn run(cli: &Cli) -> Result<String, CliError> {
     let opened = open::open(cli).await?;
     let store = &*opened.store;
     let namespace = cli.namespace.as_deref();
+    let reopen = cli.reopen();
     let now = when::now_ms();
     match (&cli.command, key) {
         (Command::List { tool, state, limit }, _) => {
@@ -85,10 +86,10 @@ async fn run(cli: &Cli) -> Result<String, CliError> {
             commands::list(store, &filter, *limit, cli.json, now).await
         }
         (Command::Show { .. }, Some(key)) => {
-            commands::show(store, namespace, &key, cli.json, now).await
+            commands::show(store, namespace, &key, cli.json, now, &reopen).await
         }
         (Command::Remove { yes, .. }, Some(key)) => {
-            commands::remove(store, namespace, &key, *yes, cli.json).await
+            commands::remove(store, namespace, &key, *yes, cli.json, &reopen).await
         }
         (Command::Purge, _) => commands::purge(store, opened.backend, cli.json).await,
         (Command::Stats, _) => commands::stats(store, namespace, cli.json).await,

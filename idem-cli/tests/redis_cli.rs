@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{
-    REFUND, SEND, assert_no_debug_text, call, claim, every_state, idem, key_of, listed_keys, short,
-    turn,
+    REFUND, SEND, assert_no_debug_text, call, claim, every_state, idem, key_of, listed_keys,
+    run_as_printed, short, turn,
 };
 use idem_tools_runtime::store::{RecordState, RedisStore, Store};
 use idem_tools_runtime::{Error, ToolInfo};
@@ -177,7 +177,17 @@ async fn remove_frees_completed_and_stuck_keys_for_the_engine() {
     assert!(store.get("tenant", &done).await.unwrap().is_some());
 
     remove(&done.short().to_hex(), true).expect_code(0);
-    remove(&stuck.to_hex(), true).expect_code(0);
+    // The stuck key: with what `show` suggests, as printed (store, prefix and namespace).
+    let mut show: Vec<&str> = base.to_vec();
+    let stuck_hex = stuck.to_hex();
+    show.extend(["show", stuck_hex.as_str()]);
+    let shown = idem(&show).expect_code(0);
+    let suggested = shown
+        .stdout
+        .lines()
+        .find(|line| line.trim_start().starts_with("idem "))
+        .unwrap_or_else(|| panic!("a suggested command: {}", shown.stdout));
+    run_as_printed(&format!("{suggested} --yes")).expect_code(0);
     let again = call(&store, &SEND, &turn("turn-1", "tenant"), "done@x", &runs)
         .await
         .unwrap();

@@ -157,7 +157,7 @@ async fn show_renders_the_result_by_short_key_prefix_or_full_key() {
     assert!(
         shown
             .stdout
-            .contains(&format!("idem remove {}", short(&stuck))),
+            .contains(&format!("idem --sqlite {db} remove {}", short(&stuck))),
         "{}",
         shown.stdout
     );

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::{
     SEND, SHORT_LIVED, TempDir, call, claim, idem, idem_on_terminal, key_of, listed_keys,
-    open_sqlite as open, short, turn,
+    open_sqlite as open, run_as_printed, short, turn,
 };
 use idem_tools_runtime::Error;
 use idem_tools_runtime::clock::ManualClock;
@@ -198,12 +198,14 @@ async fn a_corrupt_record_is_reported_and_removable_by_full_key() {
         "{}",
         shown.stderr
     );
-    assert!(
-        shown.stderr.contains(&format!("idem remove {key} --yes")),
-        "{}",
-        shown.stderr
-    );
-    let removed = idem(&["--sqlite", &db, "remove", &key.to_hex(), "--yes"]).expect_code(0);
+    // The command it suggests runs as printed.
+    let suggested = shown
+        .stderr
+        .split_once("to delete it: ")
+        .and_then(|(_, rest)| rest.lines().next())
+        .unwrap_or_else(|| panic!("a suggested command: {}", shown.stderr));
+    assert_eq!(suggested, format!("idem --sqlite {db} remove {key} --yes"));
+    let removed = run_as_printed(suggested).expect_code(0);
     assert!(
         removed.stdout.contains("corrupt record"),
         "{}",
@@ -213,4 +215,24 @@ async fn a_corrupt_record_is_reported_and_removable_by_full_key() {
         .query_row("SELECT count(*) FROM idem_records", [], |row| row.get(0))
         .unwrap();
     assert_eq!(count, 0);
+}
+
+/// What `show` suggests for a stuck claim runs as printed (adding `--yes`, as stdin is no
+/// terminal here): the store's options come with it, quoted for the shell, as is the namespace.
+#[tokio::test]
+async fn the_removal_show_suggests_runs_as_printed() {
+    let dir = TempDir::new("suggested");
+    let db = dir.file("the agent's store.db");
+    let store = open(&db);
+    let t = turn("turn-1", "tenant 1");
+    let (stuck, _) = claim(&*store, &SEND, &t, "a@x", Duration::from_secs(600)).await;
+    let shown = idem(&["--sqlite", &db, "show", &short(&stuck)]).expect_code(0);
+    let suggested = shown
+        .stdout
+        .lines()
+        .find(|line| line.trim_start().starts_with("idem "))
+        .unwrap_or_else(|| panic!("a suggested command: {}", shown.stdout));
+    let removed = run_as_printed(&format!("{suggested} --yes")).expect_code(0);
+    assert!(removed.stdout.contains("removed"), "{}", removed.stdout);
+    assert!(store.get("tenant 1", &stuck).await.unwrap().is_none());
 }

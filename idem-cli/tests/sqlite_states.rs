@@ -124,7 +124,10 @@ async fn show_explains_markers_and_recorded_errors() {
     assert!(out.contains("whether it took effect is not known"), "{out}");
     assert!(out.contains("Check whether the action happened"), "{out}");
     assert!(
-        out.contains(&format!("idem remove {}", short(&p.interrupted))),
+        out.contains(&format!(
+            "idem --sqlite {db} remove {}",
+            short(&p.interrupted)
+        )),
         "{out}"
     );
     let json = show(&p.interrupted, true).json();

@@ -14,7 +14,7 @@ use idem_tools_runtime::Error;
 use idem_tools_runtime::key::Key;
 use idem_tools_runtime::store::conformance::{self, Harness};
 use idem_tools_runtime::store::{PostgresStore, Store, StoreFuture};
-use postgres_common::{cleanup, postgres_url, store};
+use postgres_common::{cleanup, postgres_url, store, unique_schema};
 
 struct Postgres {
     store: PostgresStore,
@@ -66,4 +66,38 @@ async fn postgres_store_conforms() {
     };
     conformance::run_all(&harness).await;
     cleanup(&harness.store).await;
+}
+
+/// Tables written by a newer idem are refused, and the error's advice works: a schema of this
+/// build's own, given with `PostgresStore::builder().schema(…)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tables_of_a_newer_idem_are_refused_with_advice_that_works() {
+    let Some(url) = postgres_url("tables_of_a_newer_idem_are_refused_with_advice_that_works")
+    else {
+        return;
+    };
+    let newer = store(&url, "newer").await;
+    let schema = newer.schema().expect("a schema of its own").to_owned();
+    sqlx::query(&format!(
+        "UPDATE \"{schema}\".idem_schema SET version = version + 100"
+    ))
+    .execute(newer.pool())
+    .await
+    .unwrap();
+    let refused = PostgresStore::builder().schema(&schema).connect(&url).await;
+    let Err(Error::Config(message)) = refused else {
+        panic!("refused: {:?}", refused.map(|_| ()));
+    };
+    assert!(message.contains("upgrade idem"), "{message}");
+    assert!(
+        message.contains("PostgresStore::builder().schema("),
+        "{message}"
+    );
+    let own = PostgresStore::builder()
+        .schema(unique_schema("own"))
+        .connect(&url)
+        .await
+        .expect("a schema of its own works");
+    cleanup(&own).await;
+    cleanup(&newer).await;
 }

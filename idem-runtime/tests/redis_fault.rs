@@ -56,6 +56,16 @@ struct Acknowledged {
 }
 
 impl Acknowledged {
+    /// The store on `server`, watched, and the same as a `dyn Store`.
+    async fn connect(server: &PrivateServer) -> (Arc<Acknowledged>, Arc<dyn Store>) {
+        let watched = Arc::new(Acknowledged {
+            inner: RedisStore::connect(&server.url()).await.unwrap(),
+            recorded: Mutex::default(),
+        });
+        let store = Arc::clone(&watched) as Arc<dyn Store>;
+        (watched, store)
+    }
+
     /// The distinct results acknowledged for `key`.
     fn recorded(&self, key: &Key) -> Vec<Vec<u8>> {
         let mut results = self
@@ -199,11 +209,7 @@ async fn restarting_redis_fails_closed_and_forgets_nothing_recorded() {
         return;
     };
     let mut server = PrivateServer::start(true);
-    let watched = Arc::new(Acknowledged {
-        inner: RedisStore::connect(&server.url()).await.unwrap(),
-        recorded: Mutex::default(),
-    });
-    let store: Arc<dyn Store> = Arc::clone(&watched) as Arc<dyn Store>;
+    let (watched, store) = Acknowledged::connect(&server).await;
     let ledger = Arc::new(Ledger::default());
 
     // Before the crash: ten keys executed and recorded.
@@ -330,4 +336,98 @@ async fn restarting_redis_fails_closed_and_forgets_nothing_recorded() {
          lost their completion to a crash",
         outcomes.len()
     );
+}
+
+/// A lease long enough that no renewal falls within the test.
+const SHIP_SLOWLY: ToolInfo =
+    ToolInfo::idempotent("ship_slowly").with_lease(Duration::from_secs(30));
+
+/// Without persistence a restart forgets every key, claims in flight included (the
+/// `RedisStore` docs say so): a call whose body finishes after the restart, before its next
+/// renewal, returns its result, but `complete` finds no claim, so nothing is recorded, and a
+/// retry runs the tool again; a body still running at its next renewal is stopped with
+/// `LeaseLost`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_persistence_a_call_across_a_restart_returns_ok_and_records_nothing() {
+    let test = "without_persistence_a_call_across_a_restart_returns_ok_and_records_nothing";
+    let Some(_url) = redis_url(test) else {
+        return;
+    };
+    let mut server = PrivateServer::start(false);
+    let (watched, store) = Acknowledged::connect(&server).await;
+    let turn = Turn::new("restart-turn")
+        .with_namespace("fault")
+        .with_store(Arc::clone(&store));
+    let mut args = ArgsDigest::new(SHIP_SLOWLY.name);
+    args.arg("order", &1).unwrap();
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), SHIP_SLOWLY.name, 0);
+    let runs = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let run = |finish: tokio::sync::oneshot::Receiver<()>| {
+        let runs = Arc::clone(&runs);
+        execute(
+            Call::new(&SHIP_SLOWLY, &turn, key, fingerprint),
+            Codec::ok_only(),
+            async move {
+                let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                let _ = finish.await;
+                Ok::<_, Error>(run)
+            },
+        )
+    };
+
+    let (finish, finished) = tokio::sync::oneshot::channel();
+    let first = tokio::spawn(run(finished));
+    while runs.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.restart(); // no persistence: the claim is gone
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while store.get("fault", &key).await.is_err() {
+        assert!(Instant::now() < deadline, "the store did not reconnect");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    finish.send(()).unwrap();
+    assert_eq!(first.await.unwrap().unwrap(), 1, "its caller gets Ok");
+    assert!(
+        watched.recorded(&key).is_empty(),
+        "Redis acknowledged no result"
+    );
+    assert!(store.get("fault", &key).await.unwrap().is_none());
+
+    let (finish, finished) = tokio::sync::oneshot::channel();
+    finish.send(()).unwrap();
+    assert_eq!(
+        run(finished).await.unwrap(),
+        2,
+        "the retry runs the tool again"
+    );
+
+    // A body still running at its next renewal (every quarter of SHIP's 1 s lease).
+    let (_finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let mut args = ArgsDigest::new(SHIP.name);
+    args.arg("order", &1).unwrap();
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), SHIP.name, SHIP.version);
+    let running = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&running);
+    let call = execute(
+        Call::new(&SHIP, &turn, key, fingerprint),
+        Codec::ok_only(),
+        async move {
+            flag.store(true, Ordering::SeqCst);
+            let _ = finished.await;
+            Ok::<_, Error>(0)
+        },
+    );
+    let call = tokio::spawn(call);
+    while !running.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    server.restart();
+    let stopped = tokio::time::timeout(Duration::from_secs(5), call).await;
+    let stopped = stopped.expect("stopped within the lease").unwrap();
+    assert!(
+        matches!(stopped, Err(Error::LeaseLost { .. })),
+        "{stopped:?}"
+    );
+    assert!(store.get("fault", &key).await.unwrap().is_none());
 }

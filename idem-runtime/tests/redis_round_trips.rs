@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{RedisStore, Store};
 use idem_tools_runtime::{Call, Error, ToolInfo, Turn, execute};
-use redis_common::{PrivateServer, raw, redis_url};
+use redis_common::{PrivateServer, cleanup_cluster, cluster_urls, raw, redis_url, unique_prefix};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::net::TcpStream;
 
@@ -141,4 +141,70 @@ async fn a_first_execution_costs_two_round_trips_and_a_replay_one() {
     let (reload, _) = commands_until_marker(&mut monitor, &marker).await;
     assert_eq!(reload, ["EVALSHA", "SCRIPT", "EVALSHA"]);
     assert_eq!(sent.load(Ordering::SeqCst), 1);
+}
+
+/// The round trips (`EVALSHA`s) every node of `urls` received since the last call: each node is
+/// sent the marker `marker`, and its `MONITOR` read up to it.
+async fn scripts_on_every_node(
+    urls: &[String],
+    monitors: &mut [Lines<BufReader<TcpStream>>],
+    marker: &str,
+) -> usize {
+    let mut scripts = 0;
+    for (url, monitor) in urls.iter().zip(monitors) {
+        let _: String = redis::cmd("ECHO")
+            .arg(marker)
+            .query_async(&mut raw(url).await)
+            .await
+            .unwrap();
+        let (commands, _) = commands_until_marker(monitor, marker).await;
+        scripts += commands.iter().filter(|c| c.starts_with("EVAL")).count();
+    }
+    scripts
+}
+
+/// On a Redis Cluster, a first execution in a turn with `max_calls` whose count lies in another
+/// slot than the record costs four round trips (a check, the turn's count, the claim, the
+/// completion), and a replay one, as the `RedisStore` docs say.
+#[tokio::test]
+async fn on_a_cluster_a_capped_first_execution_costs_four_round_trips() {
+    let Some(urls) = cluster_urls("on_a_cluster_a_capped_first_execution_costs_four_round_trips")
+    else {
+        return;
+    };
+    let store = RedisStore::builder()
+        .prefix(unique_prefix("round-trips"))
+        .connect_cluster(&urls)
+        .await
+        .unwrap();
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let mut monitors = Vec::new();
+    for url in &urls {
+        monitors.push(monitor(url).await);
+    }
+    let sent = AtomicUsize::new(0);
+    let turn = Turn::new("capped-turn")
+        .with_namespace("tenant")
+        .with_max_calls(10)
+        .with_store(Arc::clone(&shared));
+    let call = |to: &'static str| {
+        let mut args = ArgsDigest::new(SEND.name);
+        args.arg("to", to).unwrap();
+        let (k, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+        execute(Call::new(&SEND, &turn, k, fp), Codec::ok_only(), async {
+            Ok::<_, Error>(sent.fetch_add(1, Ordering::SeqCst))
+        })
+    };
+    // Every script used once, so that none costs a load below.
+    call("warm-up").await.unwrap();
+    let _ = scripts_on_every_node(&urls, &mut monitors, "idem-marker-0").await;
+
+    call("ada").await.unwrap();
+    let first = scripts_on_every_node(&urls, &mut monitors, "idem-marker-1").await;
+    assert_eq!(first, 4, "check, count, claim, complete");
+    call("ada").await.unwrap();
+    let replay = scripts_on_every_node(&urls, &mut monitors, "idem-marker-2").await;
+    assert_eq!(replay, 1, "the check answers a replay");
+    assert_eq!(sent.load(Ordering::SeqCst), 2);
+    cleanup_cluster(&urls, store.prefix()).await;
 }

@@ -1,8 +1,10 @@
 //! `ServerHandler for IdemServer<S>`: `tools/call`, `tools/list` and `get_tool` go through
 //! idem, every other method is forwarded to the wrapped server as is.
 //!
-//! Every method of rmcp's `ServerHandler` is listed here (rmcp is pinned to one version), so
-//! none silently falls back to rmcp's default instead of the wrapped server's own.
+//! Every method of rmcp's `ServerHandler` is listed here, so none silently falls back to
+//! rmcp's default instead of the wrapped server's own. rmcp is a caret requirement:
+//! `tests/mcp_forwarding.rs` checks this list against the `ServerHandler` of the rmcp in use,
+//! and CI runs it with the lowest and the newest rmcp the requirement admits.
 // Logging, `subscribe` and `unsubscribe` are deprecated in rmcp (SEP-2577); still forwarded.
 #![allow(deprecated)]
 

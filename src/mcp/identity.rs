@@ -9,21 +9,21 @@
 //!    (the authenticated principal);
 //! 2. the connection, for a server not reached over HTTP (stdio, a pipe): one `IdemServer`
 //!    serves one client for its whole life;
-//! 3. the HTTP session (`Mcp-Session-Id`), for a server rmcp created for that session (it saw
+//! 3. the [`CLIENT_ID_HEADER`] header, which a client sets to an id of its own: it names the
+//!    client across sessions, reconnections and server processes sharing a store, so it wins
+//!    over the session.
+//!    It is an identity the client claims, not authentication: anyone who sends the same id
+//!    shares the namespace (and is replayed its results);
+//! 4. the HTTP session (`Mcp-Session-Id`), for a server rmcp created for that session (it saw
 //!    the session's `initialize`, and rmcp routes only that session's requests to it);
-//! 4. the [`CLIENT_ID_HEADER`] header, which a client sets to an id of its own;
-//! 5. nothing: an `#[idempotent]` tool is then refused (see [`refusal`]) rather than run with
-//!    no deduplication.
+//! 5. nothing: an `#[idempotent]` tool is then refused (see
+//!    [`no_client_identity`](super::refuse::no_client_identity)) rather than run with no
+//!    deduplication.
 
-use rmcp::model::ErrorCode;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
-use serde_json::json;
 
 use super::{CLIENT_ID_HEADER, MAX_CLIENT_KEY_LEN};
-
-// The refusal names the header as clients spell it.
-const _: () = assert!(CLIENT_ID_HEADER.eq_ignore_ascii_case("Idem-Client-Id"));
 
 /// The header rmcp's streamable HTTP server names a session with.
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -57,13 +57,16 @@ pub(crate) fn namespace_of(
     let Some(parts) = context.extensions.get::<http::request::Parts>() else {
         return Ok(Some(connection.to_owned()));
     };
+    if let Some(client) = header(parts, CLIENT_ID_HEADER)? {
+        return Ok(Some(format!("mcp/client/{client}")));
+    }
     if session_bound {
         return Ok(Some(match header(parts, SESSION_HEADER)? {
             Some(session) => format!("mcp/session/{session}"),
             None => connection.to_owned(),
         }));
     }
-    Ok(header(parts, CLIENT_ID_HEADER)?.map(|client| format!("mcp/client/{client}")))
+    Ok(None)
 }
 
 /// The value of header `name`, checked like a `_meta` key: visible ASCII, at most
@@ -83,23 +86,4 @@ fn header(parts: &http::request::Parts, name: &str) -> Result<Option<String>, Er
             None,
         )),
     }
-}
-
-/// The protocol error for a call to `tool` that no namespace can be given to, logged: it
-/// would run with no deduplication, so it does not run.
-pub(crate) fn refusal(tool: &str) -> ErrorData {
-    let message = format!(
-        "idem refused `{tool}` and nothing ran: this request came over HTTP without a session, \
-         so nothing tells which client sent it, and a retry could not be recognised as one. \
-         Send an `Idem-Client-Id` header with an id unique to the agent (a random UUID \
-         made at start-up, sent on every request), use HTTP sessions (protocol 2025-11-25 or \
-         older, a server with sessions), or name the namespace on the server with \
-         `IdemServer::with_namespace` (e.g. from the authenticated user)"
-    );
-    tracing::warn!(tool, "{message}");
-    ErrorData::new(
-        ErrorCode::INVALID_REQUEST,
-        message,
-        Some(json!({ "idem": { "error": "no_client_identity", "forModel": false, "tool": tool } })),
-    )
 }

@@ -6,15 +6,17 @@
 //! * **a turn** from the request's `_meta` ([`TURN_ID_META`]), entered around the routed call;
 //! * **a namespace**, the client the call is deduplicated for, on every transport: the
 //!   authenticated principal by a rule of yours ([`IdemServer::with_namespace`]), the
-//!   connection (stdio), the HTTP session, or the client's [`CLIENT_ID_HEADER`] where rmcp
-//!   serves HTTP statelessly (protocol 2026-07-28) — never one shared by every client, and a
-//!   write that no namespace can be given to is refused rather than run undeduplicated;
+//!   connection (stdio), the client's [`CLIENT_ID_HEADER`] (which names it across sessions,
+//!   and where rmcp serves HTTP statelessly, as under protocol 2026-07-28), or the HTTP
+//!   session — never one shared by every client, and a write that no namespace can be given
+//!   to is refused rather than run undeduplicated;
 //! * **the client's key**: `_meta.idempotencyKey` ([`IDEMPOTENCY_KEY_META`], the shape of
 //!   SEP-3182) is honoured as the caller key, and reusing it with other arguments is refused;
 //!   the server declares both entries as the [`IDEMPOTENCY_EXTENSION`] in its capabilities;
 //! * **annotations** in `tools/list` (`readOnlyHint`, `idempotentHint`, `destructiveHint`)
 //!   from `#[idempotent]` / `#[read_only]`, true for the client that reads them:
-//!   `idempotentHint` on a write only for a client that declares [`IDEMPOTENCY_EXTENSION`];
+//!   `idempotentHint` on a write only for a client that declares [`IDEMPOTENCY_EXTENSION`],
+//!   whose writes that name no turn (nor key) are refused rather than run as new actions;
 //! * **errors** a model can act on: the idem errors that say something true about the action
 //!   (stuck, the turn's cap reached, in flight, interrupted, …) come back as tool results with
 //!   `isError: true`, worded for a model; the others are protocol errors.
@@ -58,6 +60,7 @@
 
 mod forward;
 mod identity;
+mod refuse;
 pub mod remote;
 mod result;
 mod scope;
@@ -88,11 +91,16 @@ pub const IDEMPOTENCY_KEY_META: &str = "idempotencyKey";
 pub const IDEMPOTENCY_EXTENSION: &str = "idem/idempotency";
 
 /// The HTTP header a client sets to an id of its own (a random UUID made when the agent
-/// starts, say) to be told apart from other clients where rmcp's streamable HTTP server keeps
-/// no session: protocol 2026-07-28, or a server configured without sessions. Its calls'
-/// keys and budgets are then scoped to it. It is the client's word: a server whose clients
-/// do not trust each other names the namespace from the authenticated principal instead
-/// ([`IdemServer::with_namespace`]).
+/// starts, say), sent with every request: its calls' keys and budgets are scoped to it. It
+/// wins over the HTTP session, so a retry after a reconnection (a new session), or one that
+/// reaches another server process sharing the store, is still recognised; where rmcp's
+/// streamable HTTP server keeps no session (protocol 2026-07-28, or a server configured
+/// without sessions) it is the only way to tell clients apart.
+///
+/// It is an identity the client claims, not authentication: any client that sends the same
+/// id shares that namespace, and is replayed its results. A server whose clients do not trust
+/// each other names the namespace from the authenticated principal instead
+/// ([`IdemServer::with_namespace`]), which wins over the header.
 pub const CLIENT_ID_HEADER: &str = "idem-client-id";
 
 /// The longest turn id, client key or client id accepted, in bytes.

@@ -15,6 +15,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use super::identity::{self, NamespaceRule};
+use super::refuse;
 use super::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, MAX_CLIENT_KEY_LEN, TURN_ID_META, scope};
 use crate::{Error, ToolInfo, Turn};
 
@@ -29,13 +30,16 @@ type TurnRule = dyn Fn(Turn) -> Turn + Send + Sync + 'static;
 ///
 /// 1. names the **namespace**, the client the call is deduplicated for: the
 ///    [`with_namespace`](Self::with_namespace) rule if there is one; else the connection when
-///    the call did not come over HTTP; else the HTTP session; else the
-///    [`CLIENT_ID_HEADER`](super::CLIENT_ID_HEADER) header. A call to an `#[idempotent]`
-///    tool that none of them names (stateless HTTP with no header) is **refused** with a
-///    protocol error, and logged, instead of running with no deduplication;
+///    the call did not come over HTTP; else the client's own
+///    [`CLIENT_ID_HEADER`](super::CLIENT_ID_HEADER) header (which outlives a session); else
+///    the HTTP session. A call to an `#[idempotent]` tool that none of them names (stateless
+///    HTTP with no header) is **refused** with a protocol error, and logged, instead of
+///    running with no deduplication;
 /// 2. takes the **turn id** from `_meta["idem/turnId"]` ([`TURN_ID_META`]); without one, a
 ///    call carrying a client key is a turn of its own, and a call with neither is a new turn
-///    (it runs, and nothing replays it);
+///    (it runs, and nothing replays it) — except a call to an `#[idempotent]` tool from a
+///    client that declares the [`IDEMPOTENCY_EXTENSION`], which was told the tool is safe to
+///    retry: it is **refused** with a protocol error, as a retry of it would act again;
 /// 3. honours `_meta["idempotencyKey"]` ([`IDEMPOTENCY_KEY_META`]) as the caller key of the
 ///    first `#[idempotent]` tool the call reaches; the same entry in the call's `arguments`
 ///    (where it does nothing) is refused, unless the tool's input schema declares it;
@@ -47,8 +51,9 @@ type TurnRule = dyn Fn(Turn) -> Turn + Send + Sync + 'static;
 /// `destructiveHint` from its classification, as they are true for the client that asks:
 /// `idempotentHint` is true for a state-changing tool only if the client declares the
 /// [`IDEMPOTENCY_EXTENSION`] in its capabilities, thereby promising a turn id per user
-/// message; a client that sends no `_meta` gets a new action from every call, so it is told
-/// `false`. Every other method is the wrapped server's.
+/// message (a call of such a client that names no action is refused, see 2.); a client that
+/// does not declare it may send no `_meta`, and gets a new action from every such call, so it
+/// is told `false`. Every other method is the wrapped server's.
 pub struct IdemServer<S> {
     inner: S,
     /// rmcp tool name → classification, checked once and shared by every server of a
@@ -61,6 +66,15 @@ pub struct IdemServer<S> {
     namespace: Option<Arc<NamespaceRule>>,
     turn: Option<Arc<TurnRule>>,
     requests: AtomicU64,
+}
+
+/// The turn a call runs in, with its namespace.
+struct CallTurn {
+    turn: Turn,
+    /// The client key from `_meta`.
+    key: Option<String>,
+    /// Whether the call named neither a turn id nor a key: its turn is new, so nothing replays it.
+    unnamed: bool,
 }
 
 /// The name rmcp serves an idem tool under: for a method named by default, `Type__method`,
@@ -235,12 +249,9 @@ impl<S: ServerHandler> IdemServer<S> {
         self.initialized.store(true, Ordering::Relaxed);
     }
 
-    /// The turn of one call, from its `_meta` and its namespace, and its client key; `None`
-    /// if nothing names the namespace.
-    fn turn_of(
-        &self,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<Option<(Turn, Option<String>)>, ErrorData> {
+    /// The turn of one call, from its `_meta` and its namespace; `None` if nothing names the
+    /// namespace.
+    fn turn_of(&self, context: &RequestContext<RoleServer>) -> Result<Option<CallTurn>, ErrorData> {
         let Some(namespace) = identity::namespace_of(
             context,
             self.namespace.as_deref(),
@@ -252,6 +263,7 @@ impl<S: ServerHandler> IdemServer<S> {
         };
         let turn_id = meta_string(context, TURN_ID_META)?;
         let key = meta_string(context, IDEMPOTENCY_KEY_META)?;
+        let unnamed = turn_id.is_none() && key.is_none();
         let turn_id = match (turn_id, &key) {
             (Some(id), _) => id,
             (None, Some(key)) => format!("{IDEMPOTENCY_KEY_META}:{key}"),
@@ -265,7 +277,11 @@ impl<S: ServerHandler> IdemServer<S> {
             Some(settings) => settings(turn),
             None => turn,
         };
-        Ok(Some((turn.with_namespace(namespace), key)))
+        Ok(Some(CallTurn {
+            turn: turn.with_namespace(namespace),
+            key,
+            unnamed,
+        }))
     }
 
     /// A `_meta` entry idem reads that the call put among its `arguments` instead, if the
@@ -295,13 +311,18 @@ impl<S: ServerHandler> IdemServer<S> {
         if writes && let Some(entry) = self.misplaced_meta(&request) {
             return Ok(CallToolResponse::from(misplaced(entry)));
         }
-        let Some((turn, key)) = self.turn_of(&context)? else {
+        let Some(CallTurn { turn, key, unnamed }) = self.turn_of(&context)? else {
             if writes {
-                return Err(identity::refusal(&request.name));
+                return Err(refuse::no_client_identity(&request.name));
             }
             // A read-only or uncatalogued tool: nothing to deduplicate.
             return self.inner.call_tool(request, context).await;
         };
+        // The client was told that retrying a write is safe (`idempotentHint`); a call that
+        // names no action would make its retry a new action.
+        if writes && unnamed && client_declares_idempotency(&context) {
+            return Err(refuse::no_turn(&request.name));
+        }
         let call = self.inner.call_tool(request, context);
         match turn.scope(scope::with_caller_key(key, call)).await {
             Err(error) => super::result::into_tool_result(error).map(CallToolResponse::from),

@@ -15,6 +15,7 @@ const RESETS: &str = "Removing deletes the record and the key's attempt count; t
                       of started actions is kept.";
 
 /// `idem remove KEY`: asks on a terminal unless `yes`; refuses without a terminal unless `yes`.
+/// `reopen` is `idem` with the options that opened the store, for the commands it suggests.
 ///
 /// # Errors
 /// Not found or ambiguous KEY, a declined or impossible confirmation (exit 1), or a store error.
@@ -24,8 +25,9 @@ pub async fn remove(
     key: &KeyArg,
     yes: bool,
     json: bool,
+    reopen: &str,
 ) -> Result<String, CliError> {
-    let found = keyarg::resolve(store, namespace, key).await?;
+    let found = keyarg::resolve(store, namespace, key, reopen).await?;
     let (key, namespace) = (found.key(), found.namespace().to_owned());
     let state = match &found {
         Found::Record(record) => Some(State::of(record)),

@@ -12,7 +12,11 @@ use crate::render::render;
 use crate::state::{State, unreplayable_reason};
 use crate::when::{relative, rfc3339};
 
-/// `idem show KEY`, KEY looked up in `namespace` or, without one, in every namespace.
+/// `idem show KEY`, KEY looked up in `namespace` or, without one, in every namespace;
+/// `reopen` is `idem` with the options that opened the store ([`Cli::reopen`]), which the
+/// commands it suggests start with.
+///
+/// [`Cli::reopen`]: crate::args::Cli::reopen
 ///
 /// # Errors
 /// Not found or ambiguous KEY (exit 1), a corrupt record (exit 1, saying how to remove it), or
@@ -23,16 +27,17 @@ pub async fn show(
     key: &KeyArg,
     json: bool,
     now: u64,
+    reopen: &str,
 ) -> Result<String, CliError> {
-    match keyarg::resolve(store, namespace, key).await? {
+    match keyarg::resolve(store, namespace, key, reopen).await? {
         Found::Record(record) if json => Ok(super::json_text(&record_json(&record))),
-        Found::Record(record) => Ok(describe(&record, now)),
+        Found::Record(record) => Ok(describe(&record, now, reopen)),
         Found::Corrupt {
             namespace,
             key,
             error,
         } => Err(CliError::not_found(format!(
-            "{error}\nthe record cannot be shown; to delete it: idem remove {key}{} --yes",
+            "{error}\nthe record cannot be shown; to delete it: {reopen} remove {key}{} --yes",
             namespace_flag(&namespace)
         ))),
     }
@@ -48,8 +53,8 @@ pub(crate) fn namespace_flag(namespace: &str) -> String {
     }
 }
 
-/// The record as labelled lines, its result last.
-fn describe(record: &Record, now: u64) -> String {
+/// The record as labelled lines, its result last; a suggested command starts with `reopen`.
+fn describe(record: &Record, now: u64, reopen: &str) -> String {
     let state = State::of(record);
     let mut out = String::new();
     let mut line = |label: &str, value: &str| {
@@ -88,7 +93,7 @@ fn describe(record: &Record, now: u64) -> String {
     );
     line("fingerprint", &record.fingerprint.to_hex());
     let remove = format!(
-        "idem remove {}{}",
+        "{reopen} remove {}{}",
         record.key.short(),
         namespace_flag(&record.namespace)
     );

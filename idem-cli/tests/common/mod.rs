@@ -72,6 +72,23 @@ pub fn idem(args: &[&str]) -> Run {
     Run::from_output(output)
 }
 
+/// Runs `line`, an `idem` command that `idem` printed, through `sh` as a person would paste it
+/// (the built binary standing for `idem`), stdin closed, and waits for it.
+pub fn run_as_printed(line: &str) -> Run {
+    let rest = line
+        .trim()
+        .strip_prefix("idem ")
+        .unwrap_or_else(|| panic!("not an idem command: {line:?}"));
+    let output = Command::new("sh")
+        .arg("-c")
+        .arg(format!("exec \"$IDEM\" {rest}"))
+        .env("IDEM", env!("CARGO_BIN_EXE_idem"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("sh runs");
+    Run::from_output(output)
+}
+
 /// Runs a short `idem bench` (40 calls, 0.2 s slots, 4 tasks, 2 processes, JSON) on the store
 /// `store_args` open, and checks its report: idem and the floor, for replays and first
 /// executions, each with latencies and a throughput. Returns the report.

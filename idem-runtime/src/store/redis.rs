@@ -122,14 +122,25 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// turn count alike: one tenant's keys then live on one slot (useful to keep a tenant's data
 /// together, at the price of balance). [`Store::list`](super::Store::list) scans every master.
 ///
-/// On a cluster the turn-wide count lives in its turn's own slot, so a turn with `max_calls`
-/// costs one more round trip per charged `begin`: a script that counts the call (or refuses it)
-/// **before** the claim script. Per-key counting stays atomic with the claim. The two steps are
-/// not one transaction: an attempt then refused by its per-key limit gives its turn-wide call
-/// back with a third script call, and meanwhile a concurrent call in the same turn may see the
-/// count one too high; a `begin` that fails after the first step keeps its call counted (it may
-/// have claimed). On a standalone server (and when the turn's count shares the record's slot)
-/// the claim script charges the turn itself, atomically.
+/// On a cluster the turn-wide count lives in its turn's own slot, so in a turn with
+/// `max_calls` a `begin` whose record lies in another slot takes three script calls instead of
+/// one: a check of the record (a replay or a wait is answered there, at once), a script that
+/// counts the call (or refuses it), and the claim. A first execution there is **four round
+/// trips** (check, count, claim, complete). Per-key counting stays atomic with the claim. The
+/// steps are not one transaction: a claim that then does not happen (the key was claimed or
+/// completed meanwhile, or refused by its per-key limit) or whose script call fails gives its
+/// turn-wide call back with one more script call, and meanwhile a concurrent call in the same
+/// turn may see the count one too high; a count whose own reply is lost stays counted. On a
+/// standalone server (and when the turn's count shares the record's slot) the claim script
+/// charges the turn itself, atomically.
+///
+/// A slot left half-migrated (`MIGRATING` on its master, `IMPORTING` on another, as a
+/// resharding leaves it mid-way): a script call naming one key is served, by the source or,
+/// for a key not there, by the target (`ASK`); a claim script naming two keys of the slot (the
+/// record and a turn count that shares its slot, as a namespace hash tag makes it) while they
+/// are not both on the source is refused by Redis with `TRYAGAIN`, which the cluster client
+/// retries until the reply timeout (2 s by default): the call fails closed with
+/// [`Error::Store`] until the migration finishes (`tests/redis_cluster_migration.rs`).
 ///
 /// # Time and expiry
 ///
@@ -157,9 +168,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// One round trip per store operation, each an `EVALSHA` of a cached script that runs the
 /// fewest commands its step needs: a **replay** (or a wait) is `TIME` and one `HMGET`, and
 /// writes nothing; a **first execution** is two round trips, the claim (`TIME`, `HMGET`,
-/// `HSET`, `PEXPIREAT`) and the completion (the same four); a lease renewal (every third of the
-/// lease the tool runs) is one more. A turn with `max_calls` adds its count's read and write to
-/// the claim. Calls are written straight into the command's buffer (keys spelled out piece by
+/// `HSET`, `PEXPIREAT`) and the completion (the same four); a lease renewal (every quarter of
+/// the lease while the tool runs) is one more. A turn with `max_calls` adds its count's read and
+/// write to the claim (on a cluster, where the count lies in another slot: two more round
+/// trips, above). Calls are written straight into the command's buffer (keys spelled out piece by
 /// piece, numbers in place). The scripts are loaded when connecting; after a server restart
 /// empties the script cache, the first call of each script costs one extra `SCRIPT LOAD` round
 /// trip. A script costs the server several times what a plain `GET` does (each command inside
@@ -173,7 +185,11 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// - **Redis restarts:** only with persistence. With `appendonly yes` and `appendfsync always`
 ///   every acknowledged claim and completion survives a crash; `appendfsync everysec` may lose
 ///   the last second of them, and those keys can run again. Without persistence a restart
-///   forgets every key.
+///   forgets every key, records, attempt counts, turn counts and claims alike, so a retry runs
+///   the tool again. A call whose tool is running across the restart loses its lease at its
+///   next renewal ([`Error::LeaseLost`], the body stopped), or, if its body finishes first,
+///   returns its result (`Ok`) to its caller although `complete` finds no claim and nothing
+///   is recorded (logged as an error, outcome `lease_lost`): its retry runs the tool again.
 /// - **Redis unreachable or too slow:** every operation fails with [`Error::Store`] and the
 ///   engine does not run the tool (idem fails closed). The connection reconnects in the
 ///   background. A `begin` whose reply timed out may still have claimed: the engine gives the

@@ -66,7 +66,7 @@ fn stores() -> (ManualClock, Arc<dyn Store>, Arc<Effects>) {
 
 /// Forward by more than the lease while the holder runs: the store frees the key, a second
 /// caller runs the tool (the documented exception: a holder whose lease ran out), and the
-/// first holder is stopped at its next renewal — within a third of the lease — with
+/// first holder is stopped at its next renewal — within a quarter of the lease — with
 /// `LeaseLost` instead of an `Ok`. Only the second result is recorded and replayed.
 #[test]
 fn a_forward_step_past_the_lease_stops_the_holder_at_its_next_renewal() {

@@ -17,7 +17,7 @@ function docsExample(language) {
   return found[1];
 }
 
-test("the documented agent retries a timed-out call and it runs once", async () => {
+test("the documented agent retries a timed-out call and it runs once, across a reconnection too", async () => {
   // Written next to node_modules so that its imports resolve.
   const dir = mkdtempSync(join(here, ".docs-"));
   const file = join(dir, "agent.mjs");
@@ -39,6 +39,17 @@ test("the documented agent retries a timed-out call and it runs once", async () 
       assert.equal(listed.structuredContent.tickets.length, 1);
     } finally {
       await client.close();
+    }
+    // Reconnected (a new HTTP session), the agent (its Idem-Client-Id) is the same client: its
+    // retry is replayed.
+    const reconnected = await agent.connect(server.url);
+    try {
+      const again = await agent.call(reconnected, "conv-42/msg-7", "open_ticket", { title: "x" });
+      const listed = await agent.call(reconnected, "conv-42/msg-7", "list_tickets", {});
+      assert.equal(listed.structuredContent.tickets.length, 1, "no second ticket");
+      assert.equal(again.structuredContent.id, 1);
+    } finally {
+      await reconnected.close();
     }
   } finally {
     await server.close();

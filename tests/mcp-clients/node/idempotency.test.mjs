@@ -99,7 +99,39 @@ for (const transport of TRANSPORTS) {
         }
       }));
 
+    test("the idempotent hint is true only where a retry is deduplicated", () =>
+      withServer(transport, [], async (server) => {
+        // A declaring client that names no action (no turn id, no key): told `true`, its write
+        // is refused rather than run as a new action; told `false` (no session, so no
+        // capabilities seen), it runs each time.
+        const client = await server.client({ declare: true });
+        const promised = (await hints(client)).open_ticket.idempotentHint;
+        let refused = 0;
+        for (let i = 0; i < 2; i++) {
+          try {
+            const result = await client.callTool({ name: "open_ticket", arguments: { title: "no turn" } });
+            assert.equal(result.isError, false, text(result));
+          } catch (error) {
+            assert.equal(error.data?.idem?.error, "no_turn_id", String(error));
+            refused += 1;
+          }
+        }
+        const outcome = [promised, refused, (await tickets(client)).length];
+        assert.deepEqual(outcome, server.stateless ? [false, 0, 2] : [true, 2, 0]);
+      }));
+
     if (transport.startsWith("http")) {
+      test("one client id is one namespace across connections, with sessions too", () =>
+        withServer(transport, [], async (server) => {
+          const open = { name: "open_ticket", arguments: { title: "x" }, _meta: { [TURN_ID]: "turn-1" } };
+          const first = await server.client({ clientId: "agent-7" });
+          const a = await first.callTool(open);
+          await first.close(); // reconnecting: a new session where the server keeps them
+          const again = await server.client({ clientId: "agent-7" });
+          assert.deepEqual((await again.callTool(open)).structuredContent, a.structuredContent);
+          assert.equal((await tickets(again)).length, 1);
+        }));
+
       test("two clients reusing a turn id are isolated", () =>
         withServer(transport, [], async (server) => {
           const alice = await server.client({ declare: true });

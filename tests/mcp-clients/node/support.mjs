@@ -1,7 +1,7 @@
 // Connections from the official MCP TypeScript SDK to examples/mcp_server.rs. The SDK (1.32)
 // speaks protocol 2025-11-25, so the transports are stdio, streamable HTTP with sessions, and
-// streamable HTTP from a server run without sessions (where the client names itself with an
-// `Idem-Client-Id` header).
+// streamable HTTP from a server run without sessions. Over HTTP the client names itself with
+// an `Idem-Client-Id` header (which wins over the session).
 
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";

@@ -9,7 +9,8 @@ gets fresh servers, so its ticket counts are its own. A transport is one of:
 * `http-2025-stateless`: streamable HTTP, the server run without sessions (2025-11-25);
 * `http-2026`: streamable HTTP, the SDK's default (2026-07-28, always stateless in rmcp).
 
-Over HTTP without a session, a client names itself with an `Idem-Client-Id` header.
+Over HTTP a client names itself with an `Idem-Client-Id` header: without a session it must,
+and with one its id still wins over the session.
 """
 
 from __future__ import annotations

@@ -39,3 +39,9 @@ async def test_the_documented_agent_retries_a_timed_out_call_and_it_runs_once(st
         assert again.structured_content == opened.structured_content
         listed = await agent["call"](client, "conv-42/msg-7", "list_tickets", {})
         assert len(listed.structured_content["tickets"]) == 1
+    # Reconnected, the agent (its `Idem-Client-Id`) is still the same client: a retry replays.
+    async with agent["connect"](server.url) as client:
+        again = await agent["call"](client, "conv-42/msg-7", "open_ticket", {"title": "x"})
+        assert again.structured_content == opened.structured_content
+        listed = await agent["call"](client, "conv-42/msg-7", "list_tickets", {})
+        assert len(listed.structured_content["tickets"]) == 1

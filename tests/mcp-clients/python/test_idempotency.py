@@ -58,6 +58,25 @@ async def test_a_client_that_declares_the_extension_sees_idempotent_writes(start
             assert hint.idempotent_hint is (known or name == "list_tickets"), name
 
 
+async def test_idempotent_hint_is_true_only_where_a_retry_is_deduplicated(start, transport):
+    """A declaring client that names no action (no turn id, no key): where it was told
+    `idempotentHint: true` its write is refused rather than run as a new action each time;
+    where the server cannot see its capabilities (no session, 2025-11-25), it was told `false`
+    and the write runs each time."""
+    async with start().client(declare=True) as client:
+        promised = (await hints(client))["open_ticket"].idempotent_hint
+        refused = 0
+        for _ in range(2):
+            try:
+                result = await client.call_tool("open_ticket", {"title": "no turn"})
+                assert not result.is_error, text(result)
+            except MCPError as error:
+                assert error.error.data["idem"]["error"] == "no_turn_id", error
+                refused += 1
+        assert (promised, refused, len(await tickets(client))) in [(True, 2, 0), (False, 0, 2)]
+        assert promised is (transport != "http-2025-stateless")
+
+
 @pytest.mark.parametrize("meta", [{TURN_ID: "conv-1/turn-1"}, {KEY: "key-1"}], ids=["turn", "key"])
 async def test_a_retry_with_the_same_meta_runs_once_and_returns_the_first_result(start, meta):
     async with start().client(declare=True) as client:
@@ -111,11 +130,11 @@ async def test_two_clients_reusing_a_turn_id_are_isolated(start, transport):
 
 
 async def test_one_client_id_is_one_namespace_across_connections(start, transport):
-    """Where HTTP is stateless, the client's `Idem-Client-Id` names it: a retry from a new
-    connection with the same id is replayed."""
+    """Over HTTP the client's `Idem-Client-Id` names it, with sessions too (the id wins over
+    the session): a retry from a new connection with the same id is replayed."""
     server = start()
-    if not server.stateless:
-        pytest.skip("a session (or a stdio process) is the namespace here")
+    if not server.http:
+        pytest.skip("over stdio each client has a server process of its own")
     meta = {TURN_ID: "turn-1"}
     async with server.client(client_id="agent-7") as first:
         a = await first.call_tool("open_ticket", {"title": "x"}, meta=meta)

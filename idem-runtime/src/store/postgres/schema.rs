@@ -2,7 +2,7 @@
 //! the migration that brings a database to this build's version under an advisory lock.
 //!
 //! Every name is written `{s}name` here; `{s}` becomes the schema prefix chosen with
-//! [`PostgresStore::with_schema`](super::PostgresStore::with_schema) (`"my_schema".`), or
+//! [`PostgresStoreBuilder::schema`](super::PostgresStoreBuilder::schema) (`"my_schema".`), or
 //! nothing (the connection's `search_path`).
 
 use sqlx::{Connection, Executor, PgConnection, Row};
@@ -304,13 +304,14 @@ async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str
             return Err(Error::Config(format!(
                 "the idem tables in PostgreSQL have schema version {newer}, but this build of \
                  idem only knows versions up to {SCHEMA_VERSION}: upgrade idem, or give this \
-                 build a schema of its own (PostgresStore::with_schema)"
+                 build a schema of its own (PostgresStore::builder().schema(\"…\"))"
             )));
         }
         unknown => {
             return Err(Error::Config(format!(
                 "the idem tables in PostgreSQL have an unknown schema version {unknown} \
-                 (table idem_schema); give idem a schema of its own (PostgresStore::with_schema)"
+                 (table idem_schema); give idem a schema of its own \
+                 (PostgresStore::builder().schema(\"…\"))"
             )));
         }
     }
