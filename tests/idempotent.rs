@@ -497,7 +497,7 @@ struct Mailer {
 }
 
 /// Under `#[tool_impl]`, every tool method is named `Mailer__method`.
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)]
 impl Mailer {
     /// `pub` methods get a descriptor: `Mailer::send__needs_idempotent_or_read_only`.
     #[idempotent]
@@ -528,7 +528,7 @@ trait Notifier {
     async fn notify(&self, who: String) -> Result<usize, Error>;
 }
 
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)]
 impl Notifier for Mailer {
     #[idempotent]
     async fn notify(&self, who: String) -> Result<usize, Error> {
@@ -592,7 +592,7 @@ fn shout(text: &str) -> String {
     text.to_uppercase()
 }
 
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)]
 impl Clerk {
     const DESK: &'static str = "desk";
 
@@ -651,7 +651,7 @@ struct Bank {
 }
 
 #[async_trait::async_trait]
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)]
 impl Payments for Bank {
     /// `#[async_trait]` on the impl expands first; `#[idempotent]` recognises its output. `Bank`
     /// is not `Clone`: `attached` runs it in the caller's task, without a warning.

@@ -11,7 +11,7 @@ struct Billing {
     charges: AtomicU64,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Billing {
     #[idempotent]
     pub async fn charge_card(&self, cents: u64) -> Result<u64, idem_tools::Error> {
@@ -36,7 +36,7 @@ impl Billing {
 #[derive(Clone)]
 struct Wallet<C>(C);
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl<C: Clone + Send + Sync + 'static> Wallet<C> {
     #[idempotent]
     pub async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error> {
@@ -50,7 +50,7 @@ impl<C: Clone + Send + Sync + 'static> Wallet<C> {
 struct Mailer;
 
 impl Mailer {
-    #[idempotent(name = "mailer_send")]
+    #[idempotent(name = "mailer_send", same_service)]
     pub async fn send(&self, to: String) -> Result<String, idem_tools::Error> {
         Ok(to)
     }
@@ -62,7 +62,7 @@ trait Payments {
     async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error>;
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 #[async_trait::async_trait]
 impl Payments for Billing {
     #[idempotent]
