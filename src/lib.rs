@@ -171,9 +171,10 @@
 /// `Clone + Send + Sync + 'static` (checked at compile time) and its `impl` block is a
 /// non-generic one under [`#[tool_impl]`](macro@tool_impl): every `self` in the body means the
 /// clone. State behind an `Arc` is shared with the original; a field that `Clone` copies
-/// belongs to the clone. Otherwise it runs attached and the compiler **warns**, at `&self`,
-/// with the fixes: derive `Clone` (cheap when the clients are behind `Arc`), take
-/// `self: Arc<Self>`, or write `attached` to accept it. `&mut self` always runs attached,
+/// belongs to the clone. Otherwise it runs attached and the compiler **warns**, once per
+/// `#[tool_impl]` block at its type (at `&self` outside one), with the fixes: derive `Clone`
+/// (cheap when the clients are behind `Arc`), take `self: Arc<Self>`, or write `attached` to
+/// accept it. `&mut self` always runs attached,
 /// without a warning.
 ///
 /// A detached body must be `Send + 'static`; when it is not (a `std::sync::MutexGuard` or an

@@ -64,6 +64,16 @@ impl<E: From<Error>> ToolErr for E {}
 pub trait CachedErr: From<Error> + Serialize + DeserializeOwned {}
 impl<E: From<Error> + Serialize + DeserializeOwned> CachedErr for E {}
 
+/// Called by an `#[idempotent(cache_errors)]` tool before its runner, so that an error type
+/// that cannot be recorded is reported by [`CachedErr`]'s message, which names `cache_errors`
+/// (the runner's own bound reports the missing `Serialize` alone, and is then left out as the
+/// same error).
+pub const fn cached_err<R: ToolReturn>()
+where
+    R::Err: CachedErr,
+{
+}
+
 /// An argument that is part of the key; `Name` is a type named like the parameter, so that the
 /// note can name it.
 #[diagnostic::on_unimplemented(
@@ -315,6 +325,12 @@ impl OkMayFail<rmcp::model::CallToolResult> for OkFailure<rmcp::model::CallToolR
     }
 }
 
+/// The body of an `#[idempotent]` tool, its output given the tool's declared return type `R`:
+/// an error about it then names that type (`u32`, not `{integer}`).
+pub fn typed<R, F: Future<Output = R>>(body: F) -> F {
+    body
+}
+
 /// Runs an `#[idempotent]` tool's body through [`execute`], in the caller's task.
 ///
 /// # Errors
@@ -420,9 +436,9 @@ pub const fn duplicate_tool(message: &'static str) {
 
 #[path = "private/receiver.rs"]
 mod receiver;
-#[allow(deprecated)] // calling them is how generated code warns
+#[allow(deprecated)] // calling it is how generated code warns
 pub use receiver::{
-    BorrowSelf, Borrowed, CloneSelf, Owned, Receiver, SelfKey, receiver_of_a_generic_impl,
+    BorrowSelf, Borrowed, CloneSelf, Detachable, Owned, Probe, Receiver, SelfKey,
     receiver_outside_tool_impl, self_key, self_key_value,
 };
 

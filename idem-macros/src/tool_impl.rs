@@ -20,6 +20,7 @@ use crate::descriptor::{
 };
 use crate::errors::{Errors, fail};
 
+mod attached;
 mod header;
 use header::inherent_header;
 
@@ -77,7 +78,8 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
             _ => None,
         })
         .collect();
-    let fallbacks = fallbacks(&block, &type_name);
+    let mut fallbacks = fallbacks(&block, &type_name);
+    fallbacks.extend(attached::warning(&block, &type_name));
     if descriptors.is_empty() {
         return quote!(#block #fallbacks);
     }

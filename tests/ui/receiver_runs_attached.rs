@@ -1,5 +1,6 @@
-//! A `&self` tool that cannot run on a clone of its receiver runs attached and says so: a
-//! warning, made an error here so that its text is checked.
+//! A `&self` tool that cannot run on a clone of its receiver runs attached and says so: one
+//! warning per `impl` block, at its type, naming the tools (or, outside `#[tool_impl]`, one per
+//! method), made an error here so that its text is checked.
 #![deny(deprecated)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,12 @@ struct Billing {
 impl Billing {
     #[idempotent]
     pub async fn charge_card(&self, cents: u64) -> Result<u64, idem_tools::Error> {
+        Ok(self.charges.fetch_add(cents, Ordering::SeqCst))
+    }
+
+    /// The same block: the same one warning names both.
+    #[idempotent]
+    pub async fn capture(&self, cents: u64) -> Result<u64, idem_tools::Error> {
         Ok(self.charges.fetch_add(cents, Ordering::SeqCst))
     }
 
