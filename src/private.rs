@@ -134,6 +134,8 @@ impl<A: StoreRef + ?Sized> StoreRef for &A {
 pub struct Digest {
     tool: &'static ToolInfo,
     state: Result<(Turn, ArgsDigest), Error>,
+    /// Bit `i` set: the tool's `skipped[i]` is in the fingerprint (it is `Serialize`).
+    fingerprinted: u32,
 }
 
 impl Digest {
@@ -144,7 +146,11 @@ impl Digest {
             .register(tool)
             .and_then(|()| Turn::current_for(tool.name))
             .map(|turn| (turn, ArgsDigest::new(tool.name)));
-        let digest = Digest { tool, state };
+        let digest = Digest {
+            tool,
+            state,
+            fingerprinted: 0,
+        };
         #[cfg(feature = "rmcp")]
         let digest = crate::mcp::route_caller_key(digest);
         digest
@@ -159,7 +165,11 @@ impl Digest {
         let state = slot
             .register(tool)
             .map(|()| (turn.borrow().clone(), ArgsDigest::new(tool.name)));
-        let digest = Digest { tool, state };
+        let digest = Digest {
+            tool,
+            state,
+            fingerprinted: 0,
+        };
         #[cfg(feature = "rmcp")]
         let digest = crate::mcp::route_caller_key(digest);
         digest
@@ -214,6 +224,14 @@ impl<T: Serialize + ?Sized> SkipViaSerialize for Skip<'_, T> {
             let added = args.fingerprint_arg(name, self.0);
             digest.check(added);
         }
+        let skipped = digest
+            .tool
+            .skipped
+            .iter()
+            .position(|skipped| *skipped == name);
+        if let Some(i) = skipped.filter(|i| *i < 32) {
+            digest.fingerprinted |= 1 << i;
+        }
     }
 }
 
@@ -230,12 +248,13 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
 /// The call described by `digest`, or the error that stopped building it (logged and counted
 /// as the call's one outcome).
 fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, (&'static str, Error)> {
-    let tool = digest.tool;
+    let (tool, fingerprinted) = (digest.tool, digest.fingerprinted);
     let (turn, args) = digest
         .state
         .map_err(|error| (tool.name, idem_tools_runtime::engine::refuse(tool, error)))?;
+    let unkeyed = (!args.has_caller_key()).then_some(fingerprinted);
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    let call = Call::in_turn(tool, turn, key, fingerprint);
+    let call = Call::in_turn(tool, turn, key, fingerprint).with_unkeyed(unkeyed);
     Ok(match store {
         Some(store) => call.with_store(&store),
         None => call,
