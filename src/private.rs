@@ -455,10 +455,9 @@ pub const fn duplicate_tool(message: &'static str) {
 
 #[path = "private/receiver.rs"]
 mod receiver;
-#[allow(deprecated)] // calling it is how generated code warns
 pub use receiver::{
-    BorrowSelf, Borrowed, CloneSelf, Detachable, Owned, Probe, Receiver, SelfKey,
-    receiver_outside_tool_impl, self_key, self_key_value,
+    BorrowSelf, Borrowed, CloneSelf, Detachable, Owned, Probe, Receiver, SelfKey, self_key,
+    self_key_value,
 };
 
 #[path = "private/catalog.rs"]

@@ -2,7 +2,8 @@
 //! [`crate::ast`]), check ([`crate::valid`]), then emit the descriptor and the new body.
 
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
-use quote::{ToTokens, quote, quote_spanned};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, Ident, ItemFn, Stmt, Type, parse_quote, parse_quote_spanned};
 
@@ -10,7 +11,7 @@ use crate::ast::{Form, Param, Role, ToolFn};
 use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
-use crate::placement::{Run, Unchecked};
+use crate::placement::{CUT_OFF, Run, Unchecked};
 use crate::receiver::{replace_self, self_binding};
 use crate::valid::{self, Plan};
 
@@ -32,6 +33,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     }
     let (private, info) = idempotent_info(&tool.func.sig.ident, &options);
     let descriptor = own_descriptor(&tool.func.sig, &tool.func.vis, &private, &info);
+    let method = tool.func.sig.ident.clone();
     let ToolFn {
         mut func,
         form,
@@ -58,6 +60,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         receiver: receiver
             .as_ref()
             .map_or_else(Span::call_site, |r| r.self_token.span),
+        method: &method,
         pin: pin.as_ref(),
     }
     .tokens(body);
@@ -83,6 +86,8 @@ struct Body<'a> {
     params: &'a [Param],
     /// Where the receiver's `self` is written (warnings about it point there).
     receiver: Span,
+    /// The function's name.
+    method: &'a Ident,
     /// `Box::pin`, for an `#[async_trait]` method.
     pin: Option<&'a syn::Expr>,
 }
@@ -269,21 +274,9 @@ impl Body<'_> {
             }
             run => {
                 // A `&self` tool of a generic `#[tool_impl]` block runs attached too: the block
-                // says so, once (`tool_impl::attached`).
-                let warning = match run {
-                    Run::AttachedWarned(Unchecked::NoToolImpl) => {
-                        Some("receiver_outside_tool_impl")
-                    }
-                    Run::AttachedWarned(Unchecked::GenericImpl)
-                    | Run::Detached
-                    | Run::Attached
-                    | Run::OnClone
-                    | Run::Transactional => None,
-                };
-                let prelude = warning.map(|warning| {
-                    let warning = Ident::new(warning, receiver);
-                    quote!(#private::#warning();)
-                });
+                // says so, once (`tool_impl::attached`). Outside one, the method says it itself.
+                let prelude = (run == Run::AttachedWarned(Unchecked::NoToolImpl))
+                    .then(|| outside_tool_impl(self.method, receiver));
                 let runner = if run == Run::Detached {
                     "run_detached"
                 } else {
@@ -309,6 +302,27 @@ impl Body<'_> {
     fn typed(&self) -> TokenStream {
         let (private, ret) = (self.private, self.ret);
         respan(quote!(#private::typed::<#ret, _>), ret.span())
+    }
+}
+
+/// The warning of a `&self` tool outside `#[tool_impl]`, which runs attached: a deprecated
+/// function of its own, named after it, called at its receiver.
+fn outside_tool_impl(method: &Ident, receiver: Span) -> TokenStream {
+    let name = method.unraw();
+    let note = format!(
+        "`{name}` takes `&self` and runs attached, in the caller's task, because its `impl` \
+         block is not under `#[idem_tools::tool_impl]`, so idem cannot check that its type is \
+         `Clone + Send + Sync + 'static`: {CUT_OFF}. To run it detached, on a clone of `self`: \
+         add `#[idem_tools::tool_impl]` to the `impl` block of a `Clone + Send + Sync + \
+         'static` type, or take `self: Arc<Self>`. To keep it attached, write \
+         `#[idempotent(attached)]`"
+    );
+    let warning = format_ident!("{}_runs_attached", name, span = receiver);
+    quote! {
+        #[allow(non_snake_case)]
+        #[deprecated(note = #note)]
+        const fn #warning() {}
+        #warning();
     }
 }
 

@@ -85,19 +85,6 @@ pub trait Detachable {
 
 impl<S: Clone + Send + Sync + 'static> Detachable for &Probe<S> {}
 
-/// Called by a `&self` tool whose `impl` block is not under `#[tool_impl]`.
-#[deprecated(
-    note = "this `&self` tool runs attached, in the caller's task, because its `impl` block is \
-            not under `#[idem_tools::tool_impl]`, so idem cannot check its type: if the caller \
-            gives up mid-run (a timeout, a dropped future), the tool is cut off and its key is \
-            kept as interrupted, so every retry is refused (\"may or may not have taken \
-            effect\") until the record expires. To run it detached, on a clone of `self`: add \
-            `#[idem_tools::tool_impl]` to the `impl` block of a `Clone + Send + Sync + 'static` \
-            type, or take `self: Arc<Self>`. To keep it attached, write \
-            `#[idempotent(attached)]`"
-)]
-pub const fn receiver_outside_tool_impl() {}
-
 impl<S: Send + Sync + 'static> Owned<S> {
     /// Runs `body` on this clone, detached (see [`run_detached`]).
     pub fn run<R, F, Fut, C>(

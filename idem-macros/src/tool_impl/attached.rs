@@ -14,12 +14,7 @@ use crate::ast::ToolFn;
 use crate::attr::IdempotentOptions;
 use crate::descriptor::private_path;
 use crate::errors::Errors;
-use crate::placement::{self, Run, Unchecked};
-
-/// What a caller that gives up does to an attached tool, and how to keep one attached.
-const CUT_OFF: &str = "if a caller gives up mid-run (a timeout, a dropped future), the tool is \
-                       cut off and its key is kept as interrupted, so every retry is refused \
-                       (\"may or may not have taken effect\") until the record expires";
+use crate::placement::{self, CUT_OFF, Run, Unchecked};
 
 /// The warning for the block's `&self` tools that run attached for want of a checked type, if
 /// any: a deprecated item of the block's own, used once.
