@@ -132,7 +132,7 @@ pub struct Desk {
     tool_router: ToolRouter<Desk>,
 }
 
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)] // every `Desk` serves one `Backend`: one service
 #[tool_router]
 impl Desk {
     /// A server over `backend`.

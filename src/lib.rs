@@ -78,7 +78,9 @@
 /// - an `async fn` (free function, inherent or trait method: `&self`, `&mut self`,
 ///   `self: Arc<Self>`; generics and `impl Trait` arguments are fine); a method with a receiver
 ///   needs [`#[tool_impl]`](macro@tool_impl) on its `impl` block or a `name = "…"` (see
-///   [the name](#the-name)); the name is one model APIs accept;
+///   [the name](#the-name)), and says what of `self` identifies the action, `self_key = …` or
+///   `same_service`, on itself or on its `#[tool_impl]` block (see
+///   [the receiver](#the-receiver-in-the-key)); the name is one model APIs accept;
 /// - returns `Result<T, E>` (or an alias, such as `anyhow::Result<T>`) with
 ///   `T: Serialize + DeserializeOwned` (recorded and replayed) and `E: From<idem_tools::Error>`
 ///   (budget, store and turn failures come out as the tool's own error; `idem_tools::Error` and
@@ -116,12 +118,18 @@
 ///
 /// # The receiver in the key
 ///
-/// `self` is not part of the key: right for a receiver that is a client handle (two handles to
-/// one service are one action), silently wrong for one that carries an identity. With
-/// `Mailer { from: "alice" }` and `Mailer { from: "carol" }`, carol's `send("dave", …)` in the
-/// turn where alice sent the same would get alice's receipt, and carol's message would never be
-/// sent. `self_key = EXPR` puts the identity in the key, as the argument `self`; `EXPR` is
-/// evaluated with `self` in scope before the body runs and must be `Serialize`.
+/// Two instances of one type are one action unless something of `self` is in the key: right
+/// for a receiver that is a client handle (two handles to one service), silently wrong for one
+/// that carries an identity. With `Mailer { from: "alice" }` and `Mailer { from: "carol" }`,
+/// carol's `send("dave", …)` in the turn where alice sent the same would get alice's receipt,
+/// and carol's message would never be sent. So a method with a receiver does not compile until
+/// it says which, on itself or once on its [`#[tool_impl]`](macro@tool_impl) block (a method's
+/// own wins); the error, at the receiver, shows both:
+///
+/// - `self_key = EXPR` puts the identity in the key, as the argument `self`; `EXPR` is
+///   evaluated with `self` in scope before the body runs and must be `Serialize` (a field, a
+///   tuple of fields);
+/// - `same_service` says that every instance is the same service: `self` stays out of the key.
 ///
 /// ```
 /// # use idem_tools::{Turn, idempotent, tool_impl};
@@ -163,9 +171,10 @@
 /// `Clone + Send + Sync + 'static` (checked at compile time) and its `impl` block is a
 /// non-generic one under [`#[tool_impl]`](macro@tool_impl): every `self` in the body means the
 /// clone. State behind an `Arc` is shared with the original; a field that `Clone` copies
-/// belongs to the clone. Otherwise it runs attached and the compiler **warns**, at `&self`,
-/// with the fixes: derive `Clone` (cheap when the clients are behind `Arc`), take
-/// `self: Arc<Self>`, or write `attached` to accept it. `&mut self` always runs attached,
+/// belongs to the clone. Otherwise it runs attached and the compiler **warns**, once per
+/// `#[tool_impl]` block at its type (at `&self` outside one), with the fixes: derive `Clone`
+/// (cheap when the clients are behind `Arc`), take `self: Arc<Self>`, or write `attached` to
+/// accept it. `&mut self` always runs attached,
 /// without a warning.
 ///
 /// Every body is a `Send` future, and a detached one is also `'static`. When a body is not
@@ -305,7 +314,7 @@
 /// #[derive(Clone)] // its `&self` tool runs detached, on a clone
 /// struct Bank;
 ///
-/// #[idem_tools::tool_impl]
+/// #[idem_tools::tool_impl(same_service)] // every `Bank` is the same bank
 /// #[async_trait::async_trait]
 /// impl Payments for Bank {
 ///     #[idempotent]
@@ -351,6 +360,11 @@ pub use idem_tools_macros::read_only;
 /// trait impls' `call` methods are two tools with different keys. `#[tool_impl]` expands first
 /// and passes the type name to the methods' attributes; an explicit `name = "…"` still wins.
 ///
+/// **The receiver.** `#[tool_impl(self_key = EXPR)]` or `#[tool_impl(same_service)]` says,
+/// once for the block, what of `self` identifies the action of each `#[idempotent]` method
+/// with a receiver that does not say it itself (see
+/// [`idempotent`](macro@idempotent#the-receiver-in-the-key)); a method's own wins.
+///
 /// **Descriptors.**
 /// `#[idempotent]` and `#[read_only]` put a method's descriptor (see
 /// [`idempotent`](macro@idempotent#the-descriptor)) next to the method, as an associated
@@ -371,7 +385,7 @@ pub use idem_tools_macros::read_only;
 /// #[derive(Clone)]
 /// struct SendEmail;
 ///
-/// #[tool_impl] // a trait impl
+/// #[tool_impl(same_service)] // a trait impl; every `SendEmail` is one service
 /// impl Tool for SendEmail {
 ///     #[idempotent(name = "send_email", budget = 2)]
 ///     async fn call(&self, to: String) -> Result<u64, idem_tools::Error> {
@@ -418,8 +432,8 @@ pub use idem_tools_macros::read_only;
 ///
 /// `#[tool_impl]` must be above any attribute of the block that removes the methods'
 /// attributes; `#[async_trait]` may be above or below it, and so may an rmcp-style
-/// `#[tool_router]`, which leaves the methods' attributes alone. It takes no options, and
-/// anything but an `impl` block of a named type is a compile error.
+/// `#[tool_router]`, which leaves the methods' attributes alone. It takes no other options,
+/// and anything but an `impl` block of a named type is a compile error.
 ///
 /// Limits: the descriptors live in an inherent impl of the self type, so that type must be
 /// local to the crate (not `Vec<X>` nor `&X`), and two listed methods of one type cannot share
@@ -434,9 +448,9 @@ pub use idem_tools_runtime::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use idem_tools_runtime::SqliteStore;
 pub use idem_tools_runtime::{
-    Call, Codec, Error, Fingerprint, Key, MemoryStore, Outcome, Result, Stats, Store, ToolInfo,
-    ToolKind, Turn, current_key, default_store, execute, execute_detached, set_default_store,
-    spawn, stats,
+    Call, Codec, Error, Fingerprint, Key, MemoryStore, Mismatch, Outcome, Result, Stats, Store,
+    ToolInfo, ToolKind, Turn, Unkeyed, current_key, default_store, execute, execute_detached,
+    set_default_store, spawn, stats,
 };
 pub use idem_tools_runtime::{clock, engine, key, replay, store, turn};
 

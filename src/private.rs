@@ -64,6 +64,16 @@ impl<E: From<Error>> ToolErr for E {}
 pub trait CachedErr: From<Error> + Serialize + DeserializeOwned {}
 impl<E: From<Error> + Serialize + DeserializeOwned> CachedErr for E {}
 
+/// Called by an `#[idempotent(cache_errors)]` tool before its runner, so that an error type
+/// that cannot be recorded is reported by [`CachedErr`]'s message, which names `cache_errors`
+/// (the runner's own bound reports the missing `Serialize` alone, and is then left out as the
+/// same error).
+pub const fn cached_err<R: ToolReturn>()
+where
+    R::Err: CachedErr,
+{
+}
+
 /// An argument that is part of the key; `Name` is a type named like the parameter, so that the
 /// note can name it.
 #[diagnostic::on_unimplemented(
@@ -124,6 +134,8 @@ impl<A: StoreRef + ?Sized> StoreRef for &A {
 pub struct Digest {
     tool: &'static ToolInfo,
     state: Result<(Turn, ArgsDigest), Error>,
+    /// Bit `i` set: the tool's `skipped[i]` is in the fingerprint (it is `Serialize`).
+    fingerprinted: u32,
 }
 
 impl Digest {
@@ -134,7 +146,11 @@ impl Digest {
             .register(tool)
             .and_then(|()| Turn::current_for(tool.name))
             .map(|turn| (turn, ArgsDigest::new(tool.name)));
-        let digest = Digest { tool, state };
+        let digest = Digest {
+            tool,
+            state,
+            fingerprinted: 0,
+        };
         #[cfg(feature = "rmcp")]
         let digest = crate::mcp::route_caller_key(digest);
         digest
@@ -149,7 +165,11 @@ impl Digest {
         let state = slot
             .register(tool)
             .map(|()| (turn.borrow().clone(), ArgsDigest::new(tool.name)));
-        let digest = Digest { tool, state };
+        let digest = Digest {
+            tool,
+            state,
+            fingerprinted: 0,
+        };
         #[cfg(feature = "rmcp")]
         let digest = crate::mcp::route_caller_key(digest);
         digest
@@ -204,6 +224,14 @@ impl<T: Serialize + ?Sized> SkipViaSerialize for Skip<'_, T> {
             let added = args.fingerprint_arg(name, self.0);
             digest.check(added);
         }
+        let skipped = digest
+            .tool
+            .skipped
+            .iter()
+            .position(|skipped| *skipped == name);
+        if let Some(i) = skipped.filter(|i| *i < 32) {
+            digest.fingerprinted |= 1 << i;
+        }
     }
 }
 
@@ -220,12 +248,13 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
 /// The call described by `digest`, or the error that stopped building it (logged and counted
 /// as the call's one outcome).
 fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, (&'static str, Error)> {
-    let tool = digest.tool;
+    let (tool, fingerprinted) = (digest.tool, digest.fingerprinted);
     let (turn, args) = digest
         .state
         .map_err(|error| (tool.name, idem_tools_runtime::engine::refuse(tool, error)))?;
+    let unkeyed = (!args.has_caller_key()).then_some(fingerprinted);
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    let call = Call::in_turn(tool, turn, key, fingerprint);
+    let call = Call::in_turn(tool, turn, key, fingerprint).with_unkeyed(unkeyed);
     Ok(match store {
         Some(store) => call.with_store(&store),
         None => call,
@@ -313,6 +342,12 @@ impl OkMayFail<rmcp::model::CallToolResult> for OkFailure<rmcp::model::CallToolR
     fn ok_failure(&self) -> Option<fn(&rmcp::model::CallToolResult) -> bool> {
         Some(|result| result.is_error == Some(true))
     }
+}
+
+/// The body of an `#[idempotent]` tool, its output given the tool's declared return type `R`:
+/// an error about it then names that type (`u32`, not `{integer}`).
+pub fn typed<R, F: Future<Output = R>>(body: F) -> F {
+    body
 }
 
 /// Runs an `#[idempotent]` tool's body through [`execute`], in the caller's task.
@@ -433,10 +468,9 @@ pub const fn duplicate_tool(message: &'static str) {
 
 #[path = "private/receiver.rs"]
 mod receiver;
-#[allow(deprecated)] // calling them is how generated code warns
 pub use receiver::{
-    BorrowSelf, Borrowed, CloneSelf, Owned, Receiver, SelfKey, receiver_of_a_generic_impl,
-    receiver_outside_tool_impl, self_key, self_key_value,
+    BorrowSelf, Borrowed, CloneSelf, Detachable, Owned, Probe, Receiver, SelfKey, self_key,
+    self_key_value,
 };
 
 #[path = "private/catalog.rs"]

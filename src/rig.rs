@@ -20,7 +20,7 @@
 //! #[derive(serde::Serialize, serde::Deserialize)]
 //! struct Message { to: String, text: String }
 //!
-//! #[tool_impl]
+//! #[tool_impl(same_service)] // every `SendMessage` is one service
 //! impl Tool for SendMessage {
 //!     const NAME: &'static str = "send_message";
 //!     type Args = Message;

@@ -39,7 +39,7 @@ mod billing {
     #[derive(Clone)]
     pub struct Ledger;
 
-    #[idem_tools::tool_impl]
+    #[idem_tools::tool_impl(same_service)]
     impl Ledger {
         #[idem_tools::read_only]
         pub fn balance(&self) -> u64 {

@@ -57,7 +57,7 @@ mod tools {
     #[derive(::std::clone::Clone)]
     pub struct Mailer;
 
-    #[::idem_tools::tool_impl]
+    #[::idem_tools::tool_impl(same_service)]
     impl Mailer {
         #[::idem_tools::idempotent]
         pub async fn deliver(&self, to: u32) -> ::std::result::Result<u32, ::idem_tools::Error> {
@@ -68,7 +68,7 @@ mod tools {
     /// Visibility-less methods, listed through `#[tool_impl]`.
     pub struct Server(pub u32);
 
-    #[::idem_tools::tool_impl]
+    #[::idem_tools::tool_impl(same_service)]
     impl Server {
         #[::idem_tools::idempotent(budget = 2, attached)]
         async fn open(&self, id: u32) -> ::std::result::Result<u32, ::idem_tools::Error> {

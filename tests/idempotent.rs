@@ -5,7 +5,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use idem_tools::clock::ManualClock;
-use idem_tools::{Error, MemoryStore, Store, Turn, current_key, idempotent};
+use idem_tools::{Error, MemoryStore, Mismatch, Store, Turn, current_key, idempotent};
 use serde::{Deserialize, Serialize};
 
 /// The key of the running tool, as a string (results must be `Serialize`).
@@ -159,7 +159,18 @@ async fn skipped_arguments_are_not_in_the_key_but_are_in_the_fingerprint() {
             assert_eq!(charge(&client, 500, "trace-1".into()).await.unwrap(), key);
             // Same key, other fingerprint: the engine refuses to replay another payload.
             let error = charge(&client, 500, "trace-2".into()).await.unwrap_err();
-            assert!(matches!(error, Error::PayloadMismatch { .. }), "{error}");
+            // The error names the argument that differs, and what a retry must do.
+            assert!(
+                matches!(error, Error::PayloadMismatch { differs: Mismatch::Unkeyed(unkeyed), .. }
+                    if unkeyed.names().eq(["trace_id"])),
+                "{error:?}"
+            );
+            // `client` is skipped too, but not `Serialize`: in neither, so not named.
+            let text = error.to_string();
+            assert!(
+                text.contains("and `trace_id`, which is in `skip(..)`"),
+                "{text}"
+            );
             assert_ne!(charge(&client, 600, "trace-1".into()).await.unwrap(), key);
         })
         .await;
@@ -211,7 +222,11 @@ async fn a_caller_key_spans_turns_and_rejects_another_payload() {
         .scope(refund("req-1", 100, "b".into()))
         .await
         .unwrap_err();
-    assert!(matches!(error, Error::PayloadMismatch { .. }), "{error}");
+    let caller_key = Mismatch::CallerKey;
+    assert!(
+        matches!(error, Error::PayloadMismatch { differs, .. } if differs == caller_key),
+        "{error}"
+    );
     let error = t2
         .clone()
         .scope(refund("req-1", 999, "a".into()))
@@ -497,7 +512,7 @@ struct Mailer {
 }
 
 /// Under `#[tool_impl]`, every tool method is named `Mailer__method`.
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)]
 impl Mailer {
     /// `pub` methods get a descriptor: `Mailer::send__needs_idempotent_or_read_only`.
     #[idempotent]
@@ -528,7 +543,7 @@ trait Notifier {
     async fn notify(&self, who: String) -> Result<usize, Error>;
 }
 
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)]
 impl Notifier for Mailer {
     #[idempotent]
     async fn notify(&self, who: String) -> Result<usize, Error> {
@@ -592,7 +607,7 @@ fn shout(text: &str) -> String {
     text.to_uppercase()
 }
 
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)]
 impl Clerk {
     const DESK: &'static str = "desk";
 
@@ -651,7 +666,7 @@ struct Bank {
 }
 
 #[async_trait::async_trait]
-#[idem_tools::tool_impl]
+#[idem_tools::tool_impl(same_service)]
 impl Payments for Bank {
     /// `#[async_trait]` on the impl expands first; `#[idempotent]` recognises its output. `Bank`
     /// is not `Clone`: `attached` runs it in the caller's task, without a warning.

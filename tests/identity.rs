@@ -19,7 +19,7 @@ static DELETIONS: AtomicUsize = AtomicUsize::new(0);
 #[derive(Clone)]
 struct CreateInvoice;
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Tool for CreateInvoice {
     #[idempotent]
     async fn call(&self, customer: String) -> Result<String, Error> {
@@ -31,7 +31,7 @@ impl Tool for CreateInvoice {
 #[derive(Clone)]
 struct DeleteAccount;
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Tool for DeleteAccount {
     #[idempotent]
     async fn call(&self, customer: String) -> Result<String, Error> {
@@ -70,7 +70,7 @@ struct Server;
 struct SmsGateway;
 struct Wrapper<T>(T);
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Server {
     #[idempotent]
     pub async fn send(&self, to: String) -> Result<String, Error> {
@@ -90,7 +90,7 @@ impl Server {
     }
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl SmsGateway {
     #[idempotent]
     pub async fn send(&self, to: String) -> Result<String, Error> {
@@ -98,7 +98,7 @@ impl SmsGateway {
     }
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl<T: Sync> Tool for Wrapper<T> {
     #[idempotent(attached)] // a generic impl: attached, said so
     async fn call(&self, customer: String) -> Result<String, Error> {
@@ -266,7 +266,7 @@ mod naming {
     #[derive(Clone)]
     pub struct Billing;
 
-    #[tool_impl]
+    #[tool_impl(same_service)]
     impl Billing {
         /// A method, an associated function and a read-only method.
         #[idempotent]
@@ -292,7 +292,7 @@ mod naming {
     /// A trait impl of a generic type: named without its arguments.
     pub struct Wrapper<T>(pub T);
 
-    #[tool_impl]
+    #[tool_impl(same_service)]
     impl<T: Sync> Tool for Wrapper<T> {
         #[idempotent(attached)]
         async fn call(&self, input: String) -> Result<String, Error> {
@@ -305,7 +305,7 @@ mod naming {
     #[allow(non_camel_case_types)]
     pub struct r#async;
 
-    #[tool_impl]
+    #[tool_impl(same_service)]
     impl r#async {
         #[idempotent]
         pub async fn run(&self, input: String) -> Result<String, Error> {
@@ -361,7 +361,10 @@ fn every_naming_rule_gives_a_name_model_apis_accept() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The receiver in the key: `self` never is, unless `self_key = …` puts its identity there.
+// The receiver in the key: a method with `self` says what of it identifies the action,
+// `self_key = …` (in the key) or `same_service` (nothing: every instance is one service), on
+// itself or once on its `#[tool_impl]` block; saying neither does not compile
+// (tests/ui/receiver_identity.rs).
 
 /// What the outside world saw: (sender, recipient) of every message sent.
 static OUTBOX: Mutex<Vec<(String, String)>> = Mutex::new(Vec::new());
@@ -387,13 +390,35 @@ impl Mailer {
     }
 }
 
-/// The same shape without `self_key`: the sender is not in the key (the trap).
+/// The same shape, once for the block: `#[tool_impl(self_key = …)]`.
+#[derive(Clone)]
+struct BlockMailer {
+    from: String,
+}
+
+#[tool_impl(self_key = self.from)]
+impl BlockMailer {
+    #[idempotent]
+    pub async fn send(&self, to: String, text: String) -> Result<String, Error> {
+        let _ = text;
+        let mut outbox = OUTBOX.lock().unwrap();
+        outbox.push((format!("block {}", self.from), to.clone()));
+        Ok(format!(
+            "message {} from {} to {to}",
+            outbox.len(),
+            self.from
+        ))
+    }
+}
+
+/// The same shape, wrongly said to be one service: the sender is not in the key, so two
+/// senders are one action (what every method with `self` did before it had to say).
 #[derive(Clone)]
 struct CarelessMailer {
     from: String,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl CarelessMailer {
     #[idempotent]
     pub async fn send(&self, to: String, text: String) -> Result<String, Error> {
@@ -415,7 +440,7 @@ struct SmsClient {
     sent: Arc<AtomicUsize>,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl SmsClient {
     #[idempotent]
     pub async fn send(&self, to: String) -> Result<usize, Error> {
@@ -433,50 +458,70 @@ fn outbox_of(sender: &str) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn self_key_puts_the_receivers_identity_in_the_key() {
-    let alice = Mailer {
-        from: "alice".into(),
-    };
-    let carol = Mailer {
-        from: "carol".into(),
-    };
+/// alice, then carol, then alice again send `send`'s message in one turn, each on an instance
+/// of her own: the three receipts, and how many records the turn's store then holds.
+async fn alice_carol_alice<F, Fut>(turn: &str, send: F) -> ([String; 3], usize)
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: Future<Output = Result<String, Error>>,
+{
     let store = Arc::new(MemoryStore::new());
-    Turn::new("identity-self-key")
+    let receipts = Turn::new(turn)
         .with_store(store.clone())
         .scope(async {
-            let a = alice.send("dave".into(), "hi".into()).await.unwrap();
-            let c = carol.send("dave".into(), "hi".into()).await.unwrap();
-            assert!(a.ends_with("from alice to dave"), "{a}");
-            assert!(c.ends_with("from carol to dave"), "{c}");
-            // A retry of each is still a replay of its own.
-            assert_eq!(carol.send("dave".into(), "hi".into()).await.unwrap(), c);
-            assert_eq!(alice.send("dave".into(), "hi".into()).await.unwrap(), a);
+            let mut receipts = Vec::new();
+            for from in ["alice", "carol", "alice"] {
+                receipts.push(send(from).await.unwrap());
+            }
+            receipts
         })
         .await;
-    assert_eq!(outbox_of("alice"), ["dave"]);
-    assert_eq!(outbox_of("carol"), ["dave"]);
-    assert_eq!(store.len(), 2);
+    (receipts.try_into().unwrap(), store.len())
 }
 
 #[tokio::test]
-async fn without_self_key_two_receivers_are_one_action() {
-    let alice = CarelessMailer {
-        from: "alice".into(),
-    };
-    let carol = CarelessMailer {
-        from: "carol".into(),
-    };
-    Turn::new("identity-no-self-key")
-        .with_store(Arc::new(MemoryStore::new()))
-        .scope(async {
-            let a = alice.send("erin".into(), "hi".into()).await.unwrap();
-            let c = carol.send("erin".into(), "hi".into()).await.unwrap();
-            assert_eq!(c, a, "carol got alice's receipt");
-        })
-        .await;
+async fn self_key_puts_the_receivers_identity_in_the_key() {
+    let ([a, c, retry], records) = alice_carol_alice("identity-self-key", |from| {
+        let mailer = Mailer { from: from.into() };
+        async move { mailer.send("dave".into(), "hi".into()).await }
+    })
+    .await;
+    assert!(a.ends_with("from alice to dave"), "{a}");
+    assert!(c.ends_with("from carol to dave"), "{c}");
+    assert_eq!(retry, a, "alice's retry is a replay of her own");
+    assert_eq!(outbox_of("alice"), ["dave"]);
+    assert_eq!(outbox_of("carol"), ["dave"]);
+    assert_eq!(records, 2);
+}
+
+#[tokio::test]
+async fn a_block_self_key_puts_the_receivers_identity_in_the_key() {
+    let ([a, c, retry], records) = alice_carol_alice("identity-block-self-key", |from| {
+        let mailer = BlockMailer { from: from.into() };
+        async move { mailer.send("frank".into(), "hi".into()).await }
+    })
+    .await;
+    assert!(
+        c.ends_with("from carol to frank"),
+        "two senders, two actions: {c}"
+    );
+    assert_eq!(retry, a);
+    assert_eq!(outbox_of("block alice"), ["frank"]);
+    assert_eq!(outbox_of("block carol"), ["frank"]);
+    assert_eq!(records, 2);
+}
+
+#[tokio::test]
+async fn same_service_makes_two_receivers_one_action() {
+    let ([a, c, _], records) = alice_carol_alice("identity-same-service", |from| {
+        let mailer = CarelessMailer { from: from.into() };
+        async move { mailer.send("erin".into(), "hi".into()).await }
+    })
+    .await;
+    assert_eq!(c, a, "carol got alice's receipt");
     assert_eq!(outbox_of("careless alice"), ["erin"]);
     assert!(outbox_of("careless carol").is_empty());
+    assert_eq!(records, 1);
 }
 
 #[tokio::test]

@@ -225,7 +225,7 @@ mod till {
         tool_router: ToolRouter<Till>,
     }
 
-    #[idem_tools::tool_impl]
+    #[idem_tools::tool_impl(same_service)]
     #[tool_router]
     impl Till {
         pub fn new() -> Self {

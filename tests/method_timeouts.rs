@@ -59,7 +59,7 @@ struct Billing {
     client: Arc<PaymentClient>,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Billing {
     #[idempotent]
     pub async fn charge_card(&self, customer: String, cents: u64) -> Result<Receipt, Error> {
@@ -74,7 +74,7 @@ struct AttachedBilling {
     client: Arc<PaymentClient>,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl AttachedBilling {
     #[idempotent(attached)]
     pub async fn charge_card(&self, customer: String, cents: u64) -> Result<Receipt, Error> {
@@ -88,7 +88,7 @@ struct UnclonableBilling {
     client: Arc<PaymentClient>,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl UnclonableBilling {
     #[allow(deprecated)]
     #[idempotent]

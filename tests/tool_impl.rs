@@ -19,7 +19,7 @@ struct SendEmail {
     runs: Arc<AtomicUsize>,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Tool for SendEmail {
     #[idempotent(name = "send_email", ttl = "30m", budget = 2)]
     async fn call(&self, to: String) -> Result<usize, Error> {
@@ -34,7 +34,7 @@ struct Server {
     runs: AtomicUsize,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Server {
     /// Not `Clone`: `attached` says it runs in the caller's task (no warning).
     #[idem_tools::idempotent(version = 2, ttl = "1h", attached)]
@@ -70,7 +70,7 @@ trait Payments {
 #[derive(Clone)]
 struct Bank;
 
-#[tool_impl]
+#[tool_impl(same_service)]
 #[async_trait::async_trait]
 impl Payments for Bank {
     #[idempotent(budget = 5)]
@@ -83,7 +83,7 @@ impl Payments for Bank {
 struct Vault;
 
 #[async_trait::async_trait]
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Payments for Vault {
     #[idempotent]
     async fn pay(&self, cents: u64) -> Result<u64, Error> {

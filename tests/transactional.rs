@@ -63,7 +63,7 @@ struct Bank {
     fee: i64,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Bank {
     /// Charges the fee to `account`, slowly.
     #[idempotent]

@@ -16,6 +16,9 @@ use syn::{Expr, Ident, LitInt, LitStr, Path, Token};
 
 use crate::errors::Errors;
 
+mod block;
+pub(crate) use block::ImplOptions;
+
 /// An option's value and where it was written.
 #[derive(Clone, Copy)]
 pub(crate) struct Located<T> {
@@ -57,6 +60,9 @@ pub(crate) struct IdempotentOptions {
     pub store: Option<Expr>,
     /// `self_key = EXPR`: the receiver's identity, in the key as the argument `self`.
     pub self_key: Option<Located<Expr>>,
+    /// `same_service`: every instance of the receiver's type is the same service, so `self`
+    /// stays out of the key.
+    pub same_service: Option<Span>,
     /// `cache_errors`.
     pub cache_errors: Option<Span>,
     /// `attached`: run the body in the caller's task.
@@ -74,7 +80,7 @@ pub(crate) struct IdempotentOptions {
 /// The options users can write, for error messages.
 const OPTIONS: &str = "`name = \"…\"`, `version = N`, `skip(arg, …)`, `ignore(arg, …)`, \
                        `ttl = \"1h\"`, `lease = \"30s\"`, `budget = N`, `store = EXPR`, \
-                       `self_key = EXPR`, `cache_errors`, `attached`, `release_on_cancel`, `crate = \"…\"`";
+                       `self_key = EXPR`, `same_service`, `cache_errors`, `attached`, `release_on_cancel`, `crate = \"…\"`";
 
 impl IdempotentOptions {
     /// Parses the attribute's arguments; errors go to `errors` and the option is left unset.
@@ -100,6 +106,7 @@ impl IdempotentOptions {
         if let Err(error) = parser.parse2(args) {
             errors.push(error);
         }
+        contradiction(options.self_key.as_ref(), options.same_service, errors);
         options
     }
 
@@ -160,6 +167,7 @@ impl IdempotentOptions {
                 let value_span = expr.span();
                 self.self_key = Some(joined(expr, span, value_span));
             }
+            "same_service" => self.same_service = Some(flag(meta, name)?),
             "cache_errors" => self.cache_errors = Some(flag(meta, name)?),
             "attached" => self.attached = Some(flag(meta, name)?),
             "release_on_cancel" => self.release_on_cancel = Some(flag(meta, name)?),
@@ -261,6 +269,23 @@ fn tool_name(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {
         ));
     }
     Ok(lit)
+}
+
+/// `self_key` and `same_service` together: reported at `same_service`, pointing at both.
+fn contradiction(
+    self_key: Option<&Located<Expr>>,
+    same_service: Option<Span>,
+    errors: &mut Errors,
+) {
+    if let (Some(self_key), Some(span)) = (self_key, same_service) {
+        let mut error = syn::Error::new(
+            span,
+            "`same_service` says that `self` identifies nothing, `self_key` says what of `self` \
+             identifies the action: keep one",
+        );
+        error.combine(syn::Error::new(self_key.span, "`self_key` is here"));
+        errors.push(error);
+    }
 }
 
 /// A value spanning from the option's name to its value.

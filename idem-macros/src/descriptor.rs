@@ -122,6 +122,10 @@ pub(crate) fn idempotent_info(
     if options.release_on_cancel.is_some() {
         info = quote!(#info.with_release_on_cancel());
     }
+    if !options.skip.is_empty() {
+        let skipped = options.skip.iter().map(|ident| ident.unraw().to_string());
+        info = quote!(#info.with_skipped(&[#(#skipped),*]));
+    }
     (private, info)
 }
 

@@ -2,7 +2,8 @@
 //! [`crate::ast`]), check ([`crate::valid`]), then emit the descriptor and the new body.
 
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
-use quote::{ToTokens, quote, quote_spanned};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
+use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, Ident, ItemFn, Stmt, Type, parse_quote, parse_quote_spanned};
 
@@ -10,7 +11,7 @@ use crate::ast::{Form, Param, Role, ToolFn};
 use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
-use crate::placement::{Run, Unchecked};
+use crate::placement::{CUT_OFF, Run, Unchecked};
 use crate::receiver::{replace_self, self_binding};
 use crate::valid::{self, Plan};
 
@@ -32,6 +33,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     }
     let (private, info) = idempotent_info(&tool.func.sig.ident, &options);
     let descriptor = own_descriptor(&tool.func.sig, &tool.func.vis, &private, &info);
+    let method = tool.func.sig.ident.clone();
     let ToolFn {
         mut func,
         form,
@@ -58,6 +60,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         receiver: receiver
             .as_ref()
             .map_or_else(Span::call_site, |r| r.self_token.span),
+        method: &method,
         pin: pin.as_ref(),
     }
     .tokens(body);
@@ -83,6 +86,8 @@ struct Body<'a> {
     params: &'a [Param],
     /// Where the receiver's `self` is written (warnings about it point there).
     receiver: Span,
+    /// The function's name.
+    method: &'a Ident,
     /// `Box::pin`, for an `#[async_trait]` method.
     pin: Option<&'a syn::Expr>,
 }
@@ -132,8 +137,11 @@ impl Body<'_> {
             .as_ref()
             .map(|self_key| self_key_arg(private, &digest, self_key));
         let at = ret.span();
-        let patterns = quote!(#(#patterns)*);
-        let (prelude, callee, tool_future) = self.call(&patterns, &body);
+        let body = quote! {
+            #(#patterns)*
+            #(#body)*
+        };
+        let (prelude, callee, tool_future) = self.call(&body);
         let callee = respan(callee, at);
         // How results are recorded, with the check of an `Ok` that reports a failure in-band
         // (autoref specialization on the `Ok` type: an MCP `CallToolResult` with `isError`).
@@ -181,6 +189,13 @@ impl Body<'_> {
         };
         let await_ = respan(quote!(.await), at);
         let run = quote!(#callee #turbofish #run_args #await_);
+        // With `cache_errors`, the error type's bounds are checked first, by a function whose
+        // message names `cache_errors`, spanned like the runner's call (whose same error is then
+        // merged into this one).
+        let cached_err = options.cache_errors.map(|_| {
+            let call = quote!(#private::cached_err::<#ret>(););
+            respan(resolved_at_call_site(call), at)
+        });
         quote! {
             static #tool: #private::ToolInfo = #info;
             static #slot: #private::ToolSlot = #private::ToolSlot::new();
@@ -188,6 +203,7 @@ impl Body<'_> {
             let mut #digest = #init;
             #self_key
             #(#args)*
+            #cached_err
             #prelude
             #run
         }
@@ -196,11 +212,7 @@ impl Body<'_> {
     /// What runs the body: the statements before the call (the receiver's clone or borrow, or
     /// the warning), the function or method called, and the body's future (or, on a clone,
     /// the closure that makes it from the receiver).
-    fn call(
-        &self,
-        patterns: &TokenStream,
-        body: &[Stmt],
-    ) -> (TokenStream, TokenStream, TokenStream) {
+    fn call(&self, body: &TokenStream) -> (TokenStream, TokenStream, TokenStream) {
         let Body {
             private,
             ret,
@@ -212,8 +224,8 @@ impl Body<'_> {
         match plan.run {
             Run::OnClone => {
                 // Autoref specialization: `CloneSelf` (an `Owned` clone) if `Self: Clone +
-                // Send + Sync + 'static`, else the deprecated `BorrowSelf` (the receiver
-                // borrowed), whose warning points at the receiver.
+                // Send + Sync + 'static`, else `BorrowSelf` (the receiver borrowed); the
+                // `#[tool_impl]` block warns about the latter, once (`tool_impl::attached`).
                 let holder = Ident::new("idem_receiver", Span::mixed_site());
                 let self_binding = self_binding();
                 let pick = Ident::new("idem_receiver", receiver);
@@ -221,15 +233,20 @@ impl Body<'_> {
                     use #private::{CloneSelf as _, BorrowSelf as _};
                     let #holder = (&&#private::Receiver(self)).#pick();
                 };
-                let method = Ident::new("run", at);
+                let method = Ident::new("run", Span::call_site().located_at(at));
+                let typed = self.typed();
                 let future = quote! {
-                    move |#holder| async move {
+                    move |#holder| #typed(async move {
                         let #self_binding = &*#holder;
-                        #patterns
-                        #(#body)*
-                    }
+                        #body
+                    })
                 };
-                (prelude, quote!(#holder.#method), future)
+                // The receiver in parentheses spanned like the rest of the call, so that the call's
+                // span is the return type's: an error about a bound of `run` is then reported
+                // there, once, merged with the same error from the runner's other bounds.
+                let mut receiver = Group::new(proc_macro2::Delimiter::Parenthesis, quote!(#holder));
+                receiver.set_span(Span::call_site().located_at(at));
+                (prelude, quote!(#receiver.#method), future)
             }
             Run::Transactional => {
                 let Some(tx) = self.params.iter().find(|p| p.role == Role::Transaction) else {
@@ -248,43 +265,64 @@ impl Body<'_> {
                 };
                 let runner = Ident::new("run_transactional", at);
                 let future = quote! {
-                    async move |#conn: &mut #private::PgConnection| {
+                    async move |#conn: &mut #private::PgConnection| -> #ret {
                         let #binding: #ty = #from_conn;
-                        #patterns
-                        #(#body)*
+                        #body
                     }
                 };
                 (prelude, quote!(#private::#runner), future)
             }
             run => {
-                let warning = match run {
-                    Run::AttachedWarned(Unchecked::GenericImpl) => {
-                        Some("receiver_of_a_generic_impl")
-                    }
-                    Run::AttachedWarned(Unchecked::NoToolImpl) => {
-                        Some("receiver_outside_tool_impl")
-                    }
-                    Run::Detached | Run::Attached | Run::OnClone | Run::Transactional => None,
-                };
-                let prelude = warning.map(|warning| {
-                    let warning = Ident::new(warning, receiver);
-                    quote!(#private::#warning();)
-                });
+                // A `&self` tool of a generic `#[tool_impl]` block runs attached too: the block
+                // says so, once (`tool_impl::attached`). Outside one, the method says it itself.
+                let prelude = (run == Run::AttachedWarned(Unchecked::NoToolImpl))
+                    .then(|| outside_tool_impl(self.method, receiver));
                 let runner = if run == Run::Detached {
                     "run_detached"
                 } else {
                     "run"
                 };
                 let runner = Ident::new(runner, at);
+                let typed = self.typed();
                 let future = quote! {
-                    async move {
-                        #patterns
-                        #(#body)*
-                    }
+                    #typed(async move {
+                        #body
+                    })
                 };
                 (quote!(#prelude), quote!(#private::#runner), future)
             }
         }
+    }
+}
+
+impl Body<'_> {
+    /// `typed::<R, _>`, which gives the body's future the declared return type as its output,
+    /// so that an error about it names that type (`u32`, not `{integer}`), and a body of
+    /// another type gets rustc's own mismatch.
+    fn typed(&self) -> TokenStream {
+        let (private, ret) = (self.private, self.ret);
+        respan(quote!(#private::typed::<#ret, _>), ret.span())
+    }
+}
+
+/// The warning of a `&self` tool outside `#[tool_impl]`, which runs attached: a deprecated
+/// function of its own, named after it, called at its receiver.
+fn outside_tool_impl(method: &Ident, receiver: Span) -> TokenStream {
+    let name = method.unraw();
+    let note = format!(
+        "`{name}` takes `&self` and runs attached, in the caller's task, because its `impl` \
+         block is not under `#[idem_tools::tool_impl]`, so idem cannot check that its type is \
+         `Clone + Send + Sync + 'static`: {CUT_OFF}. To run it detached, on a clone of `self`: \
+         add `#[idem_tools::tool_impl]` to the `impl` block of a `Clone + Send + Sync + \
+         'static` type, or take `self: Arc<Self>`. To keep it attached, write \
+         `#[idempotent(attached)]`"
+    );
+    let warning = format_ident!("{}_runs_attached", name, span = receiver);
+    quote! {
+        #[allow(non_snake_case)]
+        #[deprecated(note = #note)]
+        const fn #warning() {}
+        #warning();
     }
 }
 
@@ -390,6 +428,25 @@ pub(crate) fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     let (private, info) = read_only_info(&func.sig.ident, &options);
     let descriptor = own_descriptor(&func.sig, &func.vis, &private, &info);
     quote!(#descriptor #func)
+}
+
+/// `tokens` resolved at the call site (where a user's tokens resolve anyway), so that a span
+/// made from them has one syntax context, the one of the generated code around them.
+fn resolved_at_call_site(tokens: TokenStream) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|token| match token {
+            TokenTree::Group(g) => {
+                let mut group = Group::new(g.delimiter(), resolved_at_call_site(g.stream()));
+                group.set_span(g.span().resolved_at(Span::call_site()));
+                TokenTree::Group(group)
+            }
+            mut token => {
+                token.set_span(token.span().resolved_at(Span::call_site()));
+                token
+            }
+        })
+        .collect()
 }
 
 /// `tokens` with their location moved to `at` (resolution unchanged), so errors point there.

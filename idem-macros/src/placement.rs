@@ -10,6 +10,12 @@ use crate::ast::{Form, Role, ToolFn};
 use crate::attr::IdempotentOptions;
 use crate::valid::borrows;
 
+/// What a caller that gives up does to an attached tool, for the warnings about one.
+pub(crate) const CUT_OFF: &str = "if a caller gives up mid-run (a timeout, a dropped future), \
+                                  the tool is cut off and its key is kept as interrupted, so \
+                                  every retry is refused (\"may or may not have taken \
+                                  effect\") until the record expires";
+
 /// Where the body of an `#[idempotent]` tool runs.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Run {

@@ -4,37 +4,32 @@
 //! method-level macros cannot emit themselves, and the fallbacks that make
 //! `tools![method]` say to write `tools![Type::method]`.
 
-use std::collections::HashSet;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote};
 use syn::ext::IdentExt;
-use syn::punctuated::Punctuated;
-use syn::{
-    Attribute, GenericParam, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, WherePredicate,
-    parse_quote,
-};
+use syn::{Attribute, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, parse_quote};
 
-use crate::attr::{IMPL_GENERIC_OPTION, IMPL_OPTION, IdempotentOptions, ReadOnlyOptions};
+use crate::attr::{
+    IMPL_GENERIC_OPTION, IMPL_OPTION, IdempotentOptions, ImplOptions, ReadOnlyOptions,
+};
 use crate::descriptor::{
     descriptor_const, descriptor_ident, emits_own_descriptor, idempotent_info, private_path,
     read_only_info,
 };
 use crate::errors::{Errors, fail};
 
+mod attached;
+mod header;
+use header::inherent_header;
+
 /// `#[tool_impl]`: the `impl` block, its methods' classification attributes given
 /// `__impl = Type`, then an inherent `impl` holding the descriptors of its `#[idempotent]` /
 /// `#[read_only]` methods that have a receiver and no visibility.
 pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    if !args.is_empty() {
-        errors.push(syn::Error::new_spanned(
-            &args,
-            "`#[tool_impl]` takes no options: give them to each method's `#[idempotent(...)]` \
-             (including `crate = \"…\"` for a renamed `idem_tools`)",
-        ));
-    }
+    let options = ImplOptions::parse(args, &mut errors);
     let mut block = match syn::parse2::<ItemImpl>(item.clone()) {
         Ok(block) => block,
         Err(_) => {
@@ -62,11 +57,14 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         return fail(errors, item);
     };
     let generic = is_generic(&block);
+    let mut identified = false;
     for item in &mut block.items {
         if let ImplItem::Fn(method) = item {
             name_after(method, &type_name, generic);
+            identified |= identify(method, &options);
         }
     }
+    unused(&options, identified, &mut errors);
     // With options given to it, the methods are still named (so that they report no errors of
     // their own about it), but no descriptors are emitted.
     if errors.any() {
@@ -80,7 +78,8 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
             _ => None,
         })
         .collect();
-    let fallbacks = fallbacks(&block, &type_name);
+    let mut fallbacks = fallbacks(&block, &type_name);
+    fallbacks.extend(attached::warning(&block, &type_name));
     if descriptors.is_empty() {
         return quote!(#block #fallbacks);
     }
@@ -262,90 +261,73 @@ fn name_after(method: &mut ImplItemFn, type_name: &Ident, generic: bool) {
     }
 }
 
+/// Gives the block's `self_key = …` or `same_service` to the method's `#[idempotent]`
+/// attributes if it has a receiver and says neither itself (a method's own wins). Whether the
+/// method is one that takes them.
+fn identify(method: &mut ImplItemFn, options: &ImplOptions) -> bool {
+    if method.sig.receiver().is_none() {
+        return false;
+    }
+    let added = match (&options.self_key, options.same_service) {
+        (Some(self_key), _) => {
+            let expr = &self_key.value;
+            quote!(self_key = #expr)
+        }
+        (None, Some(span)) => {
+            let flag = Ident::new("same_service", span);
+            quote!(#flag)
+        }
+        (None, None) => TokenStream::new(),
+    };
+    let mut found = false;
+    for attr in &mut method.attrs {
+        if attr
+            .path()
+            .segments
+            .last()
+            .is_none_or(|s| s.ident != "idempotent")
+        {
+            continue;
+        }
+        found = true;
+        let Meta::List(list) = &mut attr.meta else {
+            continue; // `name_after` made it a list; `#[idempotent = …]` is reported by it
+        };
+        let own = IdempotentOptions::parse(list.tokens.clone(), &mut Errors::default());
+        if added.is_empty() || own.self_key.is_some() || own.same_service.is_some() {
+            continue;
+        }
+        let tokens = &list.tokens;
+        list.tokens = if tokens.is_empty() {
+            added.clone()
+        } else {
+            quote!(#tokens, #added)
+        };
+    }
+    found
+}
+
+/// A block's `self_key` or `same_service` with no `#[idempotent]` method taking `self` to
+/// give it to.
+fn unused(options: &ImplOptions, identified: bool, errors: &mut Errors) {
+    if identified {
+        return;
+    }
+    let spans = options.self_key.as_ref().map(|k| k.span);
+    for span in spans.into_iter().chain(options.same_service) {
+        errors.at(
+            span,
+            "no `#[idempotent]` method of this block takes `self`, so nothing of `self` can \
+             identify an action: remove it",
+        );
+    }
+}
+
 /// The arguments of `#[attr]` / `#[attr(...)]`; `None` for `#[attr = …]`.
 fn attr_args(attr: &Attribute) -> Option<TokenStream> {
     match &attr.meta {
         Meta::Path(_) => Some(TokenStream::new()),
         Meta::List(list) => Some(list.tokens.clone()),
         Meta::NameValue(_) => None,
-    }
-}
-
-/// `impl<…> SelfTy where …` for an inherent impl of the block's type. The type and const
-/// parameters that do not appear in the self type (in a trait impl, those only the trait uses)
-/// are dropped, with every bound and `where` predicate that mentions them: an inherent impl
-/// cannot have unconstrained parameters (E0207), and the descriptors use none.
-fn inherent_header(block: &ItemImpl) -> (TokenStream, TokenStream, TokenStream) {
-    let mut in_self_ty = HashSet::new();
-    idents(block.self_ty.to_token_stream(), &mut in_self_ty);
-    let dropped: HashSet<String> = block
-        .generics
-        .params
-        .iter()
-        .filter_map(|param| match param {
-            GenericParam::Type(t) => Some(t.ident.to_string()),
-            GenericParam::Const(c) => Some(c.ident.to_string()),
-            GenericParam::Lifetime(_) => None,
-        })
-        .filter(|ident| !in_self_ty.contains(ident))
-        .collect();
-    let mentions_dropped = |tokens: TokenStream| {
-        let mut found = HashSet::new();
-        idents(tokens, &mut found);
-        found.iter().any(|ident| dropped.contains(ident))
-    };
-    let mut generics = block.generics.clone();
-    generics.params = std::mem::take(&mut generics.params)
-        .into_iter()
-        .filter(|param| match param {
-            GenericParam::Type(t) => !dropped.contains(&t.ident.to_string()),
-            GenericParam::Const(c) => !dropped.contains(&c.ident.to_string()),
-            GenericParam::Lifetime(_) => true,
-        })
-        .map(|mut param| {
-            if let GenericParam::Type(t) = &mut param {
-                t.bounds = std::mem::take(&mut t.bounds)
-                    .into_iter()
-                    .filter(|b| !mentions_dropped(b.to_token_stream()))
-                    .collect();
-                if t.bounds.is_empty() {
-                    t.colon_token = None;
-                }
-            }
-            param
-        })
-        .collect();
-    if let Some(clause) = &mut generics.where_clause {
-        let kept: Punctuated<WherePredicate, _> = std::mem::take(&mut clause.predicates)
-            .into_iter()
-            .filter(|p| !mentions_dropped(p.to_token_stream()))
-            .collect();
-        clause.predicates = kept;
-    }
-    if generics
-        .where_clause
-        .as_ref()
-        .is_some_and(|c| c.predicates.is_empty())
-    {
-        generics.where_clause = None;
-    }
-    let (impl_generics, _, where_clause) = generics.split_for_impl();
-    (
-        impl_generics.to_token_stream(),
-        block.self_ty.to_token_stream(),
-        where_clause.to_token_stream(),
-    )
-}
-
-/// Every identifier in `tokens`, at any depth.
-fn idents(tokens: TokenStream, into: &mut HashSet<String>) {
-    for token in tokens {
-        match token {
-            TokenTree::Ident(ident) => {
-                into.insert(ident.to_string());
-            }
-            TokenTree::Group(group) => idents(group.stream(), into),
-            TokenTree::Punct(_) | TokenTree::Literal(_) => {}
-        }
     }
 }

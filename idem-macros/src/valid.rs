@@ -13,6 +13,8 @@ use crate::descriptor::{self, Origin, ToolName, name_problem};
 use crate::errors::Errors;
 use crate::placement::{self, Run};
 
+mod receiver;
+
 /// What the rules decided about a valid `#[idempotent]` function.
 pub(crate) struct Plan {
     /// Where the body runs.
@@ -32,11 +34,11 @@ pub(crate) fn idempotent(
 ) -> Plan {
     conflicting(&mut tool.func.attrs, "read_only", "idempotent", errors);
     form(tool, errors);
-    receiver_named(tool, options, errors);
+    receiver::named(tool, options, errors);
     let ident = &tool.func.sig.ident;
     let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
     tool_name(&name, "idempotent", errors);
-    self_key(tool, options, errors);
+    receiver::identity(tool, options, errors);
     caller_key(tool, errors);
     transaction(tool, options, errors);
     unique_names(tool, errors);
@@ -107,19 +109,6 @@ pub(crate) fn tool_name(name: &ToolName, attribute: &str, errors: &mut Errors) {
     errors.at(name.span, message);
 }
 
-/// `self_key = …` needs a `self`.
-fn self_key(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Errors) {
-    if let Some(self_key) = &options.self_key
-        && tool.receiver.is_none()
-    {
-        errors.at(
-            self_key.span,
-            "`self_key` puts the receiver's identity into the key, but this function has no \
-             `self`: remove `self_key` (every argument is already in the key)",
-        );
-    }
-}
-
 /// Checks a `#[read_only]` function.
 pub(crate) fn read_only(func: &mut ItemFn, options: &ReadOnlyOptions, errors: &mut Errors) {
     conflicting(&mut func.attrs, "idempotent", "read_only", errors);
@@ -168,26 +157,6 @@ fn form(tool: &ToolFn, errors: &mut Errors) {
         ),
         Form::Native(_) | Form::AsyncTrait { .. } => {}
     }
-}
-
-/// A method's default name needs its type, which only `#[tool_impl]` can give.
-fn receiver_named(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Errors) {
-    let Some(receiver) = &tool.receiver else {
-        return;
-    };
-    if options.name.is_some() || options.impl_type.is_some() {
-        return;
-    }
-    let method = tool.func.sig.ident.unraw();
-    errors.spanned(
-        receiver,
-        format!(
-            "an `#[idempotent]` method needs its type in its name, or two types' `{method}` \
-             methods would share keys: add `#[idem_tools::tool_impl]` to the `impl` block (the \
-             name becomes `Type__{method}`), or give the tool a name: \
-             `#[idempotent(name = \"…\")]`"
-        ),
-    );
 }
 
 /// At most one `#[key]`, never on `self` nor on the turn.
@@ -329,7 +298,8 @@ fn skip_and_ignore(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut 
                 ident.span(),
                 format!(
                     "`self` is never in the key, no need to {option} it; to put the \
-                     receiver's identity in the key, write `self_key = self.<field>`"
+                     receiver's identity in the key, write `self_key = self.<field>`, or say \
+                     that every instance is the same service with `same_service`"
                 ),
             ),
             None => {

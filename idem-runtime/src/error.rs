@@ -62,13 +62,15 @@ pub enum Error {
     /// The key was used before with different arguments.
     #[error(
         "tool `{tool}` was called with key {key} that was first used with different arguments: \
-         a caller-supplied key must identify exactly one action; use a new key for a new action"
+         {differs}"
     )]
     PayloadMismatch {
         /// The tool's name.
         tool: &'static str,
         /// The reused key.
         key: ShortKey,
+        /// Where the key came from, and so which arguments can differ.
+        differs: Mismatch,
     },
 
     /// Another process is still running the call with this key.
@@ -219,6 +221,85 @@ pub(crate) fn times(n: u32) -> String {
         1 => "once".to_owned(),
         2 => "twice".to_owned(),
         n => format!("{n} times"),
+    }
+}
+
+/// Which arguments differ when a key is reused with other arguments
+/// ([`Error::PayloadMismatch`]), as far as idem can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mismatch {
+    /// The key was supplied by the caller (`#[key]`, MCP's `_meta["idempotencyKey"]`): any
+    /// argument may differ.
+    CallerKey,
+    /// The key was derived from the arguments: one of these, in the fingerprint but not in the
+    /// key (`skip(..)`), differs.
+    Unkeyed(Unkeyed),
+}
+
+/// The arguments of a call that are in its fingerprint but not in its key: those of a tool's
+/// `skip(..)` that were `Serialize` (the others are in neither).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unkeyed {
+    skipped: &'static [&'static str],
+    /// Bit `i` set: `skipped[i]` is in the fingerprint (past 32, all are).
+    present: u32,
+}
+
+impl Unkeyed {
+    /// All of `skipped`.
+    pub const fn all(skipped: &'static [&'static str]) -> Self {
+        Unkeyed {
+            skipped,
+            present: u32::MAX,
+        }
+    }
+
+    /// Those of `skipped` whose bit is set in `present` (bit `i` for `skipped[i]`; from the 33rd
+    /// on, all are kept).
+    pub const fn new(skipped: &'static [&'static str], present: u32) -> Self {
+        Unkeyed { skipped, present }
+    }
+
+    /// Their names, in order.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.skipped
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i >= 32 || self.present & (1 << i) != 0)
+            .map(|(_, name)| *name)
+    }
+
+    /// `` `memo` ``, `` `memo`, `note` ``, and how many.
+    pub(crate) fn listed(&self) -> (String, usize) {
+        let names: Vec<String> = self.names().map(|n| format!("`{n}`")).collect();
+        (names.join(", "), names.len())
+    }
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (names, count) = match self {
+            Mismatch::Unkeyed(unkeyed) => unkeyed.listed(),
+            Mismatch::CallerKey => (String::new(), 0),
+        };
+        match count {
+            0 => f.write_str(
+                "a caller-supplied key must identify exactly one action; use a new key for a \
+                 new action",
+            ),
+            1 => write!(
+                f,
+                "every argument in the key is the same, and {names}, which is in `skip(..)` (in \
+                 the fingerprint, not the key), differs; a retry of one action must repeat it, \
+                 or leave it out of the fingerprint too with `ignore(..)`"
+            ),
+            _ => write!(
+                f,
+                "every argument in the key is the same, and one of {names}, which are in \
+                 `skip(..)` (in the fingerprint, not the key), differs; a retry of one action \
+                 must repeat them, or leave them out of the fingerprint too with `ignore(..)`"
+            ),
+        }
     }
 }
 

@@ -21,7 +21,7 @@ pub mod tool;
 pub mod turn;
 
 pub use engine::{Call, Codec, current_key, execute, execute_detached, spawn};
-pub use error::{Error, Result};
+pub use error::{Error, Mismatch, Result, Unkeyed};
 pub use key::{Fingerprint, Key};
 pub use stats::{Outcome, Stats, stats};
 #[cfg(feature = "postgres")]

@@ -18,7 +18,7 @@ use rmcp::ErrorData;
 use rmcp::model::ErrorCode;
 use serde_json::json;
 
-use crate::error::Error;
+use crate::error::{Error, Mismatch};
 
 /// A short, stable name of the error's kind (`"budget_exhausted"`, `"store"`, …), as put in
 /// `data.idem.error` of an [`ErrorData`].
@@ -41,6 +41,37 @@ pub fn error_kind(error: &Error) -> &'static str {
         Error::DuplicateTool { .. } => "duplicate_tool",
         Error::Config(_) => "config",
     }
+}
+
+/// What a model reads when a key is reused with other arguments: which arguments differ, and
+/// what it can do (in the words of a tool call: no Rust API).
+fn mismatch_message(differs: Mismatch) -> String {
+    let names: Vec<String> = match differs {
+        Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
+        Mismatch::CallerKey => Vec::new(),
+    };
+    let (count, names) = (names.len(), names.join(", "));
+    let (differ, them) = match count {
+        0 => {
+            return "This idempotency key was already used for a call with different \
+                    arguments, so this call was refused and nothing was done. To retry the \
+                    earlier action, repeat its exact arguments; for a new action, use a new \
+                    idempotency key."
+                .to_owned();
+        }
+        1 => (format!("{names} differs"), format!("the earlier {names}")),
+        _ => (
+            format!("one of {names} differs"),
+            "the earlier values of those".to_owned(),
+        ),
+    };
+    format!(
+        "This tool already did this action in this turn: that call had the same arguments \
+         except that {differ}, which does not make it another action. So this call was \
+         refused and nothing was done; the earlier call's effect stands. To get its result, \
+         call it again with {them}; for another action, change the arguments that say what \
+         the action is, or wait for the next turn."
+    )
 }
 
 /// The text a model reads for an error that is a tool result (`isError: true`), or `None` for
@@ -71,12 +102,7 @@ pub fn model_message(error: &Error) -> Option<String> {
              tell the user what was done.",
             crate::error::actions(*calls)
         ),
-        Error::PayloadMismatch { .. } => {
-            "This idempotency key was already used for a call with different arguments, so \
-             this call was refused and nothing was done. To retry the earlier action, repeat \
-             its exact arguments; for a new action, use a new idempotency key."
-                .to_owned()
-        }
+        Error::PayloadMismatch { differs, .. } => mismatch_message(*differs),
         Error::InFlight { .. } => {
             "The same action, with these same arguments, is still running from an earlier \
              call. Wait a little, then call it again with the same arguments to get its \
@@ -184,6 +210,12 @@ mod tests {
             Error::PayloadMismatch {
                 tool: "t",
                 key: key(),
+                differs: Mismatch::CallerKey,
+            },
+            Error::PayloadMismatch {
+                tool: "t",
+                key: key(),
+                differs: Mismatch::Unkeyed(crate::Unkeyed::all(&["memo"])),
             },
             Error::InFlight {
                 tool: "t",
@@ -228,10 +260,40 @@ mod tests {
     }
 
     #[test]
+    fn a_mismatch_of_a_derived_key_names_what_differs_in_a_models_words() {
+        let mismatch = |skipped: &'static [&'static str], present| Error::PayloadMismatch {
+            tool: "t",
+            key: key(),
+            differs: Mismatch::Unkeyed(crate::Unkeyed::new(skipped, present)),
+        };
+        let one = model_message(&mismatch(&["client", "memo"], 0b10)).unwrap();
+        assert!(one.contains("except that \"memo\" differs"), "{one}");
+        assert!(
+            one.contains("call it again with the earlier \"memo\""),
+            "{one}"
+        );
+        let two = model_message(&mismatch(&["memo", "reason"], u32::MAX)).unwrap();
+        assert!(two.contains("one of \"memo\", \"reason\" differs"), "{two}");
+        for text in [&one, &two] {
+            for rust in ["skip", "ignore", "client", "idempotency key", "#[", "`"] {
+                assert!(!text.contains(rust), "{text}");
+            }
+        }
+        let caller = model_message(&Error::PayloadMismatch {
+            tool: "t",
+            key: key(),
+            differs: Mismatch::CallerKey,
+        })
+        .unwrap();
+        assert!(caller.contains("use a new idempotency key"), "{caller}");
+    }
+
+    #[test]
     fn a_payload_mismatch_is_an_invalid_params_error() {
         let data = ErrorData::from(Error::PayloadMismatch {
             tool: "t",
             key: key(),
+            differs: Mismatch::CallerKey,
         });
         assert_eq!(data.code, ErrorCode::INVALID_PARAMS);
     }

@@ -56,6 +56,10 @@ pub struct ToolInfo {
     /// For a tool that runs in its caller's task: whether a call dropped mid-run releases the
     /// key (a retry runs the tool again) instead of keeping it as interrupted.
     pub release_on_cancel: bool,
+    /// The arguments in `skip(..)`, in the fingerprint (if `Serialize`) but not in the key:
+    /// when a derived key is reused with other arguments, one of these differs
+    /// ([`Error::PayloadMismatch`] names them).
+    pub skipped: &'static [&'static str],
 }
 
 impl ToolInfo {
@@ -72,6 +76,7 @@ impl ToolInfo {
             cache_errors: false,
             lease: None,
             release_on_cancel: false,
+            skipped: &[],
         }
     }
 
@@ -123,6 +128,12 @@ impl ToolInfo {
     /// keeps the key as interrupted: a retry is told the outcome is unknown).
     pub const fn with_release_on_cancel(mut self) -> Self {
         self.release_on_cancel = true;
+        self
+    }
+
+    /// Sets [`skipped`](ToolInfo::skipped).
+    pub const fn with_skipped(mut self, skipped: &'static [&'static str]) -> Self {
+        self.skipped = skipped;
         self
     }
 

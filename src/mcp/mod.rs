@@ -28,7 +28,7 @@
 //! server as a retry.
 //!
 //! ```ignore
-//! #[idem_tools::tool_impl]
+//! #[idem_tools::tool_impl(same_service)] // every `Desk` is the same help desk
 //! #[tool_router]
 //! impl Desk {
 //!     #[idempotent]

@@ -1,10 +1,12 @@
 //! Where a tool method's body runs, chosen by the generated code: a `&self` method with owned
 //! arguments runs detached on a clone of its receiver when the type allows it (autoref
-//! specialization: [`CloneSelf`] before [`BorrowSelf`]), else attached with a warning. Also
+//! specialization: [`CloneSelf`] before [`BorrowSelf`]), else attached, with a warning from its
+//! `#[tool_impl]` block ([`Probe`]). Also
 //! the runners of detached bodies, whose bounds carry the advice rustc shows when a body is not
 //! `Send`, and `self_key`.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::ops::Deref;
 use std::sync::Arc;
 
@@ -52,20 +54,10 @@ impl<S: Clone + Send + Sync + 'static> CloneSelf<S> for &Receiver<'_, S> {
     }
 }
 
-/// Chosen when it cannot: the tool runs attached, and the deprecation warning says why that
-/// matters and what to do.
+/// Chosen when it cannot: the tool runs attached (its `#[tool_impl]` block warns about it, once,
+/// through [`Probe`]).
 pub trait BorrowSelf<'a, S: ?Sized> {
     /// The receiver, borrowed.
-    #[deprecated(
-        note = "this `&self` tool runs attached, in the caller's task, because its type is not \
-                `Clone + Send + Sync + 'static`: if the caller gives up mid-run (a timeout, a \
-                dropped future), the tool is cut off and its key is kept as interrupted, so \
-                every retry is refused (\"may or may not have taken effect\") until the record \
-                expires. To run it detached, on a clone of `self` that finishes even if the \
-                caller goes away: derive `Clone` for the type (cheap when its clients are behind \
-                `Arc`) and make it `Send + Sync + 'static`, or take `self: Arc<Self>`. To keep \
-                it attached, write `#[idempotent(attached)]`"
-    )]
     fn idem_receiver(&self) -> Borrowed<'a, S>;
 }
 
@@ -75,30 +67,24 @@ impl<'a, S: ?Sized> BorrowSelf<'a, S> for Receiver<'a, S> {
     }
 }
 
-/// Called by a `&self` tool whose `impl` block is generic: the warning is the point.
-#[deprecated(
-    note = "this `&self` tool runs attached, in the caller's task, because its `impl` block is \
-            generic (idem cannot check that a generic type is `Clone + Send + Sync + 'static`): \
-            if the caller gives up mid-run (a timeout, a dropped future), the tool is cut off \
-            and its key is kept as interrupted, so every retry is refused (\"may or may not \
-            have taken effect\") until the record expires. To run it detached, take \
-            `self: Arc<Self>`, or move it to a non-generic `impl` block of a `Clone + Send + \
-            Sync + 'static` type. To keep it attached, write `#[idempotent(attached)]`"
-)]
-pub const fn receiver_of_a_generic_impl() {}
+/// The self type of a `#[tool_impl]` block, for its check that the block's `&self` tools can
+/// run on a clone: `(&&Probe::<S>::NEW).tools_run_attached()` is [`Detachable`]'s (nothing)
+/// when `S: Clone + Send + Sync + 'static`, else the block's own deprecated method, whose note
+/// names the type and its tools.
+pub struct Probe<S: ?Sized>(PhantomData<fn() -> *const S>);
 
-/// Called by a `&self` tool whose `impl` block is not under `#[tool_impl]`.
-#[deprecated(
-    note = "this `&self` tool runs attached, in the caller's task, because its `impl` block is \
-            not under `#[idem_tools::tool_impl]`, so idem cannot check its type: if the caller \
-            gives up mid-run (a timeout, a dropped future), the tool is cut off and its key is \
-            kept as interrupted, so every retry is refused (\"may or may not have taken \
-            effect\") until the record expires. To run it detached, on a clone of `self`: add \
-            `#[idem_tools::tool_impl]` to the `impl` block of a `Clone + Send + Sync + 'static` \
-            type, or take `self: Arc<Self>`. To keep it attached, write \
-            `#[idempotent(attached)]`"
-)]
-pub const fn receiver_outside_tool_impl() {}
+impl<S: ?Sized> Probe<S> {
+    /// The probe.
+    pub const NEW: Self = Probe(PhantomData);
+}
+
+/// Chosen when the block's type can be cloned into a task: its `&self` tools run detached.
+pub trait Detachable {
+    /// Nothing to say.
+    fn tools_run_attached(&self) {}
+}
+
+impl<S: Clone + Send + Sync + 'static> Detachable for &Probe<S> {}
 
 impl<S: Send + Sync + 'static> Owned<S> {
     /// Runs `body` on this clone, detached (see [`run_detached`]).

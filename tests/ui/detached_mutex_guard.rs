@@ -8,7 +8,7 @@ struct Ledger {
     entries: Arc<Mutex<Vec<u64>>>,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Ledger {
     #[idempotent]
     pub async fn append(&self, cents: u64) -> Result<usize, idem_tools::Error> {

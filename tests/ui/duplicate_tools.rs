@@ -22,7 +22,7 @@ struct A;
 struct B;
 
 /// Two methods named `call`, told apart by `#[tool_impl]`: not a duplicate.
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Tool for A {
     #[idempotent]
     async fn call(&self, input: String) -> Result<String, idem_tools::Error> {
@@ -30,7 +30,7 @@ impl Tool for A {
     }
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Tool for B {
     #[idempotent]
     async fn call(&self, input: String) -> Result<String, idem_tools::Error> {

@@ -3,7 +3,7 @@ use idem_tools::{idempotent, read_only, tool_impl};
 #[derive(Clone)]
 struct Billing;
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Billing {
     #[idempotent]
     pub async fn charge_card(&self, cents: u64) -> Result<u64, idem_tools::Error> {
@@ -29,7 +29,7 @@ async fn refund(cents: u64) -> Result<u64, idem_tools::Error> {
     Ok(cents)
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Billing {
     #[idempotent]
     pub async fn refund(&self, cents: u64) -> Result<u64, idem_tools::Error> {

@@ -4,7 +4,7 @@ struct Server;
 
 impl Server {
     /// Named, but with no visibility and no `#[tool_impl]`: no descriptor.
-    #[idempotent(name = "server_send", attached)]
+    #[idempotent(name = "server_send", same_service, attached)]
     async fn send(&self, to: String) -> Result<u32, idem_tools::Error> {
         let _ = to;
         Ok(1)

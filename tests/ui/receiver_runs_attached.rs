@@ -1,5 +1,6 @@
-//! A `&self` tool that cannot run on a clone of its receiver runs attached and says so: a
-//! warning, made an error here so that its text is checked.
+//! A `&self` tool that cannot run on a clone of its receiver runs attached and says so: one
+//! warning per `impl` block, at its type, naming the tools (or, outside `#[tool_impl]`, one per
+//! method), made an error here so that its text is checked.
 #![deny(deprecated)]
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -11,10 +12,16 @@ struct Billing {
     charges: AtomicU64,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Billing {
     #[idempotent]
     pub async fn charge_card(&self, cents: u64) -> Result<u64, idem_tools::Error> {
+        Ok(self.charges.fetch_add(cents, Ordering::SeqCst))
+    }
+
+    /// The same block: the same one warning names both.
+    #[idempotent]
+    pub async fn capture(&self, cents: u64) -> Result<u64, idem_tools::Error> {
         Ok(self.charges.fetch_add(cents, Ordering::SeqCst))
     }
 
@@ -36,7 +43,7 @@ impl Billing {
 #[derive(Clone)]
 struct Wallet<C>(C);
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl<C: Clone + Send + Sync + 'static> Wallet<C> {
     #[idempotent]
     pub async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error> {
@@ -50,7 +57,7 @@ impl<C: Clone + Send + Sync + 'static> Wallet<C> {
 struct Mailer;
 
 impl Mailer {
-    #[idempotent(name = "mailer_send")]
+    #[idempotent(name = "mailer_send", same_service)]
     pub async fn send(&self, to: String) -> Result<String, idem_tools::Error> {
         Ok(to)
     }
@@ -62,7 +69,7 @@ trait Payments {
     async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error>;
 }
 
-#[tool_impl]
+#[tool_impl(same_service)]
 #[async_trait::async_trait]
 impl Payments for Billing {
     #[idempotent]

@@ -4,7 +4,7 @@ struct Server;
 
 impl Server {
     /// A method outside `#[tool_impl]`: its default name would be the bare `send`.
-    #[idempotent]
+    #[idempotent(same_service)]
     pub async fn send(&self, to: String) -> Result<u32, idem_tools::Error> {
         let _ = to;
         Ok(1)
@@ -12,7 +12,7 @@ impl Server {
 
     /// With a name it is fine (`attached`: outside `#[tool_impl]`, a `&self` tool runs
     /// attached, and says so unless told).
-    #[idempotent(name = "server_send_all", attached)]
+    #[idempotent(name = "server_send_all", same_service, attached)]
     pub async fn send_all(&self, to: String) -> Result<u32, idem_tools::Error> {
         let _ = to;
         Ok(1)

@@ -3,7 +3,7 @@ use idem_tools::{idempotent, tool_impl};
 #[derive(Clone)]
 struct Pager;
 
-#[tool_impl]
+#[tool_impl(same_service)]
 impl Pager {
     /// A `&self` method with owned arguments may run detached: `release_on_cancel` needs
     /// `attached`.

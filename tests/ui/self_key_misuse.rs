@@ -24,7 +24,7 @@ impl Mailer {
     }
 
     /// `self` is never in the key: nothing to skip.
-    #[idempotent(skip(self))]
+    #[idempotent(skip(self), same_service)]
     pub async fn notify(&self, to: String) -> Result<String, idem_tools::Error> {
         Ok(format!("{} {to}", self.from))
     }

@@ -5,7 +5,7 @@ struct Server;
 
 #[tool_impl(budget = 3)]
 impl Server {
-    #[idempotent]
+    #[idempotent(same_service)]
     async fn open(&self, id: u32) -> Result<u32, idem_tools::Error> {
         Ok(id)
     }
@@ -17,7 +17,7 @@ struct Other;
 /// An invalid option is reported once, by `#[idempotent]`; the other descriptors still exist.
 #[tool_impl]
 impl Other {
-    #[idempotent(budget = 0)]
+    #[idempotent(budget = 0, same_service)]
     async fn open(&self, id: u32) -> Result<u32, idem_tools::Error> {
         Ok(id)
     }

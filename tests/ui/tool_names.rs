@@ -21,7 +21,7 @@ fn search(query: &str) -> usize {
 struct CustomerRelationshipManagementIntegration;
 
 /// `Type__method` longer than 64 characters.
-#[tool_impl]
+#[tool_impl(same_service)]
 impl CustomerRelationshipManagementIntegration {
     #[idempotent]
     pub async fn synchronize_every_contact_record(&self, n: u32) -> Result<u32, idem_tools::Error> {

@@ -594,6 +594,7 @@ pub(super) fn mismatch(guard: &mut Guard, call: &Call) -> Answer {
     let error = Error::PayloadMismatch {
         tool: call.tool.name,
         key: call.key.short(),
+        differs: call.mismatch(),
     };
     refuse(guard, Outcome::PayloadMismatch, error)
 }

@@ -24,6 +24,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::Error;
+use crate::error::{Mismatch, Unkeyed};
 use crate::flight;
 use crate::key::{Fingerprint, Key};
 use crate::store::{BeginRequest, Lease, LeaseToken, Store, default_store};
@@ -93,6 +94,8 @@ pub struct Call {
     key: Key,
     fingerprint: Fingerprint,
     store: Option<Arc<dyn Store>>,
+    /// How the key was made, for [`Error::PayloadMismatch`] (see [`Call::with_unkeyed`]).
+    unkeyed: Option<u32>,
 }
 
 impl Call {
@@ -114,6 +117,7 @@ impl Call {
             key,
             fingerprint,
             store: None,
+            unkeyed: Some(u32::MAX),
         }
     }
 
@@ -122,6 +126,24 @@ impl Call {
     pub fn with_store(mut self, store: &Arc<dyn Store>) -> Self {
         self.store = Some(Arc::clone(store));
         self
+    }
+
+    /// Says how the key was made, for the [`Mismatch`] of an [`Error::PayloadMismatch`]:
+    /// `Some(bits)` when it was derived from the arguments, bit `i` set when the tool's
+    /// [`skipped`](ToolInfo::skipped)`[i]` is in the fingerprint (the default: all of them);
+    /// `None` when the caller supplied it (`#[key]`, MCP's `_meta["idempotencyKey"]`).
+    #[must_use]
+    pub fn with_unkeyed(mut self, unkeyed: Option<u32>) -> Self {
+        self.unkeyed = unkeyed;
+        self
+    }
+
+    /// What can differ if the key was used before with other arguments.
+    fn mismatch(&self) -> Mismatch {
+        match self.unkeyed {
+            Some(bits) => Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, bits)),
+            None => Mismatch::CallerKey,
+        }
     }
 
     /// The call's key.

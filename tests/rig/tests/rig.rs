@@ -36,7 +36,7 @@ struct SendMessage {
     sent: Arc<AtomicUsize>,
 }
 
-#[tool_impl]
+#[tool_impl(same_service)] // every `SendMessage` sends from the same account
 impl Tool for SendMessage {
     const NAME: &'static str = "send_message";
     type Args = Outgoing;
