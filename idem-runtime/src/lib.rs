@@ -14,6 +14,7 @@ mod flight;
 pub mod key;
 #[cfg(feature = "rmcp")]
 pub mod mcp;
+mod model_text;
 pub mod replay;
 pub mod stats;
 pub mod store;

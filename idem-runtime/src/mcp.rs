@@ -3,9 +3,10 @@
 //! An idem error reaches an MCP client in one of two ways:
 //!
 //! * **A tool result the model reads** (`isError: true`): the errors that say something true
-//!   about the action and what to do next — [`Error::BudgetExhausted`], [`Error::TurnBudgetExhausted`], [`Error::PayloadMismatch`],
-//!   [`Error::InFlight`], [`Error::Interrupted`] and [`Error::NotReplayable`]. Their text
-//!   ([`model_message`]) is written for a model, not for a Rust developer.
+//!   about the action and what to do next ([`Error::is_for_model`]) — [`Error::BudgetExhausted`],
+//!   [`Error::TurnBudgetExhausted`], [`Error::PayloadMismatch`], [`Error::InFlight`],
+//!   [`Error::Interrupted`] and [`Error::NotReplayable`]. Their text ([`model_message`],
+//!   [`Error::model_text`]) is written for a model: it names no Rust API.
 //! * **A protocol error** (JSON-RPC `error`): everything else — a missing turn, a store that is
 //!   down, a record that does not decode, a duplicate tool name. These are the server's
 //!   problem, not the model's; the message is the developer-facing `Display` text.
@@ -18,64 +19,16 @@ use rmcp::ErrorData;
 use rmcp::model::ErrorCode;
 use serde_json::json;
 
-use crate::error::{Error, Mismatch};
+use crate::error::Error;
 
 /// A short, stable name of the error's kind (`"budget_exhausted"`, `"store"`, …), as put in
-/// `data.idem.error` of an [`ErrorData`].
+/// `data.idem.error` of an [`ErrorData`]: [`Error::code`].
 pub fn error_kind(error: &Error) -> &'static str {
-    match error {
-        Error::NoTurn { .. } => "no_turn",
-        Error::BudgetExhausted { .. } => "budget_exhausted",
-        Error::TurnBudgetExhausted { .. } => "turn_budget_exhausted",
-        Error::PayloadMismatch { .. } => "payload_mismatch",
-        Error::InFlight { .. } => "in_flight",
-        Error::Decode { .. } => "decode",
-        Error::Encode { .. } => "encode",
-        Error::Store { .. } => "store",
-        Error::Reentrant { .. } => "reentrant",
-        Error::Interrupted { .. } => "interrupted",
-        Error::NotReplayable { .. } => "not_replayable",
-        Error::LeaseLost { .. } => "lease_lost",
-        Error::CorruptRecord { .. } => "corrupt_record",
-        Error::UnreadableRecord { .. } => "unreadable_record",
-        Error::DuplicateTool { .. } => "duplicate_tool",
-        Error::Config(_) => "config",
-    }
-}
-
-/// What a model reads when a key is reused with other arguments: which arguments differ, and
-/// what it can do (in the words of a tool call: no Rust API).
-fn mismatch_message(differs: Mismatch) -> String {
-    let names: Vec<String> = match differs {
-        Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
-        Mismatch::CallerKey => Vec::new(),
-    };
-    let (count, names) = (names.len(), names.join(", "));
-    let (differ, them) = match count {
-        0 => {
-            return "This idempotency key was already used for a call with different \
-                    arguments, so this call was refused and nothing was done. To retry the \
-                    earlier action, repeat its exact arguments; for a new action, use a new \
-                    idempotency key."
-                .to_owned();
-        }
-        1 => (format!("{names} differs"), format!("the earlier {names}")),
-        _ => (
-            format!("one of {names} differs"),
-            "the earlier values of those".to_owned(),
-        ),
-    };
-    format!(
-        "This tool already did this action in this turn: that call had the same arguments \
-         except that {differ}, which does not make it another action. So this call was \
-         refused and nothing was done; the earlier call's effect stands. To get its result, \
-         call it again with {them}; for another action, change the arguments that say what \
-         the action is, or wait for the next turn."
-    )
+    error.code()
 }
 
 /// The text a model reads for an error that is a tool result (`isError: true`), or `None` for
-/// an error that is a protocol error.
+/// an error that is a protocol error: [`Error::model_text`] if [`Error::is_for_model`].
 ///
 /// ```
 /// # extern crate idem_tools_runtime as idem_tools;
@@ -88,51 +41,7 @@ fn mismatch_message(differs: Mismatch) -> String {
 /// assert!(model_message(&Error::NoTurn { tool: "send" }).is_none());
 /// ```
 pub fn model_message(error: &Error) -> Option<String> {
-    let text = match error {
-        Error::BudgetExhausted { attempts, .. } => format!(
-            "This action was run {} with these same arguments in this turn without \
-             succeeding, so it will not be run again in this turn. Stop retrying it: tell the \
-             user that it failed.",
-            crate::error::times(*attempts)
-        ),
-        Error::TurnBudgetExhausted { calls, .. } => format!(
-            "This turn already started {}, the most it is allowed, so this new \
-             action was not started. Repeating one of the actions already started, with the \
-             same arguments, still returns its result. Start no new actions in this turn: \
-             tell the user what was done.",
-            crate::error::actions(*calls)
-        ),
-        Error::PayloadMismatch { differs, .. } => mismatch_message(*differs),
-        Error::InFlight { .. } => {
-            "The same action, with these same arguments, is still running from an earlier \
-             call. Wait a little, then call it again with the same arguments to get its \
-             result; do not change the arguments."
-                .to_owned()
-        }
-        Error::Interrupted { .. } => {
-            "An earlier call of this action with these same arguments was interrupted before \
-             it finished, so it may or may not have taken effect. Do not call it again \
-             blindly: check whether it happened (for example with a read-only tool), or tell \
-             the user."
-                .to_owned()
-        }
-        Error::NotReplayable { .. } => {
-            "This action already ran with these arguments, but its result cannot be shown \
-             again. Do not call it again: the action is done."
-                .to_owned()
-        }
-        Error::NoTurn { .. }
-        | Error::Decode { .. }
-        | Error::Encode { .. }
-        | Error::Store { .. }
-        | Error::Reentrant { .. }
-        | Error::LeaseLost { .. }
-        | Error::CorruptRecord { .. }
-        | Error::UnreadableRecord { .. }
-        | Error::DuplicateTool { .. }
-        | Error::Config(_) => return None,
-    };
-    Some(text)
+    error.is_for_model().then(|| error.model_text())
 }
 
 /// A protocol error carrying `data.idem = {"error": kind, "forModel": bool, "tool": …}`; for an
@@ -187,6 +96,7 @@ pub fn is_for_model(error: &ErrorData) -> bool {
 mod tests {
     use super::*;
     use crate::Key;
+    use crate::error::Mismatch;
 
     fn key() -> crate::key::ShortKey {
         Key::from_bytes([1; 32]).short()
@@ -194,50 +104,17 @@ mod tests {
 
     #[test]
     fn the_errors_a_model_reads_are_marked_and_worded_for_a_model() {
-        let for_model = [
-            Error::BudgetExhausted {
-                tool: "t",
-                key: key(),
-                attempts: 3,
-                limit: 3,
-            },
-            Error::TurnBudgetExhausted {
-                tool: "t",
-                turn: "x".into(),
-                calls: 9,
-                limit: 9,
-            },
-            Error::PayloadMismatch {
-                tool: "t",
-                key: key(),
-                differs: Mismatch::CallerKey,
-            },
-            Error::PayloadMismatch {
-                tool: "t",
-                key: key(),
-                differs: Mismatch::Unkeyed(crate::Unkeyed::all(&["memo"])),
-            },
-            Error::InFlight {
-                tool: "t",
-                key: key(),
-                waited: std::time::Duration::from_secs(1),
-            },
-            Error::Interrupted {
-                tool: "t",
-                key: key(),
-            },
-            Error::NotReplayable {
-                tool: "t",
-                key: key(),
-                message: "m".into(),
-            },
-        ];
+        let for_model: Vec<Error> = crate::model_text::every_error()
+            .into_iter()
+            .filter(Error::is_for_model)
+            .collect();
+        assert_eq!(for_model.len(), 6);
         for error in for_model {
             let kind = error_kind(&error);
+            let text = error.model_text();
             let data = ErrorData::from(error);
             assert!(is_for_model(&data), "{kind}");
-            assert!(!data.message.contains('`'), "{kind}: {}", data.message);
-            assert!(!data.message.contains("Turn::"), "{kind}: {}", data.message);
+            assert_eq!(data.message, text, "{kind}");
             assert_eq!(data.data.unwrap()["idem"]["error"], kind);
         }
     }

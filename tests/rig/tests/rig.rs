@@ -109,7 +109,7 @@ fn agent(tool: SendMessage) -> Agent {
     // The agent's default model is never asked: each run brings its own script.
     AgentBuilder::new(MockCompletionModel::from_turns([]))
         .default_max_turns(5)
-        .tool(InTurn(tool))
+        .dynamic_tool(idem_tools::rig::tool(tool, TOOLS[0]).expect("a named tool"))
         .build()
 }
 
@@ -296,7 +296,38 @@ async fn a_run_alone_on_its_agent_can_take_the_turn_from_scope() {
     );
 }
 
-/// No turn anywhere: the call is refused and nothing is sent; the model reads why.
+/// The typed registration, `.tool(InTurn(tool))`, takes the turn from the run's context too.
+#[tokio::test]
+async fn the_typed_registration_takes_the_turn_from_the_context() {
+    let tool = SendMessage::default();
+    let agent = AgentBuilder::new(MockCompletionModel::from_turns([]))
+        .default_max_turns(5)
+        .tool(InTurn(tool.clone()))
+        .build();
+    let model = MockCompletionModel::from_turns([
+        MockTurn::from_contents([send_to_ada("call-1"), send_to_ada("call-2")]),
+        MockTurn::text("Sent."),
+    ]);
+    let turn = Turn::new("typed/msg-1");
+    let response = agent
+        .prompt("Tell Ada hi")
+        .using_model_value(model)
+        .tool_context(with_turn(ToolContext::new(), &turn))
+        .await
+        .expect("the run");
+    assert_eq!(tool.sent.load(Ordering::SeqCst), 1);
+    let receipt = Receipt {
+        send: 1,
+        turn: "typed/msg-1".into(),
+    };
+    assert_eq!(
+        tool_results(response.messages()),
+        [Ok(receipt.clone()), Ok(receipt)]
+    );
+}
+
+/// No turn anywhere: the call is refused and nothing is sent; the model reads why, in idem's
+/// words for a model.
 #[tokio::test]
 async fn without_a_turn_nothing_is_sent() {
     let tool = SendMessage::default();
@@ -312,7 +343,12 @@ async fn without_a_turn_nothing_is_sent() {
     assert_eq!(tool.sent.load(Ordering::SeqCst), 0);
     let results = tool_results(response.messages());
     assert_eq!(results.len(), 1);
-    assert!(results[0].is_err(), "{results:?}");
+    let read = results[0].clone().expect_err("a refusal");
+    let words = Error::NoTurn {
+        tool: "send_message",
+    }
+    .model_text();
+    assert_eq!(read, json!([{ "type": "text", "text": words }]).to_string());
 }
 
 #[test]

@@ -1,0 +1,319 @@
+//! What a model reads for each [`Error`]: [`Error::model_text`], [`Error::is_for_model`] and
+//! [`Error::code`].
+//!
+//! An idem error has two readers. Its `Display` text is for the developer: it names the Rust
+//! API to change (`Turn::with_max_calls`, a tool's `lease`, …) and the engine logs it with
+//! every failed call. A model that called the tool reads [`Error::model_text`] instead: what
+//! happened to the action it asked for and what to do next, in words that name no Rust API,
+//! no key and no store. An integration gives the model this text, never the `Display` one
+//! (over MCP, `From<Error> for rmcp::ErrorData`; in rig's agent loop, `idem_tools::rig`).
+
+use crate::error::{Error, Mismatch, actions, times};
+
+/// What a model is told to do about a failure of the application rather than of its call.
+const UNAVAILABLE: &str = "The problem is in the application, not in your call: do not call \
+                           it again; tell the user that this action is unavailable right now.";
+
+impl Error {
+    /// A short, stable name of the error's kind (`"budget_exhausted"`, `"store"`, …), for
+    /// logs, metrics and error codes.
+    ///
+    /// ```
+    /// # extern crate idem_tools_runtime as idem_tools;
+    /// assert_eq!(idem_tools::Error::NoTurn { tool: "send" }.code(), "no_turn");
+    /// ```
+    pub fn code(&self) -> &'static str {
+        match self {
+            Error::NoTurn { .. } => "no_turn",
+            Error::BudgetExhausted { .. } => "budget_exhausted",
+            Error::TurnBudgetExhausted { .. } => "turn_budget_exhausted",
+            Error::PayloadMismatch { .. } => "payload_mismatch",
+            Error::InFlight { .. } => "in_flight",
+            Error::Decode { .. } => "decode",
+            Error::Encode { .. } => "encode",
+            Error::Store { .. } => "store",
+            Error::Reentrant { .. } => "reentrant",
+            Error::Interrupted { .. } => "interrupted",
+            Error::NotReplayable { .. } => "not_replayable",
+            Error::LeaseLost { .. } => "lease_lost",
+            Error::CorruptRecord { .. } => "corrupt_record",
+            Error::UnreadableRecord { .. } => "unreadable_record",
+            Error::DuplicateTool { .. } => "duplicate_tool",
+            Error::Config(_) => "config",
+        }
+    }
+
+    /// Whether the error is about the action the model asked for, so that the model can act
+    /// on it — its retries are spent ([`BudgetExhausted`](Error::BudgetExhausted)), its turn
+    /// started all the actions it may ([`TurnBudgetExhausted`](Error::TurnBudgetExhausted)),
+    /// it reused a key ([`PayloadMismatch`](Error::PayloadMismatch)), the same call is still
+    /// running ([`InFlight`](Error::InFlight)), an earlier one was cut off
+    /// ([`Interrupted`](Error::Interrupted)) or cannot be shown again
+    /// ([`NotReplayable`](Error::NotReplayable)) — rather than a failure of the application
+    /// (no turn, a store that is down, a bad record, a configuration mistake).
+    ///
+    /// Over MCP the first kind is a tool result and the second a protocol error. Every error
+    /// has a [`model_text`](Error::model_text) all the same, for a client (rig's agent loop)
+    /// that gives every failed call to the model.
+    pub fn is_for_model(&self) -> bool {
+        match self {
+            Error::BudgetExhausted { .. }
+            | Error::TurnBudgetExhausted { .. }
+            | Error::PayloadMismatch { .. }
+            | Error::InFlight { .. }
+            | Error::Interrupted { .. }
+            | Error::NotReplayable { .. } => true,
+            Error::NoTurn { .. }
+            | Error::Decode { .. }
+            | Error::Encode { .. }
+            | Error::Store { .. }
+            | Error::Reentrant { .. }
+            | Error::LeaseLost { .. }
+            | Error::CorruptRecord { .. }
+            | Error::UnreadableRecord { .. }
+            | Error::DuplicateTool { .. }
+            | Error::Config(_) => false,
+        }
+    }
+
+    /// The text a model reads when this error is the result of a tool call it made: what
+    /// happened to the action and what to do next. It names no Rust API, key or store; the
+    /// developer's hints are in the `Display` text, which the engine logs.
+    ///
+    /// ```
+    /// # extern crate idem_tools_runtime as idem_tools;
+    /// use idem_tools::{Error, Key};
+    ///
+    /// let key = Key::from_bytes([7; 32]).short();
+    /// let stuck = Error::BudgetExhausted { tool: "send", key, attempts: 3, limit: 3 };
+    /// assert!(stuck.model_text().contains("Stop retrying"));
+    /// assert!(stuck.to_string().contains("send")); // the developer's text
+    /// ```
+    pub fn model_text(&self) -> String {
+        match self {
+            Error::BudgetExhausted { attempts, .. } => format!(
+                "This action was run {} with these same arguments in this turn without \
+                 succeeding, so it will not be run again in this turn. Stop retrying it: tell \
+                 the user that it failed.",
+                times(*attempts)
+            ),
+            Error::TurnBudgetExhausted { calls, .. } => format!(
+                "This turn already started {}, the most it is allowed, so this new action was \
+                 not started. Repeating one of the actions already started, with the same \
+                 arguments, still returns its result. Start no new actions in this turn: tell \
+                 the user what was done.",
+                actions(*calls)
+            ),
+            Error::PayloadMismatch { differs, .. } => mismatch_message(*differs),
+            Error::InFlight { .. } => "The same action, with these same arguments, is still \
+                 running from an earlier call. Wait a little, then call it again with the same \
+                 arguments to get its result; do not change the arguments."
+                .to_owned(),
+            Error::LeaseLost { .. } => "This call of the action was stopped before its result \
+                 could be recorded, so it may or may not have taken effect. Do not call it again \
+                 blindly: check whether it happened (for example with a read-only tool), or tell \
+                 the user."
+                .to_owned(),
+            Error::Interrupted { .. } => "An earlier call of this \
+                 action with these same arguments was interrupted before it finished, so it may \
+                 or may not have taken effect. Do not call it again blindly: check whether it \
+                 happened (for example with a read-only tool), or tell the user."
+                .to_owned(),
+            Error::NotReplayable { .. } | Error::Decode { .. } => "This action already ran with \
+                 these arguments, but its result cannot be shown again. Do not call it again: \
+                 the action is done."
+                .to_owned(),
+            Error::CorruptRecord { .. } | Error::UnreadableRecord { .. } => "The record of this \
+                 action is damaged, so it is not known whether the action already ran; it was \
+                 not run now. Do not call it again: tell the user that this action needs \
+                 checking by a person."
+                .to_owned(),
+            Error::Store { .. } => "This action was not run, and nothing was done: the \
+                 application could not reach the place where it keeps track of its actions. \
+                 You may call it again in a moment with the same arguments; if it fails again, \
+                 tell the user that this action is unavailable right now."
+                .to_owned(),
+            Error::NoTurn { .. } => format!(
+                "This action was not run, and nothing was done: the application made this call \
+                 outside of a turn, so it could not make the action safe to repeat. {UNAVAILABLE}"
+            ),
+            Error::Encode { .. } => format!(
+                "This action was not run, and nothing was done: the application could not \
+                 record its arguments. {UNAVAILABLE}"
+            ),
+            Error::Reentrant { .. } => format!(
+                "This action was not run, and nothing was done: it was asked for again from \
+                 inside its own run, with the same arguments, and would have waited for itself \
+                 forever. {UNAVAILABLE}"
+            ),
+            Error::DuplicateTool { .. } | Error::Config(_) => format!(
+                "This action was not run, and nothing was done: the application is \
+                 misconfigured. {UNAVAILABLE}"
+            ),
+        }
+    }
+}
+
+/// One error of every kind, for the tests of the texts a model reads.
+/// What a model reads when a key is reused with other arguments: which arguments differ, and
+/// what it can do (in the words of a tool call: no Rust API).
+fn mismatch_message(differs: Mismatch) -> String {
+    let names: Vec<String> = match differs {
+        Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
+        Mismatch::CallerKey => Vec::new(),
+    };
+    let (count, names) = (names.len(), names.join(", "));
+    let (differ, them) = match count {
+        0 => {
+            return "This idempotency key was already used for a call with different \
+                    arguments, so this call was refused and nothing was done. To retry the \
+                    earlier action, repeat its exact arguments; for a new action, use a new \
+                    idempotency key."
+                .to_owned();
+        }
+        1 => (format!("{names} differs"), format!("the earlier {names}")),
+        _ => (
+            format!("one of {names} differs"),
+            "the earlier values of those".to_owned(),
+        ),
+    };
+    format!(
+        "This tool already did this action in this turn: that call had the same arguments \
+         except that {differ}, which does not make it another action. So this call was \
+         refused and nothing was done; the earlier call's effect stands. To get its result, \
+         call it again with {them}; for another action, change the arguments that say what \
+         the action is, or wait for the next turn."
+    )
+}
+
+#[cfg(test)]
+pub(crate) fn every_error() -> Vec<Error> {
+    let key = || crate::Key::from_bytes([1; 32]).short();
+    vec![
+        Error::NoTurn { tool: "t" },
+        Error::BudgetExhausted {
+            tool: "t",
+            key: key(),
+            attempts: 3,
+            limit: 3,
+        },
+        Error::TurnBudgetExhausted {
+            tool: "t",
+            turn: "x".into(),
+            calls: 9,
+            limit: 9,
+        },
+        Error::PayloadMismatch {
+            tool: "t",
+            key: key(),
+            differs: crate::error::Mismatch::CallerKey,
+        },
+        Error::InFlight {
+            tool: "t",
+            key: key(),
+            waited: std::time::Duration::from_secs(1),
+        },
+        Error::Decode {
+            tool: "t",
+            key: key(),
+            message: "m".into(),
+        },
+        Error::Encode {
+            tool: "t",
+            what: "its argument `a`".into(),
+            message: "m".into(),
+        },
+        Error::store("begin", "connection refused"),
+        Error::Reentrant {
+            tool: "t",
+            key: key(),
+        },
+        Error::Interrupted {
+            tool: "t",
+            key: key(),
+        },
+        Error::NotReplayable {
+            tool: "t",
+            key: key(),
+            message: "m".into(),
+        },
+        Error::LeaseLost { key: key() },
+        Error::CorruptRecord {
+            key: key(),
+            message: "m".into(),
+        },
+        Error::UnreadableRecord {
+            message: "m".into(),
+        },
+        Error::DuplicateTool { name: "t" },
+        Error::Config("bad".into()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What marks a Rust API (or a developer's detail) in a text.
+    const RUST_API_MARKERS: &[&str] = &[
+        "`",
+        "::",
+        "#[",
+        "()",
+        "fn ",
+        "impl",
+        "Turn",
+        "Error",
+        "lease",
+        "version",
+        "Serialize",
+        "admin",
+        "key ",
+    ];
+
+    #[test]
+    fn no_model_text_names_a_rust_api_and_each_says_what_to_do() {
+        let errors = every_error();
+        let codes: std::collections::BTreeSet<_> = errors.iter().map(Error::code).collect();
+        assert_eq!(codes.len(), errors.len(), "one error of every kind");
+        for error in errors {
+            let text = error.model_text();
+            for marker in RUST_API_MARKERS {
+                // "idempotency key" is the model's own word for a key argument it passes.
+                let text = text.replace("idempotency key", "");
+                assert!(
+                    !text.contains(marker),
+                    "{}: {marker:?} in {text}",
+                    error.code()
+                );
+            }
+            let told = [
+                "tell the user",
+                "call it again",
+                "repeat",
+                "Do not",
+                "do not",
+            ];
+            assert!(
+                told.iter().any(|next| text.contains(next)),
+                "{}: says what to do next: {text}",
+                error.code()
+            );
+        }
+    }
+
+    #[test]
+    fn the_developer_hint_stays_in_the_display_text() {
+        let capped = Error::TurnBudgetExhausted {
+            tool: "t",
+            turn: "x".into(),
+            calls: 2,
+            limit: 2,
+        };
+        assert!(capped.to_string().contains("Turn::with_max_calls"));
+        assert!(!capped.model_text().contains("with_max_calls"));
+        let outside = Error::NoTurn { tool: "t" };
+        assert!(outside.to_string().contains("Turn::new"));
+        assert!(outside.model_text().contains("outside of a turn"));
+    }
+}
