@@ -448,9 +448,9 @@ pub use idem_tools_runtime::RedisStore;
 #[cfg(feature = "sqlite")]
 pub use idem_tools_runtime::SqliteStore;
 pub use idem_tools_runtime::{
-    Call, Codec, Error, Fingerprint, Key, MemoryStore, Mismatch, Outcome, Result, Stats, Store,
-    ToolInfo, ToolKind, Turn, Unkeyed, current_key, default_store, execute, execute_detached,
-    set_default_store, spawn, stats,
+    Call, Codec, Conversation, Error, Fingerprint, Key, MemoryStore, Mismatch, Outcome, Result,
+    Stats, Store, ToolInfo, ToolKind, Turn, Unkeyed, current_key, default_store, execute,
+    execute_detached, set_default_store, spawn, stats,
 };
 pub use idem_tools_runtime::{clock, engine, key, replay, store, turn};
 

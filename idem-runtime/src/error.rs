@@ -210,6 +210,41 @@ pub enum Error {
         name: &'static str,
     },
 
+    /// A model step of a durable turn was asked with another request than the one recorded
+    /// for it: the run that recorded it and this run are two different conversations.
+    #[error(
+        "step {step} of conversation `{conversation}` in turn `{turn}` asks the model something \
+         else than the step recorded for it (the prompt, the tools or a tool's result changed \
+         since the turn first ran this far): the run was stopped before anything was sent, \
+         rather than mix two conversations; start a new turn for a new conversation, and keep \
+         what changes between runs out of it (a date in the prompt; a `#[read_only]` tool whose \
+         result changes can be made `#[idempotent]` so that it replays)"
+    )]
+    ModelStepDiverged {
+        /// The conversation's label.
+        conversation: String,
+        /// The step's index in the conversation (0 for the first).
+        step: u32,
+        /// The turn id.
+        turn: String,
+    },
+
+    /// The turn's model steps reported as many tokens as its cap allows; this step would have
+    /// asked the model again.
+    #[error(
+        "turn `{turn}` already spent {spent} tokens on its model steps (limit {limit}), so this \
+         step was not sent; steps already recorded still replay: end the turn or raise \
+         `Turn::with_max_tokens`"
+    )]
+    TokenBudgetExhausted {
+        /// The turn id.
+        turn: String,
+        /// Tokens reported by the turn's steps so far.
+        spent: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+
     /// An invalid configuration value.
     #[error("invalid configuration: {0}")]
     Config(String),

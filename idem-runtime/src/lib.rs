@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod conversation;
 pub mod engine;
 pub mod error;
 mod flight;
@@ -21,6 +22,7 @@ pub mod store;
 pub mod tool;
 pub mod turn;
 
+pub use conversation::Conversation;
 pub use engine::{Call, Codec, current_key, execute, execute_detached, spawn};
 pub use error::{Error, Mismatch, Result, Unkeyed};
 pub use key::{Fingerprint, Key};

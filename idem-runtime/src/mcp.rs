@@ -66,6 +66,8 @@ impl From<Error> for ErrorData {
             | Error::LeaseLost { .. }
             | Error::CorruptRecord { .. }
             | Error::UnreadableRecord { .. }
+            | Error::ModelStepDiverged { .. }
+            | Error::TokenBudgetExhausted { .. }
             | Error::Config(_) => None,
         };
         let code = match &error {

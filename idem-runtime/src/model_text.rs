@@ -39,6 +39,8 @@ impl Error {
             Error::CorruptRecord { .. } => "corrupt_record",
             Error::UnreadableRecord { .. } => "unreadable_record",
             Error::DuplicateTool { .. } => "duplicate_tool",
+            Error::ModelStepDiverged { .. } => "model_step_diverged",
+            Error::TokenBudgetExhausted { .. } => "token_budget_exhausted",
             Error::Config(_) => "config",
         }
     }
@@ -72,6 +74,8 @@ impl Error {
             | Error::CorruptRecord { .. }
             | Error::UnreadableRecord { .. }
             | Error::DuplicateTool { .. }
+            | Error::ModelStepDiverged { .. }
+            | Error::TokenBudgetExhausted { .. }
             | Error::Config(_) => false,
         }
     }
@@ -150,6 +154,14 @@ impl Error {
                 "This action was not run, and nothing was done: the application is \
                  misconfigured. {UNAVAILABLE}"
             ),
+            Error::ModelStepDiverged { .. } => "This conversation cannot go on: it was \
+                 restarted, and the request now differs from the one the earlier run recorded. \
+                 Nothing more was done. The application has to start a new turn."
+                .to_owned(),
+            Error::TokenBudgetExhausted { .. } => "This turn used all the tokens it may, so \
+                 the model was not asked again and nothing more was done. Stop: tell the user \
+                 what was done so far and that the request is too large for one turn."
+                .to_owned(),
         }
     }
 }
@@ -246,6 +258,16 @@ pub(crate) fn every_error() -> Vec<Error> {
             message: "m".into(),
         },
         Error::DuplicateTool { name: "t" },
+        Error::ModelStepDiverged {
+            conversation: "planner".into(),
+            step: 2,
+            turn: "x".into(),
+        },
+        Error::TokenBudgetExhausted {
+            turn: "x".into(),
+            spent: 10,
+            limit: 10,
+        },
         Error::Config("bad".into()),
     ]
 }

@@ -76,6 +76,11 @@ struct TurnInner {
     store: Option<Arc<dyn Store>>,
     /// Counters of calls made through this value and its clones and edits.
     stats: Arc<StatsCounters>,
+    /// The cap on the tokens the turn's model steps report (`None`: no cap).
+    max_tokens: Option<u64>,
+    /// This run of the turn: its conversations' steps and the tokens they reported, shared by
+    /// this value, its clones and its edits (a restarted run makes a new `Turn`).
+    run: Arc<crate::conversation::Run>,
 }
 
 impl Turn {
@@ -93,6 +98,8 @@ impl Turn {
                 budget_window: DEFAULT_BUDGET_WINDOW,
                 store: None,
                 stats: Arc::default(),
+                max_tokens: None,
+                run: Arc::default(),
             }),
         }
     }
@@ -108,6 +115,7 @@ impl Turn {
         self.edit(|t| {
             t.identity = TurnIdentity::new(&namespace, &t.id);
             t.namespace = namespace;
+            t.run = Arc::default(); // another turn: its conversations start anew
         })
     }
 
@@ -136,6 +144,15 @@ impl Turn {
         self.edit(|t| t.budget_window = window)
     }
 
+    /// Caps the tokens this turn's model steps may report, as their responses count them
+    /// ([`Conversation::step_counting`](crate::Conversation::step_counting); default: no cap):
+    /// once this run's steps reported `limit`, a step that would ask the model is refused
+    /// ([`Error::TokenBudgetExhausted`]) while recorded steps still replay. A restarted run
+    /// counts the tokens of the steps it replays, so the cap holds across restarts.
+    pub fn with_max_tokens(self, limit: u64) -> Self {
+        self.edit(|t| t.max_tokens = Some(limit))
+    }
+
     /// The store for tools in this turn that name none (default: [`default_store`](crate::store::default_store)).
     pub fn with_store(self, store: Arc<dyn Store>) -> Self {
         self.edit(|t| t.store = Some(store))
@@ -158,6 +175,16 @@ impl Turn {
     /// The store chosen for this turn, if any.
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.inner.store.as_ref()
+    }
+
+    /// The cap on the tokens of the turn's model steps, if any.
+    pub fn max_tokens(&self) -> Option<u64> {
+        self.inner.max_tokens
+    }
+
+    /// This run of the turn.
+    pub(crate) fn run(&self) -> &Arc<crate::conversation::Run> {
+        &self.inner.run
     }
 
     /// The in-flight wait bound.

@@ -591,12 +591,7 @@ pub(super) fn refuse(guard: &mut Guard, outcome: Outcome, error: Error) -> Answe
 }
 
 pub(super) fn mismatch(guard: &mut Guard, call: &Call) -> Answer {
-    let error = Error::PayloadMismatch {
-        tool: call.tool.name,
-        key: call.key.short(),
-        differs: call.mismatch(),
-    };
-    refuse(guard, Outcome::PayloadMismatch, error)
+    refuse(guard, Outcome::PayloadMismatch, call.mismatch())
 }
 
 pub(super) fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> Answer {

@@ -94,8 +94,20 @@ pub struct Call {
     key: Key,
     fingerprint: Fingerprint,
     store: Option<Arc<dyn Store>>,
-    /// How the key was made, for [`Error::PayloadMismatch`] (see [`Call::with_unkeyed`]).
-    unkeyed: Option<u32>,
+    /// How the key was made, for the error that refuses it when it was used with other
+    /// arguments.
+    origin: Origin,
+}
+
+/// How a call's key was made.
+#[derive(Clone)]
+enum Origin {
+    /// From the arguments; bit `i` set when the tool's `skipped[i]` is in the fingerprint.
+    Arguments(u32),
+    /// Supplied by the caller.
+    CallerKey,
+    /// A model step of a conversation ([`Conversation`](crate::Conversation)).
+    Step { label: Arc<str>, step: u32 },
 }
 
 impl Call {
@@ -117,7 +129,7 @@ impl Call {
             key,
             fingerprint,
             store: None,
-            unkeyed: Some(u32::MAX),
+            origin: Origin::Arguments(u32::MAX),
         }
     }
 
@@ -134,16 +146,34 @@ impl Call {
     /// `None` when the caller supplied it (`#[key]`, MCP's `_meta["idempotencyKey"]`).
     #[must_use]
     pub fn with_unkeyed(mut self, unkeyed: Option<u32>) -> Self {
-        self.unkeyed = unkeyed;
+        self.origin = match unkeyed {
+            Some(bits) => Origin::Arguments(bits),
+            None => Origin::CallerKey,
+        };
         self
     }
 
-    /// What can differ if the key was used before with other arguments.
-    fn mismatch(&self) -> Mismatch {
-        match self.unkeyed {
-            Some(bits) => Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, bits)),
-            None => Mismatch::CallerKey,
-        }
+    /// Step `step` of the conversation `label`: its key was used before with another request.
+    pub(crate) fn model_step(mut self, label: Arc<str>, step: u32) -> Self {
+        self.origin = Origin::Step { label, step };
+        self
+    }
+
+    /// The error for this call's key used before with other arguments.
+    fn mismatch(&self) -> Error {
+        let (tool, key) = (self.tool.name, self.key.short());
+        let differs = match &self.origin {
+            Origin::Arguments(bits) => Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, *bits)),
+            Origin::CallerKey => Mismatch::CallerKey,
+            Origin::Step { label, step } => {
+                return Error::ModelStepDiverged {
+                    conversation: label.to_string(),
+                    step: *step,
+                    turn: self.turn.id().to_owned(),
+                };
+            }
+        };
+        Error::PayloadMismatch { tool, key, differs }
     }
 
     /// The call's key.

@@ -82,7 +82,7 @@ where
 {
     let store = match postgres_store(&call) {
         Ok(store) => store,
-        Err(error) => return Err(codec.error(super::refuse(call.tool, error))),
+        Err(error) => return codec.answered(Err(super::refuse(call.tool, error)), None),
     };
     let unsure = AtomicBool::new(false);
     let mut asker = Charging {

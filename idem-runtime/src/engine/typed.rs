@@ -269,9 +269,4 @@ impl<T, E> Codec<T, E> {
             (Err(error), _) => Err((self.error)(error)),
         }
     }
-
-    /// The engine's own failure as the tool's error.
-    pub(crate) fn error(&self, error: Error) -> E {
-        (self.error)(error)
-    }
 }

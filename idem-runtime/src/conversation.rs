@@ -1,0 +1,219 @@
+//! Durable turns: the model's side of a turn, recorded step by step.
+//!
+//! An agent's turn is a conversation — the model asked, its answer, tool calls, the model asked
+//! again — and an orchestrator that restarts a failed run from the top with the same turn id
+//! asks the model again. The model rewords (`"coffee for Ada."` instead of `"Coffee for
+//! Ada"`), its tool calls get new keys, and the actions run twice. A [`Conversation`] records
+//! each model call of a turn as a **step** in the turn's store, through the engine that records
+//! tool calls: a restarted run gets the earlier responses back without sending anything, so its
+//! tool calls carry the same arguments and replay too, and it goes on live from the first step
+//! that was not recorded.
+//!
+//! A step is keyed by the turn, the conversation's label and the step's index in this run of
+//! the turn (the n-th model call of the conversation), and fingerprinted by its request. A
+//! restarted run whose request differs from the recorded one at some step (the prompt changed,
+//! the tools changed, a `#[read_only]` tool returned something else) is **stopped** there with
+//! [`Error::ModelStepDiverged`], before anything is sent: going on live would mix the
+//! responses of two conversations, and the keys of the old one's later steps would meet the new
+//! one at the next restart.
+//!
+//! Model steps are counted like tool calls: a step's attempts by the turn's per-key budget, and
+//! the tokens its response reports (where the caller says how: [`Conversation::step_counting`])
+//! by [`Turn::with_max_tokens`]. Asking a model has no side effect, so a step cut off by its
+//! caller gives its key back: a restarted run asks again.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::engine::{Call, Codec, execute};
+use crate::key::ArgsDigest;
+use crate::tool::ToolInfo;
+use crate::{Error, Turn};
+
+/// What a model step is to the engine and the store: a tool named `idem:model` (a name no
+/// annotated tool can have), whose key is given back when its caller goes away.
+pub static MODEL_STEP: ToolInfo = ToolInfo::idempotent("idem:model").with_release_on_cancel();
+
+/// One run of a turn: its conversations' step counters and the tokens its steps reported.
+#[derive(Default)]
+pub(crate) struct Run {
+    conversations: Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<Steps>>>>,
+    tokens: AtomicU64,
+}
+
+/// The steps of one conversation in this run.
+#[derive(Default)]
+struct Steps {
+    /// Steps answered so far: the index of the next one.
+    answered: u32,
+}
+
+/// One conversation with a model in a turn, its model calls recorded as steps: see
+/// [the module documentation](self).
+///
+/// A conversation is named by its turn and its label: [`Turn::conversation`] hands out the same
+/// steps for the same label to every clone of a turn, and a restarted run — a new [`Turn`]
+/// with the same id and namespace — starts again at step 0, replaying. Steps of one
+/// conversation run one at a time, in order; give concurrent conversations of one turn (a
+/// planner and a writer) labels of their own.
+///
+/// ```
+/// # extern crate idem_tools_runtime as idem_tools;
+/// use idem_tools::Turn;
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
+/// let ask_model = |prompt: String| async move {
+///     Ok::<_, idem_tools::Error>(format!("a reply to {prompt}")) // the model's API
+/// };
+/// let turn = Turn::new("conv-42/turn-7");
+/// let chat = turn.conversation("assistant");
+/// let first = chat.step("Tell Ada hi", ask_model("Tell Ada hi".into())).await?;
+///
+/// // The run is restarted from the top: the model is not asked again.
+/// let again = Turn::new("conv-42/turn-7").conversation("assistant");
+/// let replayed = again.step("Tell Ada hi", ask_model("not sent".into())).await?;
+/// assert_eq!(replayed, "a reply to Tell Ada hi");
+/// assert_eq!(first, replayed);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Conversation {
+    turn: Turn,
+    label: Arc<str>,
+    steps: Arc<tokio::sync::Mutex<Steps>>,
+}
+
+impl Turn {
+    /// The conversation `label` of this run of the turn: see [`Conversation`].
+    pub fn conversation(&self, label: &str) -> Conversation {
+        let mut conversations = self
+            .run()
+            .conversations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (label, steps) = match conversations.get_key_value(label) {
+            Some((label, steps)) => (Arc::clone(label), Arc::clone(steps)),
+            None => {
+                let label: Arc<str> = Arc::from(label);
+                let steps = Arc::new(tokio::sync::Mutex::new(Steps::default()));
+                conversations.insert(Arc::clone(&label), Arc::clone(&steps));
+                (label, steps)
+            }
+        };
+        Conversation {
+            turn: self.clone(),
+            label,
+            steps,
+        }
+    }
+
+    /// The tokens this run's model steps reported so far, replayed steps included.
+    pub fn tokens_spent(&self) -> u64 {
+        self.run().tokens.load(Ordering::Relaxed)
+    }
+}
+
+impl Conversation {
+    /// The turn it belongs to.
+    pub fn turn(&self) -> &Turn {
+        &self.turn
+    }
+
+    /// Its label.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// How many of its steps this run has answered (replayed or live): the index of the next.
+    pub async fn steps(&self) -> u32 {
+        self.steps.lock().await.answered
+    }
+
+    /// The next step: `call`, the model's answer to `request`, unless this turn recorded the
+    /// answer to that step already — then the recorded answer, and `call` is dropped unpolled.
+    /// `request` is what the model is sent (it is fingerprinted, not recorded); the response is
+    /// recorded and must replay exactly (`Serialize` and `DeserializeOwned`, checked before it
+    /// is recorded). An `Err` is not recorded: the step is asked again.
+    ///
+    /// # Errors
+    /// `call`'s own errors; [`Error::ModelStepDiverged`] if the step was recorded for another
+    /// request; any error of a tool call ([`execute`]) converted with `E: From<Error>`.
+    pub async fn step<Req, Resp, E, F>(&self, request: &Req, call: F) -> Result<Resp, E>
+    where
+        Req: Serialize + ?Sized,
+        Resp: Serialize + DeserializeOwned + Send,
+        E: From<Error> + Send,
+        F: Future<Output = Result<Resp, E>> + Send,
+    {
+        self.step_counting(request, |_: &Resp| None, call).await
+    }
+
+    /// [`step`](Self::step), counting the tokens the response reports (`tokens` reads them from
+    /// it, replayed or live) against the turn's [`with_max_tokens`](Turn::with_max_tokens): a
+    /// step that would ask the model once the cap is reached is refused with
+    /// [`Error::TokenBudgetExhausted`], and its key given back.
+    ///
+    /// # Errors
+    /// As [`step`](Self::step), and [`Error::TokenBudgetExhausted`].
+    pub async fn step_counting<Req, Resp, E, F>(
+        &self,
+        request: &Req,
+        tokens: impl FnOnce(&Resp) -> Option<u64>,
+        call: F,
+    ) -> Result<Resp, E>
+    where
+        Req: Serialize + ?Sized,
+        Resp: Serialize + DeserializeOwned + Send,
+        E: From<Error> + Send,
+        F: Future<Output = Result<Resp, E>> + Send,
+    {
+        let mut steps = self.steps.lock().await;
+        let step = steps.answered;
+        let turn = &self.turn;
+        let mut args = ArgsDigest::new(MODEL_STEP.name);
+        args.arg("conversation", &*self.label)?;
+        args.arg("step", &step)?;
+        args.fingerprint_arg("request", request)?;
+        let (key, fingerprint) = args.finish(
+            turn.namespace(),
+            turn.id(),
+            MODEL_STEP.name,
+            MODEL_STEP.version,
+        );
+        let call_ = Call::new(&MODEL_STEP, turn, key, fingerprint)
+            .model_step(Arc::clone(&self.label), step);
+        // Only a step that is asked live reaches its body: a recorded one replays whatever the
+        // cap says.
+        let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
+        let body = async move {
+            if let Some((limit, turn)) = cap {
+                let spent = turn.tokens_spent();
+                if spent >= limit {
+                    let turn = turn.id().to_owned();
+                    return Err(E::from(Error::TokenBudgetExhausted { turn, spent, limit }));
+                }
+            }
+            call.await
+        };
+        let response = execute(call_, Codec::ok_only(), body).await?;
+        steps.answered += 1;
+        if let Some(spent) = tokens(&response) {
+            turn.run().tokens.fetch_add(spent, Ordering::Relaxed);
+        }
+        Ok(response)
+    }
+}
+
+impl std::fmt::Debug for Conversation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Conversation")
+            .field("turn", &self.turn.id())
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,220 @@
+//! Durable turns: a conversation's model steps are recorded, replayed to a restarted run, and
+//! never mixed with another conversation's.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Error, Turn};
+use serde::{Deserialize, Serialize};
+
+/// What a scripted model answers: the text it was asked and how often it was asked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Reply {
+    text: String,
+    tokens: u64,
+}
+
+/// A model that answers each prompt with a reworded reply (as a real one does when asked
+/// again), counting its calls.
+#[derive(Default)]
+struct Model {
+    calls: AtomicU32,
+}
+
+impl Model {
+    async fn ask(&self, prompt: &str) -> Result<Reply, Error> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        Ok(Reply {
+            text: format!("reply #{n} to {prompt}"),
+            tokens: 100,
+        })
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+fn turn(store: &Arc<dyn Store>) -> Turn {
+    Turn::new("conv-1/turn-1").with_store(Arc::clone(store))
+}
+
+/// A run of a three-step conversation, cut after `steps` steps; returns the replies it got.
+async fn run(store: &Arc<dyn Store>, model: &Model, prompts: &[&str], steps: usize) -> Vec<Reply> {
+    let chat = turn(store).conversation("assistant");
+    let mut replies = Vec::new();
+    for prompt in prompts.iter().take(steps) {
+        replies.push(chat.step(*prompt, model.ask(prompt)).await.unwrap());
+    }
+    replies
+}
+
+#[tokio::test]
+async fn a_restarted_run_replays_the_recorded_steps_and_goes_on_live() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let prompts = ["plan", "after the first tool", "after the second tool"];
+
+    let first = run(&store, &model, &prompts, 2).await; // the process dies after step 1
+    assert_eq!(model.calls(), 2);
+
+    let restarted = run(&store, &model, &prompts, 3).await;
+    assert_eq!(model.calls(), 3, "only the step not recorded was sent");
+    assert_eq!(restarted[..2], first[..], "the recorded steps came back as they were");
+    assert_eq!(restarted[2].text, "reply #2 to after the second tool");
+
+    let again = run(&store, &model, &prompts, 3).await;
+    assert_eq!(model.calls(), 3, "a run of recorded steps sends nothing");
+    assert_eq!(again, restarted);
+}
+
+#[tokio::test]
+async fn a_request_that_differs_from_the_recorded_one_stops_the_run_before_sending() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    run(&store, &model, &["plan", "after the first tool"], 2).await;
+
+    let chat = turn(&store).conversation("assistant");
+    chat.step("plan", model.ask("plan")).await.unwrap();
+    let diverged = chat
+        .step("after another tool result", model.ask("after another tool result"))
+        .await;
+    match diverged {
+        Err(Error::ModelStepDiverged {
+            conversation,
+            step,
+            turn,
+        }) => {
+            assert_eq!((conversation.as_str(), step), ("assistant", 1));
+            assert_eq!(turn, "conv-1/turn-1");
+        }
+        other => panic!("expected a divergence, got {other:?}"),
+    }
+    assert_eq!(model.calls(), 2, "nothing was sent for the replay or the divergence");
+}
+
+#[tokio::test]
+async fn a_failed_step_is_asked_again_as_the_same_step() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let chat = turn(&store).conversation("assistant");
+    let failed = chat
+        .step("plan", async { Err::<Reply, _>(Error::Config("the API said 503".into())) })
+        .await;
+    assert!(failed.is_err());
+    assert_eq!(chat.steps().await, 0, "a failed step is not counted");
+    let answered = chat.step("plan", model.ask("plan")).await.unwrap();
+    assert_eq!(chat.steps().await, 1);
+
+    // The restarted run replays step 0: the failure was not recorded, the answer was.
+    let replayed = turn(&store)
+        .conversation("assistant")
+        .step("plan", model.ask("plan"))
+        .await
+        .unwrap();
+    assert_eq!(replayed, answered);
+    assert_eq!(model.calls(), 1);
+}
+
+#[tokio::test]
+async fn conversations_of_one_turn_have_steps_of_their_own() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let turn = turn(&store);
+    let planner = turn.conversation("planner");
+    let writer = turn.clone().conversation("writer");
+    let plan = planner.step("plan", model.ask("plan")).await.unwrap();
+    let draft = writer.step("draft", model.ask("draft")).await.unwrap();
+    assert_ne!(plan, draft);
+    // The same label on a clone of the turn is the same conversation: its next step is 1.
+    assert_eq!(turn.clone().conversation("planner").steps().await, 1);
+    assert_eq!(model.calls(), 2);
+}
+
+#[tokio::test]
+async fn the_token_cap_stops_live_steps_and_holds_across_a_restart() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let capped = || turn(&store).with_max_tokens(250);
+    let tokens = |reply: &Reply| Some(reply.tokens);
+
+    let chat = capped().conversation("assistant");
+    for prompt in ["one", "two", "three"] {
+        chat.step_counting(prompt, tokens, model.ask(prompt))
+            .await
+            .unwrap();
+    }
+    assert_eq!(chat.turn().tokens_spent(), 300);
+    let refused = chat.step_counting("four", tokens, model.ask("four")).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::TokenBudgetExhausted {
+                spent: 300,
+                limit: 250,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(model.calls(), 3, "the refused step was not sent");
+
+    // A restarted run replays what was recorded, whatever the cap, and stops at the same step.
+    let restarted = capped().conversation("assistant");
+    for prompt in ["one", "two", "three"] {
+        restarted
+            .step_counting(prompt, tokens, model.ask(prompt))
+            .await
+            .unwrap();
+    }
+    let refused = restarted.step_counting("four", tokens, model.ask("four")).await;
+    assert!(matches!(refused, Err(Error::TokenBudgetExhausted { .. })));
+    assert_eq!(model.calls(), 3);
+}
+
+#[tokio::test]
+async fn a_step_cut_off_by_its_caller_is_asked_again_by_the_restarted_run() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let chat = turn(&store).conversation("assistant");
+    let slow = async {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        model.ask("plan").await
+    };
+    let cut = tokio::time::timeout(Duration::from_millis(20), chat.step("plan", slow)).await;
+    assert!(cut.is_err(), "the step was cut off");
+
+    let reply = turn(&store)
+        .conversation("assistant")
+        .step("plan", model.ask("plan"))
+        .await
+        .expect("asked again, not refused as interrupted");
+    assert_eq!(reply.text, "reply #0 to plan");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_of_one_turn_at_once_ask_the_model_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Arc::new(Model::default());
+    let runs = (0..2).map(|_| {
+        let (store, model) = (Arc::clone(&store), Arc::clone(&model));
+        tokio::spawn(async move {
+            turn(&store)
+                .conversation("assistant")
+                .step("plan", async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    model.ask("plan").await
+                })
+                .await
+        })
+    });
+    let mut replies = Vec::new();
+    for run in runs.collect::<Vec<_>>() {
+        replies.push(run.await.unwrap().unwrap());
+    }
+    assert_eq!(replies[0], replies[1]);
+    assert_eq!(model.calls(), 1);
+}
