@@ -70,6 +70,10 @@
 //! `tool_concurrency` (1 by default: one after another). Either way a repeated call replays:
 //! run after the first, or side by side with it (it waits for the first and takes its result).
 
+mod model;
+
+pub use model::RecordedModel;
+
 use std::error::Error as StdError;
 use std::sync::Arc;
 

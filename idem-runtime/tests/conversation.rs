@@ -63,7 +63,11 @@ async fn a_restarted_run_replays_the_recorded_steps_and_goes_on_live() {
 
     let restarted = run(&store, &model, &prompts, 3).await;
     assert_eq!(model.calls(), 3, "only the step not recorded was sent");
-    assert_eq!(restarted[..2], first[..], "the recorded steps came back as they were");
+    assert_eq!(
+        restarted[..2],
+        first[..],
+        "the recorded steps came back as they were"
+    );
     assert_eq!(restarted[2].text, "reply #2 to after the second tool");
 
     let again = run(&store, &model, &prompts, 3).await;
@@ -80,7 +84,10 @@ async fn a_request_that_differs_from_the_recorded_one_stops_the_run_before_sendi
     let chat = turn(&store).conversation("assistant");
     chat.step("plan", model.ask("plan")).await.unwrap();
     let diverged = chat
-        .step("after another tool result", model.ask("after another tool result"))
+        .step(
+            "after another tool result",
+            model.ask("after another tool result"),
+        )
         .await;
     match diverged {
         Err(Error::ModelStepDiverged {
@@ -93,7 +100,11 @@ async fn a_request_that_differs_from_the_recorded_one_stops_the_run_before_sendi
         }
         other => panic!("expected a divergence, got {other:?}"),
     }
-    assert_eq!(model.calls(), 2, "nothing was sent for the replay or the divergence");
+    assert_eq!(
+        model.calls(),
+        2,
+        "nothing was sent for the replay or the divergence"
+    );
 }
 
 #[tokio::test]
@@ -102,7 +113,9 @@ async fn a_failed_step_is_asked_again_as_the_same_step() {
     let model = Model::default();
     let chat = turn(&store).conversation("assistant");
     let failed = chat
-        .step("plan", async { Err::<Reply, _>(Error::Config("the API said 503".into())) })
+        .step("plan", async {
+            Err::<Reply, _>(Error::Config("the API said 503".into()))
+        })
         .await;
     assert!(failed.is_err());
     assert_eq!(chat.steps().await, 0, "a failed step is not counted");
@@ -170,7 +183,9 @@ async fn the_token_cap_stops_live_steps_and_holds_across_a_restart() {
             .await
             .unwrap();
     }
-    let refused = restarted.step_counting("four", tokens, model.ask("four")).await;
+    let refused = restarted
+        .step_counting("four", tokens, model.ask("four"))
+        .await;
     assert!(matches!(refused, Err(Error::TokenBudgetExhausted { .. })));
     assert_eq!(model.calls(), 3);
 }

@@ -83,8 +83,10 @@ pub(super) struct Granted {
     pub(super) span: Span,
     pub(super) claim: Claim,
     /// The flight, unless the guard holds it with the claim.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // a transactional call's
     pub(super) leader: Option<Leader>,
     /// When the in-flight wait ends.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // a transactional call's
     pub(super) wait_until: Instant,
 }
 
@@ -139,6 +141,7 @@ pub(super) fn ask<'a, A: Asker>(
 /// Asks again for a call whose grant did not hold (a transactional call found the key live
 /// when it claimed it): its flight ends — the calls waiting on it ask too — and its in-flight
 /// wait goes on.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))] // a transactional call's
 pub(super) fn ask_again<'a, A: Asker>(
     granted: Box<Granted>,
     asker: &'a mut A,

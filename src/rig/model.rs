@@ -1,0 +1,140 @@
+//! A rig agent's model, its steps recorded in a turn ([`RecordedModel`]).
+
+use rig_core::DynModel;
+use rig_core::completion::{CompletionRequest, CompletionResponse, ModelRef};
+use rig_core::effect::{EffectKind, HandlerDescriptor, Outcome, family};
+use rig_core::error::{ErrorKind, ErrorReport};
+use rig_core::operation::Completion;
+use rig_core::serve::adapters::ModelAdapter;
+use rig_core::serve::{Dispatch, Reply, Serve};
+
+use crate::{Conversation, Error, Turn};
+
+/// A completion model whose steps are recorded in one turn, so that a run of that turn
+/// restarted from the top gets the model's earlier responses back instead of asking again
+/// ([`Conversation`]). The one line, where the agent of a turn is built:
+///
+/// ```ignore
+/// let agent = AgentBuilder::new(model.clone())
+///     .model_route_handler("default", RecordedModel::new("default", model, &turn))
+///     .dynamic_tool(idem_tools::rig::tool(SendMessage::new(api), TOOLS[0])?)
+///     .build();
+/// let reply = agent.prompt(text).tool_context(with_turn(ToolContext::new(), &turn)).await?;
+/// ```
+///
+/// `"default"` is the label `AgentBuilder::new` gives its model: registering under it replaces
+/// rig's own handler. It is a handler on the agent's bus (rig 0.44 calls its models through
+/// one), so it sees the request after every hook, as the model would; it is given its turn
+/// because a model call runs wherever rig polls the agent's bus, not in the task of the run
+/// that asked (as tool calls do). Build an agent per turn.
+///
+/// Each model call of a run is a step of the conversation `label` of the turn, fingerprinted
+/// by rig's `CompletionRequest` (the history, the tools and the options the model is sent) and
+/// recorded as rig's `CompletionResponse`. A restarted run sends the same first request, gets
+/// the recorded response without a request to the model, so its tool calls carry the same
+/// arguments and replay, and its next request is the same again; it goes on live from the
+/// first step that was not recorded. A run whose request differs from the recorded one at a
+/// step (the prompt, the tools or a tool's result changed) fails with a report of rig's kind
+/// [`Divergence`](ErrorKind::Divergence) before the model is asked: it never goes on with
+/// another conversation's responses. The tokens a response reports (`usage.total_tokens`, or
+/// input and output) count against [`Turn::with_max_tokens`].
+///
+/// Streamed runs are served too: rig's bus hands a streaming consumer a step's events when the
+/// step is complete, live or replayed.
+pub struct RecordedModel {
+    inner: ModelAdapter<Completion>,
+    conversation: Conversation,
+}
+
+impl RecordedModel {
+    /// `model`, registered under `label`, its steps recorded in `turn` as the conversation
+    /// `label`.
+    pub fn new(
+        label: impl Into<ModelRef>,
+        model: impl Into<DynModel<Completion>>,
+        turn: &Turn,
+    ) -> Self {
+        let label = label.into();
+        RecordedModel {
+            conversation: turn.conversation(label.as_str()),
+            inner: ModelAdapter::new(label, model),
+        }
+    }
+
+    /// The live step: rig's own handler, its reply folded into one response.
+    async fn live(
+        &self,
+        request: CompletionRequest,
+        stream: bool,
+        dispatch: Dispatch,
+    ) -> Result<CompletionResponse, StepError> {
+        let kind = EffectKind::Completion { request, stream };
+        match self.inner.serve(kind, dispatch).await.into_outcome().await {
+            Ok(Outcome::Completion(response)) => Ok(response),
+            Ok(other) => Err(StepError::Model(Box::new(ErrorReport::new(
+                ErrorKind::Internal,
+                format!("the model answered with a {} outcome", other.family()),
+            )))),
+            Err(report) => Err(StepError::Model(Box::new(report))),
+        }
+    }
+}
+
+/// What a step fails with: the model's own failure, or idem's.
+enum StepError {
+    Model(Box<ErrorReport>),
+    Idem(Error),
+}
+
+impl From<Error> for StepError {
+    fn from(error: Error) -> Self {
+        StepError::Idem(error)
+    }
+}
+
+/// The tokens a response reports: its total, else its input and output.
+fn tokens(response: &CompletionResponse) -> Option<u64> {
+    let usage = &response.usage;
+    usage
+        .total_tokens
+        .or(match (usage.input_tokens, usage.output_tokens) {
+            (None, None) => None,
+            (input, output) => Some(input.unwrap_or(0).saturating_add(output.unwrap_or(0))),
+        })
+}
+
+/// The report a run fails with for an idem error of a step: a divergence is rig's
+/// `Divergence`, a cap `Denied`; none is worth retrying in the same turn.
+fn report(error: &Error) -> ErrorReport {
+    let kind = match error {
+        Error::ModelStepDiverged { .. } => ErrorKind::Divergence,
+        Error::TokenBudgetExhausted { .. } | Error::BudgetExhausted { .. } => ErrorKind::Denied,
+        _ => ErrorKind::Other,
+    };
+    ErrorReport::new(kind, error.to_string()).with_retryable(false)
+}
+
+impl Serve for RecordedModel {
+    type Family = family::Completion;
+
+    fn descriptor(&self) -> HandlerDescriptor {
+        self.inner.descriptor()
+    }
+
+    async fn serve(&self, kind: EffectKind, dispatch: Dispatch) -> Reply {
+        let EffectKind::Completion { request, stream } = kind else {
+            // Not a model call: rig's handler refuses it as it would.
+            return self.inner.serve(kind, dispatch).await;
+        };
+        let live = self.live(request.clone(), stream, dispatch);
+        match self
+            .conversation
+            .step_counting(&request, tokens, live)
+            .await
+        {
+            Ok(response) => Reply::Outcome(Ok(Outcome::Completion(response))),
+            Err(StepError::Model(report)) => Reply::Outcome(Err(*report)),
+            Err(StepError::Idem(error)) => Reply::Outcome(Err(report(&error))),
+        }
+    }
+}

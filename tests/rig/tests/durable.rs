@@ -1,0 +1,265 @@
+//! Durable turns through rig's own agent loop: a rig agent's model steps recorded per turn
+//! (`idem_tools::rig::RecordedModel`), what a restarted run sends and gets.
+
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use idem_tools::rig::{RecordedModel, tool, with_turn};
+use idem_tools::{Error, ToolInfo, Turn, idempotent, tool_impl};
+use rig_agent::agent::{PromptResponse, stream_to_stdout};
+use rig_agent::{Agent, AgentBuilder};
+use rig_core::completion::{AssistantContent, ModelRef, Usage};
+use rig_core::effect::{EffectKind, HandlerDescriptor, family};
+use rig_core::error::ErrorKind;
+use rig_core::message::{ToolCall, ToolFunction, ToolName};
+use rig_core::operation::Completion;
+use rig_core::serve::adapters::ModelAdapter;
+use rig_core::serve::{Dispatch, Reply, Serve};
+use rig_core::test_utils::{MockCompletionModel, MockStreamEvent, MockTurn};
+use rig_core::tool::{Tool, ToolContext};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Outgoing {
+    to: String,
+    text: String,
+}
+
+/// Counts the messages it sends.
+#[derive(Clone, Default)]
+struct Send {
+    sent: Arc<AtomicUsize>,
+}
+
+#[tool_impl(same_service)]
+impl Tool for Send {
+    const NAME: &'static str = "send";
+    type Args = Outgoing;
+    type Output = usize;
+    type Error = Error;
+
+    fn description(&self) -> String {
+        "Send a text message".into()
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        json!({ "type": "object" })
+    }
+
+    #[idempotent(name = "send", ignore(context))]
+    async fn call(&self, context: &mut ToolContext, message: Outgoing) -> Result<usize, Error> {
+        let _ = (context, message);
+        Ok(self.sent.fetch_add(1, Ordering::SeqCst) + 1)
+    }
+}
+
+const TOOLS: &[ToolInfo] = idem_tools::tools![Send::call];
+
+fn send_to(to: &str) -> AssistantContent {
+    let name = ToolName::new("send").expect("a tool name");
+    AssistantContent::ToolCall(ToolCall::from_wire(
+        "call-1",
+        ToolFunction::new(name, json!({ "to": to, "text": "hi" })),
+    ))
+}
+
+/// The agent of one turn: its model's steps recorded in `turn`.
+fn agent(model: &MockCompletionModel, turn: &Turn, send: &Send) -> Agent {
+    AgentBuilder::new(model.clone())
+        .model_route_handler(
+            "default",
+            RecordedModel::new("default", model.clone(), turn),
+        )
+        .default_max_turns(5)
+        .dynamic_tool(tool(send.clone(), TOOLS[0]).expect("a named tool"))
+        .build()
+}
+
+/// One run of `turn`, as the application would start it.
+async fn run(
+    model: &MockCompletionModel,
+    turn: &Turn,
+    send: &Send,
+    prompt: &str,
+) -> Result<PromptResponse, rig_agent::completion::PromptError> {
+    agent(model, turn, send)
+        .prompt(prompt)
+        .tool_context(with_turn(ToolContext::new(), turn))
+        .await
+}
+
+fn tool_then_text() -> MockCompletionModel {
+    MockCompletionModel::from_turns([
+        MockTurn::from_contents([send_to("ada")]),
+        MockTurn::text("Sent."),
+    ])
+}
+
+/// The whole run again, with a model that has nothing to say: every step is replayed, the
+/// model is sent nothing, the message is not sent again, and the run ends as the first did.
+#[tokio::test]
+async fn a_restarted_run_replays_the_models_steps_and_asks_nothing() {
+    let send = Send::default();
+    let first = tool_then_text();
+    let done = run(&first, &Turn::new("durable/restart"), &send, "Tell Ada hi")
+        .await
+        .expect("the first run");
+    assert_eq!(first.request_count(), 2);
+
+    let silent = MockCompletionModel::from_turns([]);
+    let again = run(&silent, &Turn::new("durable/restart"), &send, "Tell Ada hi")
+        .await
+        .expect("the restarted run");
+    assert_eq!(silent.request_count(), 0, "no request sent");
+    assert_eq!(send.sent.load(Ordering::SeqCst), 1, "the message sent once");
+    assert_eq!(again.output(), "Sent.");
+    assert_eq!(again.messages(), done.messages());
+}
+
+/// The first run stopped after its first step (the model failed); the restarted run replays
+/// that step and its tool call, and asks the model only for the next one.
+#[tokio::test]
+async fn a_restarted_run_continues_live_from_the_first_step_not_recorded() {
+    let send = Send::default();
+    let cut = MockCompletionModel::from_turns([
+        MockTurn::from_contents([send_to("ada")]),
+        MockTurn::error("the provider is down"),
+    ]);
+    run(&cut, &Turn::new("durable/continue"), &send, "Tell Ada hi")
+        .await
+        .expect_err("the model failed at its second step");
+    assert_eq!(send.sent.load(Ordering::SeqCst), 1);
+
+    let rest = MockCompletionModel::from_turns([MockTurn::text("Sent.")]);
+    let done = run(&rest, &Turn::new("durable/continue"), &send, "Tell Ada hi")
+        .await
+        .expect("the restarted run");
+    assert_eq!(
+        rest.request_count(),
+        1,
+        "only the step not recorded is asked for"
+    );
+    assert_eq!(send.sent.load(Ordering::SeqCst), 1, "the message sent once");
+    assert_eq!(done.output(), "Sent.");
+}
+
+/// A restarted run whose prompt changed: its first request is not the recorded one, so the run
+/// stops with a divergence before anything is sent or done.
+#[tokio::test]
+async fn a_restarted_run_whose_request_differs_stops_before_asking() {
+    let send = Send::default();
+    run(
+        &tool_then_text(),
+        &Turn::new("durable/diverge"),
+        &send,
+        "Tell Ada hi",
+    )
+    .await
+    .expect("the first run");
+
+    let other = tool_then_text();
+    let refused = run(&other, &Turn::new("durable/diverge"), &send, "Tell Bob hi")
+        .await
+        .expect_err("another conversation in the same turn");
+    assert_eq!(other.request_count(), 0, "no request sent");
+    assert_eq!(send.sent.load(Ordering::SeqCst), 1);
+    let rig_agent::completion::PromptError::Report(report) = refused else {
+        panic!("a report: {refused:?}");
+    };
+    assert_eq!(report.kind, ErrorKind::Divergence, "{report:?}");
+    assert!(
+        report.message.contains("step 0 of conversation `default`"),
+        "{}",
+        report.message
+    );
+}
+
+/// A streamed run's step is recorded and replayed too: the restarted streamed run, and a
+/// restarted unary one, get the recorded response without a request.
+#[tokio::test]
+async fn a_streamed_run_is_recorded_and_replayed() {
+    let send = Send::default();
+    let turn = || Turn::new("durable/stream");
+    let streamed = MockCompletionModel::from_stream_turns([[
+        MockStreamEvent::text("Hello."),
+        MockStreamEvent::final_response(Usage::default()),
+    ]]);
+    let mut stream = agent(&streamed, &turn(), &send)
+        .prompt("Say hello")
+        .stream();
+    let first = stream_to_stdout(&mut stream).await.expect("the first run");
+    assert_eq!(first.output(), "Hello.");
+    assert_eq!(streamed.request_count(), 1);
+
+    let silent = MockCompletionModel::from_turns([]);
+    let mut stream = agent(&silent, &turn(), &send).prompt("Say hello").stream();
+    let again = stream_to_stdout(&mut stream)
+        .await
+        .expect("the restarted run");
+    assert_eq!(again.output(), "Hello.");
+    let unary = run(&silent, &turn(), &send, "Say hello")
+        .await
+        .expect("a restarted unary run");
+    assert_eq!(unary.output(), "Hello.");
+    assert_eq!(silent.request_count(), 0, "no request sent");
+}
+
+/// Sees which turn is current where rig runs a model call, then lets rig's handler answer.
+struct TurnSpy {
+    inner: ModelAdapter<Completion>,
+    seen: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Serve for TurnSpy {
+    type Family = family::Completion;
+
+    fn descriptor(&self) -> HandlerDescriptor {
+        self.inner.descriptor()
+    }
+
+    async fn serve(&self, kind: EffectKind, dispatch: Dispatch) -> Reply {
+        let prompt = match &kind {
+            EffectKind::Completion { request, .. } => format!("{:?}", request.chat_history.last()),
+            _ => String::new(),
+        };
+        // As a model's own await would: the call is polled again later, by whoever polls.
+        tokio::task::yield_now().await;
+        let turn = Turn::current().map(|t| t.id().to_owned());
+        self.seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((prompt, turn.unwrap_or_default()));
+        self.inner.serve(kind, dispatch).await
+    }
+}
+
+/// Why `RecordedModel` is given its turn rather than reading the task-local one: two runs of one
+/// agent, each entered in its turn with `Turn::scope`, and run A's model call is polled inside
+/// run B, in B's turn (rig polls its bus from whichever run polls next, as for tools). If this
+/// starts failing, rig polls model calls differently: `RecordedModel` could then read the turn.
+#[tokio::test]
+async fn a_task_local_turn_does_not_follow_model_calls_between_runs_of_one_agent() {
+    let model = MockCompletionModel::from_turns([MockTurn::text("a"), MockTurn::text("b")]);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let spy = TurnSpy {
+        inner: ModelAdapter::new(ModelRef::new("default"), model.clone()),
+        seen: Arc::clone(&seen),
+    };
+    let agent = AgentBuilder::new(model)
+        .model_route_handler("default", spy)
+        .build();
+    let run = |turn: &'static str, prompt: &'static str| {
+        Turn::new(turn).scope(agent.prompt(prompt).into_future())
+    };
+    let (a, b) = tokio::join!(run("scoped-a", "prompt A"), run("scoped-b", "prompt B"));
+    a.expect("run a");
+    b.expect("run b");
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let turn_of_a = seen
+        .iter()
+        .find(|(prompt, _)| prompt.contains("prompt A"))
+        .map(|(_, turn)| turn.as_str());
+    assert_eq!(turn_of_a, Some("scoped-b"), "{seen:?}");
+}
