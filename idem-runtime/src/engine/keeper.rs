@@ -26,13 +26,19 @@ pub(super) fn duration(tool: &ToolInfo) -> Result<Duration, Error> {
     }
 }
 
+/// How far a store's end of a lease and this process's timers can be off, whatever the lease:
+/// stores keep lease ends in whole milliseconds (the start truncated: up to 1 ms early) and
+/// Tokio's timers fire on whole milliseconds (rounded up: up to 1 ms late).
+pub(super) const GRANULARITY: Duration = Duration::from_millis(2);
+
 /// How much of a lease this process trusts, counted from when the request that started (or
-/// renewed) it was sent: three quarters. A store frees the key one whole lease after it
-/// *received* that request, so the last quarter absorbs a late timer, a busy executor and the
-/// stores' millisecond clocks: the body is dropped before any store can hand the key to
-/// another caller.
+/// renewed) it was sent: three quarters, less [`GRANULARITY`]. A store frees the key one whole
+/// lease after it *received* that request, so a whole quarter of the lease is left for a late
+/// timer, a busy executor and a paused process, for every lease from [`MIN_LEASE`] up: the body
+/// is dropped before any store can hand the key to another caller unless this process is
+/// paused for longer than a quarter of the lease.
 pub(super) fn trusted(lease: Duration) -> Duration {
-    lease.mul_f64(0.75)
+    lease.mul_f64(0.75).saturating_sub(GRANULARITY)
 }
 
 /// A claim the store granted: the lease, how long it is, and when the claiming `begin` was sent
@@ -99,7 +105,9 @@ impl Keeper {
             lease: claim.lease.clone(),
             duration: claim.duration,
             until: claim.trusted_until(),
-            store_end: claim.sent + claim.duration,
+            // The store's end of the lease at the earliest: its start may be up to a
+            // millisecond early.
+            store_end: claim.sent + claim.duration.saturating_sub(GRANULARITY / 2),
             next: claim.sent + claim.duration / 4,
             lost: false,
             renewal: None,
@@ -222,7 +230,8 @@ impl Keeper {
         match answer {
             Some(Ok(())) => {
                 self.until = self.until.max(asked + trusted(self.duration));
-                self.store_end = self.store_end.max(asked + self.duration);
+                let store_end = asked + self.duration.saturating_sub(GRANULARITY / 2);
+                self.store_end = self.store_end.max(store_end);
                 self.next = asked + self.duration / 4;
             }
             Some(Err(Error::LeaseLost { .. })) => self.lost = true,
@@ -233,6 +242,29 @@ impl Keeper {
                 self.next = Instant::now() + retry;
             }
             None => {} // no answer before the store's end: the next round marks it lost
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// For every lease a tool may ask for, the body is dropped a whole quarter of the lease
+    /// before the earliest moment a store can free the key, once the store's millisecond
+    /// truncation and the timer's rounding are paid (the margin docs/guarantees.md promises).
+    #[test]
+    fn a_quarter_of_every_lease_is_left_after_the_granularity() {
+        let mut lease = MIN_LEASE;
+        while lease <= MAX_LEASE {
+            let store_frees = lease - GRANULARITY / 2; // its start truncated to the millisecond
+            let dropped = trusted(lease) + GRANULARITY / 2; // the timer rounded up
+            assert!(
+                store_frees.saturating_sub(dropped) >= lease / 4,
+                "a {lease:?} lease keeps {:?}",
+                store_frees.saturating_sub(dropped)
+            );
+            lease = lease.mul_f64(1.5);
         }
     }
 }
