@@ -3,6 +3,7 @@
 
 pub(crate) mod begin;
 mod builder;
+pub(crate) mod conn;
 pub(crate) mod entered;
 pub(crate) mod ops;
 mod row;
@@ -29,6 +30,11 @@ pub use sqlx::PgConnection;
 /// running with the same key) before it fails, unless
 /// [`PostgresStoreBuilder::lock_timeout`] says otherwise.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the server has to answer a request of the store (beyond the lock wait a claim is
+/// allowed) before the store closes the connection and fails the operation, unless
+/// [`PostgresStoreBuilder::reply_timeout`] says otherwise.
+pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A dedup store on PostgreSQL: remembered keys survive restarts, and any number of processes
 /// on any number of hosts can share the database.
@@ -88,6 +94,7 @@ pub(crate) struct Inner {
     pub(crate) schema: Option<String>,
     pub(crate) sql: Sql,
     pub(crate) lock_timeout: Duration,
+    pub(crate) reply_timeout: Duration,
     pub(crate) claims: AtomicU32,
     /// The claims being made right now, by token: a `release` of one waits for it to land.
     pub(crate) pending: std::sync::Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
@@ -222,7 +229,12 @@ impl PostgresStore {
         format!("{}idem_records", self.inner.sql.prefix)
     }
 
-    fn new(pool: PgPool, schema: Option<String>, lock_timeout: Duration) -> Self {
+    fn new(
+        pool: PgPool,
+        schema: Option<String>,
+        lock_timeout: Duration,
+        reply_timeout: Duration,
+    ) -> Self {
         let prefix = schema
             .as_deref()
             .map_or_else(String::new, |s| format!("{}.", schema::quote_ident(s)));
@@ -232,6 +244,7 @@ impl PostgresStore {
                 schema,
                 sql: Sql::new(&prefix),
                 lock_timeout,
+                reply_timeout,
                 claims: AtomicU32::new(0),
                 pending: std::sync::Mutex::default(),
             }),
@@ -254,6 +267,7 @@ impl fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("schema", &self.inner.schema)
             .field("lock_timeout", &self.inner.lock_timeout)
+            .field("reply_timeout", &self.inner.reply_timeout)
             .finish_non_exhaustive()
     }
 }
