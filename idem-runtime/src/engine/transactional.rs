@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Connection, PgConnection, Postgres};
+use sqlx::{PgConnection, Postgres};
 use tokio::time::Instant;
 use tracing::{Instrument, Span};
 
@@ -51,9 +51,10 @@ use crate::Error;
 use crate::flight::{self, Role, Waited};
 use crate::stats::Outcome;
 use crate::store::postgres::begin::Answer as Charged;
+use crate::store::postgres::conn::{give_back, unsure as unsure_after};
 use crate::store::postgres::ops::{is_code, lock_timed_out};
 use crate::store::postgres::schema::{CLAIM_GONE, KEY_IS_LIVE, LOCK_TIMEOUT};
-use crate::store::postgres::tx::raw;
+use crate::store::postgres::tx::{self, raw};
 use crate::store::{Begin, FirstResult, LeaseToken, PostgresStore, Store};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
@@ -91,16 +92,20 @@ where
 }
 
 /// A connection of the store's pool. If the call ends while the connection's transaction
-/// state is not known to `sqlx` (between sending `BEGIN` and learning whether it began, or
-/// after a failed claim and before its `ROLLBACK`), the connection is closed instead of going
-/// back to the pool: the server rolls back whatever it had open. Either way it is dropped inside
-/// the runtime it was acquired on (a pooled connection goes back through a task of the runtime),
-/// so a call dropped on a thread outside any runtime does not panic.
+/// state is not known to `sqlx` (between sending `BEGIN` and learning whether it began, after a
+/// failed claim and before its `ROLLBACK`, after a request the server did not answer in time),
+/// the connection is closed instead of going back to the pool: the server rolls back whatever
+/// it had open. Otherwise it goes back through the store's bounded give-back (a server that
+/// stops answering cannot keep it). Either way it is dropped inside the runtime it was acquired
+/// on (a pooled connection goes back through a task of the runtime), so a call dropped on a
+/// thread outside any runtime does not panic.
 struct Checkout<'u> {
     conn: Option<PoolConnection<Postgres>>,
     runtime: Option<tokio::runtime::Handle>,
     /// Outside the struct, so that it can change while a transaction borrows the connection.
     unsure: &'u AtomicBool,
+    /// How long the server has to answer the pool's check of the connection handed back.
+    reply: std::time::Duration,
 }
 
 impl Deref for Checkout<'_> {
@@ -126,11 +131,7 @@ impl Drop for Checkout<'_> {
             return;
         };
         let unsure = self.unsure.load(Ordering::Relaxed);
-        crate::store::postgres::entered::inside(self.runtime.as_ref(), conn, |conn| {
-            if unsure {
-                drop(conn.detach());
-            }
-        });
+        give_back(conn, self.runtime.as_ref(), unsure, self.reply);
     }
 }
 
@@ -173,10 +174,12 @@ where
     let token = LeaseToken::generate();
     let lease = call.lease(token);
     let unsure = AtomicBool::new(false);
+    let reply = store.reply_timeout();
     let mut conn = Checkout {
         conn: None,
         runtime: None,
         unsure: &unsure,
+        reply,
     };
     // Steps 1 to 3, until the key is claimed inside a transaction or the call has its answer.
     let (leader, mut tx) = 'claim: loop {
@@ -232,12 +235,14 @@ where
                 remaining(wait_until),
             );
             unsure.store(true, Ordering::Relaxed);
-            let failed = match conn.begin_with(sql).await {
+            // The server may wait for the key's row for the rest of the wait, then answer.
+            let bound = remaining(wait_until) + reply;
+            let failed = match tx::begin(&mut conn, sql, bound).await {
                 Ok(tx) => break 'claim (leader, tx),
                 Err(error) => error,
             };
             // The claim failed inside the new transaction: roll it back before anything else.
-            if raw(&mut conn, "ROLLBACK").await.is_err() {
+            if raw(&mut conn, "ROLLBACK", reply).await.is_err() {
                 drop(conn.conn.take().map(PoolConnection::detach));
             }
             unsure.store(false, Ordering::Relaxed);
@@ -288,7 +293,7 @@ where
         }
     };
     let sql = store.record_and_commit(&lease, &bytes, ttl_of(guard.report()));
-    match raw(&mut tx, &sql).await {
+    match raw(&mut tx, &sql, reply).await {
         Ok(_) => {
             let shared = FirstResult {
                 fingerprint: call.fingerprint,
@@ -300,6 +305,8 @@ where
         }
         Err(failed) => {
             drop(tx);
+            // No answer, or a broken connection: its state is unknown, so it is closed.
+            unsure.store(unsure_after(&failed), Ordering::Relaxed);
             drop(leader);
             let error = commit_error(failed);
             answered(refuse(&mut guard, Outcome::StoreError, error), None, codec)

@@ -10,6 +10,7 @@
 mod postgres_common;
 
 mod setup;
+mod transactional;
 
 use std::time::{Duration, Instant};
 

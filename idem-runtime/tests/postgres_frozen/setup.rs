@@ -5,12 +5,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_test_support::Forwarder;
+use idem_tools_runtime::engine::transactional;
 use idem_tools_runtime::key::ArgsDigest;
-use idem_tools_runtime::store::PostgresStore;
+use idem_tools_runtime::store::{PostgresStore, Store};
 use idem_tools_runtime::{Call, Codec, Error, ToolInfo, Turn};
+use sqlx::PgConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::postgres_common::{postgres_url, unique_schema};
+use crate::postgres_common::{Failure, postgres_url, unique_schema};
 
 /// The stores' lock timeout and reply timeout in these tests.
 pub const LOCK: Duration = Duration::from_millis(500);
@@ -36,7 +38,7 @@ pub struct Frozen {
 }
 
 impl Frozen {
-    /// The store in a schema of its own, with a `ledger` table for a transactional tool;
+    /// The store in a schema of its own, with a `ledger` table for the transactional tool;
     /// `None` (skipped) without a test server.
     pub async fn setup(tag: &str, pool: Pool) -> Option<Frozen> {
         let url = postgres_url(tag)?;
@@ -97,6 +99,21 @@ impl Frozen {
             .await
             .expect("drop the test schema");
     }
+
+    /// Rows of `memo` in the ledger, counted through a connection of its own.
+    pub async fn rows(&self, memo: &str) -> i64 {
+        let mut conn = sqlx::PgConnection::connect_with(&self.url.parse().expect("a URL"))
+            .await
+            .expect("connect");
+        sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {} WHERE memo = $1",
+            ledger(&self.store)
+        ))
+        .bind(memo)
+        .fetch_one(&mut conn)
+        .await
+        .expect("count rows")
+    }
 }
 
 use sqlx::Connection as _;
@@ -108,6 +125,12 @@ pub fn ledger(store: &PostgresStore) -> String {
 
 /// A plain tool with a 10 s lease.
 pub static SEND: ToolInfo = ToolInfo::idempotent("send").with_lease(Duration::from_secs(10));
+
+/// The transactional tool's lease.
+pub const PAY_LEASE: Duration = Duration::from_secs(3);
+
+/// A transactional tool with a 3 s lease.
+pub static PAY: ToolInfo = ToolInfo::idempotent("pay").with_lease(PAY_LEASE);
 
 /// The turn of the tests: a short in-flight wait.
 pub fn turn(store: &PostgresStore) -> Turn {
@@ -133,5 +156,25 @@ pub async fn plain_in(turn: &Turn, memo: &str) -> Result<i64, Error> {
     idem_tools_runtime::execute(call(&SEND, turn, memo), Codec::ok_only(), async {
         Ok::<i64, Error>(7)
     })
+    .await
+}
+
+/// A transactional call of `pay(memo)` on `store`: one ledger row, its id answered.
+pub async fn pay(store: &PostgresStore, memo: &str) -> Result<i64, Failure> {
+    let table = ledger(store);
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let turn = turn(store);
+    transactional::execute(
+        call(&PAY, &turn, memo).with_store(&shared),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            Ok(sqlx::query_scalar(&format!(
+                "INSERT INTO {table} (memo) VALUES ($1) RETURNING id"
+            ))
+            .bind(memo)
+            .fetch_one(&mut *conn)
+            .await?)
+        },
+    )
     .await
 }

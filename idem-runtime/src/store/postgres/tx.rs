@@ -14,8 +14,9 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 
-use sqlx::{Executor as _, PgConnection};
+use sqlx::{Connection as _, Executor as _, PgConnection, Postgres, Transaction};
 
+use super::conn::within;
 use super::{PostgresStore, sql_ms, sql_token};
 use crate::store::Lease;
 
@@ -86,15 +87,30 @@ impl PostgresStore {
     }
 }
 
-/// Runs `sql` (several statements, the simple query protocol) on `conn`. Boxed, as
-/// [`PostgresStore::charge_on`] is.
+/// Runs `sql` (several statements, the simple query protocol) on `conn`, answered within
+/// `bound` (else [`unanswered`](super::conn::unanswered): the connection's state is unknown).
+/// Boxed, as [`PostgresStore::charge_on`] is.
 pub(crate) fn raw<'a>(
     conn: &'a mut PgConnection,
     sql: &'a str,
+    bound: Duration,
 ) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'a>> {
     // A `&str` without arguments goes out as one simple query (`sqlx::raw_sql`'s future is not
     // provably `Send` for a borrowed connection).
-    Box::pin(async move { conn.execute(sql).await.map(|_| ()) })
+    Box::pin(within(
+        bound,
+        async move { conn.execute(sql).await.map(|_| ()) },
+    ))
+}
+
+/// `BEGIN` and the claim (`sql`, from [`PostgresStore::begin_and_claim`]) on `conn`, answered
+/// within `bound` (else [`unanswered`](super::conn::unanswered)).
+pub(crate) async fn begin(
+    conn: &mut PgConnection,
+    sql: String,
+    bound: Duration,
+) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+    within(bound, conn.begin_with(sql)).await
 }
 
 #[cfg(test)]
