@@ -1,5 +1,6 @@
 //! Transactional calls when the server stops answering: the claim and the record and `COMMIT`
-//! are each bounded.
+//! are each bounded, and a transaction the server keeps open for a client that went silent ends
+//! after the tool's lease, freeing the key.
 
 use std::time::{Duration, Instant};
 
@@ -7,7 +8,7 @@ use idem_tools_runtime::Error;
 
 use crate::BOUND;
 use crate::postgres_common::Failure;
-use crate::setup::{Frozen, Pool, pay};
+use crate::setup::{Frozen, PAY_LEASE, Pool, pay};
 
 /// Runs `pay(memo)`, which must end within `bound`; its answer.
 async fn bounded_pay(frozen: &Frozen, memo: &str, bound: Duration) -> Result<i64, Failure> {
@@ -56,4 +57,55 @@ async fn a_commit_whose_answer_never_comes_ends_and_is_replayed_connect_pool() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_whose_answer_never_comes_ends_and_is_replayed_application_pool() {
     a_commit_never_answered(Pool::App).await;
+}
+
+/// `pattern`'s request never reaches the server: the call ends in bounded time; the server
+/// keeps the transaction (and the key's row lock) of a client it no longer hears from, so a
+/// retry is told the key is in flight, until the tool's lease of idleness ends that session and
+/// a retry runs the tool afresh, once. (A body stopped at its lease has been idle that long:
+/// its retry may run at once.)
+async fn a_request_that_never_arrives(pool: Pool, pattern: &[u8], memo: &str, bound: Duration) {
+    let Some(frozen) = Frozen::setup("frozen_tx", pool).await else {
+        return;
+    };
+    frozen.forwarder.freeze_on(pattern, false);
+    let started = Instant::now();
+    let lost = bounded_pay(&frozen, memo, bound).await;
+    assert!(lost.is_err(), "{lost:?}");
+    assert_eq!(frozen.forwarder.triggered(), 1);
+    if bound == BOUND {
+        let held = bounded_pay(&frozen, memo, BOUND).await;
+        assert!(
+            matches!(held, Err(Failure::Idem(Error::InFlight { .. }))),
+            "{held:?}"
+        );
+    }
+    // The server ends the silent session once it has been idle in its transaction for the
+    // tool's lease.
+    let mut ran = None;
+    while started.elapsed() < PAY_LEASE + Duration::from_secs(10) {
+        match bounded_pay(&frozen, memo, BOUND).await {
+            Ok(id) => {
+                ran = Some(id);
+                break;
+            }
+            Err(Failure::Idem(Error::InFlight { .. })) => {}
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+    let freed = started.elapsed();
+    ran.expect("the key is freed after the lease");
+    assert_eq!(frozen.rows(memo).await, 1, "one execution committed");
+    println!("postgres frozen transaction ({pool:?} pool): the key was free again after {freed:?}");
+    frozen.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_never_arrives_ends_and_the_key_is_freed_after_the_lease_connect_pool() {
+    a_request_that_never_arrives(Pool::Own, b"idem_record(", "z", BOUND).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_never_arrives_ends_and_the_key_is_freed_after_the_lease_app_pool() {
+    a_request_that_never_arrives(Pool::App, b"idem_record(", "z", BOUND).await;
 }

@@ -47,7 +47,10 @@ fn text(text: &str) -> String {
 }
 
 impl PostgresStore {
-    /// `BEGIN` and the claim of `lease`'s key inside the new transaction (`idem_claim`).
+    /// `BEGIN` and the claim of `lease`'s key inside the new transaction (`idem_claim`). The
+    /// transaction may sit idle (waiting for its client) for at most `lease_duration`: past it
+    /// the server ends the session and rolls everything back, so that a client it no longer
+    /// hears from (a frozen process, a partition) does not hold the key's row lock forever.
     pub(crate) fn begin_and_claim(
         &self,
         lease: &Lease,
@@ -58,8 +61,9 @@ impl PostgresStore {
         lock_timeout: Duration,
     ) -> String {
         format!(
-            "BEGIN; SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, \
-             {window}, {timeout})",
+            "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '{lease}', true); \
+             SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, {window}, \
+             {timeout})",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
