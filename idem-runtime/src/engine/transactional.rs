@@ -264,16 +264,20 @@ where
     // From here on the transaction is `sqlx`'s: dropped, it rolls back.
     unsure.store(false, Ordering::Relaxed);
 
-    // Step 4: the body, with the call's held keys and turn around each poll.
+    // Step 4: the body, with the call's held keys and turn around each poll, for at most the
+    // tool's lease: a statement the server never answers must not hold the call forever.
     let result = {
         let (held, turn) = (held::with(call.key), call.turn.clone());
         let mut body = pin!(body(&mut *tx));
-        poll_fn(|cx| {
+        let body = poll_fn(|cx| {
             held::sync_scope(held.clone(), || {
                 turn.clone().sync_scope(|| body.as_mut().poll(cx))
             })
-        })
-        .await
+        });
+        tokio::time::timeout(keeper_duration(&call), body).await
+    };
+    let Ok(result) = result else {
+        return answered(past_the_lease(&mut guard, &call, tx, &unsure), None, codec);
     };
 
     // Step 5: record and commit, or roll back.
@@ -312,6 +316,22 @@ where
             answered(refuse(&mut guard, Outcome::StoreError, error), None, codec)
         }
     }
+}
+
+/// A body still running at the end of its lease: it was dropped; the transaction rolls back and
+/// its connection, whose state is unknown (a statement may be on the wire), is closed.
+fn past_the_lease(
+    guard: &mut Guard,
+    call: &Call,
+    tx: sqlx::Transaction<'_, Postgres>,
+    unsure: &AtomicBool,
+) -> Answer {
+    drop(tx);
+    unsure.store(true, Ordering::Relaxed);
+    let error = Error::LeaseLost {
+        key: call.key.short(),
+    };
+    refuse(guard, Outcome::LeaseLost, error)
 }
 
 /// Step 2: charges the attempt (autocommit), answering a live record instead; waits with

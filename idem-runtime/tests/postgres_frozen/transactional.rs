@@ -1,6 +1,6 @@
-//! Transactional calls when the server stops answering: the claim and the record and `COMMIT`
-//! are each bounded, and a transaction the server keeps open for a client that went silent ends
-//! after the tool's lease, freeing the key.
+//! Transactional calls when the server stops answering: the record and `COMMIT`, the claim and
+//! the body are each bounded, and a transaction the server keeps open for a client that went
+//! silent ends after the tool's lease, freeing the key.
 
 use std::time::{Duration, Instant};
 
@@ -108,4 +108,11 @@ async fn a_commit_that_never_arrives_ends_and_the_key_is_freed_after_the_lease_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_that_never_arrives_ends_and_the_key_is_freed_after_the_lease_app_pool() {
     a_request_that_never_arrives(Pool::App, b"idem_record(", "z", BOUND).await;
+}
+
+/// The body's own statement never answered: the body is stopped at the tool's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_whose_statement_is_never_answered_is_stopped_at_its_lease() {
+    let bound = PAY_LEASE + BOUND;
+    a_request_that_never_arrives(Pool::Own, b"INSERT INTO", "b", bound).await;
 }
