@@ -218,7 +218,8 @@ pub(super) fn store_id(store: &Arc<dyn Store>) -> usize {
 
 /// Asks the store to begin, bounded by the lease it asks for (an answer after that is of no
 /// use). If the call is dropped meanwhile, or the answer is an error (a timeout may hide a
-/// claim that landed), the claim it may have made is given back with its token.
+/// claim that landed), the claim it may have made is given back with its token — retried
+/// while the store does not answer, until that claim's lease would end.
 async fn begin(
     store: &Arc<dyn Store>,
     call: &Call,
@@ -230,7 +231,8 @@ async fn begin(
     impl Drop for GiveBack<'_> {
         fn drop(&mut self) {
             if let Some((store, claim)) = self.0 {
-                background::release(Arc::clone(store), claim.lease.clone());
+                let until = claim.sent + claim.duration;
+                background::give_back(Arc::clone(store), claim.lease.clone(), until);
             }
         }
     }

@@ -1,14 +1,15 @@
 //! A PostgreSQL server that stops answering without resetting its connections — a frozen
 //! primary, a partition after a DNS or virtual-IP switch — on a real server
 //! (`IDEM_POSTGRES_URL`) behind a [`Forwarder`] that freezes connections: every call ends in
-//! bounded time, and the store sheds the connections that stopped answering and recovers by
-//! itself. Each test runs with the pool `PostgresStore::connect` builds and with an
-//! application's pool handed to `from_pool`.
+//! bounded time, the store sheds the connections that stopped answering and recovers by
+//! itself, and a claim whose `begin` reply was lost is not left behind. Each test runs with the
+//! pool `PostgresStore::connect` builds and with an application's pool handed to `from_pool`.
 #![cfg(feature = "postgres")]
 
 #[path = "../postgres_common/mod.rs"]
 mod postgres_common;
 
+mod lost_begin;
 mod setup;
 mod transactional;
 
