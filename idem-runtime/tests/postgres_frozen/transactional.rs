@@ -64,11 +64,11 @@ async fn a_commit_whose_answer_never_comes_ends_and_is_replayed_application_pool
 /// retry is told the key is in flight, until the tool's lease of idleness ends that session and
 /// a retry runs the tool afresh, once. (A body stopped at its lease has been idle that long:
 /// its retry may run at once.)
-async fn a_request_that_never_arrives(pool: Pool, pattern: &[u8], memo: &str, bound: Duration) {
+async fn a_request_that_never_arrives(pool: Pool, pattern: &str, memo: &str, bound: Duration) {
     let Some(frozen) = Frozen::setup("frozen_tx", pool).await else {
         return;
     };
-    frozen.forwarder.freeze_on(pattern, false);
+    frozen.forwarder.freeze_on(pattern.as_bytes(), false);
     let started = Instant::now();
     let lost = bounded_pay(&frozen, memo, bound).await;
     assert!(lost.is_err(), "{lost:?}");
@@ -96,23 +96,26 @@ async fn a_request_that_never_arrives(pool: Pool, pattern: &[u8], memo: &str, bo
     let freed = started.elapsed();
     ran.expect("the key is freed after the lease");
     assert_eq!(frozen.rows(memo).await, 1, "one execution committed");
-    println!("postgres frozen transaction ({pool:?} pool): the key was free again after {freed:?}");
+    println!(
+        "postgres frozen transaction ({pool:?} pool, {pattern:?} never arrives): the key was \
+         free again after {freed:?}"
+    );
     frozen.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_that_never_arrives_ends_and_the_key_is_freed_after_the_lease_connect_pool() {
-    a_request_that_never_arrives(Pool::Own, b"idem_record(", "z", BOUND).await;
+    a_request_that_never_arrives(Pool::Own, "idem_record(", "z", BOUND).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_that_never_arrives_ends_and_the_key_is_freed_after_the_lease_app_pool() {
-    a_request_that_never_arrives(Pool::App, b"idem_record(", "z", BOUND).await;
+    a_request_that_never_arrives(Pool::App, "idem_record(", "z", BOUND).await;
 }
 
 /// The body's own statement never answered: the body is stopped at the tool's lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_whose_statement_is_never_answered_is_stopped_at_its_lease() {
     let bound = PAY_LEASE + BOUND;
-    a_request_that_never_arrives(Pool::Own, b"INSERT INTO", "b", bound).await;
+    a_request_that_never_arrives(Pool::Own, "INSERT INTO", "b", bound).await;
 }
