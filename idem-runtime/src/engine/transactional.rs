@@ -80,7 +80,9 @@ use crate::store::{Begin, FirstResult, LeaseToken, PostgresStore, Store};
 /// The tool's own errors, and any [`Error`] of [`execute`](super::execute) converted with
 /// `E: From<Error>`; [`Error::Config`] if the store is not a `PostgresStore`;
 /// [`Error::Store`] if the transaction could not be opened or committed (nothing happened, or —
-/// when the connection dropped during `COMMIT` — the outcome is unknown: a retry finds out).
+/// when the connection dropped during `COMMIT`, or the server did not answer it within the
+/// store's reply timeout — the outcome is unknown: a retry finds out); [`Error::LeaseLost`] if
+/// the body ran past the tool's lease (it was stopped, and everything rolled back).
 pub async fn execute<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Result<T, E>
 where
     E: From<Error>,

@@ -63,7 +63,13 @@ pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 ///   claim never does: the server rolls back the dead client's transaction at once).
 /// - **A server restart, a failover, a dropped connection**: calls in flight fail closed
 ///   ([`Error::Store`](crate::Error::Store), the tool not run), the pool reconnects, and a
-///   retry finds what committed.
+///   retry finds what committed. A failover keeps what the promoted standby had received: with
+///   a **synchronous** standby, everything the store acknowledged; an asynchronous one loses
+///   its last commits (recorded results, and a transactional tool's writes with them).
+/// - **A server that stops answering** without resetting its connections (a frozen primary, a
+///   partition after a DNS or virtual-IP switch): every request waits at most the reply timeout
+///   ([`PostgresStoreBuilder::reply_timeout`]), then fails closed; the connection is closed, not
+///   pooled again, and new ones reach whatever host the address names by then.
 /// - **Several hosts**: leases and TTLs are measured on the database server's clock
 ///   (`clock_timestamp()`), so hosts whose clocks disagree still agree on when a lease ends.
 ///
@@ -205,7 +211,9 @@ impl PostgresStore {
     /// connections, and idem's tables (created or migrated here) live in its database.
     ///
     /// The pool's settings stay the application's; `test_before_acquire(false)` saves a round
-    /// trip per call.
+    /// trip per call. The store bounds its own requests and sheds the connections that stop
+    /// answering ([`PostgresStoreBuilder::reply_timeout`]); the application's own queries on the
+    /// pool are `sqlx`'s.
     ///
     /// # Errors
     /// As [`PostgresStore::connect`].

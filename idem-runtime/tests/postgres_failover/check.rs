@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use idem_tools_runtime::store::PostgresStore;
 
-use crate::load::{Answer, Key, Shared, call};
+use crate::load::{Answer, Key, Shared, Tool, call};
 
 /// What the check found.
 #[derive(Debug, Default)]
@@ -14,6 +14,8 @@ pub struct Found {
     pub keys: usize,
     /// Acknowledged results the final call does not replay.
     pub lost: usize,
+    /// Of those, results of the transactional tool.
+    pub lost_transactional: usize,
     /// Ledger rows of a transactional key beyond its first.
     pub duplicates: usize,
     /// Plain side effects performed after the key's result was acknowledged.
@@ -66,7 +68,11 @@ pub async fn check(store: &PostgresStore, ledger: &str, log: &Shared) -> Found {
                         .get(&key)
                         .map(|(ids, _)| ids.clone())
                         .unwrap_or_default();
-                    found.lost += acked.iter().filter(|a| **a != id).count();
+                    let lost = acked.iter().filter(|a| **a != id).count();
+                    found.lost += lost;
+                    if key.tool == Tool::Transactional {
+                        found.lost_transactional += lost;
+                    }
                 }
                 Answer::InFlight => found.orphans += 1,
                 Answer::Interrupted => found.interrupted += 1,

@@ -172,7 +172,7 @@ fn failovers_lose_nothing_acknowledged_and_every_call_ends() {
     println!(
         "fault-suite postgres-failover: standby={} failovers={failovers} (freeze={freezes} kill={kills}) \
          seconds={} calls={} (plain={} transactional={}) acks={} failed_closed={} in_flight={} \
-         lease_lost={} tool_errors={} keys={} lost={} duplicates={} second_runs={} orphans={} \
+         lease_lost={} tool_errors={} keys={} lost={} (transactional={}) duplicates={} second_runs={} orphans={} \
          interrupted={} hangs={hangs} slowest_call_ms={} recovered_after_switch_ms=connect:{},from_pool:{}",
         if sync {
             "sync".to_owned()
@@ -193,6 +193,7 @@ fn failovers_lose_nothing_acknowledged_and_every_call_ends() {
         count(&|a| *a == Answer::Tool),
         found.keys,
         found.lost,
+        found.lost_transactional,
         found.duplicates,
         found.second_runs,
         found.orphans,
