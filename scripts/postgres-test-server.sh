@@ -10,6 +10,20 @@
 #   scripts/postgres-test-server.sh restart DIR  stop it (fast: connections are cut) and start it
 #                                                again on the same port and data
 #
+# Failovers (the failover tests drive these; DIR is a server started here):
+#   scripts/postgres-test-server.sh standby DIR [PORT]  a streaming standby of the server in DIR
+#                                                (pg_basebackup -R through 127.0.0.1:PORT, the
+#                                                server's own port by default), started on a free
+#                                                port; prints its state directory and port
+#   scripts/postgres-test-server.sh sync DIR on|off  make the server's standbys synchronous
+#                                                (synchronous_standby_names = '*'), or not
+#   scripts/postgres-test-server.sh wait-standby DIR  wait until a standby streams from it (and,
+#                                                if its standbys are synchronous, is synchronous)
+#   scripts/postgres-test-server.sh promote DIR  promote the standby in DIR to a primary
+#   scripts/postgres-test-server.sh freeze DIR   SIGSTOP its postmaster and every process of it:
+#                                                connections stay open and nothing answers
+#   scripts/postgres-test-server.sh kill DIR     SIGKILL them all (a host that dies)
+#
 # CI:   scripts/postgres-test-server.sh run cargo test --workspace --all-features
 #
 # Installs PostgreSQL with apt-get if initdb/pg_ctl are missing (needs root). The cluster lives
@@ -63,22 +77,20 @@ start_cluster() {
         start >/dev/null 2>&1
 }
 
-# Starts a server; prints its state directory and port.
-start_server() {
-    ensure_installed
-    local dir port bin
-    bin=$(pg_bin)
+# A new state directory the server's user owns; prints it.
+new_dir() {
+    local dir
     dir=$(mktemp -d "${TMPDIR:-/tmp}/idem-postgres.XXXXXX")
     chmod 755 "$dir"
     if [ "$(id -u)" = 0 ]; then
         chown postgres "$dir"
     fi
-    if ! as_owner "$bin/initdb" -D "$dir/data" -U idem --auth=trust -E UTF8 --no-instructions \
-        >"$dir/initdb.log" 2>&1; then
-        echo "initdb failed; see $dir/initdb.log" >&2
-        cat "$dir/initdb.log" >&2
-        return 1
-    fi
+    echo "$dir"
+}
+
+# Starts the server whose state is in $1 on a free port, kept in $1/port; prints the port.
+start_on_free_port() {
+    local dir=$1 port
     for _ in $(seq 1 50); do
         port=$(( 20000 + RANDOM % 40000 ))
         # A port someone else holds makes the server fail to start; then try another.
@@ -87,12 +99,7 @@ start_server() {
         fi
         if start_cluster "$dir" "$port"; then
             echo "$port" >"$dir/port"
-            if ! as_owner "$bin/psql" -h 127.0.0.1 -p "$port" -U idem -d postgres -q \
-                -c "CREATE DATABASE idem_test" >/dev/null 2>&1; then
-                echo "could not create the test database; see $dir/server.log" >&2
-                return 1
-            fi
-            echo "$dir" "$port"
+            echo "$port"
             return 0
         fi
     done
@@ -100,9 +107,75 @@ start_server() {
     return 1
 }
 
+# Starts a server; prints its state directory and port.
+start_server() {
+    ensure_installed
+    local dir port bin
+    bin=$(pg_bin)
+    dir=$(new_dir)
+    if ! as_owner "$bin/initdb" -D "$dir/data" -U idem --auth=trust -E UTF8 --no-instructions \
+        >"$dir/initdb.log" 2>&1; then
+        echo "initdb failed; see $dir/initdb.log" >&2
+        cat "$dir/initdb.log" >&2
+        return 1
+    fi
+    port=$(start_on_free_port "$dir") || return 1
+    if ! as_owner "$bin/psql" -h 127.0.0.1 -p "$port" -U idem -d postgres -q \
+        -c "CREATE DATABASE idem_test" >/dev/null 2>&1; then
+        echo "could not create the test database; see $dir/server.log" >&2
+        return 1
+    fi
+    echo "$dir" "$port"
+}
+
+# The postmaster of the server in $1 and every process it started, one pid a line.
+server_pids() {
+    local pid
+    pid=$(head -n 1 "$1/data/postmaster.pid" 2>/dev/null) || return 0
+    [ -n "$pid" ] && [ -d "/proc/$pid" ] || return 0
+    echo "$pid"
+    ps -o pid= --ppid "$pid" 2>/dev/null | tr -d ' ' || true
+}
+
+# Sends signal $2 to the server in $1: the postmaster first (so that it starts nothing more).
+signal_server() {
+    local pids
+    pids=$(server_pids "$1")
+    [ -n "$pids" ] || return 0
+    # shellcheck disable=SC2086 # one pid a word
+    kill "-$2" $pids 2>/dev/null || true
+}
+
+# Runs SQL on the server in $1.
+psql_on() {
+    local dir=$1 bin
+    shift
+    bin=$(pg_bin)
+    as_owner "$bin/psql" -h 127.0.0.1 -p "$(cat "$dir/port")" -U idem -d postgres -qAt -v ON_ERROR_STOP=1 "$@"
+}
+
+# A streaming standby of the server in $1, through 127.0.0.1:$2 (default: its port), started on
+# a free port; prints its state directory and port.
+start_standby() {
+    local primary=$1 via=${2:-} dir port bin
+    bin=$(pg_bin)
+    via=${via:-$(cat "$primary/port")}
+    dir=$(new_dir)
+    if ! as_owner "$bin/pg_basebackup" -h 127.0.0.1 -p "$via" -U idem -D "$dir/data" -R \
+        -X stream -c fast >"$dir/basebackup.log" 2>&1; then
+        echo "pg_basebackup failed; see $dir/basebackup.log" >&2
+        cat "$dir/basebackup.log" >&2
+        return 1
+    fi
+    port=$(start_on_free_port "$dir") || return 1
+    echo "$dir" "$port"
+}
+
 stop_server() {
     local dir=$1 bin
     bin=$(pg_bin)
+    # A frozen server handles no signal but SIGKILL until it is thawed.
+    signal_server "$dir" CONT
     if [ -d "$dir/data" ]; then
         as_owner "$bin/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
     fi
@@ -142,8 +215,43 @@ case "${1:-}" in
     restart)
         restart_server "${2:?usage: $0 restart DIR}"
         ;;
+    standby)
+        start_standby "${2:?usage: $0 standby DIR [PORT]}" "${3:-}"
+        ;;
+    sync)
+        dir=${2:?usage: $0 sync DIR on|off}
+        case "${3:?usage: $0 sync DIR on|off}" in
+            on) psql_on "$dir" -c "ALTER SYSTEM SET synchronous_standby_names = '*'" ;;
+            off) psql_on "$dir" -c "ALTER SYSTEM RESET synchronous_standby_names" ;;
+            *) echo "usage: $0 sync DIR on|off" >&2; exit 2 ;;
+        esac
+        psql_on "$dir" -c "SELECT pg_reload_conf()" >/dev/null
+        ;;
+    wait-standby)
+        dir=${2:?usage: $0 wait-standby DIR}
+        for _ in $(seq 1 300); do
+            if [ "$(psql_on "$dir" -c "SELECT count(*) FROM pg_stat_replication \
+                WHERE state = 'streaming' AND (sync_state = 'sync' \
+                OR current_setting('synchronous_standby_names') = '')")" -gt 0 ]; then
+                exit 0
+            fi
+            sleep 0.1
+        done
+        echo "no standby streaming from $dir after 30 s" >&2
+        exit 1
+        ;;
+    promote)
+        dir=${2:?usage: $0 promote DIR}
+        as_owner "$(pg_bin)/pg_ctl" -D "$dir/data" -w -t 30 promote >/dev/null
+        ;;
+    freeze)
+        signal_server "${2:?usage: $0 freeze DIR}" STOP
+        ;;
+    kill)
+        signal_server "${2:?usage: $0 kill DIR}" KILL
+        ;;
     *)
-        sed -n '2,19p' "$0" >&2
+        sed -n '2,32p' "$0" >&2
         exit 2
         ;;
 esac

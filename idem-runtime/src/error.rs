@@ -210,6 +210,40 @@ pub enum Error {
         name: &'static str,
     },
 
+    /// A transactional tool's body ended the transaction idem opened for it: a `COMMIT` or
+    /// `ROLLBACK` sent on its connection.
+    #[error(
+        "tool `{tool}` ended the transaction idem opened for it (a COMMIT or ROLLBACK sent on \
+         its connection), so nothing of this call was recorded{}: run every statement of the \
+         tool on its connection without ending the transaction (`conn.begin()` on it opens a \
+         savepoint, which is fine)",
+        if *marked { "; what it wrote may have committed, so its key is kept as interrupted" } else { "" }
+    )]
+    TransactionEnded {
+        /// The tool's name.
+        tool: &'static str,
+        /// The call's key.
+        key: ShortKey,
+        /// Whether the key is kept as interrupted (the claim committed with the tool's writes).
+        marked: bool,
+    },
+
+    /// A transactional tool ran, but committing its transaction failed: all of it committed,
+    /// the result with it, or none of it did.
+    #[error(
+        "tool `{tool}` ran in its transaction, but committing it failed ({message}): either all \
+         of it committed with its result or none of it did; a retry finds out — it replays the \
+         result, or runs the tool"
+    )]
+    CommitFailed {
+        /// The tool's name.
+        tool: &'static str,
+        /// The call's key.
+        key: ShortKey,
+        /// What failed.
+        message: String,
+    },
+
     /// A model step of a durable turn was asked with another request than the one recorded
     /// for it: the run that recorded it and this run are two different conversations.
     #[error(

@@ -60,7 +60,9 @@ impl From<Error> for ErrorData {
             | Error::Encode { tool, .. }
             | Error::Reentrant { tool, .. }
             | Error::Interrupted { tool, .. }
-            | Error::NotReplayable { tool, .. } => Some(*tool),
+            | Error::NotReplayable { tool, .. }
+            | Error::TransactionEnded { tool, .. }
+            | Error::CommitFailed { tool, .. } => Some(*tool),
             Error::DuplicateTool { name } => Some(*name),
             Error::Store { .. }
             | Error::LeaseLost { .. }
@@ -110,7 +112,7 @@ mod tests {
             .into_iter()
             .filter(Error::is_for_model)
             .collect();
-        assert_eq!(for_model.len(), 6);
+        assert_eq!(for_model.len(), 8);
         for error in for_model {
             let kind = error_kind(&error);
             let text = error.model_text();

@@ -39,6 +39,8 @@ impl Error {
             Error::CorruptRecord { .. } => "corrupt_record",
             Error::UnreadableRecord { .. } => "unreadable_record",
             Error::DuplicateTool { .. } => "duplicate_tool",
+            Error::TransactionEnded { .. } => "transaction_ended",
+            Error::CommitFailed { .. } => "commit_failed",
             Error::ModelStepDiverged { .. } => "model_step_diverged",
             Error::TokenBudgetExhausted { .. } => "token_budget_exhausted",
             Error::Config(_) => "config",
@@ -64,7 +66,9 @@ impl Error {
             | Error::PayloadMismatch { .. }
             | Error::InFlight { .. }
             | Error::Interrupted { .. }
-            | Error::NotReplayable { .. } => true,
+            | Error::NotReplayable { .. }
+            | Error::TransactionEnded { .. }
+            | Error::CommitFailed { .. } => true,
             Error::NoTurn { .. }
             | Error::Decode { .. }
             | Error::Encode { .. }
@@ -154,6 +158,14 @@ impl Error {
                 "This action was not run, and nothing was done: the application is \
                  misconfigured. {UNAVAILABLE}"
             ),
+            Error::TransactionEnded { .. } => "This action was not finished properly, so it may \
+                 or may not have taken effect. Do not call it again blindly: check whether it \
+                 happened (for example with a read-only tool), or tell the user."
+                .to_owned(),
+            Error::CommitFailed { .. } => "This action may or may not have been done: saving it \
+                 failed at the last moment. Call it again with the same arguments: if it was \
+                 done you get its result, and if it was not it is done now, once."
+                .to_owned(),
             Error::ModelStepDiverged { .. } => "This conversation cannot go on: it was \
                  restarted, and the request now differs from the one the earlier run recorded. \
                  Nothing more was done. The application has to start a new turn."
@@ -258,6 +270,16 @@ pub(crate) fn every_error() -> Vec<Error> {
             message: "m".into(),
         },
         Error::DuplicateTool { name: "t" },
+        Error::TransactionEnded {
+            tool: "t",
+            key: key(),
+            marked: true,
+        },
+        Error::CommitFailed {
+            tool: "t",
+            key: key(),
+            message: "the connection closed".into(),
+        },
         Error::ModelStepDiverged {
             conversation: "planner".into(),
             step: 2,

@@ -1,8 +1,6 @@
 //! Transactional calls on a real PostgreSQL server (`IDEM_POSTGRES_URL`): the claim, the
-//! tool's rows and the recorded result commit together or not at all.
-//!
-//! The tool under test inserts one row into an application table (`ledger`) in the store's
-//! schema; rows are counted exactly, so a second execution or a lost one shows.
+//! tool's rows and the recorded result commit together or not at all (the tool under test:
+//! `postgres_common::ledger`).
 #![cfg(feature = "postgres")]
 
 mod postgres_common;
@@ -12,81 +10,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_tools_runtime::engine::transactional;
-use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{MemoryStore, PostgresStore, RecordState, Store};
-use idem_tools_runtime::{Call, Codec, Error, Outcome, ToolInfo, Turn};
-use postgres_common::{Cut, Failure, cleanup, postgres_url, proxy, store};
+use idem_tools_runtime::{Codec, Error, Outcome, Turn};
+use postgres_common::ledger::{call, insert, ledger, record_state, rows, setup, transfer};
+use postgres_common::{Cut, Failure, cleanup, postgres_url, proxy};
 use sqlx::{Connection, PgConnection};
-
-static TRANSFER: ToolInfo = ToolInfo::idempotent("transfer");
-
-/// A store in a schema of its own, with the application's table next to idem's.
-async fn setup(tag: &str) -> Option<PostgresStore> {
-    let url = postgres_url(tag)?;
-    let store = store(&url, tag).await;
-    let schema = store.schema().expect("a test schema");
-    sqlx::raw_sql(&format!(
-        "CREATE TABLE \"{schema}\".ledger (id bigserial PRIMARY KEY, memo text NOT NULL)"
-    ))
-    .execute(store.pool())
-    .await
-    .expect("create the ledger");
-    Some(store)
-}
-
-fn ledger(store: &PostgresStore) -> String {
-    format!("\"{}\".ledger", store.schema().expect("a test schema"))
-}
-
-async fn rows(store: &PostgresStore, memo: &str) -> i64 {
-    sqlx::query_scalar(&format!(
-        "SELECT count(*) FROM {} WHERE memo = $1",
-        ledger(store)
-    ))
-    .bind(memo)
-    .fetch_one(store.pool())
-    .await
-    .expect("count rows")
-}
-
-fn call(turn: &Turn, store: &Arc<dyn Store>, memo: &str) -> Call {
-    let mut args = ArgsDigest::new(TRANSFER.name);
-    args.arg("memo", memo).expect("a string encodes");
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), TRANSFER.name, 1);
-    Call::new(&TRANSFER, turn, key, fingerprint).with_store(store)
-}
-
-/// Inserts the row of `memo` through the call's transaction and returns its id.
-async fn insert(conn: &mut PgConnection, table: &str, memo: &str) -> Result<i64, Failure> {
-    Ok(sqlx::query_scalar(&format!(
-        "INSERT INTO {table} (memo) VALUES ($1) RETURNING id"
-    ))
-    .bind(memo)
-    .fetch_one(&mut *conn)
-    .await?)
-}
-
-/// A transactional call of the tool that inserts `memo`'s row and returns its id.
-async fn transfer(store: &PostgresStore, turn: &Turn, memo: &str) -> Result<i64, Failure> {
-    let shared: Arc<dyn Store> = Arc::new(store.clone());
-    let table = ledger(store);
-    transactional::execute(
-        call(turn, &shared, memo),
-        Codec::ok_only(),
-        async |conn: &mut PgConnection| insert(conn, &table, memo).await,
-    )
-    .await
-}
-
-async fn record_state(store: &PostgresStore, turn: &Turn, memo: &str) -> Option<RecordState> {
-    let shared: Arc<dyn Store> = Arc::new(store.clone());
-    let key = call(turn, &shared, memo).key();
-    store
-        .get(turn.namespace(), &key)
-        .await
-        .expect("get")
-        .map(|r| r.state)
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_call_commits_its_row_and_its_record_and_a_retry_replays() {
@@ -475,7 +403,7 @@ async fn a_commit_whose_answer_is_lost_is_replayed_by_the_retry() {
     let turn = Turn::new("turn-lost-commit");
     let unknown = transfer(&cut, &turn, "l").await;
     assert!(
-        matches!(&unknown, Err(Failure::Idem(Error::Store { .. }))),
+        matches!(&unknown, Err(Failure::Idem(Error::CommitFailed { .. }))),
         "the caller is told the outcome is unknown, not Ok: {unknown:?}"
     );
     assert_eq!(rows(&store, "l").await, 1, "the transaction did commit");
@@ -506,7 +434,7 @@ async fn a_commit_that_never_arrived_is_run_afresh_by_the_retry() {
     let turn = Turn::new("turn-no-commit");
     let unknown = transfer(&cut, &turn, "m").await;
     assert!(
-        matches!(&unknown, Err(Failure::Idem(Error::Store { .. }))),
+        matches!(&unknown, Err(Failure::Idem(Error::CommitFailed { .. }))),
         "{unknown:?}"
     );
     // The server rolls back once it notices the client is gone.

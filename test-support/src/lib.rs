@@ -1,7 +1,12 @@
 //! Test helpers shared by idem's test suites (not published): a temporary directory deleted on
 //! drop, and [`Kid`], this test binary re-executed as a child process that runs one test and
-//! talks back line by line — the harness of the tests that kill a worker with `SIGKILL`.
+//! talks back line by line — the harness of the tests that kill a worker with `SIGKILL` — and
+//! [`Forwarder`], a TCP forwarder that switches, cuts and freezes connections (failovers).
 #![forbid(unsafe_code)]
+
+pub mod forward;
+
+pub use forward::Forwarder;
 
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader};

@@ -109,6 +109,38 @@ pub(super) fn release(store: Arc<dyn Store>, lease: Lease, runtime: Option<Handl
     );
 }
 
+/// Gives back the claim a `begin` may have made though the call has no claim — its answer was
+/// lost, or its caller stopped waiting — trying again while the store does not answer (a
+/// failover, a partition), until `until`: the end of the lease such a claim would have, when
+/// the store frees the key itself. `LeaseLost` (nothing landed, or it was taken over) ends it.
+pub(super) fn give_back(store: Arc<dyn Store>, lease: Lease, until: Instant) {
+    let work: Work = Box::pin(async move {
+        let mut backoff = FIRST_GIVE_BACK_STEP;
+        loop {
+            let step = (Instant::now() + BOUND).min(until);
+            let failed = match tokio::time::timeout_at(step, store.release(&lease)).await {
+                Ok(Ok(()) | Err(Error::LeaseLost { .. })) => return,
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => "no answer".to_owned(),
+            };
+            if Instant::now() + backoff >= until {
+                tracing::warn!(target: "idem", key = %lease.key.short(), error = %failed,
+                    "could not give the key back; it is freed when its lease ends");
+                return;
+            }
+            tracing::debug!(target: "idem", key = %lease.key.short(), error = %failed,
+                "could not give the key back yet; retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(GIVE_BACK_STEP);
+        }
+    });
+    go(work, |work| work, "give a key back", None);
+}
+
+/// The first pause, and the longest, between two attempts of [`give_back`].
+const FIRST_GIVE_BACK_STEP: Duration = Duration::from_millis(50);
+const GIVE_BACK_STEP: Duration = Duration::from_secs(1);
+
 /// Marks the key held with `lease` as interrupted for `ttl`: retries are told the outcome is
 /// unknown instead of running the tool again.
 pub(super) fn mark_interrupted(

@@ -295,7 +295,8 @@ fn answered(answer: Answer) -> Asked {
 
 /// Asks the store, bounded by the lease asked for (an answer after that is of no use). If
 /// the call is dropped meanwhile, or the answer is an error (a timeout may hide a claim that
-/// landed), a claim that may have been made is given back with its token.
+/// landed), a claim that may have been made is given back with its token — retried while the
+/// store does not answer, until that claim's lease would end.
 #[allow(clippy::manual_async_fn)] // see `asking`: an async block keeps no second copy of its arguments
 fn begin<'a, A: Asker>(
     store: &'a Arc<dyn Store>,
@@ -309,7 +310,8 @@ fn begin<'a, A: Asker>(
         impl Drop for GiveBack<'_> {
             fn drop(&mut self) {
                 if let Some((store, claim)) = self.0 {
-                    background::release(Arc::clone(store), claim.lease.clone(), None);
+                    let until = claim.sent + claim.duration;
+                    background::give_back(Arc::clone(store), claim.lease.clone(), until);
                 }
             }
         }

@@ -34,21 +34,22 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sqlx::pool::PoolConnection;
-use sqlx::{Connection, PgConnection, Postgres};
+use sqlx::{PgConnection, Postgres};
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::call::Finished;
 use super::call::{self, Asked, Asker, Granted, in_flight, refuse};
-use super::guard::ttl_of;
+use super::guard::{Guard, ttl_of};
 use super::{Call, Codec, held};
 use crate::Error;
 use crate::stats::Outcome;
 use crate::store::postgres::begin::Answer as Charged;
+use crate::store::postgres::conn::{give_back, unsure as unsure_after};
 use crate::store::postgres::ops::{is_code, lock_timed_out};
 use crate::store::postgres::schema::{CLAIM_GONE, KEY_IS_LIVE, LOCK_TIMEOUT};
-use crate::store::postgres::tx::raw;
-use crate::store::{Begin, BeginRequest, FirstResult, PostgresStore, Store, StoreFuture};
+use crate::store::postgres::tx::{self, raw};
+use crate::store::{Begin, BeginRequest, FirstResult, Lease, PostgresStore, Store, StoreFuture};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
 /// its recorded result: see [the module documentation](self).
@@ -73,7 +74,9 @@ use crate::store::{Begin, BeginRequest, FirstResult, PostgresStore, Store, Store
 /// The tool's own errors, and any [`Error`] of [`execute`](super::execute) converted with
 /// `E: From<Error>`; [`Error::Config`] if the store is not a `PostgresStore`;
 /// [`Error::Store`] if the transaction could not be opened or committed (nothing happened, or —
-/// when the connection dropped during `COMMIT` — the outcome is unknown: a retry finds out).
+/// when the connection dropped during `COMMIT`, or the server did not answer it within the
+/// store's reply timeout — the outcome is unknown: a retry finds out); [`Error::LeaseLost`] if
+/// the body ran past the tool's lease (it was stopped, and everything rolled back).
 pub async fn execute<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Result<T, E>
 where
     T: Send,
@@ -85,12 +88,14 @@ where
         Err(error) => return codec.answered(Err(super::refuse(call.tool, error)), None),
     };
     let unsure = AtomicBool::new(false);
+    let reply = store.reply_timeout();
     let mut asker = Charging {
         store: &store,
         conn: Checkout {
             conn: None,
             runtime: None,
             unsure: &unsure,
+            reply,
         },
     };
     // Steps 1 to 3, until the key is claimed inside a transaction or the call has its answer.
@@ -111,12 +116,15 @@ where
         );
         let conn = &mut asker.conn;
         unsure.store(true, Ordering::Relaxed);
-        let failed = match conn.begin_with(sql).instrument(granted.span.clone()).await {
+        // The server may wait for the key's row for the rest of the wait, then answer.
+        let bound = remaining(granted.wait_until) + reply;
+        let claimed = tx::begin(conn, sql, bound).instrument(granted.span.clone());
+        let failed = match claimed.await {
             Ok(tx) => break (granted, tx),
             Err(error) => error,
         };
         // The claim failed inside the new transaction: roll it back before anything else.
-        if raw(conn, "ROLLBACK").await.is_err() {
+        if raw(conn, "ROLLBACK", reply).await.is_err() {
             drop(conn.conn.take().map(PoolConnection::detach));
         }
         unsure.store(false, Ordering::Relaxed);
@@ -147,22 +155,40 @@ where
     let span = granted.span.clone();
     let (call, lease) = (granted.call.clone(), granted.claim.lease.clone());
 
-    // Step 4: the body, with the call's held keys and turn around each poll.
+    // Step 4: the body, with the call's held keys and turn around each poll, for at most the
+    // tool's lease: a statement the server never answers must not hold the call forever.
     let result = {
         let (held, turn) = (held::with(call.key), call.turn.clone());
         let mut body = pin!(body(&mut *tx));
-        poll_fn(|cx| {
+        let body = poll_fn(|cx| {
             held::sync_scope(held.clone(), || {
                 turn.clone().sync_scope(|| body.as_mut().poll(cx))
             })
-        })
-        .instrument(span.clone())
-        .await
+        });
+        tokio::time::timeout(granted.claim.duration, body)
+            .instrument(span.clone())
+            .await
+    };
+    let leader = granted.leader.take();
+    let guard = &mut granted.guard;
+    let Ok(result) = result else {
+        // Still running at the end of its lease: dropped; the transaction rolls back, and the
+        // connection, a statement perhaps on the wire, is closed.
+        drop(tx);
+        unsure.store(true, Ordering::Relaxed);
+        let error = Error::LeaseLost {
+            key: call.key.short(),
+        };
+        return codec.answered(refuse(guard, Outcome::LeaseLost, error), None);
     };
 
     // Step 5: record and commit, or roll back.
-    let leader = granted.leader.take();
-    let guard = &mut granted.guard;
+    // Nothing to roll back, and `sqlx`'s count of open transactions is wrong now: the
+    // connection is closed rather than pooled.
+    let close = |tx: sqlx::Transaction<'_, Postgres>| {
+        drop(tx);
+        unsure.store(true, Ordering::Relaxed);
+    };
     let bytes = match codec.finished(call.tool.name, &result) {
         Finished::Record { bytes, ok: true } => bytes,
         Finished::Unreplayable { bytes, reason } => {
@@ -172,15 +198,32 @@ where
             bytes
         }
         Finished::Record { ok: false, .. } | Finished::Release => {
-            drop(tx); // rolls back, the claim with the tool's writes
+            // The body may have ended the transaction before its `Err`: then its writes (and
+            // the claim) may have committed, and the key must not be left to expire.
+            let open = tx::still_open(&mut tx, lease.token, reply).await;
             drop(leader); // followers ask again, after the rollback was queued
+            if let Ok(false) = open {
+                close(tx);
+                let ended = ended_by_the_tool(guard, &store, &call, &lease);
+                return codec.answered(ended.instrument(span).await, None);
+            }
+            if open.is_err() {
+                unsure.store(true, Ordering::Relaxed);
+            }
+            drop(tx); // rolls back, the claim with the tool's writes
             guard.report().report(Outcome::Failed);
             return result;
         }
     };
     let sql = store.record_and_commit(&lease, &bytes, ttl_of(guard.report()));
-    match raw(&mut tx, &sql).instrument(span).await {
-        Ok(()) => {
+    match raw(&mut tx, &sql, reply).instrument(span.clone()).await {
+        Ok(rows) if tx::ended_by_the_tool(rows) => {
+            drop(leader);
+            close(tx);
+            let ended = ended_by_the_tool(guard, &store, &call, &lease);
+            codec.answered(ended.instrument(span).await, None)
+        }
+        Ok(_) => {
             let shared = FirstResult {
                 fingerprint: call.fingerprint,
                 result: bytes,
@@ -193,11 +236,43 @@ where
         }
         Err(failed) => {
             drop(tx);
+            // No answer, or a broken connection: its state is unknown, so it is closed.
+            unsure.store(unsure_after(&failed), Ordering::Relaxed);
             drop(leader);
-            let error = commit_error(failed);
+            let error = commit_error(&call, failed);
             codec.answered(refuse(guard, Outcome::StoreError, error), None)
         }
     }
+}
+
+/// The tool's body ended the transaction its claim opened: nothing of it is recorded, and if
+/// its claim committed (a `COMMIT` of the body's), the key is marked interrupted — what the
+/// body wrote may have committed too — rather than left to expire and run again.
+async fn ended_by_the_tool(
+    guard: &mut Guard,
+    store: &PostgresStore,
+    call: &Call,
+    lease: &Lease,
+) -> call::Answer {
+    let marker = crate::replay::encode_interrupted(call.tool.name);
+    let ttl = ttl_of(guard.report());
+    let marked = match store.complete(lease, &marker, ttl).await {
+        Ok(()) => true,
+        // Rolled back with the body's writes: no claim to mark.
+        Err(Error::LeaseLost { .. }) => false,
+        Err(error) => {
+            tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
+                %error, "could not mark the key of a tool that ended its own transaction as \
+                interrupted; it is freed when its lease ends");
+            false
+        }
+    };
+    let error = Error::TransactionEnded {
+        tool: call.tool.name,
+        key: call.key.short(),
+        marked,
+    };
+    refuse(guard, Outcome::ConfigError, error)
 }
 
 /// A transactional call's [`Asker`]: charges the attempt on the call's own connection
@@ -253,16 +328,20 @@ impl Asker for Charging<'_, '_> {
 }
 
 /// A connection of the store's pool. If the call ends while the connection's transaction
-/// state is not known to `sqlx` (between sending `BEGIN` and learning whether it began, or
-/// after a failed claim and before its `ROLLBACK`), the connection is closed instead of going
-/// back to the pool: the server rolls back whatever it had open. Either way it is dropped inside
-/// the runtime it was acquired on (a pooled connection goes back through a task of the runtime),
-/// so a call dropped on a thread outside any runtime does not panic.
+/// state is not known to `sqlx` (between sending `BEGIN` and learning whether it began, after a
+/// failed claim and before its `ROLLBACK`, after a request the server did not answer in time),
+/// the connection is closed instead of going back to the pool: the server rolls back whatever
+/// it had open. Otherwise it goes back through the store's bounded give-back (a server that
+/// stops answering cannot keep it). Either way it is dropped inside the runtime it was acquired
+/// on (a pooled connection goes back through a task of the runtime), so a call dropped on a
+/// thread outside any runtime does not panic.
 struct Checkout<'u> {
     conn: Option<PoolConnection<Postgres>>,
     runtime: Option<tokio::runtime::Handle>,
     /// Outside the struct, so that it can change while a transaction borrows the connection.
     unsure: &'u AtomicBool,
+    /// How long the server has to answer the pool's check of the connection handed back.
+    reply: std::time::Duration,
 }
 
 impl Deref for Checkout<'_> {
@@ -288,11 +367,7 @@ impl Drop for Checkout<'_> {
             return;
         };
         let unsure = self.unsure.load(Ordering::Relaxed);
-        crate::store::postgres::entered::inside(self.runtime.as_ref(), conn, |conn| {
-            if unsure {
-                drop(conn.detach());
-            }
-        });
+        give_back(conn, self.runtime.as_ref(), unsure, self.reply);
     }
 }
 
@@ -320,23 +395,19 @@ fn remaining(wait_until: Instant) -> std::time::Duration {
 
 /// The error of a record-and-commit that failed: rolled back if the server said why, else of
 /// unknown outcome.
-fn commit_error(failed: sqlx::Error) -> Error {
-    if is_code(&failed, CLAIM_GONE) {
-        return Error::store(
-            "commit",
-            "the tool's own statements changed idem's record of this call inside the \
-             transaction, so nothing was committed: leave the idem tables to idem",
-        );
+fn commit_error(call: &Call, failed: sqlx::Error) -> Error {
+    let message = if is_code(&failed, CLAIM_GONE) {
+        "the tool's own statements changed idem's record of this call inside the transaction, \
+         so nothing was committed; leave the idem tables to idem"
+            .to_owned()
+    } else if matches!(failed, sqlx::Error::Database(_)) {
+        format!("the server refused it, so nothing was committed: {failed}")
+    } else {
+        format!("the connection failed, so whether it committed is unknown: {failed}")
+    };
+    Error::CommitFailed {
+        tool: call.tool.name,
+        key: call.key.short(),
+        message,
     }
-    if matches!(failed, sqlx::Error::Database(_)) {
-        return Error::store("commit", failed);
-    }
-    Error::store(
-        "commit",
-        format!(
-            "the connection failed while the result was recorded and committed ({failed}): \
-             whether the transaction committed is unknown; a retry replays the result if it \
-             did, and runs the tool if it did not"
-        ),
-    )
 }

@@ -3,6 +3,7 @@
 
 pub(crate) mod begin;
 mod builder;
+pub(crate) mod conn;
 pub(crate) mod entered;
 pub(crate) mod ops;
 mod row;
@@ -29,6 +30,11 @@ pub use sqlx::PgConnection;
 /// running with the same key) before it fails, unless
 /// [`PostgresStoreBuilder::lock_timeout`] says otherwise.
 pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long the server has to answer a request of the store (beyond the lock wait a claim is
+/// allowed) before the store closes the connection and fails the operation, unless
+/// [`PostgresStoreBuilder::reply_timeout`] says otherwise.
+pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A dedup store on PostgreSQL: remembered keys survive restarts, and any number of processes
 /// on any number of hosts can share the database.
@@ -57,7 +63,13 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 ///   claim never does: the server rolls back the dead client's transaction at once).
 /// - **A server restart, a failover, a dropped connection**: calls in flight fail closed
 ///   ([`Error::Store`](crate::Error::Store), the tool not run), the pool reconnects, and a
-///   retry finds what committed.
+///   retry finds what committed. A failover keeps what the promoted standby had received: with
+///   a **synchronous** standby, everything the store acknowledged; an asynchronous one loses
+///   its last commits (recorded results, and a transactional tool's writes with them).
+/// - **A server that stops answering** without resetting its connections (a frozen primary, a
+///   partition after a DNS or virtual-IP switch): every request waits at most the reply timeout
+///   ([`PostgresStoreBuilder::reply_timeout`]), then fails closed; the connection is closed, not
+///   pooled again, and new ones reach whatever host the address names by then.
 /// - **Several hosts**: leases and TTLs are measured on the database server's clock
 ///   (`clock_timestamp()`), so hosts whose clocks disagree still agree on when a lease ends.
 ///
@@ -88,6 +100,7 @@ pub(crate) struct Inner {
     pub(crate) schema: Option<String>,
     pub(crate) sql: Sql,
     pub(crate) lock_timeout: Duration,
+    pub(crate) reply_timeout: Duration,
     pub(crate) claims: AtomicU32,
     /// The claims being made right now, by token: a `release` of one waits for it to land.
     pub(crate) pending: std::sync::Mutex<HashMap<u64, Arc<tokio::sync::Mutex<()>>>>,
@@ -198,7 +211,9 @@ impl PostgresStore {
     /// connections, and idem's tables (created or migrated here) live in its database.
     ///
     /// The pool's settings stay the application's; `test_before_acquire(false)` saves a round
-    /// trip per call.
+    /// trip per call. The store bounds its own requests and sheds the connections that stop
+    /// answering ([`PostgresStoreBuilder::reply_timeout`]); the application's own queries on the
+    /// pool are `sqlx`'s.
     ///
     /// # Errors
     /// As [`PostgresStore::connect`].
@@ -222,7 +237,12 @@ impl PostgresStore {
         format!("{}idem_records", self.inner.sql.prefix)
     }
 
-    fn new(pool: PgPool, schema: Option<String>, lock_timeout: Duration) -> Self {
+    fn new(
+        pool: PgPool,
+        schema: Option<String>,
+        lock_timeout: Duration,
+        reply_timeout: Duration,
+    ) -> Self {
         let prefix = schema
             .as_deref()
             .map_or_else(String::new, |s| format!("{}.", schema::quote_ident(s)));
@@ -232,6 +252,7 @@ impl PostgresStore {
                 schema,
                 sql: Sql::new(&prefix),
                 lock_timeout,
+                reply_timeout,
                 claims: AtomicU32::new(0),
                 pending: std::sync::Mutex::default(),
             }),
@@ -254,6 +275,7 @@ impl fmt::Debug for PostgresStore {
         f.debug_struct("PostgresStore")
             .field("schema", &self.inner.schema)
             .field("lock_timeout", &self.inner.lock_timeout)
+            .field("reply_timeout", &self.inner.reply_timeout)
             .finish_non_exhaustive()
     }
 }

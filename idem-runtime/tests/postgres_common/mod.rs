@@ -8,6 +8,8 @@
 //! a server start their own with the same script.
 #![allow(dead_code)]
 
+pub mod ledger;
+
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;

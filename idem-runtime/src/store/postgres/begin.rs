@@ -10,6 +10,7 @@ use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::query::Query;
 use sqlx::{PgConnection, Postgres, Row as _};
 
+use super::conn::within;
 use super::ops::store_error;
 use super::row;
 use super::{PostgresStore, sql_ms, sql_token};
@@ -61,9 +62,10 @@ impl PostgresStore {
     ) -> StoreFuture<'a, Answer> {
         StoreFuture::new(async move {
             let turn = req.charge.turn.turn_counter();
-            let row = self
-                .begin_query(req, &turn, false, lock_timeout)
-                .fetch_one(conn)
+            // The server may wait for the key's row up to the lock timeout, then answer.
+            let bound = lock_timeout + self.reply_timeout();
+            let query = self.begin_query(req, &turn, false, lock_timeout);
+            let row = within(bound, query.fetch_one(conn))
                 .await
                 .map_err(|e| store_error("begin", e))?;
             answer(&row, req.key)
@@ -147,11 +149,17 @@ impl PostgresStore {
                 charge: req.charge,
             };
             let turn = req.charge.turn.turn_counter();
-            let row = self
-                .begin_query(&request, &turn, true, self.inner.lock_timeout)
-                .fetch_one(&self.inner.pool)
-                .await
-                .map_err(|e| store_error("begin", e))?;
+            let lock_timeout = self.inner.lock_timeout;
+            // The server may wait for the key's row up to the lock timeout, then answer.
+            let bound = lock_timeout + self.reply_timeout();
+            let mut conn = self.conn("begin").await?;
+            let row = conn
+                .run("begin", bound, async |conn| {
+                    self.begin_query(&request, &turn, true, lock_timeout)
+                        .fetch_one(conn)
+                        .await
+                })
+                .await?;
             answer(&row, &req.key)
         })
     }

@@ -3,12 +3,13 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
+use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres};
+
+use super::conn::Conn;
 
 use super::entered::entered;
-use super::{DEFAULT_LOCK_TIMEOUT, PostgresStore, schema};
+use super::{DEFAULT_LOCK_TIMEOUT, DEFAULT_REPLY_TIMEOUT, PostgresStore, schema};
 use crate::{Error, Result};
 
 /// How to connect a [`PostgresStore`]: [`PostgresStore::builder`].
@@ -18,6 +19,7 @@ pub struct PostgresStoreBuilder {
     max_connections: u32,
     connect_timeout: Duration,
     lock_timeout: Duration,
+    reply_timeout: Duration,
 }
 
 impl Default for PostgresStoreBuilder {
@@ -27,6 +29,7 @@ impl Default for PostgresStoreBuilder {
             max_connections: 10,
             connect_timeout: Duration::from_secs(5),
             lock_timeout: DEFAULT_LOCK_TIMEOUT,
+            reply_timeout: DEFAULT_REPLY_TIMEOUT,
         }
     }
 }
@@ -63,6 +66,23 @@ impl PostgresStoreBuilder {
         self
     }
 
+    /// How long the server has to answer each request of the store, beyond the lock wait a
+    /// claim is allowed ([`lock_timeout`](Self::lock_timeout)), and each step of a
+    /// transactional call beyond its turn's in-flight wait (default [`DEFAULT_REPLY_TIMEOUT`]).
+    ///
+    /// A server that stops answering without resetting its connections — a frozen primary, a
+    /// partition after a DNS or virtual-IP switch — would otherwise keep every call, and every
+    /// connection of the pool, waiting forever: past this bound the operation fails with
+    /// [`Error::Store`], the connection is closed rather than returned to the pool, and the
+    /// next call opens a new one, to whatever host the address names by then. The pool's own
+    /// check of a connection handed back (a round trip) gets the same bound. Keep it well above
+    /// the server's slowest answer to a healthy request.
+    #[must_use]
+    pub fn reply_timeout(mut self, timeout: Duration) -> Self {
+        self.reply_timeout = timeout.max(Duration::from_millis(1));
+        self
+    }
+
     /// Connects to `url` with a pool of its own and creates or migrates idem's tables.
     ///
     /// # Errors
@@ -81,7 +101,14 @@ impl PostgresStoreBuilder {
         // Dropped unfinished anywhere, it drops its pooled connection inside the runtime.
         entered(async move {
             let (store, mut conn) = self.store(pool).await?;
-            schema::migrate(&mut conn, store.schema(), &store.inner.sql.prefix).await?;
+            let (schema, prefix) = (store.schema(), &store.inner.sql.prefix);
+            // It may wait for another process's migration (an advisory lock).
+            let bound = store.inner.lock_timeout + store.reply_timeout();
+            conn.run_idem("open", bound, async |conn| {
+                schema::migrate(conn, schema, prefix).await
+            })
+            .await?;
+            drop(conn);
             Ok(store)
         })
         .await
@@ -106,7 +133,14 @@ impl PostgresStoreBuilder {
             || "the connection's search_path".to_owned(),
             |s| format!("schema {s:?}"),
         );
-        match schema::existing_version(&mut conn, &store.inner.sql.prefix).await? {
+        let (prefix, bound) = (&store.inner.sql.prefix, store.reply_timeout());
+        let version = conn
+            .run_idem("open", bound, async |conn| {
+                schema::existing_version(conn, prefix).await
+            })
+            .await?;
+        drop(conn);
+        match version {
             Some(schema::SCHEMA_VERSION) => Ok(store),
             None => Err(Error::Config(format!(
                 "this database has no idem tables in {place}: check the URL (and --schema)"
@@ -120,14 +154,9 @@ impl PostgresStoreBuilder {
     }
 
     /// The store on `pool`, and a connection of it (the server reached).
-    async fn store(self, pool: PgPool) -> Result<(PostgresStore, PoolConnection<Postgres>)> {
-        let store = PostgresStore::new(pool, self.schema, self.lock_timeout);
-        let conn = store
-            .inner
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| Error::store("open", e))?;
+    async fn store(self, pool: PgPool) -> Result<(PostgresStore, Conn)> {
+        let store = PostgresStore::new(pool, self.schema, self.lock_timeout, self.reply_timeout);
+        let conn = store.conn("open").await?;
         Ok((store, conn))
     }
 

@@ -3,7 +3,9 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use sqlx::Row as _;
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::{Postgres, Row as _};
 
 use super::begin::lock;
 use super::entered::entered;
@@ -56,6 +58,17 @@ pub(crate) fn is_code(error: &sqlx::Error, code: &str) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(code))
 }
 
+/// `query` with the lease's namespace, key and token bound next (a statement fenced by it).
+fn fenced<'q>(
+    query: Query<'q, Postgres, PgArguments>,
+    lease: &'q Lease,
+) -> Query<'q, Postgres, PgArguments> {
+    query
+        .bind(&*lease.namespace)
+        .bind(lease.key.as_bytes().as_slice())
+        .bind(sql_token(lease.token))
+}
+
 /// `Ok` if a statement guarded by the lease token changed a row, else [`Error::LeaseLost`].
 fn held(changed: u64, key: &Key) -> Result<()> {
     if changed == 0 {
@@ -87,20 +100,21 @@ impl PostgresStore {
     /// Deletes up to [`PURGE_BATCH`] expired records and as many expired turn counts; returns
     /// how many of each were deleted.
     async fn purge_batch(&self) -> Result<(u64, u64)> {
-        let fail = |e| store_error("purge_expired", e);
-        let records = sqlx::query(&self.inner.sql.purge_records)
-            .bind(PURGE_BATCH)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(fail)?
-            .rows_affected();
-        let counts = sqlx::query(&self.inner.sql.purge_budgets)
-            .bind(PURGE_BATCH)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(fail)?
-            .rows_affected();
-        Ok((records, counts))
+        let sql = &self.inner.sql;
+        self.on_conn("purge_expired", async |conn| {
+            let records = sqlx::query(&sql.purge_records)
+                .bind(PURGE_BATCH)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            let counts = sqlx::query(&sql.purge_budgets)
+                .bind(PURGE_BATCH)
+                .execute(&mut *conn)
+                .await?
+                .rows_affected();
+            Ok((records, counts))
+        })
+        .await
     }
 }
 
@@ -111,14 +125,12 @@ impl Store for PostgresStore {
 
     fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
         entered(async move {
-            let changed = sqlx::query(&self.inner.sql.renew)
-                .bind(sql_ms(duration))
-                .bind(&*lease.namespace)
-                .bind(lease.key.as_bytes().as_slice())
-                .bind(sql_token(lease.token))
-                .execute(&self.inner.pool)
-                .await
-                .map_err(|e| store_error("renew", e))?
+            let changed = self
+                .on_conn("renew", async |conn| {
+                    let renew = sqlx::query(&self.inner.sql.renew).bind(sql_ms(duration));
+                    fenced(renew, lease).execute(conn).await
+                })
+                .await?
                 .rows_affected();
             held(changed, &lease.key)
         })
@@ -131,29 +143,27 @@ impl Store for PostgresStore {
         ttl: Duration,
     ) -> StoreFuture<'a, ()> {
         entered(async move {
-            let fail = |e| store_error("complete", e);
-            // The token stays in the row, so that a retried complete is recognised.
-            let changed = sqlx::query(&self.inner.sql.complete)
-                .bind(result)
-                .bind(sql_ms(ttl))
-                .bind(&*lease.namespace)
-                .bind(lease.key.as_bytes().as_slice())
-                .bind(sql_token(lease.token))
-                .execute(&self.inner.pool)
-                .await
-                .map_err(fail)?
-                .rows_affected();
-            if changed == 0 {
-                let completed = sqlx::query(&self.inner.sql.completed_by)
-                    .bind(&*lease.namespace)
-                    .bind(lease.key.as_bytes().as_slice())
-                    .bind(sql_token(lease.token))
-                    .fetch_optional(&self.inner.pool)
-                    .await
-                    .map_err(fail)?;
-                if completed.is_some() {
-                    return Ok(()); // completed by this lease already: a retried complete
-                }
+            let (changed, completed) = self
+                .on_conn("complete", async |conn| {
+                    // The token stays in the row, so that a retried complete is recognised.
+                    let complete = sqlx::query(&self.inner.sql.complete)
+                        .bind(result)
+                        .bind(sql_ms(ttl));
+                    let changed = fenced(complete, lease)
+                        .execute(&mut *conn)
+                        .await?
+                        .rows_affected();
+                    if changed > 0 {
+                        return Ok((changed, false));
+                    }
+                    let completed = fenced(sqlx::query(&self.inner.sql.completed_by), lease)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                    Ok((changed, completed.is_some()))
+                })
+                .await?;
+            if completed {
+                return Ok(()); // completed by this lease already: a retried complete
             }
             held(changed, &lease.key)
         })
@@ -167,13 +177,13 @@ impl Store for PostgresStore {
                 let _landed = landing.lock().await;
             }
             // The row stays, expired, with the key's attempt count.
-            let changed = sqlx::query(&self.inner.sql.release)
-                .bind(&*lease.namespace)
-                .bind(lease.key.as_bytes().as_slice())
-                .bind(sql_token(lease.token))
-                .execute(&self.inner.pool)
-                .await
-                .map_err(|e| store_error("release", e))?
+            let changed = self
+                .on_conn("release", async |conn| {
+                    fenced(sqlx::query(&self.inner.sql.release), lease)
+                        .execute(conn)
+                        .await
+                })
+                .await?
                 .rows_affected();
             held(changed, &lease.key)
         })
@@ -181,12 +191,15 @@ impl Store for PostgresStore {
 
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
         entered(async move {
-            let row = sqlx::query(&self.inner.sql.get)
-                .bind(namespace)
-                .bind(key.as_bytes().as_slice())
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(|e| store_error("get", e))?;
+            let row = self
+                .on_conn("get", async |conn| {
+                    sqlx::query(&self.inner.sql.get)
+                        .bind(namespace)
+                        .bind(key.as_bytes().as_slice())
+                        .fetch_optional(conn)
+                        .await
+                })
+                .await?;
             row.map(|row| row::read(&row).map_err(corrupt(key)))
                 .transpose()
         })
@@ -211,12 +224,15 @@ impl Store for PostgresStore {
         limit: usize,
     ) -> StoreFuture<'a, Vec<Record>> {
         entered(async move {
-            let rows = sqlx::query(&self.inner.sql.list)
-                .bind(namespace)
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .fetch_all(&self.inner.pool)
-                .await
-                .map_err(|e| store_error("list", e))?;
+            let rows = self
+                .on_conn("list", async |conn| {
+                    sqlx::query(&self.inner.sql.list)
+                        .bind(namespace)
+                        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                        .fetch_all(conn)
+                        .await
+                })
+                .await?;
             let mut out = Vec::with_capacity(rows.len());
             for row in rows {
                 match row::read(&row) {
@@ -236,12 +252,15 @@ impl Store for PostgresStore {
 
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         entered(async move {
-            let live: Option<bool> = sqlx::query(&self.inner.sql.remove)
-                .bind(namespace)
-                .bind(key.as_bytes().as_slice())
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(|e| store_error("remove", e))?
+            let live: Option<bool> = self
+                .on_conn("remove", async |conn| {
+                    sqlx::query(&self.inner.sql.remove)
+                        .bind(namespace)
+                        .bind(key.as_bytes().as_slice())
+                        .fetch_optional(conn)
+                        .await
+                })
+                .await?
                 .map(|row| row.try_get(0))
                 .transpose()
                 .map_err(|e| store_error("remove", e))?;

@@ -14,10 +14,11 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 
-use sqlx::{Executor as _, PgConnection};
+use sqlx::{Connection as _, Executor as _, PgConnection, Postgres, Transaction};
 
+use super::conn::within;
 use super::{PostgresStore, sql_ms, sql_token};
-use crate::store::Lease;
+use crate::store::{Lease, LeaseToken};
 
 /// `bytes` as a `bytea` literal.
 fn bytea(bytes: &[u8]) -> String {
@@ -46,7 +47,10 @@ fn text(text: &str) -> String {
 }
 
 impl PostgresStore {
-    /// `BEGIN` and the claim of `lease`'s key inside the new transaction (`idem_claim`).
+    /// `BEGIN` and the claim of `lease`'s key inside the new transaction (`idem_claim`). The
+    /// transaction may sit idle (waiting for its client) for at most `lease_duration`: past it
+    /// the server ends the session and rolls everything back, so that a client it no longer
+    /// hears from (a frozen process, a partition) does not hold the key's row lock forever.
     pub(crate) fn begin_and_claim(
         &self,
         lease: &Lease,
@@ -57,8 +61,10 @@ impl PostgresStore {
         lock_timeout: Duration,
     ) -> String {
         format!(
-            "BEGIN; SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, \
-             {window}, {timeout})",
+            "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '{lease}', true), \
+             set_config('{CLAIM_SETTING}', '{token}', true); \
+             SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, {window}, \
+             {timeout})",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
@@ -72,10 +78,14 @@ impl PostgresStore {
     }
 
     /// The record of `result` under `lease`, `COMMIT`, and a new (empty) transaction for the
-    /// connection's `Transaction` to roll back when it is dropped.
+    /// connection's `Transaction` to roll back when it is dropped. The record is made only
+    /// inside the transaction its claim opened ([`CLAIM_SETTING`], which a `COMMIT` or
+    /// `ROLLBACK` of the tool's ends): it is the one row the statement returns, so the rows the
+    /// round trip reports say whether it was made ([`ended_by_the_tool`]).
     pub(crate) fn record_and_commit(&self, lease: &Lease, result: &[u8], ttl: Duration) -> String {
         format!(
-            "SELECT {prefix}idem_record({ns}, {key}, {token}, {result}, {ttl}); COMMIT; BEGIN",
+            "SELECT {prefix}idem_record({ns}, {key}, {token}, {result}, {ttl}) \
+             WHERE current_setting('{CLAIM_SETTING}', true) = '{token}'; COMMIT; BEGIN",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
@@ -86,15 +96,52 @@ impl PostgresStore {
     }
 }
 
-/// Runs `sql` (several statements, the simple query protocol) on `conn`. Boxed, as
-/// [`PostgresStore::charge_on`] is.
+/// A setting local to the transaction a transactional claim opens, holding the claim's token:
+/// a `COMMIT` or `ROLLBACK` the tool's body sends on its connection ends that transaction and
+/// the setting with it.
+pub(crate) const CLAIM_SETTING: &str = "idem.claim";
+
+/// Whether a record-and-commit whose round trip reported `rows` rows made no record because
+/// the transaction its claim opened was ended by the tool's body.
+pub(crate) fn ended_by_the_tool(rows: u64) -> bool {
+    rows == 0
+}
+
+/// Asks whether the transaction the claim made with `token` opened is still open on `conn`
+/// (the tool's body may have ended it), answered within `bound`.
+pub(crate) async fn still_open(
+    conn: &mut PgConnection,
+    token: LeaseToken,
+    bound: Duration,
+) -> Result<bool, sqlx::Error> {
+    let sql = format!("SELECT current_setting('{CLAIM_SETTING}', true)");
+    let setting: Option<String> = within(bound, sqlx::query_scalar(&sql).fetch_one(conn)).await?;
+    Ok(setting.as_deref() == Some(sql_token(token).to_string().as_str()))
+}
+
+/// Runs `sql` (several statements, the simple query protocol) on `conn`, answered within
+/// `bound` (else [`unanswered`](super::conn::unanswered): the connection's state is unknown);
+/// the rows its statements returned or changed. Boxed, as [`PostgresStore::charge_on`] is.
 pub(crate) fn raw<'a>(
     conn: &'a mut PgConnection,
     sql: &'a str,
-) -> Pin<Box<dyn Future<Output = Result<(), sqlx::Error>> + Send + 'a>> {
+    bound: Duration,
+) -> Pin<Box<dyn Future<Output = Result<u64, sqlx::Error>> + Send + 'a>> {
     // A `&str` without arguments goes out as one simple query (`sqlx::raw_sql`'s future is not
     // provably `Send` for a borrowed connection).
-    Box::pin(async move { conn.execute(sql).await.map(|_| ()) })
+    Box::pin(within(bound, async move {
+        conn.execute(sql).await.map(|done| done.rows_affected())
+    }))
+}
+
+/// `BEGIN` and the claim (`sql`, from [`PostgresStore::begin_and_claim`]) on `conn`, answered
+/// within `bound` (else [`unanswered`](super::conn::unanswered)).
+pub(crate) async fn begin(
+    conn: &mut PgConnection,
+    sql: String,
+    bound: Duration,
+) -> Result<Transaction<'_, Postgres>, sqlx::Error> {
+    within(bound, conn.begin_with(sql)).await
 }
 
 #[cfg(test)]
