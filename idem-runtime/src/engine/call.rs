@@ -22,7 +22,6 @@ use super::report::Reporter;
 use super::{Call, telemetry};
 use crate::Error;
 use crate::flight::{self, Leader, Role, Waited};
-use crate::replay::{self, RecordKind};
 use crate::stats::Outcome;
 use crate::store::{Begin, BeginRequest, Exhausted, FirstResult, LeaseToken, Store, StoreFuture};
 use crate::turn::Turn;
@@ -544,49 +543,20 @@ pub(super) fn recorded(
     if first.fingerprint != call.fingerprint {
         return mismatch(guard, call);
     }
-    let (tool, key) = (call.tool.name, call.key.short());
-    let refusal = match replay::kind(&first.result) {
-        Ok(RecordKind::Ok) => None,
-        Ok(RecordKind::Err) if call.tool.cache_errors => None,
-        Ok(RecordKind::Interrupted) => {
-            Some((Outcome::WasInterrupted, Error::Interrupted { tool, key }))
-        }
-        Ok(RecordKind::NotReplayable { reason }) => Some((
-            Outcome::NotReplayable,
-            Error::NotReplayable {
-                tool,
-                key,
-                message: reason,
-            },
-        )),
-        Ok(RecordKind::Err) => Some((
-            Outcome::DecodeError,
-            Error::Decode {
-                tool,
-                key,
-                message: "the record holds an `Err`, but this tool records `Ok` results only \
-                          (was `cache_errors` removed?)"
-                    .to_owned(),
-            },
-        )),
-        Err(error) => Some((
-            Outcome::DecodeError,
-            Error::Decode {
-                tool,
-                key,
-                message: error.to_string(),
-            },
-        )),
-    };
-    if let Some((outcome, error)) = refusal {
-        return refuse(guard, outcome, error);
-    }
+    // The decoder answers a marker with its error: the outcome says which.
     match decode(call, &first.result) {
         Ok(()) => {
             guard.report().report(outcome);
             Ok(())
         }
-        Err(error) => refuse(guard, Outcome::DecodeError, error),
+        Err(error) => {
+            let outcome = match error {
+                Error::Interrupted { .. } => Outcome::WasInterrupted,
+                Error::NotReplayable { .. } => Outcome::NotReplayable,
+                _ => Outcome::DecodeError,
+            };
+            refuse(guard, outcome, error)
+        }
     }
 }
 

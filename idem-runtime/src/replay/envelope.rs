@@ -121,7 +121,8 @@ pub(super) fn marker_error(tool: &'static str, key: &Key, envelope: Envelope<'_>
         Envelope::Err(_) => decode_error(
             tool,
             key,
-            "the record holds a cached error but the tool does not cache errors",
+            "the record holds an `Err`, but this tool records `Ok` results only (was \
+             `cache_errors` removed?)",
         ),
         Envelope::Ok(_) => decode_error(tool, key, "unexpected record kind"),
     }
