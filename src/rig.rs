@@ -306,6 +306,7 @@ mod tests {
             tool: "send",
             key,
             waited: std::time::Duration::from_secs(2),
+            free_within: std::time::Duration::from_secs(30),
         };
         let error = tool_error(&waiting);
         assert_eq!(error.model_feedback(), Some(waiting.model_text().as_str()));

@@ -76,7 +76,9 @@ pub enum Error {
     /// Another process is still running the call with this key.
     #[error(
         "tool `{tool}` with key {key} is still running elsewhere after waiting {waited:?}: \
-         retry later; if its holder crashed, the key is freed when its lease expires"
+         retry in {free_within:?}, when a holder that crashed has lost the key at the latest (its \
+         lease); an orchestrator that restarts runs right after a crash should give turns an \
+         in-flight wait longer than the tool's lease (`Turn::with_in_flight_wait`)"
     )]
     InFlight {
         /// The tool's name.
@@ -85,6 +87,8 @@ pub enum Error {
         key: ShortKey,
         /// How long this call waited before giving up.
         waited: Duration,
+        /// When to retry: by then a holder that crashed has lost the key (the tool's lease).
+        free_within: Duration,
     },
 
     /// A stored result could not be decoded into the tool's result type.

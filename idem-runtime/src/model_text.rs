@@ -113,10 +113,12 @@ impl Error {
                 actions(*calls)
             ),
             Error::PayloadMismatch { differs, .. } => mismatch_message(*differs),
-            Error::InFlight { .. } => "The same action, with these same arguments, is still \
-                 running from an earlier call. Wait a little, then call it again with the same \
-                 arguments to get its result; do not change the arguments."
-                .to_owned(),
+            Error::InFlight { free_within, .. } => format!(
+                "The same action, with these same arguments, is still running from an earlier \
+                 call. Wait {}, then call it again with the same arguments to get its result; \
+                 do not change the arguments.",
+                seconds(*free_within)
+            ),
             Error::LeaseLost { .. } => "This call of the action was stopped before its result \
                  could be recorded, so it may or may not have taken effect. Do not call it again \
                  blindly: check whether it happened (for example with a read-only tool), or tell \
@@ -163,18 +165,29 @@ impl Error {
                  happened (for example with a read-only tool), or tell the user."
                 .to_owned(),
             Error::CommitFailed { .. } => "This action may or may not have been done: saving it \
-                 failed at the last moment. Call it again with the same arguments: if it was \
-                 done you get its result, and if it was not it is done now, once."
+                 failed at the last moment. To find out, call it again with the same arguments: \
+                 if it was done you get its result, and if it was not it is done now, once."
                 .to_owned(),
             Error::ModelStepDiverged { .. } => "This conversation cannot go on: it was \
                  restarted, and the request now differs from the one the earlier run recorded. \
-                 Nothing more was done. The application has to start a new turn."
+                 Nothing more was done. Do not repeat the request: tell the user that the conversation \
+                 has to start again."
                 .to_owned(),
             Error::TokenBudgetExhausted { .. } => "This turn used all the tokens it may, so \
                  the model was not asked again and nothing more was done. Stop: tell the user \
                  what was done so far and that the request is too large for one turn."
                 .to_owned(),
         }
+    }
+}
+
+/// `30 seconds`, `1 second`, `2 minutes`: a wait, rounded up, in words.
+fn seconds(wait: std::time::Duration) -> String {
+    let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    match secs {
+        0 | 1 => "1 second".to_owned(),
+        s if s < 120 => format!("{s} seconds"),
+        s => format!("{} minutes", s.div_ceil(60)),
     }
 }
 
@@ -236,6 +249,7 @@ pub(crate) fn every_error() -> Vec<Error> {
             tool: "t",
             key: key(),
             waited: std::time::Duration::from_secs(1),
+            free_within: std::time::Duration::from_secs(30),
         },
         Error::Decode {
             tool: "t",

@@ -25,17 +25,16 @@ fn call(store: &Arc<dyn Store>) -> (Call, Key) {
     (Call::new(&SEND, &turn, key, fingerprint), key)
 }
 
+/// A call, unfinished.
+type Unfinished = Pin<Box<dyn Future<Output = Result<u8, Error>> + Send>>;
+
 /// Runs the call on `runtime` until its body has started, then hands it back unfinished.
-fn started(
-    runtime: &tokio::runtime::Runtime,
-    store: &Arc<dyn Store>,
-) -> (Pin<Box<dyn Future<Output = Result<u8, Error>> + Send>>, Key) {
+fn started(runtime: &tokio::runtime::Runtime, store: &Arc<dyn Store>) -> (Unfinished, Key) {
     let (call, key) = call(store);
-    let mut call: Pin<Box<dyn Future<Output = Result<u8, Error>> + Send>> =
-        Box::pin(execute(call, Codec::ok_only(), async {
-            tokio::time::sleep(Duration::from_secs(3600)).await;
-            Ok::<_, Error>(1u8)
-        }));
+    let mut call: Unfinished = Box::pin(execute(call, Codec::ok_only(), async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok::<_, Error>(1u8)
+    }));
     runtime.block_on(async {
         let waited = tokio::time::timeout(Duration::from_millis(20), &mut call).await;
         assert!(waited.is_err(), "the body runs");

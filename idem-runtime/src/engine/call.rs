@@ -574,6 +574,7 @@ pub(super) fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> 
         tool: call.tool.name,
         key: call.key.short(),
         waited: call.turn.in_flight_wait() + Instant::now().saturating_duration_since(wait_until),
+        free_within: keeper::duration(call.tool).unwrap_or(crate::store::DEFAULT_LEASE),
     };
     refuse(guard, Outcome::InFlight, error)
 }

@@ -116,7 +116,7 @@ fn cached_errors_round_trip_and_ok_only_refuses_them() {
     assert_eq!(back, result);
     let as_ok_only = <OkOnly as ResultCodec<u8, String>>::decode(TOOL, &key(), &bytes);
     assert!(
-        matches!(&as_ok_only, Err(Error::Decode { tool: TOOL, message, .. }) if message.contains("cached error")),
+        matches!(&as_ok_only, Err(Error::Decode { tool: TOOL, message, .. }) if message.contains("records `Ok` results only")),
         "{as_ok_only:?}"
     );
     // An Err is not recorded by OkOnly.
