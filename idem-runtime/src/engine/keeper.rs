@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -59,15 +60,6 @@ impl Claim {
 
 /// A renewal in flight: when it was sent, and the store's answer (`None`: none in time).
 type Renewal = Pin<Box<dyn Future<Output = (Instant, Option<Result<(), Error>>)> + Send>>;
-
-/// The answer of the renewal in flight; pending forever when there is none (its `select!`
-/// branch is disabled then).
-async fn answer(renewal: &mut Option<Renewal>) -> (Instant, Option<Result<(), Error>>) {
-    match renewal {
-        Some(renewal) => renewal.await,
-        None => std::future::pending().await,
-    }
-}
 
 /// What to do with the work a keeper holds when the lease can no longer be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,11 +123,6 @@ impl Keeper {
         &self.store
     }
 
-    /// Whether the lease can no longer be trusted.
-    pub(super) fn ended(&self) -> bool {
-        self.lost || Instant::now() >= self.until
-    }
-
     /// Whether the store certainly no longer holds the lease: it said so, or its end passed
     /// without a renewal.
     pub(super) fn gone(&self) -> bool {
@@ -169,49 +156,69 @@ impl Keeper {
             .await
     }
 
+    /// Polls `work` once each time it is woken — never again before — while it renews the
+    /// lease; ends when the work does, at the lease's trusted end (`AtTheEnd::Drop`) or at
+    /// `give_up`. Its one timer, for the next renewal or the end, is armed only when the work
+    /// did not finish in this poll: a quick body or a store that answers in place needs none.
     async fn hold<F: Future + ?Sized>(
         &mut self,
         mut work: Pin<&mut F>,
         at_the_end: AtTheEnd,
         give_up: Option<Instant>,
     ) -> Option<F::Output> {
-        loop {
-            if at_the_end == AtTheEnd::Drop && self.ended() {
-                tracing::error!(target: "idem", key = %self.lease.key.short(),
-                    "the lease could not be renewed in time: the tool was stopped, since another \
-                     caller may soon hold the key");
-                return None;
-            }
-            if give_up.is_some_and(|at| Instant::now() >= at) {
-                return None;
-            }
-            if self.renewal.is_none() && !self.lost && Instant::now() >= self.next {
-                if Instant::now() >= self.store_end {
-                    // No renewal answered before the store's end of the lease: the store may
-                    // have given the key to another caller, and no renewal can help now.
-                    self.lost = true;
-                } else {
+        let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
+        std::future::poll_fn(|cx| {
+            let mut work_polled = false;
+            loop {
+                let now = Instant::now();
+                if at_the_end == AtTheEnd::Drop && (self.lost || now >= self.until) {
+                    tracing::error!(target: "idem", key = %self.lease.key.short(),
+                        "the lease could not be renewed in time: the tool was stopped, since \
+                         another caller may soon hold the key");
+                    return Poll::Ready(None);
+                }
+                if give_up.is_some_and(|at| now >= at) {
+                    return Poll::Ready(None);
+                }
+                if !std::mem::replace(&mut work_polled, true)
+                    && let Poll::Ready(output) = work.as_mut().poll(cx)
+                {
+                    return Poll::Ready(Some(output));
+                }
+                if self.renewal.is_none() && !self.lost && now >= self.next {
+                    if now >= self.store_end {
+                        // No renewal answered before the store's end of the lease: the store
+                        // may have given the key to another caller; no renewal can help now.
+                        self.lost = true;
+                        continue;
+                    }
                     self.renewal = Some(self.start_renewal());
                 }
-            }
-            let wake = match (at_the_end, give_up) {
-                (AtTheEnd::Drop, _) => self.until,
-                (AtTheEnd::Wait, Some(at)) => at,
-                (AtTheEnd::Wait, None) => self.store_end,
-            };
-            let renew_at = (self.renewal.is_none() && !self.lost).then_some(self.next);
-            let renewing = self.renewal.is_some();
-            tokio::select! {
-                biased;
-                output = &mut work => return Some(output),
-                answer = answer(&mut self.renewal), if renewing => {
+                if let Some(renewal) = &mut self.renewal
+                    && let Poll::Ready(answer) = renewal.as_mut().poll(cx)
+                {
                     self.renewal = None;
                     self.settle(answer);
+                    continue;
                 }
-                () = tokio::time::sleep_until(renew_at.unwrap_or(wake)), if renew_at.is_some() => {}
-                () = tokio::time::sleep_until(wake) => {}
+                let mut wake = match (at_the_end, give_up) {
+                    (AtTheEnd::Drop, _) => self.until,
+                    (AtTheEnd::Wait, Some(at)) => at,
+                    (AtTheEnd::Wait, None) => self.store_end,
+                };
+                if self.renewal.is_none() && !self.lost {
+                    wake = wake.min(self.next);
+                }
+                let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(wake)));
+                if timer.deadline() != wake {
+                    timer.as_mut().reset(wake);
+                }
+                if timer.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
             }
-        }
+        })
+        .await
     }
 
     /// Sends one renewal, bounded by the store's end of the lease (no answer after it can help).

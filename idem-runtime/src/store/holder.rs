@@ -142,7 +142,10 @@ mod tests {
             start: this.start + 1,
             ..this.clone()
         };
-        assert!(reused.is_gone(), "our pid with another start: a process before us");
+        assert!(
+            reused.is_gone(),
+            "our pid with another start: a process before us"
+        );
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         let start = start_of(&pid.to_string()).map(|(start, _)| start);
@@ -158,7 +161,10 @@ mod tests {
     #[test]
     fn a_running_or_stopped_process_is_not_gone() {
         let this = Holder::this_process().unwrap();
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
         let pid = child.id();
         let (start, _) = start_of(&pid.to_string()).unwrap();
         let holder = Holder {
