@@ -26,6 +26,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -86,6 +87,7 @@ pub struct Conversation {
     turn: Turn,
     label: Arc<str>,
     steps: Arc<tokio::sync::Mutex<Steps>>,
+    lease: Option<Duration>,
 }
 
 impl Turn {
@@ -109,6 +111,7 @@ impl Turn {
             turn: self.clone(),
             label,
             steps,
+            lease: None,
         }
     }
 
@@ -127,6 +130,17 @@ impl Conversation {
     /// Its label.
     pub fn label(&self) -> &str {
         &self.label
+    }
+
+    /// Claims each live step for `lease` instead of [`DEFAULT_LEASE`](crate::store::DEFAULT_LEASE)
+    /// (30 s). The lease is renewed while the model is asked; it is how long a run killed
+    /// while asking (`SIGKILL`, a lost host) holds the step, and a restarted run waits for it
+    /// at most its turn's [in-flight wait](Turn::with_in_flight_wait) (10 s by default) before
+    /// failing with [`Error::InFlight`]: keep it below that wait.
+    #[must_use]
+    pub fn with_lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
     }
 
     /// How many of its steps this run has answered (replayed or live): the index of the next.
@@ -185,8 +199,11 @@ impl Conversation {
             MODEL_STEP.name,
             MODEL_STEP.version,
         );
-        let call_ = Call::new(&MODEL_STEP, turn, key, fingerprint)
+        let mut call_ = Call::new(&MODEL_STEP, turn, key, fingerprint)
             .model_step(Arc::clone(&self.label), step);
+        if let Some(lease) = self.lease {
+            call_ = call_.with_lease(lease);
+        }
         // Only a step that is asked live reaches its body: a recorded one replays whatever the
         // cap says.
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));

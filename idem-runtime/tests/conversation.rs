@@ -233,3 +233,48 @@ async fn two_runs_of_one_turn_at_once_ask_the_model_once() {
     assert_eq!(replies[0], replies[1]);
     assert_eq!(model.calls(), 1);
 }
+
+/// A run that stops polling mid-step (as a killed process does: no drop, no renewal) holds the
+/// step until its lease ends: a restarted run (another process: a store handle of its own)
+/// waiting less than the default lease is told the step is in flight, and one waiting longer
+/// than a short step lease asks the model then.
+#[tokio::test]
+async fn a_step_held_by_a_dead_run_is_free_when_its_lease_ends() {
+    use idem_tools_runtime::store::fault::{Fault, FaultStore};
+    let shared = Arc::new(MemoryStore::new());
+    let handle =
+        || -> Arc<dyn Store> { Arc::new(FaultStore::new(shared.clone(), |_| Fault::None)) };
+    let model = Model::default();
+    let dead = |chat: idem_tools_runtime::Conversation| {
+        // Polled until the model is being asked, then never again, and never dropped.
+        let mut step = Box::pin(async move {
+            chat.step("plan", std::future::pending::<Result<Reply, Error>>())
+                .await
+        });
+        let polled = step
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+        assert!(polled.is_pending());
+        std::mem::forget(step);
+    };
+    let restarted =
+        |wait_ms: u64| turn(&handle()).with_in_flight_wait(Duration::from_millis(wait_ms));
+
+    dead(turn(&handle()).conversation("assistant"));
+    let held = restarted(300)
+        .conversation("assistant")
+        .step("plan", model.ask("plan"))
+        .await;
+    assert!(matches!(held, Err(Error::InFlight { .. })), "{held:?}");
+
+    let short = |t: Turn| {
+        t.conversation("short")
+            .with_lease(Duration::from_millis(100))
+    };
+    dead(short(turn(&handle())));
+    let reply = short(restarted(2_000))
+        .step("plan", model.ask("plan"))
+        .await
+        .expect("the dead run's lease ended within the wait");
+    assert_eq!(reply.text, "reply #0 to plan");
+}

@@ -61,6 +61,15 @@ impl RecordedModel {
         }
     }
 
+    /// Claims each live step for `lease` instead of the default 30 s: a run killed while it
+    /// asks the model holds the step that long, and a restarted run waits for it at most its
+    /// turn's in-flight wait ([`Conversation::with_lease`]).
+    #[must_use]
+    pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
+        self.conversation = self.conversation.with_lease(lease);
+        self
+    }
+
     /// The live step: rig's own handler, its reply folded into one response.
     async fn live(
         &self,

@@ -114,6 +114,16 @@ impl Kid {
         }
     }
 
+    /// The next line it prints, if one comes within `wait`.
+    pub fn try_line(&mut self, wait: Duration) -> Option<String> {
+        self.lines.recv_timeout(wait).ok()
+    }
+
+    /// How it ended, if it has.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.process.try_wait().ok().flatten()
+    }
+
     /// Waits for `what` to arrive on `signal`, while the child lives.
     pub fn wait_for<T>(&mut self, signal: &mpsc::Receiver<T>, what: &str) -> T {
         let deadline = Instant::now() + self.timeout;

@@ -183,7 +183,7 @@ fn asking<'a, A: Asker>(
             };
             return answered(refuse(&mut guard, Outcome::Reentrant, error));
         }
-        let duration = match keeper::duration(call.tool) {
+        let duration = match keeper::duration(call.tool, call.lease) {
             Ok(duration) => duration,
             Err(error) => return answered(refuse(&mut guard, Outcome::ConfigError, error)),
         };
@@ -574,7 +574,7 @@ pub(super) fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> 
         tool: call.tool.name,
         key: call.key.short(),
         waited: call.turn.in_flight_wait() + Instant::now().saturating_duration_since(wait_until),
-        free_within: keeper::duration(call.tool).unwrap_or(crate::store::DEFAULT_LEASE),
+        free_within: keeper::duration(call.tool, call.lease).unwrap_or(crate::store::DEFAULT_LEASE),
     };
     refuse(guard, Outcome::InFlight, error)
 }

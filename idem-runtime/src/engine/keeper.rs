@@ -13,9 +13,9 @@ use crate::Error;
 use crate::store::{Lease, MAX_LEASE, MIN_LEASE, Store};
 use crate::tool::ToolInfo;
 
-/// The lease a tool asks for, within [`MIN_LEASE`]..=[`MAX_LEASE`].
-pub(super) fn duration(tool: &ToolInfo) -> Result<Duration, Error> {
-    let lease = tool.lease.unwrap_or(crate::store::DEFAULT_LEASE);
+/// The lease a call asks for (its own, else its tool's), within [`MIN_LEASE`]..=[`MAX_LEASE`].
+pub(super) fn duration(tool: &ToolInfo, call: Option<Duration>) -> Result<Duration, Error> {
+    let lease = call.or(tool.lease).unwrap_or(crate::store::DEFAULT_LEASE);
     if (MIN_LEASE..=MAX_LEASE).contains(&lease) {
         Ok(lease)
     } else {

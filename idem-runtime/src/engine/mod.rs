@@ -94,6 +94,8 @@ pub struct Call {
     key: Key,
     fingerprint: Fingerprint,
     store: Option<Arc<dyn Store>>,
+    /// The lease to claim the key for, instead of the tool's.
+    lease: Option<std::time::Duration>,
     /// How the key was made, for the error that refuses it when it was used with other
     /// arguments.
     origin: Origin,
@@ -129,8 +131,17 @@ impl Call {
             key,
             fingerprint,
             store: None,
+            lease: None,
             origin: Origin::Arguments(u32::MAX),
         }
+    }
+
+    /// Claims the key for `lease` (renewed while the body runs) instead of the tool's own
+    /// lease: how long a process killed mid-call holds the key.
+    #[must_use]
+    pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
+        self.lease = Some(lease);
+        self
     }
 
     /// Uses `store` instead of the turn's or the process default.
