@@ -36,9 +36,18 @@ use crate::key::ArgsDigest;
 use crate::tool::ToolInfo;
 use crate::{Error, Turn};
 
+/// How long a model step is claimed for unless the conversation says otherwise
+/// ([`Conversation::with_lease`]): renewed while the model is asked, so a long answer is fine;
+/// it is how long a run killed while asking holds the step, kept below the default in-flight
+/// wait (10 s) so that a run restarted right away waits for it instead of failing.
+pub const DEFAULT_STEP_LEASE: Duration = Duration::from_secs(5);
+
 /// What a model step is to the engine and the store: a tool named `idem:model` (a name no
-/// annotated tool can have), whose key is given back when its caller goes away.
-pub static MODEL_STEP: ToolInfo = ToolInfo::idempotent("idem:model").with_release_on_cancel();
+/// annotated tool can have), whose key is given back when its caller goes away, claimed for
+/// [`DEFAULT_STEP_LEASE`].
+pub static MODEL_STEP: ToolInfo = ToolInfo::idempotent("idem:model")
+    .with_release_on_cancel()
+    .with_lease(DEFAULT_STEP_LEASE);
 
 /// One run of a turn: its conversations' step counters and the tokens its steps reported.
 #[derive(Default)]
@@ -132,11 +141,11 @@ impl Conversation {
         &self.label
     }
 
-    /// Claims each live step for `lease` instead of [`DEFAULT_LEASE`](crate::store::DEFAULT_LEASE)
-    /// (30 s). The lease is renewed while the model is asked; it is how long a run killed
-    /// while asking (`SIGKILL`, a lost host) holds the step, and a restarted run waits for it
-    /// at most its turn's [in-flight wait](Turn::with_in_flight_wait) (10 s by default) before
-    /// failing with [`Error::InFlight`]: keep it below that wait.
+    /// Claims each live step for `lease` instead of [`DEFAULT_STEP_LEASE`] (5 s). The lease
+    /// is renewed while the model is asked; it is how long a run killed while asking
+    /// (`SIGKILL`, a lost host) holds the step, and a restarted run waits for it at most its
+    /// turn's [in-flight wait](Turn::with_in_flight_wait) (10 s by default) before failing
+    /// with [`Error::InFlight`]: keep it below that wait.
     #[must_use]
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);

@@ -61,7 +61,7 @@ impl RecordedModel {
         }
     }
 
-    /// Claims each live step for `lease` instead of the default 30 s: a run killed while it
+    /// Claims each live step for `lease` instead of the default 5 s: a run killed while it
     /// asks the model holds the step that long, and a restarted run waits for it at most its
     /// turn's in-flight wait ([`Conversation::with_lease`]).
     #[must_use]
