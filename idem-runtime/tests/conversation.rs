@@ -278,3 +278,33 @@ async fn a_step_held_by_a_dead_run_is_free_when_its_lease_ends() {
         .expect("the dead run's lease ended within the wait");
     assert_eq!(reply.text, "reply #0 to plan");
 }
+
+/// A step whose answer cannot be recorded fails (the model is asked again), rather than hand
+/// the run an answer a restarted run would not see.
+#[tokio::test]
+async fn a_step_that_cannot_be_recorded_fails_and_is_asked_again() {
+    use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let store: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&memory), {
+        let failing = Arc::clone(&failing);
+        move |op| match op {
+            Op::Complete if failing.load(Ordering::SeqCst) => Fault::FailBefore,
+            _ => Fault::None,
+        }
+    }));
+    let model = Model::default();
+    let chat = turn(&store).conversation("assistant");
+    let failed = chat.step("plan", model.ask("plan")).await;
+    assert!(matches!(failed, Err(Error::Store { .. })), "{failed:?}");
+    assert_eq!(chat.steps().await, 0);
+    failing.store(false, Ordering::SeqCst);
+    let answered = chat.step("plan", model.ask("plan")).await.unwrap();
+    assert_eq!(answered.text, "reply #1 to plan", "asked again");
+    let replayed = turn(&store)
+        .conversation("assistant")
+        .step("plan", model.ask("plan"))
+        .await
+        .unwrap();
+    assert_eq!(replayed, answered);
+}

@@ -454,6 +454,20 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
                 %error, "the tool ran but its lease was lost before the result was recorded");
             guard.report().report(Outcome::LeaseLost);
         }
+        failed if call.is_model_step() => {
+            // A model's answer is worth nothing to a restarted run unless it is recorded: the
+            // step fails (the key given back; a `complete` that did land is kept, fenced) and
+            // the model is asked again, rather than act on an answer a restart would not see.
+            let error = match failed {
+                Some(Err(error)) => error,
+                _ => Error::store("complete", "no answer within the lease"),
+            };
+            let Holding {
+                keeper, runtime, ..
+            } = *holding;
+            background::release(Arc::clone(keeper.store()), keeper.lease().clone(), runtime);
+            return refuse(&mut guard, Outcome::StoreError, error);
+        }
         failed => {
             let error = match failed {
                 Some(Err(error)) => error,

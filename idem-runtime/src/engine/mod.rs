@@ -170,6 +170,11 @@ impl Call {
         self
     }
 
+    /// Whether this call is a model step of a conversation.
+    fn is_model_step(&self) -> bool {
+        matches!(self.origin, Origin::Step { .. })
+    }
+
     /// The error for this call's key used before with other arguments.
     fn mismatch(&self) -> Error {
         let (tool, key) = (self.tool.name, self.key.short());
