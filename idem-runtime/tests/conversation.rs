@@ -308,3 +308,29 @@ async fn a_step_that_cannot_be_recorded_fails_and_is_asked_again() {
         .unwrap();
     assert_eq!(replayed, answered);
 }
+
+/// A model response too large to record (over 64 MiB) fails its step with an error naming the
+/// limit, and the step is asked again; a record that large in the store is a decode error
+/// naming it too, never a panic.
+#[tokio::test]
+async fn an_oversized_response_fails_its_step_naming_the_limit() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let chat = turn(&store).conversation("assistant");
+    let huge = "x".repeat(idem_tools_runtime::replay::MAX_RECORD + 1);
+    let failed = chat.step("plan", async move { Ok::<_, Error>(huge) }).await;
+    match failed {
+        Err(Error::Encode { message, .. }) => {
+            assert!(message.contains("64 MiB"), "{message}");
+        }
+        other => panic!(
+            "expected an error naming the limit, got {:?}",
+            other.map(|s| s.len())
+        ),
+    }
+    assert_eq!(chat.steps().await, 0);
+    let small = chat
+        .step("plan", async { Ok::<_, Error>("a plan".to_owned()) })
+        .await
+        .unwrap();
+    assert_eq!(small, "a plan");
+}

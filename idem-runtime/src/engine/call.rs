@@ -409,6 +409,21 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
     let (bytes, ok) = match finished {
         Finished::Release => return release_after_err(&mut guard, &store).await,
         Finished::Record { bytes, ok } => (bytes, ok),
+        // A model step that cannot be replayed is not worth keeping: it fails, and the model
+        // is asked again (a restarted run could not continue from it).
+        Finished::Unreplayable { reason, .. } if call.is_model_step() => {
+            let Phase::Running(holding) = guard.enter(Phase::Free) else {
+                unreachable!("the body ran under the claim");
+            };
+            let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime.clone());
+            background::release(Arc::clone(&store), lease, runtime);
+            let error = Error::Encode {
+                tool: call.tool.name,
+                what: "the model's response".to_owned(),
+                message: reason,
+            };
+            return refuse(&mut guard, Outcome::StoreError, error);
+        }
         Finished::Unreplayable { bytes, reason } => {
             tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
                 %reason, "the result cannot be replayed faithfully; retries will be told the \

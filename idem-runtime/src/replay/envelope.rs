@@ -35,6 +35,9 @@ pub(super) enum Envelope<'a> {
 }
 
 pub(super) fn open(bytes: &[u8]) -> Result<Envelope<'_>, FormatError> {
+    if bytes.len() > super::MAX_RECORD {
+        return Err(FormatError::new(too_large(bytes.len())));
+    }
     let mut r = Reader::new(bytes);
     let version = r
         .byte()
@@ -126,4 +129,12 @@ pub(super) fn marker_error(tool: &'static str, key: &Key, envelope: Envelope<'_>
         ),
         Envelope::Ok(_) => decode_error(tool, key, "unexpected record kind"),
     }
+}
+
+/// Why a record of `len` bytes is neither made nor read.
+pub(super) fn too_large(len: usize) -> String {
+    format!(
+        "the record is {len} bytes, more than the {} bytes (64 MiB) idem records and replays",
+        super::MAX_RECORD
+    )
 }

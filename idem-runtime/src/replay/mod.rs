@@ -105,6 +105,11 @@ use format::FormatError;
 use envelope::encode_record;
 pub(crate) use envelope::{encode_interrupted, encode_unreplayable};
 
+/// The largest record idem makes or reads: 64 MiB. A larger result is recorded as not
+/// replayable (a retry is told the tool ran), and a larger record in a store is a decode error
+/// naming this limit, never a panic or an allocation of its size.
+pub const MAX_RECORD: usize = 64 << 20;
+
 /// Initial capacity of a record buffer: enough for a small struct without reallocating.
 const INITIAL_CAPACITY: usize = 128;
 
@@ -137,6 +142,12 @@ pub(crate) trait ResultCodec<T, E> {
     /// not-replayable marker and the reason. `None` when the result must not be recorded.
     fn record(tool: &'static str, result: &Result<T, E>) -> Option<Recorded> {
         let checked = Self::encode(tool, result)?
+            .and_then(|bytes| match bytes.len() {
+                len if len > MAX_RECORD => {
+                    Err(envelope::encode_error(tool, envelope::too_large(len)))
+                }
+                _ => Ok(bytes),
+            })
             .and_then(|bytes| Self::verify(tool, &bytes).map(|()| bytes));
         Some(match checked {
             Ok(bytes) => Recorded::Faithful(bytes),

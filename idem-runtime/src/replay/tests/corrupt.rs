@@ -243,3 +243,22 @@ fn a_variant_of_the_wrong_kind_is_a_decode_error() {
         "{decoded:?}"
     );
 }
+
+/// A record over the size idem records, found in a store, is refused naming the limit before
+/// anything is decoded.
+#[test]
+fn a_record_over_the_limit_is_refused_naming_it() {
+    let mut huge = vec![0u8; crate::replay::MAX_RECORD + 1];
+    huge[0] = 2; // a version this idem reads
+    let error = crate::replay::kind(&huge).expect_err("too large");
+    assert!(error.to_string().contains("64 MiB"), "{error}");
+    let decoded = <crate::replay::OkOnly as crate::replay::ResultCodec<u8, crate::Error>>::decode(
+        "t",
+        &crate::Key::from_bytes([1; 32]),
+        &huge,
+    );
+    assert!(
+        matches!(&decoded, Err(crate::Error::Decode { message, .. }) if message.contains("64 MiB")),
+        "{decoded:?}"
+    );
+}
