@@ -623,6 +623,12 @@ pub(super) fn over_budget(guard: &mut Guard, call: &Call, exhausted: Exhausted) 
             calls,
             limit,
         },
+        Exhausted::Tool { calls, limit } => Error::ToolBudgetExhausted {
+            tool,
+            turn: call.turn.id().to_owned(),
+            calls,
+            limit,
+        },
     };
     refuse(guard, Outcome::BudgetExhausted, error)
 }

@@ -94,8 +94,11 @@ impl Target {
                     )));
                 }
             };
+        // Every first execution of the run is a new action of one tool in one turn: the cap on
+        // a tool's actions is lifted, but its count is kept (and measured) as in production.
         let turn = Turn::new(format!("idem-bench-{run}"))
             .with_namespace(namespace)
+            .with_actions_per_tool(u32::MAX)
             .with_store(Arc::clone(&store));
         Ok(Target {
             label,

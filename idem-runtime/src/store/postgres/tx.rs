@@ -46,11 +46,14 @@ fn text(text: &str) -> String {
 }
 
 impl PostgresStore {
-    /// `BEGIN` and the claim of `lease`'s key inside the new transaction (`idem_claim`).
+    /// `BEGIN` and the claim of `lease`'s key by turn `turn` inside the new transaction
+    /// (`idem_claim`).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn begin_and_claim(
         &self,
         lease: &Lease,
         tool: &str,
+        turn: &str,
         fingerprint: &[u8; 32],
         lease_duration: Duration,
         window: Duration,
@@ -58,7 +61,7 @@ impl PostgresStore {
     ) -> String {
         format!(
             "BEGIN; SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, \
-             {window}, {timeout})",
+             {window}, {timeout}, {turn})",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
@@ -68,6 +71,7 @@ impl PostgresStore {
             token = sql_token(lease.token),
             window = sql_ms(window),
             timeout = sql_ms(lock_timeout).max(1),
+            turn = text(turn),
         )
     }
 
