@@ -298,6 +298,18 @@ impl RedisStore {
         self.record_key(namespace, key).text()
     }
 
+    /// The Redis key of the hash of turn `turn` in `namespace` (its counts of started actions
+    /// and its index of records): `<prefix>:<namespace>:t:{<turn counter id in hex>}`.
+    pub fn turn_key(&self, namespace: &str, turn: &str) -> String {
+        let id = super::budget::TurnIdentity::new(namespace, turn).turn_counter();
+        layout::TurnKey {
+            prefix: &self.prefix,
+            namespace,
+            id: &id,
+        }
+        .text()
+    }
+
     /// Loads every script into the script cache of every node.
     async fn load_scripts(&self) -> Result<()> {
         let mut conn = self.conn.clone();

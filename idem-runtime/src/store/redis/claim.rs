@@ -108,6 +108,9 @@ impl RedisStore {
             .arg(script_ms(req.charge.window))
             .arg(kept(req));
         let value = self.eval("begin", &SCRIPTS.turn, &cmd).await?;
+        if matches!(&value, ::redis::Value::BulkString(ok) if ok == b"ok") {
+            return Ok(None);
+        }
         match Reply::begun(value)? {
             Reply::RefusedTurn(calls) => Ok(Some(Exhausted::Turn {
                 calls,
@@ -117,7 +120,7 @@ impl RedisStore {
                 calls,
                 limit: req.charge.max_tool_actions.unwrap_or(u32::MAX),
             })),
-            _ => Ok(None),
+            _ => Err(Error::store("begin", "unexpected reply from Redis")),
         }
     }
 
