@@ -438,7 +438,11 @@ async fn actions_per_turn_caps_a_tools_new_actions() {
         ),
         "{answers:?}"
     );
-    assert_eq!(answers[3].as_ref().ok(), answers[0].as_ref().ok(), "a replay");
+    assert_eq!(
+        answers[3].as_ref().ok(),
+        answers[0].as_ref().ok(),
+        "a replay"
+    );
 }
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]

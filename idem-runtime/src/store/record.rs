@@ -25,7 +25,8 @@ impl RecordState {
     }
 }
 
-/// One remembered key, as [`Store::get`] and [`Store::list`] show it.
+/// One remembered key, as [`Store::get`](super::Store::get) and
+/// [`Store::list`](super::Store::list) show it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// Namespace the key belongs to.
@@ -52,7 +53,8 @@ pub struct Record {
     pub expires_at_ms: u64,
 }
 
-/// Why [`Store::begin`] refused a claim: a budget is spent. Nothing was claimed or counted.
+/// Why [`Store::begin`](super::Store::begin) refused a claim: a budget is spent. Nothing was
+/// claimed or counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exhausted {
     /// The key was claimed `attempts` times since its last recorded result, the most
@@ -81,7 +83,7 @@ pub enum Exhausted {
     },
 }
 
-/// The answer of [`Store::begin`].
+/// The answer of [`Store::begin`](super::Store::begin).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Begin {
     /// The key had no live record: the caller now holds it with the request's token and must
@@ -133,7 +135,7 @@ pub struct FirstResult {
 }
 
 /// `records` in the order they were claimed (then by key), the first `limit` of them: what
-/// [`Store::list_turn`] answers.
+/// [`Store::list_turn`](super::Store::list_turn) answers.
 pub fn in_claim_order(mut records: Vec<Record>, limit: usize) -> Vec<Record> {
     records.sort_by(|a, b| {
         (a.created_at_ms, a.key.as_bytes()).cmp(&(b.created_at_ms, b.key.as_bytes()))

@@ -145,9 +145,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///
 /// A slot left half-migrated (`MIGRATING` on its master, `IMPORTING` on another, as a
 /// resharding leaves it mid-way): a script call naming one key is served, by the source or,
-/// for a key not there, by the target (`ASK`); a claim script naming two keys of the slot (the
-/// record and a turn hash that shares its slot, as a namespace hash tag makes it) while they
-/// are not both on the source is refused by Redis with `TRYAGAIN`, which the cluster client
+/// for a key not there, by the target (`ASK`); a script naming two keys of the slot (the record
+/// and its turn's hash, when they share the slot as a namespace hash tag makes them, whatever
+/// the turn's caps) is served while both are on the source (a replay, a retry); a new action,
+/// whose record is not there, is refused by Redis with `TRYAGAIN`, which the cluster client
 /// retries until the reply timeout (2 s by default): the call fails closed with
 /// [`Error::Store`] until the migration finishes (`tests/redis_cluster_migration.rs`).
 ///
