@@ -18,9 +18,20 @@ pub(super) enum TurnHash<'a> {
     Apart(TurnKey<'a>),
 }
 
-/// A script argument for an optional cap: its number, or `''` for none.
-fn cap(limit: Option<u32>) -> String {
-    limit.map_or_else(String::new, |n| n.to_string())
+/// A script argument for an optional cap: its number, or `''` for none (written in place).
+struct Cap(Option<u32>);
+
+impl ::redis::ToRedisArgs for Cap {
+    fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
+        match self.0 {
+            Some(n) => out.write_arg_fmt(n),
+            None => out.write_arg(b""),
+        }
+    }
+}
+
+fn cap(limit: Option<u32>) -> Cap {
+    Cap(limit)
 }
 
 /// How long a new action keeps its turn's hash (its counts and its index of records) at least,
