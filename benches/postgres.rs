@@ -94,6 +94,7 @@ fn postgres(c: &mut Criterion) {
         let store = PostgresStore::from_pool(pool.clone()).await.expect("open");
         let turn = Turn::new(format!("bench-{}", std::process::id()))
             .with_max_attempts_per_key(u32::MAX)
+            .with_actions_per_tool(u32::MAX)
             .with_store(Arc::new(store) as Arc<dyn Store>);
         (pool, turn)
     });

@@ -403,6 +403,48 @@ async fn the_budget_stops_a_retry_loop() {
     assert_eq!(t.stats().budget_exhausted, 2);
 }
 
+static CHARGED: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent(actions_per_turn = 2, ignore(memo))]
+async fn charge_twice(cents: u32, memo: String) -> Result<u32, Error> {
+    let _ = memo;
+    Ok(CHARGED.fetch_add(1, Ordering::SeqCst) as u32 + cents)
+}
+
+/// `actions_per_turn` caps the new actions of the tool in a turn, over the turn's own setting:
+/// a third charge of another amount is refused, the two made still replay.
+#[tokio::test]
+async fn actions_per_turn_caps_a_tools_new_actions() {
+    let t = turn("actions").with_actions_per_tool(100);
+    let answers = t
+        .clone()
+        .scope(async {
+            let mut answers = Vec::new();
+            for cents in [100, 200, 300, 100] {
+                answers.push(charge_twice(cents, format!("memo {cents}")).await);
+            }
+            answers
+        })
+        .await;
+    assert_eq!(CHARGED.load(Ordering::SeqCst), 2, "{answers:?}");
+    assert!(
+        matches!(
+            answers[2],
+            Err(Error::ToolBudgetExhausted {
+                calls: 2,
+                limit: 2,
+                ..
+            })
+        ),
+        "{answers:?}"
+    );
+    assert_eq!(
+        answers[3].as_ref().ok(),
+        answers[0].as_ref().ok(),
+        "a replay"
+    );
+}
+
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 enum TicketError {
     Rejected(String),

@@ -196,6 +196,40 @@ async fn past_the_budget_the_model_reads_what_is_true_and_successes_replay() {
     client.cancel().await.unwrap();
 }
 
+/// A model that opens ticket after ticket with reworded titles in one turn is stopped at the
+/// tool's cap of new actions with an `isError` result it reads: stuck, say what was done.
+#[tokio::test]
+async fn past_a_tools_cap_of_new_actions_the_model_is_told_it_is_stuck() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    let open = |title: &str| {
+        call(
+            "open_ticket",
+            json!({ "title": title }),
+            &[(TURN_ID_META, "t")],
+        )
+    };
+    for n in 0..5 {
+        let opened = client
+            .call_tool(open(&format!("Disk full #{n}")))
+            .await
+            .unwrap();
+        assert!(!is_error(&opened), "{}", text(&opened));
+    }
+    let looping = client.call_tool(open("disk full, again")).await.unwrap();
+    assert!(is_error(&looping), "a tool result the model reads");
+    let said = text(&looping);
+    assert!(
+        said.contains("already started 5 actions in this turn, the most it may"),
+        "{said}"
+    );
+    assert!(said.contains("stuck") && !said.contains('`'), "{said}");
+    assert_eq!(backend.tickets().len(), 5, "the sixth was not opened");
+    let again = client.call_tool(open("Disk full #0")).await.unwrap();
+    assert!(!is_error(&again), "an action already started still replays");
+    client.cancel().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_read_tool_called_repeatedly_runs_every_time() {
     let backend = Backend::with_latency(Duration::ZERO);

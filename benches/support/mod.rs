@@ -179,11 +179,13 @@ fn bench_error(e: impl std::fmt::Display) -> String {
     format!("naive map: {e}")
 }
 
-/// A turn on `store` whose per-key budget never refuses a replay.
+/// A turn on `store` whose per-key budget never refuses a replay, and whose cap of a tool's new
+/// actions never refuses the benches' many first executions (the count is still kept).
 pub fn turn(id: &str, store: Arc<dyn Store>) -> Turn {
     Turn::new(id)
         .with_store(store)
         .with_max_attempts_per_key(u32::MAX)
+        .with_actions_per_tool(u32::MAX)
 }
 
 /// A fresh memory store.

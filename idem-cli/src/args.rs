@@ -48,7 +48,9 @@ pub struct Cli {
     pub prefix: Option<String>,
 
     /// The namespace: filters `list` and `stats`; for `show` and `remove`, the namespace of KEY
-    /// (default: every namespace, refused if KEY matches keys in more than one).
+    /// (default: every namespace, refused if KEY matches keys in more than one); for `turn` and
+    /// `list --turn`, the turn's namespace (default: the empty namespace, a `Turn` without
+    /// `with_namespace`).
     #[arg(long, value_name = "NAMESPACE", global = true)]
     pub namespace: Option<String>,
 
@@ -106,6 +108,18 @@ pub enum Command {
         state: Option<State>,
         /// Show at most this many records.
         #[arg(long, value_name = "N", default_value_t = 100)]
+        limit: usize,
+        /// Only the records of this turn, in the order it claimed them (as `idem turn ID`).
+        #[arg(long, value_name = "ID", conflicts_with_all = ["tool", "state"])]
+        turn: Option<String>,
+    },
+    /// Show one turn: its records (the tools it called), in the order it claimed them, with
+    /// their outcomes, attempts and times.
+    Turn {
+        /// The turn id, as the agent gave it to `Turn::new` (or `_meta["idem/turnId"]`).
+        id: String,
+        /// Show at most this many records.
+        #[arg(long, value_name = "N", default_value_t = 1000)]
         limit: usize,
     },
     /// Show one record, with its result.

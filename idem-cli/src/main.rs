@@ -4,6 +4,7 @@
 //! idem --sqlite agent.db list --state in-progress
 //! idem --postgres postgres://app@127.0.0.1/app stats
 //! idem --sqlite agent.db show 3f2a9c01b7e4
+//! idem --sqlite agent.db turn conv-42/turn-7
 //! idem --sqlite agent.db remove 3f2a9c01b7e4
 //! ```
 //!
@@ -77,7 +78,21 @@ async fn run(cli: &Cli) -> Result<String, CliError> {
     let reopen = cli.reopen();
     let now = when::now_ms();
     match (&cli.command, key) {
-        (Command::List { tool, state, limit }, _) => {
+        (
+            Command::List {
+                turn: Some(turn),
+                limit,
+                ..
+            }
+            | Command::Turn { id: turn, limit },
+            _,
+        ) => commands::turn(store, namespace.unwrap_or(""), turn, *limit, cli.json, now).await,
+        (
+            Command::List {
+                tool, state, limit, ..
+            },
+            _,
+        ) => {
             let filter = Filter {
                 namespace,
                 tool: tool.as_deref(),

@@ -9,7 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{REFUND, SEND, call, claim, idem, key_of, listed_keys, short_bench, turn};
+use common::{
+    REFUND, SEND, call, check_turn_view, claim, every_state, idem, key_of, listed_keys,
+    short_bench, turn,
+};
 use idem_tools_runtime::store::{PostgresStore, Store};
 
 fn postgres_url(test: &str) -> Option<String> {
@@ -99,6 +102,30 @@ async fn list_show_stats_and_remove_on_a_postgres_store() {
     let wrong = run(&["--prefix", "x", "list"]).expect_code(2);
     assert!(wrong.stderr.contains("--schema"), "{}", wrong.stderr);
 
+    cleanup(&pg, &schema).await;
+}
+
+/// `idem turn` on PostgreSQL: the turn's records through its index, in claim order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turn_shows_a_turns_records_on_postgres() {
+    let Some(url) = postgres_url("turn_shows_a_turns_records_on_postgres") else {
+        return;
+    };
+    let schema = unique_schema("turn");
+    let pg = PostgresStore::builder()
+        .schema(&schema)
+        .connect(&url)
+        .await
+        .expect("connect");
+    let store: Arc<dyn Store> = Arc::new(pg.clone());
+    let p = every_state(&store).await;
+    let runs = AtomicU32::new(0);
+    let other_turn = turn("turn-2", "");
+    call(&store, &SEND, &other_turn, "done@x", &runs)
+        .await
+        .expect("another turn's call");
+    let other = key_of(&SEND, &other_turn, "done@x").0;
+    check_turn_view(&["--postgres", &url, "--schema", &schema], &p, &other);
     cleanup(&pg, &schema).await;
 }
 

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{
-    REFUND, SEND, assert_no_debug_text, call, claim, every_state, idem, key_of, listed_keys,
-    run_as_printed, short, turn,
+    REFUND, SEND, assert_no_debug_text, call, check_turn_view, claim, every_state, idem, key_of,
+    listed_keys, run_as_printed, short, turn,
 };
 use idem_tools_runtime::store::{RecordState, RedisStore, Store};
 use idem_tools_runtime::{Error, ToolInfo};
@@ -408,4 +408,48 @@ async fn every_state_is_named_and_keys_are_found_in_any_namespace() {
         .unwrap();
     assert_eq!(p.runs.load(Ordering::SeqCst), before + 1);
     cleanup(&*store).await;
+}
+
+/// `idem turn` on Redis, and on a Redis Cluster when one is set: the turn's records through its
+/// index, in claim order, with their outcomes.
+#[tokio::test]
+async fn turn_shows_a_turns_records_on_redis_and_a_cluster() {
+    let test = "turn_shows_a_turns_records_on_redis_and_a_cluster";
+    let mut stores: Vec<(Arc<dyn Store>, Vec<String>)> = Vec::new();
+    if let Some(url) = redis_url(test) {
+        let prefix = unique_prefix("turn");
+        let args = vec![
+            "--redis".to_owned(),
+            url.clone(),
+            "--prefix".to_owned(),
+            prefix.clone(),
+        ];
+        stores.push((open(&url, &prefix).await, args));
+    }
+    if let Some(urls) = cluster_urls(test) {
+        let prefix = unique_prefix("turn-cluster");
+        let store = RedisStore::connect_cluster(&urls)
+            .await
+            .expect("the test cluster is reachable")
+            .with_prefix(&prefix);
+        let args = vec![
+            "--redis-cluster".to_owned(),
+            urls.join(","),
+            "--prefix".to_owned(),
+            prefix,
+        ];
+        stores.push((Arc::new(store), args));
+    }
+    for (store, args) in stores {
+        let p = every_state(&store).await;
+        let runs = AtomicU32::new(0);
+        let other_turn = turn("turn-2", "");
+        call(&store, &SEND, &other_turn, "done@x", &runs)
+            .await
+            .expect("another turn's call");
+        let other = key_of(&SEND, &other_turn, "done@x").0;
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        check_turn_view(&args, &p, &other);
+        cleanup(&*store).await;
+    }
 }

@@ -8,12 +8,28 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{
-    SEND, STATS_HEADER, TempDir, assert_no_debug_text, call, call_interrupted, claim_key,
-    every_state, idem, idem_on_terminal, key_of, listed_keys, open_sqlite as open, short,
-    table_rows, turn,
+    SEND, STATS_HEADER, TempDir, assert_no_debug_text, call, call_interrupted, check_turn_view,
+    claim_key, every_state, idem, idem_on_terminal, key_of, listed_keys, open_sqlite as open,
+    short, table_rows, turn,
 };
 use idem_tools_runtime::{Error, Key};
 use serde_json::Value;
+
+/// `idem turn` shows one turn's records in the order it claimed them, with each outcome, and
+/// nothing of another turn; `list --turn` says the same as JSON.
+#[tokio::test]
+async fn turn_shows_a_turns_records_in_claim_order_with_their_outcomes() {
+    let dir = TempDir::new("states-turn");
+    let db = dir.file("idem.db");
+    let store = open(&db);
+    let p = every_state(&store).await;
+    let runs = AtomicU32::new(0);
+    call(&store, &SEND, &turn("turn-2", ""), "done@x", &runs)
+        .await
+        .expect("another turn's call");
+    let other = key_of(&SEND, &turn("turn-2", ""), "done@x").0;
+    check_turn_view(&["--sqlite", &db], &p, &other);
+}
 
 #[tokio::test]
 async fn list_and_stats_name_every_state() {

@@ -56,6 +56,8 @@ pub(crate) struct IdempotentOptions {
     pub lease: Option<Located<Duration>>,
     /// `budget = N`.
     pub budget: Option<Located<u32>>,
+    /// `actions_per_turn = N`.
+    pub actions_per_turn: Option<Located<u32>>,
     /// `store = EXPR`.
     pub store: Option<Expr>,
     /// `self_key = EXPR`: the receiver's identity, in the key as the argument `self`.
@@ -79,8 +81,8 @@ pub(crate) struct IdempotentOptions {
 
 /// The options users can write, for error messages.
 const OPTIONS: &str = "`name = \"…\"`, `version = N`, `skip(arg, …)`, `ignore(arg, …)`, \
-                       `ttl = \"1h\"`, `lease = \"30s\"`, `budget = N`, `store = EXPR`, \
-                       `self_key = EXPR`, `same_service`, `cache_errors`, `attached`, `release_on_cancel`, `crate = \"…\"`";
+                       `ttl = \"1h\"`, `lease = \"30s\"`, `budget = N`, `actions_per_turn = N`, \
+                       `store = EXPR`, `self_key = EXPR`, `same_service`, `cache_errors`, `attached`, `release_on_cancel`, `crate = \"…\"`";
 
 impl IdempotentOptions {
     /// Parses the attribute's arguments; errors go to `errors` and the option is left unset.
@@ -125,16 +127,12 @@ impl IdempotentOptions {
                 self.version = Some(joined(value, span, lit.span()));
             }
             "budget" => {
-                let lit = lit_int(meta, "budget = 3")?;
-                let budget = lit.base10_parse::<u32>().ok().filter(|b| *b > 0);
-                let value = budget.ok_or_else(|| {
-                    syn::Error::new(
-                        lit.span(),
-                        "`budget` is the number of attempts allowed per key per turn: an \
-                         integer from 1 to u32::MAX",
-                    )
-                })?;
-                self.budget = Some(joined(value, span, lit.span()));
+                let what = "the number of attempts allowed per key per turn";
+                self.budget = Some(positive(meta, "budget = 3", what)?);
+            }
+            "actions_per_turn" => {
+                let what = "the number of new actions the tool may start per turn";
+                self.actions_per_turn = Some(positive(meta, "actions_per_turn = 5", what)?);
             }
             "ttl" => {
                 let (ttl, lit) = duration(meta, "ttl")?;
@@ -306,6 +304,21 @@ fn option_name(path: &Path) -> Option<String> {
         .arguments
         .is_none()
         .then(|| segment.ident.to_string())
+}
+
+/// A count option (`budget = N`): an integer from 1 to `u32::MAX`, else an error saying it is
+/// `what`.
+fn positive(meta: &ParseNestedMeta<'_>, example: &str, what: &str) -> syn::Result<Located<u32>> {
+    let lit = lit_int(meta, example)?;
+    let value = lit.base10_parse::<u32>().ok().filter(|n| *n > 0);
+    let name = example.split(' ').next().unwrap_or(example);
+    let value = value.ok_or_else(|| {
+        syn::Error::new(
+            lit.span(),
+            format!("`{name}` is {what}: an integer from 1 to u32::MAX"),
+        )
+    })?;
+    Ok(joined(value, meta.path.span(), lit.span()))
 }
 
 /// A flag option (`cache_errors`): its span; a value is an error.

@@ -116,6 +116,10 @@ pub(crate) fn idempotent_info(
         let value = Literal::u32_unsuffixed(budget.value);
         info = quote_spanned!(budget.span=> #info.with_budget(#value));
     }
+    if let Some(actions) = options.actions_per_turn {
+        let value = Literal::u32_unsuffixed(actions.value);
+        info = quote_spanned!(actions.span=> #info.with_actions_per_turn(#value));
+    }
     if options.cache_errors.is_some() {
         info = quote!(#info.with_cache_errors());
     }

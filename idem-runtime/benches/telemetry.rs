@@ -37,7 +37,8 @@ fn recorded_call(rt: &tokio::runtime::Runtime) -> Call {
     let turn = Turn::new("bench-turn")
         .with_store(store)
         .with_max_attempts_per_key(u32::MAX)
-        .with_max_calls(u32::MAX);
+        .with_max_calls(u32::MAX)
+        .with_actions_per_tool(u32::MAX);
     let mut args = ArgsDigest::new(SEND.name);
     if let Err(error) = args.arg("to", "ada") {
         panic!("the argument encodes: {error}");

@@ -40,11 +40,11 @@ pub enum Error {
         limit: u32,
     },
 
-    /// The turn started as many actions as its cap allows; this call would have started
-    /// another.
+    /// The turn started as many actions as its cap allows; this call would have started a new
+    /// one (a retry of an action already started is never refused by the cap).
     #[error(
-        "turn `{turn}` already started {} (limit {limit}), so tool `{tool}` was \
-         refused before it ran; a retry of an action already started still gets its result: \
+        "turn `{turn}` already started {} (limit {limit}), so this new action of tool `{tool}` \
+         was not started; retries of the actions already started are still run or replayed: \
          end the turn or raise `Turn::with_max_calls`",
         actions(*calls)
     )]
@@ -54,6 +54,28 @@ pub enum Error {
         /// The turn id.
         turn: String,
         /// Actions started in this turn (not counting this call).
+        calls: u32,
+        /// The configured limit.
+        limit: u32,
+    },
+
+    /// The tool started as many actions in this turn as its cap allows; this call would have
+    /// started a new one (a model looping on the tool with reworded arguments). A retry of an
+    /// action already started is never refused by the cap.
+    #[error(
+        "tool `{tool}` already started {} in turn `{turn}` (limit {limit}), so this new action \
+         was not started: the model may be looping on it with reworded arguments; retries of \
+         its actions already started are still run or replayed. If the turn needs more, raise \
+         the cap with `#[idempotent(actions_per_turn = N)]` on the tool or \
+         `Turn::with_actions_per_tool`",
+        actions(*calls)
+    )]
+    ToolBudgetExhausted {
+        /// The tool that was refused.
+        tool: &'static str,
+        /// The turn id.
+        turn: String,
+        /// Actions this tool started in this turn (not counting this call).
         calls: u32,
         /// The configured limit.
         limit: u32,
@@ -281,6 +303,22 @@ pub enum Error {
         spent: u64,
         /// The configured limit.
         limit: u64,
+    },
+
+    /// The turn asked its model as many times as its cap allows; this step would have asked it
+    /// again (an agent loop that does not end).
+    #[error(
+        "turn `{turn}` already asked its model {} (limit {limit}), so this step was not sent; \
+         steps already recorded still replay: end the turn or raise `Turn::with_max_model_steps`",
+        times(*steps)
+    )]
+    ModelStepsExhausted {
+        /// The turn id.
+        turn: String,
+        /// Steps that asked the model in this turn (not counting this one).
+        steps: u32,
+        /// The configured limit.
+        limit: u32,
     },
 
     /// An invalid configuration value.

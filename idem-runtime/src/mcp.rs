@@ -4,7 +4,8 @@
 //!
 //! * **A tool result the model reads** (`isError: true`): the errors that say something true
 //!   about the action and what to do next ([`Error::is_for_model`]) — [`Error::BudgetExhausted`],
-//!   [`Error::TurnBudgetExhausted`], [`Error::PayloadMismatch`], [`Error::InFlight`],
+//!   [`Error::TurnBudgetExhausted`], [`Error::ToolBudgetExhausted`], [`Error::PayloadMismatch`],
+//!   [`Error::InFlight`],
 //!   [`Error::Interrupted`] and [`Error::NotReplayable`]. Their text ([`model_message`],
 //!   [`Error::model_text`]) is written for a model: it names no Rust API.
 //! * **A protocol error** (JSON-RPC `error`): everything else — a missing turn, a store that is
@@ -54,6 +55,7 @@ impl From<Error> for ErrorData {
             Error::NoTurn { tool }
             | Error::BudgetExhausted { tool, .. }
             | Error::TurnBudgetExhausted { tool, .. }
+            | Error::ToolBudgetExhausted { tool, .. }
             | Error::PayloadMismatch { tool, .. }
             | Error::InFlight { tool, .. }
             | Error::Decode { tool, .. }
@@ -70,6 +72,7 @@ impl From<Error> for ErrorData {
             | Error::UnreadableRecord { .. }
             | Error::ModelStepDiverged { .. }
             | Error::TokenBudgetExhausted { .. }
+            | Error::ModelStepsExhausted { .. }
             | Error::Config(_) => None,
         };
         let code = match &error {
@@ -112,7 +115,7 @@ mod tests {
             .into_iter()
             .filter(Error::is_for_model)
             .collect();
-        assert_eq!(for_model.len(), 8);
+        assert_eq!(for_model.len(), 9);
         for error in for_model {
             let kind = error_kind(&error);
             let text = error.model_text();

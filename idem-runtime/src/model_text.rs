@@ -27,6 +27,7 @@ impl Error {
             Error::NoTurn { .. } => "no_turn",
             Error::BudgetExhausted { .. } => "budget_exhausted",
             Error::TurnBudgetExhausted { .. } => "turn_budget_exhausted",
+            Error::ToolBudgetExhausted { .. } => "tool_budget_exhausted",
             Error::PayloadMismatch { .. } => "payload_mismatch",
             Error::InFlight { .. } => "in_flight",
             Error::Decode { .. } => "decode",
@@ -43,13 +44,15 @@ impl Error {
             Error::CommitFailed { .. } => "commit_failed",
             Error::ModelStepDiverged { .. } => "model_step_diverged",
             Error::TokenBudgetExhausted { .. } => "token_budget_exhausted",
+            Error::ModelStepsExhausted { .. } => "model_steps_exhausted",
             Error::Config(_) => "config",
         }
     }
 
     /// Whether the error is about the action the model asked for, so that the model can act
     /// on it — its retries are spent ([`BudgetExhausted`](Error::BudgetExhausted)), its turn
-    /// started all the actions it may ([`TurnBudgetExhausted`](Error::TurnBudgetExhausted)),
+    /// started all the actions it may ([`TurnBudgetExhausted`](Error::TurnBudgetExhausted)), or
+    /// its tool did ([`ToolBudgetExhausted`](Error::ToolBudgetExhausted)),
     /// it reused a key ([`PayloadMismatch`](Error::PayloadMismatch)), the same call is still
     /// running ([`InFlight`](Error::InFlight)), an earlier one was cut off
     /// ([`Interrupted`](Error::Interrupted)) or cannot be shown again
@@ -63,6 +66,7 @@ impl Error {
         match self {
             Error::BudgetExhausted { .. }
             | Error::TurnBudgetExhausted { .. }
+            | Error::ToolBudgetExhausted { .. }
             | Error::PayloadMismatch { .. }
             | Error::InFlight { .. }
             | Error::Interrupted { .. }
@@ -80,6 +84,7 @@ impl Error {
             | Error::DuplicateTool { .. }
             | Error::ModelStepDiverged { .. }
             | Error::TokenBudgetExhausted { .. }
+            | Error::ModelStepsExhausted { .. }
             | Error::Config(_) => false,
         }
     }
@@ -108,8 +113,14 @@ impl Error {
             Error::TurnBudgetExhausted { calls, .. } => format!(
                 "This turn already started {}, the most it is allowed, so this new action was \
                  not started. Repeating one of the actions already started, with the same \
-                 arguments, still returns its result. Start no new actions in this turn: tell \
-                 the user what was done.",
+                 arguments, is still allowed: it returns that action's result, or tries it again \
+                 if it failed. Start no new actions in this turn: tell the user what was done.",
+                actions(*calls)
+            ),
+            Error::ToolBudgetExhausted { calls, .. } => format!(
+                "This tool already started {} in this turn, the most it may, so this new action \
+                 was not started. Stop calling this tool with new arguments: tell the user what \
+                 was done, and that you are stuck.",
                 actions(*calls)
             ),
             Error::PayloadMismatch { differs, .. } => mismatch_message(*differs),
@@ -177,6 +188,11 @@ impl Error {
                  the model was not asked again and nothing more was done. Stop: tell the user \
                  what was done so far and that the request is too large for one turn."
                 .to_owned(),
+            Error::ModelStepsExhausted { .. } => "This turn asked the model as many times as it \
+                 may, so the model was not asked again and nothing more was done. Stop: tell \
+                 the user what was done so far and that the request needs more steps than one \
+                 turn allows."
+                .to_owned(),
         }
     }
 }
@@ -239,6 +255,12 @@ pub(crate) fn every_error() -> Vec<Error> {
             turn: "x".into(),
             calls: 9,
             limit: 9,
+        },
+        Error::ToolBudgetExhausted {
+            tool: "t",
+            turn: "x".into(),
+            calls: 5,
+            limit: 5,
         },
         Error::PayloadMismatch {
             tool: "t",
@@ -303,6 +325,11 @@ pub(crate) fn every_error() -> Vec<Error> {
             turn: "x".into(),
             spent: 10,
             limit: 10,
+        },
+        Error::ModelStepsExhausted {
+            turn: "x".into(),
+            steps: 50,
+            limit: 50,
         },
         Error::Config("bad".into()),
     ]
@@ -370,6 +397,18 @@ mod tests {
         };
         assert!(capped.to_string().contains("Turn::with_max_calls"));
         assert!(!capped.model_text().contains("with_max_calls"));
+        let looping = Error::ToolBudgetExhausted {
+            tool: "charge",
+            turn: "x".into(),
+            calls: 5,
+            limit: 5,
+        };
+        assert!(looping.to_string().contains("actions_per_turn"));
+        assert!(looping.to_string().contains("Turn::with_actions_per_tool"));
+        let text = looping.model_text();
+        assert!(text.contains("already started 5 actions in this turn, the most it may"));
+        assert!(text.contains("this new action was not started"));
+        assert!(text.contains("tell the user what was done") && text.contains("stuck"));
         let outside = Error::NoTurn { tool: "t" };
         assert!(outside.to_string().contains("Turn::new"));
         assert!(outside.model_text().contains("outside of a turn"));

@@ -49,6 +49,10 @@ pub struct ToolInfo {
     pub ttl: Option<Duration>,
     /// Attempts per key per turn (`None`: the turn's limit).
     pub budget: Option<u32>,
+    /// New actions this tool may start per turn (`None`: the turn's limit,
+    /// [`DEFAULT_ACTIONS_PER_TOOL`](crate::turn::DEFAULT_ACTIONS_PER_TOOL) unless
+    /// [`Turn::with_actions_per_tool`](crate::Turn::with_actions_per_tool) says otherwise).
+    pub actions_per_turn: Option<u32>,
     /// Whether `Err` results are stored and replayed too.
     pub cache_errors: bool,
     /// How long a claim lasts without renewal (`None`: [`DEFAULT_LEASE`](crate::store::DEFAULT_LEASE)).
@@ -73,6 +77,7 @@ impl ToolInfo {
             version: 0,
             ttl: None,
             budget: None,
+            actions_per_turn: None,
             cache_errors: false,
             lease: None,
             release_on_cancel: false,
@@ -109,6 +114,12 @@ impl ToolInfo {
     /// Sets the attempts allowed per key per turn.
     pub const fn with_budget(mut self, budget: u32) -> Self {
         self.budget = Some(budget);
+        self
+    }
+
+    /// Sets the new actions this tool may start per turn (its own value wins over the turn's).
+    pub const fn with_actions_per_turn(mut self, actions: u32) -> Self {
+        self.actions_per_turn = Some(actions);
         self
     }
 

@@ -8,11 +8,23 @@ use std::time::Duration;
 use crate::stats::{Outcome, Stats, StatsCounters};
 use crate::store::budget::TurnIdentity;
 use crate::store::{Charge, DEFAULT_BUDGET_WINDOW, Store};
+use crate::tool::ToolInfo;
 use crate::{Error, Result};
 
 /// How many times a turn may run one action (one key) without recording a result, when the
 /// tool sets no `budget`.
 pub const DEFAULT_ATTEMPTS_PER_KEY: u32 = 3;
+
+/// How many new actions one tool may start in one turn, when neither the tool
+/// (`#[idempotent(actions_per_turn = N)]`) nor the turn
+/// ([`Turn::with_actions_per_tool`]) says otherwise: a model that loops on a tool with reworded
+/// arguments (each call a new key) is stopped at the sixth and told it is stuck.
+pub const DEFAULT_ACTIONS_PER_TOOL: u32 = 5;
+
+/// How many times one turn may ask its model (the steps of all its conversations that are not
+/// replayed) when the turn ([`Turn::with_max_model_steps`]) says nothing else: an agent loop
+/// that never ends is stopped there with [`Error::ModelStepsExhausted`].
+pub const DEFAULT_MODEL_STEPS: u32 = 50;
 
 /// How long a call waits for the same key running in another process before failing with
 /// [`Error::InFlight`].
@@ -29,15 +41,26 @@ tokio::task_local! {
 /// [`Turn::current`] (or take a `&Turn` parameter).
 ///
 /// **The retry budget** stops work that fails or keeps running; it never withholds a result.
-/// What counts is an *attempt*: a claim of a key by a call that is about to run the tool. A
-/// replay of a recorded result, joining an identical call, and waiting for a holder elsewhere
-/// are not attempts: they cost nothing and always get the true answer. A key may be attempted
-/// [`with_max_attempts_per_key`](Self::with_max_attempts_per_key) times (3 by default) without
-/// a recorded result — recording one resets its count — and then fails with
-/// [`Error::BudgetExhausted`] ("it is stuck"); a turn may start
-/// [`with_max_calls`](Self::with_max_calls) actions in all (no cap by default), then new
-/// actions fail with [`Error::TurnBudgetExhausted`] while the ones it already made still
-/// replay.
+/// What counts is a *claim*: a call about to run the tool. A replay of a recorded result,
+/// joining an identical call, and waiting for a holder elsewhere are not claims: they cost
+/// nothing and always get the true answer. A claim is either
+///
+/// - a **new action**: no call of this turn claimed the key since its last recorded result. A
+///   tool may start [`with_actions_per_tool`](Self::with_actions_per_tool) new actions per turn
+///   ([`DEFAULT_ACTIONS_PER_TOOL`], 5, unless the tool's `actions_per_turn` says otherwise),
+///   then the next new action fails with [`Error::ToolBudgetExhausted`] ("it is stuck"); and a
+///   turn may start [`with_max_calls`](Self::with_max_calls) new actions in all (no cap by
+///   default), then [`Error::TurnBudgetExhausted`];
+/// - or a **retry** of an action this turn already started (it failed, or was cut off): it is
+///   counted with its key alone, which may be claimed
+///   [`with_max_attempts_per_key`](Self::with_max_attempts_per_key) times by the turn (3 by
+///   default, unless the tool's `budget` says otherwise) without a recorded result — recording
+///   one resets the count — and then fails with [`Error::BudgetExhausted`]. A retry is never
+///   counted against, nor refused by, the turn's or the tool's cap.
+///
+/// A key supplied by the caller (not derived from the turn) may be claimed by several turns:
+/// its count belongs to the turn that claimed it last, so its failures stop at the end of their
+/// turn, and in the next turn it is a new action again.
 ///
 /// A `Turn` value holds only settings. The counts belong to the turn's identity (namespace +
 /// id) and its keys, in the store, charged atomically with each claim: every `Turn` with the
@@ -71,6 +94,8 @@ struct TurnInner {
     identity: TurnIdentity,
     max_attempts_per_key: u32,
     max_calls: Option<u32>,
+    actions_per_tool: u32,
+    max_model_steps: u32,
     in_flight_wait: Duration,
     budget_window: Duration,
     store: Option<Arc<dyn Store>>,
@@ -94,6 +119,8 @@ impl Turn {
                 namespace: Arc::from(""),
                 max_attempts_per_key: DEFAULT_ATTEMPTS_PER_KEY,
                 max_calls: None,
+                actions_per_tool: DEFAULT_ACTIONS_PER_TOOL,
+                max_model_steps: DEFAULT_MODEL_STEPS,
                 in_flight_wait: DEFAULT_IN_FLIGHT_WAIT,
                 budget_window: DEFAULT_BUDGET_WINDOW,
                 store: None,
@@ -119,17 +146,28 @@ impl Turn {
         })
     }
 
-    /// Attempts allowed per key in this turn without a recorded result (default 3): see
-    /// [`Turn`] for what counts. A tool's own `budget` takes precedence.
+    /// Claims allowed per key by this turn without a recorded result (default 3): the first
+    /// starts the action, the others retry it; see [`Turn`] for what counts. A tool's own
+    /// `budget` takes precedence.
     pub fn with_max_attempts_per_key(self, limit: u32) -> Self {
         self.edit(|t| t.max_attempts_per_key = limit)
     }
 
-    /// Caps the actions this turn may start, whatever their keys (default: no cap): past it,
-    /// a call that would run a tool is refused, while a retry of an action already started
-    /// still joins or replays it. A call refused by its per-key budget does not count.
+    /// Caps the new actions this turn may start, whatever their tools (default: no cap): past
+    /// it, a call that would start a new action is refused, while a retry of an action already
+    /// started is still run (within its key's budget), joined or replayed. Retries and calls
+    /// refused by a budget do not count.
     pub fn with_max_calls(self, limit: u32) -> Self {
         self.edit(|t| t.max_calls = Some(limit))
+    }
+
+    /// Caps the new actions each tool may start in this turn (default
+    /// [`DEFAULT_ACTIONS_PER_TOOL`], 5), for tools that set no `actions_per_turn` of their own:
+    /// past it, a call of that tool that would start a new action is refused with
+    /// [`Error::ToolBudgetExhausted`], while retries of its actions already started are still
+    /// run, joined or replayed. `u32::MAX` lifts the cap (the count is still kept).
+    pub fn with_actions_per_tool(self, limit: u32) -> Self {
+        self.edit(|t| t.actions_per_tool = limit)
     }
 
     /// How long a call waits for its key to finish elsewhere — another process, or another
@@ -142,6 +180,16 @@ impl Turn {
     /// day): the memory budgets take is bounded by the turns active within this window.
     pub fn with_budget_window(self, window: Duration) -> Self {
         self.edit(|t| t.budget_window = window)
+    }
+
+    /// Caps how many times this turn may ask its model ([`DEFAULT_MODEL_STEPS`], 50, by
+    /// default): the steps of all its conversations that ask the model, in every run of the
+    /// turn, count; a replayed step costs nothing and a step asked again after a failure is a
+    /// retry, capped like a tool's. Past the cap a step fails with
+    /// [`Error::ModelStepsExhausted`]. Model steps never count against
+    /// [`with_max_calls`](Self::with_max_calls) or a tool's cap of actions.
+    pub fn with_max_model_steps(self, limit: u32) -> Self {
+        self.edit(|t| t.max_model_steps = limit)
     }
 
     /// Caps the tokens this turn's model steps may report, as their responses count them
@@ -201,13 +249,25 @@ impl Turn {
         self.inner.stats.add(outcome);
     }
 
-    /// What a claim in this turn charges, with `limit` the tool's own per-key budget if it sets
-    /// one.
-    pub(crate) fn charge(&self, limit: Option<u32>) -> Charge {
+    /// What a claim of `tool` in this turn charges: the tool's own per-key budget and cap of
+    /// actions if it sets them, else the turn's.
+    /// A model step ([`MODEL_STEP`](crate::conversation::MODEL_STEP)) is capped by the turn's
+    /// model steps instead, and not counted as an action of the turn.
+    pub(crate) fn charge(&self, tool: &ToolInfo) -> Charge {
+        if tool.name == crate::conversation::MODEL_STEP.name {
+            return Charge {
+                turn: self.inner.identity,
+                max_attempts: tool.budget.unwrap_or(self.inner.max_attempts_per_key),
+                max_calls: None,
+                max_tool_actions: Some(self.inner.max_model_steps),
+                window: self.inner.budget_window,
+            };
+        }
         Charge {
             turn: self.inner.identity,
-            max_attempts: limit.unwrap_or(self.inner.max_attempts_per_key),
+            max_attempts: tool.budget.unwrap_or(self.inner.max_attempts_per_key),
             max_calls: self.inner.max_calls,
+            max_tool_actions: Some(tool.actions_per_turn.unwrap_or(self.inner.actions_per_tool)),
             window: self.inner.budget_window,
         }
     }
@@ -247,6 +307,8 @@ impl fmt::Debug for Turn {
             .field("namespace", &self.inner.namespace)
             .field("max_attempts_per_key", &self.inner.max_attempts_per_key)
             .field("max_calls", &self.inner.max_calls)
+            .field("actions_per_tool", &self.inner.actions_per_tool)
+            .field("max_model_steps", &self.inner.max_model_steps)
             .finish_non_exhaustive()
     }
 }

@@ -334,3 +334,69 @@ async fn an_oversized_response_fails_its_step_naming_the_limit() {
         .unwrap();
     assert_eq!(small, "a plan");
 }
+
+#[tokio::test]
+async fn model_steps_are_capped_by_the_turn_not_by_the_cap_of_actions() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    // More steps than a tool may start actions (5) or the turn may start in all (2): model
+    // steps are not actions.
+    let chat = turn(&store).with_max_calls(2).conversation("assistant");
+    let prompts: Vec<String> = (0..12).map(|n| format!("step {n}")).collect();
+    for prompt in &prompts {
+        chat.step(prompt, model.ask(prompt)).await.unwrap();
+    }
+    assert_eq!(model.calls(), 12);
+}
+
+#[tokio::test]
+async fn a_turn_that_asks_its_model_past_its_cap_is_stopped_across_restarts() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let capped = || turn(&store).with_max_model_steps(3);
+    let prompts = ["one", "two", "three", "four"];
+
+    let chat = capped().conversation("assistant");
+    for prompt in &prompts[..3] {
+        chat.step(*prompt, model.ask(prompt)).await.unwrap();
+    }
+    // Another conversation of the same turn shares the cap.
+    let other = capped().conversation("planner");
+    let refused = other.step("plan", model.ask("plan")).await;
+    assert!(
+        matches!(
+            refused,
+            Err(Error::ModelStepsExhausted {
+                steps: 3,
+                limit: 3,
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+    let refused = chat.step("four", model.ask("four")).await;
+    assert!(matches!(refused, Err(Error::ModelStepsExhausted { .. })));
+    assert_eq!(model.calls(), 3, "no refused step was sent");
+
+    // A restarted run replays the three recorded steps and is refused at the same place.
+    let restarted = capped().conversation("assistant");
+    for prompt in &prompts[..3] {
+        restarted.step(*prompt, model.ask(prompt)).await.unwrap();
+    }
+    let refused = restarted.step("four", model.ask("four")).await;
+    assert!(matches!(refused, Err(Error::ModelStepsExhausted { .. })));
+    assert_eq!(model.calls(), 3);
+
+    // By default a turn may ask its model 50 times.
+    let fresh = Turn::new("conv-1/turn-2")
+        .with_store(Arc::clone(&store))
+        .conversation("assistant");
+    for n in 0..idem_tools_runtime::turn::DEFAULT_MODEL_STEPS {
+        fresh.step(&n, model.ask("go on")).await.unwrap();
+    }
+    let refused = fresh.step(&"one more", model.ask("go on")).await;
+    assert!(matches!(
+        refused,
+        Err(Error::ModelStepsExhausted { limit: 50, .. })
+    ));
+}

@@ -58,8 +58,10 @@ fn request<'a>(key: &'a Key, fp: &'a Fingerprint, lease: Duration) -> BeginReque
         namespace: "",
         key,
         tool: SEND.name,
+        turn: "t",
         fingerprint: fp,
         lease,
+        ttl: Duration::from_secs(60),
         token: LeaseToken::generate(),
         charge: Charge::unlimited(),
     }

@@ -48,13 +48,16 @@ fn request<'a>(
         namespace,
         key,
         tool: "t",
+        turn: "t",
         fingerprint: fp,
         lease: Duration::from_secs(1),
+        ttl: Duration::from_secs(60),
         token: LeaseToken::generate(),
         charge: Charge {
             turn: TurnIdentity::new("", "t"),
             max_attempts: u32::MAX,
             max_calls: None,
+            max_tool_actions: None,
             window: Duration::from_secs(1),
         },
     }

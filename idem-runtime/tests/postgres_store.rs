@@ -41,11 +41,14 @@ fn claim_request<'a>(
         namespace: "ns",
         key,
         tool: "t",
+        turn: "t",
         fingerprint,
         lease: Duration::from_secs(60),
+        ttl: Duration::from_secs(60),
         token,
         charge: Charge {
             max_calls: Some(10),
+            max_tool_actions: None,
             turn,
             ..Charge::unlimited()
         },

@@ -134,6 +134,7 @@ async fn claims_budgets_and_replays_spread_over_the_masters() {
         let turn = Turn::new("cluster-turn")
             .with_namespace("tenant")
             .with_max_calls(CAP)
+            .with_actions_per_tool(CAP + 1)
             .with_store(Arc::clone(&shared));
         for i in 0..KEYS {
             let mut args = ArgsDigest::new(SEND.name);
@@ -203,6 +204,7 @@ async fn claims_budgets_and_replays_spread_over_the_masters() {
     let turn = Turn::new("cluster-turn")
         .with_namespace("tenant")
         .with_max_calls(CAP)
+        .with_actions_per_tool(CAP + 1)
         .with_store(Arc::clone(&shared));
     let mut args = ArgsDigest::new(SEND.name);
     args.arg("invoice", &"one too many").unwrap();
@@ -241,6 +243,7 @@ async fn a_namespace_hash_tag_pins_a_tenant_to_one_master() {
     let turn = Turn::new("tagged-turn")
         .with_namespace("{tenant-42}")
         .with_max_calls(100)
+        .with_actions_per_tool(100)
         .with_store(Arc::clone(&shared));
     let mut records = Vec::new();
     for i in 0..12 {

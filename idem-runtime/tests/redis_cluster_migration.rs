@@ -3,10 +3,10 @@
 //! it for good: what each kind of call does, and how long it takes (printed), against
 //! `IDEM_REDIS_CLUSTER_URLS` (`scripts/redis-cluster.sh run CMD`). docs/guarantees.md quotes it.
 //!
-//! A call touches one key (its record, which holds its attempt count) unless its turn has a
-//! cap and the turn's count shares the record's slot (a namespace hash tag puts both in one):
-//! then the claim script names two keys, which Redis refuses with `TRYAGAIN` while the slot
-//! moves and the keys are not all on one side.
+//! A call's script names its record (which holds its attempt count) and, when it shares the
+//! record's slot (a namespace hash tag puts both in one), its turn's hash (the counts of started
+//! actions and the index of records, which every new action writes): two keys, which Redis
+//! refuses with `TRYAGAIN` while the slot moves and the keys are not all on one side.
 #![cfg(feature = "redis")]
 
 mod redis_common;
@@ -147,7 +147,7 @@ async fn a_half_migrated_slot_serves_one_key_calls_and_refuses_two_key_claims_un
         .unwrap();
     let prefix = store.prefix().to_owned();
     let shared: Arc<dyn Store> = Arc::new(store.clone());
-    // `{tag}` pins the records and the capped turn's count to one slot, the slot of `tag`.
+    // `{tag}` pins the records and the turns' hashes to one slot, the slot of `tag`.
     let tag = unique_prefix("slot");
     let namespace = format!("{{{tag}}}");
     let slot: u16 = redis::cmd("CLUSTER")
@@ -182,36 +182,36 @@ async fn a_half_migrated_slot_serves_one_key_calls_and_refuses_two_key_claims_un
     cluster(&to.url, &["SETSLOT", &slot_text, "IMPORTING", &from.id]).await;
     cluster(&from.url, &["SETSLOT", &slot_text, "MIGRATING", &to.id]).await;
 
-    // Half-migrated. One key (an uncapped turn): a replay is served by the source, a new
-    // action by the target (ASK), both at once.
-    let (replay, stats, took) = send(&uncapped, "before", &runs).await;
-    assert_eq!((replay.unwrap(), stats), (2, (0, 1)));
-    eprintln!("migration: one-key replay {took:?}");
-    let (new, stats, took) = send(&uncapped, "during", &runs).await;
-    assert_eq!((new.unwrap(), stats), (3, (1, 0)));
-    eprintln!("migration: one-key new action {took:?}");
-    // Two keys (a capped turn whose count shares the slot), both still on the source: served.
-    let (replay, stats, took) = send(&capped, "before", &runs).await;
-    assert_eq!((replay.unwrap(), stats), (1, (0, 1)));
-    eprintln!("migration: two-key replay {took:?}");
-    // Two keys, one not on the source (a new record, the turn's count): TRYAGAIN, retried by
-    // the client, then refused, failing closed: the tool does not run.
-    let (refused, _, took) = send(&capped, "during", &runs).await;
-    assert!(matches!(refused, Err(Error::Store { .. })), "{refused:?}");
-    assert_eq!(runs.load(Ordering::SeqCst), 3, "the tool did not run");
-    eprintln!("migration: two-key new action refused after {took:?}: {refused:?}");
-    // Bounded by the reply timeout (2 s by default), during which the client retries.
-    assert!(
-        (Duration::from_millis(1_900)..Duration::from_secs(5)).contains(&took),
-        "{took:?}"
-    );
+    // Half-migrated. Every call names two keys, its record and its turn's hash (which the
+    // namespace's hash tag puts in the slot), capped turn or not. Both still on the source: a
+    // replay is served.
+    for (turn, run) in [(&uncapped, 2), (&capped, 1)] {
+        let (replay, stats, took) = send(turn, "before", &runs).await;
+        assert_eq!((replay.unwrap(), stats), (run, (0, 1)));
+        eprintln!("migration: two-key replay {took:?}");
+    }
+    // A new action (a new record, not on the source): TRYAGAIN, retried by the client, then
+    // refused, failing closed: the tool does not run.
+    for turn in [&uncapped, &capped] {
+        let (refused, _, took) = send(turn, "during", &runs).await;
+        assert!(matches!(refused, Err(Error::Store { .. })), "{refused:?}");
+        assert_eq!(runs.load(Ordering::SeqCst), 2, "the tool did not run");
+        eprintln!("migration: two-key new action refused after {took:?}: {refused:?}");
+        // Bounded by the reply timeout (2 s by default), during which the client retries.
+        assert!(
+            (Duration::from_millis(1_900)..Duration::from_secs(5)).contains(&took),
+            "{took:?}"
+        );
+    }
 
-    // Moved: the same call runs, and everything replays from the new master.
+    // Moved: the same calls run, and everything replays from the new master.
     finish_migration(&urls, slot, &from, &to).await;
-    let (after, stats, took) = send(&capped, "during", &runs).await;
-    assert_eq!((after.unwrap(), stats), (4, (1, 0)));
-    eprintln!("migration: two-key new action after the move {took:?}");
-    for (turn, invoice, run) in [(&capped, "before", 1), (&uncapped, "during", 3)] {
+    for (turn, run) in [(&capped, 3), (&uncapped, 4)] {
+        let (after, stats, took) = send(turn, "during", &runs).await;
+        assert_eq!((after.unwrap(), stats), (run, (1, 0)));
+        eprintln!("migration: two-key new action after the move {took:?}");
+    }
+    for (turn, invoice, run) in [(&capped, "before", 1), (&uncapped, "before", 2)] {
         assert_eq!(send(turn, invoice, &runs).await.0.unwrap(), run);
     }
     cleanup_cluster(&urls, &prefix).await;

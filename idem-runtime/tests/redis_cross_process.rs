@@ -129,6 +129,7 @@ fn cross_process_child() {
                         // The budget is counted in Redis, across processes: every process
                         // calls every key on purpose.
                         .with_max_attempts_per_key(1_000)
+                        .with_actions_per_tool(100_000)
                         .with_store(Arc::clone(&store));
                     let mut args = ArgsDigest::new(CHARGE.name);
                     args.arg("invoice", &i).unwrap();

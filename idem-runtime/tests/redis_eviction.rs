@@ -60,8 +60,10 @@ async fn an_evicting_server_is_refused_unless_allowed() {
                 namespace: "ns",
                 key: &k,
                 tool: "t",
+                turn: "t",
                 fingerprint: &fp,
                 lease: std::time::Duration::from_secs(5),
+                ttl: std::time::Duration::from_secs(60),
                 token: LeaseToken::generate(),
                 charge: Charge::unlimited(),
             })
@@ -105,8 +107,10 @@ async fn a_server_that_forbids_config_is_accepted_with_a_warning() {
             namespace: "ns",
             key: &k,
             tool: "t",
+            turn: "t",
             fingerprint: &fp,
             lease: std::time::Duration::from_secs(5),
+            ttl: std::time::Duration::from_secs(60),
             token: LeaseToken::generate(),
             charge: Charge::unlimited(),
         })

@@ -153,8 +153,10 @@ async fn call_slow(
     let turn = Turn::new("fault-turn")
         .with_namespace("fault")
         .with_in_flight_wait(Duration::from_secs(3))
-        // The budget is counted in Redis: these tests retry each key on purpose.
+        // The budget is counted in Redis: these tests retry each key, and make many actions of
+        // one tool, on purpose.
         .with_max_attempts_per_key(1_000)
+        .with_actions_per_tool(100_000)
         .with_store(Arc::clone(store));
     let mut args = ArgsDigest::new(SHIP.name);
     args.arg("order", &key).unwrap();

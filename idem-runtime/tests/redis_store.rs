@@ -40,8 +40,10 @@ fn request<'a>(
         namespace,
         key,
         tool: "send_message",
+        turn: "t",
         fingerprint: fp,
         lease,
+        ttl: Duration::from_secs(60),
         token: LeaseToken::generate(),
         charge: Charge::unlimited(),
     }

@@ -40,13 +40,16 @@ fn charged<'a>(
         namespace: NS,
         key,
         tool: "send",
+        turn,
         fingerprint: fp,
         lease: LEASE,
+        ttl: Duration::from_secs(60),
         token: LeaseToken::generate(),
         charge: Charge {
             turn: TurnIdentity::new(NS, turn),
             max_attempts,
             max_calls,
+            max_tool_actions: None,
             window,
         },
     }
@@ -277,7 +280,7 @@ async fn a_version_1_database_is_migrated_and_keeps_its_records() {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (4, 4));
+    assert_eq!((version, SCHEMA_VERSION), (5, 5));
     match store
         .begin(charged(&k, &fp, "turn", 3, None, WINDOW))
         .await
@@ -367,14 +370,18 @@ async fn a_version_3_database_is_migrated_and_keeps_its_records_and_counts() {
         Begin::Completed(first) => assert_eq!(&*first.result, b"{\"ok\":2}"),
         other => panic!("the old record replays: {other:?}"),
     }
-    // Two attempts were counted: a limit of 3 allows one more claim, then refuses.
-    let lease = {
+    // Two attempts were counted before records carried their turn: they belong to no turn
+    // now, so the key's next claim is a new action of its turn, which may claim it 3 times.
+    for attempt in 1..=3 {
         let req = charged(&released, &fp, "turn", 3, None, WINDOW);
         let lease = req.lease();
-        assert_eq!(store.begin(req).await.unwrap(), Begin::Claimed);
-        lease
-    };
-    store.release(&lease).await.unwrap();
+        assert_eq!(
+            store.begin(req).await.unwrap(),
+            Begin::Claimed,
+            "attempt {attempt}"
+        );
+        store.release(&lease).await.unwrap();
+    }
     assert_eq!(
         store
             .begin(charged(&released, &fp, "turn", 3, None, WINDOW))

@@ -25,8 +25,10 @@ fn req<'a>(key: &'a Key, fp: &'a Fingerprint) -> BeginRequest<'a> {
         namespace: NS,
         key,
         tool: "send",
+        turn: "t",
         fingerprint: fp,
         lease: LEASE,
+        ttl: Duration::from_secs(60),
         token: LeaseToken::generate(),
         charge: Charge::unlimited(),
     }

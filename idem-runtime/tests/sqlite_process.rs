@@ -79,8 +79,10 @@ where
         .with_store(Arc::clone(store))
         .with_in_flight_wait(in_flight_wait)
         // Budgets are counted in the file, across processes: these tests retry one key on
-        // purpose, many times, from several processes and stores.
-        .with_max_attempts_per_key(1_000);
+        // purpose, many times, and make many actions of one tool, from several processes and
+        // stores.
+        .with_max_attempts_per_key(1_000)
+        .with_actions_per_tool(100_000);
     let mut args = ArgsDigest::new(tool.name);
     args.arg("to", to)?;
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);

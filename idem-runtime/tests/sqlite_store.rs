@@ -36,8 +36,10 @@ fn req<'a>(key: &'a Key, fingerprint: &'a Fingerprint, lease: Duration) -> Begin
         namespace: NS,
         key,
         tool: "send_message",
+        turn: "t",
         fingerprint,
         lease,
+        ttl: Duration::from_secs(60),
         token: LeaseToken::generate(),
         // Counts that expire with the shortest leases here, so that expired claims leave
         // nothing behind for the purge tests.

@@ -117,7 +117,9 @@ fn tokens(response: &CompletionResponse) -> Option<u64> {
 fn report(error: &Error) -> ErrorReport {
     let kind = match error {
         Error::ModelStepDiverged { .. } => ErrorKind::Divergence,
-        Error::TokenBudgetExhausted { .. } | Error::BudgetExhausted { .. } => ErrorKind::Denied,
+        Error::TokenBudgetExhausted { .. }
+        | Error::ModelStepsExhausted { .. }
+        | Error::BudgetExhausted { .. } => ErrorKind::Denied,
         _ => ErrorKind::Other,
     };
     ErrorReport::new(kind, error.to_string()).with_retryable(false)

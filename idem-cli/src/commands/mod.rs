@@ -5,11 +5,13 @@ pub mod list;
 mod remove;
 mod show;
 mod stats;
+mod turn;
 
 pub use list::list;
 pub use remove::remove;
 pub use show::show;
 pub use stats::{purge, stats};
+pub use turn::turn;
 
 /// `value` as pretty JSON and a final newline.
 fn json_text(value: &serde_json::Value) -> String {

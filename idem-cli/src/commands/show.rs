@@ -63,11 +63,12 @@ fn describe(record: &Record, now: u64, reopen: &str) -> String {
     line("key", &record.key.to_hex());
     line("namespace", &namespace_label(&record.namespace));
     line("tool", &record.tool);
+    line("turn", &format!("{:?}", record.turn));
     line("state", state.as_str());
     line(
         "attempts",
         &format!(
-            "{} (claims of this key since its last recorded result)",
+            "{} (claims of this key by its turn since its last recorded result)",
             record.attempts
         ),
     );

@@ -2,6 +2,10 @@
 //! through the real engine and stores.
 #![allow(dead_code)]
 
+mod turn;
+#[allow(unused_imports)] // used by the tests of `idem turn`, not by every test crate
+pub use turn::check_turn_view;
+
 use idem_tools_runtime::Codec;
 use idem_tools_runtime::store::Charge;
 use std::process::{Command, Output, Stdio};
@@ -319,9 +323,10 @@ pub async fn claim(
     lease: Duration,
 ) -> (Key, LeaseToken) {
     let (key, fingerprint) = key_of(tool, turn, to);
-    let token = claim_key(
+    let token = claim_in_turn(
         store,
         turn.namespace(),
+        turn.id(),
         tool.name,
         &key,
         &fingerprint,
@@ -331,10 +336,23 @@ pub async fn claim(
     (key, token)
 }
 
-/// Claims `key` directly with `Store::begin`.
+/// Claims `key` directly with `Store::begin`, in turn `""`.
 pub async fn claim_key(
     store: &dyn Store,
     namespace: &str,
+    tool: &'static str,
+    key: &Key,
+    fingerprint: &Fingerprint,
+    lease: Duration,
+) -> LeaseToken {
+    claim_in_turn(store, namespace, "", tool, key, fingerprint, lease).await
+}
+
+/// Claims `key` directly with `Store::begin`, in turn `turn`.
+pub async fn claim_in_turn(
+    store: &dyn Store,
+    namespace: &str,
+    turn: &str,
     tool: &'static str,
     key: &Key,
     fingerprint: &Fingerprint,
@@ -346,10 +364,15 @@ pub async fn claim_key(
             namespace,
             key,
             tool,
+            turn,
             fingerprint,
             lease,
+            ttl: Duration::from_secs(60),
             token,
-            charge: Charge::unlimited(),
+            charge: Charge {
+                turn: idem_tools_runtime::store::budget::TurnIdentity::new(namespace, turn),
+                ..Charge::unlimited()
+            },
         })
         .await
     {
@@ -358,13 +381,15 @@ pub async fn claim_key(
     }
 }
 
-/// A turn whose calls give up quickly on a key in flight elsewhere. Its budget is raised: these
-/// tests call one key more often than the default allows, and budgets follow the turn id.
+/// A turn whose calls give up quickly on a key in flight elsewhere. Its budgets are raised:
+/// these tests call one key, and one tool, more often than the defaults allow, and budgets
+/// follow the turn id.
 pub fn turn(id: &str, namespace: &str) -> Turn {
     Turn::new(id)
         .with_namespace(namespace)
         .with_in_flight_wait(Duration::from_millis(200))
         .with_max_attempts_per_key(100)
+        .with_actions_per_tool(1000)
 }
 
 /// A `SqliteStore` on `db`, created if needed.
@@ -407,11 +432,17 @@ pub struct Prepared {
 pub async fn every_state(store: &Arc<dyn Store>) -> Prepared {
     let runs = AtomicU32::new(0);
     let t = turn("turn-1", "");
+    // A few ms apart, so that the turn's records are claimed in this order on every clock.
+    let apart = || tokio::time::sleep(Duration::from_millis(3));
     call(store, &SEND, &t, "done@x", &runs).await.unwrap();
+    apart().await;
     let failed = call_failing(store, &REFUND, &t, "bounced@x", &runs).await;
     assert!(failed.is_err(), "{failed:?}");
+    apart().await;
     let interrupted = call_interrupted(store, &SEND, &t, "cut@x", &runs).await;
+    apart().await;
     let unrecorded = call_unrecordable(store, &SEND, &t, "odd@x", &runs).await;
+    apart().await;
     let (in_progress, _) = claim(&**store, &SEND, &t, "stuck@x", Duration::from_secs(600)).await;
     Prepared {
         completed: key_of(&SEND, &t, "done@x").0,

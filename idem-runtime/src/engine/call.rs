@@ -623,6 +623,17 @@ pub(super) fn over_budget(guard: &mut Guard, call: &Call, exhausted: Exhausted) 
             calls,
             limit,
         },
+        Exhausted::Tool { calls, limit } if call.is_model_step() => Error::ModelStepsExhausted {
+            turn: call.turn.id().to_owned(),
+            steps: calls,
+            limit,
+        },
+        Exhausted::Tool { calls, limit } => Error::ToolBudgetExhausted {
+            tool,
+            turn: call.turn.id().to_owned(),
+            calls,
+            limit,
+        },
     };
     refuse(guard, Outcome::BudgetExhausted, error)
 }

@@ -212,10 +212,12 @@ impl Call {
             namespace: self.turn.namespace(),
             key: &self.key,
             tool: self.tool.name,
+            turn: self.turn.id(),
             fingerprint: &self.fingerprint,
             lease,
+            ttl: self.tool.ttl.unwrap_or(crate::store::DEFAULT_TTL),
             token,
-            charge: self.turn.charge(self.tool.budget),
+            charge: self.turn.charge(self.tool),
         }
     }
 
@@ -243,8 +245,9 @@ impl Call {
 ///      recorded under other arguments: [`Error::PayloadMismatch`];
 ///    - in flight elsewhere: asked again with backoff up to the turn's in-flight wait, then
 ///      [`Error::InFlight`]; waiting charges nothing;
-///    - no record: the claim is charged to the key's and the turn's budgets, and past them
-///      refused ([`Error::BudgetExhausted`], [`Error::TurnBudgetExhausted`]);
+///    - no record: the claim is charged to the key's budget and, when it starts a new action,
+///      the turn's and the tool's, and past them refused ([`Error::BudgetExhausted`],
+///      [`Error::TurnBudgetExhausted`], [`Error::ToolBudgetExhausted`]);
 ///    - claimed: the body runs, its lease renewed meanwhile (a lease that cannot be kept stops
 ///      the body: [`Error::LeaseLost`]); `Ok` is recorded, `Err` gives the key back so a retry
 ///      runs again (unless the codec records errors). If the caller drops the call after the

@@ -109,9 +109,10 @@ where
         let sql = store.begin_and_claim(
             &granted.claim.lease,
             granted.call.tool.name,
+            granted.call.turn.id(),
             granted.call.fingerprint.as_bytes(),
             granted.claim.duration,
-            granted.call.turn.charge(granted.call.tool.budget).window,
+            granted.call.turn.charge(granted.call.tool).window,
             remaining(granted.wait_until),
         );
         let conn = &mut asker.conn;

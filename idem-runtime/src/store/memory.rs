@@ -25,14 +25,15 @@ const SHARDS: usize = 32;
 /// Keys are spread over independently locked shards, so concurrent calls on different keys
 /// rarely contend; every lock is held for one operation, never across an `.await`, and every
 /// answer is ready when the method returns. A key takes one entry: its record and its attempt
-/// count together. Expired entries are dropped when they are next touched, and each shard
+/// count together. Turns' and tools' counts of started actions are sharded by turn, so a claim
+/// locks its key's shard and, for a new action, its turn's. Expired entries are dropped when they are next touched, and each shard
 /// sweeps out what expired whenever it has grown to twice its size after the last sweep, so
 /// memory stays within twice what is live; [`Store::purge_expired`] sweeps everything.
 ///
 /// **Memory:** under 200 bytes per live record at a million keys, for results of up to 64
 /// bytes (kept inside the record; a larger result takes its own allocation besides). A record
-/// is 168 bytes: key, fingerprint, token, times, attempt count, and an id for its namespace
-/// and tool, which each shard keeps once. A turn's budget window is kept for at most 49.7 days
+/// is 168 bytes: key, fingerprint, token, times, attempt count, and an id for its namespace,
+/// tool and turn, which each shard keeps once (a turn's records of one tool share it). A turn's budget window is kept for at most 49.7 days
 /// (`u32::MAX` ms) here, which a store that lives as long as its process rarely reaches.
 ///
 /// Time is read from a [`MonotonicClock`]: a wall-clock step (NTP, a VM resumed) cannot free a
@@ -53,9 +54,10 @@ const SHARDS: usize = 32;
 /// ```
 pub struct MemoryStore {
     shards: Box<[CachePadded<Mutex<Shard>>]>,
-    /// Turns' counts of started actions, for turns with a cap. Locked while a shard is held,
+    /// Turns' and tools' counts of started actions, for turns and tools with a cap, sharded by
+    /// the turn's counter (a turn's counts share a shard). Locked while a key's shard is held,
     /// never the other way round.
-    turns: Mutex<TurnCounts>,
+    turns: Box<[CachePadded<Mutex<TurnCounts>>]>,
     clock: Arc<dyn Clock>,
 }
 
@@ -73,7 +75,8 @@ struct TurnCounts {
     sweep_at: usize,
 }
 
-const MIN_SWEEP: usize = 1024;
+/// A shard of counts sweeps once it holds this many, at the least (1024 across the shards).
+const MIN_SWEEP: usize = 1024 / SHARDS;
 
 impl TurnCounts {
     fn live(&self, id: &CounterId, now: u64) -> u32 {
@@ -109,10 +112,14 @@ impl MemoryStore {
             shards: (0..SHARDS)
                 .map(|_| CachePadded::new(Mutex::new(Shard::default())))
                 .collect(),
-            turns: Mutex::new(TurnCounts {
-                counts: HashMap::new(),
-                sweep_at: MIN_SWEEP,
-            }),
+            turns: (0..SHARDS)
+                .map(|_| {
+                    CachePadded::new(Mutex::new(TurnCounts {
+                        counts: HashMap::new(),
+                        sweep_at: MIN_SWEEP,
+                    }))
+                })
+                .collect(),
             clock,
         }
     }
@@ -129,10 +136,16 @@ impl MemoryStore {
     }
 
     /// Entries held in memory, live or awaiting a sweep: keys (records and attempt counts) and
-    /// turn counts (for soak tests that check memory stays bounded).
+    /// turn and tool counts (for soak tests that check memory stays bounded).
     pub fn footprint(&self) -> usize {
         let keys: usize = self.shards.iter().map(|s| lock(s).entries()).sum();
-        keys + lock(&self.turns).counts.len()
+        let counts: usize = self.turns.iter().map(|t| lock(t).counts.len()).sum();
+        keys + counts
+    }
+
+    /// The counts of the turn whose counter is `turn`, locked.
+    fn counts(&self, turn: &CounterId) -> MutexGuard<'_, TurnCounts> {
+        lock(&self.turns[usize::from(turn[0]) % SHARDS])
     }
 
     /// The shard of `key`, locked.
@@ -175,26 +188,56 @@ impl Store for MemoryStore {
             return StoreFuture::ready(Ok(answer));
         }
         // No live record: charge, then claim.
-        let attempts = entry.map_or(0, |i| shard.get(i).live_attempts(now));
-        let turn_id = req.charge.turn.turn_counter();
-        let mut turns = req.charge.max_calls.map(|_| lock(&self.turns));
-        let calls = turns.as_ref().map_or(0, |t| t.live(&turn_id, now));
-        if let Err(refused) = budget::charge(attempts, calls, &req.charge) {
+        let attempts = entry.map_or(0, |i| shard.attempts(i, req.turn, now));
+        let charge = &req.charge;
+        let window_ms = duration_ms(charge.window);
+        let counted = budget::is_new_action(attempts)
+            && (charge.max_calls.is_some() || charge.max_tool_actions.is_some());
+        if counted {
+            let turn_id = charge.turn.turn_counter();
+            let tool_id = charge
+                .max_tool_actions
+                .map(|_| charge.turn.tool_counter(req.tool));
+            let mut counts = self.counts(&turn_id);
+            let calls = charge.max_calls.map_or(0, |_| counts.live(&turn_id, now));
+            let tool_actions = tool_id.map_or(0, |id| counts.live(&id, now));
+            let live = budget::Counts {
+                attempts,
+                calls,
+                tool_actions,
+            };
+            if let Err(refused) = budget::charge(live, charge) {
+                return StoreFuture::ready(Ok(Begin::Refused(refused)));
+            }
+            let expires_at_ms = now.saturating_add(window_ms);
+            if charge.max_calls.is_some() {
+                let count = Count {
+                    n: calls + 1,
+                    expires_at_ms,
+                };
+                counts.set(turn_id, count, now);
+            }
+            if let Some(tool_id) = tool_id {
+                let count = Count {
+                    n: tool_actions + 1,
+                    expires_at_ms,
+                };
+                counts.set(tool_id, count, now);
+            }
+        } else if let Err(refused) = budget::charge(
+            budget::Counts {
+                attempts,
+                ..Default::default()
+            },
+            charge,
+        ) {
             return StoreFuture::ready(Ok(Begin::Refused(refused)));
         }
-        let window_ms = duration_ms(req.charge.window);
-        if let Some(turns) = &mut turns {
-            let count = Count {
-                n: calls + 1,
-                expires_at_ms: now.saturating_add(window_ms),
-            };
-            turns.set(turn_id, count, now);
-        }
-        drop(turns);
         shard.claim(&Claim {
             key: req.key,
             namespace: req.namespace,
             tool: req.tool,
+            turn: req.turn,
             fingerprint: req.fingerprint,
             token: req.token,
             now,
@@ -261,7 +304,9 @@ impl Store for MemoryStore {
     fn purge_expired(&self) -> StoreFuture<'_, u64> {
         let now = self.clock.now_ms();
         let removed = self.shards.iter().map(|s| lock(s).sweep(now)).sum();
-        lock(&self.turns).sweep(now);
+        for turns in self.turns.iter() {
+            lock(turns).sweep(now);
+        }
         StoreFuture::ready(Ok(removed))
     }
 
@@ -277,9 +322,25 @@ impl Store for MemoryStore {
                 break;
             }
             let shard = lock(shard);
-            out.extend(shard.records(namespace, now).take(limit - out.len()));
+            out.extend(shard.records(namespace, None, now).take(limit - out.len()));
         }
         StoreFuture::ready(Ok(out))
+    }
+
+    /// Every shard's records of the turn, then sorted: the memory store keeps no index by turn
+    /// (a scan of memory, for an operator's question).
+    fn list_turn<'a>(
+        &'a self,
+        namespace: &'a str,
+        turn: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        let now = self.clock.now_ms();
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            out.extend(lock(shard).records(Some(namespace), Some(turn), now));
+        }
+        StoreFuture::ready(Ok(super::in_claim_order(out, limit)))
     }
 
     fn remove<'a>(&'a self, _namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {

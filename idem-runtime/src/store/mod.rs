@@ -2,9 +2,10 @@
 //!
 //! # The contract
 //!
-//! A [`Store`] keeps, per key (within its namespace), a small state machine, and per turn a count
-//! of started actions. Every invariant below is checked by the conformance suite
-//! ([`conformance`], feature `conformance`); a store that passes it works with the engine.
+//! A [`Store`] keeps, per key (within its namespace), a small state machine and the id of the
+//! turn that last claimed it, and per turn counts of started actions. Every invariant below is
+//! checked by the conformance suite ([`conformance`], feature `conformance`); a store that
+//! passes it works with the engine.
 //!
 //! ```text
 //!              begin: charge, then claim                 complete (newest token)
@@ -23,15 +24,22 @@
 //!    holder's fingerprint, and changes nothing: a replay and a wait are reads
 //!    ([`conformance::claim_complete_replay`], [`conformance::replays_and_waits_are_not_charged`]).
 //! 3. **A claim is charged, atomically with it.** `begin` on a key with no live record applies
-//!    the budget rule ([`budget::charge`]) to the key's attempt count and, when the turn has a
-//!    cap, the turn's count of started actions: refused, it answers [`Begin::Refused`] and
-//!    changes nothing; allowed, it adds one to each count and claims the key with the request's
-//!    token and lease ([`conformance::budget_counts_claims_per_key`],
-//!    [`conformance::budget_caps_the_turn`], [`conformance::budget_is_atomic_under_concurrency`],
+//!    the budget rule ([`budget::charge`]) to the key's attempt count and — for a new action
+//!    ([`budget::is_new_action`]: no claim of the key by this turn since its last recorded
+//!    result) — the turn's count of started actions (when the turn has a cap) and the tool's
+//!    count of started actions in the turn (when the per-tool cap is set): refused, it answers
+//!    [`Begin::Refused`] and changes nothing; allowed, it adds one to the key's count (and for
+//!    a new action to each capped count) and claims the key with the request's token and lease
+//!    ([`conformance::budget_counts_claims_per_key`], [`conformance::budget_caps_the_turn`],
+//!    [`conformance::budget_caps_each_tool`],
+//!    [`conformance::retries_are_not_new_actions`],
+//!    [`conformance::budget_is_atomic_under_concurrency`],
 //!    [`conformance::turn_cap_is_atomic_under_concurrency`]).
-//! 4. **Counts.** A key's attempt count lives with the key: it survives `release` and the end of
-//!    a lease, is reset to zero by `complete` (a recorded result ends a run of failures), and
-//!    expires `window` after its last charge, as does a turn's count
+//! 4. **Counts.** A key's attempt count lives with the key and belongs to the turn that claimed
+//!    it: a claim by another turn counts from 0 and makes the count its own
+//!    ([`conformance::attempts_belong_to_the_claiming_turn`]). It survives `release` and the end
+//!    of a lease, is reset to zero by `complete` (a recorded result ends a run of failures), and
+//!    expires `window` after its last charge, as do a turn's and a tool's counts
 //!    ([`conformance::budget_counts_expire`], [`conformance::complete_resets_the_attempts`]).
 //! 5. **Fencing.** `renew`, `complete` and `release` act only for the newest claim's token on a
 //!    live in-progress record, else fail with [`Error::LeaseLost`](crate::Error::LeaseLost) —
@@ -47,10 +55,11 @@
 //!    `begin` claims the key; a claim whose `begin` reply was lost can be given back with the
 //!    token chosen before sending ([`conformance::release_frees_the_key`],
 //!    [`conformance::abandoned_claim_is_given_back`]).
-//! 8. **Admin.** `get` and `list` show live records only (with their attempt counts); `remove`
-//!    deletes a key's record and its attempt count, whatever its state; `purge_expired` deletes
-//!    what has expired ([`conformance::admin_list_and_remove`],
-//!    [`conformance::purge_deletes_expired_records`]).
+//! 8. **Admin.** `get` and `list` show live records only (with their attempt counts and the id
+//!    of the turn that claimed them); `list_turn` shows a turn's live records in the order they
+//!    were claimed; `remove` deletes a key's record and its attempt count, whatever its state;
+//!    `purge_expired` deletes what has expired ([`conformance::admin_list_and_remove`],
+//!    [`conformance::records_carry_their_turn`], [`conformance::purge_deletes_expired_records`]).
 //! 9. **Bytes.** Results are stored byte for byte, a mebibyte and more
 //!    ([`conformance::large_results_round_trip`]); a record the backend cannot parse is an
 //!    error, never a panic ([`conformance::corrupt_records_are_errors`]).
@@ -65,6 +74,7 @@ pub mod holder;
 pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod record;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
@@ -84,6 +94,7 @@ pub use bytes::Bytes;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use record::{Begin, Exhausted, FirstResult, Record, RecordState, in_claim_order};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
@@ -216,25 +227,30 @@ pub struct Lease {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Charge {
     /// The turn's identity; [`TurnIdentity::turn_counter`](budget::TurnIdentity::turn_counter)
-    /// names its count of started actions.
+    /// names its count of started actions, and
+    /// [`TurnIdentity::tool_counter`](budget::TurnIdentity::tool_counter) each tool's.
     pub turn: budget::TurnIdentity,
-    /// Claims allowed for this key since its last recorded result.
+    /// Claims allowed for this key by this turn since its last recorded result.
     pub max_attempts: u32,
-    /// Claims allowed in this turn, whatever their keys (`None`: no cap, and no turn count is
-    /// kept).
+    /// New actions allowed in this turn, whatever their tools (`None`: no cap, and no turn
+    /// count is kept).
     pub max_calls: Option<u32>,
+    /// New actions allowed to this request's tool in this turn (`None`: no cap, and no tool
+    /// count is kept).
+    pub max_tool_actions: Option<u32>,
     /// How long counts are kept after their last charge.
     pub window: Duration,
 }
 
 impl Charge {
-    /// A charge that refuses nothing (it still counts): for tools and tests that claim keys
-    /// directly, outside any turn's budget.
+    /// A charge that refuses nothing (it still counts the key's attempts): for tools and tests
+    /// that claim keys directly, outside any turn's budget.
     pub fn unlimited() -> Charge {
         Charge {
             turn: budget::TurnIdentity::new("", ""),
             max_attempts: u32::MAX,
             max_calls: None,
+            max_tool_actions: None,
             window: DEFAULT_BUDGET_WINDOW,
         }
     }
@@ -247,15 +263,23 @@ pub struct BeginRequest<'a> {
     pub namespace: &'a str,
     /// The idempotency key.
     pub key: &'a Key,
-    /// The tool's name, kept in the record for inspection.
+    /// The tool's name, kept in the record for inspection; with the turn, it names the tool's
+    /// count of started actions.
     pub tool: &'static str,
+    /// The id of the turn making the request, kept in the record (a record belongs to the turn
+    /// that last claimed it: its attempt count counts that turn's claims).
+    pub turn: &'a str,
     /// Digest of all arguments, to detect a key reused with different arguments.
     pub fingerprint: &'a Fingerprint,
     /// How long the claim lasts unless renewed.
     pub lease: Duration,
+    /// How long the result will be kept once recorded: a store that keeps an index of a turn's
+    /// records apart from them keeps it at least this long past the claim.
+    pub ttl: Duration,
     /// The fencing token the claim gets if this request claims the key.
     pub token: LeaseToken,
-    /// What a claim charges (a request that finds a live record charges nothing).
+    /// What a claim charges (a request that finds a live record charges nothing); its
+    /// [`turn`](Charge::turn) is the identity of `namespace` and `turn`.
     pub charge: Charge,
 }
 
@@ -268,122 +292,6 @@ impl BeginRequest<'_> {
             token: self.token,
         }
     }
-}
-
-/// The state of a live record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RecordState {
-    /// A caller holds a lease and is running the tool.
-    InProgress,
-    /// The tool finished; the record holds its encoded result (or a marker: see
-    /// [`replay::RecordKind`](crate::replay::RecordKind)).
-    Completed,
-}
-
-impl RecordState {
-    /// `in_progress` or `completed`, as stores and the CLI spell it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RecordState::InProgress => "in_progress",
-            RecordState::Completed => "completed",
-        }
-    }
-}
-
-/// One remembered key, as [`Store::get`] and [`Store::list`] show it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Record {
-    /// Namespace the key belongs to.
-    pub namespace: String,
-    /// The idempotency key.
-    pub key: Key,
-    /// The tool that claimed the key.
-    pub tool: String,
-    /// In progress or completed.
-    pub state: RecordState,
-    /// Digest of the arguments of the call that claimed the key.
-    pub fingerprint: Fingerprint,
-    /// The encoded result; `Some` exactly when completed.
-    pub result: Option<Vec<u8>>,
-    /// Claims of this key since its last recorded result (0 once completed), within the
-    /// budget window.
-    pub attempts: u32,
-    /// When the key was claimed (ms since the Unix epoch).
-    pub created_at_ms: u64,
-    /// When the record stops counting: the lease's end while in progress, the TTL's end once
-    /// completed (ms since the Unix epoch). A record is live while `now < expires_at_ms`.
-    pub expires_at_ms: u64,
-}
-
-/// Why [`Store::begin`] refused a claim: a budget is spent. Nothing was claimed or counted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exhausted {
-    /// The key was claimed `attempts` times since its last recorded result, the most
-    /// `limit` allows.
-    Key {
-        /// Claims of this key since its last recorded result (not counting this request).
-        attempts: u32,
-        /// The per-key limit.
-        limit: u32,
-    },
-    /// The turn started `calls` actions, the most `limit` allows.
-    Turn {
-        /// Claims in the turn (not counting this request).
-        calls: u32,
-        /// The turn-wide limit.
-        limit: u32,
-    },
-}
-
-/// The answer of [`Store::begin`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Begin {
-    /// The key had no live record: the caller now holds it with the request's token and must
-    /// run the tool, then `complete` or `release` it.
-    Claimed,
-    /// The key was handled already: replay its first result.
-    Completed(FirstResult),
-    /// Another caller holds a live lease on the key; `fingerprint` is that call's.
-    InFlight {
-        /// Digest of the arguments of the call that holds the key.
-        fingerprint: Fingerprint,
-    },
-    /// The charge was refused: nothing was claimed or counted.
-    Refused(Exhausted),
-}
-
-impl Begin {
-    /// The answer for a live record found by `begin`: [`Begin::Completed`] or
-    /// [`Begin::InFlight`].
-    ///
-    /// # Errors
-    /// [`Error::CorruptRecord`](crate::Error::CorruptRecord) for a completed record without a
-    /// result.
-    pub fn found(record: Record) -> Result<Begin> {
-        match (record.state, record.result) {
-            (RecordState::InProgress, _) => Ok(Begin::InFlight {
-                fingerprint: record.fingerprint,
-            }),
-            (RecordState::Completed, Some(result)) => Ok(Begin::Completed(FirstResult {
-                fingerprint: record.fingerprint,
-                result: Bytes::from(result),
-            })),
-            (RecordState::Completed, None) => Err(crate::Error::CorruptRecord {
-                key: record.key.short(),
-                message: "completed without a result".to_owned(),
-            }),
-        }
-    }
-}
-
-/// What a replay needs of a completed key: the encoded first result, and the fingerprint of
-/// the arguments it was recorded under.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FirstResult {
-    /// Digest of the arguments of the call that completed the key.
-    pub fingerprint: Fingerprint,
-    /// The encoded result (cloning shares the bytes).
-    pub result: Bytes,
 }
 
 /// A dedup store: see [the contract](self#the-contract).
@@ -420,6 +328,25 @@ pub trait Store: std::any::Any + Send + Sync + 'static {
     /// Admin: up to `limit` live records, optionally of one namespace, in no particular order.
     fn list<'a>(&'a self, namespace: Option<&'a str>, limit: usize)
     -> StoreFuture<'a, Vec<Record>>;
+
+    /// Admin: up to `limit` live records of `namespace` claimed by turn `turn`, in the order
+    /// they were claimed (oldest first; ties by key).
+    ///
+    /// The default reads every live record of the namespace through [`list`](Store::list) and
+    /// keeps the turn's: correct, but as slow as the namespace is large. The stores of this
+    /// crate find a turn's records through an index.
+    fn list_turn<'a>(
+        &'a self,
+        namespace: &'a str,
+        turn: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        StoreFuture::new(async move {
+            let mut records = self.list(Some(namespace), usize::MAX).await?;
+            records.retain(|r| r.turn == turn && r.namespace == namespace);
+            Ok(in_claim_order(records, limit))
+        })
+    }
 
     /// Admin: deletes a key's record and its attempt count, whatever its state; returns
     /// whether a live record existed. The turn's count of started actions is kept.

@@ -5,6 +5,7 @@ pub(crate) mod begin;
 mod builder;
 pub(crate) mod conn;
 pub(crate) mod entered;
+mod functions;
 pub(crate) mod ops;
 mod row;
 pub(crate) mod schema;
@@ -84,8 +85,9 @@ pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// claims in one server-side function; `complete` records), plus one per lease renewal.
 ///
 /// # Storage
-/// Tables `idem_records` (one row per key, with its attempt count), `idem_budgets` (turn
-/// counts) and `idem_schema` (the version, [`SCHEMA_VERSION`]), and four functions, created or
+/// Tables `idem_records` (one row per key, with its attempt count and the id of the turn that
+/// claimed it, indexed by namespace, turn and claim time), `idem_budgets` (turns' and tools'
+/// counts of started actions) and `idem_schema` (the version, [`SCHEMA_VERSION`]), and four functions, created or
 /// migrated on open under an advisory lock, in the connection's `search_path` or in a schema
 /// of their own ([`PostgresStoreBuilder::schema`]). Expired rows are overwritten by the next
 /// claim of their key, deleted in batches as the store is used, and all at once by
@@ -116,6 +118,7 @@ pub(crate) struct Sql {
     release: String,
     get: String,
     list: String,
+    list_turn: String,
     remove: String,
     purge_records: String,
     purge_budgets: String,
@@ -138,7 +141,8 @@ impl Sql {
                  WHERE r.namespace = $1 AND r.key = $2 AND r.expires_at_ms > {s}idem_now_ms()) \
                  SELECT * FROM live UNION ALL \
                  SELECT o_answer, o_state, o_fingerprint, o_result, o_token, o_n, o_lim \
-                 FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) \
+                 FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+                 $14, $15) \
                  WHERE NOT EXISTS (SELECT 1 FROM live)",
             ),
             renew: q(&format!(
@@ -169,6 +173,11 @@ impl Sql {
             list: q(&format!(
                 "{now} SELECT {COLUMNS}, c.now FROM {{s}}idem_records, c \
                  WHERE expires_at_ms > c.now AND ($1::text IS NULL OR namespace = $1) LIMIT $2"
+            )),
+            list_turn: q(&format!(
+                "{now} SELECT {COLUMNS}, c.now FROM {{s}}idem_records, c \
+                 WHERE namespace = $1 AND turn = $2 AND expires_at_ms > c.now \
+                 ORDER BY created_at_ms, key LIMIT $3"
             )),
             remove: q(
                 "DELETE FROM {s}idem_records WHERE namespace = $1 AND key = $2 \

@@ -3,6 +3,7 @@
 
 mod builder;
 mod call;
+mod claim;
 mod conn;
 mod layout;
 mod ops;
@@ -101,15 +102,22 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// (prefix [`DEFAULT_PREFIX`] unless [`with_prefix`](Self::with_prefix) says otherwise). Tool
 /// arguments never appear in Redis keys, only their digest. The hash holds the record — `state`
 /// (`in_progress` or `completed`), `tok` (the fencing token of the claim that holds or
-/// completed it), `fp` (the 32-byte argument fingerprint), `tool`, `created` and `exp` (ms since
-/// the Unix epoch; 0 once a claim was given back: no record, the hash kept for its count) and
-/// `res` (the encoded result, once completed) — and the key's attempt count, `att` and `aexp`
-/// (when it expires), so `HGETALL` shows both by hand. Redis expires the hash at the later of
-/// `exp` and `aexp`.
+/// completed it), `fp` (the 32-byte argument fingerprint), `tool`, `turn` (the id of the turn that
+/// claimed it), `created` and `exp` (ms since the Unix epoch; 0 once a claim was given back: no
+/// record, the hash kept for its count) and `res` (the encoded result, once completed) — and the
+/// key's attempt count (claims by `turn`), `att` and `aexp` (when it expires), so `HGETALL` shows
+/// both by hand. Redis expires the hash at the later of `exp` and `aexp`. A record written before
+/// records carried their turn has no `turn`: its count belongs to no turn.
 ///
-/// A turn's count of started actions (only for turns with `max_calls`) is a hash (`n`, `exp`)
-/// at `<prefix>:<namespace>:t:{<turn counter id in hex>}`
-/// ([`TurnIdentity::turn_counter`](super::budget::TurnIdentity::turn_counter)).
+/// Each turn has a hash at `<prefix>:<namespace>:t:{<turn counter id in hex>}`
+/// ([`TurnIdentity::turn_counter`](super::budget::TurnIdentity::turn_counter)), written by the
+/// claims that start a new action: its count of started actions (`n`, `exp`; for turns with
+/// `max_calls`), each tool's (`a<tool>`, `e<tool>`), its index of records (a field `k` + the
+/// key's 32 bytes per action it started, worth the claim time) and `x`, how long the hash is
+/// kept: at least the budget window, the lease and the TTL past the turn's last new action, so
+/// that the index names its records as long as they live, unless a tool ran, or was retried, for
+/// longer than the budget window. [`Store::list_turn`](super::Store::list_turn) reads the index
+/// and then each record it names.
 ///
 /// # Redis Cluster
 ///
@@ -122,23 +130,25 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// turn count alike: one tenant's keys then live on one slot (useful to keep a tenant's data
 /// together, at the price of balance). [`Store::list`](super::Store::list) scans every master.
 ///
-/// On a cluster the turn-wide count lives in its turn's own slot, so in a turn with
-/// `max_calls` a `begin` whose record lies in another slot takes three script calls instead of
-/// one: a check of the record (a replay or a wait is answered there, at once), a script that
-/// counts the call (or refuses it), and the claim. A first execution there is **four round
-/// trips** (check, count, claim, complete). Per-key counting stays atomic with the claim. The
-/// steps are not one transaction: a claim that then does not happen (the key was claimed or
-/// completed meanwhile, or refused by its per-key limit) or whose script call fails gives its
-/// turn-wide call back with one more script call, and meanwhile a concurrent call in the same
-/// turn may see the count one too high; a count whose own reply is lost stays counted. On a
-/// standalone server (and when the turn's count shares the record's slot) the claim script
-/// charges the turn itself, atomically.
+/// On a cluster the turn's hash lives in its turn's own slot, so a `begin` whose record lies in
+/// another slot takes more script calls than one: a check of the record (a replay or a wait is
+/// answered there, at once); for a retry the claim; for a new action a script that counts it
+/// and indexes its key (or refuses it), then the claim. Every new action writes the turn's
+/// index, so a **first execution there is four round trips** (check, count, claim, complete),
+/// as one in a turn with `max_calls` was before; a retry three. Per-key counting stays atomic
+/// with the claim. The steps are not one transaction: a claim that then does not happen as a
+/// new action (the key was claimed or completed meanwhile, or refused by its per-key limit) or
+/// whose script call fails gives its counts back with one more script call, and meanwhile a
+/// concurrent call in the same turn may see a count one too high; a count whose own reply is
+/// lost stays counted. On a standalone server (and when the turn's hash shares the record's
+/// slot, as a namespace hash tag makes it) the claim script does it all, atomically.
 ///
 /// A slot left half-migrated (`MIGRATING` on its master, `IMPORTING` on another, as a
 /// resharding leaves it mid-way): a script call naming one key is served, by the source or,
-/// for a key not there, by the target (`ASK`); a claim script naming two keys of the slot (the
-/// record and a turn count that shares its slot, as a namespace hash tag makes it) while they
-/// are not both on the source is refused by Redis with `TRYAGAIN`, which the cluster client
+/// for a key not there, by the target (`ASK`); a script naming two keys of the slot (the record
+/// and its turn's hash, when they share the slot as a namespace hash tag makes them, whatever
+/// the turn's caps) is served while both are on the source (a replay, a retry); a new action,
+/// whose record is not there, is refused by Redis with `TRYAGAIN`, which the cluster client
 /// retries until the reply timeout (2 s by default): the call fails closed with
 /// [`Error::Store`] until the migration finishes (`tests/redis_cluster_migration.rs`).
 ///
@@ -168,10 +178,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// One round trip per store operation, each an `EVALSHA` of a cached script that runs the
 /// fewest commands its step needs: a **replay** (or a wait) is `TIME` and one `HMGET`, and
 /// writes nothing; a **first execution** is two round trips, the claim (`TIME`, `HMGET`,
-/// `HSET`, `PEXPIREAT`) and the completion (the same four); a lease renewal (every quarter of
-/// the lease while the tool runs) is one more. A turn with `max_calls` adds its count's read and
-/// write to the claim (on a cluster, where the count lies in another slot: two more round
-/// trips, above). Calls are written straight into the command's buffer (keys spelled out piece by
+/// `HSET`, `PEXPIREAT`, and for a new action the turn hash's `HMGET`, `HSET`, `PEXPIREAT`: its
+/// counts and its index) and the completion (`TIME`, `HMGET`, `HSET`, `PEXPIREAT`); a lease
+/// renewal (every quarter of the lease while the tool runs) is one more. On a cluster, where the
+/// turn's hash lies in another slot, a first execution takes two more round trips (above). Calls are written straight into the command's buffer (keys spelled out piece by
 /// piece, numbers in place). The scripts are loaded when connecting; after a server restart
 /// empties the script cache, the first call of each script costs one extra `SCRIPT LOAD` round
 /// trip. A script costs the server several times what a plain `GET` does (each command inside
@@ -287,6 +297,18 @@ impl RedisStore {
     /// `<prefix>:<namespace>:{<key in hex>}`.
     pub fn redis_key(&self, namespace: &str, key: &Key) -> String {
         self.record_key(namespace, key).text()
+    }
+
+    /// The Redis key of the hash of turn `turn` in `namespace` (its counts of started actions
+    /// and its index of records): `<prefix>:<namespace>:t:{<turn counter id in hex>}`.
+    pub fn turn_key(&self, namespace: &str, turn: &str) -> String {
+        let id = super::budget::TurnIdentity::new(namespace, turn).turn_counter();
+        layout::TurnKey {
+            prefix: &self.prefix,
+            namespace,
+            id: &id,
+        }
+        .text()
     }
 
     /// Loads every script into the script cache of every node.

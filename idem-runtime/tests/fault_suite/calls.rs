@@ -55,6 +55,13 @@ pub fn quiet_tool_panics() {
     });
 }
 
+/// The cap of new actions per tool and turn of a schedule whose per-key budget is `limit`
+/// (2–4): 1 to 3, so that a tool's second argument in a turn (two per tool and turn) is refused
+/// in some schedules.
+pub fn actions_per_tool(limit: u32) -> u32 {
+    limit.saturating_sub(1).max(1)
+}
+
 /// The key and fingerprint of an attempt.
 pub fn key_of(turn: &Turn, tool: Tool, arg: u8) -> (Key, Fingerprint) {
     let info = tool.info();
@@ -70,6 +77,7 @@ pub(crate) async fn attempt_once(ctx: &Arc<Ctx>, store: &Arc<dyn Store>, attempt
         .with_namespace(ctx.namespace.clone())
         .with_store(Arc::clone(store))
         .with_max_attempts_per_key(ctx.limit)
+        .with_actions_per_tool(actions_per_tool(ctx.limit))
         .with_in_flight_wait(IN_FLIGHT_WAIT);
     let (key, fingerprint) = key_of(&turn, attempt.tool, attempt.arg);
     let polled = Arc::new(AtomicBool::new(false));
@@ -179,6 +187,10 @@ fn tool_body(
     let ttl = tool.info().ttl.unwrap_or(DEFAULT_TTL);
     async move {
         let (exec, alive) = ledger.start(key);
+        ledger.started_in(
+            key,
+            format!("tool {} of turn t{}", tool.info().name, attempt.turn),
+        );
         tokio::time::sleep(ms(plan.before_ms)).await;
         if plan.effect {
             ledger.effect(key, exec);

@@ -172,6 +172,11 @@ struct State {
     since_record: HashMap<Key, u32>,
     /// The per-key budget, if checked.
     limit: Option<u32>,
+    /// The cap of new actions per tool and turn, if checked.
+    actions: Option<u32>,
+    /// The keys whose bodies started, by turn and tool: each was a new action of its tool in
+    /// its turn at least once, so there are never more than the cap.
+    started_keys: HashMap<String, HashSet<Key>>,
     finishes: HashMap<Key, Vec<Finish>>,
     /// Side effects (key, execution, when) and answers (key, value, when), checked by
     /// [`settle`].
@@ -226,6 +231,31 @@ impl Ledger {
     pub fn with_budget(self: Arc<Self>, limit: u32) -> Arc<Self> {
         self.lock().limit = Some(limit);
         self
+    }
+
+    /// Checks that no tool's bodies start for more keys in a turn than `cap` new actions allow.
+    pub fn with_actions_per_tool(self: Arc<Self>, cap: u32) -> Arc<Self> {
+        self.lock().actions = Some(cap);
+        self
+    }
+
+    /// A body of `key` started, of the tool and turn `group` names: its key is one of the
+    /// group's actions (the store counted it as a new action when it was first claimed).
+    pub fn started_in(&self, key: Key, group: String) {
+        let mut s = self.lock();
+        let Some(cap) = s.actions else {
+            return;
+        };
+        let keys = s.started_keys.entry(group.clone()).or_default();
+        keys.insert(key);
+        let n = keys.len();
+        if n > cap as usize {
+            s.counts.budget_overruns += 1;
+            s.problems.push(format!(
+                "budget: {group} started bodies for {n} keys, more new actions than its cap \
+                 of {cap}"
+            ));
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -406,7 +436,9 @@ impl Ledger {
         };
         let live = |s: &State| live_since(s, now);
         let untrue = match name {
-            "BudgetExhausted" => {
+            // "Stuck" and "this new action was not started": untrue for a key that holds a
+            // recorded result or runs.
+            "BudgetExhausted" | "ToolBudgetExhausted" | "TurnBudgetExhausted" => {
                 let recorded = !live(&s).is_empty();
                 let running = s.alive.get(&key).copied().unwrap_or(0) > 0;
                 (recorded || running)
@@ -647,4 +679,22 @@ fn an_interrupted_refusal_needs_a_marker_sent_before_it() {
     );
     assert_eq!(run(None), 1, "no marker at all");
     assert_eq!(run(Some(1_015)), 1, "a marker sent only after the refusal");
+}
+
+/// The ledger counts a tool's keys per turn against the cap of new actions: a second key of a
+/// tool with a cap of 1 is an overrun, a second start of the same key (a retry) is not, nor is
+/// another tool's or another turn's key.
+#[test]
+fn a_tools_new_actions_past_its_cap_are_overruns() {
+    use idem_tools_runtime::clock::ManualClock;
+
+    let ledger = Ledger::new(Arc::new(ManualClock::new(1_000))).with_actions_per_tool(1);
+    let (a, b) = (Key::from_bytes([1; 32]), Key::from_bytes([2; 32]));
+    ledger.started_in(a, "charge of t1".into());
+    ledger.started_in(a, "charge of t1".into());
+    ledger.started_in(b, "refund of t1".into());
+    ledger.started_in(b, "charge of t2".into());
+    assert_eq!(ledger.verdict().0.budget_overruns, 0);
+    ledger.started_in(b, "charge of t1".into());
+    assert_eq!(ledger.verdict().0.budget_overruns, 1);
 }

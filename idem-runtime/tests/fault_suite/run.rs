@@ -132,7 +132,9 @@ pub(crate) struct Ctx {
 /// Runs `schedule` on the current runtime and checks it.
 async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     let clock = Arc::new(TokioClock::new());
-    let ledger = Ledger::new(clock.clone()).with_budget(schedule.limit);
+    let ledger = Ledger::new(clock.clone())
+        .with_budget(schedule.limit)
+        .with_actions_per_tool(crate::calls::actions_per_tool(schedule.limit));
     let handles: Vec<Arc<dyn Store>> = match &backend {
         Backend::Memory | Backend::Forgetful => vec![Arc::new(MemoryStore::with_clock(clock))],
         Backend::Handles(open) => match open(clock).await {

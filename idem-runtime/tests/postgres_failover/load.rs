@@ -124,6 +124,7 @@ pub async fn call(
     let turn = Turn::new(key.turn.clone())
         .with_in_flight_wait(IN_FLIGHT_WAIT)
         .with_max_attempts_per_key(1_000_000)
+        .with_actions_per_tool(u32::MAX)
         .with_store(Arc::new(store.clone()));
     let tool = match key.tool {
         Tool::Plain => &SEND,

@@ -39,6 +39,7 @@ async fn a_lost_begin_is_given_back(pool: Pool) {
     forwarder.switch(frozen.server);
     let turn = Turn::new("frozen")
         .with_in_flight_wait(Duration::from_secs(4))
+        .with_actions_per_tool(u32::MAX)
         .with_store(std::sync::Arc::new(other.clone()));
     let ran = plain_in(&turn, "lost").await;
     let took = started.elapsed();

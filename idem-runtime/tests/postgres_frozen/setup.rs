@@ -132,10 +132,12 @@ pub const PAY_LEASE: Duration = Duration::from_secs(3);
 /// A transactional tool with a 3 s lease.
 pub static PAY: ToolInfo = ToolInfo::idempotent("pay").with_lease(PAY_LEASE);
 
-/// The turn of the tests: a short in-flight wait.
+/// The turn of the tests: a short in-flight wait, and no cap on a tool's actions (every call
+/// is a new action of the one turn).
 pub fn turn(store: &PostgresStore) -> Turn {
     Turn::new("frozen")
         .with_in_flight_wait(Duration::from_secs(1))
+        .with_actions_per_tool(u32::MAX)
         .with_store(Arc::new(store.clone()))
 }
 

@@ -20,6 +20,7 @@ pub(crate) const TURN_ID: &str = "fault-turn";
 pub(crate) fn turn(store: &PostgresStore) -> Turn {
     Turn::new(TURN_ID)
         .with_max_attempts_per_key(1_000_000)
+        .with_actions_per_tool(1_000_000)
         .with_in_flight_wait(Duration::from_secs(10))
         .with_store(Arc::new(store.clone()))
 }

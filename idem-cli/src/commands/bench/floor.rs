@@ -168,6 +168,8 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 pub struct RedisFloor {
     conn: redis::aio::ConnectionManager,
     prefix: String,
+    /// Keys of idem's deleted with the floor's (the run's turn hash, which `remove` keeps).
+    also: Vec<String>,
 }
 
 #[cfg(feature = "redis")]
@@ -184,7 +186,14 @@ impl RedisFloor {
         Ok(RedisFloor {
             conn,
             prefix: prefix.to_owned(),
+            also: Vec::new(),
         })
+    }
+
+    /// Deletes `keys` of idem's too when it cleans up.
+    pub fn also_cleaning(mut self, keys: Vec<String>) -> Self {
+        self.also = keys;
+        self
     }
 
     /// `cmd` with the Redis key of `key`, `<prefix>:{<hex>}`, as its first argument, spelled
@@ -277,10 +286,18 @@ impl Floor for RedisFloor {
                         .map_err(|e| format!("Redis floor: {e}"))?;
                 }
                 if next == 0 {
-                    return Ok(());
+                    break;
                 }
                 cursor = next;
             }
+            if !self.also.is_empty() {
+                let _: () = redis::cmd("UNLINK")
+                    .arg(&self.also)
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(|e| format!("Redis floor: {e}"))?;
+            }
+            Ok(())
         })
     }
 }

@@ -61,6 +61,11 @@ pub fn run_id() -> String {
     format!("{:x}{:x}", std::process::id(), nanos % (1 << 48))
 }
 
+/// The id of the turn of run `run`.
+fn turn_id(run: &str) -> String {
+    format!("idem-bench-{run}")
+}
+
 impl Target {
     /// Opens the store chosen on the command line and its floor; `run` names this run and
     /// process (its records and the floor's table or keys).
@@ -72,7 +77,9 @@ impl Target {
         let (label, floor_label, store, floor, commands) =
             match (&cli.sqlite, &cli.redis, &cli.postgres) {
                 (Some(path), None, None) => sqlite(path, run)?,
-                (None, Some(url), None) => redis(url, cli.prefix.as_deref(), run).await?,
+                (None, Some(url), None) => {
+                    redis(url, cli.prefix.as_deref(), run, (&namespace, &turn_id(run))).await?
+                }
                 (None, None, Some(url)) => {
                     if cli.prefix.is_some() {
                         return Err(CliError::usage(
@@ -94,8 +101,11 @@ impl Target {
                     )));
                 }
             };
-        let turn = Turn::new(format!("idem-bench-{run}"))
+        // Every first execution of the run is a new action of one tool in one turn: the cap on
+        // a tool's actions is lifted, but its count is kept (and measured) as in production.
+        let turn = Turn::new(turn_id(run))
             .with_namespace(namespace)
+            .with_actions_per_tool(u32::MAX)
             .with_store(Arc::clone(&store));
         Ok(Target {
             label,
@@ -254,7 +264,12 @@ fn sqlite(_path: &std::path::Path, _run: &str) -> Result<Opened, CliError> {
 }
 
 #[cfg(feature = "redis")]
-async fn redis(url: &str, prefix: Option<&str>, run: &str) -> Result<Opened, CliError> {
+async fn redis(
+    url: &str,
+    prefix: Option<&str>,
+    run: &str,
+    (namespace, turn): (&str, &str),
+) -> Result<Opened, CliError> {
     use idem_tools_runtime::RedisStore;
     let shown = crate::open::redact(url);
     let store = RedisStore::connect(url)
@@ -265,9 +280,11 @@ async fn redis(url: &str, prefix: Option<&str>, run: &str) -> Result<Opened, Cli
         None => store,
     };
     let floor_prefix = format!("{}-bench-floor:{run}", prefix.unwrap_or("idem"));
+    // `remove` keeps a turn's counts: the run's turn hash goes with the floor's keys.
     let floor = super::floor::RedisFloor::connect(url, &floor_prefix)
         .await
-        .map_err(CliError::connection)?;
+        .map_err(CliError::connection)?
+        .also_cleaning(vec![store.turn_key(namespace, turn)]);
     let commands = super::stats::CommandStats::connect(url).await;
     Ok((
         format!("Redis {shown}"),
@@ -279,7 +296,12 @@ async fn redis(url: &str, prefix: Option<&str>, run: &str) -> Result<Opened, Cli
 }
 
 #[cfg(not(feature = "redis"))]
-async fn redis(_url: &str, _prefix: Option<&str>, _run: &str) -> Result<Opened, CliError> {
+async fn redis(
+    _url: &str,
+    _prefix: Option<&str>,
+    _run: &str,
+    _turn: (&str, &str),
+) -> Result<Opened, CliError> {
     Err(CliError::usage(
         "this idem was built without Redis support: reinstall it with the `redis` feature",
     ))

@@ -9,20 +9,23 @@ use crate::key::{Fingerprint, Key};
 use crate::store::budget::TurnIdentity;
 use crate::store::{Begin, BeginRequest, Charge, Exhausted, LeaseToken};
 
-/// A request charging `max_attempts` per key and `max_calls` per turn `turn`.
-fn charged<'a>(
+/// A request of turn `turn` charging `max_attempts` per key and `max_calls` per turn (no
+/// per-tool cap).
+pub(super) fn charged<'a>(
     key: &'a Key,
     fp: &'a Fingerprint,
-    turn: &str,
+    turn: &'a str,
     max_attempts: u32,
     max_calls: Option<u32>,
     window: Duration,
 ) -> BeginRequest<'a> {
     BeginRequest {
+        turn,
         charge: Charge {
             turn: TurnIdentity::new(NS, turn),
             max_attempts,
             max_calls,
+            max_tool_actions: None,
             window,
         },
         ..request(key, fp, window)
@@ -30,7 +33,7 @@ fn charged<'a>(
 }
 
 /// A turn id no other check or run uses.
-fn fresh_turn(label: &str) -> String {
+pub(super) fn fresh_turn(label: &str) -> String {
     format!("{label}-{}", LeaseToken::generate().0)
 }
 
@@ -236,7 +239,7 @@ pub async fn budget_caps_the_turn(h: &impl Harness) {
 /// `limit` claim.
 pub async fn budget_is_atomic_under_concurrency(h: &impl Harness) {
     let store = h.store();
-    let turn = fresh_turn("atomic");
+    let turn = Arc::new(fresh_turn("atomic"));
     let (key, fp) = (fresh_key("atomic"), fingerprint("atomic"));
     let window = h.short() * 40;
     let claimed = Arc::new(AtomicUsize::new(0));
@@ -276,42 +279,15 @@ pub async fn budget_is_atomic_under_concurrency(h: &impl Harness) {
     );
 }
 
-/// Many concurrent claims of different keys in one turn with a cap: exactly the cap claim.
+/// Many concurrent claims of different keys in one turn with a cap: exactly the cap claim; and
+/// so with a tool's cap.
 pub async fn turn_cap_is_atomic_under_concurrency(h: &impl Harness) {
-    let store = h.store();
-    let turn = fresh_turn("turn-atomic");
-    let fp = fingerprint("turn-atomic");
-    let window = h.short() * 40;
-    let claimed = Arc::new(AtomicUsize::new(0));
-    let mut tasks = Vec::new();
-    for i in 0..48 {
-        let (store, claimed, turn) = (Arc::clone(&store), Arc::clone(&claimed), turn.clone());
-        tasks.push(tokio::spawn(async move {
-            let key = fresh_key(&format!("turn-atomic {i}"));
-            let fp = fp;
-            match store
-                .begin(charged(&key, &fp, &turn, 3, Some(7), window))
-                .await
-            {
-                Ok(Begin::Claimed) => {
-                    claimed.fetch_add(1, Ordering::SeqCst);
-                }
-                Ok(Begin::Refused(Exhausted::Turn { limit: 7, .. })) => {}
-                other => panic!("turn-atomic: unexpected {other:?}"),
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("task");
-    }
-    assert_eq!(
-        claimed.load(Ordering::SeqCst),
-        7,
-        "turn-atomic: exactly the turn's cap of concurrent claims"
-    );
+    super::actions::new_actions_race(h, "turn-atomic", (3, Some(7), None)).await;
+    super::actions::new_actions_race(h, "tool-atomic", (3, None, Some(7))).await;
 }
 
-/// Counts expire `window` after their last charge: the key and the turn may claim again.
+/// Counts expire `window` after their last charge: the key, the turn and the tool may claim
+/// again.
 pub async fn budget_counts_expire(h: &impl Harness) {
     let store = h.store();
     let turn = fresh_turn("expire");
@@ -328,6 +304,20 @@ pub async fn budget_counts_expire(h: &impl Harness) {
         Ok(Begin::Refused(_)) => {}
         other => panic!("expire: refused within the window, got {other:?}"),
     }
+    let tool_turn = fresh_turn("expire tool");
+    let capped = |key| BeginRequest {
+        charge: Charge {
+            max_tool_actions: Some(1),
+            ..charged(key, &fp, &tool_turn, 1, None, window).charge
+        },
+        ..charged(key, &fp, &tool_turn, 1, None, window)
+    };
+    let (first, second) = (fresh_key("expire tool 1"), fresh_key("expire tool 2"));
+    assert_eq!(store.begin(capped(&first)).await.ok(), Some(Begin::Claimed));
+    match store.begin(capped(&second)).await {
+        Ok(Begin::Refused(Exhausted::Tool { calls: 1, limit: 1 })) => {}
+        other => panic!("expire: the tool's cap refuses within the window, got {other:?}"),
+    }
     advance(h, window + window / 2).await;
     assert_eq!(
         store
@@ -336,6 +326,11 @@ pub async fn budget_counts_expire(h: &impl Harness) {
             .ok(),
         Some(Begin::Claimed),
         "expire: counts are forgotten after their window"
+    );
+    assert_eq!(
+        store.begin(capped(&second)).await.ok(),
+        Some(Begin::Claimed),
+        "expire: a tool's count is forgotten after its window"
     );
 }
 

@@ -45,13 +45,18 @@
 //! Every check uses fresh random keys, so a shared server can be used; a failing check panics
 //! with the name of the property it broke.
 
+mod actions;
 mod admin;
 mod budgets;
 mod records;
+mod turns;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use actions::{
+    attempts_belong_to_the_claiming_turn, budget_caps_each_tool, retries_are_not_new_actions,
+};
 pub use admin::{
     admin_list_and_remove, corrupt_records_are_errors, large_results_round_trip,
     purge_deletes_expired_records,
@@ -67,6 +72,7 @@ pub use records::{
     lease_expiry_makes_the_key_claimable, release_frees_the_key, renew_extends_the_lease,
     stale_holder_is_fenced_off, ttl_expiry_forgets_the_result,
 };
+pub use turns::records_carry_their_turn;
 
 use super::budget::TurnIdentity;
 use super::{Begin, BeginRequest, Charge, Lease, LeaseToken, Store, StoreFuture};
@@ -123,10 +129,14 @@ pub async fn run_all(h: &impl Harness) {
     budget_counts_claims_per_key(h).await;
     complete_resets_the_attempts(h).await;
     budget_caps_the_turn(h).await;
+    budget_caps_each_tool(h).await;
+    retries_are_not_new_actions(h).await;
+    attempts_belong_to_the_claiming_turn(h).await;
     budget_is_atomic_under_concurrency(h).await;
     turn_cap_is_atomic_under_concurrency(h).await;
     budget_counts_expire(h).await;
     remove_resets_the_key(h).await;
+    records_carry_their_turn(h).await;
 }
 
 /// A key no other check or run uses.
@@ -150,12 +160,16 @@ pub(super) fn ns() -> &'static Arc<str> {
     &NS_ARC
 }
 
-/// A charge that never refuses, in a turn of its own.
+/// The turn of the checks that need no turn of their own.
+pub(super) const TURN: &str = "conformance-turn";
+
+/// A charge that never refuses, in [`TURN`].
 pub(super) fn generous() -> Charge {
     Charge {
-        turn: TurnIdentity::new(NS, &format!("turn-{}", LeaseToken::generate().0)),
+        turn: TurnIdentity::new(NS, TURN),
         max_attempts: u32::MAX,
         max_calls: None,
+        max_tool_actions: None,
         window: Duration::from_secs(3600),
     }
 }
@@ -165,8 +179,10 @@ pub(super) fn request<'a>(key: &'a Key, fp: &'a Fingerprint, lease: Duration) ->
         namespace: NS,
         key,
         tool: "conformance_tool",
+        turn: TURN,
         fingerprint: fp,
         lease,
+        ttl: lease,
         token: LeaseToken::generate(),
         charge: generous(),
     }

@@ -3,7 +3,7 @@
 //! whenever the shard has doubled since its last sweep.
 //!
 //! An entry is 168 bytes: the key, the fingerprint, the token, three times, the attempt count,
-//! a names id and the body, which holds a result of up to [`INLINE`] bytes in place; larger
+//! a names id (namespace, tool and turn, kept once per shard) and the body, which holds a result of up to [`INLINE`] bytes in place; larger
 //! results live in the shard's `large` slab. With the index (about 10 bytes per entry at
 //! 1M keys) and the slab's slack, a live record costs under 200 bytes.
 
@@ -36,7 +36,8 @@ pub(super) struct Entry {
     window_ms: u32,
     /// Claims since the last recorded result, while `now < created_at_ms + window_ms`.
     attempts: u32,
-    /// The record's namespace and tool, in the shard's [`Names`].
+    /// The record's namespace, tool and turn (the turn its attempt count belongs to), in the
+    /// shard's [`Names`].
     name: u32,
     body: Body,
 }
@@ -84,6 +85,7 @@ pub(super) struct Claim<'a> {
     pub(super) key: &'a Key,
     pub(super) namespace: &'a str,
     pub(super) tool: &'static str,
+    pub(super) turn: &'a str,
     pub(super) fingerprint: &'a Fingerprint,
     pub(super) token: LeaseToken,
     pub(super) now: u64,
@@ -123,6 +125,17 @@ impl Shard {
         &self.entries[i as usize]
     }
 
+    /// The attempt count of the entry at `i` live at `now`, if it belongs to `turn` (a count
+    /// of another turn's claims is 0 for this one).
+    pub(super) fn attempts(&self, i: u32, turn: &str, now: u64) -> u32 {
+        let entry = self.get(i);
+        match entry.live_attempts(now) {
+            0 => 0,
+            n if &**self.names.get(entry.name).turn == turn => n,
+            _ => 0,
+        }
+    }
+
     /// The answer of `begin` for the record at `i`, if it is live: its result, or in flight.
     pub(super) fn answer(&self, i: u32, now: u64) -> Option<Begin> {
         let entry = self.get(i);
@@ -148,7 +161,7 @@ impl Shard {
             Some(i) => i,
             None => self.insert(claim.key, claim.now),
         };
-        let name = self.names.id(claim.namespace, claim.tool);
+        let name = self.names.id(claim.namespace, claim.tool, claim.turn);
         self.set_body(i, Body::InProgress);
         let entry = &mut self.entries[i as usize];
         entry.fingerprint = *claim.fingerprint;
@@ -266,30 +279,30 @@ impl Shard {
         }
     }
 
-    /// Drops what expired at `now`, and recycles the names no record uses any more; returns
-    /// how many records (live or not) it dropped.
+    /// Drops what expired at `now`, and recycles the names no entry uses any more; returns how
+    /// many records (live or not) it dropped.
     pub(super) fn sweep(&mut self, now: u64) -> u64 {
         let mut dropped = 0;
         let mut dead = Vec::new();
         let mut expired = Vec::new();
-        let mut used = vec![false; self.names.capacity()];
         for (i, entry) in &self.entries {
-            if !matches!(entry.body, Body::Empty) {
-                if now >= entry.expires_at_ms {
-                    expired.push(i);
-                    dropped += 1;
-                } else if let Some(used) = used.get_mut(entry.name as usize) {
-                    *used = true;
-                }
+            if !matches!(entry.body, Body::Empty) && now >= entry.expires_at_ms {
+                expired.push(i);
+                dropped += 1;
             }
         }
         for i in expired {
             let i = u32::try_from(i).unwrap_or(u32::MAX);
             self.set_body(i, Body::Empty);
         }
+        // What an entry still holds (a live record, or a live count, which belongs to the
+        // turn its name says) keeps its name.
+        let mut used = vec![false; self.names.capacity()];
         for (_, entry) in &self.entries {
             if !entry.alive(now) {
                 dead.push(entry.key);
+            } else if let Some(used) = used.get_mut(entry.name as usize) {
+                *used = true;
             }
         }
         for key in dead {
@@ -306,15 +319,16 @@ impl Shard {
         if !entry.is_live(now) {
             return None;
         }
-        let (namespace, tool) = self.names.get(entry.name);
+        let named = self.names.get(entry.name);
         let result = match self.answer(i, now) {
             Some(Begin::Completed(first)) => Some(first.result.to_vec()),
             _ => None,
         };
         Some(Record {
-            namespace: namespace.to_string(),
+            namespace: named.namespace.to_string(),
             key: entry.key,
-            tool: tool.to_owned(),
+            tool: named.tool.to_owned(),
+            turn: named.turn.to_string(),
             state: entry.state(),
             fingerprint: entry.fingerprint,
             result,
@@ -324,16 +338,20 @@ impl Shard {
         })
     }
 
-    /// The records live at `now`, of `namespace` if given.
+    /// The records live at `now`, of `namespace` if given, and of `turn` if given.
     pub(super) fn records<'a>(
         &'a self,
         namespace: Option<&'a str>,
+        turn: Option<&'a str>,
         now: u64,
     ) -> impl Iterator<Item = Record> + 'a {
         self.entries
             .iter()
             .filter(move |(_, e)| {
-                e.is_live(now) && namespace.is_none_or(|ns| &**self.names.get(e.name).0 == ns)
+                let named = self.names.get(e.name);
+                e.is_live(now)
+                    && namespace.is_none_or(|ns| &**named.namespace == ns)
+                    && turn.is_none_or(|turn| &**named.turn == turn)
             })
             .filter_map(move |(i, _)| self.record(u32::try_from(i).ok()?, now))
     }

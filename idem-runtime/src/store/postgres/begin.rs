@@ -36,6 +36,9 @@ impl PostgresStore {
         lock_timeout: Duration,
     ) -> Query<'q, Postgres, PgArguments> {
         let charge = &req.charge;
+        let tool_counter = charge
+            .max_tool_actions
+            .map(|_| charge.turn.tool_counter(req.tool).to_vec());
         sqlx::query(&self.inner.sql.begin)
             .bind(req.namespace)
             .bind(req.key.as_bytes().as_slice())
@@ -49,6 +52,9 @@ impl PostgresStore {
             .bind(sql_ms(charge.window))
             .bind(claim)
             .bind(sql_ms(lock_timeout).max(1))
+            .bind(req.turn)
+            .bind(tool_counter)
+            .bind(charge.max_tool_actions.map(i64::from))
     }
 
     /// Charges `req` (without claiming) on `conn`, outside any transaction: the first step of
@@ -92,6 +98,10 @@ fn answer(row: &PgRow, key: &Key) -> Result<Answer> {
             calls: count(5)?,
             limit: count(6)?,
         })),
+        "refused_tool" => Answer::Begin(Begin::Refused(Exhausted::Tool {
+            calls: count(5)?,
+            limit: count(6)?,
+        })),
         other => {
             return Err(Error::store(
                 "begin",
@@ -108,8 +118,10 @@ struct OwnedBegin {
     namespace: String,
     key: Key,
     tool: &'static str,
+    turn: String,
     fingerprint: crate::key::Fingerprint,
     lease: Duration,
+    ttl: Duration,
     token: crate::store::LeaseToken,
     charge: crate::store::Charge,
 }
@@ -120,8 +132,10 @@ impl From<&BeginRequest<'_>> for OwnedBegin {
             namespace: req.namespace.to_owned(),
             key: *req.key,
             tool: req.tool,
+            turn: req.turn.to_owned(),
             fingerprint: *req.fingerprint,
             lease: req.lease,
+            ttl: req.ttl,
             token: req.token,
             charge: req.charge,
         }
@@ -143,8 +157,10 @@ impl PostgresStore {
                 namespace: &req.namespace,
                 key: &req.key,
                 tool: req.tool,
+                turn: &req.turn,
                 fingerprint: &req.fingerprint,
                 lease: req.lease,
+                ttl: req.ttl,
                 token: req.token,
                 charge: req.charge,
             };

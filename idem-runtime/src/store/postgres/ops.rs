@@ -118,6 +118,24 @@ impl PostgresStore {
     }
 }
 
+/// The records of `rows` (selected with the columns of [`row::read`]), in their order. One
+/// corrupt row must not hide the others: it is skipped, and named in the log.
+fn records(rows: Vec<sqlx::postgres::PgRow>) -> Vec<Record> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        match row::read(&row) {
+            Ok(record) => out.push(record),
+            Err(Corrupt(message)) => {
+                let namespace: String = row.try_get(0).unwrap_or_default();
+                let key: Vec<u8> = row.try_get(1).unwrap_or_default();
+                tracing::warn!(target: "idem", namespace, key = hex::encode(key), message,
+                    "skipping a corrupt PostgreSQL record; remove it with `remove`");
+            }
+        }
+    }
+    out
+}
+
 impl Store for PostgresStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         self.begin_claim(req)
@@ -233,20 +251,29 @@ impl Store for PostgresStore {
                         .await
                 })
                 .await?;
-            let mut out = Vec::with_capacity(rows.len());
-            for row in rows {
-                match row::read(&row) {
-                    Ok(record) => out.push(record),
-                    // One corrupt row must not hide the others: it is skipped, and named.
-                    Err(Corrupt(message)) => {
-                        let namespace: String = row.try_get(0).unwrap_or_default();
-                        let key: Vec<u8> = row.try_get(1).unwrap_or_default();
-                        tracing::warn!(target: "idem", namespace, key = hex::encode(key), message,
-                            "skipping a corrupt PostgreSQL record; remove it with `remove`");
-                    }
-                }
-            }
-            Ok(out)
+            Ok(records(rows))
+        })
+    }
+
+    /// Through the index on `(namespace, turn, created_at_ms)`.
+    fn list_turn<'a>(
+        &'a self,
+        namespace: &'a str,
+        turn: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        entered(async move {
+            let rows = self
+                .on_conn("list_turn", async |conn| {
+                    sqlx::query(&self.inner.sql.list_turn)
+                        .bind(namespace)
+                        .bind(turn)
+                        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                        .fetch_all(conn)
+                        .await
+                })
+                .await?;
+            Ok(records(rows))
         })
     }
 

@@ -9,7 +9,7 @@ use crate::store::{Begin, FirstResult, Record, RecordState};
 
 /// The columns [`read`] expects, in order, followed by the server's time (`now`).
 pub(super) const COLUMNS: &str = "namespace, key, tool, state, fingerprint, result, \
-     created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms";
+     created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms, turn";
 
 /// Whatever is wrong with a row; becomes [`Error::CorruptRecord`].
 pub(super) struct Corrupt(pub(super) String);
@@ -35,7 +35,7 @@ fn bytes32(value: &[u8], name: &str) -> Result<[u8; 32], Corrupt> {
 /// Reads a row selected with [`COLUMNS`] and the server's time, as a live [`Record`] (the
 /// query selects live rows only).
 pub(super) fn read(row: &PgRow) -> Result<Record, Corrupt> {
-    let now: i64 = get(row, 11, "now")?;
+    let now: i64 = get(row, 12, "now")?;
     let state: String = get(row, 3, "state")?;
     let token: Option<i64> = get(row, 8, "token")?;
     let result: Option<Vec<u8>> = get(row, 5, "result")?;
@@ -48,6 +48,7 @@ pub(super) fn read(row: &PgRow) -> Result<Record, Corrupt> {
         namespace: get(row, 0, "namespace")?,
         key: Key::from_bytes(bytes32(&key, "key")?),
         tool: get(row, 2, "tool")?,
+        turn: get(row, 11, "turn")?,
         state,
         fingerprint: Fingerprint::from_bytes(bytes32(&fingerprint, "fingerprint")?),
         result: match state {

@@ -14,7 +14,10 @@ use crate::{Error, Result};
 ///
 /// Version 1: `idem_records` (one row per key, with its attempt count), `idem_budgets` (turn
 /// counts), and the functions `idem_now_ms`, `idem_begin`, `idem_claim` and `idem_record`.
-pub const SCHEMA_VERSION: i32 = 1;
+/// Version 2: each record keeps the id of the turn that claimed it (whose claims its attempt
+/// count counts), indexed with its namespace and claim time; `idem_budgets` keeps tools' counts
+/// of started actions too; `idem_begin` and `idem_claim` take the turn (and the tool's count).
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// The version table, created first so that its row can be read under the lock.
 const VERSION_TABLE: &str = "
@@ -23,7 +26,7 @@ CREATE TABLE IF NOT EXISTS {s}idem_schema (
 );
 ";
 
-/// Version 1.
+/// Version 1's tables (its functions are replaced by version 2's).
 const SCHEMA_V1: &str = r#"
 CREATE TABLE IF NOT EXISTS {s}idem_records (
     namespace          text   NOT NULL,
@@ -48,192 +51,18 @@ CREATE TABLE IF NOT EXISTS {s}idem_budgets (
 );
 CREATE INDEX IF NOT EXISTS idem_budgets_expires_at ON {s}idem_budgets (expires_at_ms);
 
--- The database server's clock, in milliseconds since the Unix epoch: every host sharing the
--- database agrees on it. `clock_timestamp()`, not `now()`: inside a tool's transaction,
--- `now()` is the time the transaction began.
-CREATE OR REPLACE FUNCTION {s}idem_now_ms() RETURNS bigint
-LANGUAGE sql VOLATILE AS $$
-    SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
-$$;
+"#;
 
--- `Store::begin` (p_claim) and the charge of a transactional call (not p_claim), in one call:
--- 1. a live record answers, read without a lock or a write (a replay, a wait);
--- 2. a key without a row gets its claimed (or charged) row in one insert; a key with a row has
---    it locked (waiting for a transaction that holds it, for at most p_lock_timeout_ms) and
---    read again: live, it answers; else its live attempts go through the per-key limit;
--- 3. the turn's count when p_max_calls is not NULL (the budget rule of
---    `store::budget::charge`); refused, every change of this call is undone;
--- 4. p_claim: the key is claimed with p_token for p_lease_ms; else it is only charged (its row
---    stays not live, like a released claim), committed asynchronously.
--- Answers: ('live', state, fingerprint, result, token, attempts, NULL), ('claimed' | 'charged',
--- NULL, NULL, NULL, NULL, attempts, NULL), ('refused_key' | 'refused_turn', NULL, NULL, NULL,
--- NULL, count, limit).
-CREATE OR REPLACE FUNCTION {s}idem_begin(
-    p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_lease_ms bigint,
-    p_token bigint, p_max_attempts bigint, p_turn bytea, p_max_calls bigint,
-    p_window_ms bigint, p_claim boolean, p_lock_timeout_ms bigint)
-RETURNS TABLE (o_answer text, o_state text, o_fingerprint bytea, o_result bytea,
-               o_token bigint, o_n bigint, o_lim bigint)
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    r {s}idem_records%ROWTYPE;
-    v_now bigint;
-    v_found boolean;
-    v_written boolean := false;
-    v_inserted boolean := false;
-    v_attempts bigint := 0;
-    v_calls bigint;
-BEGIN
-    v_now := {s}idem_now_ms();
-    SELECT * INTO r FROM {s}idem_records t WHERE t.namespace = p_namespace AND t.key = p_key;
-    v_found := FOUND;
-    IF v_found AND r.expires_at_ms > v_now THEN
-        RETURN QUERY SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token,
-                            r.attempts, NULL::bigint;
-        RETURN;
-    END IF;
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    IF NOT v_found AND p_max_attempts > 0 THEN
-        -- No row: the claim (or charge) in one insert, unless another caller inserted first.
-        INSERT INTO {s}idem_records (namespace, key, tool, state, fingerprint, result,
-                                     created_at_ms, expires_at_ms, token, attempts,
-                                     attempts_expire_ms)
-            VALUES (p_namespace, p_key, p_tool, 'in_progress', p_fingerprint, NULL, v_now,
-                    CASE WHEN p_claim THEN v_now + p_lease_ms ELSE 0 END, p_token, 1,
-                    v_now + p_window_ms)
-            ON CONFLICT DO NOTHING;
-        v_written := FOUND;
-    END IF;
-    IF NOT v_written THEN
-        LOOP
-            SELECT * INTO r FROM {s}idem_records t
-                WHERE t.namespace = p_namespace AND t.key = p_key FOR UPDATE;
-            EXIT WHEN FOUND;
-            INSERT INTO {s}idem_records (namespace, key, tool, state, fingerprint, result,
-                                         created_at_ms, expires_at_ms, token, attempts,
-                                         attempts_expire_ms)
-                VALUES (p_namespace, p_key, p_tool, 'in_progress', p_fingerprint, NULL, 0, 0,
-                        p_token, 0, 0)
-                ON CONFLICT DO NOTHING;
-            v_inserted := FOUND;
-        END LOOP;
-        v_now := {s}idem_now_ms();
-        IF r.expires_at_ms > v_now THEN
-            RETURN QUERY SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token,
-                                r.attempts, NULL::bigint;
-            RETURN;
-        END IF;
-        v_attempts := CASE WHEN r.attempts_expire_ms > v_now THEN r.attempts ELSE 0 END;
-        IF v_attempts >= p_max_attempts THEN
-            IF v_inserted THEN
-                DELETE FROM {s}idem_records t
-                    WHERE t.namespace = p_namespace AND t.key = p_key;
-            END IF;
-            RETURN QUERY SELECT 'refused_key'::text, NULL::text, NULL::bytea, NULL::bytea,
-                                NULL::bigint, v_attempts, p_max_attempts;
-            RETURN;
-        END IF;
-    END IF;
-    IF p_max_calls IS NOT NULL THEN
-        v_calls := NULL;
-        IF p_max_calls > 0 THEN
-            INSERT INTO {s}idem_budgets AS b (id, count, expires_at_ms)
-                VALUES (p_turn, 1, v_now + p_window_ms)
-                ON CONFLICT (id) DO UPDATE
-                    SET count = CASE WHEN b.expires_at_ms > v_now THEN b.count + 1 ELSE 1 END,
-                        expires_at_ms = EXCLUDED.expires_at_ms
-                    WHERE b.expires_at_ms <= v_now OR b.count < p_max_calls
-                RETURNING b.count INTO v_calls;
-        END IF;
-        IF v_calls IS NULL THEN
-            SELECT CASE WHEN b.expires_at_ms > v_now THEN b.count ELSE 0 END INTO v_calls
-                FROM {s}idem_budgets b WHERE b.id = p_turn;
-            IF v_written OR v_inserted THEN
-                DELETE FROM {s}idem_records t
-                    WHERE t.namespace = p_namespace AND t.key = p_key;
-            END IF;
-            RETURN QUERY SELECT 'refused_turn'::text, NULL::text, NULL::bytea, NULL::bytea,
-                                NULL::bigint, coalesce(v_calls, 0), p_max_calls;
-            RETURN;
-        END IF;
-    END IF;
-    IF NOT v_written THEN
-        UPDATE {s}idem_records t
-            SET tool = p_tool, state = 'in_progress', fingerprint = p_fingerprint,
-                result = NULL, created_at_ms = v_now,
-                expires_at_ms = CASE WHEN p_claim THEN v_now + p_lease_ms ELSE 0 END,
-                token = p_token, attempts = v_attempts + 1,
-                attempts_expire_ms = v_now + p_window_ms
-            WHERE t.namespace = p_namespace AND t.key = p_key;
-    END IF;
-    IF p_claim THEN
-        RETURN QUERY SELECT 'claimed'::text, NULL::text, NULL::bytea, NULL::bytea,
-                            NULL::bigint, v_attempts + 1, NULL::bigint;
-    ELSE
-        -- The charge needs no flush of its own: the tool's transaction, committed after it,
-        -- flushes the log up to its own commit, this one included.
-        PERFORM set_config('synchronous_commit', 'off', true);
-        RETURN QUERY SELECT 'charged'::text, NULL::text, NULL::bytea, NULL::bytea,
-                            NULL::bigint, v_attempts + 1, NULL::bigint;
-    END IF;
-END
-$$;
-
--- A transactional call's claim, inside the tool's transaction, after its charge: takes the
--- key's row (waiting for a transaction that holds it, for at most p_lock_timeout_ms), if no
--- live record holds it. Raises ID001 when a live record does (completed or held meanwhile: the
--- caller rolls back and asks again). The lock timeout applies to this call only.
-CREATE OR REPLACE FUNCTION {s}idem_claim(
-    p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_lease_ms bigint,
-    p_token bigint, p_window_ms bigint, p_lock_timeout_ms bigint)
-RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    previous text := current_setting('lock_timeout');
-BEGIN
-    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
-    UPDATE {s}idem_records t
-        SET tool = p_tool, state = 'in_progress', fingerprint = p_fingerprint, result = NULL,
-            created_at_ms = {s}idem_now_ms(), expires_at_ms = {s}idem_now_ms() + p_lease_ms,
-            token = p_token
-        WHERE t.namespace = p_namespace AND t.key = p_key
-          AND t.expires_at_ms <= {s}idem_now_ms();
-    IF NOT FOUND THEN
-        -- The charged row was deleted meanwhile (an operator, a purge): claim a new one.
-        INSERT INTO {s}idem_records (namespace, key, tool, state, fingerprint, result,
-                                     created_at_ms, expires_at_ms, token, attempts,
-                                     attempts_expire_ms)
-            VALUES (p_namespace, p_key, p_tool, 'in_progress', p_fingerprint, NULL,
-                    {s}idem_now_ms(), {s}idem_now_ms() + p_lease_ms, p_token, 1,
-                    {s}idem_now_ms() + p_window_ms)
-            ON CONFLICT DO NOTHING;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'idem: the key is live' USING ERRCODE = 'ID001';
-        END IF;
-    END IF;
-    PERFORM set_config('lock_timeout', previous, true);
-END
-$$;
-
--- A transactional call's record, inside the tool's transaction: the result of the claim made
--- with p_token, kept p_ttl_ms, its attempts reset. Raises ID002 if the claim is gone (the
--- tool's own statements changed it).
-CREATE OR REPLACE FUNCTION {s}idem_record(
-    p_namespace text, p_key bytea, p_token bigint, p_result bytea, p_ttl_ms bigint)
-RETURNS void
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    UPDATE {s}idem_records t
-        SET state = 'completed', result = p_result,
-            expires_at_ms = {s}idem_now_ms() + p_ttl_ms, attempts = 0, attempts_expire_ms = 0
-        WHERE t.namespace = p_namespace AND t.key = p_key AND t.token = p_token
-          AND t.state = 'in_progress';
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'idem: the claim was changed inside the transaction'
-            USING ERRCODE = 'ID002';
-    END IF;
-END
-$$;
+/// From version 1 to 2: the turn column and its index; version 1's functions of other
+/// signatures dropped (a process of an older build then fails closed: its calls find no
+/// function). Rows written before have the turn `''` (unknown): their attempt counts belong to
+/// no turn, so the next claim of such a key counts from 0.
+const SCHEMA_V2: &str = r#"
+ALTER TABLE {s}idem_records ADD COLUMN IF NOT EXISTS turn text NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS idem_records_turn ON {s}idem_records (namespace, turn, created_at_ms);
+DROP FUNCTION IF EXISTS {s}idem_begin(text, bytea, text, bytea, bigint, bigint, bigint, bytea,
+    bigint, bigint, boolean, bigint);
+DROP FUNCTION IF EXISTS {s}idem_claim(text, bytea, text, bytea, bigint, bigint, bigint, bigint);
 "#;
 
 /// The SQL state `idem_claim` raises when a live record holds the key.
@@ -284,9 +113,15 @@ async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str
             .map_err(fail)?;
     match version.unwrap_or(0) {
         SCHEMA_VERSION => return Ok(()),
-        0 => {
-            let v1 = qualify(SCHEMA_V1, prefix);
-            tx.execute(v1.as_str()).await.map_err(fail)?;
+        old @ 0..=1 => {
+            if old == 0 {
+                let v1 = qualify(SCHEMA_V1, prefix);
+                tx.execute(v1.as_str()).await.map_err(fail)?;
+            }
+            let v2 = qualify(SCHEMA_V2, prefix);
+            tx.execute(v2.as_str()).await.map_err(fail)?;
+            let functions = qualify(super::functions::FUNCTIONS, prefix);
+            tx.execute(functions.as_str()).await.map_err(fail)?;
             sqlx::query(&qualify("DELETE FROM {s}idem_schema", prefix))
                 .execute(&mut *tx)
                 .await

@@ -47,14 +47,17 @@ fn text(text: &str) -> String {
 }
 
 impl PostgresStore {
-    /// `BEGIN` and the claim of `lease`'s key inside the new transaction (`idem_claim`). The
-    /// transaction may sit idle (waiting for its client) for at most `lease_duration`: past it
-    /// the server ends the session and rolls everything back, so that a client it no longer
-    /// hears from (a frozen process, a partition) does not hold the key's row lock forever.
+    /// `BEGIN` and the claim of `lease`'s key by turn `turn` inside the new transaction
+    /// (`idem_claim`). The transaction may sit idle (waiting for its client) for at most
+    /// `lease_duration`: past it the server ends the session and rolls everything back, so that
+    /// a client it no longer hears from (a frozen process, a partition) does not hold the key's
+    /// row lock forever.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn begin_and_claim(
         &self,
         lease: &Lease,
         tool: &str,
+        turn: &str,
         fingerprint: &[u8; 32],
         lease_duration: Duration,
         window: Duration,
@@ -64,7 +67,7 @@ impl PostgresStore {
             "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '{lease}', true), \
              set_config('{CLAIM_SETTING}', '{token}', true); \
              SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, {window}, \
-             {timeout})",
+             {timeout}, {turn})",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
@@ -74,6 +77,7 @@ impl PostgresStore {
             token = sql_token(lease.token),
             window = sql_ms(window),
             timeout = sql_ms(lock_timeout).max(1),
+            turn = text(turn),
         )
     }
 

@@ -1,19 +1,28 @@
 -- begin: answer the live record at KEYS[1] without writing anything; else charge the key's
--- attempt count (in the hash) and, when KEYS[2] is given, the turn's count there, then claim.
+-- attempt count (in the hash; claims of the turn that holds it) and, for a new action (no
+-- claim of the key by this turn since its last result), the turn's hash at KEYS[2] (its counts
+-- and its index of records), then claim.
 -- KEYS[2] is given only when it can be reached from this script (a single server, or the same
--- Cluster slot); else ARGV[6] is 'check' or 'claim' and the turn is charged by turn.lua between.
+-- Cluster slot); else ARGV[6] is 'check', 'claim' or 'retry' and the turn is charged by
+-- turn.lua between a 'check' and a 'claim'.
 -- ARGV: [1] fencing token, [2] fingerprint (32 bytes), [3] tool name, [4] lease in ms,
---       [5] max attempts per key, [6] mode: 'charge' (claim, charging KEYS[2] if given),
---       'check' (no live record and within the key's budget? then {'free'}, writing nothing),
---       'claim' (claim; the turn was charged already), [7] max turn calls (when KEYS[2]),
---       [8] budget window in ms.
+--       [5] max attempts per key, [6] mode: 'charge' (claim, charging KEYS[2] for a new
+--       action), 'check' (no live record and within the key's budget? then 'f' .. attempts,
+--       writing nothing), 'claim' (claim; the turn's hash was charged already), 'retry' (claim
+--       only a retry: a new action replies 'f0'), [7] the turn's cap ('' for none), [8] budget
+--       window in ms, [9] turn id, [10] the key (32 bytes), [11] the tool's cap ('' for none),
+--       [12] how long to keep the turn's hash at least, in ms.
 -- Replies one string (one value for the client to parse), its first byte saying what follows:
--- 'c' claimed | 'f' free | 'd' .. fp .. res (completed) | 'r' .. fp (running)
--- | 'x' .. what is wrong (corrupt) | 'k' .. attempts (refused by the key's count)
--- | 't' .. calls (refused by the turn's); a key of another type fails.
--- Commands: a replay TIME, HMGET; a claim TIME, HMGET, HSET, PEXPIREAT.
+-- 'c' claimed (a retry, or a new action) | 'n' claimed a retry in mode 'claim' (the turn's
+-- charge is to be given back) | 'f' .. attempts (free) | 'd' .. fp .. res (completed)
+-- | 'r' .. fp (running) | 'x' .. what is wrong (corrupt) | 'k' .. attempts (refused by the
+-- key's count) | 't' .. calls (refused by the turn's cap) | 'a' .. actions (refused by the
+-- tool's); a key of another type fails.
+-- Commands: a replay TIME, HMGET; a retry TIME, HMGET, HSET, PEXPIREAT; a new action those and
+-- the turn hash's HMGET, HSET, PEXPIREAT.
 local k = KEYS[1]
-local f = redis.call('HMGET', k, 'exp', 'state', 'fp', 'res', 'tok', 'created', 'att', 'aexp')
+local f = redis.call('HMGET', k, 'exp', 'state', 'fp', 'res', 'tok', 'created', 'att', 'aexp',
+  'turn')
 local att = 0
 if f[1] then
   local exp = tonumber(f[1])
@@ -42,7 +51,7 @@ if f[1] then
     end
     return 'r' .. fp
   end
-  if (tonumber(f[8]) or 0) > now then
+  if (tonumber(f[8]) or 0) > now and f[9] == ARGV[9] then
     att = tonumber(f[7]) or 0
   end
 elseif f[2] or f[3] or f[4] or f[5] or f[6] then
@@ -52,20 +61,25 @@ end
 if att >= tonumber(ARGV[5]) then
   return 'k' .. ms(att)
 end
-if ARGV[6] == 'check' then
-  return 'f'
+local mode = ARGV[6]
+if mode == 'check' or (mode == 'retry' and att == 0) then
+  return 'f' .. ms(att)
+end
+if KEYS[2] and att == 0 then
+  local refused = charge_turn(KEYS[2], ARGV[3], ARGV[10], tonumber(ARGV[7]),
+    tonumber(ARGV[11]), tonumber(ARGV[8]), tonumber(ARGV[12]))
+  if refused then
+    return refused
+  end
 end
 local window_end = now + tonumber(ARGV[8])
-if KEYS[2] then
-  local calls = count(KEYS[2])
-  if calls >= tonumber(ARGV[7]) then
-    return 't' .. ms(calls)
-  end
-  set_count(KEYS[2], calls + 1, window_end)
-end
 local expires = now + tonumber(ARGV[4])
 -- `res` emptied: an expired result must not stay with the new claim.
 redis.call('HSET', k, 'state', 'in_progress', 'tok', ARGV[1], 'fp', ARGV[2], 'tool', ARGV[3],
-  'created', ms(now), 'exp', ms(expires), 'att', ms(att + 1), 'aexp', ms(window_end), 'res', '')
+  'created', ms(now), 'exp', ms(expires), 'att', ms(att + 1), 'aexp', ms(window_end), 'res', '',
+  'turn', ARGV[9])
 redis.call('PEXPIREAT', k, ms(math.max(expires, window_end)))
+if mode == 'claim' and att > 0 then
+  return 'n'
+end
 return 'c'

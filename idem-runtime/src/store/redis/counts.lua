@@ -1,24 +1,54 @@
--- The turn's count of started actions (begin.lua with KEYS[2], and turn.lua).
+-- A turn's hash (begin.lua with KEYS[2], and turn.lua): its count of started actions (`n`,
+-- live until `exp`), each tool's (`a` .. tool name, live until `e` .. tool name), the index of
+-- its records (`k` .. the 32 bytes of a key: when the turn started that action, in ms), and
+-- `x`, when the hash itself expires: no sooner than the records it names (see `index`).
 
 -- Whether a redis.pcall failed (the key holds another type).
 local function failed(reply)
   return type(reply) == 'table' and reply.err ~= nil
 end
 
--- The live turn count at k (0 if absent, expired, or not a count).
-local function count(k)
-  local f = redis.pcall('HMGET', k, 'n', 'exp')
-  if failed(f) or (tonumber(f[2]) or 0) <= now then
+-- The live count in `f[i]` whose expiry is in `f[i + 1]` (0 if absent or expired).
+local function live(f, i)
+  if (tonumber(f[i + 1]) or 0) <= now then
     return 0
   end
-  return tonumber(f[1]) or 0
+  return tonumber(f[i]) or 0
 end
 
--- Sets the turn count at k to n, live until exp (replacing whatever else is there).
-local function set_count(k, n, exp)
-  if failed(redis.pcall('HSET', k, 'n', ms(n), 'exp', ms(exp))) then
-    redis.call('DEL', k)
-    redis.call('HSET', k, 'n', ms(n), 'exp', ms(exp))
+-- Charges a new action of tool `tool` (and its key, 32 bytes) to the turn's hash at k:
+-- refused by the turn's cap (`max_calls`, a number or nil) replies 't' .. calls, by the tool's
+-- (`max_tool`) 'a' .. actions; else counts it in each capped count (live `window` ms from now),
+-- indexes the key, keeps the hash at least `keep` ms from now, and replies nil.
+-- Commands: HMGET, then HSET and PEXPIREAT.
+local function charge_turn(k, tool, key, max_calls, max_tool, window, keep)
+  local f = redis.pcall('HMGET', k, 'n', 'exp', 'a' .. tool, 'e' .. tool, 'x')
+  local wrong = failed(f)
+  if wrong then
+    f = {}
   end
-  redis.call('PEXPIREAT', k, ms(exp))
+  local calls, actions = live(f, 1), live(f, 3)
+  if max_calls and calls >= max_calls then
+    return 't' .. ms(calls)
+  end
+  if max_tool and actions >= max_tool then
+    return 'a' .. ms(actions)
+  end
+  if wrong then
+    redis.call('DEL', k)
+  end
+  local window_end = ms(now + window)
+  local kept = math.max(tonumber(f[5]) or 0, now + keep)
+  local fields = {'k' .. key, ms(now), 'x', ms(kept)}
+  if max_calls then
+    table.insert(fields, 'n'); table.insert(fields, ms(calls + 1))
+    table.insert(fields, 'exp'); table.insert(fields, window_end)
+  end
+  if max_tool then
+    table.insert(fields, 'a' .. tool); table.insert(fields, ms(actions + 1))
+    table.insert(fields, 'e' .. tool); table.insert(fields, window_end)
+  end
+  redis.call('HSET', k, unpack(fields))
+  redis.call('PEXPIREAT', k, ms(kept))
+  return nil
 end

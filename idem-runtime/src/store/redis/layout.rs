@@ -1,6 +1,6 @@
 //! Where a [`RedisStore`](super::RedisStore) keeps things: Redis key names. A key's record and
-//! its attempt count share one hash; a turn's count of started actions has a key of its own,
-//! in the namespace's slot when the namespace has a hash tag.
+//! its attempt count share one hash; a turn's counts of started actions and its index of records
+//! share a hash of its own, in the namespace's slot when the namespace has a hash tag.
 
 use std::io::Write;
 
@@ -75,7 +75,8 @@ impl ToRedisArgs for RecordKey<'_> {
     }
 }
 
-/// A turn's count of started actions, `<prefix>:<namespace>:t:{<counter id in hex>}`.
+/// A turn's hash (its counts of started actions and its index of records),
+/// `<prefix>:<namespace>:t:{<counter id in hex>}`.
 #[derive(Clone, Copy)]
 pub(super) struct TurnKey<'a> {
     pub(super) prefix: &'a str,

@@ -6,144 +6,17 @@ use std::time::Duration;
 
 use ::redis::Value;
 
-use super::call::{self, Token};
+use super::call;
+use super::claim::TurnHash;
 use super::conn::Node;
-use super::layout::{self, TurnKey, parse_record_key, record_pattern};
-use super::reply::{Reply, corrupt, fingerprint as fingerprint_of, unexpected, wrong_type};
+use super::layout::{TurnKey, parse_record_key, record_pattern};
+use super::reply::unexpected;
 use super::{RedisStore, SCAN_COUNT, SCRIPTS, script_ms};
 use crate::key::Key;
-use crate::store::budget::CounterId;
-use crate::store::{
-    Begin, BeginRequest, Charge, Exhausted, FirstResult, Lease, Record, Store, StoreFuture,
-};
+use crate::store::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
 use crate::{Error, Result};
 
-/// How `begin` reaches a turn's count of started actions.
-enum TurnCount<'a> {
-    /// The turn has no cap.
-    Uncapped,
-    /// The count's key shares the record's server or slot: the claim script charges it.
-    InScript(TurnKey<'a>),
-    /// The count is in another Cluster slot: charged by its own script between a check and the
-    /// claim.
-    Apart(TurnKey<'a>),
-}
-
 impl RedisStore {
-    /// Where the turn count of `req` is, as seen from its record's key. Only a Cluster with a
-    /// capped turn spells the keys out, to compare their slots.
-    fn turn_count<'a>(&'a self, req: &'a BeginRequest<'_>, id: &'a CounterId) -> TurnCount<'a> {
-        if req.charge.max_calls.is_none() {
-            return TurnCount::Uncapped;
-        }
-        let turn_key = TurnKey {
-            prefix: &self.prefix,
-            namespace: req.namespace,
-            id,
-        };
-        let apart = self.is_cluster()
-            && layout::slot(&turn_key.text())
-                != layout::slot(&self.record_key(req.namespace, req.key).text());
-        if apart {
-            TurnCount::Apart(turn_key)
-        } else {
-            TurnCount::InScript(turn_key)
-        }
-    }
-
-    /// Runs `begin.lua` in `mode`, with the turn count's key if the script charges it.
-    async fn begin_script(
-        &self,
-        req: &BeginRequest<'_>,
-        turn_key: Option<TurnKey<'_>>,
-        mode: &str,
-    ) -> Result<Reply> {
-        let record_key = self.record_key(req.namespace, req.key);
-        let keys = 1 + usize::from(turn_key.is_some());
-        let bytes = 2 * record_key.len() + req.tool.len() + 32 + 80;
-        let mut cmd = call::evalsha(&SCRIPTS.begin, keys, keys + 8, bytes);
-        cmd.arg(record_key);
-        if let Some(turn_key) = turn_key {
-            cmd.arg(turn_key);
-        }
-        cmd.arg(Token(req.token.0))
-            .arg(req.fingerprint.as_bytes().as_slice())
-            .arg(req.tool)
-            .arg(script_ms(req.lease))
-            .arg(req.charge.max_attempts)
-            .arg(mode)
-            .arg(req.charge.max_calls.unwrap_or(u32::MAX))
-            .arg(script_ms(req.charge.window));
-        let reply = match self.eval_raw(&SCRIPTS.begin, &cmd).await {
-            Ok(reply) => reply,
-            Err(error) if call::wrong_type(&error) => {
-                return Err(wrong_type(req.key, &self.kind_of(record_key).await));
-            }
-            Err(error) => return Err(Error::store("begin", error)),
-        };
-        Reply::begun(reply)
-    }
-
-    /// Counts one more action against the turn at `turn_key` (its own Cluster slot) unless its
-    /// cap is reached: `Ok(None)` if counted, else the calls it had.
-    async fn charge_turn(&self, turn_key: TurnKey<'_>, charge: &Charge) -> Result<Option<u32>> {
-        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 4, 120);
-        cmd.arg(turn_key)
-            .arg("charge")
-            .arg(charge.max_calls.unwrap_or(u32::MAX))
-            .arg(script_ms(charge.window));
-        match self.eval("begin", &SCRIPTS.turn, &cmd).await? {
-            Value::Array(reply) => match reply.as_slice() {
-                [Value::Int(1), Value::Int(_)] => Ok(None),
-                [Value::Int(0), Value::Int(calls)] => {
-                    Ok(Some(u32::try_from((*calls).max(0)).unwrap_or(u32::MAX)))
-                }
-                _ => Err(Error::store("begin", "unexpected reply from Redis")),
-            },
-            other => Err(unexpected("begin", &other)),
-        }
-    }
-
-    /// Gives back an action counted by [`charge_turn`](Self::charge_turn) that was not claimed.
-    async fn refund_turn(&self, turn_key: TurnKey<'_>, key: &Key) {
-        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 4, 120);
-        cmd.arg(turn_key).arg("refund").arg(0).arg(0);
-        if let Err(error) = self.eval("begin", &SCRIPTS.turn, &cmd).await {
-            tracing::warn!(target: "idem", key = %key.short(), %error,
-                "could not give back a turn count whose claim did not happen; the turn counts \
-                 one action too many until its window ends");
-        }
-    }
-
-    /// The answer of `begin` for a reply of `begin.lua`.
-    fn begun(req: &BeginRequest<'_>, reply: Reply) -> Result<Begin> {
-        match reply {
-            Reply::Claimed => Ok(Begin::Claimed),
-            Reply::Done {
-                fingerprint,
-                result,
-            } => Ok(Begin::Completed(FirstResult {
-                fingerprint: fingerprint_of(req.key, &fingerprint)?,
-                result,
-            })),
-            Reply::Running(fingerprint) => Ok(Begin::InFlight {
-                fingerprint: fingerprint_of(req.key, &fingerprint)?,
-            }),
-            Reply::Corrupt(what) => Err(corrupt(req.key, what)),
-            Reply::RefusedKey(attempts) => Ok(Begin::Refused(Exhausted::Key {
-                attempts,
-                limit: req.charge.max_attempts,
-            })),
-            Reply::RefusedTurn(calls) => Ok(Begin::Refused(Exhausted::Turn {
-                calls,
-                limit: req.charge.max_calls.unwrap_or(u32::MAX),
-            })),
-            Reply::Free | Reply::None | Reply::Record(_) => {
-                Err(Error::store("begin", "unexpected reply from Redis"))
-            }
-        }
-    }
-
     /// `SCAN`s one master for records matching `pattern`, appending up to `limit` to `out`.
     async fn scan_node(
         &self,
@@ -200,38 +73,59 @@ impl RedisStore {
     }
 }
 
+impl RedisStore {
+    /// The keys the turn's hash at `turn_key` indexes (its `k` fields), read with `HSCAN`.
+    async fn indexed(&self, turn_key: TurnKey<'_>) -> Result<Vec<Key>> {
+        const OP: &str = "list_turn";
+        let mut conn = self.conn.clone();
+        let mut keys = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut scan = ::redis::cmd("HSCAN");
+            scan.arg(turn_key)
+                .arg(cursor)
+                .arg("MATCH")
+                .arg("k*")
+                .arg("COUNT")
+                .arg(SCAN_COUNT);
+            let reply: std::result::Result<(u64, Vec<Vec<u8>>), _> =
+                scan.query_async(&mut conn).await;
+            let (next, fields) = match reply {
+                Ok(reply) => reply,
+                Err(error) if call::wrong_type(&error) => return Ok(keys),
+                Err(error) => return Err(Error::store(OP, error)),
+            };
+            // Field, value, field, value: a field `k` + 32 bytes names a key.
+            for field in fields.iter().step_by(2) {
+                if let Some(bytes) = field.strip_prefix(b"k")
+                    && let Ok(bytes) = <[u8; 32]>::try_from(bytes)
+                {
+                    keys.push(Key::from_bytes(bytes));
+                }
+            }
+            if next == 0 {
+                return Ok(keys);
+            }
+            cursor = next;
+        }
+    }
+}
+
 impl Store for RedisStore {
     /// One script call, which writes nothing for a live record (a replay or a wait). On a
-    /// Redis Cluster whose turn count (of a turn with a cap) lies in another slot than the
-    /// record, a claim takes three: a check, the turn's charge, the claim (and a refund if the
-    /// claim lost a race meanwhile).
+    /// Redis Cluster whose turn hash lies in another slot than the record, a new action takes
+    /// three: a check, the turn's charge, the claim (and a refund if the claim lost a race
+    /// meanwhile); a retry two (a check and the claim).
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         StoreFuture::new(async move {
             let id = req.charge.turn.turn_counter();
-            let turn_key = match self.turn_count(&req, &id) {
-                TurnCount::Uncapped => None,
-                TurnCount::InScript(turn_key) => Some(turn_key),
-                TurnCount::Apart(turn_key) => {
-                    match self.begin_script(&req, None, "check").await? {
-                        Reply::Free => {}
-                        answer => return Self::begun(&req, answer),
-                    }
-                    if let Some(calls) = self.charge_turn(turn_key, &req.charge).await? {
-                        return Ok(Begin::Refused(Exhausted::Turn {
-                            calls,
-                            limit: req.charge.max_calls.unwrap_or(u32::MAX),
-                        }));
-                    }
-                    let reply = self.begin_script(&req, None, "claim").await;
-                    let answer = reply.and_then(|reply| Self::begun(&req, reply));
-                    if !matches!(answer, Ok(Begin::Claimed)) {
-                        self.refund_turn(turn_key, req.key).await;
-                    }
-                    return answer;
+            match self.turn_hash(&req, &id) {
+                TurnHash::InScript(turn_key) => {
+                    let reply = self.begin_script(&req, Some(turn_key), "charge").await?;
+                    Self::begun(&req, reply)
                 }
-            };
-            let reply = self.begin_script(&req, turn_key, "charge").await?;
-            Self::begun(&req, reply)
+                TurnHash::Apart(turn_key) => self.begin_apart(&req, turn_key).await,
+            }
         })
     }
 
@@ -317,6 +211,38 @@ impl Store for RedisStore {
                 }
             }
             Ok(out)
+        })
+    }
+
+    /// `HSCAN`s the turn's index (the `k` fields of its hash) and reads each record it names
+    /// with one script call, keeping those the turn still holds: an admin operation.
+    fn list_turn<'a>(
+        &'a self,
+        namespace: &'a str,
+        turn: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        StoreFuture::new(async move {
+            let id = crate::store::budget::TurnIdentity::new(namespace, turn).turn_counter();
+            let turn_key = TurnKey {
+                prefix: &self.prefix,
+                namespace,
+                id: &id,
+            };
+            let mut out = Vec::new();
+            for key in self.indexed(turn_key).await? {
+                let redis_key = self.record_key(namespace, &key);
+                match self.read("list_turn", redis_key, namespace, &key).await {
+                    Ok(Some(record)) if record.turn == turn => out.push(record),
+                    Ok(_) => {} // expired, removed, or claimed by another turn since
+                    Err(error @ Error::CorruptRecord { .. }) => {
+                        tracing::warn!(target: "idem", redis_key = %redis_key.text(), %error,
+                            "skipping a corrupt record");
+                    }
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(crate::store::in_claim_order(out, limit))
         })
     }
 

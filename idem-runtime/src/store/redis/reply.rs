@@ -11,8 +11,12 @@ use crate::{Error, Result};
 pub(super) enum Reply {
     /// `c`: `begin` claimed the key.
     Claimed,
-    /// `f`: no live record, and the key's count allows a claim (`begin` in mode `check`).
-    Free,
+    /// `n`: `begin` in mode `claim` claimed the key as a retry (its turn's charge is to be
+    /// given back).
+    ClaimedRetry,
+    /// `f` + attempts: no live record, and the key's count (of this turn's claims) allows a
+    /// claim (`begin` in mode `check`, or `retry` for a new action).
+    Free(u32),
     /// `{'none'}`: no live record (`get`).
     None,
     /// `d` + fingerprint + result: a completed record (`begin`).
@@ -24,8 +28,8 @@ pub(super) enum Reply {
     },
     /// `r` + fingerprint: a record in progress (`begin`).
     Running(Bytes),
-    /// `{'record', state, fp, tool, created, exp, res, att}`: the seven fields, `None` where
-    /// absent (`get`).
+    /// `{'record', state, fp, tool, created, exp, res, att, turn}`: the eight fields, `None`
+    /// where absent (`get`).
     Record(Vec<Option<Vec<u8>>>),
     /// `x` + what (`begin`), `{'corrupt', what}` (`get`): the hash is not a well-formed
     /// record.
@@ -34,6 +38,8 @@ pub(super) enum Reply {
     RefusedKey(u32),
     /// `t` + calls: the turn's cap refused the claim.
     RefusedTurn(u32),
+    /// `a` + actions: the tool's cap refused the claim.
+    RefusedTool(u32),
 }
 
 fn bytes(value: Option<Value>) -> Option<Vec<u8>> {
@@ -68,7 +74,8 @@ impl Reply {
         };
         match bytes.first() {
             Some(b'c') => Ok(Reply::Claimed),
-            Some(b'f') => Ok(Reply::Free),
+            Some(b'n') => Ok(Reply::ClaimedRetry),
+            Some(b'f') => number(&bytes[1..]).map(Reply::Free).ok_or_else(malformed),
             Some(b'd') if bytes.len() > FP => {
                 let bytes = Bytes::from(bytes);
                 Ok(Reply::Done {
@@ -85,6 +92,9 @@ impl Reply {
                 .ok_or_else(malformed),
             Some(b't') => number(&bytes[1..])
                 .map(Reply::RefusedTurn)
+                .ok_or_else(malformed),
+            Some(b'a') => number(&bytes[1..])
+                .map(Reply::RefusedTool)
                 .ok_or_else(malformed),
             _ => Err(malformed()),
         }
@@ -153,16 +163,17 @@ pub(super) fn wrong_type(key: &Key, kind: &str) -> Error {
     )
 }
 
-/// Builds a [`Record`] from the fields `state, fp, tool, created, exp, res, att`.
+/// Builds a [`Record`] from the fields `state, fp, tool, created, exp, res, att, turn` (a
+/// record written before records carried their turn has none: its turn is `""`).
 pub(super) fn decode_record(
     namespace: &str,
     key: &Key,
     fields: &[Option<Vec<u8>>],
 ) -> Result<Record> {
-    let [state, fp, tool, created, exp, res, att] = fields else {
+    let [state, fp, tool, created, exp, res, att, turn] = fields else {
         return Err(corrupt(
             key,
-            format!("expected 7 fields, got {}", fields.len()),
+            format!("expected 8 fields, got {}", fields.len()),
         ));
     };
     let field = |value: &Option<Vec<u8>>, name: &str| -> Result<Vec<u8>> {
@@ -194,10 +205,13 @@ pub(super) fn decode_record(
         RecordState::Completed => Some(field(res, "res")?),
         RecordState::InProgress => None,
     };
+    let turn = String::from_utf8(turn.clone().unwrap_or_default())
+        .map_err(|_| corrupt(key, "field `turn` is not UTF-8"))?;
     Ok(Record {
         namespace: namespace.to_owned(),
         key: *key,
         tool,
+        turn,
         state,
         fingerprint,
         result,
@@ -223,10 +237,20 @@ mod tests {
                 Some(b"2000".to_vec()),
                 Some(b"result".to_vec()),
                 Some(b"1".to_vec()),
+                Some(b"turn-7".to_vec()),
             ]
         };
         let record = decode_record("ns", &key, &good("completed")).ok();
+        assert_eq!(record.as_ref().map(|r| r.turn.as_str()), Some("turn-7"));
         assert_eq!(record.and_then(|r| r.result), Some(b"result".to_vec()));
+        let mut untold = good("completed");
+        untold[7] = None;
+        let record = decode_record("ns", &key, &untold).ok();
+        assert_eq!(
+            record.map(|r| r.turn),
+            Some(String::new()),
+            "a record of no known turn"
+        );
         let running = decode_record("ns", &key, &good("in_progress")).ok();
         assert_eq!(running.map(|r| r.result), Some(None));
 

@@ -1,21 +1,29 @@
--- turn: the turn's count of started actions at KEYS[1], for a Redis Cluster whose turn count
--- and record are in different slots.
--- ARGV: [1] 'charge' or 'refund', [2] the turn's limit, [3] budget window in ms.
--- charge: count one more action unless the limit is reached. Replies {1 if counted else 0,
--- calls before this one}.
--- refund: give back an action counted by 'charge' whose claim did not happen (the count keeps
--- its expiry). Replies {1, calls left}.
+-- turn: a new action's charge to its turn's hash at KEYS[1], for a Redis Cluster whose turn
+-- hash and record are in different slots.
+-- ARGV: [1] 'charge' or 'refund', [2] tool name, [3] the key (32 bytes), [4] the turn's cap
+-- ('' for none), [5] the tool's cap ('' for none), [6] budget window in ms, [7] how long to keep
+-- the hash at least, in ms.
+-- charge: see `charge_turn` (counts.lua); replies 'ok', or 't' .. calls / 'a' .. actions.
+-- refund: gives back an action counted by 'charge' whose claim did not happen (the counts keep
+-- their expiry; the key stays in the index, whose readers check each record's turn). Replies
+-- 'ok'.
+local max_calls, max_tool = tonumber(ARGV[4]), tonumber(ARGV[5])
 if ARGV[1] == 'refund' then
-  local n = count(KEYS[1])
-  if n > 0 then
-    redis.call('HSET', KEYS[1], 'n', ms(n - 1))
-    n = n - 1
+  local f = redis.pcall('HMGET', KEYS[1], 'n', 'exp', 'a' .. ARGV[2], 'e' .. ARGV[2])
+  if failed(f) then
+    return 'ok'
   end
-  return {1, n}
+  local fields = {}
+  if max_calls and live(f, 1) > 0 then
+    table.insert(fields, 'n'); table.insert(fields, ms(live(f, 1) - 1))
+  end
+  if max_tool and live(f, 3) > 0 then
+    table.insert(fields, 'a' .. ARGV[2]); table.insert(fields, ms(live(f, 3) - 1))
+  end
+  if #fields > 0 then
+    redis.call('HSET', KEYS[1], unpack(fields))
+  end
+  return 'ok'
 end
-local calls = count(KEYS[1])
-if calls >= tonumber(ARGV[2]) then
-  return {0, calls}
-end
-set_count(KEYS[1], calls + 1, now + tonumber(ARGV[3]))
-return {1, calls}
+return charge_turn(KEYS[1], ARGV[2], ARGV[3], max_calls, max_tool, tonumber(ARGV[6]),
+  tonumber(ARGV[7])) or 'ok'

@@ -1,6 +1,8 @@
 //! `begin` on the store's thread: a claim is one conditional upsert that applies the per-key
-//! budget rule itself; a turn with a cap adds its count's read and write, in one transaction
-//! with the claim. And the whole of `begin`, for when it could not read on the caller's thread.
+//! budget rule itself; a claim charged to the counts of started actions (a turn with a cap, the
+//! per-tool cap) reads the key's row again and, for a new action, reads and writes those
+//! counts, in one transaction with the claim. And the whole of `begin`, for when it could not
+//! read on the caller's thread.
 
 use std::time::Duration;
 
@@ -25,8 +27,10 @@ pub(super) struct OwnedBegin {
     namespace: String,
     key: Key,
     tool: &'static str,
+    turn: String,
     fingerprint: Fingerprint,
     lease: Duration,
+    ttl: Duration,
     token: LeaseToken,
     charge: Charge,
 }
@@ -37,8 +41,10 @@ impl OwnedBegin {
             namespace: req.namespace.to_owned(),
             key: *req.key,
             tool: req.tool,
+            turn: req.turn.to_owned(),
             fingerprint: *req.fingerprint,
             lease: req.lease,
+            ttl: req.ttl,
             token: req.token,
             charge: req.charge,
         }
@@ -50,8 +56,10 @@ impl OwnedBegin {
             namespace: &self.namespace,
             key: &self.key,
             tool: self.tool,
+            turn: &self.turn,
             fingerprint: &self.fingerprint,
             lease: self.lease,
+            ttl: self.ttl,
             token: self.token,
             charge: self.charge,
         }
@@ -60,7 +68,11 @@ impl OwnedBegin {
 
 /// `begin`'s answer when the per-key count alone refuses a claim.
 pub(super) fn refused_by_key(attempts: u32, charge: &Charge) -> Option<Begin> {
-    match budget::charge(attempts, 0, charge) {
+    let counts = budget::Counts {
+        attempts,
+        ..budget::Counts::default()
+    };
+    match budget::charge(counts, charge) {
         Err(exhausted @ crate::store::Exhausted::Key { .. }) => Some(Begin::Refused(exhausted)),
         _ => None,
     }
@@ -72,6 +84,7 @@ impl Worker<'_> {
         row::seen(
             &mut *self.conn.prepare_cached(SEEN)?,
             req.namespace,
+            req.turn,
             req.key,
             self.now,
         )
@@ -93,8 +106,8 @@ impl Worker<'_> {
     /// Claims the request's key, which was found without a live record (perhaps on another
     /// thread, so the claim checks again).
     pub(super) fn claim(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
-        if req.charge.max_calls.is_some() {
-            return self.transaction(|worker| worker.claim_in_turn(req));
+        if req.charge.max_calls.is_some() || req.charge.max_tool_actions.is_some() {
+            return self.transaction(|worker| worker.claim_counted(req));
         }
         for _ in 0..CLAIM_TRIES {
             self.writing()?;
@@ -119,25 +132,45 @@ impl Worker<'_> {
         )))
     }
 
-    /// A claim charged to a turn with a cap, in a transaction: the key's count is checked
-    /// first, so a call refused by it is never counted against the turn.
-    fn claim_in_turn(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
+    /// A claim charged to the counts of started actions, in a transaction: the key's count is
+    /// read first, and a retry (a claim by this turn since its last result) is charged to it
+    /// alone; a new action reads the turn's and the tool's counts, and is counted in each that
+    /// has a cap. A refusal writes nothing.
+    fn claim_counted(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
         let attempts = match self.seen(req)? {
             Ok(Seen::Live(answer)) => return Ok(Ok(answer)),
             Ok(Seen::Free { attempts }) => attempts,
             Err(corrupt) => return Ok(Err(corrupt)),
         };
-        let turn = req.charge.turn.turn_counter();
-        let calls = self.turn_count(&turn)?;
-        if let Err(refused) = budget::charge(attempts, calls, &req.charge) {
+        let charge = &req.charge;
+        let new = budget::is_new_action(attempts);
+        let turn = (new && charge.max_calls.is_some()).then(|| charge.turn.turn_counter());
+        let tool =
+            (new && charge.max_tool_actions.is_some()).then(|| charge.turn.tool_counter(req.tool));
+        let counts = budget::Counts {
+            attempts,
+            calls: match &turn {
+                Some(id) => self.count(id)?,
+                None => 0,
+            },
+            tool_actions: match &tool {
+                Some(id) => self.count(id)?,
+                None => 0,
+            },
+        };
+        if let Err(refused) = budget::charge(counts, charge) {
             return Ok(Ok(Begin::Refused(refused)));
         }
-        let window_end = self.now.saturating_add(duration_ms(req.charge.window));
-        self.conn.prepare_cached(SET_TURN_COUNT)?.execute(params![
-            turn.as_slice(),
-            calls + 1,
-            sql_ms(window_end)
-        ])?;
+        let window_end = sql_ms(self.now.saturating_add(duration_ms(charge.window)));
+        for (id, n) in [(turn, counts.calls), (tool, counts.tool_actions)] {
+            if let Some(id) = id {
+                self.conn.prepare_cached(SET_TURN_COUNT)?.execute(params![
+                    id.as_slice(),
+                    n + 1,
+                    window_end
+                ])?;
+            }
+        }
         if self.upsert(req)? != 1 {
             // Under the write lock nothing can change between the read and the claim.
             return Ok(Err(Error::store("begin", "the claim did not take")));
@@ -158,11 +191,12 @@ impl Worker<'_> {
             sql_token(req.token),
             sql_ms(now.saturating_add(duration_ms(req.charge.window))),
             req.charge.max_attempts,
+            req.turn,
         ])
     }
 
-    /// The live turn count named `id` (0 if absent or expired).
-    fn turn_count(&mut self, id: &CounterId) -> rusqlite::Result<u32> {
+    /// The live count of started actions named `id` (0 if absent or expired).
+    fn count(&mut self, id: &CounterId) -> rusqlite::Result<u32> {
         let n: Option<i64> = self
             .conn
             .prepare_cached(TURN_COUNT)?

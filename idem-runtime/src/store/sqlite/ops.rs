@@ -94,13 +94,42 @@ fn fenced(
     Ok(held(changed, &lease.key))
 }
 
+/// The live records `sql` (selecting [`COLUMNS`]) finds with `params`, in its order. One
+/// corrupt row must not hide the others: it is skipped, and named in the log.
+fn listed(
+    worker: &mut Worker<'_>,
+    sql: &str,
+    params: impl rusqlite::Params,
+) -> rusqlite::Result<Result<Vec<Record>>> {
+    let now = worker.now;
+    let mut stmt = worker.conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(params, read_row)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (namespace, key, record) = match row? {
+            Ok(row) => (
+                row.namespace.clone(),
+                hex::encode(&row.key),
+                row.into_record(now),
+            ),
+            Err(corrupt) => (String::new(), String::new(), Err(corrupt)),
+        };
+        match record {
+            Ok(record) => out.push(record),
+            Err(Corrupt(message)) => tracing::warn!(target: "idem", namespace, key,
+                message, "skipping a corrupt SQLite record; remove it with `remove`"),
+        }
+    }
+    Ok(Ok(out))
+}
+
 impl SqliteStore {
     /// `begin` on this thread, reading on a reader connection: `Some` answer if that settles
     /// it (a live record, a spent per-key count, a corrupt row), `None` if the key has to be
     /// claimed, and `Err(())` if the whole of `begin` has to run on the writing connection.
     fn begin_read(&self, req: &BeginRequest<'_>) -> std::result::Result<Option<Result<Begin>>, ()> {
         let readers = self.readers.as_ref().ok_or(())?;
-        match readers.seen(req.namespace, req.key, self.clock.now_ms()) {
+        match readers.seen(req.namespace, req.turn, req.key, self.clock.now_ms()) {
             Some(Ok(Seen::Live(answer))) => Ok(Some(Ok(answer))),
             Some(Ok(Seen::Free { attempts })) => Ok(refused_by_key(attempts, &req.charge).map(Ok)),
             Some(Err(corrupt)) => Ok(Some(Err(corrupt))),
@@ -267,32 +296,32 @@ impl Store for SqliteStore {
     ) -> StoreFuture<'a, Vec<Record>> {
         let namespace = namespace.map(str::to_owned);
         self.submit("list", false, true, None, move |worker| {
-            let now = worker.now;
             let sql = format!(
                 "SELECT {COLUMNS} FROM idem_records WHERE expires_at_ms > ?1 \
                  AND (?2 IS NULL OR namespace = ?2) LIMIT ?3"
             );
-            let mut stmt = worker.conn.prepare_cached(&sql)?;
             let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let rows = stmt.query_map(params![sql_ms(now), namespace, limit], read_row)?;
-            let mut out = Vec::new();
-            for row in rows {
-                // One corrupt row must not hide the others: it is skipped, and named in the log.
-                let (namespace, key, record) = match row? {
-                    Ok(row) => (
-                        row.namespace.clone(),
-                        hex::encode(&row.key),
-                        row.into_record(now),
-                    ),
-                    Err(corrupt) => (String::new(), String::new(), Err(corrupt)),
-                };
-                match record {
-                    Ok(record) => out.push(record),
-                    Err(Corrupt(message)) => tracing::warn!(target: "idem", namespace, key,
-                        message, "skipping a corrupt SQLite record; remove it with `remove`"),
-                }
-            }
-            Ok(Ok(out))
+            listed(worker, &sql, params![sql_ms(worker.now), namespace, limit])
+        })
+        .boxed()
+    }
+
+    /// Through the index on `(namespace, turn, created_at_ms)`.
+    fn list_turn<'a>(
+        &'a self,
+        namespace: &'a str,
+        turn: &'a str,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        let (namespace, turn) = (namespace.to_owned(), turn.to_owned());
+        self.submit("list_turn", false, true, None, move |worker| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM idem_records WHERE namespace = ?1 AND turn = ?2 \
+                 AND expires_at_ms > ?3 ORDER BY created_at_ms, key LIMIT ?4"
+            );
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let now = sql_ms(worker.now);
+            listed(worker, &sql, params![namespace, turn, now, limit])
         })
         .boxed()
     }

@@ -42,11 +42,17 @@ impl Readers {
 
     /// What `begin` learns of `key` at `now`, read on this thread; `None` if the store's
     /// thread has to answer (no reader free, or the read would wait or failed).
-    pub(super) fn seen(&self, namespace: &str, key: &Key, now: u64) -> Option<Result<Seen>> {
+    pub(super) fn seen(
+        &self,
+        namespace: &str,
+        turn: &str,
+        key: &Key,
+        now: u64,
+    ) -> Option<Result<Seen>> {
         let conn = self.take()?;
         let read = conn
             .prepare_cached(SEEN)
-            .and_then(|mut stmt| row::seen(&mut stmt, namespace, key, now));
+            .and_then(|mut stmt| row::seen(&mut stmt, namespace, turn, key, now));
         match read {
             Ok(seen) => {
                 self.put(conn);

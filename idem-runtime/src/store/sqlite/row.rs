@@ -10,7 +10,7 @@ use crate::{Error, Result};
 
 /// The columns [`read_row`] expects, in order.
 pub(super) const COLUMNS: &str = "namespace, key, tool, state, fingerprint, result, \
-     created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms";
+     created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms, turn";
 
 /// A row as read, before validation.
 #[derive(Clone)]
@@ -26,6 +26,7 @@ pub(super) struct Row {
     pub(super) token: Option<i64>,
     pub(super) attempts: i64,
     pub(super) attempts_expire_ms: i64,
+    pub(super) turn: String,
 }
 
 /// Whatever is wrong with a row; becomes [`Error::CorruptRecord`].
@@ -89,6 +90,7 @@ pub(super) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Row, 
                 integer(row, 10, "attempts_expire_ms")?,
                 "attempts_expire_ms",
             )?,
+            turn: text(row, 11, "turn")?,
         })
     };
     Ok(read())
@@ -152,6 +154,7 @@ impl Row {
             namespace: self.namespace,
             key,
             tool: self.tool,
+            turn: self.turn,
             state,
             fingerprint,
             result: match state {
@@ -197,11 +200,17 @@ pub(super) enum Seen {
     },
 }
 
-/// Reads a row selected with [`SEEN`](super::statements::SEEN) as of `now`, for `namespace`.
-/// Only a live record has to be well formed: an expired one is overwritten by the next claim.
-/// A row of another namespace holds no count for this one, and if live, cannot be this
-/// namespace's record (keys commit to their namespace: it was written by hand).
-fn read_seen(row: &rusqlite::Row<'_>, namespace: &str, now: u64) -> Result<Seen, Corrupt> {
+/// Reads a row selected with [`SEEN`](super::statements::SEEN) as of `now`, for `namespace` and
+/// `turn`. Only a live record has to be well formed: an expired one is overwritten by the next
+/// claim. A row of another namespace holds no count for this one, and if live, cannot be this
+/// namespace's record (keys commit to their namespace: it was written by hand); a row of another
+/// turn holds no count for this one either.
+fn read_seen(
+    row: &rusqlite::Row<'_>,
+    namespace: &str,
+    turn: &str,
+    now: u64,
+) -> Result<Seen, Corrupt> {
     let expires_at_ms = required(integer(row, 3, "expires_at_ms")?, "expires_at_ms")?;
     let live = u64::try_from(expires_at_ms).is_ok_and(|at| at > now);
     match row.get_ref(8) {
@@ -216,6 +225,11 @@ fn read_seen(row: &rusqlite::Row<'_>, namespace: &str, now: u64) -> Result<Seen,
         _ => return Err(Corrupt("column `namespace` is not text".to_owned())),
     }
     if !live {
+        match row.get_ref(9) {
+            Ok(ValueRef::Text(of)) if of == turn.as_bytes() => {}
+            Ok(ValueRef::Text(_)) => return Ok(Seen::Free { attempts: 0 }),
+            _ => return Err(Corrupt("column `turn` is not text".to_owned())),
+        }
         let attempts = required(integer(row, 5, "attempts")?, "attempts")?;
         let window_end = required(integer(row, 6, "attempts_expire_ms")?, "attempts_expire_ms")?;
         return Ok(Seen::Free {
@@ -259,17 +273,18 @@ fn read_seen(row: &rusqlite::Row<'_>, namespace: &str, now: u64) -> Result<Seen,
     }
 }
 
-/// What `begin` learns from `key`'s row (none: free, never claimed), with `seen`, a statement
-/// of [`SEEN`](super::statements::SEEN).
+/// What `begin` of turn `turn` learns from `key`'s row (none: free, never claimed), with
+/// `seen`, a statement of [`SEEN`](super::statements::SEEN).
 pub(super) fn seen(
     seen: &mut Statement<'_>,
     namespace: &str,
+    turn: &str,
     key: &Key,
     now: u64,
 ) -> rusqlite::Result<Result<Seen>> {
     let found = seen
         .query_row([key.as_bytes().as_slice()], |row| {
-            Ok(read_seen(row, namespace, now))
+            Ok(read_seen(row, namespace, turn, now))
         })
         .optional()?;
     Ok(found

@@ -13,8 +13,9 @@ use crate::{Error, Result};
 /// key's attempt count in its record row (the budget counters keep turn counts only); version 4
 /// makes the records table a `WITHOUT ROWID` table keyed by the key alone, without an index on
 /// expiry, so that a write changes one b-tree page instead of three (expired rows are swept in
-/// key order instead).
-pub const SCHEMA_VERSION: i64 = 4;
+/// key order instead); version 5 keeps in each row the id of the turn that claimed it (whose
+/// claims its attempt count counts), with an index that finds a namespace's records of one turn.
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Version 2: budget counters (since version 3, turn counts only, named by
 /// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter)).
@@ -64,6 +65,14 @@ SELECT key, namespace, tool, state, fingerprint, result, created_at_ms, expires_
     attempts, attempts_expire_ms FROM idem_records;
 DROP TABLE idem_records;
 ALTER TABLE idem_records_v4 RENAME TO idem_records;
+";
+
+/// Version 5: the claiming turn's id in each record, and the index that finds a turn's
+/// records. Rows written before it have the turn `''` (unknown): their attempt counts belong to
+/// no turn, so the next claim of such a key counts from 0.
+const SCHEMA_V5: &str = "
+ALTER TABLE idem_records ADD COLUMN turn TEXT NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS idem_records_turn ON idem_records (namespace, turn, created_at_ms);
 ";
 
 /// Sets the connection up: busy timeout, WAL, and the schema. Returns whether the file is in
@@ -131,18 +140,22 @@ fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
             tx.execute_batch("ALTER TABLE idem_records_v4 RENAME TO idem_records;")
                 .map_err(fail)?;
             tx.execute_batch(SCHEMA_V2).map_err(fail)?;
+            tx.execute_batch(SCHEMA_V5).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }
-        1..=3 => {
+        1..=4 => {
             if version <= 1 {
                 tx.execute_batch(SCHEMA_V2).map_err(fail)?;
             }
             if version <= 2 {
                 tx.execute_batch(SCHEMA_V3).map_err(fail)?;
             }
-            tx.execute_batch(RECORDS_V4).map_err(fail)?;
-            tx.execute_batch(SCHEMA_V4).map_err(fail)?;
+            if version <= 3 {
+                tx.execute_batch(RECORDS_V4).map_err(fail)?;
+                tx.execute_batch(SCHEMA_V4).map_err(fail)?;
+            }
+            tx.execute_batch(SCHEMA_V5).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }

@@ -10,31 +10,35 @@ pub(super) const COMMIT: &str = "COMMIT";
 pub(super) const ROLLBACK: &str = "ROLLBACK";
 
 /// What `begin` reads of a key's row: enough to answer a live record and to charge a claim,
-/// and the namespace the row belongs to. Parameter: key.
+/// and the namespace and turn the row belongs to. Parameter: key.
 pub(super) const SEEN: &str = "SELECT state, fingerprint, result, expires_at_ms, token, \
-     attempts, attempts_expire_ms, created_at_ms, namespace FROM idem_records WHERE key = ?1";
+     attempts, attempts_expire_ms, created_at_ms, namespace, turn FROM idem_records \
+     WHERE key = ?1";
 
 /// A claim in one statement: insert the key's row, or take over a row whose record is no
-/// longer live and whose attempt count (in this namespace) allows one more claim. A live
-/// record, or a spent count, changes nothing (0 rows). Parameters: key, namespace, tool,
-/// fingerprint, now, lease end, token, count window end, max attempts.
-pub(super) const CLAIM: &str = "INSERT INTO idem_records (key, namespace, tool, state, \
+/// longer live and whose attempt count (of this turn, in this namespace) allows one more claim.
+/// A live record, or a spent count, changes nothing (0 rows). Parameters: key, namespace, tool,
+/// fingerprint, now, lease end, token, count window end, max attempts, turn.
+pub(super) const CLAIM: &str = "INSERT INTO idem_records (key, namespace, tool, turn, state, \
      fingerprint, result, created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms) \
-     VALUES (?1, ?2, ?3, 'in_progress', ?4, NULL, ?5, ?6, ?7, 1, ?8) \
-     ON CONFLICT (key) DO UPDATE SET namespace = ?2, tool = ?3, state = 'in_progress', \
-     fingerprint = ?4, result = NULL, created_at_ms = ?5, expires_at_ms = ?6, token = ?7, \
-     attempts = (CASE WHEN idem_records.namespace = ?2 AND idem_records.attempts_expire_ms > ?5 \
+     VALUES (?1, ?2, ?3, ?10, 'in_progress', ?4, NULL, ?5, ?6, ?7, 1, ?8) \
+     ON CONFLICT (key) DO UPDATE SET namespace = ?2, tool = ?3, turn = ?10, \
+     state = 'in_progress', fingerprint = ?4, result = NULL, created_at_ms = ?5, \
+     expires_at_ms = ?6, token = ?7, \
+     attempts = (CASE WHEN idem_records.namespace = ?2 AND idem_records.turn = ?10 \
+         AND idem_records.attempts_expire_ms > ?5 \
          THEN max(idem_records.attempts, 0) ELSE 0 END) + 1, \
      attempts_expire_ms = ?8 \
      WHERE idem_records.expires_at_ms <= ?5 \
-     AND (CASE WHEN idem_records.namespace = ?2 AND idem_records.attempts_expire_ms > ?5 \
+     AND (CASE WHEN idem_records.namespace = ?2 AND idem_records.turn = ?10 \
+         AND idem_records.attempts_expire_ms > ?5 \
          THEN max(idem_records.attempts, 0) ELSE 0 END) < ?9";
 
-/// A turn's live count of started actions. Parameters: counter id, now.
+/// A turn's (or a tool's) live count of started actions. Parameters: counter id, now.
 pub(super) const TURN_COUNT: &str =
     "SELECT count FROM idem_budgets WHERE id = ?1 AND expires_at_ms > ?2";
 
-/// Sets a turn's count. Parameters: counter id, count, expiry.
+/// Sets a turn's (or a tool's) count. Parameters: counter id, count, expiry.
 pub(super) const SET_TURN_COUNT: &str = "INSERT INTO idem_budgets (id, count, expires_at_ms) \
      VALUES (?1, ?2, ?3) ON CONFLICT (id) DO UPDATE SET count = excluded.count, \
      expires_at_ms = excluded.expires_at_ms";

@@ -1,0 +1,225 @@
+//! `begin` on Redis: one script call on a single server (or when the turn's hash shares the
+//! record's Cluster slot); on a Cluster otherwise, a check, the turn's charge and the claim.
+
+use super::call::{self, Token};
+use super::layout::{self, TurnKey};
+use super::reply::{Reply, corrupt, fingerprint as fingerprint_of, wrong_type};
+use super::{MAX_DURATION_MS, RedisStore, SCRIPTS, script_ms};
+use crate::store::budget::CounterId;
+use crate::store::{Begin, BeginRequest, Exhausted, FirstResult};
+use crate::{Error, Result};
+
+/// How `begin` reaches its turn's hash (counts of started actions, index of records).
+pub(super) enum TurnHash<'a> {
+    /// The hash shares the record's server or slot: the claim script charges it.
+    InScript(TurnKey<'a>),
+    /// The hash is in another Cluster slot: charged by its own script between a check and the
+    /// claim.
+    Apart(TurnKey<'a>),
+}
+
+/// A script argument for an optional cap: its number, or `''` for none (written in place).
+struct Cap(Option<u32>);
+
+impl ::redis::ToRedisArgs for Cap {
+    fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
+        match self.0 {
+            Some(n) => out.write_arg_fmt(n),
+            None => out.write_arg(b""),
+        }
+    }
+}
+
+fn cap(limit: Option<u32>) -> Cap {
+    Cap(limit)
+}
+
+/// How long a new action keeps its turn's hash (its counts and its index of records) at least,
+/// in ms: the budget window, the lease and the TTL, so that the index outlives every record it
+/// names unless a tool ran, or was retried, for longer than the window.
+fn kept(req: &BeginRequest<'_>) -> u64 {
+    (script_ms(req.charge.window) + script_ms(req.lease) + script_ms(req.ttl)).min(MAX_DURATION_MS)
+}
+
+impl RedisStore {
+    /// Where the turn's hash of `req` is, as seen from its record's key. Only a Cluster spells
+    /// the keys out, to compare their slots.
+    pub(super) fn turn_hash<'a>(
+        &'a self,
+        req: &'a BeginRequest<'_>,
+        id: &'a CounterId,
+    ) -> TurnHash<'a> {
+        let turn_key = TurnKey {
+            prefix: &self.prefix,
+            namespace: req.namespace,
+            id,
+        };
+        let apart = self.is_cluster()
+            && layout::slot(&turn_key.text())
+                != layout::slot(&self.record_key(req.namespace, req.key).text());
+        if apart {
+            TurnHash::Apart(turn_key)
+        } else {
+            TurnHash::InScript(turn_key)
+        }
+    }
+
+    /// Runs `begin.lua` in `mode`, with the turn hash's key if the script charges it.
+    pub(super) async fn begin_script(
+        &self,
+        req: &BeginRequest<'_>,
+        turn_key: Option<TurnKey<'_>>,
+        mode: &str,
+    ) -> Result<Reply> {
+        let record_key = self.record_key(req.namespace, req.key);
+        let keys = 1 + usize::from(turn_key.is_some());
+        let bytes = 2 * record_key.len() + req.tool.len() + req.turn.len() + 2 * 32 + 120;
+        let mut cmd = call::evalsha(&SCRIPTS.begin, keys, keys + 12, bytes);
+        cmd.arg(record_key);
+        if let Some(turn_key) = turn_key {
+            cmd.arg(turn_key);
+        }
+        let charge = &req.charge;
+        cmd.arg(Token(req.token.0))
+            .arg(req.fingerprint.as_bytes().as_slice())
+            .arg(req.tool)
+            .arg(script_ms(req.lease))
+            .arg(charge.max_attempts)
+            .arg(mode)
+            .arg(cap(charge.max_calls))
+            .arg(script_ms(charge.window))
+            .arg(req.turn)
+            .arg(req.key.as_bytes().as_slice())
+            .arg(cap(charge.max_tool_actions))
+            .arg(kept(req));
+        let reply = match self.eval_raw(&SCRIPTS.begin, &cmd).await {
+            Ok(reply) => reply,
+            Err(error) if call::wrong_type(&error) => {
+                return Err(wrong_type(req.key, &self.kind_of(record_key).await));
+            }
+            Err(error) => return Err(Error::store("begin", error)),
+        };
+        Reply::begun(reply)
+    }
+
+    /// Charges a new action of `req` to the turn's hash at `turn_key` (its own Cluster slot),
+    /// and indexes its key, unless a cap is reached: `Ok(None)` if counted, else the refusal.
+    async fn charge_turn(
+        &self,
+        turn_key: TurnKey<'_>,
+        req: &BeginRequest<'_>,
+    ) -> Result<Option<Exhausted>> {
+        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 7, 200 + req.tool.len());
+        cmd.arg(turn_key)
+            .arg("charge")
+            .arg(req.tool)
+            .arg(req.key.as_bytes().as_slice())
+            .arg(cap(req.charge.max_calls))
+            .arg(cap(req.charge.max_tool_actions))
+            .arg(script_ms(req.charge.window))
+            .arg(kept(req));
+        let value = self.eval("begin", &SCRIPTS.turn, &cmd).await?;
+        if matches!(&value, ::redis::Value::BulkString(ok) if ok == b"ok") {
+            return Ok(None);
+        }
+        match Reply::begun(value)? {
+            Reply::RefusedTurn(calls) => Ok(Some(Exhausted::Turn {
+                calls,
+                limit: req.charge.max_calls.unwrap_or(u32::MAX),
+            })),
+            Reply::RefusedTool(calls) => Ok(Some(Exhausted::Tool {
+                calls,
+                limit: req.charge.max_tool_actions.unwrap_or(u32::MAX),
+            })),
+            _ => Err(Error::store("begin", "unexpected reply from Redis")),
+        }
+    }
+
+    /// Gives back a new action counted by [`charge_turn`](Self::charge_turn) that was not
+    /// claimed as one.
+    async fn refund_turn(&self, turn_key: TurnKey<'_>, req: &BeginRequest<'_>) {
+        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 7, 200 + req.tool.len());
+        cmd.arg(turn_key)
+            .arg("refund")
+            .arg(req.tool)
+            .arg(req.key.as_bytes().as_slice())
+            .arg(cap(req.charge.max_calls))
+            .arg(cap(req.charge.max_tool_actions))
+            .arg(0)
+            .arg(0);
+        if let Err(error) = self.eval("begin", &SCRIPTS.turn, &cmd).await {
+            tracing::warn!(target: "idem", key = %req.key.short(), %error,
+                "could not give back a turn's count whose claim did not happen; the turn \
+                 counts one action too many until its window ends");
+        }
+    }
+
+    /// `begin` on a Cluster whose turn hash lies in another slot than the record: a check of
+    /// the record (a replay or a wait is answered there); a retry claims at once; a new action
+    /// is charged to the turn's hash, then claimed (and given back if the claim did not happen
+    /// as a new action).
+    pub(super) async fn begin_apart(
+        &self,
+        req: &BeginRequest<'_>,
+        turn_key: TurnKey<'_>,
+    ) -> Result<Begin> {
+        let attempts = match self.begin_script(req, None, "check").await? {
+            Reply::Free(attempts) => attempts,
+            answer => return Self::begun(req, answer),
+        };
+        if attempts > 0 {
+            match self.begin_script(req, None, "retry").await? {
+                Reply::Free(_) => {} // a new action after all: its record was completed
+                answer => return Self::begun(req, answer),
+            }
+        }
+        if let Some(refused) = self.charge_turn(turn_key, req).await? {
+            return Ok(Begin::Refused(refused));
+        }
+        let reply = self.begin_script(req, None, "claim").await;
+        let answer = match reply {
+            Ok(Reply::ClaimedRetry) => {
+                self.refund_turn(turn_key, req).await;
+                return Ok(Begin::Claimed);
+            }
+            reply => reply.and_then(|reply| Self::begun(req, reply)),
+        };
+        if !matches!(answer, Ok(Begin::Claimed)) {
+            self.refund_turn(turn_key, req).await;
+        }
+        answer
+    }
+
+    /// The answer of `begin` for a reply of `begin.lua`.
+    pub(super) fn begun(req: &BeginRequest<'_>, reply: Reply) -> Result<Begin> {
+        match reply {
+            Reply::Claimed | Reply::ClaimedRetry => Ok(Begin::Claimed),
+            Reply::Done {
+                fingerprint,
+                result,
+            } => Ok(Begin::Completed(FirstResult {
+                fingerprint: fingerprint_of(req.key, &fingerprint)?,
+                result,
+            })),
+            Reply::Running(fingerprint) => Ok(Begin::InFlight {
+                fingerprint: fingerprint_of(req.key, &fingerprint)?,
+            }),
+            Reply::Corrupt(what) => Err(corrupt(req.key, what)),
+            Reply::RefusedKey(attempts) => Ok(Begin::Refused(Exhausted::Key {
+                attempts,
+                limit: req.charge.max_attempts,
+            })),
+            Reply::RefusedTurn(calls) => Ok(Begin::Refused(Exhausted::Turn {
+                calls,
+                limit: req.charge.max_calls.unwrap_or(u32::MAX),
+            })),
+            Reply::RefusedTool(calls) => Ok(Begin::Refused(Exhausted::Tool {
+                calls,
+                limit: req.charge.max_tool_actions.unwrap_or(u32::MAX),
+            })),
+            Reply::Free(_) | Reply::None | Reply::Record(_) => {
+                Err(Error::store("begin", "unexpected reply from Redis"))
+            }
+        }
+    }
+}
