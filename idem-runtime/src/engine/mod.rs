@@ -34,6 +34,14 @@ use crate::turn::Turn;
 pub use held::current_key;
 pub use typed::{Codec, ToolResult};
 
+/// What the code `#[idempotent]` generates runs a tool through (via `idem_tools::__private`):
+/// [`execute`] and [`execute_detached`] with the body kept in the caller's future, so that the
+/// only code generated per tool is the body's future and its boxing. Not API.
+#[doc(hidden)]
+pub mod in_place {
+    pub use super::typed::{Sink, Started, Unstarted, attached, detached};
+}
+
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an
 /// argument that does not encode), so that every call yields exactly one outcome; returns the
 /// error for the caller.
@@ -287,7 +295,10 @@ where
     <F::Output as ToolResult>::Ok: Send,
     <F::Output as ToolResult>::Err: Send,
 {
-    typed::attached(call, codec, body)
+    async move {
+        let mut body = Some(body);
+        typed::attached(Ok(call), codec, &mut body).await
+    }
 }
 
 /// Like [`execute`], but once the key is claimed the rest of the call — the body, its lease,
@@ -311,7 +322,10 @@ where
     <F::Output as ToolResult>::Ok: Send + 'static,
     <F::Output as ToolResult>::Err: Send + 'static,
 {
-    typed::detached(call, codec, body)
+    async move {
+        let mut body = Some(body);
+        typed::detached(Ok(call), codec, &mut body).await
+    }
 }
 
 impl std::fmt::Debug for Call {
