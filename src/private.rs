@@ -357,6 +357,9 @@ pub fn typed<R, F: Future<Output = R>>(body: F) -> F {
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] converted with `E: From<Error>`.
+// Inlined (and so are the runners below) so that the call's future is built in place in the
+// tool's: without it the future (a kilobyte and more) is copied twice more per call.
+#[inline(always)]
 pub fn run<'b, R, F, C>(
     digest: Digest,
     store: Option<Arc<dyn Store>>,
@@ -374,6 +377,7 @@ where
 }
 
 /// [`run`], once per result type: the body's type stops at the coercion to `dyn Unstarted`.
+#[inline(always)]
 fn attached<'b, R: ToolReturn, C: Records<R>>(
     digest: Digest,
     store: Option<Arc<dyn Store>>,
@@ -431,6 +435,7 @@ impl<R, F: Future<Output = R> + Send + 'static> DetachedBody<R> for F {}
 ///
 /// # Errors
 /// As [`run`].
+#[inline(always)]
 pub fn run_detached<'b, R, F, C>(
     digest: Digest,
     store: Option<Arc<dyn Store>>,
@@ -449,6 +454,7 @@ where
 }
 
 /// [`run_detached`], once per result type (see [`attached`]).
+#[inline(always)]
 fn detached<'b, R: ToolReturn, C: Records<R>>(
     digest: Digest,
     store: Option<Arc<dyn Store>>,

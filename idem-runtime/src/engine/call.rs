@@ -137,6 +137,29 @@ pub(super) fn ask<'a, A: Asker>(
     asking(guard, span.clone(), None, asker, decode).instrument(span)
 }
 
+/// [`ask`] for a plain call. Not generic, so that its future is compiled in this crate, once,
+/// and crates with tools link to it ([`compiled_here`]).
+pub(super) fn ask_plain<'a>(
+    call: Call,
+    asker: &'a mut Claiming,
+    decode: Decode<'a>,
+) -> impl Future<Output = Asked> + Send + 'a {
+    let asking = ask(call, asker, decode);
+    #[cfg(debug_assertions)]
+    compiled_here(&asking);
+    asking
+}
+
+/// Has rustc compile `future`'s `poll` and drop glue in this crate. A crate with tools awaits
+/// it from generic code, which rustc would otherwise compile there again, in every such crate;
+/// with generic code shared across crates (`-Zshare-generics`, rustc's default in debug builds,
+/// hence `debug_assertions`) it links to these instead. Costs two stores per call, in debug.
+#[cfg(debug_assertions)]
+fn compiled_here<F: Future>(_: &F) {
+    std::hint::black_box(<F as Future>::poll as fn(Pin<&mut F>, &mut Context<'_>) -> _);
+    std::hint::black_box(std::ptr::drop_in_place::<F> as unsafe fn(*mut F));
+}
+
 /// Asks again for a call whose grant did not hold (a transactional call found the key live
 /// when it claimed it): its flight ends — the calls waiting on it ask too — and its in-flight
 /// wait goes on.
@@ -361,20 +384,40 @@ fn run_here(granted: Box<Granted>, body: Body<'_>) -> impl Future<Output = Answe
 
 /// [`run`] in a task of its own (where there is a runtime): the caller going away does not cut
 /// the body off. A panic of the body propagates to the caller, if it still waits.
-pub(super) async fn run_detached(granted: Box<Granted>, body: Body<'static>) -> Answer {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return run_here(granted, body).await;
+pub(super) fn run_detached(granted: Box<Granted>, body: Body<'static>) -> Detached {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Detached::Task(tokio::spawn(run_here(granted, body))),
+        Err(_) => Detached::Here(run(granted, body)),
     }
-    match tokio::spawn(run_here(granted, body)).await {
-        Ok(answer) => answer,
-        Err(error) => match error.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            // The runtime shut down: the task was dropped, and its guard kept the key as
-            // interrupted (or gave it back, had the body not started).
-            Err(_) => Err(Error::Config(
-                "the Tokio runtime shut down while the tool ran".to_owned(),
-            )),
-        },
+}
+
+/// A detached call's answer: its task's, or (outside a runtime) the call run in place. A
+/// future of its own, compiled here once; an `async fn` here would be compiled again in every
+/// crate that has tools.
+pub(super) enum Detached {
+    Task(tokio::task::JoinHandle<Answer>),
+    Here(Pin<Box<dyn Future<Output = Answer> + Send>>),
+}
+
+impl Future for Detached {
+    type Output = Answer;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        let task = match self.get_mut() {
+            Detached::Here(call) => return call.as_mut().poll(cx),
+            Detached::Task(task) => task,
+        };
+        match std::task::ready!(Pin::new(task).poll(cx)) {
+            Ok(answer) => Poll::Ready(answer),
+            Err(error) => match error.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // The runtime shut down: the task was dropped, and its guard kept the key as
+                // interrupted (or gave it back, had the body not started).
+                Err(_) => Poll::Ready(Err(Error::Config(
+                    "the Tokio runtime shut down while the tool ran".to_owned(),
+                ))),
+            },
+        }
     }
 }
 

@@ -266,6 +266,7 @@ fn taken() -> Error {
 /// Runs `body` in the caller's task: see [`execute`](super::execute). `call` is the call, or
 /// the error that refused it before it could reach the engine (reported already).
 #[allow(clippy::manual_async_fn)] // see `call::asking`: an async block keeps no second copy of its arguments
+#[inline(always)] // built in place in the caller's future (see `__private::run`)
 pub fn attached<'b, R>(
     call: Result<Call, Error>,
     codec: Codec<R::Ok, R::Err>,
@@ -282,7 +283,7 @@ where
             Err(error) => return R::from_result(Err((codec.error)(error))),
         };
         let mut result = None;
-        let asked = call::ask(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
+        let asked = call::ask_plain(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
         let answer = match asked {
             Asked::Answered(answer) => answer,
             Asked::Granted(granted) => {
@@ -301,6 +302,7 @@ where
 /// Runs `body` in a task of its own once the key is claimed: see
 /// [`execute_detached`](super::execute_detached). `call` as in [`attached`].
 #[allow(clippy::manual_async_fn)] // see `call::asking`: an async block keeps no second copy of its arguments
+#[inline(always)] // built in place in the caller's future (see `__private::run`)
 pub fn detached<'b, R>(
     call: Result<Call, Error>,
     codec: Codec<R::Ok, R::Err>,
@@ -317,7 +319,7 @@ where
             Err(error) => return R::from_result(Err((codec.error)(error))),
         };
         let mut result = None;
-        let asked = call::ask(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
+        let asked = call::ask_plain(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
         let answer = match asked {
             Asked::Answered(answer) => answer,
             Asked::Granted(granted) => {
