@@ -45,6 +45,7 @@ pub mod in_place {
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an
 /// argument that does not encode), so that every call yields exactly one outcome; returns the
 /// error for the caller.
+#[doc(hidden)]
 pub fn refuse(tool: &'static ToolInfo, error: Error) -> Error {
     report::refused(tool, &error);
     error
@@ -52,6 +53,7 @@ pub fn refuse(tool: &'static ToolInfo, error: Error) -> Error {
 
 /// How many keys are in flight in this process's single-flight registry right now (for soak
 /// tests and metrics: it returns to zero when no call runs).
+#[doc(hidden)]
 pub fn flights_registered() -> usize {
     flight::registered()
 }
