@@ -473,27 +473,18 @@ pub mod engine {
     };
 }
 
-/// Stores: the ones idem ships, and what a store of one's own implements — the [`Store`] trait,
-/// its requests and answers, the budget rule ([`budget::charge`]), and the conformance suite
-/// that checks a store against the contract (feature `conformance`).
+/// What a store of one's own implements — the [`Store`] trait, its requests and answers, the
+/// budget rule ([`budget::charge`]), and the conformance suite that checks a store against the
+/// contract (feature `conformance`). idem's own stores are at the top level.
 pub mod store {
-    #[cfg(feature = "sqlite")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
-    pub use idem_tools_runtime::store::SqliteStore;
     #[cfg(feature = "conformance")]
     #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
     pub use idem_tools_runtime::store::conformance;
     pub use idem_tools_runtime::store::{
         Begin, BeginRequest, Bytes, Charge, DEFAULT_BUDGET_WINDOW, DEFAULT_LEASE, DEFAULT_TTL,
-        Exhausted, FirstResult, Lease, LeaseToken, MAX_LEASE, MIN_LEASE, MemoryStore, Record,
-        RecordState, Store, StoreFuture, budget, default_store, set_default_store,
+        Exhausted, FirstResult, Lease, LeaseToken, MAX_LEASE, MIN_LEASE, Record, RecordState,
+        Store, StoreFuture, budget,
     };
-    #[cfg(feature = "postgres")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
-    pub use idem_tools_runtime::store::{PostgresStore, postgres::PostgresStoreBuilder};
-    #[cfg(feature = "redis")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
-    pub use idem_tools_runtime::store::{RedisStore, redis::RedisStoreBuilder};
 }
 
 #[doc(hidden)]

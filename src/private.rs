@@ -143,18 +143,10 @@ impl Digest {
     /// The turn from the task-local scope ([`Turn::current_for`]): `Error::NoTurn` outside one.
     /// `slot` is checked first: `Error::DuplicateTool` if another tool has this one's name.
     pub fn from_scope(tool: &'static ToolInfo, slot: &'static ToolSlot) -> Self {
-        let state = slot
+        let turn = slot
             .register(tool)
-            .and_then(|()| Turn::current_for(tool.name))
-            .map(|turn| (turn, ArgsDigest::new(tool.name)));
-        let digest = Digest {
-            tool,
-            state,
-            fingerprinted: 0,
-        };
-        #[cfg(feature = "rmcp")]
-        let digest = crate::mcp::route_caller_key(digest);
-        digest
+            .and_then(|()| Turn::current_for(tool.name));
+        Self::new(tool, turn)
     }
 
     /// The turn from a `Turn` or `&Turn` parameter; `slot` is checked first.
@@ -163,9 +155,11 @@ impl Digest {
         slot: &'static ToolSlot,
         turn: &T,
     ) -> Self {
-        let state = slot
-            .register(tool)
-            .map(|()| (turn.borrow().clone(), ArgsDigest::new(tool.name)));
+        Self::new(tool, slot.register(tool).map(|()| turn.borrow().clone()))
+    }
+
+    fn new(tool: &'static ToolInfo, turn: Result<Turn, Error>) -> Self {
+        let state = turn.map(|turn| (turn, ArgsDigest::new(tool.name)));
         let digest = Digest {
             tool,
             state,

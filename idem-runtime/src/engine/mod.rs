@@ -39,7 +39,7 @@ pub use typed::{Codec, ToolResult};
 /// only code generated per tool is the body's future and its boxing. Not API.
 #[doc(hidden)]
 pub mod in_place {
-    pub use super::typed::{Sink, Started, Unstarted, attached, detached};
+    pub use super::typed::{Unstarted, attached, detached};
 }
 
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an

@@ -165,8 +165,9 @@ impl<T, E> Codec<T, E> {
 ///
 /// Implemented by `Option<F>` for every body `F`; generated code passes `&mut Some(body)`.
 pub trait Unstarted<'a, T, E>: Send {
-    /// The body, boxed, handing its result to `sink`; `None` if it was taken already.
-    fn start<'s>(&mut self, sink: Sink<'s, T, E>) -> Option<Started<'s>>
+    /// The body, boxed, handing its result to `sink` (a body taken already records nothing,
+    /// and its call answers an error).
+    fn start<'s>(&mut self, sink: Sink<'s, T, E>) -> Started<'s>
     where
         'a: 's;
 }
@@ -178,16 +179,17 @@ where
     OkOf<F>: Send,
     ErrOf<F>: Send,
 {
-    fn start<'s>(&mut self, sink: Sink<'s, OkOf<F>, ErrOf<F>>) -> Option<Started<'s>>
+    fn start<'s>(&mut self, sink: Sink<'s, OkOf<F>, ErrOf<F>>) -> Started<'s>
     where
         'a: 's,
     {
-        // `let … else`, not `?`: `?` would instantiate `Try` for every body's `Option`.
-        let Some(body) = self.take() else {
-            return None;
-        };
-        let sink = Some(sink);
-        Some(Started(Box::pin(Running { sink, body })))
+        match self.take() {
+            Some(body) => Started(Box::pin(Running {
+                sink: Some(sink),
+                body,
+            })),
+            None => Started(Box::pin(std::future::ready(Finished::Release))),
+        }
     }
 }
 
@@ -258,11 +260,6 @@ impl<T, E> Sink<'_, T, E> {
     }
 }
 
-/// The body was taken already: a caller passed one `Option` to two calls.
-fn taken() -> Error {
-    Error::Config("the tool's body was started already".to_owned())
-}
-
 /// Runs `body` in the caller's task: see [`execute`](super::execute). `call` is the call, or
 /// the error that refused it before it could reach the engine (reported already).
 #[allow(clippy::manual_async_fn)] // see `call::asking`: an async block keeps no second copy of its arguments
@@ -289,10 +286,8 @@ where
             Asked::Granted(granted) => {
                 let tool = granted.call.tool.name;
                 let slot = Slot::Here(&mut result);
-                match body.start(Sink { codec, tool, slot }) {
-                    Some(Started(body)) => call::run(granted, body).await,
-                    None => Err(taken()),
-                }
+                let Started(body) = body.start(Sink { codec, tool, slot });
+                call::run(granted, body).await
             }
         };
         R::from_result(codec.answered(answer, result))
@@ -327,14 +322,10 @@ where
                 let shared = Arc::new(Mutex::new(None));
                 let tool = granted.call.tool.name;
                 let slot = Slot::Shared(Arc::clone(&shared));
-                match body.start(Sink { codec, tool, slot }) {
-                    Some(Started(body)) => {
-                        let answer = call::run_detached(granted, body).await;
-                        result = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
-                        answer
-                    }
-                    None => Err(taken()),
-                }
+                let Started(body) = body.start(Sink { codec, tool, slot });
+                let answer = call::run_detached(granted, body).await;
+                result = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
+                answer
             }
         };
         R::from_result(codec.answered(answer, result))

@@ -60,8 +60,6 @@
 pub mod budget;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-#[doc(hidden)] // the fault injector of idem's own tests
-pub mod fault;
 pub mod holder;
 pub mod memory;
 #[cfg(feature = "postgres")]
