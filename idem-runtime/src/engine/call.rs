@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
-use tracing::{Instrument, Span};
 
+use super::Call;
 use super::background;
 use super::guard::{self, Guard, Holding, Phase};
 use super::held::{self, Held};
 use super::keeper::{self, Claim, Keeper};
 use super::report::Reporter;
-use super::{Call, telemetry};
+use super::telemetry::{self, CallSpan, InSpan};
 use crate::Error;
 use crate::flight::{self, Leader, Role, Waited};
 use crate::stats::Outcome;
@@ -79,7 +79,7 @@ pub(super) struct Granted {
     pub(super) guard: Guard,
     pub(super) call: Call,
     pub(super) store: Arc<dyn Store>,
-    pub(super) span: Span,
+    pub(super) span: CallSpan,
     pub(super) claim: Claim,
     /// The flight, unless the guard holds it with the claim.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // a transactional call's
@@ -134,7 +134,7 @@ pub(super) fn ask<'a, A: Asker>(
 ) -> impl Future<Output = Asked> + Send + 'a {
     let span = telemetry::span(&call);
     let guard = Guard::new(Reporter::new(call, span.clone(), telemetry::context()));
-    asking(guard, span.clone(), None, asker, decode).instrument(span)
+    asking(guard, span.clone(), None, asker, decode).in_span(span)
 }
 
 /// [`ask`] for a plain call. Not generic, so that its future is compiled in this crate, once,
@@ -177,7 +177,7 @@ pub(super) fn ask_again<'a, A: Asker>(
         ..
     } = *granted;
     drop(leader);
-    asking(guard, span.clone(), Some(wait_until), asker, decode).instrument(span)
+    asking(guard, span.clone(), Some(wait_until), asker, decode).in_span(span)
 }
 
 /// Refusals that need no store, then join an identical call running here or ask the store
@@ -190,7 +190,7 @@ pub(super) fn ask_again<'a, A: Asker>(
 #[allow(clippy::manual_async_fn)] // the reason is above
 fn asking<'a, A: Asker>(
     mut guard: Guard,
-    span: Span,
+    span: CallSpan,
     wait_until: Option<Instant>,
     asker: &'a mut A,
     decode: Decode<'a>,
@@ -379,7 +379,7 @@ pub(super) fn run(
 
 fn run_here(granted: Box<Granted>, body: Body<'_>) -> impl Future<Output = Answer> + Send + '_ {
     let span = granted.span.clone();
-    running(granted, body).instrument(span)
+    running(granted, body).in_span(span)
 }
 
 /// [`run`] in a task of its own (where there is a runtime): the caller going away does not cut
