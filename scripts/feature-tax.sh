@@ -10,7 +10,10 @@
 #
 # REPO: the idem checkout (default: this one). FEATURE_SET: comma-separated idem-tools features,
 # `-` for none (default: - postgres redis sqlite postgres,redis,sqlite). Needs valgrind. Prints
-# one line per feature set and kind (attached: a borrowed argument; detached: owned arguments).
+# one line per feature set and kind (attached: a borrowed argument; detached: owned arguments):
+# instructions per call, and how many of them run code of the tracing, tracing-core and log
+# crates. Counts of different builds also differ by inlining (about 100 instructions either way
+# here); the second figure is the tax this measures.
 # IDEM_KEEP_WORK=1 keeps the work directory.
 set -euo pipefail
 repo=$(cd "${1:-$(dirname "$0")/..}" && pwd)
@@ -97,7 +100,15 @@ EOF
                 "$work/tax-$set" "$kind" "$n" >/dev/null 2>&1
         done
         total() { grep -m1 '^totals:' "$1" | awk '{print $2}'; }
+        # Instructions whose source is the tracing, tracing-core or log crates, inlined or not
+        # (callgrind attributes an instruction to the file of its line).
+        logging() {
+            callgrind_annotate --auto=no "$1" 2>/dev/null |
+                awk '/\/(tracing|tracing-core|log)-[0-9][^\/]*\// {gsub(",", "", $1); n += $1} END {print n + 0}'
+        }
         a=$(total "$work/$set.$kind.$n1"); b=$(total "$work/$set.$kind.$n2")
-        echo "features ${set}: $kind replay: $(( (b - a) / (n2 - n1) )) instructions per call"
+        la=$(logging "$work/$set.$kind.$n1"); lb=$(logging "$work/$set.$kind.$n2")
+        echo "features ${set}: $kind replay: $(( (b - a) / (n2 - n1) )) instructions per call," \
+            "$(( (lb - la) / (n2 - n1) )) of them in tracing or log"
     done
 done
