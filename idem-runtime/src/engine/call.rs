@@ -19,7 +19,7 @@ use super::guard::{self, Guard, Holding, Phase};
 use super::held::{self, Held};
 use super::keeper::{self, Claim, Keeper};
 use super::report::Reporter;
-use super::telemetry::{self, CallSpan, InSpan};
+use super::telemetry::{self, CallSpan, in_span};
 use crate::Error;
 use crate::flight::{self, Leader, Role, Waited};
 use crate::stats::Outcome;
@@ -134,7 +134,7 @@ pub(super) fn ask<'a, A: Asker>(
 ) -> impl Future<Output = Asked> + Send + 'a {
     let span = telemetry::span(&call);
     let guard = Guard::new(Reporter::new(call, span.clone(), telemetry::context()));
-    asking(guard, span.clone(), None, asker, decode).in_span(span)
+    in_span(span.clone(), asking(guard, span, None, asker, decode))
 }
 
 /// [`ask`] for a plain call. Not generic, so that its future is compiled in this crate, once,
@@ -177,7 +177,10 @@ pub(super) fn ask_again<'a, A: Asker>(
         ..
     } = *granted;
     drop(leader);
-    asking(guard, span.clone(), Some(wait_until), asker, decode).in_span(span)
+    in_span(
+        span.clone(),
+        asking(guard, span, Some(wait_until), asker, decode),
+    )
 }
 
 /// Refusals that need no store, then join an identical call running here or ask the store
@@ -379,7 +382,7 @@ pub(super) fn run(
 
 fn run_here(granted: Box<Granted>, body: Body<'_>) -> impl Future<Output = Answer> + Send + '_ {
     let span = granted.span.clone();
-    running(granted, body).in_span(span)
+    in_span(span, running(granted, body))
 }
 
 /// [`run`] in a task of its own (where there is a runtime): the caller going away does not cut

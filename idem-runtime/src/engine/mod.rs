@@ -286,6 +286,7 @@ impl Call {
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] above converted with `E: From<Error>`.
+#[allow(clippy::manual_async_fn)] // the signature says the future is `Send`
 pub fn execute<F>(
     call: Call,
     codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,
@@ -313,6 +314,7 @@ where
 ///
 /// # Errors
 /// As [`execute`].
+#[allow(clippy::manual_async_fn)] // the signature says the future is `Send`
 pub fn execute_detached<F>(
     call: Call,
     codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,

@@ -98,19 +98,14 @@ impl CallSpan {
     }
 }
 
-/// Runs a future inside a call's span, as `tracing::Instrument` does, and does nothing for a
-/// call without one.
-pub(crate) trait InSpan: Future + Sized {
-    /// `self`, entered in `span` at each poll.
-    fn in_span(self, span: CallSpan) -> Entering<Self> {
-        Entering { span, future: self }
-    }
+/// `future`, entered in a call's span at each poll, as `tracing::Instrument` does; for a call
+/// without a span, nothing.
+pub(crate) fn in_span<F: Future>(span: CallSpan, future: F) -> Entering<F> {
+    Entering { span, future }
 }
 
-impl<F: Future> InSpan for F {}
-
 pin_project! {
-    /// A future entered in a call's span at each poll: [`InSpan::in_span`].
+    /// A future entered in a call's span at each poll: [`in_span`].
     pub(crate) struct Entering<F> {
         span: CallSpan,
         #[pin]
