@@ -286,7 +286,7 @@ async fn a_step_held_by_a_dead_run_is_free_when_its_lease_ends() {
 /// the run an answer a restarted run would not see.
 #[tokio::test]
 async fn a_step_that_cannot_be_recorded_fails_and_is_asked_again() {
-    use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
+    use crate::fault_store::{Fault, FaultStore, Op};
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let store: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&memory), {
