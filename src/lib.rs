@@ -461,10 +461,10 @@ pub use idem_tools_runtime::{
 };
 pub use idem_tools_runtime::{clock, key};
 
-/// The engine, for tools written by hand: [`execute`] and [`execute_detached`] run a body at
-/// most once per key, as `#[idempotent]` does, and [`transactional`] inside a PostgreSQL
-/// transaction (feature `postgres`); `telemetry` names the span fields and metrics.
 pub mod engine {
+    //! The engine, for tools written by hand: [`execute`] and [`execute_detached`] run a body
+    //! at most once per key, as `#[idempotent]` does, and `transactional` inside a PostgreSQL
+    //! transaction (feature `postgres`); [`telemetry`] names the span fields and metrics.
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub use idem_tools_runtime::engine::transactional;
@@ -473,10 +473,10 @@ pub mod engine {
     };
 }
 
-/// What a store of one's own implements — the [`Store`] trait, its requests and answers, the
-/// budget rule ([`budget::charge`]), and the conformance suite that checks a store against the
-/// contract (feature `conformance`). idem's own stores are at the top level.
 pub mod store {
+    //! What a store of one's own implements — the [`Store`] trait, its requests and answers, the
+    //! budget rule ([`budget::charge`]), and the conformance suite that checks a store against
+    //! the contract (feature `conformance`). idem's own stores are at the top level.
     #[cfg(feature = "conformance")]
     #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
     pub use idem_tools_runtime::store::conformance;

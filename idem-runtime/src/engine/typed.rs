@@ -160,7 +160,7 @@ impl<T, E> Codec<T, E> {
 
 /// A tool's body before it runs, kept by the caller in an `Option` of its future. Once the
 /// key is claimed, the engine takes it out, boxed, and runs it: when it finishes it hands its
-/// result to a [`Sink`]. So the only code generic over the body is the body's own future and
+/// result to a `Sink`. So the only code generic over the body is the body's own future and
 /// its boxing; [`attached`] and [`detached`] are generic over the result type only.
 ///
 /// Implemented by `Option<F>` for every body `F`; generated code passes `&mut Some(body)`.
