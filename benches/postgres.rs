@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use std::hint::black_box;
 
 use criterion::Criterion;
-use idem_tools::store::PostgresStore;
+use idem_tools::PostgresStore;
 use idem_tools::{Store, Turn, idempotent};
 use sqlx::{PgConnection, PgPool};
 

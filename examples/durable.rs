@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use idem_tools::store::SqliteStore;
+use idem_tools::SqliteStore;
 use idem_tools::{Turn, idempotent};
 use serde::{Deserialize, Serialize};
 

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_tools::store::PostgresStore;
+use idem_tools::PostgresStore;
 use idem_tools::{Store, Turn, current_key, idempotent};
 use serde::{Deserialize, Serialize};
 use sqlx::PgConnection;

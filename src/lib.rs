@@ -441,18 +441,65 @@ pub use idem_tools_macros::read_only;
 /// of the impl that the self type does not use are left off the inherent impl; a generic type is
 /// listed with its arguments: `tools![Wrapper::<u8>::call]`.
 pub use idem_tools_macros::tool_impl;
-// The public surface, listed: what a tool author, a store author and an operator use. The
-// runtime crate's other items are its own (or reached through these modules).
-#[cfg(feature = "redis")]
-pub use idem_tools_runtime::RedisStore;
+// The public surface: what a tool author, a store author and an operator name (see
+// ARCHITECTURE.md, "The public API"). The runtime crate's other items are its own; what the
+// generated code needs goes through `__private`.
+pub use idem_tools_runtime::engine::ToolResult;
 #[cfg(feature = "sqlite")]
-pub use idem_tools_runtime::SqliteStore;
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub use idem_tools_runtime::store::SqliteStore;
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub use idem_tools_runtime::store::{PostgresStore, postgres::PostgresStoreBuilder};
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use idem_tools_runtime::store::{RedisStore, redis::RedisStoreBuilder};
 pub use idem_tools_runtime::{
-    Call, Codec, Conversation, Error, Fingerprint, Key, MemoryStore, Mismatch, Outcome, Result,
-    Stats, Store, ToolInfo, ToolKind, Turn, Unkeyed, current_key, default_store, execute,
-    execute_detached, set_default_store, spawn, stats,
+    Call, Codec, Conversation, Error, Key, MemoryStore, Mismatch, Outcome, Result, Stats, Store,
+    ToolInfo, ToolKind, Turn, Unkeyed, current_key, default_store, execute, execute_detached,
+    set_default_store, spawn, stats,
 };
-pub use idem_tools_runtime::{clock, engine, key, replay, store, turn};
+pub use idem_tools_runtime::{clock, key};
+
+pub mod engine {
+    //! The engine, for tools written by hand: [`execute`] and [`execute_detached`] run a body
+    //! at most once per key, as `#[idempotent]` does, and `transactional` inside a PostgreSQL
+    //! transaction (feature `postgres`); [`telemetry`] names the span fields and metrics.
+    #[cfg(feature = "postgres")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+    pub use idem_tools_runtime::engine::transactional;
+    pub use idem_tools_runtime::engine::{
+        Call, Codec, ToolResult, current_key, execute, execute_detached, spawn, telemetry,
+    };
+}
+
+pub mod turn {
+    //! A turn's defaults: what a [`Turn`] allows unless it, or the tool, says otherwise.
+    pub use idem_tools_runtime::turn::{
+        DEFAULT_ACTIONS_PER_TOOL, DEFAULT_ATTEMPTS_PER_KEY, DEFAULT_IN_FLIGHT_WAIT,
+        DEFAULT_MODEL_STEPS, Turn,
+    };
+}
+
+pub mod conversation {
+    //! Durable model steps: a [`Conversation`] records what the model answered, and a
+    //! restarted run replays it.
+    pub use idem_tools_runtime::conversation::{Conversation, DEFAULT_STEP_LEASE};
+}
+
+pub mod store {
+    //! What a store of one's own implements — the [`Store`] trait, its requests and answers, the
+    //! budget rule ([`budget::charge`]), and the conformance suite that checks a store against
+    //! the contract (feature `conformance`). idem's own stores are at the top level.
+    #[cfg(feature = "conformance")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+    pub use idem_tools_runtime::store::conformance;
+    pub use idem_tools_runtime::store::{
+        Begin, BeginRequest, Bytes, Charge, DEFAULT_BUDGET_WINDOW, DEFAULT_LEASE, DEFAULT_TTL,
+        Exhausted, FirstResult, Lease, LeaseToken, MAX_LEASE, MIN_LEASE, Record, RecordState,
+        Store, StoreFuture, budget,
+    };
+}
 
 #[doc(hidden)]
 #[path = "private.rs"]

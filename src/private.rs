@@ -18,7 +18,8 @@ pub use idem_tools_runtime::key::ArgsDigest;
 pub use idem_tools_runtime::tool::ToolSlot;
 pub use idem_tools_runtime::{Error, Store, ToolInfo, Turn};
 
-use idem_tools_runtime::engine::{Call, Codec, execute, execute_detached};
+use idem_tools_runtime::engine::in_place::{self, Unstarted};
+use idem_tools_runtime::engine::{Call, Codec};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -142,18 +143,10 @@ impl Digest {
     /// The turn from the task-local scope ([`Turn::current_for`]): `Error::NoTurn` outside one.
     /// `slot` is checked first: `Error::DuplicateTool` if another tool has this one's name.
     pub fn from_scope(tool: &'static ToolInfo, slot: &'static ToolSlot) -> Self {
-        let state = slot
+        let turn = slot
             .register(tool)
-            .and_then(|()| Turn::current_for(tool.name))
-            .map(|turn| (turn, ArgsDigest::new(tool.name)));
-        let digest = Digest {
-            tool,
-            state,
-            fingerprinted: 0,
-        };
-        #[cfg(feature = "rmcp")]
-        let digest = crate::mcp::route_caller_key(digest);
-        digest
+            .and_then(|()| Turn::current_for(tool.name));
+        Self::new(tool, turn)
     }
 
     /// The turn from a `Turn` or `&Turn` parameter; `slot` is checked first.
@@ -162,9 +155,11 @@ impl Digest {
         slot: &'static ToolSlot,
         turn: &T,
     ) -> Self {
-        let state = slot
-            .register(tool)
-            .map(|()| (turn.borrow().clone(), ArgsDigest::new(tool.name)));
+        Self::new(tool, slot.register(tool).map(|()| turn.borrow().clone()))
+    }
+
+    fn new(tool: &'static ToolInfo, turn: Result<Turn, Error>) -> Self {
+        let state = turn.map(|turn| (turn, ArgsDigest::new(tool.name)));
         let digest = Digest {
             tool,
             state,
@@ -247,11 +242,11 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
 
 /// The call described by `digest`, or the error that stopped building it (logged and counted
 /// as the call's one outcome).
-fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, (&'static str, Error)> {
+fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error> {
     let (tool, fingerprinted) = (digest.tool, digest.fingerprinted);
     let (turn, args) = digest
         .state
-        .map_err(|error| (tool.name, idem_tools_runtime::engine::refuse(tool, error)))?;
+        .map_err(|error| idem_tools_runtime::engine::refuse(tool, error))?;
     let unkeyed = (!args.has_caller_key()).then_some(fingerprinted);
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
     let call = Call::in_turn(tool, turn, key, fingerprint).with_unkeyed(unkeyed);
@@ -350,32 +345,44 @@ pub fn typed<R, F: Future<Output = R>>(body: F) -> F {
     body
 }
 
-/// Runs an `#[idempotent]` tool's body through [`execute`], in the caller's task.
+/// Runs an `#[idempotent]` tool's body through [`execute`](crate::execute), in the caller's task. The body is
+/// kept in the caller's future (`&mut Some(body)`) until the key is claimed: the future this
+/// returns depends on the result type only.
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] converted with `E: From<Error>`.
-pub fn run<R, F, C>(
+// Inlined (and so are the runners below) so that the call's future is built in place in the
+// tool's: without it the future (a kilobyte and more) is copied twice more per call.
+#[inline(always)]
+pub fn run<'b, R, F, C>(
     digest: Digest,
     store: Option<Arc<dyn Store>>,
     records: C,
-    body: F,
-) -> impl Future<Output = R> + Send
+    body: &'b mut Option<F>,
+) -> impl Future<Output = R> + Send + 'b
 where
     R: ToolReturn + Send,
-    R::Ok: ToolOk + Send,
-    R::Err: ToolErr + Send,
+    R::Ok: ToolOk + Send + 'b,
+    R::Err: ToolErr + Send + 'b,
     C: Records<R>,
-    F: AttachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`, or use tokio::sync::Mutex
+    F: AttachedBody<R> + 'b, // not `Send`? drop a MutexGuard or `Rc` before `.await`, or use tokio::sync::Mutex
 {
-    let codec = records.codec();
-    let call = prepare(digest, store);
-    // An `async` block, not an `async fn`: it keeps no second copy of its arguments.
-    async move {
-        match call {
-            Ok(call) => execute(call, codec, body).await,
-            Err((_, error)) => R::from_result(Err(R::Err::from(error))),
-        }
-    }
+    attached(digest, store, records, body)
+}
+
+/// [`run`], once per result type: the body's type stops at the coercion to `dyn Unstarted`.
+#[inline(always)]
+fn attached<'b, R: ToolReturn, C: Records<R>>(
+    digest: Digest,
+    store: Option<Arc<dyn Store>>,
+    records: C,
+    body: &'b mut (dyn Unstarted<'b, R::Ok, R::Err> + 'b),
+) -> impl Future<Output = R> + Send + 'b
+where
+    R::Ok: Send + 'b,
+    R::Err: Send + 'b,
+{
+    in_place::attached(prepare(digest, store), records.codec(), body)
 }
 
 /// Implemented by no type: `tools![Type::method]` requires it when `Type` has no descriptor
@@ -418,15 +425,17 @@ impl<R, F: Future<Output = R> + Send + 'static> DetachedBody<R> for F {}
 /// Runs a detached `#[idempotent]` tool's body through
 /// [`execute_detached`](crate::execute_detached): once claimed, the call goes on in a task of
 /// its own, so it finishes, records its result and serves retries even if the caller goes away.
+/// The body is kept in the caller's future until then, as with [`run`].
 ///
 /// # Errors
 /// As [`run`].
-pub fn run_detached<R, F, C>(
+#[inline(always)]
+pub fn run_detached<'b, R, F, C>(
     digest: Digest,
     store: Option<Arc<dyn Store>>,
     records: C,
-    body: F,
-) -> impl Future<Output = R> + Send
+    body: &'b mut Option<F>,
+) -> impl Future<Output = R> + Send + 'b
 where
     R: ToolReturn + Send + 'static,
     R::Ok: ToolOk + Send + 'static,
@@ -435,14 +444,22 @@ where
     // rustc reports a body that is not `Send` with its own message, which shows this line:
     F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
 {
-    let codec = records.codec();
-    let call = prepare(digest, store);
-    async move {
-        match call {
-            Ok(call) => execute_detached(call, codec, body).await,
-            Err((_, error)) => R::from_result(Err(R::Err::from(error))),
-        }
-    }
+    detached(digest, store, records, body)
+}
+
+/// [`run_detached`], once per result type (see [`attached`]).
+#[inline(always)]
+fn detached<'b, R: ToolReturn, C: Records<R>>(
+    digest: Digest,
+    store: Option<Arc<dyn Store>>,
+    records: C,
+    body: &'b mut (dyn Unstarted<'static, R::Ok, R::Err> + 'b),
+) -> impl Future<Output = R> + Send + 'b
+where
+    R::Ok: Send + 'static,
+    R::Err: Send + 'static,
+{
+    in_place::detached(prepare(digest, store), records.codec(), body)
 }
 
 /// Whether two descriptors have one name, in a constant (for `tools![]`).

@@ -125,7 +125,9 @@ async fn records(store: &dyn Store) -> Vec<String> {
     let records = store.list(None, 10).await.unwrap();
     records
         .iter()
-        .map(|r| idem_tools::replay::render(r.result.as_deref().unwrap_or_default()).unwrap())
+        .map(|r| {
+            idem_tools_runtime::replay::render(r.result.as_deref().unwrap_or_default()).unwrap()
+        })
         .collect()
 }
 

@@ -75,3 +75,34 @@ async fn descriptors_carry_ttl_lease_and_release_on_cancel() {
         })
         .await;
 }
+
+/// A tool started as a new action again and again in one turn (each call a new key, as a model
+/// rewording its arguments) is stopped past the default cap, named from the facade.
+#[idempotent]
+async fn reworded(memo: String) -> Result<String, Error> {
+    Ok(memo)
+}
+
+#[tokio::test]
+async fn the_defaults_of_a_turn_are_named_from_the_facade() {
+    use idem_tools::turn::{DEFAULT_ACTIONS_PER_TOOL, DEFAULT_ATTEMPTS_PER_KEY};
+    let turn = Turn::new("defaults").with_store(Arc::new(MemoryStore::new()));
+    let result = turn
+        .scope(async {
+            for n in 0..DEFAULT_ACTIONS_PER_TOOL {
+                reworded(format!("memo {n}")).await?;
+            }
+            reworded("one more".to_owned()).await
+        })
+        .await;
+    assert!(
+        matches!(result, Err(Error::ToolBudgetExhausted { limit, .. }) if limit == DEFAULT_ACTIONS_PER_TOOL),
+        "{result:?}"
+    );
+    assert_eq!(DEFAULT_ATTEMPTS_PER_KEY, 3);
+    assert_eq!(idem_tools::turn::DEFAULT_MODEL_STEPS, 50);
+    assert_eq!(
+        idem_tools::conversation::DEFAULT_STEP_LEASE,
+        Duration::from_secs(5)
+    );
+}

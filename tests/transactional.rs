@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_tools::store::PostgresStore;
+use idem_tools::PostgresStore;
 use idem_tools::{Outcome, Store, Turn, idempotent, tool_impl};
 use sqlx::PgConnection;
 

@@ -167,9 +167,17 @@ impl Body<'_> {
         // Every bound on the result type is checked at this call, and each is reported where
         // the return type is written, once: errors with equal spans and messages are merged,
         // so every token of the call, the type argument included, carries that one span.
+        // The body is kept in the caller's future (`&mut Some(body)`, a temporary that lives
+        // until the call is awaited) until the key is claimed; on a clone of `self`, the slot
+        // is filled by the runner from the closure that takes the clone.
+        let body_arg = match plan.run {
+            Run::OnClone => quote!(&mut #private::None, #tool_future),
+            Run::Transactional => tool_future,
+            _ => quote!(&mut #private::Some(#tool_future)),
+        };
         let mut run_args = Group::new(
             proc_macro2::Delimiter::Parenthesis,
-            quote!(#digest, #store, #records, #tool_future),
+            quote!(#digest, #store, #records, #body_arg),
         );
         run_args.set_span(at);
         // An `async fn` body's type is known, so `R` is inferred: naming it would have rustc

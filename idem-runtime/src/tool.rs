@@ -196,6 +196,7 @@ const DUPLICATE: u8 = 2;
 /// assert!(SECOND.register(&TOOL).is_err()); // another tool, same name
 /// ```
 #[derive(Debug)]
+#[doc(hidden)]
 pub struct ToolSlot {
     state: AtomicU8,
 }

@@ -1,6 +1,9 @@
 //! Durable turns: a conversation's model steps are recorded, replayed to a restarted run, and
 //! never mixed with another conversation's.
 
+#[path = "fault_store/mod.rs"]
+mod fault_store;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
@@ -240,7 +243,7 @@ async fn two_runs_of_one_turn_at_once_ask_the_model_once() {
 /// than a short step lease asks the model then.
 #[tokio::test]
 async fn a_step_held_by_a_dead_run_is_free_when_its_lease_ends() {
-    use idem_tools_runtime::store::fault::{Fault, FaultStore};
+    use crate::fault_store::{Fault, FaultStore};
     let shared = Arc::new(MemoryStore::new());
     let handle =
         || -> Arc<dyn Store> { Arc::new(FaultStore::new(shared.clone(), |_| Fault::None)) };
@@ -283,7 +286,7 @@ async fn a_step_held_by_a_dead_run_is_free_when_its_lease_ends() {
 /// the run an answer a restarted run would not see.
 #[tokio::test]
 async fn a_step_that_cannot_be_recorded_fails_and_is_asked_again() {
-    use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
+    use crate::fault_store::{Fault, FaultStore, Op};
     let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let failing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let store: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&memory), {

@@ -4,14 +4,17 @@
 //! once (the memory store; SQLite takes the write on its own thread), else on the runtime the
 //! call was made on, if it still runs.
 
+#[path = "fault_store/mod.rs"]
+mod fault_store;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::fault_store::{Fault, FaultStore};
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::replay::{RecordKind, kind};
-use idem_tools_runtime::store::fault::{Fault, FaultStore};
 use idem_tools_runtime::store::{MemoryStore, RecordState, Store};
 use idem_tools_runtime::{Call, Codec, Error, Key, ToolInfo, Turn, execute};
 

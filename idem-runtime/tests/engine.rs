@@ -1,15 +1,18 @@
 //! The engine's guarantees, each with a test that fails without it.
 
+#[path = "fault_store/mod.rs"]
+mod fault_store;
+
 use idem_tools_runtime::Codec;
 use idem_tools_runtime::store::Charge;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::fault_store::{Fault, FaultStore, Op};
 use idem_tools_runtime::clock::ManualClock;
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::key::Fingerprint;
-use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
 use idem_tools_runtime::store::{Begin, BeginRequest, Lease, LeaseToken, MemoryStore, Store};
 use idem_tools_runtime::{Call, Error, Key, ToolInfo, Turn, current_key, execute};
 use serde::{Deserialize, Serialize};

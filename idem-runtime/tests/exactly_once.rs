@@ -1,14 +1,17 @@
 //! "Twice is safe" when the caller gives up, the store fails or a reply is lost: each case a
 //! schedule that used to run a tool twice, lose a result, strand a key or hang.
 
+#[path = "fault_store/mod.rs"]
+mod fault_store;
+
 use idem_tools_runtime::Codec;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::fault_store::{Fault, FaultStore, Op};
 use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
-use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
 use idem_tools_runtime::store::{MemoryStore, RecordState, Store};
 use idem_tools_runtime::{Call, Error, Key, ToolInfo, Turn, execute, execute_detached};
 use serde::{Deserialize, Serialize};

@@ -4,6 +4,9 @@
 //! `fault_suite`.
 #![allow(dead_code)] // the shared harness modules carry helpers only the memory suite uses
 
+#[path = "fault_store/mod.rs"]
+mod fault_store;
+
 #[path = "fault_suite/calls.rs"]
 mod calls;
 #[path = "fault_suite/ledger.rs"]

@@ -2,13 +2,16 @@
 //! each reproduced with the public API (a memory store on Tokio's paused clock, where time is
 //! exact), and the first one again in real time.
 
+#[path = "fault_store/mod.rs"]
+mod fault_store;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::fault_store::{Fault, FaultStore, Op};
 use idem_tools_runtime::clock::Clock;
 use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
-use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
 use idem_tools_runtime::store::{
     Begin, BeginRequest, Lease, MemoryStore, Record, Store, StoreFuture,
 };

@@ -87,14 +87,16 @@ pub trait Detachable {
 impl<S: Clone + Send + Sync + 'static> Detachable for &Probe<S> {}
 
 impl<S: Send + Sync + 'static> Owned<S> {
-    /// Runs `body` on this clone, detached (see [`run_detached`]).
-    pub fn run<R, F, Fut, C>(
+    /// Runs the body `body` makes of this clone, detached (see [`run_detached`]); the body is
+    /// kept in `slot`, in the caller's future, until the key is claimed.
+    pub fn run<'b, R, F, Fut, C>(
         self,
         digest: Digest,
         store: Option<Arc<dyn Store>>,
         records: C,
+        slot: &'b mut Option<Fut>,
         body: F,
-    ) -> impl Future<Output = R>
+    ) -> impl Future<Output = R> + Send + 'b
     where
         R: ToolReturn + Send + 'static,
         R::Ok: ToolOk + Send + 'static,
@@ -103,28 +105,31 @@ impl<S: Send + Sync + 'static> Owned<S> {
         F: FnOnce(Self) -> Fut,
         Fut: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
     {
-        run_detached(digest, store, records, body(self))
+        *slot = Some(body(self));
+        run_detached(digest, store, records, slot)
     }
 }
 
-impl<S: ?Sized> Borrowed<'_, S> {
-    /// Runs `body` on the borrowed receiver, attached (see [`run`]).
-    pub fn run<R, F, Fut, C>(
+impl<'a, S: ?Sized> Borrowed<'a, S> {
+    /// Runs the body `body` makes of the borrowed receiver, attached (see [`run`]).
+    pub fn run<'b, R, F, Fut, C>(
         self,
         digest: Digest,
         store: Option<Arc<dyn Store>>,
         records: C,
+        slot: &'b mut Option<Fut>,
         body: F,
-    ) -> impl Future<Output = R>
+    ) -> impl Future<Output = R> + Send + 'b
     where
         R: ToolReturn + Send,
-        R::Ok: ToolOk + Send,
-        R::Err: ToolErr + Send,
+        R::Ok: ToolOk + Send + 'b,
+        R::Err: ToolErr + Send + 'b,
         C: Records<R>,
         F: FnOnce(Self) -> Fut,
-        Fut: AttachedBody<R>,
+        Fut: AttachedBody<R> + 'b,
     {
-        run(digest, store, records, body(self))
+        *slot = Some(body(self));
+        run(digest, store, records, slot)
     }
 }
 

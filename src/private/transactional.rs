@@ -83,7 +83,7 @@ where
             let body = async move |conn: &mut PgConnection| body(conn).await.into_result();
             R::from_result(transactional::execute(call, records.codec(), body).await)
         }
-        Err((_, error)) => R::from_result(Err(R::Err::from(error))),
+        Err(error) => R::from_result(Err(R::Err::from(error))),
     }
 }
 

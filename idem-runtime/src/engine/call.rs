@@ -12,14 +12,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::time::Instant;
-use tracing::{Instrument, Span};
 
+use super::Call;
 use super::background;
 use super::guard::{self, Guard, Holding, Phase};
 use super::held::{self, Held};
 use super::keeper::{self, Claim, Keeper};
 use super::report::Reporter;
-use super::{Call, telemetry};
+use super::telemetry::{self, CallSpan, in_span};
 use crate::Error;
 use crate::flight::{self, Leader, Role, Waited};
 use crate::stats::Outcome;
@@ -79,7 +79,7 @@ pub(super) struct Granted {
     pub(super) guard: Guard,
     pub(super) call: Call,
     pub(super) store: Arc<dyn Store>,
-    pub(super) span: Span,
+    pub(super) span: CallSpan,
     pub(super) claim: Claim,
     /// The flight, unless the guard holds it with the claim.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // a transactional call's
@@ -134,7 +134,30 @@ pub(super) fn ask<'a, A: Asker>(
 ) -> impl Future<Output = Asked> + Send + 'a {
     let span = telemetry::span(&call);
     let guard = Guard::new(Reporter::new(call, span.clone(), telemetry::context()));
-    asking(guard, span.clone(), None, asker, decode).instrument(span)
+    in_span(span.clone(), asking(guard, span, None, asker, decode))
+}
+
+/// [`ask`] for a plain call. Not generic, so that its future is compiled in this crate, once,
+/// and crates with tools link to it ([`compiled_here`]).
+pub(super) fn ask_plain<'a>(
+    call: Call,
+    asker: &'a mut Claiming,
+    decode: Decode<'a>,
+) -> impl Future<Output = Asked> + Send + 'a {
+    let asking = ask(call, asker, decode);
+    #[cfg(debug_assertions)]
+    compiled_here(&asking);
+    asking
+}
+
+/// Has rustc compile `future`'s `poll` and drop glue in this crate. A crate with tools awaits
+/// it from generic code, which rustc would otherwise compile there again, in every such crate;
+/// with generic code shared across crates (`-Zshare-generics`, rustc's default in debug builds,
+/// hence `debug_assertions`) it links to these instead. Costs two stores per call, in debug.
+#[cfg(debug_assertions)]
+fn compiled_here<F: Future>(_: &F) {
+    std::hint::black_box(<F as Future>::poll as fn(Pin<&mut F>, &mut Context<'_>) -> _);
+    std::hint::black_box(std::ptr::drop_in_place::<F> as unsafe fn(*mut F));
 }
 
 /// Asks again for a call whose grant did not hold (a transactional call found the key live
@@ -154,7 +177,10 @@ pub(super) fn ask_again<'a, A: Asker>(
         ..
     } = *granted;
     drop(leader);
-    asking(guard, span.clone(), Some(wait_until), asker, decode).instrument(span)
+    in_span(
+        span.clone(),
+        asking(guard, span, Some(wait_until), asker, decode),
+    )
 }
 
 /// Refusals that need no store, then join an identical call running here or ask the store
@@ -167,7 +193,7 @@ pub(super) fn ask_again<'a, A: Asker>(
 #[allow(clippy::manual_async_fn)] // the reason is above
 fn asking<'a, A: Asker>(
     mut guard: Guard,
-    span: Span,
+    span: CallSpan,
     wait_until: Option<Instant>,
     asker: &'a mut A,
     decode: Decode<'a>,
@@ -356,25 +382,45 @@ pub(super) fn run(
 
 fn run_here(granted: Box<Granted>, body: Body<'_>) -> impl Future<Output = Answer> + Send + '_ {
     let span = granted.span.clone();
-    running(granted, body).instrument(span)
+    in_span(span, running(granted, body))
 }
 
 /// [`run`] in a task of its own (where there is a runtime): the caller going away does not cut
 /// the body off. A panic of the body propagates to the caller, if it still waits.
-pub(super) async fn run_detached(granted: Box<Granted>, body: Body<'static>) -> Answer {
-    if tokio::runtime::Handle::try_current().is_err() {
-        return run_here(granted, body).await;
+pub(super) fn run_detached(granted: Box<Granted>, body: Body<'static>) -> Detached {
+    match tokio::runtime::Handle::try_current() {
+        Ok(_) => Detached::Task(tokio::spawn(run_here(granted, body))),
+        Err(_) => Detached::Here(run(granted, body)),
     }
-    match tokio::spawn(run_here(granted, body)).await {
-        Ok(answer) => answer,
-        Err(error) => match error.try_into_panic() {
-            Ok(panic) => std::panic::resume_unwind(panic),
-            // The runtime shut down: the task was dropped, and its guard kept the key as
-            // interrupted (or gave it back, had the body not started).
-            Err(_) => Err(Error::Config(
-                "the Tokio runtime shut down while the tool ran".to_owned(),
-            )),
-        },
+}
+
+/// A detached call's answer: its task's, or (outside a runtime) the call run in place. A
+/// future of its own, compiled here once; an `async fn` here would be compiled again in every
+/// crate that has tools.
+pub(super) enum Detached {
+    Task(tokio::task::JoinHandle<Answer>),
+    Here(Pin<Box<dyn Future<Output = Answer> + Send>>),
+}
+
+impl Future for Detached {
+    type Output = Answer;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Answer> {
+        let task = match self.get_mut() {
+            Detached::Here(call) => return call.as_mut().poll(cx),
+            Detached::Task(task) => task,
+        };
+        match std::task::ready!(Pin::new(task).poll(cx)) {
+            Ok(answer) => Poll::Ready(answer),
+            Err(error) => match error.try_into_panic() {
+                Ok(panic) => std::panic::resume_unwind(panic),
+                // The runtime shut down: the task was dropped, and its guard kept the key as
+                // interrupted (or gave it back, had the body not started).
+                Err(_) => Poll::Ready(Err(Error::Config(
+                    "the Tokio runtime shut down while the tool ran".to_owned(),
+                ))),
+            },
+        }
     }
 }
 

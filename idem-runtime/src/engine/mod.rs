@@ -34,9 +34,18 @@ use crate::turn::Turn;
 pub use held::current_key;
 pub use typed::{Codec, ToolResult};
 
+/// What the code `#[idempotent]` generates runs a tool through (via `idem_tools::__private`):
+/// [`execute`] and [`execute_detached`] with the body kept in the caller's future, so that the
+/// only code generated per tool is the body's future and its boxing. Not API.
+#[doc(hidden)]
+pub mod in_place {
+    pub use super::typed::{Unstarted, attached, detached};
+}
+
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an
 /// argument that does not encode), so that every call yields exactly one outcome; returns the
 /// error for the caller.
+#[doc(hidden)]
 pub fn refuse(tool: &'static ToolInfo, error: Error) -> Error {
     report::refused(tool, &error);
     error
@@ -44,6 +53,7 @@ pub fn refuse(tool: &'static ToolInfo, error: Error) -> Error {
 
 /// How many keys are in flight in this process's single-flight registry right now (for soak
 /// tests and metrics: it returns to zero when no call runs).
+#[doc(hidden)]
 pub fn flights_registered() -> usize {
     flight::registered()
 }
@@ -279,6 +289,7 @@ impl Call {
 ///
 /// # Errors
 /// The tool's own errors, and any [`Error`] above converted with `E: From<Error>`.
+#[allow(clippy::manual_async_fn)] // the signature says the future is `Send`
 pub fn execute<F>(
     call: Call,
     codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,
@@ -290,7 +301,10 @@ where
     <F::Output as ToolResult>::Ok: Send,
     <F::Output as ToolResult>::Err: Send,
 {
-    typed::attached(call, codec, body)
+    async move {
+        let mut body = Some(body);
+        typed::attached(Ok(call), codec, &mut body).await
+    }
 }
 
 /// Like [`execute`], but once the key is claimed the rest of the call — the body, its lease,
@@ -303,6 +317,7 @@ where
 ///
 /// # Errors
 /// As [`execute`].
+#[allow(clippy::manual_async_fn)] // the signature says the future is `Send`
 pub fn execute_detached<F>(
     call: Call,
     codec: Codec<<F::Output as ToolResult>::Ok, <F::Output as ToolResult>::Err>,
@@ -314,7 +329,10 @@ where
     <F::Output as ToolResult>::Ok: Send + 'static,
     <F::Output as ToolResult>::Err: Send + 'static,
 {
-    typed::detached(call, codec, body)
+    async move {
+        let mut body = Some(body);
+        typed::detached(Ok(call), codec, &mut body).await
+    }
 }
 
 impl std::fmt::Debug for Call {

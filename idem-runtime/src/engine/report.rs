@@ -1,13 +1,11 @@
 //! One outcome per call: the log event, the counters, the span's outcome and the metrics.
 
-use tracing::Span;
-
 use crate::Error;
 use crate::stats::{GLOBAL, Outcome};
 use crate::tool::ToolInfo;
 
 use super::Call;
-use super::telemetry;
+use super::telemetry::{self, CallSpan};
 
 /// Owns a call until its outcome is reported; a call dropped before that is reported as
 /// [`Outcome::Cancelled`] (or [`Outcome::Panicked`] while a panic unwinds), so every call yields
@@ -15,18 +13,18 @@ use super::telemetry;
 pub(crate) struct Reporter {
     call: Call,
     done: bool,
-    /// The call's span (disabled when no subscriber wants it).
-    span: Span,
+    /// The call's span (none when nothing wants it).
+    span: CallSpan,
     /// The span the call was made in (the caller's): the parent of the call's span and of its
     /// outcome event.
-    context: Span,
+    context: CallSpan,
     #[cfg(feature = "metrics")]
     metrics: telemetry::CallMetrics,
 }
 
 impl Reporter {
     /// Starts reporting `call`, whose span is `span`, made in the caller's span `context`.
-    pub(crate) fn new(call: Call, span: Span, context: Span) -> Self {
+    pub(crate) fn new(call: Call, span: CallSpan, context: CallSpan) -> Self {
         Reporter {
             span,
             context,
@@ -74,7 +72,7 @@ impl Reporter {
         let (tool, key, turn) = (call.tool.name, call.key.short(), call.turn.id());
         let namespace = call.turn.namespace();
         let name = outcome.as_str();
-        let context = &self.context;
+        let context = self.context.get();
         match error {
             None if routine => tracing::info!(target: "idem", parent: context, tool, %key,
                 turn, namespace, outcome = name, "tool call"),
@@ -85,7 +83,7 @@ impl Reporter {
         }
         // Recorded after the event, so that a subscriber printing span fields with each event
         // prints the outcome and error once.
-        telemetry::record_outcome(&self.span, outcome, error);
+        telemetry::record_outcome(self.span.get(), outcome, error);
     }
 }
 

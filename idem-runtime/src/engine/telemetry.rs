@@ -32,6 +32,11 @@
 //! | [`CALL_DURATION_SECONDS`] | histogram (seconds) | `tool`, `outcome` |
 //! | [`CALLS_IN_FLIGHT`] | gauge | `tool` |
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
 use tracing::Span;
 use tracing::field::{Empty, display};
 
@@ -76,14 +81,56 @@ pub(super) fn wanted() -> bool {
     tracing::dispatcher::has_been_set() || log::max_level() != log::LevelFilter::Off
 }
 
+/// A call's span: none at all when nothing wants one ([`wanted`]). Not a disabled `Span`: with
+/// `tracing`'s `log` feature, which another crate of the build may turn on (sqlx does), a
+/// disabled `Span` still looks for a `log` logger each time it is entered, left or dropped —
+/// about a hundred instructions per call of any store.
+#[derive(Clone)]
+pub(crate) struct CallSpan(Option<Span>);
+
+/// What [`CallSpan::get`] answers for a call with no span.
+static NO_SPAN: Span = Span::none();
+
+impl CallSpan {
+    /// The span (a disabled one if the call has none).
+    pub(crate) fn get(&self) -> &Span {
+        self.0.as_ref().unwrap_or(&NO_SPAN)
+    }
+}
+
+/// `future`, entered in a call's span at each poll, as `tracing::Instrument` does; for a call
+/// without a span, nothing.
+pub(crate) fn in_span<F: Future>(span: CallSpan, future: F) -> Entering<F> {
+    Entering { span, future }
+}
+
+pin_project! {
+    /// A future entered in a call's span at each poll: [`in_span`].
+    pub(crate) struct Entering<F> {
+        span: CallSpan,
+        #[pin]
+        future: F,
+    }
+}
+
+impl<F: Future> Future for Entering<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _entered = this.span.0.as_ref().map(Span::enter);
+        this.future.poll(cx)
+    }
+}
+
 /// The span of one call: see the module documentation. With nothing to take it
 /// ([`wanted`]), none is built.
-pub(super) fn span(call: &Call) -> Span {
+pub(super) fn span(call: &Call) -> CallSpan {
     if !wanted() {
-        return Span::none();
+        return CallSpan(None);
     }
     let tool = call.tool.name;
-    tracing::info_span!(
+    CallSpan(Some(tracing::info_span!(
         target: "idem",
         "idem.tool_call",
         otel.name = tool,
@@ -94,17 +141,13 @@ pub(super) fn span(call: &Call) -> Span {
         outcome = Empty,
         otel.status_code = Empty,
         otel.status_description = Empty,
-    )
+    )))
 }
 
 /// The span a call is made in, the parent of its span and of its outcome event (none when
 /// nothing wants them: [`wanted`]).
-pub(super) fn context() -> Span {
-    if wanted() {
-        Span::current()
-    } else {
-        Span::none()
-    }
+pub(super) fn context() -> CallSpan {
+    CallSpan(wanted().then(Span::current))
 }
 
 /// Records a call's outcome on its span.

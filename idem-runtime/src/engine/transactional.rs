@@ -33,10 +33,10 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::telemetry::in_span;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, Postgres};
 use tokio::time::Instant;
-use tracing::Instrument;
 
 use super::call::Finished;
 use super::call::{self, Asked, Asker, Granted, in_flight, refuse};
@@ -119,7 +119,7 @@ where
         unsure.store(true, Ordering::Relaxed);
         // The server may wait for the key's row for the rest of the wait, then answer.
         let bound = remaining(granted.wait_until) + reply;
-        let claimed = tx::begin(conn, sql, bound).instrument(granted.span.clone());
+        let claimed = in_span(granted.span.clone(), tx::begin(conn, sql, bound));
         let failed = match claimed.await {
             Ok(tx) => break (granted, tx),
             Err(error) => error,
@@ -166,9 +166,11 @@ where
                 turn.clone().sync_scope(|| body.as_mut().poll(cx))
             })
         });
-        tokio::time::timeout(granted.claim.duration, body)
-            .instrument(span.clone())
-            .await
+        in_span(
+            span.clone(),
+            tokio::time::timeout(granted.claim.duration, body),
+        )
+        .await
     };
     let leader = granted.leader.take();
     let guard = &mut granted.guard;
@@ -193,7 +195,7 @@ where
     let bytes = match codec.finished(call.tool.name, &result) {
         Finished::Record { bytes, ok: true } => bytes,
         Finished::Unreplayable { bytes, reason } => {
-            tracing::error!(target: "idem", parent: &span, tool = call.tool.name,
+            tracing::error!(target: "idem", parent: span.get(), tool = call.tool.name,
                 key = %call.key.short(), %reason, "the result cannot be replayed faithfully; \
                 retries will be told the tool ran");
             bytes
@@ -206,7 +208,7 @@ where
             if let Ok(false) = open {
                 close(tx);
                 let ended = ended_by_the_tool(guard, &store, &call, &lease);
-                return codec.answered(ended.instrument(span).await, None);
+                return codec.answered(in_span(span, ended).await, None);
             }
             if open.is_err() {
                 unsure.store(true, Ordering::Relaxed);
@@ -217,12 +219,12 @@ where
         }
     };
     let sql = store.record_and_commit(&lease, &bytes, ttl_of(guard.report()));
-    match raw(&mut tx, &sql, reply).instrument(span.clone()).await {
+    match in_span(span.clone(), raw(&mut tx, &sql, reply)).await {
         Ok(rows) if tx::ended_by_the_tool(rows) => {
             drop(leader);
             close(tx);
             let ended = ended_by_the_tool(guard, &store, &call, &lease);
-            codec.answered(ended.instrument(span).await, None)
+            codec.answered(in_span(span, ended).await, None)
         }
         Ok(_) => {
             let shared = FirstResult {

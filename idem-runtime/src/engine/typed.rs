@@ -1,17 +1,25 @@
 //! The typed side of a call, and the only generic code of the engine: it asks the engine
-//! ([`call::ask`](super::call::ask)), hands it the tool's body, boxed and encoding its result
-//! (`Finished`), when the key is claimed, and decodes a recorded result. Everything else — the
-//! store, the lease, single-flight, the outcome, the span, the detached task — is
-//! [`call`](super::call), compiled once for every tool.
+//! ([`call::ask`](super::call::ask)), starts the tool's body when the key is claimed — boxed,
+//! handing its result to a [`Sink`] that encodes it for recording (`Finished`) — and decodes a
+//! recorded result. Everything else — the store, the lease, single-flight, the outcome, the
+//! span, the detached task — is [`call`](super::call), compiled once for every tool.
+//!
+//! The body waits in the caller's future (an `Option`, reached as `dyn` [`Unstarted`]) until
+//! then, so [`attached`] and [`detached`] are compiled once per result type, and what is
+//! compiled per tool is the body's own future and its boxing ([`Running`]).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use pin_project_lite::pin_project;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Call;
-use super::call::{self, Asked, Claiming, Finished};
+use super::call::{self, Asked, Body, Claiming, Finished};
 use crate::Error;
 use crate::key::Key;
 use crate::replay::{OkAndErr, OkOnly, Recorded, ResultCodec};
@@ -150,91 +158,177 @@ impl<T, E> Codec<T, E> {
     }
 }
 
-/// Runs `body` in the caller's task: see [`execute`](super::execute).
-#[allow(clippy::manual_async_fn)] // see `asking`: an async block keeps no second copy of its arguments
-pub(super) fn attached<F>(
-    call: Call,
-    codec: Codec<OkOf<F>, ErrOf<F>>,
-    body: F,
-) -> impl Future<Output = F::Output> + Send
+/// A tool's body before it runs, kept by the caller in an `Option` of its future. Once the
+/// key is claimed, the engine takes it out, boxed, and runs it: when it finishes it hands its
+/// result to a `Sink`. So the only code generic over the body is the body's own future and
+/// its boxing; [`attached`] and [`detached`] are generic over the result type only.
+///
+/// Implemented by `Option<F>` for every body `F`; generated code passes `&mut Some(body)`.
+pub trait Unstarted<'a, T, E>: Send {
+    /// The body, boxed, handing its result to `sink` (a body taken already records nothing,
+    /// and its call answers an error).
+    fn start<'s>(&mut self, sink: Sink<'s, T, E>) -> Started<'s>
+    where
+        'a: 's;
+}
+
+impl<'a, F> Unstarted<'a, OkOf<F>, ErrOf<F>> for Option<F>
 where
-    F: Future + Send,
-    F::Output: ToolResult + Send,
+    F: Future + Send + 'a,
+    F::Output: ToolResult,
     OkOf<F>: Send,
     ErrOf<F>: Send,
 {
-    // An `async` block, not an `async fn`: see `call::asking`.
+    fn start<'s>(&mut self, sink: Sink<'s, OkOf<F>, ErrOf<F>>) -> Started<'s>
+    where
+        'a: 's,
+    {
+        match self.take() {
+            Some(body) => Started(Box::pin(Running {
+                sink: Some(sink),
+                body,
+            })),
+            None => Started(Box::pin(std::future::ready(Finished::Release))),
+        }
+    }
+}
+
+pin_project! {
+    /// A started body: the tool's future, whose result goes to the sink. A struct rather than
+    /// an `async` block, whose state machine would be compiled for every tool.
+    struct Running<'s, F: Future, T, E> {
+        sink: Option<Sink<'s, T, E>>,
+        #[pin]
+        body: F,
+    }
+}
+
+impl<F, T, E> Future for Running<'_, F, T, E>
+where
+    F: Future,
+    F::Output: ToolResult<Ok = T, Err = E>,
+{
+    type Output = Finished;
+
+    /// Not polled again once ready (as any future); the work is [`finish`]'s, once per result type.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Finished> {
+        let this = self.project();
+        match this.body.poll(cx) {
+            Poll::Ready(output) => Poll::Ready(finish(this.sink, output)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// Hands a body's `output` to its sink (the first time: a body finishes once).
+fn finish<R: ToolResult>(sink: &mut Option<Sink<'_, R::Ok, R::Err>>, output: R) -> Finished {
+    match sink.take() {
+        Some(sink) => sink.finish(output.into_result()),
+        None => Finished::Release,
+    }
+}
+
+/// A started body, as the engine runs it.
+pub struct Started<'s>(Body<'s>);
+
+/// Where a body's result goes when it finishes: it is encoded for recording (with the tool's
+/// [`Codec`]) and kept for the caller.
+pub struct Sink<'s, T, E> {
+    codec: Codec<T, E>,
+    tool: &'static str,
+    slot: Slot<'s, T, E>,
+}
+
+/// Where the caller finds the result: in its own future (attached), or shared with the call's
+/// task, which outlives the caller if it goes away (detached).
+enum Slot<'s, T, E> {
+    Here(&'s mut Option<Result<T, E>>),
+    Shared(Arc<Mutex<Option<Result<T, E>>>>),
+}
+
+impl<T, E> Sink<'_, T, E> {
+    /// Tells the engine what to do with `output`, and keeps it for the caller.
+    fn finish(self, output: Result<T, E>) -> Finished {
+        let finished = self.codec.finished(self.tool, &output);
+        match self.slot {
+            Slot::Here(slot) => *slot = Some(output),
+            Slot::Shared(slot) => {
+                *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(output);
+            }
+        }
+        finished
+    }
+}
+
+/// Runs `body` in the caller's task: see [`execute`](super::execute). `call` is the call, or
+/// the error that refused it before it could reach the engine (reported already).
+#[allow(clippy::manual_async_fn)] // see `call::asking`: an async block keeps no second copy of its arguments
+#[inline(always)] // built in place in the caller's future (see `__private::run`)
+pub fn attached<'b, R>(
+    call: Result<Call, Error>,
+    codec: Codec<R::Ok, R::Err>,
+    body: &'b mut (dyn Unstarted<'b, R::Ok, R::Err> + 'b),
+) -> impl Future<Output = R> + Send + 'b
+where
+    R: ToolResult,
+    R::Ok: Send + 'b,
+    R::Err: Send + 'b,
+{
     async move {
+        let call = match call {
+            Ok(call) => call,
+            Err(error) => return R::from_result(Err((codec.error)(error))),
+        };
         let mut result = None;
-        let asked = call::ask(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
+        let asked = call::ask_plain(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
         let answer = match asked {
             Asked::Answered(answer) => answer,
             Asked::Granted(granted) => {
                 let tool = granted.call.tool.name;
-                let body = encoded(body, codec, tool, |output| result = Some(output));
-                call::run(granted, Box::pin(body)).await
+                let slot = Slot::Here(&mut result);
+                let Started(body) = body.start(Sink { codec, tool, slot });
+                call::run(granted, body).await
             }
         };
-        ToolResult::from_result(codec.answered(answer, result))
+        R::from_result(codec.answered(answer, result))
     }
 }
 
 /// Runs `body` in a task of its own once the key is claimed: see
-/// [`execute_detached`](super::execute_detached).
-#[allow(clippy::manual_async_fn)] // see `asking`: an async block keeps no second copy of its arguments
-pub(super) fn detached<F>(
-    call: Call,
-    codec: Codec<OkOf<F>, ErrOf<F>>,
-    body: F,
-) -> impl Future<Output = F::Output> + Send
+/// [`execute_detached`](super::execute_detached). `call` as in [`attached`].
+#[allow(clippy::manual_async_fn)] // see `call::asking`: an async block keeps no second copy of its arguments
+#[inline(always)] // built in place in the caller's future (see `__private::run`)
+pub fn detached<'b, R>(
+    call: Result<Call, Error>,
+    codec: Codec<R::Ok, R::Err>,
+    body: &'b mut (dyn Unstarted<'static, R::Ok, R::Err> + 'b),
+) -> impl Future<Output = R> + Send + 'b
 where
-    F: Future + Send + 'static,
-    F::Output: ToolResult + Send + 'static,
-    OkOf<F>: Send + 'static,
-    ErrOf<F>: Send + 'static,
+    R: ToolResult,
+    R::Ok: Send + 'static,
+    R::Err: Send + 'static,
 {
     async move {
+        let call = match call {
+            Ok(call) => call,
+            Err(error) => return R::from_result(Err((codec.error)(error))),
+        };
         let mut result = None;
-        let asked = call::ask(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
+        let asked = call::ask_plain(call, &mut Claiming, &mut codec.decoder(&mut result)).await;
         let answer = match asked {
             Asked::Answered(answer) => answer,
             Asked::Granted(granted) => {
                 // The task outlives this call if the caller goes away: the result is shared.
-                let slot = Arc::new(Mutex::new(None));
+                let shared = Arc::new(Mutex::new(None));
                 let tool = granted.call.tool.name;
-                let body = encoded(body, codec, tool, {
-                    let slot = Arc::clone(&slot);
-                    move |output| {
-                        *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(output)
-                    }
-                });
-                let answer = call::run_detached(granted, Box::pin(body)).await;
-                result = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+                let slot = Slot::Shared(Arc::clone(&shared));
+                let Started(body) = body.start(Sink { codec, tool, slot });
+                let answer = call::run_detached(granted, body).await;
+                result = shared.lock().unwrap_or_else(PoisonError::into_inner).take();
                 answer
             }
         };
-        ToolResult::from_result(codec.answered(answer, result))
-    }
-}
-
-/// The body as the engine runs it: awaits the tool's body, hands its result to `keep` and
-/// tells the engine what to do with it.
-#[allow(clippy::manual_async_fn)] // see `asking`: an async block keeps no second copy of its arguments
-fn encoded<F>(
-    body: F,
-    codec: Codec<OkOf<F>, ErrOf<F>>,
-    tool: &'static str,
-    keep: impl FnOnce(Result<OkOf<F>, ErrOf<F>>),
-) -> impl Future<Output = Finished>
-where
-    F: Future,
-    F::Output: ToolResult,
-{
-    async move {
-        let output = body.await.into_result();
-        let finished = codec.finished(tool, &output);
-        keep(output);
-        finished
+        R::from_result(codec.answered(answer, result))
     }
 }
 

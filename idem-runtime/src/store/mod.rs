@@ -69,7 +69,6 @@
 pub mod budget;
 #[cfg(feature = "conformance")]
 pub mod conformance;
-pub mod fault;
 pub mod holder;
 pub mod memory;
 #[cfg(feature = "postgres")]

@@ -11,6 +11,9 @@
 //!
 //! Each mode prints one summary line (`fault-suite <mode>: schedules=… duplicates=0 …`).
 
+#[path = "../fault_store/mod.rs"]
+mod fault_store;
+
 mod calls;
 mod clock_step;
 mod enumerate;

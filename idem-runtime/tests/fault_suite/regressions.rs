@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idem_tools_runtime::store::{MemoryStore, Store};
 
-use idem_tools_runtime::store::fault::{Fault, Op};
+use crate::fault_store::{Fault, Op};
 
 use crate::run::{self, Backend};
 use crate::schedule::{Attempt, Body, Cancel, Chain, End, FaultSpec, Schedule, Tool};

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::fault_store::{Fault, FaultStore, Op};
 use idem_tools_runtime::clock::Clock;
 use idem_tools_runtime::engine::flights_registered;
-use idem_tools_runtime::store::fault::{Fault, FaultStore, Op};
 use idem_tools_runtime::store::{MemoryStore, RecordState, Store};
 use idem_tools_runtime::{Key, Turn};
 

@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
+use crate::fault_store::{Fault, Op};
 use idem_tools_runtime::ToolInfo;
-use idem_tools_runtime::store::fault::{Fault, Op};
 use proptest::collection::vec;
 use proptest::prelude::*;
 use proptest::sample::select;

@@ -7,8 +7,8 @@ use idem_tools_runtime::Codec;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::fault_store::{Fault, FaultStore};
 use idem_tools_runtime::engine::flights_registered;
-use idem_tools_runtime::store::fault::{Fault, FaultStore};
 use idem_tools_runtime::store::{MemoryStore, Store};
 use idem_tools_runtime::{Call, Error, Turn, execute};
 

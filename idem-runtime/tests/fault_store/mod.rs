@@ -1,14 +1,15 @@
 //! A fault-injecting wrapper around any store, for tests of what callers see when a store is
-//! slow, down, or loses replies.
+//! slow, down, or loses replies. Each test that uses it includes it (`#[path] mod fault_store`).
+#![allow(dead_code)] // each test uses a part of it
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
-use crate::Error;
-use crate::key::Key;
+use idem_tools_runtime::Error;
+use idem_tools_runtime::key::Key;
+use idem_tools_runtime::store::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
 
 /// A store operation, as [`FaultStore`] plans faults for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
