@@ -280,7 +280,7 @@ async fn a_version_1_database_is_migrated_and_keeps_its_records() {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (5, 5));
+    assert_eq!((version, SCHEMA_VERSION), (6, 6));
     match store
         .begin(charged(&k, &fp, "turn", 3, None, WINDOW))
         .await

@@ -666,3 +666,158 @@ async fn an_endless_busy_timeout_is_the_longest_sqlite_takes() {
         .await
         .expect("still writes");
 }
+
+/// A claim's holder is the process that made it. A claim whose holder is certainly gone (no
+/// process with its pid and start time runs, on this host and in this pid namespace) is free
+/// at once; any doubt — a holder still running, even stopped, one on another host or in
+/// another namespace, a holder text this build cannot read, none at all — leaves the lease to
+/// free it.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
+    use idem_tools_runtime::store::holder::Holder;
+
+    let dir = TempDir::new("holders");
+    let clock = ManualClock::new(1_000_000);
+    let store = open(&dir.db(), &clock);
+    let this = Holder::this_process_text().expect("a Linux process is named");
+    let parts: Vec<&str> = this.split(':').collect();
+    let (format, boot, namespace, pid, start) = (parts[0], parts[1], parts[2], parts[3], parts[4]);
+    let named = |boot: &str, namespace: &str, pid: &str, start: &str| {
+        Some(format!("{format}:{boot}:{namespace}:{pid}:{start}"))
+    };
+
+    // A process that ran and was reaped: gone.
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    let exited_pid = exited.id();
+    let exited_start = Holder::of_pid(exited_pid).map(|h| h.encode());
+    exited.wait().unwrap();
+    // A process that runs, and one stopped (SIGSTOP, as a paused holder).
+    let mut running = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let running_text = Holder::of_pid(running.id()).unwrap().encode();
+    let mut stopped = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let stopped_text = Holder::of_pid(stopped.id()).unwrap().encode();
+    std::process::Command::new("kill")
+        .args(["-STOP", &stopped.id().to_string()])
+        .status()
+        .unwrap();
+
+    let dead_pid = "4194304"; // above Linux's pid_max: never a running process
+    let cases: Vec<(&str, Option<String>, bool)> = vec![
+        (
+            "a pid no process has",
+            named(boot, namespace, dead_pid, start),
+            true,
+        ),
+        (
+            "our pid with another start time (reused: the holder ran before us)",
+            named(boot, namespace, pid, "1"),
+            true,
+        ),
+        ("a running process", Some(running_text), false),
+        ("a stopped process", Some(stopped_text), false),
+        ("this process", Some(this.to_owned()), false),
+        (
+            "another boot",
+            named("another-boot", namespace, dead_pid, start),
+            false,
+        ),
+        (
+            "another pid namespace",
+            named(boot, "1", dead_pid, start),
+            false,
+        ),
+        (
+            "an unknown format",
+            Some(format!("linux9:{boot}:{namespace}:{dead_pid}:1")),
+            false,
+        ),
+        ("damaged text", Some("linux1:??".to_owned()), false),
+        ("no holder", None, false),
+    ];
+    let mut cases = cases;
+    if let Some(text) = exited_start {
+        cases.push(("an exited, reaped process", Some(text), true));
+    }
+    for (i, (case, holder, gone)) in cases.into_iter().enumerate() {
+        let k = numbered_key(i as u32);
+        claim(&store, &k, LEASE).await;
+        let conn = rusqlite::Connection::open(dir.db()).unwrap();
+        conn.execute(
+            "UPDATE idem_records SET holder = ?1 WHERE key = ?2",
+            rusqlite::params![holder, k.as_bytes().as_slice()],
+        )
+        .unwrap();
+        drop(conn);
+        // Every other case through the claim charged to counts of actions (a transaction).
+        let second = fp(2);
+        let mut request = req(&k, &second, LEASE);
+        if i % 2 == 1 {
+            request.charge.max_tool_actions = Some(1_000);
+        }
+        let answer = store.begin(request).await.unwrap();
+        if gone {
+            assert!(matches!(answer, Begin::Claimed), "{case}: {answer:?}");
+            let record = store.get(NS, &k).await.unwrap().unwrap();
+            assert_eq!(record.fingerprint, fp(2), "{case}: the new claim holds it");
+        } else {
+            assert!(
+                matches!(answer, Begin::InFlight { fingerprint } if fingerprint == fp(1)),
+                "{case}: {answer:?}"
+            );
+        }
+    }
+    running.kill().unwrap();
+    running.wait().unwrap();
+    stopped.kill().unwrap();
+    stopped.wait().unwrap();
+}
+
+/// A version 5 file (claims without a holder) is migrated to version 6: its claims keep their
+/// leases (no holder proves anything), and new claims name theirs.
+#[tokio::test]
+async fn a_version_5_claim_has_no_holder_and_keeps_its_lease() {
+    let dir = TempDir::new("migrate-v5");
+    let clock = ManualClock::new(1_000_000);
+    let (old, new) = (key(1), key(2));
+    {
+        let store = open(&dir.db(), &clock);
+        claim(&store, &old, LEASE).await;
+    }
+    {
+        // As version 5 left it.
+        let conn = rusqlite::Connection::open(dir.db()).unwrap();
+        conn.execute_batch("ALTER TABLE idem_records DROP COLUMN holder; PRAGMA user_version = 5;")
+            .unwrap();
+    }
+    let store = open(&dir.db(), &clock);
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert!(matches!(
+        store.begin(req(&old, &fp(2), LEASE)).await.unwrap(),
+        Begin::InFlight { .. }
+    ));
+    claim(&store, &new, LEASE).await;
+    let holders: Vec<Option<String>> = conn
+        .prepare("SELECT holder FROM idem_records ORDER BY key")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(holders[0], None);
+    #[cfg(target_os = "linux")]
+    assert_eq!(
+        holders[1].as_deref(),
+        idem_tools_runtime::store::holder::Holder::this_process_text()
+    );
+}

@@ -163,6 +163,20 @@ impl Kid {
         rest
     }
 
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.process.id()
+    }
+
+    /// Sends `signal` (`"STOP"`, `"CONT"`, …) with `kill(1)`.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
     /// `SIGKILL`: no destructor, no clean-up, no chance to record or release anything.
     pub fn kill(&mut self) {
         self.process.kill().expect("kill the child");

@@ -33,6 +33,8 @@ pub struct Holder {
 const FORMAT: &str = "linux1";
 
 static THIS_PROCESS: LazyLock<Option<Holder>> = LazyLock::new(Holder::read_self);
+static THIS_PROCESS_TEXT: LazyLock<Option<String>> =
+    LazyLock::new(|| Holder::this_process().map(Holder::encode));
 
 impl Holder {
     /// This process, where it can be named (Linux, `/proc` readable).
@@ -40,10 +42,21 @@ impl Holder {
         THIS_PROCESS.as_ref()
     }
 
+    /// This process's [`encode`](Self::encode)d text, made once: what a store writes with each
+    /// claim.
+    pub fn this_process_text() -> Option<&'static str> {
+        THIS_PROCESS_TEXT.as_deref()
+    }
+
     fn read_self() -> Option<Holder> {
+        Holder::of_pid(std::process::id())
+    }
+
+    /// The process with this pid as it runs now, in this process's pid namespace on this host
+    /// (`None` if there is none, or it cannot be read).
+    pub fn of_pid(pid: u32) -> Option<Holder> {
         let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
         let namespace = namespace_of("self")?;
-        let pid = std::process::id();
         let start = start_of(&pid.to_string())?.0;
         Some(Holder {
             boot: boot.trim().to_owned(),
@@ -51,6 +64,13 @@ impl Holder {
             pid,
             start,
         })
+    }
+
+    /// Whether a claim kept with this text (`None`: no holder was written, as by another
+    /// platform or an older build) is held by a process that is certainly gone.
+    pub fn text_is_gone(text: Option<&str>) -> bool {
+        text.and_then(Holder::decode)
+            .is_some_and(|holder| holder.is_gone())
     }
 
     /// The text a store keeps with a claim.

@@ -60,9 +60,14 @@ const STATE_COMPLETED: &str = "completed";
 /// # What it survives
 /// - **A process restart or crash** (`SIGKILL`, OOM kill, a panic that aborts): every
 ///   transition is committed before the call returns, so a restarted agent replays the results
-///   its predecessor recorded. A claim whose holder died stays "in flight" until its lease
-///   expires (at most the tool's `lease`, [`DEFAULT_LEASE`](super::DEFAULT_LEASE) by default);
-///   then a retry runs the tool again.
+///   its predecessor recorded. Each claim names the process that holds it (on Linux: the
+///   host's boot, the pid namespace, the pid and its start time;
+///   [`Holder`](super::holder::Holder)): a claim whose process is certainly gone is free at
+///   once, so a run restarted right after a crash claims the key again without waiting (and
+///   runs the tool again: forward the key downstream). A holder that still exists — stopped,
+///   slow, cut off from the file — or that cannot be proven gone (another host or container,
+///   another platform, a claim written without a holder) keeps the key until its lease expires
+///   (at most the tool's `lease`, [`DEFAULT_LEASE`](super::DEFAULT_LEASE) by default).
 /// - **Several processes on one host sharing the file**: claims are atomic across processes
 ///   (SQLite's file lock serialises writers), so of any number of concurrent calls with one key,
 ///   in any number of processes, exactly one runs the tool.

@@ -8,13 +8,14 @@ use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::row::{self, Seen};
-use super::statements::{CLAIM, SEEN, SET_TURN_COUNT, TURN_COUNT};
+use super::row::{self, Held, Seen};
+use super::statements::{CLAIM, FREE_ABANDONED, SEEN, SET_TURN_COUNT, TURN_COUNT};
 use super::worker::Worker;
 use super::{sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::{Fingerprint, Key};
 use crate::store::budget::{self, CounterId};
+use crate::store::holder::Holder;
 use crate::store::{Begin, BeginRequest, Charge, LeaseToken};
 use crate::{Error, Result};
 
@@ -90,11 +91,36 @@ impl Worker<'_> {
         )
     }
 
+    /// A live claim's answer: [`Begin::InFlight`] while its holder may run; `None` once a
+    /// holder that is certainly gone (its process exited, on this host) has had its claim
+    /// freed, as if its lease had run out, so that the key can be claimed again.
+    fn held(&mut self, req: &BeginRequest<'_>, held: &Held) -> rusqlite::Result<Option<Begin>> {
+        if !held.is_abandoned() {
+            return Ok(Some(held.in_flight()));
+        }
+        self.writing()?;
+        // Only the claim that was read, which may have changed hands since.
+        self.conn.prepare_cached(FREE_ABANDONED)?.execute(params![
+            req.namespace,
+            req.key.as_bytes().as_slice(),
+            held.token,
+            held.holder,
+        ])?;
+        tracing::info!(target: "idem", key = %req.key.short(), tool = req.tool,
+            holder = held.holder.as_deref().unwrap_or_default(),
+            "freed a claim whose process is gone");
+        Ok(None)
+    }
+
     /// The whole of `begin`: a live record answers (read without the write lock), else the
     /// claim.
     pub(super) fn begin(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
         match self.seen(req)? {
             Ok(Seen::Live(answer)) => Ok(Ok(answer)),
+            Ok(Seen::Held(held)) => match self.held(req, &held)? {
+                Some(answer) => Ok(Ok(answer)),
+                None => self.claim(req),
+            },
             Ok(Seen::Free { attempts }) => match refused_by_key(attempts, &req.charge) {
                 Some(refused) => Ok(Ok(refused)),
                 None => self.claim(req),
@@ -117,6 +143,12 @@ impl Worker<'_> {
             // Not taken: the record is live, or the count is spent.
             match self.seen(req)? {
                 Ok(Seen::Live(answer)) => return Ok(Ok(answer)),
+                Ok(Seen::Held(held)) => {
+                    if let Some(answer) = self.held(req, &held)? {
+                        return Ok(Ok(answer));
+                    }
+                    // Freed: claim it.
+                }
                 Ok(Seen::Free { attempts }) => {
                     if let Some(refused) = refused_by_key(attempts, &req.charge) {
                         return Ok(Ok(refused));
@@ -137,8 +169,17 @@ impl Worker<'_> {
     /// alone; a new action reads the turn's and the tool's counts, and is counted in each that
     /// has a cap. A refusal writes nothing.
     fn claim_counted(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
-        let attempts = match self.seen(req)? {
+        let mut seen = self.seen(req)?;
+        if let Ok(Seen::Held(held)) = &seen {
+            if let Some(answer) = self.held(req, held)? {
+                return Ok(Ok(answer));
+            }
+            // Freed, under the write lock: read the count it left.
+            seen = self.seen(req)?;
+        }
+        let attempts = match seen {
             Ok(Seen::Live(answer)) => return Ok(Ok(answer)),
+            Ok(Seen::Held(held)) => return Ok(Ok(held.in_flight())),
             Ok(Seen::Free { attempts }) => attempts,
             Err(corrupt) => return Ok(Err(corrupt)),
         };
@@ -192,6 +233,7 @@ impl Worker<'_> {
             sql_ms(now.saturating_add(duration_ms(req.charge.window))),
             req.charge.max_attempts,
             req.turn,
+            Holder::this_process_text(),
         ])
     }
 

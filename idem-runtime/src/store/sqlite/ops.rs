@@ -131,6 +131,9 @@ impl SqliteStore {
         let readers = self.readers.as_ref().ok_or(())?;
         match readers.seen(req.namespace, req.turn, req.key, self.clock.now_ms()) {
             Some(Ok(Seen::Live(answer))) => Ok(Some(Ok(answer))),
+            // A claim whose holder is gone is freed and claimed on the writing connection.
+            Some(Ok(Seen::Held(held))) if held.is_abandoned() => Err(()),
+            Some(Ok(Seen::Held(held))) => Ok(Some(Ok(held.in_flight()))),
             Some(Ok(Seen::Free { attempts })) => Ok(refused_by_key(attempts, &req.charge).map(Ok)),
             Some(Err(corrupt)) => Ok(Some(Err(corrupt))),
             None => Err(()),

@@ -193,11 +193,37 @@ pub(super) fn select(
 pub(super) enum Seen {
     /// A live record: `begin`'s answer.
     Live(Begin),
+    /// A live claim: `begin` answers [`Begin::InFlight`] unless its holder is gone.
+    Held(Held),
     /// No live record; the key's live attempt count.
     Free {
         /// Claims since the last recorded result, within the budget window.
         attempts: u32,
     },
+}
+
+/// A live claim as `begin` read it.
+pub(super) struct Held {
+    /// The holder's fingerprint.
+    pub(super) fingerprint: Fingerprint,
+    /// The holder's lease token.
+    pub(super) token: i64,
+    /// The holder's process, encoded ([`Holder`](crate::store::holder::Holder)), if written.
+    pub(super) holder: Option<String>,
+}
+
+impl Held {
+    /// Whether the holder is certainly gone, so that its claim may be freed at once.
+    pub(super) fn is_abandoned(&self) -> bool {
+        crate::store::holder::Holder::text_is_gone(self.holder.as_deref())
+    }
+
+    /// `begin`'s answer while the holder may still run.
+    pub(super) fn in_flight(&self) -> Begin {
+        Begin::InFlight {
+            fingerprint: self.fingerprint,
+        }
+    }
 }
 
 /// Reads a row selected with [`SEEN`](super::statements::SEEN) as of `now`, for `namespace` and
@@ -254,10 +280,19 @@ fn read_seen(
     };
     match state {
         b"in_progress" => {
-            if integer(row, 4, "token")?.is_none() {
+            let Some(token) = integer(row, 4, "token")? else {
                 return Err(Corrupt("in progress without a lease token".to_owned()));
-            }
-            Ok(Seen::Live(Begin::InFlight { fingerprint }))
+            };
+            let holder = match row.get_ref(10) {
+                Ok(ValueRef::Text(text)) => Some(String::from_utf8_lossy(text).into_owned()),
+                // Not a holder this build wrote: never proof of anything.
+                _ => None,
+            };
+            Ok(Seen::Held(Held {
+                fingerprint,
+                token,
+                holder,
+            }))
         }
         b"completed" => match row.get_ref(2) {
             Ok(ValueRef::Blob(result)) => Ok(Seen::Live(Begin::Completed(FirstResult {

@@ -14,8 +14,11 @@ use crate::{Error, Result};
 /// makes the records table a `WITHOUT ROWID` table keyed by the key alone, without an index on
 /// expiry, so that a write changes one b-tree page instead of three (expired rows are swept in
 /// key order instead); version 5 keeps in each row the id of the turn that claimed it (whose
-/// claims its attempt count counts), with an index that finds a namespace's records of one turn.
-pub const SCHEMA_VERSION: i64 = 5;
+/// claims its attempt count counts), with an index that finds a namespace's records of one turn;
+/// version 6 keeps in each claim the process that holds it
+/// ([`Holder`](crate::store::holder::Holder)), so that a claim whose process is gone is free at
+/// once.
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Version 2: budget counters (since version 3, turn counts only, named by
 /// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter)).
@@ -74,6 +77,10 @@ const SCHEMA_V5: &str = "
 ALTER TABLE idem_records ADD COLUMN turn TEXT NOT NULL DEFAULT '';
 CREATE INDEX IF NOT EXISTS idem_records_turn ON idem_records (namespace, turn, created_at_ms);
 ";
+
+/// Version 6: the holder of each claim (its process, encoded; NULL where it cannot be named).
+/// Claims written before it have none: their leases alone free them.
+const SCHEMA_V6: &str = "ALTER TABLE idem_records ADD COLUMN holder TEXT;";
 
 /// Sets the connection up: busy timeout, WAL, and the schema. Returns whether the file is in
 /// WAL mode (readers then never wait for writers).
@@ -141,10 +148,11 @@ fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
                 .map_err(fail)?;
             tx.execute_batch(SCHEMA_V2).map_err(fail)?;
             tx.execute_batch(SCHEMA_V5).map_err(fail)?;
+            tx.execute_batch(SCHEMA_V6).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }
-        1..=4 => {
+        1..=5 => {
             if version <= 1 {
                 tx.execute_batch(SCHEMA_V2).map_err(fail)?;
             }
@@ -155,7 +163,10 @@ fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
                 tx.execute_batch(RECORDS_V4).map_err(fail)?;
                 tx.execute_batch(SCHEMA_V4).map_err(fail)?;
             }
-            tx.execute_batch(SCHEMA_V5).map_err(fail)?;
+            if version <= 4 {
+                tx.execute_batch(SCHEMA_V5).map_err(fail)?;
+            }
+            tx.execute_batch(SCHEMA_V6).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }

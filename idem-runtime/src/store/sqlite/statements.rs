@@ -10,19 +10,19 @@ pub(super) const COMMIT: &str = "COMMIT";
 pub(super) const ROLLBACK: &str = "ROLLBACK";
 
 /// What `begin` reads of a key's row: enough to answer a live record and to charge a claim,
-/// and the namespace and turn the row belongs to. Parameter: key.
+/// the namespace and turn the row belongs to, and who holds a claim. Parameter: key.
 pub(super) const SEEN: &str = "SELECT state, fingerprint, result, expires_at_ms, token, \
-     attempts, attempts_expire_ms, created_at_ms, namespace, turn FROM idem_records \
+     attempts, attempts_expire_ms, created_at_ms, namespace, turn, holder FROM idem_records \
      WHERE key = ?1";
 
 /// A claim in one statement: insert the key's row, or take over a row whose record is no
 /// longer live and whose attempt count (of this turn, in this namespace) allows one more claim.
 /// A live record, or a spent count, changes nothing (0 rows). Parameters: key, namespace, tool,
-/// fingerprint, now, lease end, token, count window end, max attempts, turn.
+/// fingerprint, now, lease end, token, count window end, max attempts, turn, holder.
 pub(super) const CLAIM: &str = "INSERT INTO idem_records (key, namespace, tool, turn, state, \
-     fingerprint, result, created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms) \
-     VALUES (?1, ?2, ?3, ?10, 'in_progress', ?4, NULL, ?5, ?6, ?7, 1, ?8) \
-     ON CONFLICT (key) DO UPDATE SET namespace = ?2, tool = ?3, turn = ?10, \
+     fingerprint, result, created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms, \
+     holder) VALUES (?1, ?2, ?3, ?10, 'in_progress', ?4, NULL, ?5, ?6, ?7, 1, ?8, ?11) \
+     ON CONFLICT (key) DO UPDATE SET namespace = ?2, tool = ?3, turn = ?10, holder = ?11, \
      state = 'in_progress', fingerprint = ?4, result = NULL, created_at_ms = ?5, \
      expires_at_ms = ?6, token = ?7, \
      attempts = (CASE WHEN idem_records.namespace = ?2 AND idem_records.turn = ?10 \
@@ -33,6 +33,13 @@ pub(super) const CLAIM: &str = "INSERT INTO idem_records (key, namespace, tool, 
      AND (CASE WHEN idem_records.namespace = ?2 AND idem_records.turn = ?10 \
          AND idem_records.attempts_expire_ms > ?5 \
          THEN max(idem_records.attempts, 0) ELSE 0 END) < ?9";
+
+/// Frees a claim whose holder is gone: it expires, keeping its attempt count, as a lease that
+/// ran out would — if it is still the claim that was read (its token and holder). Parameters:
+/// namespace, key, token, holder.
+pub(super) const FREE_ABANDONED: &str = "UPDATE idem_records SET expires_at_ms = 0 \
+     WHERE key = ?2 AND namespace = ?1 AND token = ?3 AND holder = ?4 \
+     AND state = 'in_progress'";
 
 /// A turn's (or a tool's) live count of started actions. Parameters: counter id, now.
 pub(super) const TURN_COUNT: &str =
