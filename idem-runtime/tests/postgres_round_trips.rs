@@ -164,9 +164,9 @@ async fn a_replay_is_a_plain_read_that_calls_no_function() {
              p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_lease_ms bigint,
              p_token bigint, p_max_attempts bigint, p_turn bytea, p_max_calls bigint,
              p_window_ms bigint, p_claim boolean, p_lock_timeout_ms bigint, p_turn_id text,
-             p_tool_counter bytea, p_max_tool bigint)
+             p_tool_counter bytea, p_max_tool bigint, p_holder text)
          RETURNS TABLE (o_answer text, o_state text, o_fingerprint bytea, o_result bytea,
-                        o_token bigint, o_n bigint, o_lim bigint)
+                        o_token bigint, o_n bigint, o_lim bigint, o_holder text)
          LANGUAGE plpgsql VOLATILE AS $$
          BEGIN RAISE EXCEPTION 'idem_begin was called'; END $$;",
     )

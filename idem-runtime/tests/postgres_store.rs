@@ -305,3 +305,118 @@ fn an_operation_dropped_at_thread_exit_does_not_abort() {
     assert_eq!(child.expect("CHILD"), "OK");
     child.finish();
 }
+
+/// A claim left by a process that is certainly gone (on this host) is claimed again at once; one
+/// whose process still runs, or is stopped, waits for its lease. A version 2 schema (claims
+/// without a holder) is migrated, and its claims keep their leases.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
+    use idem_tools_runtime::store::Begin;
+    use idem_tools_runtime::store::holder::Holder;
+
+    let Some(url) = postgres_url("a_claim_whose_process_is_gone_is_claimed_again_at_once") else {
+        return;
+    };
+    let store = store(&url, "holders").await;
+    let schema = store.schema().expect("a schema").to_owned();
+    let turn = TurnIdentity::new("ns", "t");
+    let begin = |key: Key, n: u8| {
+        let store = store.clone();
+        async move {
+            let fingerprint = Fingerprint::from_bytes([n; 32]);
+            let mut request = claim_request(&key, &fingerprint, turn, LeaseToken::generate());
+            request.charge.max_calls = None;
+            store.begin(request).await.expect("begin")
+        }
+    };
+    let set_holder = |key: Key, holder: Option<String>| {
+        let (pool, schema) = (store.pool().clone(), schema.clone());
+        async move {
+            sqlx::query(&format!(
+                "UPDATE \"{schema}\".idem_records SET holder = $1 WHERE key = $2"
+            ))
+            .bind(holder)
+            .bind(key.as_bytes().as_slice())
+            .execute(&pool)
+            .await
+            .expect("set the holder");
+        }
+    };
+    let mut exited = std::process::Command::new("true").spawn().unwrap();
+    let exited_holder = Holder::of_pid(exited.id()).map(|h| h.encode());
+    exited.wait().unwrap();
+    let mut stopped = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let stopped_holder = Holder::of_pid(stopped.id()).unwrap().encode();
+    std::process::Command::new("kill")
+        .args(["-STOP", &stopped.id().to_string()])
+        .status()
+        .unwrap();
+
+    let mut cases = vec![
+        ("a stopped process", Some(stopped_holder), false),
+        (
+            "this process",
+            Holder::this_process_text().map(str::to_owned),
+            false,
+        ),
+        ("no holder", None, false),
+    ];
+    if let Some(text) = exited_holder {
+        cases.push(("an exited process", Some(text), true));
+    }
+    for (i, (case, holder, gone)) in cases.into_iter().enumerate() {
+        let key = Key::from_bytes([i as u8 + 1; 32]);
+        assert_eq!(begin(key, 1).await, Begin::Claimed, "{case}");
+        set_holder(key, holder).await;
+        let second = begin(key, 2).await;
+        if gone {
+            assert_eq!(second, Begin::Claimed, "{case}");
+            let record = store.get("ns", &key).await.unwrap().unwrap();
+            assert_eq!(
+                record.fingerprint,
+                Fingerprint::from_bytes([2; 32]),
+                "{case}"
+            );
+        } else {
+            assert!(
+                matches!(second, Begin::InFlight { fingerprint } if fingerprint == Fingerprint::from_bytes([1; 32])),
+                "{case}: {second:?}"
+            );
+        }
+    }
+    stopped.kill().unwrap();
+    stopped.wait().unwrap();
+
+    // Version 2, as it was: no holder column, its idem_begin.
+    let key = Key::from_bytes([99; 32]);
+    assert_eq!(begin(key, 1).await, Begin::Claimed);
+    sqlx::raw_sql(&format!(
+        "SET search_path TO \"{schema}\"; ALTER TABLE idem_records DROP COLUMN holder; \
+         UPDATE idem_schema SET version = 2;"
+    ))
+    .execute(store.pool())
+    .await
+    .expect("back to version 2");
+    let reopened = PostgresStore::builder()
+        .schema(schema.clone())
+        .connect(&url)
+        .await
+        .expect("migrates");
+    let version: i32 = sqlx::query_scalar(&format!("SELECT version FROM \"{schema}\".idem_schema"))
+        .fetch_one(reopened.pool())
+        .await
+        .unwrap();
+    assert_eq!(version, idem_tools_runtime::store::postgres::SCHEMA_VERSION);
+    let fingerprint = Fingerprint::from_bytes([2; 32]);
+    let mut request = claim_request(&key, &fingerprint, turn, LeaseToken::generate());
+    request.charge.max_calls = None;
+    assert!(matches!(
+        reopened.begin(request).await.unwrap(),
+        Begin::InFlight { .. }
+    ));
+    cleanup(&store).await;
+}

@@ -60,8 +60,12 @@ pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 ///
 /// # What it survives
 /// - **A process crash** between any two steps: every transition commits before a call
-///   returns. A claim whose holder died stays in flight until its lease ends (a transactional
-///   claim never does: the server rolls back the dead client's transaction at once).
+///   returns. Each claim names the process that holds it
+///   ([`Holder`](super::holder::Holder)): a call made on the host where that process ran, in
+///   its pid namespace, that finds it certainly gone claims the key again at once. Otherwise —
+///   the holder on another host or in another container, or still running — a claim whose
+///   holder died stays in flight until its lease ends (a transactional claim never does: the
+///   server rolls back the dead client's transaction at once).
 /// - **A server restart, a failover, a dropped connection**: calls in flight fail closed
 ///   ([`Error::Store`](crate::Error::Store), the tool not run), the pool reconnects, and a
 ///   retry finds what committed. A failover keeps what the promoted standby had received: with
@@ -112,6 +116,7 @@ pub(crate) struct Inner {
 pub(crate) struct Sql {
     pub(crate) prefix: String,
     pub(crate) begin: String,
+    pub(crate) free_abandoned: String,
     renew: String,
     complete: String,
     completed_by: String,
@@ -137,13 +142,19 @@ impl Sql {
             // PostgreSQL does not call it otherwise). One round trip either way.
             begin: q(
                 "WITH live AS (SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token, \
-                 r.attempts, NULL::bigint FROM {s}idem_records AS r \
+                 r.attempts, NULL::bigint, r.holder FROM {s}idem_records AS r \
                  WHERE r.namespace = $1 AND r.key = $2 AND r.expires_at_ms > {s}idem_now_ms()) \
                  SELECT * FROM live UNION ALL \
-                 SELECT o_answer, o_state, o_fingerprint, o_result, o_token, o_n, o_lim \
-                 FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
-                 $14, $15) \
+                 SELECT o_answer, o_state, o_fingerprint, o_result, o_token, o_n, o_lim, \
+                 o_holder FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
+                 $13, $14, $15, $16) \
                  WHERE NOT EXISTS (SELECT 1 FROM live)",
+            ),
+            // A claim whose holder is gone expires, its attempt count kept, as a lease that
+            // ran out would — if it is still the claim that was read.
+            free_abandoned: q(
+                "UPDATE {s}idem_records SET expires_at_ms = 0 WHERE namespace = $1 \
+                 AND key = $2 AND token = $3 AND holder = $4 AND state = 'in_progress'",
             ),
             renew: q(&format!(
                 "{now} UPDATE {{s}}idem_records AS r SET expires_at_ms = c.now + $1 FROM c \

@@ -305,16 +305,10 @@ fn several_processes_sharing_the_database_run_each_key_once() {
     });
 }
 
-#[test]
-fn a_plain_call_killed_mid_call_holds_its_key_until_the_lease_ends() {
-    let Some(url) = postgres_url("a_plain_call_killed_mid_call_holds_its_key_until_the_lease_ends")
-    else {
-        return;
-    };
-    let schema = unique_schema("hang");
-    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
-    runtime.block_on(create_ledger(&url, &schema));
-    let mut child = spawn_child("store-hang", &url, &schema, &[]);
+/// Starts a child whose plain call of `send("hang")` runs (its side effect written) and never
+/// ends, then kills it with SIGKILL: its claim is left in flight, its 1 s lease running.
+fn kill_a_hanging_call(url: &str, schema: &str) {
+    let mut child = spawn_child("store-hang", url, schema, &[]);
     let (lines, heard) = mpsc::channel();
     listen(&mut child, 0, lines);
     let started = loop {
@@ -327,23 +321,91 @@ fn a_plain_call_killed_mid_call_holds_its_key_until_the_lease_ends() {
     assert!(started, "the child's tool started");
     child.kill().expect("kill -9");
     child.wait().expect("wait");
+}
+
+/// The in-flight claim's lease end and holder.
+async fn the_claim(store: &idem_tools_runtime::PostgresStore) -> (i64, Option<String>) {
+    sqlx::query_as(
+        "SELECT expires_at_ms, holder FROM idem_records WHERE state = 'in_progress' \
+         AND expires_at_ms > idem_now_ms()",
+    )
+    .fetch_one(store.pool())
+    .await
+    .expect("the killed call's claim")
+}
+
+/// A plain call killed mid-call, on this host: the store proves its process gone, and a retry
+/// claims the key before the lease ends (and runs it again: the limit a transactional tool, or
+/// the key forwarded downstream, closes). A holder that cannot be proven gone — here one named
+/// on another host — holds the key until its lease ends.
+#[test]
+fn a_plain_call_killed_mid_call_frees_its_key_at_once_unless_its_holder_is_unknown() {
+    let Some(url) = postgres_url("a_plain_call_killed_mid_call_frees_its_key_at_once") else {
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    // A store on a schema of its own, where a child's hanging call was killed.
+    let killed = |tag: &str| {
+        let schema = unique_schema(tag);
+        runtime.block_on(create_ledger(&url, &schema));
+        let store = runtime
+            .block_on(open(&url, &schema, "idem-hang-check"))
+            .expect("open");
+        kill_a_hanging_call(&url, &schema);
+        (store, schema)
+    };
+
+    let (store, schema) = killed("hang");
     runtime.block_on(async {
-        let store = open(&url, &schema, "idem-hang-check").await.expect("open");
-        // Within the lease the key is in flight: a retry waits, then says so.
+        let (lease_end, holder) = the_claim(&store).await;
+        assert!(holder.is_some(), "the claim names its process");
+        plain(&store, "hang", Duration::ZERO)
+            .await
+            .expect("runs at once");
+        let claimed_at: i64 = sqlx::query_scalar("SELECT created_at_ms FROM idem_records")
+            .fetch_one(store.pool())
+            .await
+            .expect("the record");
+        assert!(
+            claimed_at < lease_end,
+            "claimed {} ms after the lease ended: the lease, not the holder, freed it",
+            claimed_at - lease_end
+        );
+        nothing_left_claimed_then_drop(&store, &schema).await;
+    });
+
+    let (store, schema) = killed("hangunknown");
+    runtime.block_on(async {
+        // The same holder, as if it ran on another host: nothing proves it gone.
+        let (_, holder) = the_claim(&store).await;
+        let mut parts: Vec<String> = holder
+            .expect("a holder")
+            .split(':')
+            .map(str::to_owned)
+            .collect();
+        parts[1] = "another-host-boot-id".to_owned();
+        sqlx::query("UPDATE idem_records SET holder = $1 WHERE state = 'in_progress'")
+            .bind(parts.join(":"))
+            .execute(store.pool())
+            .await
+            .expect("rename the holder");
         let early = plain(&store, "hang", Duration::ZERO).await;
         assert!(matches!(early, Err(Error::InFlight { .. })), "{early:?}");
-        // After it, the key is free and the retry runs (the limit a transactional tool closes).
+        // After the lease, the key is free and the retry runs.
         tokio::time::sleep(Duration::from_millis(1100)).await;
         plain(&store, "hang", Duration::ZERO)
             .await
             .expect("runs after the lease");
-        let claimed = live_records(&store, "in_progress").await;
-        assert_eq!(claimed, 0, "nothing left claimed");
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(store.pool())
-            .await
-            .expect("drop");
+        nothing_left_claimed_then_drop(&store, &schema).await;
     });
+}
+
+async fn nothing_left_claimed_then_drop(store: &idem_tools_runtime::PostgresStore, schema: &str) {
+    assert_eq!(live_records(store, "in_progress").await, 0);
+    sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(store.pool())
+        .await
+        .expect("drop");
 }
 
 #[test]

@@ -55,6 +55,7 @@ impl PostgresStore {
             .bind(req.turn)
             .bind(tool_counter)
             .bind(charge.max_tool_actions.map(i64::from))
+            .bind(crate::store::holder::Holder::this_process_text())
     }
 
     /// Charges `req` (without claiming) on `conn`, outside any transaction: the first step of
@@ -171,8 +172,26 @@ impl PostgresStore {
             let mut conn = self.conn("begin").await?;
             let row = conn
                 .run("begin", bound, async |conn| {
+                    let row = self
+                        .begin_query(&request, &turn, true, lock_timeout)
+                        .fetch_one(&mut *conn)
+                        .await?;
+                    let Some((token, holder)) = row::abandoned(&row) else {
+                        return Ok(row);
+                    };
+                    // Held by a process that is certainly gone: freed (if it still holds it),
+                    // then claimed.
+                    sqlx::query(&self.inner.sql.free_abandoned)
+                        .bind(request.namespace)
+                        .bind(request.key.as_bytes().as_slice())
+                        .bind(token)
+                        .bind(&holder)
+                        .execute(&mut *conn)
+                        .await?;
+                    tracing::info!(target: "idem", key = %request.key.short(), tool = request.tool,
+                        holder, "freed a claim whose process is gone");
                     self.begin_query(&request, &turn, true, lock_timeout)
-                        .fetch_one(conn)
+                        .fetch_one(&mut *conn)
                         .await
                 })
                 .await?;

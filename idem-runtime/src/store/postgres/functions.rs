@@ -1,4 +1,4 @@
-//! The server-side functions of schema version 2 (see [`schema`](super::schema)), created or
+//! The server-side functions of schema version 3 (see [`schema`](super::schema)), created or
 //! replaced by the migration: `idem_now_ms`, `idem_begin` (the claim and the budget rule),
 //! `idem_claim` and `idem_record` (a transactional call's claim and record).
 
@@ -24,16 +24,17 @@ $$;
 -- 4. p_claim: the key is claimed with p_token for p_lease_ms; else it is only charged (its row
 --    stays not live, like a released claim), committed asynchronously. Either way the row is
 --    turn p_turn_id's.
--- Answers: ('live', state, fingerprint, result, token, attempts, NULL), ('claimed' | 'charged',
--- NULL, NULL, NULL, NULL, attempts, NULL), ('refused_key' | 'refused_turn' | 'refused_tool',
--- NULL, NULL, NULL, NULL, count, limit).
+--    p_holder names the process that claims (`store::holder`; NULL where it cannot be named).
+-- Answers: ('live', state, fingerprint, result, token, attempts, NULL, holder), ('claimed' |
+-- 'charged', NULL, NULL, NULL, NULL, attempts, NULL, NULL), ('refused_key' | 'refused_turn' |
+-- 'refused_tool', NULL, NULL, NULL, NULL, count, limit, NULL).
 CREATE OR REPLACE FUNCTION {s}idem_begin(
     p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_lease_ms bigint,
     p_token bigint, p_max_attempts bigint, p_turn bytea, p_max_calls bigint,
     p_window_ms bigint, p_claim boolean, p_lock_timeout_ms bigint, p_turn_id text,
-    p_tool_counter bytea, p_max_tool bigint)
+    p_tool_counter bytea, p_max_tool bigint, p_holder text)
 RETURNS TABLE (o_answer text, o_state text, o_fingerprint bytea, o_result bytea,
-               o_token bigint, o_n bigint, o_lim bigint)
+               o_token bigint, o_n bigint, o_lim bigint, o_holder text)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     r {s}idem_records%ROWTYPE;
@@ -51,7 +52,7 @@ BEGIN
     v_found := FOUND;
     IF v_found AND r.expires_at_ms > v_now THEN
         RETURN QUERY SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token,
-                            r.attempts, NULL::bigint;
+                            r.attempts, NULL::bigint, r.holder;
         RETURN;
     END IF;
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
@@ -59,10 +60,10 @@ BEGIN
         -- No row: the claim (or charge) in one insert, unless another caller inserted first.
         INSERT INTO {s}idem_records (namespace, key, tool, turn, state, fingerprint, result,
                                      created_at_ms, expires_at_ms, token, attempts,
-                                     attempts_expire_ms)
+                                     attempts_expire_ms, holder)
             VALUES (p_namespace, p_key, p_tool, p_turn_id, 'in_progress', p_fingerprint, NULL,
                     v_now, CASE WHEN p_claim THEN v_now + p_lease_ms ELSE 0 END, p_token, 1,
-                    v_now + p_window_ms)
+                    v_now + p_window_ms, p_holder)
             ON CONFLICT DO NOTHING;
         v_written := FOUND;
     END IF;
@@ -82,7 +83,7 @@ BEGIN
         v_now := {s}idem_now_ms();
         IF r.expires_at_ms > v_now THEN
             RETURN QUERY SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token,
-                                r.attempts, NULL::bigint;
+                                r.attempts, NULL::bigint, r.holder;
             RETURN;
         END IF;
         v_attempts := CASE WHEN r.attempts_expire_ms > v_now AND r.turn = p_turn_id
@@ -93,7 +94,7 @@ BEGIN
                     WHERE t.namespace = p_namespace AND t.key = p_key;
             END IF;
             RETURN QUERY SELECT 'refused_key'::text, NULL::text, NULL::bytea, NULL::bytea,
-                                NULL::bigint, v_attempts, p_max_attempts;
+                                NULL::bigint, v_attempts, p_max_attempts, NULL::text;
             RETURN;
         END IF;
     END IF;
@@ -116,7 +117,7 @@ BEGIN
                     WHERE t.namespace = p_namespace AND t.key = p_key;
             END IF;
             RETURN QUERY SELECT 'refused_turn'::text, NULL::text, NULL::bytea, NULL::bytea,
-                                NULL::bigint, coalesce(v_calls, 0), p_max_calls;
+                                NULL::bigint, coalesce(v_calls, 0), p_max_calls, NULL::text;
             RETURN;
         END IF;
         v_counted := true;
@@ -144,7 +145,7 @@ BEGIN
                     WHERE t.namespace = p_namespace AND t.key = p_key;
             END IF;
             RETURN QUERY SELECT 'refused_tool'::text, NULL::text, NULL::bytea, NULL::bytea,
-                                NULL::bigint, coalesce(v_actions, 0), p_max_tool;
+                                NULL::bigint, coalesce(v_actions, 0), p_max_tool, NULL::text;
             RETURN;
         END IF;
     END IF;
@@ -154,18 +155,18 @@ BEGIN
                 fingerprint = p_fingerprint, result = NULL, created_at_ms = v_now,
                 expires_at_ms = CASE WHEN p_claim THEN v_now + p_lease_ms ELSE 0 END,
                 token = p_token, attempts = v_attempts + 1,
-                attempts_expire_ms = v_now + p_window_ms
+                attempts_expire_ms = v_now + p_window_ms, holder = p_holder
             WHERE t.namespace = p_namespace AND t.key = p_key;
     END IF;
     IF p_claim THEN
         RETURN QUERY SELECT 'claimed'::text, NULL::text, NULL::bytea, NULL::bytea,
-                            NULL::bigint, v_attempts + 1, NULL::bigint;
+                            NULL::bigint, v_attempts + 1, NULL::bigint, NULL::text;
     ELSE
         -- The charge needs no flush of its own: the tool's transaction, committed after it,
         -- flushes the log up to its own commit, this one included.
         PERFORM set_config('synchronous_commit', 'off', true);
         RETURN QUERY SELECT 'charged'::text, NULL::text, NULL::bytea, NULL::bytea,
-                            NULL::bigint, v_attempts + 1, NULL::bigint;
+                            NULL::bigint, v_attempts + 1, NULL::bigint, NULL::text;
     END IF;
 END
 $$;
@@ -173,7 +174,8 @@ $$;
 -- A transactional call's claim (for turn p_turn_id), inside the tool's transaction, after its
 -- charge: takes the key's row (waiting for a transaction that holds it, for at most p_lock_timeout_ms), if no
 -- live record holds it. Raises ID001 when a live record does (completed or held meanwhile: the
--- caller rolls back and asks again). The lock timeout applies to this call only.
+-- caller rolls back and asks again). The lock timeout applies to this call only. The claim names
+-- no holder: the transaction holds it, and ends with the session that runs it.
 CREATE OR REPLACE FUNCTION {s}idem_claim(
     p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_lease_ms bigint,
     p_token bigint, p_window_ms bigint, p_lock_timeout_ms bigint, p_turn_id text)
@@ -186,7 +188,7 @@ BEGIN
     UPDATE {s}idem_records t
         SET tool = p_tool, turn = p_turn_id, state = 'in_progress', fingerprint = p_fingerprint,
             result = NULL, created_at_ms = {s}idem_now_ms(),
-            expires_at_ms = {s}idem_now_ms() + p_lease_ms, token = p_token
+            expires_at_ms = {s}idem_now_ms() + p_lease_ms, token = p_token, holder = NULL
         WHERE t.namespace = p_namespace AND t.key = p_key
           AND t.expires_at_ms <= {s}idem_now_ms();
     IF NOT FOUND THEN

@@ -97,6 +97,20 @@ pub(super) fn live(row: &PgRow, key: &Key) -> crate::Result<Begin> {
     read().map_err(corrupt(key))
 }
 
+/// The token and holder of a live claim that `idem_begin` answered (`o_answer` `'live'`,
+/// `o_state` `'in_progress'`, `o_token` and `o_holder` in columns 4 and 7) whose holder is
+/// certainly gone; `None` for any other answer, or a holder that may still run.
+pub(super) fn abandoned(row: &PgRow) -> Option<(i64, String)> {
+    let answer: String = row.try_get(0).ok()?;
+    let state: Option<String> = row.try_get(1).ok()?;
+    if answer != "live" || state.as_deref() != Some("in_progress") {
+        return None;
+    }
+    let token: i64 = row.try_get::<Option<i64>, _>(4).ok()??;
+    let holder: String = row.try_get::<Option<String>, _>(7).ok()??;
+    crate::store::holder::Holder::text_is_gone(Some(&holder)).then_some((token, holder))
+}
+
 /// `Corrupt` as the error of `key`.
 pub(super) fn corrupt(key: &Key) -> impl FnOnce(Corrupt) -> Error + '_ {
     move |Corrupt(message)| Error::CorruptRecord {

@@ -17,7 +17,10 @@ use crate::{Error, Result};
 /// Version 2: each record keeps the id of the turn that claimed it (whose claims its attempt
 /// count counts), indexed with its namespace and claim time; `idem_budgets` keeps tools' counts
 /// of started actions too; `idem_begin` and `idem_claim` take the turn (and the tool's count).
-pub const SCHEMA_VERSION: i32 = 2;
+/// Version 3: each claim names the process that holds it (`holder`,
+/// [`Holder`](crate::store::holder::Holder)), which `idem_begin` takes and answers, so that a
+/// claim whose process is certainly gone is freed at once.
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// The version table, created first so that its row can be read under the lock.
 const VERSION_TABLE: &str = "
@@ -63,6 +66,14 @@ CREATE INDEX IF NOT EXISTS idem_records_turn ON {s}idem_records (namespace, turn
 DROP FUNCTION IF EXISTS {s}idem_begin(text, bytea, text, bytea, bigint, bigint, bigint, bytea,
     bigint, bigint, boolean, bigint);
 DROP FUNCTION IF EXISTS {s}idem_claim(text, bytea, text, bytea, bigint, bigint, bigint, bigint);
+"#;
+
+/// From version 2 to 3: the holder column; version 2's `idem_begin` (another signature and
+/// answer) dropped, so that a process of an older build fails closed.
+const SCHEMA_V3: &str = r#"
+ALTER TABLE {s}idem_records ADD COLUMN IF NOT EXISTS holder text;
+DROP FUNCTION IF EXISTS {s}idem_begin(text, bytea, text, bytea, bigint, bigint, bigint, bytea,
+    bigint, bigint, boolean, bigint, text, bytea, bigint);
 "#;
 
 /// The SQL state `idem_claim` raises when a live record holds the key.
@@ -113,13 +124,17 @@ async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str
             .map_err(fail)?;
     match version.unwrap_or(0) {
         SCHEMA_VERSION => return Ok(()),
-        old @ 0..=1 => {
+        old @ 0..=2 => {
             if old == 0 {
                 let v1 = qualify(SCHEMA_V1, prefix);
                 tx.execute(v1.as_str()).await.map_err(fail)?;
             }
-            let v2 = qualify(SCHEMA_V2, prefix);
-            tx.execute(v2.as_str()).await.map_err(fail)?;
+            if old <= 1 {
+                let v2 = qualify(SCHEMA_V2, prefix);
+                tx.execute(v2.as_str()).await.map_err(fail)?;
+            }
+            let v3 = qualify(SCHEMA_V3, prefix);
+            tx.execute(v3.as_str()).await.map_err(fail)?;
             let functions = qualify(super::functions::FUNCTIONS, prefix);
             tx.execute(functions.as_str()).await.map_err(fail)?;
             sqlx::query(&qualify("DELETE FROM {s}idem_schema", prefix))
