@@ -343,21 +343,11 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
             .expect("set the holder");
         }
     };
-    let mut exited = std::process::Command::new("true").spawn().unwrap();
-    let exited_holder = Holder::of_pid(exited.id()).map(|h| h.encode());
-    exited.wait().unwrap();
-    let mut stopped = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
-    let stopped_holder = Holder::of_pid(stopped.id()).unwrap().encode();
-    std::process::Command::new("kill")
-        .args(["-STOP", &stopped.id().to_string()])
-        .status()
-        .unwrap();
+    let processes =
+        idem_test_support::HolderProcesses::start(|pid| Holder::of_pid(pid).map(|h| h.encode()));
 
     let mut cases = vec![
-        ("a stopped process", Some(stopped_holder), false),
+        ("a stopped process", Some(processes.stopped.clone()), false),
         (
             "this process",
             Holder::this_process_text().map(str::to_owned),
@@ -365,7 +355,7 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
         ),
         ("no holder", None, false),
     ];
-    if let Some(text) = exited_holder {
+    if let Some(text) = processes.exited.clone() {
         cases.push(("an exited process", Some(text), true));
     }
     for (i, (case, holder, gone)) in cases.into_iter().enumerate() {
@@ -388,8 +378,7 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
             );
         }
     }
-    stopped.kill().unwrap();
-    stopped.wait().unwrap();
+    drop(processes);
 
     // Version 2, as it was: no holder column, its idem_begin.
     let key = Key::from_bytes([99; 32]);

@@ -317,3 +317,73 @@ async fn empty_hash_tags_in_the_namespace_or_prefix_work() {
         cleanup_cluster(&urls, &prefix).await;
     }
 }
+
+/// On a cluster too (the turn's hash in the record's slot or not), a claim whose process is
+/// certainly gone is freed and claimed again at once, and a stopped holder keeps its claim.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_claim_whose_process_is_gone_is_claimed_again_at_once_on_a_cluster() {
+    use idem_tools_runtime::key::Fingerprint;
+    use idem_tools_runtime::store::budget::TurnIdentity;
+    use idem_tools_runtime::store::holder::Holder;
+    use idem_tools_runtime::store::{Begin, BeginRequest, Charge, LeaseToken};
+
+    let Some(urls) = cluster_urls("a_claim_whose_process_is_gone_is_claimed_again_at_once") else {
+        return;
+    };
+    let store = cluster_store(&urls, "cluster-holders").await;
+    let mut conn = cluster_conn(&urls).await;
+    let processes =
+        idem_test_support::HolderProcesses::start(|pid| Holder::of_pid(pid).map(|h| h.encode()));
+    let Some(gone) = processes.exited.clone() else {
+        return; // exited before it could be named: nothing to test with
+    };
+    let alive = processes.stopped.clone();
+    let turn = TurnIdentity::new("ns", "holders");
+    let begin = |k: Key, n: u8| {
+        let store = store.clone();
+        async move {
+            let fingerprint = Fingerprint::from_bytes([n; 32]);
+            let request = BeginRequest {
+                namespace: "ns",
+                key: &k,
+                tool: "send",
+                turn: "holders",
+                fingerprint: &fingerprint,
+                lease: Duration::from_secs(30),
+                ttl: Duration::from_secs(60),
+                token: LeaseToken::generate(),
+                charge: Charge {
+                    turn,
+                    max_tool_actions: Some(1_000),
+                    ..Charge::unlimited()
+                },
+            };
+            store.begin(request).await.unwrap()
+        }
+    };
+    // Keys over several slots: some with the turn's hash in their slot, most apart.
+    for i in 0..12u8 {
+        let k = Key::from_bytes([i + 1; 32]);
+        assert_eq!(begin(k, 1).await, Begin::Claimed);
+        let holder = if i % 2 == 0 { &gone } else { &alive };
+        let _: () = redis::cmd("HSET")
+            .arg(store.redis_key("ns", &k))
+            .arg("hold")
+            .arg(holder)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let second = begin(k, 2).await;
+        if i % 2 == 0 {
+            assert_eq!(second, Begin::Claimed, "key {i}");
+        } else {
+            assert!(
+                matches!(second, Begin::InFlight { .. }),
+                "key {i}: {second:?}"
+            );
+        }
+    }
+    drop(processes);
+    cleanup_cluster(&urls, store.prefix()).await;
+}

@@ -376,3 +376,68 @@ async fn the_engine_runs_a_tool_once_through_redis() {
     assert_eq!(sent.load(Ordering::SeqCst), 1);
     cleanup(&url, &prefix).await;
 }
+
+/// A claim whose process is certainly gone (on this host, in this pid namespace) is freed and
+/// claimed again at once, its attempt count kept; a holder that runs, is stopped, is this
+/// process, ran on another host, or is not named keeps the claim until its lease ends.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
+    use idem_tools_runtime::store::holder::Holder;
+
+    let Some(url) = redis_url("a_claim_whose_process_is_gone_is_claimed_again_at_once") else {
+        return;
+    };
+    let store = store(&url, "holders").await;
+    let mut conn = raw(&url).await;
+    let processes =
+        idem_test_support::HolderProcesses::start(|pid| Holder::of_pid(pid).map(|h| h.encode()));
+    let this = Holder::this_process_text().expect("a Linux process is named");
+    let elsewhere = {
+        let mut parts: Vec<&str> = this.split(':').collect();
+        parts[1] = "another-host";
+        parts[3] = "4194304";
+        parts.join(":")
+    };
+
+    let mut cases = vec![
+        ("a stopped process", processes.stopped.clone(), false),
+        ("this process", this.to_owned(), false),
+        ("a process on another host", elsewhere, false),
+        ("no holder", String::new(), false),
+    ];
+    if let Some(text) = processes.exited.clone() {
+        cases.push(("an exited process", text, true));
+    }
+    for (case, holder, gone) in cases {
+        let (k, first) = (key(case), fingerprint(case));
+        let held = claim(&store, "ns", case, LONG).await;
+        let _: () = redis::cmd("HSET")
+            .arg(store.redis_key("ns", &k))
+            .arg("hold")
+            .arg(&holder)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let second = fingerprint("second");
+        let answer = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
+        if gone {
+            assert!(matches!(answer, Begin::Claimed), "{case}: {answer:?}");
+            let record = store.get("ns", &k).await.unwrap().unwrap();
+            assert_eq!(record.fingerprint, second, "{case}");
+            assert_eq!(record.attempts, 2, "{case}: the freed claim still counts");
+            // The freed holder is fenced off.
+            assert!(matches!(
+                store.release(&held).await,
+                Err(Error::LeaseLost { .. })
+            ));
+        } else {
+            assert!(
+                matches!(answer, Begin::InFlight { fingerprint } if fingerprint == first),
+                "{case}: {answer:?}"
+            );
+        }
+    }
+    drop(processes);
+    cleanup(&url, store.prefix()).await;
+}

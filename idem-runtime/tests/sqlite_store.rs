@@ -675,6 +675,7 @@ async fn an_endless_busy_timeout_is_the_longest_sqlite_takes() {
 #[cfg(target_os = "linux")]
 #[tokio::test]
 async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
+    use idem_test_support::HolderProcesses;
     use idem_tools_runtime::store::holder::Holder;
 
     let dir = TempDir::new("holders");
@@ -687,26 +688,14 @@ async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
         Some(format!("{format}:{boot}:{namespace}:{pid}:{start}"))
     };
 
-    // A process that ran and was reaped: gone.
-    let mut exited = std::process::Command::new("true").spawn().unwrap();
-    let exited_pid = exited.id();
-    let exited_start = Holder::of_pid(exited_pid).map(|h| h.encode());
-    exited.wait().unwrap();
-    // A process that runs, and one stopped (SIGSTOP, as a paused holder).
+    // A process that ran and was reaped (gone), one stopped (SIGSTOP, as a paused holder),
+    // and one that runs.
+    let processes = HolderProcesses::start(|pid| Holder::of_pid(pid).map(|h| h.encode()));
     let mut running = std::process::Command::new("sleep")
         .arg("60")
         .spawn()
         .unwrap();
     let running_text = Holder::of_pid(running.id()).unwrap().encode();
-    let mut stopped = std::process::Command::new("sleep")
-        .arg("60")
-        .spawn()
-        .unwrap();
-    let stopped_text = Holder::of_pid(stopped.id()).unwrap().encode();
-    std::process::Command::new("kill")
-        .args(["-STOP", &stopped.id().to_string()])
-        .status()
-        .unwrap();
 
     let dead_pid = "4194304"; // above Linux's pid_max: never a running process
     let cases: Vec<(&str, Option<String>, bool)> = vec![
@@ -721,7 +710,7 @@ async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
             true,
         ),
         ("a running process", Some(running_text), false),
-        ("a stopped process", Some(stopped_text), false),
+        ("a stopped process", Some(processes.stopped.clone()), false),
         ("this process", Some(this.to_owned()), false),
         (
             "another boot",
@@ -742,7 +731,7 @@ async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
         ("no holder", None, false),
     ];
     let mut cases = cases;
-    if let Some(text) = exited_start {
+    if let Some(text) = processes.exited.clone() {
         cases.push(("an exited, reaped process", Some(text), true));
     }
     for (i, (case, holder, gone)) in cases.into_iter().enumerate() {
@@ -775,8 +764,6 @@ async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
     }
     running.kill().unwrap();
     running.wait().unwrap();
-    stopped.kill().unwrap();
-    stopped.wait().unwrap();
 }
 
 /// A version 5 file (claims without a holder) is migrated to version 6: its claims keep their

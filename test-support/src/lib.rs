@@ -192,3 +192,42 @@ impl Drop for Kid {
         }
     }
 }
+
+/// Processes for the tests of claim holders: one that ran and was reaped (gone), and one
+/// stopped with `SIGSTOP` (still there), each named by `name` (a pid → the holder text a store
+/// keeps) while it existed. The stopped one is killed when this is dropped.
+pub struct HolderProcesses {
+    /// The exited process's name, if it could be named before it exited.
+    pub exited: Option<String>,
+    /// The stopped process's name.
+    pub stopped: String,
+    child: Child,
+}
+
+impl HolderProcesses {
+    /// Starts both (`true` and `sleep 60`).
+    pub fn start(name: impl Fn(u32) -> Option<String>) -> HolderProcesses {
+        let mut exited = Command::new("true").spawn().expect("run true");
+        let exited_name = name(exited.id());
+        exited.wait().expect("reap true");
+        let child = Command::new("sleep").arg("60").spawn().expect("run sleep");
+        let stopped = name(child.id()).expect("a running process is named");
+        let status = Command::new("kill")
+            .args(["-STOP", &child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -STOP failed");
+        HolderProcesses {
+            exited: exited_name,
+            stopped,
+            child,
+        }
+    }
+}
+
+impl Drop for HolderProcesses {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -103,8 +103,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// arguments never appear in Redis keys, only their digest. The hash holds the record — `state`
 /// (`in_progress` or `completed`), `tok` (the fencing token of the claim that holds or
 /// completed it), `fp` (the 32-byte argument fingerprint), `tool`, `turn` (the id of the turn that
-/// claimed it), `created` and `exp` (ms since the Unix epoch; 0 once a claim was given back: no
-/// record, the hash kept for its count) and `res` (the encoded result, once completed) — and the
+/// claimed it), `hold` (the process that claimed it, [`Holder`](super::holder::Holder); empty
+/// where it cannot be named), `created` and `exp` (ms since the Unix epoch; 0 once a claim was
+/// given back: no record, the hash kept for its count) and `res` (the encoded result, once
+/// completed) — and the
 /// key's attempt count (claims by `turn`), `att` and `aexp` (when it expires), so `HGETALL` shows
 /// both by hand. Redis expires the hash at the later of `exp` and `aexp`. A record written before
 /// records carried their turn has no `turn`: its count belongs to no turn.
@@ -191,7 +193,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///
 /// - **Worker restarts and many workers:** records live in Redis, so a restarted process, or any
 ///   number of processes on any number of hosts, see the same keys, and exactly one of them
-///   claims a free key (each transition is one atomic script).
+///   claims a free key (each transition is one atomic script). A claim whose process is
+///   certainly gone — a call on the host (and in the pid namespace) where it ran finds no
+///   process with its pid and start time — is freed and claimed again at once; any other
+///   holder's claim waits for its lease.
 /// - **Redis restarts:** only with persistence. With `appendonly yes` and `appendfsync always`
 ///   every acknowledged claim and completion survives a crash; `appendfsync everysec` may lose
 ///   the last second of them, and those keys can run again. Without persistence a restart

@@ -11,18 +11,19 @@
 --       writing nothing), 'claim' (claim; the turn's hash was charged already), 'retry' (claim
 --       only a retry: a new action replies 'f0'), [7] the turn's cap ('' for none), [8] budget
 --       window in ms, [9] turn id, [10] the key (32 bytes), [11] the tool's cap ('' for none),
---       [12] how long to keep the turn's hash at least, in ms.
+--       [12] how long to keep the turn's hash at least, in ms, [13] the claiming process
+--       (`store::holder`; '' where it cannot be named).
 -- Replies one string (one value for the client to parse), its first byte saying what follows:
 -- 'c' claimed (a retry, or a new action) | 'n' claimed a retry in mode 'claim' (the turn's
 -- charge is to be given back) | 'f' .. attempts (free) | 'd' .. fp .. res (completed)
--- | 'r' .. fp (running) | 'x' .. what is wrong (corrupt) | 'k' .. attempts (refused by the
+-- | 'r' .. fp .. tok .. ' ' .. holder (running) | 'x' .. what is wrong (corrupt) | 'k' .. attempts (refused by the
 -- key's count) | 't' .. calls (refused by the turn's cap) | 'a' .. actions (refused by the
 -- tool's); a key of another type fails.
 -- Commands: a replay TIME, HMGET; a retry TIME, HMGET, HSET, PEXPIREAT; a new action those and
 -- the turn hash's HMGET, HSET, PEXPIREAT.
 local k = KEYS[1]
 local f = redis.call('HMGET', k, 'exp', 'state', 'fp', 'res', 'tok', 'created', 'att', 'aexp',
-  'turn')
+  'turn', 'hold')
 local att = 0
 if f[1] then
   local exp = tonumber(f[1])
@@ -49,7 +50,7 @@ if f[1] then
     if not f[5] then
       return 'xfield `tok` is missing'
     end
-    return 'r' .. fp
+    return 'r' .. fp .. f[5] .. ' ' .. (f[10] or '')
   end
   if (tonumber(f[8]) or 0) > now and f[9] == ARGV[9] then
     att = tonumber(f[7]) or 0
@@ -77,7 +78,7 @@ local expires = now + tonumber(ARGV[4])
 -- `res` emptied: an expired result must not stay with the new claim.
 redis.call('HSET', k, 'state', 'in_progress', 'tok', ARGV[1], 'fp', ARGV[2], 'tool', ARGV[3],
   'created', ms(now), 'exp', ms(expires), 'att', ms(att + 1), 'aexp', ms(window_end), 'res', '',
-  'turn', ARGV[9])
+  'turn', ARGV[9], 'hold', ARGV[13])
 redis.call('PEXPIREAT', k, ms(math.max(expires, window_end)))
 if mode == 'claim' and att > 0 then
   return 'n'

@@ -6,6 +6,7 @@ use super::layout::{self, TurnKey};
 use super::reply::{Reply, corrupt, fingerprint as fingerprint_of, wrong_type};
 use super::{MAX_DURATION_MS, RedisStore, SCRIPTS, script_ms};
 use crate::store::budget::CounterId;
+use crate::store::holder::Holder;
 use crate::store::{Begin, BeginRequest, Exhausted, FirstResult};
 use crate::{Error, Result};
 
@@ -16,6 +17,19 @@ pub(super) enum TurnHash<'a> {
     /// The hash is in another Cluster slot: charged by its own script between a check and the
     /// claim.
     Apart(TurnKey<'a>),
+}
+
+/// What one pass of `begin` found.
+pub(super) enum Begun {
+    /// `begin`'s answer.
+    Answer(Begin),
+    /// A live claim whose process is certainly gone: to be freed, then claimed.
+    Abandoned {
+        /// The claim's token, as stored.
+        token: Vec<u8>,
+        /// Its holder, as stored.
+        holder: Vec<u8>,
+    },
 }
 
 /// A script argument for an optional cap: its number, or `''` for none (written in place).
@@ -73,8 +87,10 @@ impl RedisStore {
     ) -> Result<Reply> {
         let record_key = self.record_key(req.namespace, req.key);
         let keys = 1 + usize::from(turn_key.is_some());
-        let bytes = 2 * record_key.len() + req.tool.len() + req.turn.len() + 2 * 32 + 120;
-        let mut cmd = call::evalsha(&SCRIPTS.begin, keys, keys + 12, bytes);
+        let holder = Holder::this_process_text().unwrap_or_default();
+        let bytes =
+            2 * record_key.len() + req.tool.len() + req.turn.len() + holder.len() + 2 * 32 + 120;
+        let mut cmd = call::evalsha(&SCRIPTS.begin, keys, keys + 13, bytes);
         cmd.arg(record_key);
         if let Some(turn_key) = turn_key {
             cmd.arg(turn_key);
@@ -91,7 +107,8 @@ impl RedisStore {
             .arg(req.turn)
             .arg(req.key.as_bytes().as_slice())
             .arg(cap(charge.max_tool_actions))
-            .arg(kept(req));
+            .arg(kept(req))
+            .arg(holder);
         let reply = match self.eval_raw(&SCRIPTS.begin, &cmd).await {
             Ok(reply) => reply,
             Err(error) if call::wrong_type(&error) => {
@@ -162,7 +179,7 @@ impl RedisStore {
         &self,
         req: &BeginRequest<'_>,
         turn_key: TurnKey<'_>,
-    ) -> Result<Begin> {
+    ) -> Result<Begun> {
         let attempts = match self.begin_script(req, None, "check").await? {
             Reply::Free(attempts) => attempts,
             answer => return Self::begun(req, answer),
@@ -174,52 +191,86 @@ impl RedisStore {
             }
         }
         if let Some(refused) = self.charge_turn(turn_key, req).await? {
-            return Ok(Begin::Refused(refused));
+            return Ok(Begun::Answer(Begin::Refused(refused)));
         }
         let reply = self.begin_script(req, None, "claim").await;
         let answer = match reply {
             Ok(Reply::ClaimedRetry) => {
                 self.refund_turn(turn_key, req).await;
-                return Ok(Begin::Claimed);
+                return Ok(Begun::Answer(Begin::Claimed));
             }
             reply => reply.and_then(|reply| Self::begun(req, reply)),
         };
-        if !matches!(answer, Ok(Begin::Claimed)) {
+        if !matches!(answer, Ok(Begun::Answer(Begin::Claimed))) {
             self.refund_turn(turn_key, req).await;
         }
         answer
     }
 
     /// The answer of `begin` for a reply of `begin.lua`.
-    pub(super) fn begun(req: &BeginRequest<'_>, reply: Reply) -> Result<Begin> {
-        match reply {
-            Reply::Claimed | Reply::ClaimedRetry => Ok(Begin::Claimed),
+    pub(super) fn begun(req: &BeginRequest<'_>, reply: Reply) -> Result<Begun> {
+        let answer = match reply {
+            Reply::Claimed | Reply::ClaimedRetry => Begin::Claimed,
             Reply::Done {
                 fingerprint,
                 result,
-            } => Ok(Begin::Completed(FirstResult {
+            } => Begin::Completed(FirstResult {
                 fingerprint: fingerprint_of(req.key, &fingerprint)?,
                 result,
-            })),
-            Reply::Running(fingerprint) => Ok(Begin::InFlight {
-                fingerprint: fingerprint_of(req.key, &fingerprint)?,
             }),
-            Reply::Corrupt(what) => Err(corrupt(req.key, what)),
-            Reply::RefusedKey(attempts) => Ok(Begin::Refused(Exhausted::Key {
+            Reply::Running {
+                fingerprint,
+                token,
+                holder,
+            } => {
+                let fingerprint = fingerprint_of(req.key, &fingerprint)?;
+                let gone =
+                    std::str::from_utf8(&holder).is_ok_and(|text| Holder::text_is_gone(Some(text)));
+                if gone {
+                    return Ok(Begun::Abandoned { token, holder });
+                }
+                Begin::InFlight { fingerprint }
+            }
+            Reply::Corrupt(what) => return Err(corrupt(req.key, what)),
+            Reply::RefusedKey(attempts) => Begin::Refused(Exhausted::Key {
                 attempts,
                 limit: req.charge.max_attempts,
-            })),
-            Reply::RefusedTurn(calls) => Ok(Begin::Refused(Exhausted::Turn {
+            }),
+            Reply::RefusedTurn(calls) => Begin::Refused(Exhausted::Turn {
                 calls,
                 limit: req.charge.max_calls.unwrap_or(u32::MAX),
-            })),
-            Reply::RefusedTool(calls) => Ok(Begin::Refused(Exhausted::Tool {
+            }),
+            Reply::RefusedTool(calls) => Begin::Refused(Exhausted::Tool {
                 calls,
                 limit: req.charge.max_tool_actions.unwrap_or(u32::MAX),
-            })),
+            }),
             Reply::Free(_) | Reply::None | Reply::Record(_) => {
-                Err(Error::store("begin", "unexpected reply from Redis"))
+                return Err(Error::store("begin", "unexpected reply from Redis"));
             }
-        }
+        };
+        Ok(Begun::Answer(answer))
+    }
+
+    /// Frees a claim whose process is gone (if it still holds the key: its token and holder),
+    /// keeping the key's attempt count, as `release` does.
+    pub(super) async fn free_abandoned(
+        &self,
+        req: &BeginRequest<'_>,
+        token: &[u8],
+        holder: &[u8],
+    ) -> Result<()> {
+        let key = self.record_key(req.namespace, req.key);
+        let mut cmd = call::evalsha(
+            &SCRIPTS.release,
+            1,
+            2,
+            key.len() + token.len() + holder.len(),
+        );
+        cmd.arg(key).arg(token).arg(holder);
+        // 0: it changed hands meanwhile; the claim that follows sees what holds it now.
+        self.eval("begin", &SCRIPTS.release, &cmd).await?;
+        tracing::info!(target: "idem", key = %req.key.short(), tool = req.tool,
+            holder = %String::from_utf8_lossy(holder), "freed a claim whose process is gone");
+        Ok(())
     }
 }

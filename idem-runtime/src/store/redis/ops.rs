@@ -7,7 +7,7 @@ use std::time::Duration;
 use ::redis::Value;
 
 use super::call;
-use super::claim::TurnHash;
+use super::claim::{Begun, TurnHash};
 use super::conn::Node;
 use super::layout::{TurnKey, parse_record_key, record_pattern};
 use super::reply::unexpected;
@@ -119,12 +119,26 @@ impl Store for RedisStore {
     fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
         StoreFuture::new(async move {
             let id = req.charge.turn.turn_counter();
-            match self.turn_hash(&req, &id) {
+            let pass = async || match self.turn_hash(&req, &id) {
                 TurnHash::InScript(turn_key) => {
                     let reply = self.begin_script(&req, Some(turn_key), "charge").await?;
                     Self::begun(&req, reply)
                 }
                 TurnHash::Apart(turn_key) => self.begin_apart(&req, turn_key).await,
+            };
+            // A claim whose process is certainly gone is freed, then the key claimed (once: a
+            // holder gone again is for the next call to find).
+            let (token, holder) = match pass().await? {
+                Begun::Answer(answer) => return Ok(answer),
+                Begun::Abandoned { token, holder } => (token, holder),
+            };
+            self.free_abandoned(&req, &token, &holder).await?;
+            match pass().await? {
+                Begun::Answer(answer) => Ok(answer),
+                Begun::Abandoned { .. } => Err(Error::store(
+                    "begin",
+                    "a claim freed because its process was gone is held by a gone process again",
+                )),
             }
         })
     }

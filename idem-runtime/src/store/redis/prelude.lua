@@ -1,6 +1,7 @@
 -- Shared by every script (prepended when the store is built).
--- A key's hash holds its record — `state`, `tok`, `fp`, `tool`, `created`, `exp` (the lease's
--- end while in progress, the TTL's end once completed), `res` — and its attempt count: `att`
+-- A key's hash holds its record — `state`, `tok`, `hold` (the claiming process), `fp`, `tool`,
+-- `created`, `exp` (the lease's end while in progress, the TTL's end once completed), `res` —
+-- and its attempt count: `att`
 -- (claims since the last recorded result) and `aexp` (when the count expires). The record is
 -- live while now < exp, the count while now < aexp; Redis expires the hash at the later of the
 -- two. A released claim keeps its hash with `exp` = 0: no record, and its count.

@@ -26,8 +26,16 @@ pub(super) enum Reply {
         /// The encoded result (shares the reply's bytes).
         result: Bytes,
     },
-    /// `r` + fingerprint: a record in progress (`begin`).
-    Running(Bytes),
+    /// `r` + fingerprint + token + ` ` + holder: a record in progress (`begin`).
+    Running {
+        /// The fingerprint, as stored.
+        fingerprint: Bytes,
+        /// The holder's token, as stored.
+        token: Vec<u8>,
+        /// The holder's process, encoded ([`Holder`](crate::store::holder::Holder)); empty if
+        /// none was written.
+        holder: Vec<u8>,
+    },
     /// `{'record', state, fp, tool, created, exp, res, att, turn}`: the eight fields, `None`
     /// where absent (`get`).
     Record(Vec<Option<Vec<u8>>>),
@@ -83,7 +91,18 @@ impl Reply {
                     result: bytes.slice(FP + 1..),
                 })
             }
-            Some(b'r') if bytes.len() > FP => Ok(Reply::Running(Bytes::from(bytes).slice(1..))),
+            Some(b'r') if bytes.len() > FP => {
+                let rest = &bytes[FP + 1..];
+                let (token, holder) = match rest.iter().position(|&b| b == b' ') {
+                    Some(space) => (rest[..space].to_vec(), rest[space + 1..].to_vec()),
+                    None => (rest.to_vec(), Vec::new()),
+                };
+                Ok(Reply::Running {
+                    fingerprint: Bytes::from(bytes).slice(1..=FP),
+                    token,
+                    holder,
+                })
+            }
             Some(b'x') => Ok(Reply::Corrupt(
                 String::from_utf8_lossy(&bytes[1..]).into_owned(),
             )),
