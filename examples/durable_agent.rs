@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 
-use idem_tools::rig::{RecordedModel, tool, with_turn};
 use idem_tools::SqliteStore;
+use idem_tools::rig::{RecordedModel, tool, with_turn};
 use idem_tools::{Error, ToolInfo, Turn, idempotent, tool_impl};
 use rig_agent::AgentBuilder;
 use rig_core::Model;
