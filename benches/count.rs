@@ -9,7 +9,9 @@
 //!
 //! Kinds: `floor` (BLAKE3 over `serde_json` bytes and a map lookup), `replay` (attached:
 //! borrowed arguments), `replay_owned` (detached: owned arguments, the caller's clone
-//! included), `first` and `first_owned` (a fresh key per call); `sizes` prints the size of a
+//! included), `first` and `first_owned` (a fresh key per call), `step_live` (a conversation's
+//! next model step, the model answering at once) and `step_replay` (a restarted run's step
+//! answered from the store); `sizes` prints the size of a
 //! call's future (every byte of it is moved as the future is built and awaited). Each run makes one warm-up call
 //! of its kind, then `n` measured calls, and prints `allocations per call: X` for those: the
 //! count of the global allocator's `alloc` calls, divided by `n`.
@@ -22,7 +24,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use support::floor::Floor;
-use support::{Args, SIZES, bare, current_thread, memory_store, ok, send, send_owned, turn};
+use support::{
+    Args, SIZES, bare, current_thread, memory_store, ok, receipt, send, send_owned, turn,
+};
 
 /// The system allocator, counting allocations.
 struct Counting;
@@ -123,7 +127,42 @@ fn main() {
                 before
             }))
         }
-        other => panic!("unknown kind {other}: floor, replay, replay_owned, first, first_owned"),
+        "step_live" => rt.block_on(async {
+            // `n` steps of one conversation, each asking the (instant) model: a step's key
+            // derived from the turn, label and index, its request fingerprinted, claimed and
+            // recorded.
+            let chat = turn("count", store).conversation("chat");
+            let ask = |args: &Args| {
+                let answer = receipt(args);
+                async move { Ok::<_, idem_tools::Error>(answer) }
+            };
+            ok("step", chat.step(&small, ask(&small)).await);
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            for _ in 0..n {
+                black_box(ok("step", chat.step(black_box(&small), ask(&small)).await));
+            }
+            before
+        }),
+        "step_replay" => rt.block_on(async {
+            // A restarted run's first step, replayed: each time a new `Turn` value of the same
+            // turn (a new run), its conversation, and step 0 answered from the store.
+            let replay = || async {
+                let chat = turn("count", store.clone()).conversation("chat");
+                let answer = receipt(&small);
+                chat.step(&small, async move { Ok::<_, idem_tools::Error>(answer) })
+                    .await
+            };
+            ok("step", replay().await);
+            let before = ALLOCATIONS.load(Ordering::Relaxed);
+            for _ in 0..n {
+                black_box(ok("step", replay().await));
+            }
+            before
+        }),
+        other => panic!(
+            "unknown kind {other}: floor, replay, replay_owned, first, first_owned, step_live, \
+             step_replay"
+        ),
     };
     let allocations = ALLOCATIONS.load(Ordering::Relaxed) - before;
     #[allow(clippy::cast_precision_loss)] // counts far below 2^52

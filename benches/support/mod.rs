@@ -80,7 +80,8 @@ pub struct Receipt {
     pub len: u64,
 }
 
-fn receipt(args: &Args) -> Receipt {
+/// What the bench tools answer for `args`.
+pub fn receipt(args: &Args) -> Receipt {
     Receipt {
         id: args.n,
         len: args.to.len() as u64,
@@ -179,13 +180,15 @@ fn bench_error(e: impl std::fmt::Display) -> String {
     format!("naive map: {e}")
 }
 
-/// A turn on `store` whose per-key budget never refuses a replay, and whose cap of a tool's new
-/// actions never refuses the benches' many first executions (the count is still kept).
+/// A turn on `store` whose per-key budget never refuses a replay, and whose caps of a tool's new
+/// actions and of model steps never refuse the benches' many first executions and steps (the
+/// counts are still kept).
 pub fn turn(id: &str, store: Arc<dyn Store>) -> Turn {
     Turn::new(id)
         .with_store(store)
         .with_max_attempts_per_key(u32::MAX)
         .with_actions_per_tool(u32::MAX)
+        .with_max_model_steps(u32::MAX)
 }
 
 /// A fresh memory store.
