@@ -30,6 +30,16 @@ async fn hold_budget_row(
     holder
 }
 
+/// A store whose gone holders' claims end `grace` after they are found (its reply timeout).
+async fn store_with_grace(url: &str, tag: &str, grace: Duration) -> PostgresStore {
+    PostgresStore::builder()
+        .schema(postgres_common::unique_schema(tag))
+        .reply_timeout(grace)
+        .connect(url)
+        .await
+        .expect("the test server is reachable")
+}
+
 /// A claim of `key` for `turn` with a turn-wide cap (so that it charges the held row).
 fn claim_request<'a>(
     key: &'a Key,
@@ -306,7 +316,8 @@ fn an_operation_dropped_at_thread_exit_does_not_abort() {
     child.finish();
 }
 
-/// A claim left by a process that is certainly gone (on this host) is claimed again at once; one
+/// A claim left by a process that is certainly gone (on this host) is claimed again a reply
+/// timeout later (not at its lease's end); one
 /// whose process still runs, or is stopped, waits for its lease. A version 2 schema (claims
 /// without a holder) is migrated, and its claims keep their leases.
 #[cfg(target_os = "linux")]
@@ -318,7 +329,8 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
     let Some(url) = postgres_url("a_claim_whose_process_is_gone_is_claimed_again_at_once") else {
         return;
     };
-    let store = store(&url, "holders").await;
+    let grace = Duration::from_millis(500);
+    let store = store_with_grace(&url, "holders", grace).await;
     let schema = store.schema().expect("a schema").to_owned();
     let turn = TurnIdentity::new("ns", "t");
     let begin = |key: Key, n: u8| {
@@ -362,8 +374,15 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
         let key = Key::from_bytes([i as u8 + 1; 32]);
         assert_eq!(begin(key, 1).await, Begin::Claimed, "{case}");
         set_holder(key, holder).await;
-        let second = begin(key, 2).await;
+        let mut second = begin(key, 2).await;
         if gone {
+            // Left a reply timeout, for a result it sent before it died to land; then free.
+            assert!(
+                matches!(second, Begin::InFlight { .. }),
+                "{case}: {second:?}"
+            );
+            tokio::time::sleep(grace + Duration::from_millis(100)).await;
+            second = begin(key, 2).await;
             assert_eq!(second, Begin::Claimed, "{case}");
             let record = store.get("ns", &key).await.unwrap().unwrap();
             assert_eq!(
@@ -407,6 +426,102 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
         reopened.begin(request).await.unwrap(),
         Begin::InFlight { .. }
     ));
+    cleanup(&store).await;
+}
+
+/// A process that died right after sending its result: the result may land after another
+/// process found the process gone. Its claim is left a reply timeout (the grace) before it is
+/// free: a result that lands meanwhile is replayed, and the tool does not run again; without
+/// one, the key is claimed once the grace is over.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_result_its_gone_holder_sent_lands_before_the_claim_is_freed() {
+    use idem_tools_runtime::store::holder::Holder;
+    use idem_tools_runtime::store::{Begin, FirstResult};
+
+    let Some(url) = postgres_url("a_result_its_gone_holder_sent_lands_before_the_claim_is_freed")
+    else {
+        return;
+    };
+    let grace = Duration::from_millis(800);
+    let store = store_with_grace(&url, "late_result", grace).await;
+    let schema = store.schema().expect("a schema").to_owned();
+    let turn = TurnIdentity::new("ns", "t");
+    let processes =
+        idem_test_support::HolderProcesses::start(|pid| Holder::of_pid(pid).map(|h| h.encode()));
+    let Some(exited) = processes.exited.clone() else {
+        return; // no process could be named here: holders are off
+    };
+    let (first, second) = (
+        Fingerprint::from_bytes([1; 32]),
+        Fingerprint::from_bytes([2; 32]),
+    );
+    let held_by_the_gone_process = |n: u8| {
+        let (store, schema, exited) = (store.clone(), schema.clone(), exited.clone());
+        async move {
+            let key = Key::from_bytes([n; 32]);
+            let token = LeaseToken::generate();
+            let claimed = store.begin(claim_request(&key, &first, turn, token)).await;
+            assert_eq!(claimed.expect("begin"), Begin::Claimed);
+            sqlx::query(&format!(
+                "UPDATE \"{schema}\".idem_records SET holder = $1 WHERE key = $2"
+            ))
+            .bind(exited)
+            .bind(key.as_bytes().as_slice())
+            .execute(store.pool())
+            .await
+            .expect("set the holder");
+            let lease = Lease {
+                namespace: "ns".into(),
+                key,
+                token,
+            };
+            (key, lease)
+        }
+    };
+    let retry = |key: Key| {
+        let store = store.clone();
+        async move {
+            store
+                .begin(claim_request(&key, &second, turn, LeaseToken::generate()))
+                .await
+                .expect("begin")
+        }
+    };
+
+    // The result lands during the grace: replayed.
+    let (key, lease) = held_by_the_gone_process(7).await;
+    let early = retry(key).await;
+    assert!(
+        matches!(early, Begin::InFlight { fingerprint } if fingerprint == first),
+        "{early:?}"
+    );
+    store
+        .complete(&lease, b"sent before it died", Duration::from_secs(60))
+        .await
+        .expect("the late result is recorded");
+    assert_eq!(
+        retry(key).await,
+        Begin::Completed(FirstResult {
+            fingerprint: first,
+            result: b"sent before it died".to_vec().into(),
+        }),
+        "replayed, not claimed again"
+    );
+
+    // No result: claimed once the grace is over, long before the lease's end (60 s).
+    let (key, lease) = held_by_the_gone_process(8).await;
+    assert!(matches!(retry(key).await, Begin::InFlight { .. }));
+    tokio::time::sleep(grace + Duration::from_millis(100)).await;
+    assert_eq!(retry(key).await, Begin::Claimed);
+    let late = store
+        .complete(&lease, b"too late", Duration::from_secs(60))
+        .await;
+    assert!(
+        late.is_err(),
+        "the gone process's claim is fenced off: {late:?}"
+    );
+    drop(processes);
     cleanup(&store).await;
 }
 

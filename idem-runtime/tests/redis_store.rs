@@ -30,6 +30,16 @@ async fn store(url: &str, tag: &str) -> RedisStore {
         .with_prefix(unique_prefix(tag))
 }
 
+/// A store whose gone holders' claims end `grace` after they are found (its reply timeout).
+async fn store_with_grace(url: &str, tag: &str, grace: Duration) -> RedisStore {
+    RedisStore::builder()
+        .response_timeout(grace)
+        .prefix(unique_prefix(tag))
+        .connect(url)
+        .await
+        .expect("connect")
+}
+
 fn request<'a>(
     namespace: &'a str,
     key: &'a idem_tools_runtime::Key,
@@ -378,7 +388,7 @@ async fn the_engine_runs_a_tool_once_through_redis() {
 }
 
 /// A claim whose process is certainly gone (on this host, in this pid namespace) is freed and
-/// claimed again at once, its attempt count kept; a holder that runs, is stopped, is this
+/// claimed again a reply timeout later (not at its lease's end), its attempt count kept; a holder that runs, is stopped, is this
 /// process, ran on another host, or is not named keeps the claim until its lease ends.
 #[cfg(target_os = "linux")]
 #[tokio::test]
@@ -388,7 +398,8 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
     let Some(url) = redis_url("a_claim_whose_process_is_gone_is_claimed_again_at_once") else {
         return;
     };
-    let store = store(&url, "holders").await;
+    let grace = Duration::from_millis(500);
+    let store = store_with_grace(&url, "holders", grace).await;
     let mut conn = raw(&url).await;
     let processes =
         idem_test_support::HolderProcesses::start(|pid| Holder::of_pid(pid).map(|h| h.encode()));
@@ -396,7 +407,7 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
     let elsewhere = {
         let mut parts: Vec<&str> = this.split(':').collect();
         parts[1] = "another-host";
-        parts[3] = "4194304";
+        parts[4] = "4194304"; // above Linux's pid_max: never a running process
         parts.join(":")
     };
 
@@ -420,8 +431,15 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
             .await
             .unwrap();
         let second = fingerprint("second");
-        let answer = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
+        let mut answer = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
         if gone {
+            // Left a reply timeout, for a result it sent before it died to land; then free.
+            assert!(
+                matches!(answer, Begin::InFlight { .. }),
+                "{case}: {answer:?}"
+            );
+            tokio::time::sleep(grace + Duration::from_millis(100)).await;
+            answer = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
             assert!(matches!(answer, Begin::Claimed), "{case}: {answer:?}");
             let record = store.get("ns", &k).await.unwrap().unwrap();
             assert_eq!(record.fingerprint, second, "{case}");
@@ -438,6 +456,77 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
             );
         }
     }
+    drop(processes);
+    cleanup(&url, store.prefix()).await;
+}
+
+/// A process that died right after sending its result: the result may land after another
+/// process found the process gone. Its claim is left a reply timeout (the grace) before it is
+/// free: a result that lands meanwhile is replayed, and the tool does not run again; without
+/// one, the key is claimed once the grace is over.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn a_result_its_gone_holder_sent_lands_before_the_claim_is_freed() {
+    use idem_tools_runtime::store::holder::Holder;
+
+    let Some(url) = redis_url("a_result_its_gone_holder_sent_lands_before_the_claim_is_freed")
+    else {
+        return;
+    };
+    let grace = Duration::from_millis(800);
+    let store = store_with_grace(&url, "late_result", grace).await;
+    let mut conn = raw(&url).await;
+    let processes =
+        idem_test_support::HolderProcesses::start(|pid| Holder::of_pid(pid).map(|h| h.encode()));
+    let Some(exited) = processes.exited.clone() else {
+        return; // no process could be named here: holders are off
+    };
+    let second = fingerprint("second");
+    let mut held_by_the_gone_process = async |label: &str| {
+        let held = claim(&store, "ns", label, LONG).await;
+        let _: () = redis::cmd("HSET")
+            .arg(store.redis_key("ns", &key(label)))
+            .arg("hold")
+            .arg(&exited)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        held
+    };
+
+    // The result lands during the grace: replayed.
+    let held = held_by_the_gone_process("late").await;
+    let k = key("late");
+    let early = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
+    assert!(
+        matches!(early, Begin::InFlight { fingerprint: held } if held == fingerprint("late")),
+        "{early:?}"
+    );
+    store
+        .complete(&held, b"sent before it died", Duration::from_secs(60))
+        .await
+        .expect("the late result is recorded");
+    let answer = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
+    assert!(
+        matches!(&answer, Begin::Completed(first)
+            if first.fingerprint == fingerprint("late") && &first.result[..] == b"sent before it died"),
+        "replayed, not claimed again: {answer:?}"
+    );
+
+    // No result: claimed once the grace is over, long before the lease's end (30 s).
+    let held = held_by_the_gone_process("none").await;
+    let k = key("none");
+    let early = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
+    assert!(matches!(early, Begin::InFlight { .. }), "{early:?}");
+    tokio::time::sleep(grace + Duration::from_millis(100)).await;
+    let answer = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
+    assert!(matches!(answer, Begin::Claimed), "{answer:?}");
+    assert!(matches!(
+        store
+            .complete(&held, b"too late", Duration::from_secs(60))
+            .await,
+        Err(Error::LeaseLost { .. })
+    ));
     drop(processes);
     cleanup(&url, store.prefix()).await;
 }

@@ -683,9 +683,10 @@ async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
     let store = open(&dir.db(), &clock);
     let this = Holder::this_process_text().expect("a Linux process is named");
     let parts: Vec<&str> = this.split(':').collect();
-    let (format, boot, namespace, pid, start) = (parts[0], parts[1], parts[2], parts[3], parts[4]);
+    let (format, boot, namespace, time, pid, start) =
+        (parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]);
     let named = |boot: &str, namespace: &str, pid: &str, start: &str| {
-        Some(format!("{format}:{boot}:{namespace}:{pid}:{start}"))
+        Some(format!("{format}:{boot}:{namespace}:{time}:{pid}:{start}"))
     };
 
     // A process that ran and was reaped (gone), one stopped (SIGSTOP, as a paused holder),
@@ -723,8 +724,18 @@ async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
             false,
         ),
         (
+            "another time namespace (start times read differently there)",
+            Some(format!("{format}:{boot}:{namespace}:1:{dead_pid}:{start}")),
+            false,
+        ),
+        (
             "an unknown format",
-            Some(format!("linux9:{boot}:{namespace}:{dead_pid}:1")),
+            Some(format!("linux9:{boot}:{namespace}:{time}:{dead_pid}:1")),
+            false,
+        ),
+        (
+            "the previous format (no time namespace)",
+            Some(format!("linux1:{boot}:{namespace}:{dead_pid}:{start}")),
             false,
         ),
         ("damaged text", Some("linux1:??".to_owned()), false),

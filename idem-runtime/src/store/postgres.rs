@@ -62,7 +62,10 @@ pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 /// - **A process crash** between any two steps: every transition commits before a call
 ///   returns. Each claim names the process that holds it
 ///   ([`Holder`](super::holder::Holder)): a call made on the host where that process ran, in
-///   its pid namespace, that finds it certainly gone claims the key again at once. Otherwise —
+///   its pid namespace, that finds it certainly gone ends the claim a reply timeout later
+///   ([`PostgresStoreBuilder::reply_timeout`](crate::store::postgres::PostgresStoreBuilder::reply_timeout),
+///   5 s by default; sooner if its lease does), so that a result the process sent before it
+///   died lands first, and a call after that claims the key. Otherwise —
 ///   the holder on another host or in another container, or still running — a claim whose
 ///   holder died stays in flight until its lease ends (a transactional claim never does: the
 ///   server rolls back the dead client's transaction at once).
@@ -150,12 +153,15 @@ impl Sql {
                  $13, $14, $15, $16) \
                  WHERE NOT EXISTS (SELECT 1 FROM live)",
             ),
-            // A claim whose holder is gone expires, its attempt count kept, as a lease that
-            // ran out would — if it is still the claim that was read.
-            free_abandoned: q(
-                "UPDATE {s}idem_records SET expires_at_ms = 0 WHERE namespace = $1 \
-                 AND key = $2 AND token = $3 AND holder = $4 AND state = 'in_progress'",
-            ),
+            // A claim whose holder is gone ends within a grace ($5, ms: what is left of its
+            // lease if less), its attempt count kept, as a lease that ran out would — if it is
+            // still the claim that was read.
+            free_abandoned: q(&format!(
+                "{now} UPDATE {{s}}idem_records AS r \
+                 SET expires_at_ms = LEAST(r.expires_at_ms, c.now + $5) FROM c \
+                 WHERE r.namespace = $1 AND r.key = $2 AND r.token = $3 AND r.holder = $4 \
+                 AND r.state = 'in_progress'"
+            )),
             renew: q(&format!(
                 "{now} UPDATE {{s}}idem_records AS r SET expires_at_ms = c.now + $1 FROM c \
                  WHERE r.namespace = $2 AND r.key = $3 AND r.token = $4 \

@@ -195,8 +195,10 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///   number of processes on any number of hosts, see the same keys, and exactly one of them
 ///   claims a free key (each transition is one atomic script). A claim whose process is
 ///   certainly gone — a call on the host (and in the pid namespace) where it ran finds no
-///   process with its pid and start time — is freed and claimed again at once; any other
-///   holder's claim waits for its lease.
+///   process with its pid and start time — ends a reply timeout later (the builder's
+///   `response_timeout`, 2 s by default; sooner if its lease does), so that a result the process
+///   sent before it died lands first, and is then claimed again; any other holder's claim waits
+///   for its lease.
 /// - **Redis restarts:** only with persistence. With `appendonly yes` and `appendfsync always`
 ///   every acknowledged claim and completion survives a crash; `appendfsync everysec` may lose
 ///   the last second of them, and those keys can run again. Without persistence a restart
@@ -228,6 +230,9 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 pub struct RedisStore {
     conn: Conn,
     prefix: Arc<str>,
+    /// How long a claim whose process is certainly gone is left before it is freed, so that a
+    /// request that process sent before it died lands first: the reply timeout.
+    holder_grace: Duration,
 }
 
 impl RedisStore {
@@ -274,6 +279,7 @@ impl RedisStore {
         RedisStore {
             conn: Conn::Single(conn),
             prefix: Arc::from(DEFAULT_PREFIX),
+            holder_grace: builder::DEFAULT_RESPONSE_TIMEOUT,
         }
     }
 

@@ -335,7 +335,7 @@ async fn the_claim(store: &idem_tools_runtime::PostgresStore) -> (i64, Option<St
 }
 
 /// A plain call killed mid-call, on this host: the store proves its process gone, and a retry
-/// claims the key before the lease ends (and runs it again: the limit a transactional tool, or
+/// claims the key a reply timeout later, before the lease ends (and runs it again: the limit a transactional tool, or
 /// the key forwarded downstream, closes). A holder that cannot be proven gone — here one named
 /// on another host — holds the key until its lease ends.
 #[test]
@@ -359,7 +359,14 @@ fn a_plain_call_killed_mid_call_frees_its_key_at_once_unless_its_holder_is_unkno
     runtime.block_on(async {
         let (lease_end, holder) = the_claim(&store).await;
         assert!(holder.is_some(), "the claim names its process");
-        plain(&store, "hang", Duration::ZERO)
+        // The gone holder's claim is left a reply timeout (for a result it sent before it died
+        // to land), here shorter than the retry's in-flight wait and than the lease.
+        let quick = idem_tools_runtime::PostgresStore::builder()
+            .reply_timeout(Duration::from_millis(100))
+            .from_pool(store.pool().clone())
+            .await
+            .expect("the same store");
+        plain(&quick, "hang", Duration::ZERO)
             .await
             .expect("runs at once");
         let claimed_at: i64 = sqlx::query_scalar("SELECT created_at_ms FROM idem_records")

@@ -179,13 +179,16 @@ impl PostgresStore {
                     let Some((token, holder)) = row::abandoned(&row) else {
                         return Ok(row);
                     };
-                    // Held by a process that is certainly gone: freed (if it still holds it),
-                    // then claimed.
+                    // Held by a process that is certainly gone: its claim ends a reply
+                    // timeout from now (or sooner, with its lease), so that a request it sent
+                    // before it died (its result) lands first; then the key is free. Claimed
+                    // at once only if that is over (a second call finds it so).
                     sqlx::query(&self.inner.sql.free_abandoned)
                         .bind(request.namespace)
                         .bind(request.key.as_bytes().as_slice())
                         .bind(token)
                         .bind(&holder)
+                        .bind(sql_ms(self.reply_timeout()))
                         .execute(&mut *conn)
                         .await?;
                     tracing::info!(target: "idem", key = %request.key.short(), tool = request.tool,

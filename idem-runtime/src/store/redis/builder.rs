@@ -11,6 +11,9 @@ use super::conn::{self, Conn};
 use super::{DEFAULT_PREFIX, RedisStore};
 use crate::{Error, Result};
 
+/// How long an operation waits for a reply by default.
+pub(super) const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How to connect a [`RedisStore`]: [`RedisStore::builder`].
 #[derive(Clone)]
 pub struct RedisStoreBuilder {
@@ -39,7 +42,7 @@ impl Default for RedisStoreBuilder {
             prefix: DEFAULT_PREFIX.to_owned(),
             allow_eviction: false,
             connection_timeout: Duration::from_secs(1),
-            response_timeout: Duration::from_secs(2),
+            response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             retries: 2,
         }
     }
@@ -149,6 +152,7 @@ impl RedisStoreBuilder {
         let store = RedisStore {
             conn,
             prefix: Arc::from(self.prefix),
+            holder_grace: self.response_timeout,
         };
         store.load_scripts().await?;
         Ok(store)

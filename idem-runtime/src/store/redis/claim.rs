@@ -8,7 +8,7 @@ use super::{MAX_DURATION_MS, RedisStore, SCRIPTS, script_ms};
 use crate::store::budget::CounterId;
 use crate::store::holder::Holder;
 use crate::store::{Begin, BeginRequest, Exhausted, FirstResult};
-use crate::{Error, Result};
+use crate::{Error, Fingerprint, Result};
 
 /// How `begin` reaches its turn's hash (counts of started actions, index of records).
 pub(super) enum TurnHash<'a> {
@@ -29,6 +29,8 @@ pub(super) enum Begun {
         token: Vec<u8>,
         /// Its holder, as stored.
         holder: Vec<u8>,
+        /// Its fingerprint: the answer, `InFlight`, while the claim is left to end.
+        fingerprint: Fingerprint,
     },
 }
 
@@ -227,7 +229,11 @@ impl RedisStore {
                 let gone =
                     std::str::from_utf8(&holder).is_ok_and(|text| Holder::text_is_gone(Some(text)));
                 if gone {
-                    return Ok(Begun::Abandoned { token, holder });
+                    return Ok(Begun::Abandoned {
+                        token,
+                        holder,
+                        fingerprint,
+                    });
                 }
                 Begin::InFlight { fingerprint }
             }
@@ -260,13 +266,14 @@ impl RedisStore {
         holder: &[u8],
     ) -> Result<()> {
         let key = self.record_key(req.namespace, req.key);
+        let grace = script_ms(self.holder_grace).to_string();
         let mut cmd = call::evalsha(
             &SCRIPTS.release,
             1,
-            2,
-            key.len() + token.len() + holder.len(),
+            3,
+            key.len() + token.len() + holder.len() + grace.len(),
         );
-        cmd.arg(key).arg(token).arg(holder);
+        cmd.arg(key).arg(token).arg(holder).arg(grace);
         // 0: it changed hands meanwhile; the claim that follows sees what holds it now.
         self.eval("begin", &SCRIPTS.release, &cmd).await?;
         tracing::info!(target: "idem", key = %req.key.short(), tool = req.tool,

@@ -126,19 +126,17 @@ impl Store for RedisStore {
                 }
                 TurnHash::Apart(turn_key) => self.begin_apart(&req, turn_key).await,
             };
-            // A claim whose process is certainly gone is freed, then the key claimed (once: a
-            // holder gone again is for the next call to find).
+            // A claim whose process is certainly gone ends a reply timeout from now (or
+            // sooner, with its lease), so that a request it sent before it died (its result)
+            // lands first; then the key is claimed. Until then it is in flight.
             let (token, holder) = match pass().await? {
                 Begun::Answer(answer) => return Ok(answer),
-                Begun::Abandoned { token, holder } => (token, holder),
+                Begun::Abandoned { token, holder, .. } => (token, holder),
             };
             self.free_abandoned(&req, &token, &holder).await?;
             match pass().await? {
                 Begun::Answer(answer) => Ok(answer),
-                Begun::Abandoned { .. } => Err(Error::store(
-                    "begin",
-                    "a claim freed because its process was gone is held by a gone process again",
-                )),
+                Begun::Abandoned { fingerprint, .. } => Ok(Begin::InFlight { fingerprint }),
             }
         })
     }
