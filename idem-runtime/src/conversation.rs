@@ -24,7 +24,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -61,6 +61,8 @@ pub(crate) struct Run {
 struct Steps {
     /// Steps answered so far: the index of the next one.
     answered: u32,
+    /// How many times this run asked the model for the next step and the ask failed.
+    failed: u32,
 }
 
 /// One conversation with a model in a turn, its model calls recorded as steps: see
@@ -161,11 +163,16 @@ impl Conversation {
     /// answer to that step already — then the recorded answer, and `call` is dropped unpolled.
     /// `request` is what the model is sent (it is fingerprinted, not recorded); the response is
     /// recorded and must replay exactly (`Serialize` and `DeserializeOwned`, checked before it
-    /// is recorded). An `Err` is not recorded: the step is asked again.
+    /// is recorded). An `Err` is not recorded: the step is asked again — by this run at most
+    /// the turn's per-key budget of times ([`Turn::with_max_attempts_per_key`], 3), then it
+    /// is refused with [`Error::BudgetExhausted`] without asking. A run restarted (a new
+    /// [`Turn`] value) asks again: asking a model changes nothing, so failed asks are not
+    /// counted across runs.
     ///
     /// # Errors
     /// `call`'s own errors; [`Error::ModelStepDiverged`] if the step was recorded for another
-    /// request; any error of a tool call ([`execute`]) converted with `E: From<Error>`.
+    /// request; [`Error::BudgetExhausted`] once this run's asks of the step all failed; any
+    /// error of a tool call ([`execute`]) converted with `E: From<Error>`.
     pub async fn step<Req, Resp, E, F>(&self, request: &Req, call: F) -> Result<Resp, E>
     where
         Req: Serialize + ?Sized,
@@ -213,10 +220,20 @@ impl Conversation {
         if let Some(lease) = self.lease {
             call_ = call_.with_lease(lease);
         }
+        let limit = turn.model_step_attempts();
+        if steps.failed >= limit {
+            return Err(E::from(Error::BudgetExhausted {
+                tool: MODEL_STEP.name,
+                key: key.short(),
+                attempts: steps.failed,
+                limit,
+            }));
+        }
         // Only a step that is asked live reaches its body: a recorded one replays whatever the
         // cap says.
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
-        let body = async move {
+        let asked = AtomicBool::new(false);
+        let body = async {
             if let Some((limit, turn)) = cap {
                 let spent = turn.tokens_spent();
                 if spent >= limit {
@@ -224,9 +241,20 @@ impl Conversation {
                     return Err(E::from(Error::TokenBudgetExhausted { turn, spent, limit }));
                 }
             }
+            asked.store(true, Ordering::Relaxed);
             call.await
         };
-        let response = execute(call_, Codec::ok_only(), body).await?;
+        let response = match execute(call_, Codec::ok_only(), body).await {
+            Ok(response) => response,
+            Err(error) => {
+                // A failed ask counts; a refusal before asking, or another run's claim, not.
+                if asked.load(Ordering::Relaxed) {
+                    steps.failed += 1;
+                }
+                return Err(error);
+            }
+        };
+        steps.failed = 0;
         steps.answered += 1;
         if let Some(spent) = tokens(&response) {
             turn.run().tokens.fetch_add(spent, Ordering::Relaxed);

@@ -105,16 +105,17 @@ impl Error {
     pub fn model_text(&self) -> String {
         match self {
             Error::BudgetExhausted { attempts, .. } => format!(
-                "This action was run {} with these same arguments in this turn without \
-                 succeeding, so it will not be run again in this turn. Stop retrying it: tell \
+                "This action was tried {} with these same arguments in this turn without \
+                 succeeding, so it will not be tried again in this turn. Stop retrying it: tell \
                  the user that it failed.",
                 times(*attempts)
             ),
             Error::TurnBudgetExhausted { calls, .. } => format!(
                 "This turn already started {}, the most it is allowed, so this new action was \
                  not started. Repeating one of the actions already started, with the same \
-                 arguments, is still allowed: it returns that action's result, or tries it again \
-                 if it failed. Start no new actions in this turn: tell the user what was done.",
+                 arguments, usually still works: it returns that action's result, or tries it \
+                 again if it failed. Start no new actions in this turn: tell the user what was \
+                 done.",
                 actions(*calls)
             ),
             Error::ToolBudgetExhausted { calls, .. } => format!(

@@ -245,6 +245,14 @@ impl Turn {
         self.inner.stats.snapshot()
     }
 
+    /// How many times a run may ask its model for one step that keeps failing: the turn's
+    /// per-key budget ([`with_max_attempts_per_key`](Self::with_max_attempts_per_key)).
+    pub(crate) fn model_step_attempts(&self) -> u32 {
+        crate::conversation::MODEL_STEP
+            .budget
+            .unwrap_or(self.inner.max_attempts_per_key)
+    }
+
     pub(crate) fn record(&self, outcome: Outcome) {
         self.inner.stats.add(outcome);
     }
@@ -255,9 +263,12 @@ impl Turn {
     /// model steps instead, and not counted as an action of the turn.
     pub(crate) fn charge(&self, tool: &ToolInfo) -> Charge {
         if tool.name == crate::conversation::MODEL_STEP.name {
+            // Asking a model changes nothing in the world: a step's failures are counted by
+            // the run that made them ([`Conversation`](crate::Conversation)), so that a run
+            // restarted after an outage asks again; the store counts none.
             return Charge {
                 turn: self.inner.identity,
-                max_attempts: tool.budget.unwrap_or(self.inner.max_attempts_per_key),
+                max_attempts: u32::MAX,
                 max_calls: None,
                 max_tool_actions: Some(self.inner.max_model_steps),
                 window: self.inner.budget_window,

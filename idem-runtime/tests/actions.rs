@@ -180,7 +180,7 @@ async fn the_caps_count_actions_never_retries() {
 
 /// A key the caller supplies (an MCP client's `idempotencyKey`) is the same in every turn: its
 /// failures count in the turn that made them, and in the next turn it runs again — what the
-/// refusal says ("will not be run again in this turn") is what happens.
+/// refusal says ("will not be tried again in this turn") is what happens.
 #[tokio::test]
 async fn a_caller_keys_failures_stay_in_their_turn() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -199,7 +199,7 @@ async fn a_caller_keys_failures_stay_in_their_turn() {
     assert!(
         stuck
             .model_text()
-            .contains("it will not be run again in this turn")
+            .contains("it will not be tried again in this turn")
     );
     let next = Turn::new("turn-2").with_store(Arc::clone(&store));
     assert_eq!(

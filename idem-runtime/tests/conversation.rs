@@ -135,6 +135,83 @@ async fn a_failed_step_is_asked_again_as_the_same_step() {
     assert_eq!(model.calls(), 1);
 }
 
+/// A model that keeps failing is asked at most the turn's per-key budget of times by one run,
+/// then the step is refused without asking; a run restarted after the outage asks again (a
+/// model's failures are not counted in the store: asking changes nothing in the world).
+#[tokio::test]
+async fn a_failing_model_stops_its_run_and_a_restarted_run_asks_again() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let outage = AtomicU32::new(0);
+    let fail = || {
+        outage.fetch_add(1, Ordering::SeqCst);
+        async { Err::<Reply, _>(Error::Config("the API said 529".into())) }
+    };
+    for _run in 0..3 {
+        let chat = turn(&store).conversation("assistant");
+        for _ in 0..3 {
+            assert!(chat.step("plan", fail()).await.is_err());
+        }
+        let refused = chat.step("plan", fail()).await;
+        assert!(
+            matches!(
+                refused,
+                Err(Error::BudgetExhausted {
+                    attempts: 3,
+                    limit: 3,
+                    ..
+                })
+            ),
+            "{refused:?}"
+        );
+    }
+    assert_eq!(outage.load(Ordering::SeqCst), 12, "the futures were made");
+    // After the outage, a restarted run gets its answer.
+    let chat = turn(&store).conversation("assistant");
+    let answered = chat.step("plan", model.ask("plan")).await.unwrap();
+    assert_eq!(model.calls(), 1);
+    // And a run's failures end with a success: the next failures count from 0.
+    for _ in 0..2 {
+        assert!(chat.step("next", fail()).await.is_err());
+    }
+    assert!(chat.step("next", model.ask("next")).await.is_ok());
+    assert_ne!(answered.text, "");
+}
+
+/// Refusals by the token cap are not failed asks: raising the cap lets the step through.
+#[tokio::test]
+async fn a_step_refused_by_the_token_cap_is_asked_once_the_cap_is_raised() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let tokens = |reply: &Reply| Some(reply.tokens);
+    for _run in 0..4 {
+        let chat = turn(&store).with_max_tokens(250).conversation("assistant");
+        for prompt in ["one", "two", "three"] {
+            chat.step_counting(prompt, tokens, model.ask(prompt))
+                .await
+                .unwrap();
+        }
+        let refused = chat.step_counting("four", tokens, model.ask("four")).await;
+        assert!(
+            matches!(refused, Err(Error::TokenBudgetExhausted { .. })),
+            "{refused:?}"
+        );
+    }
+    let chat = turn(&store)
+        .with_max_tokens(10_000)
+        .conversation("assistant");
+    for prompt in ["one", "two", "three", "four"] {
+        chat.step_counting(prompt, tokens, model.ask(prompt))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        model.calls(),
+        4,
+        "three recorded steps, then the fourth asked once"
+    );
+}
+
 #[tokio::test]
 async fn conversations_of_one_turn_have_steps_of_their_own() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
