@@ -86,7 +86,9 @@ fn args<T: DeserializeOwned>(arguments: &Value) -> Result<T, String> {
     serde_json::from_value(arguments.clone()).map_err(|e| format!("bad arguments: {e}"))
 }
 
-/// Calls the tool `call` names. `Err` is the text the model reads.
+/// Calls the tool `call` names. `Err` is the text the model reads: for idem's errors their
+/// model text (what happened to the action, what to do next), never the developer's `Display`
+/// text, which goes to the log.
 pub async fn dispatch(call: &ToolCall) -> Result<Value, String> {
     if !TOOLS.iter().any(|tool| tool.name == call.name) {
         return Err(format!("there is no tool named {:?}", call.name));
@@ -102,7 +104,10 @@ pub async fn dispatch(call: &ToolCall) -> Result<Value, String> {
         }
         other => return Err(format!("tool {other:?} is catalogued but not dispatched")),
     };
-    result.map_err(|error| error.to_string())
+    result.map_err(|error| {
+        eprintln!("  (log) {} failed: {error}", call.name);
+        error.model_text()
+    })
 }
 
 // --------------------------------------------------------------------------------- the model

@@ -44,12 +44,12 @@ impl<T: Serialize + DeserializeOwned> ToolOk for T {}
     message = "the error type `{Self}` of an `#[idempotent]` tool must implement \
                `From<idem_tools::Error>`",
     label = "budget, turn and store failures are returned as the tool's own error",
-    note = "add `impl From<idem_tools::Error> for {Self}`, or use an error type that has one \
-            (`idem_tools::Error`, `anyhow::Error`, `Box<dyn std::error::Error + Send + Sync>`)",
-    note = "if `{Self}` is defined in another crate (the orphan rule forbids that impl there, \
-            e.g. for `rmcp::ErrorData`), make the `#[idempotent]` fn return a local error type \
-            that has `From<idem_tools::Error>`, or `idem_tools::Error` itself, and convert it into \
-            `{Self}` with `?` or `map_err` in the handler that calls the tool"
+    note = "return an error type that converts from idem's errors: `idem_tools::Error`, \
+            `anyhow::Error`, `Box<dyn std::error::Error + Send + Sync>`, or a type of this crate \
+            with `impl From<idem_tools::Error>`",
+    note = "`{Self}` can take that impl only if this crate defines it; for another crate's type \
+            (`String`, `rmcp::ErrorData`) return one of those from the `#[idempotent]` fn and \
+            convert it into `{Self}` with `?` or `map_err` in the handler that calls the tool"
 )]
 pub trait ToolErr: From<Error> {}
 impl<E: From<Error>> ToolErr for E {}
