@@ -27,6 +27,33 @@ async fn cluster_store(urls: &[String], tag: &str) -> RedisStore {
         .expect("connect to the cluster")
 }
 
+/// A claim of `key` by tool `send` in namespace `ns`, whose tool may start `max_tool` new actions
+/// in the turn.
+fn new_action<'a>(
+    key: &'a Key,
+    fingerprint: &'a idem_tools_runtime::key::Fingerprint,
+    turn_id: &'a str,
+    turn: idem_tools_runtime::store::budget::TurnIdentity,
+    max_tool: u32,
+) -> idem_tools_runtime::store::BeginRequest<'a> {
+    use idem_tools_runtime::store::{Charge, LeaseToken};
+    idem_tools_runtime::store::BeginRequest {
+        namespace: "ns",
+        key,
+        tool: "send",
+        turn: turn_id,
+        fingerprint,
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+        token: LeaseToken::generate(),
+        charge: Charge {
+            turn,
+            max_tool_actions: Some(max_tool),
+            ..Charge::unlimited()
+        },
+    }
+}
+
 async fn cluster_conn(urls: &[String]) -> ClusterConnection {
     redis::cluster::ClusterClient::new(urls.to_vec())
         .expect("cluster URLs")
@@ -324,9 +351,9 @@ async fn empty_hash_tags_in_the_namespace_or_prefix_work() {
 #[tokio::test]
 async fn a_claim_whose_process_is_gone_is_claimed_again_after_a_grace_on_a_cluster() {
     use idem_tools_runtime::key::Fingerprint;
+    use idem_tools_runtime::store::Begin;
     use idem_tools_runtime::store::budget::TurnIdentity;
     use idem_tools_runtime::store::holder::Holder;
-    use idem_tools_runtime::store::{Begin, BeginRequest, Charge, LeaseToken};
 
     let Some(urls) = cluster_urls("a_claim_whose_process_is_gone_is_claimed_again_at_once") else {
         return;
@@ -350,21 +377,7 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_after_a_grace_on_a_clust
         let store = store.clone();
         async move {
             let fingerprint = Fingerprint::from_bytes([n; 32]);
-            let request = BeginRequest {
-                namespace: "ns",
-                key: &k,
-                tool: "send",
-                turn: "holders",
-                fingerprint: &fingerprint,
-                lease: Duration::from_secs(30),
-                ttl: Duration::from_secs(60),
-                token: LeaseToken::generate(),
-                charge: Charge {
-                    turn,
-                    max_tool_actions: Some(1_000),
-                    ..Charge::unlimited()
-                },
-            };
+            let request = new_action(&k, &fingerprint, "holders", turn, 1_000);
             store.begin(request).await.unwrap()
         }
     };
@@ -402,5 +415,52 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_after_a_grace_on_a_clust
         }
     }
     drop(processes);
+    cleanup_cluster(&urls, store.prefix()).await;
+}
+
+/// Duplicates of one call racing for a tool's last new action in a turn, on a cluster where the
+/// turn's hash lies in another slot than the record (a check, then the charge, then the claim):
+/// one claims it, and the others are told it is in flight — never that the tool is stuck,
+/// which a duplicate refused by the count its twin took would be.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_racing_for_a_tools_last_action_are_in_flight_not_refused_on_a_cluster() {
+    use idem_tools_runtime::key::Fingerprint;
+    use idem_tools_runtime::store::Begin;
+    use idem_tools_runtime::store::budget::TurnIdentity;
+
+    let Some(urls) = cluster_urls("duplicates_racing_for_a_tools_last_action") else {
+        return;
+    };
+    let store = cluster_store(&urls, "cluster-race-cap").await;
+    let fingerprint = Fingerprint::from_bytes([1; 32]);
+    let mut refused = 0;
+    for round in 0..60u32 {
+        let turn_id = format!("race-{round}");
+        let turn = TurnIdentity::new("ns", &turn_id);
+        let k = Key::from_bytes(*blake3::hash(turn_id.as_bytes()).as_bytes());
+        let duplicates: Vec<_> = (0..4)
+            .map(|_| {
+                let (store, turn_id) = (store.clone(), turn_id.clone());
+                tokio::spawn(async move {
+                    let request = new_action(&k, &fingerprint, &turn_id, turn, 1);
+                    store.begin(request).await.unwrap()
+                })
+            })
+            .collect();
+        let mut claimed = 0;
+        for duplicate in duplicates {
+            match duplicate.await.unwrap() {
+                Begin::Claimed => claimed += 1,
+                Begin::InFlight { .. } => {}
+                Begin::Refused(_) => refused += 1,
+                other => panic!("round {round}: {other:?}"),
+            }
+        }
+        assert_eq!(claimed, 1, "round {round}");
+    }
+    assert_eq!(
+        refused, 0,
+        "duplicates of a running action were refused as stuck"
+    );
     cleanup_cluster(&urls, store.prefix()).await;
 }

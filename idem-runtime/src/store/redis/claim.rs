@@ -34,6 +34,21 @@ pub(super) enum Begun {
     },
 }
 
+/// What the charge of a new action to its turn's hash (a Cluster's apart path) did.
+enum TurnCharge {
+    /// Counted: the key may be claimed.
+    Counted,
+    /// Refused by a cap.
+    Refused(Exhausted),
+    /// Refused by a cap, and the key was charged less than a lease ago: by this turn before,
+    /// or by a duplicate of this call that is claiming it.
+    RefusedJustCharged(Exhausted),
+}
+
+/// How long a new action refused by a cap waits, when its key was charged moments ago, before
+/// it looks for a duplicate's claim once more.
+const TWIN_CLAIM_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A script argument for an optional cap: its number, or `''` for none (written in place).
 struct Cap(Option<u32>);
 
@@ -127,8 +142,8 @@ impl RedisStore {
         &self,
         turn_key: TurnKey<'_>,
         req: &BeginRequest<'_>,
-    ) -> Result<Option<Exhausted>> {
-        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 7, 200 + req.tool.len());
+    ) -> Result<TurnCharge> {
+        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 8, 220 + req.tool.len());
         cmd.arg(turn_key)
             .arg("charge")
             .arg(req.tool)
@@ -136,17 +151,33 @@ impl RedisStore {
             .arg(cap(req.charge.max_calls))
             .arg(cap(req.charge.max_tool_actions))
             .arg(script_ms(req.charge.window))
-            .arg(kept(req));
+            .arg(kept(req))
+            .arg(script_ms(req.lease));
         let value = self.eval("begin", &SCRIPTS.turn, &cmd).await?;
-        if matches!(&value, ::redis::Value::BulkString(ok) if ok == b"ok") {
-            return Ok(None);
+        match &value {
+            ::redis::Value::BulkString(ok) if ok == b"ok" => return Ok(TurnCharge::Counted),
+            _ => {}
         }
+        let (recent, value) = match value {
+            ::redis::Value::BulkString(mut reply) if reply.first() == Some(&b'd') => {
+                reply.remove(0);
+                (true, ::redis::Value::BulkString(reply))
+            }
+            value => (false, value),
+        };
+        let refused = |refused| {
+            if recent {
+                TurnCharge::RefusedJustCharged(refused)
+            } else {
+                TurnCharge::Refused(refused)
+            }
+        };
         match Reply::begun(value)? {
-            Reply::RefusedTurn(calls) => Ok(Some(Exhausted::Turn {
+            Reply::RefusedTurn(calls) => Ok(refused(Exhausted::Turn {
                 calls,
                 limit: req.charge.max_calls.unwrap_or(u32::MAX),
             })),
-            Reply::RefusedTool(calls) => Ok(Some(Exhausted::Tool {
+            Reply::RefusedTool(calls) => Ok(refused(Exhausted::Tool {
                 calls,
                 limit: req.charge.max_tool_actions.unwrap_or(u32::MAX),
             })),
@@ -192,8 +223,25 @@ impl RedisStore {
                 answer => return Self::begun(req, answer),
             }
         }
-        if let Some(refused) = self.charge_turn(turn_key, req).await? {
-            return Ok(Begun::Answer(Begin::Refused(refused)));
+        let (refused, twin) = match self.charge_turn(turn_key, req).await? {
+            TurnCharge::Counted => (None, false),
+            TurnCharge::Refused(refused) => (Some(refused), false),
+            TurnCharge::RefusedJustCharged(refused) => (Some(refused), true),
+        };
+        if let Some(refused) = refused {
+            // A duplicate of this call may have charged the key since the check (the count it
+            // took is what refuses this one): its claim answers, as it would have at the check.
+            // The cap refuses only a key that no duplicate is claiming; one charged moments ago
+            // is looked at once more, after the round trip a duplicate's claim takes.
+            let mut answer = self.begin_script(req, None, "check").await?;
+            if twin && matches!(answer, Reply::Free(_)) {
+                tokio::time::sleep(TWIN_CLAIM_WAIT).await;
+                answer = self.begin_script(req, None, "check").await?;
+            }
+            return match answer {
+                Reply::Free(_) => Ok(Begun::Answer(Begin::Refused(refused))),
+                answer => Self::begun(req, answer),
+            };
         }
         let reply = self.begin_script(req, None, "claim").await;
         let answer = match reply {

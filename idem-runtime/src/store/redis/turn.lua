@@ -2,8 +2,10 @@
 -- hash and record are in different slots.
 -- ARGV: [1] 'charge' or 'refund', [2] tool name, [3] the key (32 bytes), [4] the turn's cap
 -- ('' for none), [5] the tool's cap ('' for none), [6] budget window in ms, [7] how long to keep
--- the hash at least, in ms.
--- charge: see `charge_turn` (counts.lua); replies 'ok', or 't' .. calls / 'a' .. actions.
+-- the hash at least, in ms, [8] (charge) the claim's lease in ms.
+-- charge: see `charge_turn` (counts.lua); replies 'ok', or 't' .. calls / 'a' .. actions, led
+-- by 'd' when this key was charged less than a lease ago (by this turn before, or by a
+-- duplicate of this call that is claiming it).
 -- refund: gives back an action counted by 'charge' whose claim did not happen (the counts keep
 -- their expiry; the key stays in the index, whose readers check each record's turn). Replies
 -- 'ok'.
@@ -25,5 +27,13 @@ if ARGV[1] == 'refund' then
   end
   return 'ok'
 end
-return charge_turn(KEYS[1], ARGV[2], ARGV[3], max_calls, max_tool, tonumber(ARGV[6]),
-  tonumber(ARGV[7])) or 'ok'
+local refused = charge_turn(KEYS[1], ARGV[2], ARGV[3], max_calls, max_tool, tonumber(ARGV[6]),
+  tonumber(ARGV[7]))
+if refused then
+  local at = tonumber(redis.call('HGET', KEYS[1], 'k' .. ARGV[3]))
+  if at and at > now - (tonumber(ARGV[8]) or 0) then
+    return 'd' .. refused
+  end
+  return refused
+end
+return 'ok'
