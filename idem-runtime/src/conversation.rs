@@ -143,6 +143,12 @@ impl Conversation {
         &self.label
     }
 
+    /// How long each live step is claimed ([`with_lease`](Self::with_lease); by default
+    /// [`DEFAULT_STEP_LEASE`]).
+    pub fn lease(&self) -> Duration {
+        self.lease.unwrap_or(DEFAULT_STEP_LEASE)
+    }
+
     /// Claims each live step for `lease` instead of [`DEFAULT_STEP_LEASE`] (5 s). The lease
     /// is renewed while the model is asked; it is how long a run killed while asking
     /// (`SIGKILL`, a lost host) holds the step, and a restarted run waits for it at most its

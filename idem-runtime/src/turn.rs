@@ -177,7 +177,9 @@ impl Turn {
     }
 
     /// How long the store keeps this turn's budget counts after their last charge (default one
-    /// day): the memory budgets take is bounded by the turns active within this window.
+    /// day): the memory budgets take is bounded by the turns active within this window. Keep it
+    /// longer than the turn runs: counts that expire between two attempts (a window shorter
+    /// than a tool's run, or zero) no longer cap anything.
     pub fn with_budget_window(self, window: Duration) -> Self {
         self.edit(|t| t.budget_window = window)
     }

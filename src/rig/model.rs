@@ -61,6 +61,22 @@ impl RecordedModel {
         }
     }
 
+    /// Records the steps as the conversation `label` of the turn instead of the route's label:
+    /// give each agent of a turn that runs at the same time as another (a planner and a writer,
+    /// both under rig's `"default"` route) a conversation of its own, so that a restarted run
+    /// finds each agent's steps whatever order they run in. (Two agents in one conversation
+    /// share its step counter: a restart that runs them in another order diverges.)
+    #[must_use]
+    pub fn with_conversation(mut self, label: &str) -> Self {
+        let lease = self.conversation.lease();
+        self.conversation = self
+            .conversation
+            .turn()
+            .conversation(label)
+            .with_lease(lease);
+        self
+    }
+
     /// Claims each live step for `lease` instead of the default 5 s: a run killed while it
     /// asks the model holds the step that long, and a restarted run waits for it at most its
     /// turn's in-flight wait ([`Conversation::with_lease`]).

@@ -77,6 +77,53 @@ fn agent(model: &MockCompletionModel, turn: &Turn, send: &Send) -> Agent {
         .build()
 }
 
+/// An agent of `turn` without tools whose steps are the conversation `label` of the turn.
+fn labelled_agent(model: &MockCompletionModel, turn: &Turn, label: &str) -> Agent {
+    AgentBuilder::new(model.clone())
+        .model_route_handler(
+            "default",
+            RecordedModel::new("default", model.clone(), turn).with_conversation(label),
+        )
+        .default_max_turns(2)
+        .build()
+}
+
+/// Two agents of one turn (a planner and a writer), each recording its steps as a
+/// conversation of its own: a restarted run that runs them in the other order replays both.
+#[tokio::test]
+async fn agents_with_conversations_of_their_own_replay_in_any_order() {
+    let ask = async |model: &MockCompletionModel, turn: &Turn, label: &str, prompt: &str| {
+        labelled_agent(model, turn, label)
+            .prompt(prompt)
+            .tool_context(with_turn(ToolContext::new(), turn))
+            .await
+    };
+    let turn = Turn::new("durable/two-agents");
+    let (planner, writer) = (
+        MockCompletionModel::from_turns([MockTurn::text("Plan.")]),
+        MockCompletionModel::from_turns([MockTurn::text("Draft.")]),
+    );
+    let plan = ask(&planner, &turn, "planner", "Plan the trip")
+        .await
+        .expect("plan");
+    let draft = ask(&writer, &turn, "writer", "Write the mail")
+        .await
+        .expect("draft");
+
+    // Restarted, the writer first.
+    let turn = Turn::new("durable/two-agents");
+    let silent = MockCompletionModel::from_turns([]);
+    let draft_again = ask(&silent, &turn, "writer", "Write the mail")
+        .await
+        .expect("the writer's step replays");
+    let plan_again = ask(&silent, &turn, "planner", "Plan the trip")
+        .await
+        .expect("the planner's step replays");
+    assert_eq!(silent.request_count(), 0, "no request sent");
+    assert_eq!(draft_again.output(), draft.output());
+    assert_eq!(plan_again.output(), plan.output());
+}
+
 /// One run of `turn`, as the application would start it.
 async fn run(
     model: &MockCompletionModel,
