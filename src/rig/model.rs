@@ -40,9 +40,7 @@ use crate::{Conversation, Error, Turn};
 /// input and output) count against [`Turn::with_max_tokens`].
 ///
 /// Streamed runs are served too: rig's bus hands a streaming consumer a step's events when the
-/// step is complete, live or replayed. A response that says the turn failed (rig's
-/// `StopReason::is_failure`: the provider's error, filtered content, a reply cut off) is passed
-/// on unrecorded, as a failed ask: a restarted run asks again.
+/// step is complete, live or replayed.
 pub struct RecordedModel {
     inner: ModelAdapter<Completion>,
     conversation: Conversation,
@@ -97,12 +95,6 @@ impl RecordedModel {
     ) -> Result<CompletionResponse, StepError> {
         let kind = EffectKind::Completion { request, stream };
         match self.inner.serve(kind, dispatch).await.into_outcome().await {
-            // A response that says the turn failed (the provider's error, filtered content, a
-            // reply cut off) goes to the agent as it came, unrecorded: a restarted run asks
-            // again instead of replaying the failure for good.
-            Ok(Outcome::Completion(response)) if response.stop().is_failure() => {
-                Err(StepError::Failed(Box::new(response)))
-            }
             Ok(Outcome::Completion(response)) => Ok(response),
             Ok(other) => Err(StepError::Model(Box::new(ErrorReport::new(
                 ErrorKind::Internal,
@@ -113,11 +105,9 @@ impl RecordedModel {
     }
 }
 
-/// What a step fails with: the model's own failure, a response that says the turn failed
-/// (passed on, not recorded), or idem's.
+/// What a step fails with: the model's own failure, or idem's.
 enum StepError {
     Model(Box<ErrorReport>),
-    Failed(Box<CompletionResponse>),
     Idem(Error),
 }
 
@@ -171,7 +161,6 @@ impl Serve for RecordedModel {
         {
             Ok(response) => Reply::Outcome(Ok(Outcome::Completion(response))),
             Err(StepError::Model(report)) => Reply::Outcome(Err(*report)),
-            Err(StepError::Failed(response)) => Reply::Outcome(Ok(Outcome::Completion(*response))),
             Err(StepError::Idem(error)) => Reply::Outcome(Err(report(&error))),
         }
     }

@@ -124,39 +124,6 @@ async fn agents_with_conversations_of_their_own_replay_in_any_order() {
     assert_eq!(plan_again.output(), plan.output());
 }
 
-/// A response that says the turn failed (here, filtered content) is not recorded: the
-/// restarted run asks the model again and goes on.
-#[tokio::test]
-async fn a_response_that_says_the_turn_failed_is_asked_again_by_the_restarted_run() {
-    let send = Send::default();
-    let filtered =
-        MockCompletionModel::from_turns([MockTurn::text("…")
-            .with_finish_reason(rig_core::completion::FinishReason::ContentFilter)]);
-    let failed = run(
-        &filtered,
-        &Turn::new("durable/filtered"),
-        &send,
-        "Tell Ada hi",
-    )
-    .await;
-    assert!(failed.is_err(), "{failed:?}");
-    let healthy = tool_then_text();
-    let done = run(
-        &healthy,
-        &Turn::new("durable/filtered"),
-        &send,
-        "Tell Ada hi",
-    )
-    .await
-    .expect("the restarted run");
-    assert_eq!(
-        healthy.request_count(),
-        2,
-        "step 0 asked again, not replayed"
-    );
-    assert_eq!(done.output(), "Sent.");
-}
-
 /// One run of `turn`, as the application would start it.
 async fn run(
     model: &MockCompletionModel,
