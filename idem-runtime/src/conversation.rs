@@ -226,20 +226,21 @@ impl Conversation {
         if let Some(lease) = self.lease {
             call_ = call_.with_lease(lease);
         }
-        let limit = turn.model_step_attempts();
-        if steps.failed >= limit {
-            return Err(E::from(Error::BudgetExhausted {
-                tool: MODEL_STEP.name,
-                key: key.short(),
-                attempts: steps.failed,
-                limit,
-            }));
-        }
-        // Only a step that is asked live reaches its body: a recorded one replays whatever the
-        // cap says.
+        // Only a step that is asked live reaches its body: a recorded one (by another run, too)
+        // replays whatever this run's failures and the token cap say.
+        let (failed, limit) = (steps.failed, turn.model_step_attempts());
+        let short = key.short();
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
         let asked = AtomicBool::new(false);
         let body = async {
+            if failed >= limit {
+                return Err(E::from(Error::BudgetExhausted {
+                    tool: MODEL_STEP.name,
+                    key: short,
+                    attempts: failed,
+                    limit,
+                }));
+            }
             if let Some((limit, turn)) = cap {
                 let spent = turn.tokens_spent();
                 if spent >= limit {

@@ -178,6 +178,28 @@ async fn a_failing_model_stops_its_run_and_a_restarted_run_asks_again() {
     assert_ne!(answered.text, "");
 }
 
+/// A run whose asks of a step all failed still gets the step's answer once another run of the
+/// turn recorded it: a recorded step replays whatever this run's failures say.
+#[tokio::test]
+async fn a_run_out_of_asks_replays_the_step_another_run_recorded() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let failing = turn(&store).conversation("assistant");
+    for _ in 0..3 {
+        let failed = failing
+            .step("plan", async {
+                Err::<Reply, _>(Error::Config("the API said 529".into()))
+            })
+            .await;
+        assert!(failed.is_err());
+    }
+    let healthy = turn(&store).conversation("assistant");
+    let answered = healthy.step("plan", model.ask("plan")).await.unwrap();
+    let replayed = failing.step("plan", model.ask("plan")).await.unwrap();
+    assert_eq!(replayed, answered);
+    assert_eq!(model.calls(), 1);
+}
+
 /// Refusals by the token cap are not failed asks: raising the cap lets the step through.
 #[tokio::test]
 async fn a_step_refused_by_the_token_cap_is_asked_once_the_cap_is_raised() {

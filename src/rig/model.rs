@@ -41,6 +41,12 @@ use crate::{Conversation, Error, Turn};
 ///
 /// Streamed runs are served too: rig's bus hands a streaming consumer a step's events when the
 /// step is complete, live or replayed.
+///
+/// A completion is recorded whatever its stop reason, one that reports a failure (the
+/// provider's error, filtered content) included, so that a restarted run takes the steps the
+/// original run took (a hook that answers a failed turn with feedback sends its next request at
+/// the next step). A run that ended on such a completion ends there again when restarted: to
+/// ask the model again, answer the message under a new turn id.
 pub struct RecordedModel {
     inner: ModelAdapter<Completion>,
     conversation: Conversation,

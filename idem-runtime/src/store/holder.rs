@@ -26,7 +26,7 @@
 //!
 //! Linux only (`/proc`); elsewhere no holder is known and leases alone apply.
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// A process that may hold claims: see the module documentation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,7 +58,11 @@ struct Named {
     text: Option<&'static str>,
 }
 
-static THIS_PROCESS: Mutex<Option<Named>> = Mutex::new(None);
+/// The naming of the first pid that asked: read without a lock.
+static FIRST: OnceLock<Named> = OnceLock::new();
+/// The naming of a later pid (a child forked after the first naming), under a lock the
+/// process that made the first naming never takes.
+static FORKED: Mutex<Option<Named>> = Mutex::new(None);
 
 impl Named {
     /// The naming of the process whose pid is `pid`, made if `this` names another pid (or none).
@@ -66,11 +70,16 @@ impl Named {
         if let Some(named) = this.take_if(|named| named.pid == pid) {
             return this.insert(named);
         }
+        this.insert(Named::new(pid))
+    }
+
+    /// Names the process whose pid is `pid` (kept for the life of the process).
+    fn new(pid: u32) -> Named {
         let holder: Option<&'static Holder> =
             Holder::read_self(pid).map(|holder| &*Box::leak(Box::new(holder)));
         let text: Option<&'static str> =
             holder.map(|holder| &*Box::leak(holder.encode().into_boxed_str()));
-        this.insert(Named { pid, holder, text })
+        Named { pid, holder, text }
     }
 }
 
@@ -93,8 +102,13 @@ impl Holder {
     }
 
     fn named<T>(read: impl FnOnce(&Named) -> T) -> T {
-        let mut this = THIS_PROCESS.lock().unwrap_or_else(PoisonError::into_inner);
-        read(Named::for_pid(&mut this, std::process::id()))
+        let pid = std::process::id();
+        let first = FIRST.get_or_init(|| Named::new(pid));
+        if first.pid == pid {
+            return read(first);
+        }
+        let mut forked = FORKED.lock().unwrap_or_else(PoisonError::into_inner);
+        read(Named::for_pid(&mut forked, pid))
     }
 
     fn read_self(pid: u32) -> Option<Holder> {
@@ -187,8 +201,11 @@ impl Holder {
             Some((start, _)) if start != self.start => true,
             Some((_, 'Z' | 'X')) => !has_other_threads(&pid),
             Some(_) => false,
-            // No such process: gone — unless /proc could not be read for another reason.
-            None => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            // No such process: gone — only if /proc says so (a denied look proves nothing).
+            None => matches!(
+                std::path::Path::new(&format!("/proc/{pid}")).try_exists(),
+                Ok(false)
+            ),
         }
     }
 }

@@ -160,7 +160,7 @@ impl Sql {
                 "{now} UPDATE {{s}}idem_records AS r \
                  SET expires_at_ms = LEAST(r.expires_at_ms, c.now + $5) FROM c \
                  WHERE r.namespace = $1 AND r.key = $2 AND r.token = $3 AND r.holder = $4 \
-                 AND r.state = 'in_progress'"
+                 AND r.state = 'in_progress' AND r.expires_at_ms > c.now + $5"
             )),
             renew: q(&format!(
                 "{now} UPDATE {{s}}idem_records AS r SET expires_at_ms = c.now + $1 FROM c \

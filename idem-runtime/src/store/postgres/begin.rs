@@ -183,16 +183,20 @@ impl PostgresStore {
                     // timeout from now (or sooner, with its lease), so that a request it sent
                     // before it died (its result) lands first; then the key is free. Claimed
                     // at once only if that is over (a second call finds it so).
-                    sqlx::query(&self.inner.sql.free_abandoned)
+                    let shortened = sqlx::query(&self.inner.sql.free_abandoned)
                         .bind(request.namespace)
                         .bind(request.key.as_bytes().as_slice())
                         .bind(token)
                         .bind(&holder)
                         .bind(sql_ms(self.reply_timeout()))
                         .execute(&mut *conn)
-                        .await?;
-                    tracing::info!(target: "idem", key = %request.key.short(), tool = request.tool,
-                        holder, "freed a claim whose process is gone");
+                        .await?
+                        .rows_affected();
+                    if shortened > 0 {
+                        tracing::info!(target: "idem", key = %request.key.short(),
+                            tool = request.tool, holder,
+                            "a claim whose process is gone ends within a reply timeout");
+                    }
                     self.begin_query(&request, &turn, true, lock_timeout)
                         .fetch_one(&mut *conn)
                         .await

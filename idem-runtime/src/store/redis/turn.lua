@@ -30,7 +30,8 @@ end
 local refused = charge_turn(KEYS[1], ARGV[2], ARGV[3], max_calls, max_tool, tonumber(ARGV[6]),
   tonumber(ARGV[7]))
 if refused then
-  local at = tonumber(redis.call('HGET', KEYS[1], 'k' .. ARGV[3]))
+  local at = redis.pcall('HGET', KEYS[1], 'k' .. ARGV[3])
+  at = not failed(at) and tonumber(at) or nil
   if at and at > now - (tonumber(ARGV[8]) or 0) then
     return 'd' .. refused
   end
