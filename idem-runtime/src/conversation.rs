@@ -229,14 +229,13 @@ impl Conversation {
         // Only a step that is asked live reaches its body: a recorded one (by another run, too)
         // replays whatever this run's failures and the token cap say.
         let (failed, limit) = (steps.failed, turn.model_step_attempts());
-        let short = key.short();
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
         let asked = AtomicBool::new(false);
         let body = async {
             if failed >= limit {
                 return Err(E::from(Error::BudgetExhausted {
                     tool: MODEL_STEP.name,
-                    key: short,
+                    key: key.short(),
                     attempts: failed,
                     limit,
                 }));

@@ -250,9 +250,7 @@ impl Turn {
     /// How many times a run may ask its model for one step that keeps failing: the turn's
     /// per-key budget ([`with_max_attempts_per_key`](Self::with_max_attempts_per_key)).
     pub(crate) fn model_step_attempts(&self) -> u32 {
-        crate::conversation::MODEL_STEP
-            .budget
-            .unwrap_or(self.inner.max_attempts_per_key)
+        self.inner.max_attempts_per_key
     }
 
     pub(crate) fn record(&self, outcome: Outcome) {

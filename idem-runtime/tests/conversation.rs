@@ -41,6 +41,11 @@ impl Model {
     }
 }
 
+/// A model call during the provider's outage.
+async fn outage() -> Result<Reply, Error> {
+    Err(Error::Config("the API said 529".into()))
+}
+
 fn turn(store: &Arc<dyn Store>) -> Turn {
     Turn::new("conv-1/turn-1").with_store(Arc::clone(store))
 }
@@ -142,10 +147,10 @@ async fn a_failed_step_is_asked_again_as_the_same_step() {
 async fn a_failing_model_stops_its_run_and_a_restarted_run_asks_again() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let model = Model::default();
-    let outage = AtomicU32::new(0);
+    let asked = AtomicU32::new(0);
     let fail = || {
-        outage.fetch_add(1, Ordering::SeqCst);
-        async { Err::<Reply, _>(Error::Config("the API said 529".into())) }
+        asked.fetch_add(1, Ordering::SeqCst);
+        outage()
     };
     for _run in 0..3 {
         let chat = turn(&store).conversation("assistant");
@@ -165,7 +170,7 @@ async fn a_failing_model_stops_its_run_and_a_restarted_run_asks_again() {
             "{refused:?}"
         );
     }
-    assert_eq!(outage.load(Ordering::SeqCst), 12, "the futures were made");
+    assert_eq!(asked.load(Ordering::SeqCst), 12, "the futures were made");
     // After the outage, a restarted run gets its answer.
     let chat = turn(&store).conversation("assistant");
     let answered = chat.step("plan", model.ask("plan")).await.unwrap();
@@ -186,12 +191,7 @@ async fn a_run_out_of_asks_replays_the_step_another_run_recorded() {
     let model = Model::default();
     let failing = turn(&store).conversation("assistant");
     for _ in 0..3 {
-        let failed = failing
-            .step("plan", async {
-                Err::<Reply, _>(Error::Config("the API said 529".into()))
-            })
-            .await;
-        assert!(failed.is_err());
+        assert!(failing.step("plan", outage()).await.is_err());
     }
     let healthy = turn(&store).conversation("assistant");
     let answered = healthy.step("plan", model.ask("plan")).await.unwrap();

@@ -40,6 +40,22 @@ async fn store_with_grace(url: &str, tag: &str, grace: Duration) -> RedisStore {
         .expect("connect")
 }
 
+/// Names `holder` as the process holding the claim of `key` in namespace `ns`.
+async fn set_holder(
+    conn: &mut redis::aio::MultiplexedConnection,
+    store: &RedisStore,
+    key: &idem_tools_runtime::Key,
+    holder: &str,
+) {
+    let _: () = redis::cmd("HSET")
+        .arg(store.redis_key("ns", key))
+        .arg("hold")
+        .arg(holder)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
+
 fn request<'a>(
     namespace: &'a str,
     key: &'a idem_tools_runtime::Key,
@@ -423,13 +439,7 @@ async fn a_claim_whose_process_is_gone_is_claimed_again_at_once() {
     for (case, holder, gone) in cases {
         let (k, first) = (key(case), fingerprint(case));
         let held = claim(&store, "ns", case, LONG).await;
-        let _: () = redis::cmd("HSET")
-            .arg(store.redis_key("ns", &k))
-            .arg("hold")
-            .arg(&holder)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        set_holder(&mut conn, &store, &k, &holder).await;
         let second = fingerprint("second");
         let mut answer = store.begin(request("ns", &k, &second, LONG)).await.unwrap();
         if gone {
@@ -484,13 +494,7 @@ async fn a_result_its_gone_holder_sent_lands_before_the_claim_is_freed() {
     let second = fingerprint("second");
     let mut held_by_the_gone_process = async |label: &str| {
         let held = claim(&store, "ns", label, LONG).await;
-        let _: () = redis::cmd("HSET")
-            .arg(store.redis_key("ns", &key(label)))
-            .arg("hold")
-            .arg(&exited)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        set_holder(&mut conn, &store, &key(label), &exited).await;
         held
     };
 

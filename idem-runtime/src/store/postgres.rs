@@ -153,12 +153,11 @@ impl Sql {
                  $13, $14, $15, $16) \
                  WHERE NOT EXISTS (SELECT 1 FROM live)",
             ),
-            // A claim whose holder is gone ends within a grace ($5, ms: what is left of its
-            // lease if less), its attempt count kept, as a lease that ran out would — if it is
+            // A claim whose holder is gone ends within a grace ($5, ms; a lease that ends sooner
+            // is left as it is), its attempt count kept, as a lease that ran out would — if it is
             // still the claim that was read.
             free_abandoned: q(&format!(
-                "{now} UPDATE {{s}}idem_records AS r \
-                 SET expires_at_ms = LEAST(r.expires_at_ms, c.now + $5) FROM c \
+                "{now} UPDATE {{s}}idem_records AS r SET expires_at_ms = c.now + $5 FROM c \
                  WHERE r.namespace = $1 AND r.key = $2 AND r.token = $3 AND r.holder = $4 \
                  AND r.state = 'in_progress' AND r.expires_at_ms > c.now + $5"
             )),

@@ -38,11 +38,12 @@ pub(super) enum Begun {
 enum TurnCharge {
     /// Counted: the key may be claimed.
     Counted,
-    /// Refused by a cap.
-    Refused(Exhausted),
-    /// Refused by a cap, and the key was charged less than a lease ago: by this turn before,
-    /// or by a duplicate of this call that is claiming it.
-    RefusedJustCharged(Exhausted),
+    /// Refused by a cap; `just_charged`: the key was charged less than a lease ago, by this
+    /// turn before or by a duplicate of this call that is claiming it.
+    Refused {
+        exhausted: Exhausted,
+        just_charged: bool,
+    },
 }
 
 /// How long a new action refused by a cap waits, when its key was charged moments ago, before
@@ -153,36 +154,29 @@ impl RedisStore {
             .arg(script_ms(req.charge.window))
             .arg(kept(req))
             .arg(script_ms(req.lease));
-        let value = self.eval("begin", &SCRIPTS.turn, &cmd).await?;
-        match &value {
+        let (just_charged, value) = match self.eval("begin", &SCRIPTS.turn, &cmd).await? {
             ::redis::Value::BulkString(ok) if ok == b"ok" => return Ok(TurnCharge::Counted),
-            _ => {}
-        }
-        let (recent, value) = match value {
             ::redis::Value::BulkString(mut reply) if reply.first() == Some(&b'd') => {
                 reply.remove(0);
                 (true, ::redis::Value::BulkString(reply))
             }
             value => (false, value),
         };
-        let refused = |refused| {
-            if recent {
-                TurnCharge::RefusedJustCharged(refused)
-            } else {
-                TurnCharge::Refused(refused)
-            }
-        };
-        match Reply::begun(value)? {
-            Reply::RefusedTurn(calls) => Ok(refused(Exhausted::Turn {
+        let exhausted = match Reply::begun(value)? {
+            Reply::RefusedTurn(calls) => Exhausted::Turn {
                 calls,
                 limit: req.charge.max_calls.unwrap_or(u32::MAX),
-            })),
-            Reply::RefusedTool(calls) => Ok(refused(Exhausted::Tool {
+            },
+            Reply::RefusedTool(calls) => Exhausted::Tool {
                 calls,
                 limit: req.charge.max_tool_actions.unwrap_or(u32::MAX),
-            })),
-            _ => Err(Error::store("begin", "unexpected reply from Redis")),
-        }
+            },
+            _ => return Err(Error::store("begin", "unexpected reply from Redis")),
+        };
+        Ok(TurnCharge::Refused {
+            exhausted,
+            just_charged,
+        })
     }
 
     /// Gives back a new action counted by [`charge_turn`](Self::charge_turn) that was not
@@ -223,23 +217,22 @@ impl RedisStore {
                 answer => return Self::begun(req, answer),
             }
         }
-        let (refused, twin) = match self.charge_turn(turn_key, req).await? {
-            TurnCharge::Counted => (None, false),
-            TurnCharge::Refused(refused) => (Some(refused), false),
-            TurnCharge::RefusedJustCharged(refused) => (Some(refused), true),
-        };
-        if let Some(refused) = refused {
+        if let TurnCharge::Refused {
+            exhausted,
+            just_charged,
+        } = self.charge_turn(turn_key, req).await?
+        {
             // A duplicate of this call may have charged the key since the check (the count it
             // took is what refuses this one): its claim answers, as it would have at the check.
             // The cap refuses only a key that no duplicate is claiming; one charged moments ago
             // is looked at once more, after the round trip a duplicate's claim takes.
             let mut answer = self.begin_script(req, None, "check").await?;
-            if twin && matches!(answer, Reply::Free(_)) {
+            if just_charged && matches!(answer, Reply::Free(_)) {
                 tokio::time::sleep(TWIN_CLAIM_WAIT).await;
                 answer = self.begin_script(req, None, "check").await?;
             }
             return match answer {
-                Reply::Free(_) => Ok(Begun::Answer(Begin::Refused(refused))),
+                Reply::Free(_) => Ok(Begun::Answer(Begin::Refused(exhausted))),
                 answer => Self::begun(req, answer),
             };
         }
