@@ -1,11 +1,16 @@
 //! The serde `Deserializer` of the record format. Self-describing: `deserialize_any` works, so
 //! untagged and internally tagged enums, `#[serde(flatten)]` and `serde_json::Value` decode.
+//! Only `deserialize_any` offers a value to every visitor method (compiled for each visitor it
+//! is given); what a type asks for by name is read as `serde_json` reads it (`typed.rs`).
 
-use serde::de::value::BorrowedStrDeserializer;
+mod typed;
+mod variant;
+
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
 
 use super::format::{FormatError, MAX_DEPTH, Reader, tag, tag_name};
 use super::head::{self, Head};
+use variant::{Variant, VariantAsMap};
 
 /// Decodes one value that must fill `bytes` exactly.
 pub(super) fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FormatError> {
@@ -163,6 +168,15 @@ fn all_read(left: usize, what: &str) -> Result<(), FormatError> {
     }
 }
 
+/// `Deserializer` methods each answered by one of [`Decoder`]'s typed reads.
+macro_rules! typed_requests {
+    ($($($method:ident)+ => $read:ident,)+) => {$($(
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+            self.$read(visitor)
+        }
+    )+)+};
+}
+
 impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
     type Error = FormatError;
 
@@ -231,17 +245,57 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         value
     }
 
-    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
-        self.deserialize_any(visitor)
+    typed_requests! {
+        deserialize_bool => boolean,
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64 => integer,
+        deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64 => integer,
+        deserialize_i128 deserialize_u128 => integer128,
+        deserialize_f32 deserialize_f64 => float,
+        deserialize_char => character,
+        deserialize_str deserialize_string deserialize_identifier => text,
+        deserialize_bytes deserialize_byte_buf => bytes,
+        deserialize_unit => unit,
+        deserialize_seq => sequence,
+        deserialize_map => mapping,
+        deserialize_ignored_any => ignored,
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.unit(visitor)
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.sequence(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.sequence(visitor)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.fields(visitor)
     }
 
     fn is_human_readable(&self) -> bool {
         true
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        unit unit_struct seq tuple tuple_struct map struct identifier
     }
 }
 
@@ -304,164 +358,5 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
 
     fn size_hint(&self) -> Option<usize> {
         Some(self.left.min(self.de.reader.remaining() / 2))
-    }
-}
-
-/// A variant read by `deserialize_enum`.
-struct Variant<'a, 'de> {
-    de: &'a mut Decoder<'de>,
-    kind: u8,
-    name: &'de str,
-}
-
-impl<'a, 'de> de::EnumAccess<'de> for Variant<'a, 'de> {
-    type Error = FormatError;
-    type Variant = Self;
-
-    fn variant_seed<S: DeserializeSeed<'de>>(
-        self,
-        seed: S,
-    ) -> Result<(S::Value, Self), FormatError> {
-        let name = BorrowedStrDeserializer::<FormatError>::new(self.name);
-        let value = seed.deserialize(name)?;
-        Ok((value, self))
-    }
-}
-
-impl<'de> Variant<'_, 'de> {
-    fn expect(&self, wanted: u8) -> Result<(), FormatError> {
-        if self.kind == wanted {
-            Ok(())
-        } else {
-            Err(FormatError::new(format!(
-                "variant `{}` is recorded as a {} but the type has a {}",
-                self.name,
-                tag_name(self.kind),
-                tag_name(wanted)
-            )))
-        }
-    }
-}
-
-impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
-    type Error = FormatError;
-
-    fn unit_variant(self) -> Result<(), FormatError> {
-        self.expect(tag::UNIT_VARIANT)
-    }
-
-    fn newtype_variant_seed<S: DeserializeSeed<'de>>(
-        self,
-        seed: S,
-    ) -> Result<S::Value, FormatError> {
-        self.expect(tag::NEWTYPE_VARIANT)?;
-        seed.deserialize(&mut *self.de)
-    }
-
-    fn tuple_variant<V: Visitor<'de>>(
-        self,
-        _len: usize,
-        visitor: V,
-    ) -> Result<V::Value, FormatError> {
-        self.expect(tag::TUPLE_VARIANT)?;
-        let len = self.de.reader.count(1)?;
-        self.de.seq(len, visitor)
-    }
-
-    fn struct_variant<V: Visitor<'de>>(
-        self,
-        _fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, FormatError> {
-        self.expect(tag::STRUCT_VARIANT)?;
-        let len = self.de.reader.count(2)?;
-        self.de.map(len, visitor)
-    }
-}
-
-/// A newtype, tuple or struct variant read by `deserialize_any`: `{name: content}`.
-struct VariantAsMap<'a, 'de> {
-    de: &'a mut Decoder<'de>,
-    kind: u8,
-    name: Option<&'de str>,
-    value_read: bool,
-}
-
-impl<'de> de::MapAccess<'de> for VariantAsMap<'_, 'de> {
-    type Error = FormatError;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, FormatError> {
-        match self.name.take() {
-            Some(name) => {
-                let name = BorrowedStrDeserializer::<FormatError>::new(name);
-                seed.deserialize(name).map(Some)
-            }
-            None => Ok(None),
-        }
-    }
-
-    fn next_value_seed<S: DeserializeSeed<'de>>(
-        &mut self,
-        seed: S,
-    ) -> Result<S::Value, FormatError> {
-        if self.value_read {
-            return Err(FormatError::new("a variant's content was read twice"));
-        }
-        self.value_read = true;
-        match self.kind {
-            tag::NEWTYPE_VARIANT => seed.deserialize(&mut *self.de),
-            tag::TUPLE_VARIANT => {
-                let len = self.de.reader.count(1)?;
-                seed.deserialize(Body {
-                    de: &mut *self.de,
-                    len,
-                    map: false,
-                })
-            }
-            _ => {
-                let len = self.de.reader.count(2)?;
-                seed.deserialize(Body {
-                    de: &mut *self.de,
-                    len,
-                    map: true,
-                })
-            }
-        }
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(usize::from(self.name.is_some()))
-    }
-}
-
-/// The body of a tuple or struct variant whose count was read already.
-struct Body<'a, 'de> {
-    de: &'a mut Decoder<'de>,
-    len: usize,
-    map: bool,
-}
-
-impl<'de> de::Deserializer<'de> for Body<'_, 'de> {
-    type Error = FormatError;
-
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
-        if self.map {
-            self.de.map(self.len, visitor)
-        } else {
-            self.de.seq(self.len, visitor)
-        }
-    }
-
-    fn is_human_readable(&self) -> bool {
-        true
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
-        identifier ignored_any
     }
 }

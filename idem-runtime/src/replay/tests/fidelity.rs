@@ -359,3 +359,133 @@ fn json_records_from_before_version_one_are_a_decode_error_naming_what_they_are(
         "{decoded:?}"
     );
 }
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Wide {
+    id: u32,
+    removed: BTreeMap<String, Vec<Option<(u8, String)>>>,
+    kind: Kind,
+    small: i8,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+enum Kind {
+    Plain,
+    Tagged { at: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Narrow {
+    id: u64,
+    kind: Kind,
+    small: i64,
+}
+
+#[test]
+fn fields_the_type_dropped_are_skipped_and_integers_widen() {
+    let removed = BTreeMap::from([("a".to_owned(), vec![Some((1, "x".to_owned())), None])]);
+    let bytes = ok_record(Wide {
+        id: 7,
+        removed,
+        kind: Kind::Tagged { at: 9 },
+        small: -3,
+    });
+    let decoded: Result<Narrow, ()> =
+        <OkOnly as ResultCodec<Narrow, ()>>::decode(TOOL, &key(), &bytes).expect("decode");
+    let expected = Narrow {
+        id: 7,
+        kind: Kind::Tagged { at: 9 },
+        small: -3,
+    };
+    assert_eq!(decoded, Ok(expected));
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Pair(u8, String);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Named {
+    n: u8,
+    s: String,
+}
+
+#[test]
+fn a_struct_reads_from_a_sequence_of_its_fields() {
+    let bytes = ok_record(Pair(3, "three".to_owned()));
+    let decoded: Result<Named, ()> =
+        <OkOnly as ResultCodec<Named, ()>>::decode(TOOL, &key(), &bytes).expect("decode");
+    assert_eq!(
+        decoded,
+        Ok(Named {
+            n: 3,
+            s: "three".to_owned()
+        })
+    );
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Counted {
+    count: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct CountedAsNumber {
+    count: u64,
+}
+
+#[test]
+fn a_value_of_another_kind_than_the_type_asks_for_is_an_invalid_type() {
+    let bytes = ok_record(Counted {
+        count: "12".to_owned(),
+    });
+    let decoded = <OkOnly as ResultCodec<CountedAsNumber, ()>>::decode(TOOL, &key(), &bytes);
+    match decoded {
+        Err(crate::Error::Decode { message, .. }) => assert!(
+            message.contains("invalid type: string \"12\", expected u64"),
+            "{message}"
+        ),
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+}
+
+/// Asks for text, with a visitor that would take a number too (as `deserialize_any` would
+/// offer it).
+#[derive(Debug, PartialEq, Serialize)]
+struct AsksForText(String);
+
+impl<'de> Deserialize<'de> for AsksForText {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl serde::de::Visitor<'_> for Text {
+            type Value = AsksForText;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("text")
+            }
+            fn visit_str<E>(self, v: &str) -> Result<AsksForText, E> {
+                Ok(AsksForText(v.to_owned()))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<AsksForText, E> {
+                Ok(AsksForText(v.to_string()))
+            }
+        }
+        deserializer.deserialize_str(Text)
+    }
+}
+
+#[test]
+fn a_type_that_asks_by_name_is_answered_as_json_answers_it() {
+    let text = ok_record("five".to_owned());
+    let decoded = <OkOnly as ResultCodec<AsksForText, ()>>::decode(TOOL, &key(), &text);
+    assert_eq!(decoded.expect("decode"), Ok(AsksForText("five".to_owned())));
+    // `serde_json` answers `deserialize_str` on a number with an error, not with `visit_u64`:
+    // so does the record decoder (only `deserialize_any` offers a value to every method).
+    let number = ok_record(5u64);
+    match <OkOnly as ResultCodec<AsksForText, ()>>::decode(TOOL, &key(), &number) {
+        Err(crate::Error::Decode { message, .. }) => assert!(
+            message.contains("invalid type: integer `5`, expected text"),
+            "{message}"
+        ),
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+    assert!(serde_json::from_str::<AsksForText>("5").is_err());
+}

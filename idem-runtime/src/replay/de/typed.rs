@@ -1,0 +1,170 @@
+//! What a type asks for by name (`deserialize_u64`, `deserialize_struct`, …), read as
+//! `serde_json` reads it: through the few visitor methods that can take it. A value of another
+//! kind is an `invalid type` error, never offered to the visitor's other methods, so that only
+//! the methods a type can use are compiled for its visitors.
+
+use serde::de::{self, Unexpected, Visitor};
+
+use super::Decoder;
+use crate::replay::format::{FormatError, tag};
+use crate::replay::head::{self, Head};
+use crate::replay::node;
+
+impl<'de> Decoder<'de> {
+    /// The head of the next value (compiled once).
+    pub(super) fn head(&mut self) -> Result<Head<'de>, FormatError> {
+        let t = self.reader.byte()?;
+        head::read(&mut self.reader, t)
+    }
+
+    /// An integer of up to 64 bits, of any recorded width and sign.
+    pub(super) fn integer<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::U8(v) => visitor.visit_u64(v.into()),
+            Head::U16(v) => visitor.visit_u64(v.into()),
+            Head::U32(v) => visitor.visit_u64(v.into()),
+            Head::U64(v) => visitor.visit_u64(v),
+            Head::I8(v) => visitor.visit_i64(v.into()),
+            Head::I16(v) => visitor.visit_i64(v.into()),
+            Head::I32(v) => visitor.visit_i64(v.into()),
+            Head::I64(v) => visitor.visit_i64(v),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    /// A 128-bit integer, or a narrower one.
+    pub(super) fn integer128<V: Visitor<'de>>(
+        &mut self,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        match self.reader.peek()? {
+            tag::U128 | tag::I128 => match self.head()? {
+                Head::U128(v) => visitor.visit_u128(v),
+                Head::I128(v) => visitor.visit_i128(v),
+                other => Err(invalid(other, &visitor)),
+            },
+            _ => self.integer(visitor),
+        }
+    }
+
+    /// A float, as its bits were recorded, or an integer.
+    pub(super) fn float<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.reader.peek()? {
+            tag::F32 | tag::F64 => match self.head()? {
+                Head::F32(bits) => visitor.visit_f32(f32::from_bits(bits)),
+                Head::F64(bits) => visitor.visit_f64(f64::from_bits(bits)),
+                other => Err(invalid(other, &visitor)),
+            },
+            _ => self.integer(visitor),
+        }
+    }
+
+    /// Text (a unit variant read without its enum is its name, as in JSON).
+    pub(super) fn text<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::Str(v) | Head::UnitVariant(v) => visitor.visit_borrowed_str(v),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    /// A sequence (a set reads as the sequence it was written as).
+    pub(super) fn sequence<V: Visitor<'de>>(
+        &mut self,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    pub(super) fn mapping<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::Map(len) => self.map(len, visitor),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    /// A struct: a map of its fields, or a sequence of them.
+    pub(super) fn fields<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::Map(len) => self.map(len, visitor),
+            Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    pub(super) fn boolean<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::Bool(v) => visitor.visit_bool(v),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    /// A char, or text (of one char, or the visitor refuses it).
+    pub(super) fn character<V: Visitor<'de>>(
+        &mut self,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::Char(v) => visitor.visit_char(v),
+            Head::Str(v) => visitor.visit_borrowed_str(v),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    /// Bytes, or what `serde_bytes` also reads them from: a sequence, text.
+    pub(super) fn bytes<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::Bytes(v) => visitor.visit_borrowed_bytes(v),
+            Head::Str(v) => visitor.visit_borrowed_str(v),
+            Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    pub(super) fn unit<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        match self.head()? {
+            Head::Unit => visitor.visit_unit(),
+            other => Err(invalid(other, &visitor)),
+        }
+    }
+
+    /// Skips the value (read as a tree, which the visitor never sees).
+    pub(super) fn ignored<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
+        node::read(&mut self.reader, self.depth)?;
+        visitor.visit_unit()
+    }
+}
+
+/// The error for a value of another kind than the type asked for (compiled once: the generic
+/// callers pass their visitor as what was expected).
+fn invalid(head: Head<'_>, expected: &dyn de::Expected) -> FormatError {
+    let unexpected = match head {
+        Head::None | Head::Some => Unexpected::Option,
+        Head::Unit => Unexpected::Unit,
+        Head::Bool(v) => Unexpected::Bool(v),
+        Head::U8(v) => Unexpected::Unsigned(v.into()),
+        Head::U16(v) => Unexpected::Unsigned(v.into()),
+        Head::U32(v) => Unexpected::Unsigned(v.into()),
+        Head::U64(v) => Unexpected::Unsigned(v),
+        Head::U128(_) => Unexpected::Other("a u128"),
+        Head::I8(v) => Unexpected::Signed(v.into()),
+        Head::I16(v) => Unexpected::Signed(v.into()),
+        Head::I32(v) => Unexpected::Signed(v.into()),
+        Head::I64(v) => Unexpected::Signed(v),
+        Head::I128(_) => Unexpected::Other("an i128"),
+        Head::F32(bits) => Unexpected::Float(f32::from_bits(bits).into()),
+        Head::F64(bits) => Unexpected::Float(f64::from_bits(bits)),
+        Head::Char(v) => Unexpected::Char(v),
+        Head::Str(v) => Unexpected::Str(v),
+        Head::Bytes(v) => Unexpected::Bytes(v),
+        Head::Seq(_) | Head::Set(_) => Unexpected::Seq,
+        Head::Map(_) => Unexpected::Map,
+        Head::UnitVariant(_) => Unexpected::UnitVariant,
+        Head::Variant(tag::NEWTYPE_VARIANT, _) => Unexpected::NewtypeVariant,
+        Head::Variant(tag::TUPLE_VARIANT, _) => Unexpected::TupleVariant,
+        Head::Variant(..) => Unexpected::StructVariant,
+    };
+    de::Error::invalid_type(unexpected, expected)
+}
