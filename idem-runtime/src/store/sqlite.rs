@@ -10,6 +10,9 @@ mod statements;
 mod thread;
 mod worker;
 
+#[cfg(test)]
+mod batch_tests;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};

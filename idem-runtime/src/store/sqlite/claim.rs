@@ -1,27 +1,43 @@
 //! `begin` on the store's thread: a claim is one conditional upsert that applies the per-key
 //! budget rule itself; a claim charged to the counts of started actions (a turn with a cap, the
-//! per-tool cap) reads the key's row again and, for a new action, reads and writes those
-//! counts, in one transaction with the claim. And the whole of `begin`, for when it could not
-//! read on the caller's thread.
+//! per-tool cap) is a transaction: the claim, then one conditional upsert per count that adds a
+//! new action under its cap, all undone if a count is at its cap. And the whole of `begin`, for
+//! when it could not read on the caller's thread.
 
 use std::time::Duration;
 
 use rusqlite::{OptionalExtension, params};
 
 use super::row::{self, Held, Seen};
-use super::statements::{CLAIM, FREE_ABANDONED, SEEN, SET_TURN_COUNT, TURN_COUNT};
-use super::worker::Worker;
+use super::statements::{ATTEMPTS, CLAIM, COUNT_ACTION, FREE_ABANDONED, SEEN, TURN_COUNT};
+use super::worker::{Done, Worker};
 use super::{sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::{Fingerprint, Key};
 use crate::store::budget::{self, CounterId};
 use crate::store::holder::Holder;
-use crate::store::{Begin, BeginRequest, Charge, LeaseToken};
+use crate::store::{Begin, BeginRequest, Charge, Exhausted, LeaseToken};
 use crate::{Error, Result};
 
 /// How often a claim is tried again when the key changed hands between the claim and the read
 /// that explains why it did not take (another process, between two autocommit statements).
 const CLAIM_TRIES: usize = 4;
+
+/// What the claim statement, and the read after it, found.
+enum Taken {
+    Claimed,
+    /// Not claimed: `begin`'s answer (a live record, a claim in flight, a spent count).
+    Answered(Begin),
+}
+
+impl Taken {
+    fn answer(self) -> Begin {
+        match self {
+            Taken::Claimed => Begin::Claimed,
+            Taken::Answered(answer) => answer,
+        }
+    }
+}
 
 /// A [`BeginRequest`] that can travel to the store's thread.
 pub(super) struct OwnedBegin {
@@ -130,28 +146,47 @@ impl Worker<'_> {
     }
 
     /// Claims the request's key, which was found without a live record (perhaps on another
-    /// thread, so the claim checks again).
+    /// thread, so the claim checks again). A claim charged to the counts of started actions
+    /// (a turn with a cap, the per-tool cap) is a transaction: the claim, then, for a new
+    /// action, each count — undone whole if a count is at its cap.
     pub(super) fn claim(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
-        if req.charge.max_calls.is_some() || req.charge.max_tool_actions.is_some() {
-            return self.transaction(|worker| worker.claim_counted(req));
+        let charge = &req.charge;
+        if charge.max_calls.is_none() && charge.max_tool_actions.is_none() {
+            return Ok(self.take(req)?.map(Taken::answer));
         }
+        self.transaction(|worker| {
+            match worker.take(req)? {
+                Ok(Taken::Claimed) => {}
+                answered => return Ok(Done::Keep(answered.map(Taken::answer))),
+            }
+            match worker.count_new_action(req)? {
+                None => Ok(Done::Keep(Ok(Begin::Claimed))),
+                Some(refused) => Ok(Done::Undo(Ok(Begin::Refused(refused)))),
+            }
+        })
+    }
+
+    /// The claim statement, and when it does not take, the key's row read to say why: a live
+    /// record, a spent per-key count, or a claim (freed and claimed again if its process is
+    /// gone).
+    fn take(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Taken>> {
         for _ in 0..CLAIM_TRIES {
             self.writing()?;
             if self.upsert(req)? == 1 {
-                return Ok(Ok(Begin::Claimed));
+                return Ok(Ok(Taken::Claimed));
             }
             // Not taken: the record is live, or the count is spent.
             match self.seen(req)? {
-                Ok(Seen::Live(answer)) => return Ok(Ok(answer)),
+                Ok(Seen::Live(answer)) => return Ok(Ok(Taken::Answered(answer))),
                 Ok(Seen::Held(held)) => {
                     if let Some(answer) = self.held(req, &held)? {
-                        return Ok(Ok(answer));
+                        return Ok(Ok(Taken::Answered(answer)));
                     }
                     // Freed: claim it.
                 }
                 Ok(Seen::Free { attempts }) => {
                     if let Some(refused) = refused_by_key(attempts, &req.charge) {
-                        return Ok(Ok(refused));
+                        return Ok(Ok(Taken::Answered(refused)));
                     }
                     // Free again: another process gave it back meanwhile.
                 }
@@ -164,59 +199,48 @@ impl Worker<'_> {
         )))
     }
 
-    /// A claim charged to the counts of started actions, in a transaction: the key's count is
-    /// read first, and a retry (a claim by this turn since its last result) is charged to it
-    /// alone; a new action reads the turn's and the tool's counts, and is counted in each that
-    /// has a cap. A refusal writes nothing.
-    fn claim_counted(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Begin>> {
-        let mut seen = self.seen(req)?;
-        if let Ok(Seen::Held(held)) = &seen {
-            if let Some(answer) = self.held(req, held)? {
-                return Ok(Ok(answer));
-            }
-            // Freed, under the write lock: read the count it left.
-            seen = self.seen(req)?;
-        }
-        let attempts = match seen {
-            Ok(Seen::Live(answer)) => return Ok(Ok(answer)),
-            Ok(Seen::Held(held)) => return Ok(Ok(held.in_flight())),
-            Ok(Seen::Free { attempts }) => attempts,
-            Err(corrupt) => return Ok(Err(corrupt)),
-        };
+    /// Counts the action just claimed, if new, in the turn's count (if the turn has a cap),
+    /// then the tool's (if the per-tool cap is set); the cap that refuses it, if one does. A
+    /// retry is counted in neither.
+    fn count_new_action(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Option<Exhausted>> {
         let charge = &req.charge;
-        let new = budget::is_new_action(attempts);
-        let turn = (new && charge.max_calls.is_some()).then(|| charge.turn.turn_counter());
-        let tool =
-            (new && charge.max_tool_actions.is_some()).then(|| charge.turn.tool_counter(req.tool));
-        let counts = budget::Counts {
-            attempts,
-            calls: match &turn {
-                Some(id) => self.count(id)?,
-                None => 0,
-            },
-            tool_actions: match &tool {
-                Some(id) => self.count(id)?,
-                None => 0,
-            },
-        };
-        if let Err(refused) = budget::charge(counts, charge) {
-            return Ok(Ok(Begin::Refused(refused)));
-        }
         let window_end = sql_ms(self.now.saturating_add(duration_ms(charge.window)));
-        for (id, n) in [(turn, counts.calls), (tool, counts.tool_actions)] {
-            if let Some(id) = id {
-                self.conn.prepare_cached(SET_TURN_COUNT)?.execute(params![
-                    id.as_slice(),
-                    n + 1,
-                    window_end
-                ])?;
+        let counts = [
+            (charge.max_calls, charge.turn.turn_counter(), true),
+            (
+                charge.max_tool_actions,
+                charge.turn.tool_counter(req.tool),
+                false,
+            ),
+        ];
+        let key = req.key.as_bytes().as_slice();
+        for (limit, id, turn) in counts {
+            let Some(limit) = limit else { continue };
+            let counted = self.conn.prepare_cached(COUNT_ACTION)?.execute(params![
+                id.as_slice(),
+                sql_ms(self.now),
+                window_end,
+                limit,
+                key
+            ])?;
+            if counted == 1 {
+                continue;
             }
+            let attempts: i64 = self
+                .conn
+                .prepare_cached(ATTEMPTS)?
+                .query_row([key], |row| row.get(0))?;
+            if attempts > 1 {
+                return Ok(None); // a retry: counted in neither
+            }
+            let calls = self.count(&id)?;
+            return Ok(Some(if turn {
+                Exhausted::Turn { calls, limit }
+            } else {
+                Exhausted::Tool { calls, limit }
+            }));
         }
-        if self.upsert(req)? != 1 {
-            // Under the write lock nothing can change between the read and the claim.
-            return Ok(Err(Error::store("begin", "the claim did not take")));
-        }
-        Ok(Ok(Begin::Claimed))
+        Ok(None)
     }
 
     /// The claim statement; returns the rows it changed (1: claimed).

@@ -8,6 +8,10 @@ pub(super) const CACHED: usize = 64;
 pub(super) const BEGIN: &str = "BEGIN IMMEDIATE";
 pub(super) const COMMIT: &str = "COMMIT";
 pub(super) const ROLLBACK: &str = "ROLLBACK";
+/// A transaction inside a batch's, that can be undone alone.
+pub(super) const SAVEPOINT: &str = "SAVEPOINT idem_claim";
+pub(super) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO idem_claim";
+pub(super) const RELEASE_SAVEPOINT: &str = "RELEASE idem_claim";
 
 /// What `begin` reads of a key's row: enough to answer a live record and to charge a claim,
 /// the namespace and turn the row belongs to, and who holds a claim. Parameter: key.
@@ -45,10 +49,21 @@ pub(super) const FREE_ABANDONED: &str = "UPDATE idem_records SET expires_at_ms =
 pub(super) const TURN_COUNT: &str =
     "SELECT count FROM idem_budgets WHERE id = ?1 AND expires_at_ms > ?2";
 
-/// Sets a turn's (or a tool's) count. Parameters: counter id, count, expiry.
-pub(super) const SET_TURN_COUNT: &str = "INSERT INTO idem_budgets (id, count, expires_at_ms) \
-     VALUES (?1, ?2, ?3) ON CONFLICT (id) DO UPDATE SET count = excluded.count, \
-     expires_at_ms = excluded.expires_at_ms";
+/// Counts one more started action in a turn's (or a tool's) count, if the key's claim just made
+/// is a new action (its attempt count is 1) and the live count is under the cap; an expired count
+/// starts again from 0. Changes 1 row if it counted, else 0. (Not `RETURNING`: SQLite keeps
+/// returned rows in a temporary table, which costs more than the statement.) Parameters:
+/// counter id, now, expiry, cap, key.
+pub(super) const COUNT_ACTION: &str = "INSERT INTO idem_budgets (id, count, expires_at_ms) \
+     SELECT ?1, 1, ?3 WHERE ?4 > 0 \
+         AND (SELECT attempts FROM idem_records WHERE key = ?5) = 1 \
+     ON CONFLICT (id) DO UPDATE SET count = (CASE WHEN idem_budgets.expires_at_ms > ?2 \
+         THEN max(idem_budgets.count, 0) ELSE 0 END) + 1, expires_at_ms = ?3 \
+     WHERE (CASE WHEN idem_budgets.expires_at_ms > ?2 \
+         THEN max(idem_budgets.count, 0) ELSE 0 END) < ?4";
+
+/// A key's attempt count. Parameter: key.
+pub(super) const ATTEMPTS: &str = "SELECT attempts FROM idem_records WHERE key = ?1";
 
 /// Parameters: new expiry, namespace, key, token, now.
 pub(super) const RENEW: &str = "UPDATE idem_records SET expires_at_ms = ?1 WHERE key = ?3 \

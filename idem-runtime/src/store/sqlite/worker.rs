@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use rusqlite::{Connection, params};
 
-use super::statements::{BEGIN, COMMIT, ROLLBACK};
+use super::statements::{
+    BEGIN, COMMIT, RELEASE_SAVEPOINT, ROLLBACK, ROLLBACK_TO_SAVEPOINT, SAVEPOINT,
+};
 use super::{HOUSEKEEPING_EVERY, PURGE_BATCH, sql_ms};
 use crate::Result;
 use crate::clock::Clock;
@@ -167,18 +169,32 @@ impl<'c> Worker<'c> {
         Ok(())
     }
 
-    /// Runs `f` in a transaction: the batch's, or one of its own.
+    /// Runs `f` in a transaction — one of its own, or a savepoint in the batch's — and keeps
+    /// what it wrote unless it answers [`Done::Undo`] (a claim that a count then refused).
     pub(super) fn transaction<T>(
         &mut self,
-        f: impl FnOnce(&mut Self) -> rusqlite::Result<T>,
+        f: impl FnOnce(&mut Self) -> rusqlite::Result<Done<T>>,
     ) -> rusqlite::Result<T> {
         if self.sharing || !self.conn.is_autocommit() {
             self.writing()?;
-            return f(self);
+            self.execute(SAVEPOINT)?;
+            // An error fails the batch, whose transaction is rolled back whole.
+            let (value, undo) = f(self)?.split();
+            if undo {
+                self.execute(ROLLBACK_TO_SAVEPOINT)?;
+            }
+            self.execute(RELEASE_SAVEPOINT)?;
+            return Ok(value);
         }
         self.wrote = true;
         self.begin_transaction()?;
-        let done = f(self).and_then(|value| self.execute(COMMIT).map(|()| value));
+        let done = f(self).and_then(|done| match done {
+            Done::Keep(value) => self.execute(COMMIT).map(|()| value),
+            Done::Undo(value) => {
+                self.rollback();
+                Ok(value)
+            }
+        });
         if done.is_err() {
             self.rollback();
         }
@@ -246,9 +262,12 @@ impl<'c> Worker<'c> {
                     "DELETE FROM idem_records WHERE key = ?1 \
                      AND expires_at_ms <= ?2 AND attempts_expire_ms <= ?2",
                 )?;
-                expired.iter().try_fold(0, |deleted, key| {
-                    Ok(deleted + delete.execute(params![key, sql_ms(now)])?)
-                })
+                expired
+                    .iter()
+                    .try_fold(0, |deleted, key| {
+                        Ok(deleted + delete.execute(params![key, sql_ms(now)])?)
+                    })
+                    .map(Done::Keep)
             })?
         };
         let next = (seen == PURGE_BATCH).then_some(last);
@@ -263,6 +282,23 @@ impl<'c> Worker<'c> {
                  WHERE expires_at_ms <= ?1 LIMIT ?2)",
             )?
             .execute(params![sql_ms(now), PURGE_BATCH])
+    }
+}
+
+/// What a [`Worker::transaction`] does with what it wrote.
+pub(super) enum Done<T> {
+    /// Keep it: commit (or release the savepoint).
+    Keep(T),
+    /// Undo it, and answer `T`.
+    Undo(T),
+}
+
+impl<T> Done<T> {
+    fn split(self) -> (T, bool) {
+        match self {
+            Done::Keep(value) => (value, false),
+            Done::Undo(value) => (value, true),
+        }
     }
 }
 

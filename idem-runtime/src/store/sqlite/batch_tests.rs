@@ -1,0 +1,82 @@
+//! A claim charged to the counts of started actions inside a batch's transaction (where the
+//! store's thread runs two writes or more): a refusal undoes that claim alone, in a savepoint,
+//! and keeps what the batch wrote before it.
+
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use super::schema;
+use super::worker::Worker;
+use crate::clock::ManualClock;
+use crate::key::{Fingerprint, Key};
+use crate::store::budget::TurnIdentity;
+use crate::store::{Begin, BeginRequest, Charge, Exhausted, LeaseToken};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+fn request<'a>(key: &'a Key, fp: &'a Fingerprint, tool: &'static str) -> BeginRequest<'a> {
+    BeginRequest {
+        namespace: "ns",
+        key,
+        tool,
+        turn: "turn-1",
+        fingerprint: fp,
+        lease: DAY,
+        ttl: DAY,
+        token: LeaseToken::generate(),
+        charge: Charge {
+            turn: TurnIdentity::new("ns", "turn-1"),
+            max_attempts: 3,
+            max_calls: Some(2),
+            max_tool_actions: Some(1),
+            window: DAY,
+        },
+    }
+}
+
+fn claimed(conn: &Connection, key: &Key) -> bool {
+    conn.query_row(
+        "SELECT count(*) FROM idem_records WHERE key = ?1 AND state = 'in_progress'",
+        [key.as_bytes().as_slice()],
+        |row| row.get::<_, i64>(0),
+    )
+    .expect("read")
+        == 1
+}
+
+#[test]
+fn a_refused_claim_in_a_batch_is_undone_alone() {
+    let mut conn = Connection::open_in_memory().expect("open");
+    schema::configure(&mut conn, None, Duration::from_secs(1)).expect("schema");
+    let clock = ManualClock::new(1_000_000);
+    let fp = Fingerprint::from_bytes([7; 32]);
+    let (a, b, c) = (
+        Key::from_bytes([1; 32]),
+        Key::from_bytes([2; 32]),
+        Key::from_bytes([3; 32]),
+    );
+    let mut batch = Worker::new(&conn, &clock, true);
+    let claim = |worker: &mut Worker<'_>, key, tool| {
+        worker
+            .claim(&request(key, &fp, tool))
+            .expect("sqlite")
+            .expect("answer")
+    };
+    assert_eq!(claim(&mut batch, &a, "charge"), Begin::Claimed);
+    // The tool's cap refuses `b` after its claim and the turn's count took: both undone.
+    assert_eq!(
+        claim(&mut batch, &b, "charge"),
+        Begin::Refused(Exhausted::Tool { calls: 1, limit: 1 })
+    );
+    assert!(
+        !conn.is_autocommit(),
+        "the batch's transaction is still open"
+    );
+    assert!(claimed(&conn, &a), "the batch's earlier claim is kept");
+    assert!(!claimed(&conn, &b), "the refused claim is undone");
+    // Had `b` counted against the turn (cap 2), `c` would be refused.
+    assert_eq!(claim(&mut batch, &c, "refund"), Begin::Claimed);
+    conn.execute_batch("COMMIT").expect("commit the batch");
+    assert!(claimed(&conn, &a) && claimed(&conn, &c) && !claimed(&conn, &b));
+}
