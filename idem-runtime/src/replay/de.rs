@@ -10,7 +10,8 @@ use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
 
 use super::format::{FormatError, MAX_DEPTH, Reader, tag, tag_name};
 use super::head::{self, Head};
-use variant::{Variant, VariantAsMap};
+use serde::de::value::BorrowedStrDeserializer;
+use variant::Variant;
 
 /// Decodes one value that must fill `bytes` exactly.
 pub(super) fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FormatError> {
@@ -93,6 +94,7 @@ impl<'de> Decoder<'de> {
         let mut access = Entries {
             de: self,
             left: len,
+            variant: None,
         };
         let value = visitor.visit_map(&mut access);
         let left = access.left;
@@ -138,22 +140,34 @@ impl<'de> Decoder<'de> {
             // A set reads as the sequence it was written as; the type decides what it holds.
             Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
             Head::Map(len) => self.map(len, visitor),
-            Head::Variant(kind, name) => {
-                self.descend()?;
-                let mut access = VariantAsMap {
-                    de: self,
-                    kind,
-                    name: Some(name),
-                    value_read: false,
-                };
-                let value = visitor.visit_map(&mut access);
-                let value_read = access.value_read;
-                self.ascend();
-                match value? {
-                    value if value_read => Ok(value),
-                    _ => Err(FormatError::new("the content of a variant was not read")),
-                }
-            }
+            Head::Variant(kind, name) => self.variant_as_map(kind, name, visitor),
+        }
+    }
+
+    /// A newtype, tuple or struct variant (`kind`) named `name`, read without its enum: as
+    /// JSON shows it, a one-entry map from the name to the content (through the same
+    /// [`Entries`] as a map, so that a visitor's `visit_map` is compiled once).
+    fn variant_as_map<V: Visitor<'de>>(
+        &mut self,
+        kind: u8,
+        name: &'de str,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.descend()?;
+        let mut access = Entries {
+            de: self,
+            left: 1,
+            variant: Some(VariantEntry {
+                kind,
+                name: Some(name),
+            }),
+        };
+        let value = visitor.visit_map(&mut access);
+        let content_read = access.variant.is_none();
+        self.ascend();
+        match value? {
+            value if content_read => Ok(value),
+            _ => Err(FormatError::new("the content of a variant was not read")),
         }
     }
 }
@@ -331,6 +345,16 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
 struct Entries<'a, 'de> {
     de: &'a mut Decoder<'de>,
     left: usize,
+    /// A variant read as a map: its one entry, until its content is read.
+    variant: Option<VariantEntry<'de>>,
+}
+
+/// A variant read as the one entry of a map.
+struct VariantEntry<'de> {
+    /// Its tag: a newtype, tuple or struct variant.
+    kind: u8,
+    /// Its name, until read as the entry's key.
+    name: Option<&'de str>,
 }
 
 impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
@@ -345,7 +369,16 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
             return Ok(None);
         }
         self.left -= 1;
-        seed.deserialize(&mut *self.de).map(Some)
+        match self
+            .variant
+            .as_mut()
+            .and_then(|variant| variant.name.take())
+        {
+            Some(name) => seed
+                .deserialize(BorrowedStrDeserializer::<FormatError>::new(name))
+                .map(Some),
+            None => seed.deserialize(&mut *self.de).map(Some),
+        }
     }
 
     #[inline]
@@ -353,7 +386,10 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
         &mut self,
         seed: S,
     ) -> Result<S::Value, FormatError> {
-        seed.deserialize(&mut *self.de)
+        match self.variant.take() {
+            None => seed.deserialize(&mut *self.de),
+            Some(variant) => variant::content(self.de, variant.kind, seed),
+        }
     }
 
     fn size_hint(&self) -> Option<usize> {

@@ -16,6 +16,7 @@ mod fidelity;
 mod order;
 mod props;
 mod rendering;
+mod requests;
 
 const TOOL: &str = "test_tool";
 

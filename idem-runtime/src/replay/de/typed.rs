@@ -1,7 +1,9 @@
-//! What a type asks for by name (`deserialize_u64`, `deserialize_struct`, …), read as
-//! `serde_json` reads it: through the few visitor methods that can take it. A value of another
-//! kind is an `invalid type` error, never offered to the visitor's other methods, so that only
-//! the methods a type can use are compiled for its visitors.
+//! What a type asks for by name (`deserialize_u64`, `deserialize_struct`, …): a value of the
+//! kinds that request can take is offered to the visitor as `deserialize_any` offers it (an
+//! integer at its recorded width, a variant to a map or struct as `{name: content}`, text,
+//! chars and bytes to a text request); a value of another kind — a string for a number, a
+//! number for text — is an `invalid type` error, as `serde_json` answers it. So only the
+//! visitor methods a request can use are compiled for each visitor.
 
 use serde::de::{self, Unexpected, Visitor};
 
@@ -17,16 +19,16 @@ impl<'de> Decoder<'de> {
         head::read(&mut self.reader, t)
     }
 
-    /// An integer of up to 64 bits, of any recorded width and sign.
+    /// An integer of up to 64 bits, at its recorded width (a visitor may take only its own).
     pub(super) fn integer<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
         match self.head()? {
-            Head::U8(v) => visitor.visit_u64(v.into()),
-            Head::U16(v) => visitor.visit_u64(v.into()),
-            Head::U32(v) => visitor.visit_u64(v.into()),
+            Head::U8(v) => visitor.visit_u8(v),
+            Head::U16(v) => visitor.visit_u16(v),
+            Head::U32(v) => visitor.visit_u32(v),
             Head::U64(v) => visitor.visit_u64(v),
-            Head::I8(v) => visitor.visit_i64(v.into()),
-            Head::I16(v) => visitor.visit_i64(v.into()),
-            Head::I32(v) => visitor.visit_i64(v.into()),
+            Head::I8(v) => visitor.visit_i8(v),
+            Head::I16(v) => visitor.visit_i16(v),
+            Head::I32(v) => visitor.visit_i32(v),
             Head::I64(v) => visitor.visit_i64(v),
             other => Err(invalid(other, &visitor)),
         }
@@ -59,10 +61,13 @@ impl<'de> Decoder<'de> {
         }
     }
 
-    /// Text (a unit variant read without its enum is its name, as in JSON).
+    /// Text (a unit variant read without its enum is its name, as in JSON), a char, or bytes
+    /// (a visitor of text may take them).
     pub(super) fn text<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
         match self.head()? {
             Head::Str(v) | Head::UnitVariant(v) => visitor.visit_borrowed_str(v),
+            Head::Char(v) => visitor.visit_char(v),
+            Head::Bytes(v) => visitor.visit_borrowed_bytes(v),
             other => Err(invalid(other, &visitor)),
         }
     }
@@ -78,18 +83,21 @@ impl<'de> Decoder<'de> {
         }
     }
 
+    /// A map, or a newtype, tuple or struct variant read as `{name: content}`.
     pub(super) fn mapping<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
         match self.head()? {
             Head::Map(len) => self.map(len, visitor),
+            Head::Variant(kind, name) => self.variant_as_map(kind, name, visitor),
             other => Err(invalid(other, &visitor)),
         }
     }
 
-    /// A struct: a map of its fields, or a sequence of them.
+    /// A struct: a map of its fields, or a sequence of them (or a variant read as a map).
     pub(super) fn fields<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
         match self.head()? {
             Head::Map(len) => self.map(len, visitor),
             Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
+            Head::Variant(kind, name) => self.variant_as_map(kind, name, visitor),
             other => Err(invalid(other, &visitor)),
         }
     }

@@ -1,11 +1,13 @@
 //! Enum variants: read as the type's enum asks (`deserialize_enum`), or, without a type's
-//! guidance (`deserialize_any`), as JSON shows them: `{name: content}`.
+//! guidance (`deserialize_any`, or a map or struct asked for), as JSON shows them:
+//! `{name: content}`.
 
 use serde::de::value::BorrowedStrDeserializer;
-use serde::de::{self, DeserializeSeed, Visitor};
+use serde::de::{self, DeserializeSeed, Unexpected, Visitor};
 
 use super::Decoder;
 use crate::replay::format::{FormatError, tag, tag_name};
+use crate::replay::node;
 
 /// A variant read by `deserialize_enum`.
 pub(super) struct Variant<'a, 'de> {
@@ -79,69 +81,55 @@ impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
     }
 }
 
-/// A newtype, tuple or struct variant read by `deserialize_any`: `{name: content}`.
-pub(super) struct VariantAsMap<'a, 'de> {
-    pub(super) de: &'a mut Decoder<'de>,
-    pub(super) kind: u8,
-    pub(super) name: Option<&'de str>,
-    pub(super) value_read: bool,
-}
-
-impl<'de> de::MapAccess<'de> for VariantAsMap<'_, 'de> {
-    type Error = FormatError;
-
-    fn next_key_seed<K: DeserializeSeed<'de>>(
-        &mut self,
-        seed: K,
-    ) -> Result<Option<K::Value>, FormatError> {
-        match self.name.take() {
-            Some(name) => {
-                let name = BorrowedStrDeserializer::<FormatError>::new(name);
-                seed.deserialize(name).map(Some)
-            }
-            None => Ok(None),
+/// The content of a newtype, tuple or struct variant (`kind`) read as a map's value.
+pub(super) fn content<'de, S: DeserializeSeed<'de>>(
+    de: &mut Decoder<'de>,
+    kind: u8,
+    seed: S,
+) -> Result<S::Value, FormatError> {
+    match kind {
+        tag::NEWTYPE_VARIANT => seed.deserialize(de),
+        tag::TUPLE_VARIANT => {
+            let len = de.reader.count(1)?;
+            seed.deserialize(Body {
+                de,
+                len,
+                map: false,
+            })
         }
-    }
-
-    fn next_value_seed<S: DeserializeSeed<'de>>(
-        &mut self,
-        seed: S,
-    ) -> Result<S::Value, FormatError> {
-        if self.value_read {
-            return Err(FormatError::new("a variant's content was read twice"));
+        _ => {
+            let len = de.reader.count(2)?;
+            seed.deserialize(Body { de, len, map: true })
         }
-        self.value_read = true;
-        match self.kind {
-            tag::NEWTYPE_VARIANT => seed.deserialize(&mut *self.de),
-            tag::TUPLE_VARIANT => {
-                let len = self.de.reader.count(1)?;
-                seed.deserialize(Body {
-                    de: &mut *self.de,
-                    len,
-                    map: false,
-                })
-            }
-            _ => {
-                let len = self.de.reader.count(2)?;
-                seed.deserialize(Body {
-                    de: &mut *self.de,
-                    len,
-                    map: true,
-                })
-            }
-        }
-    }
-
-    fn size_hint(&self) -> Option<usize> {
-        Some(usize::from(self.name.is_some()))
     }
 }
 
-/// The body of a tuple or struct variant whose count was read already.
+/// The body of a tuple or struct variant whose count was read already: a sequence or a map,
+/// which a type asking for anything else is refused, as the decoder refuses it.
 struct Body<'a, 'de> {
     de: &'a mut Decoder<'de>,
     len: usize,
     map: bool,
+}
+
+impl Body<'_, '_> {
+    fn invalid(&self, expected: &dyn de::Expected) -> FormatError {
+        let unexpected = if self.map {
+            Unexpected::Map
+        } else {
+            Unexpected::Seq
+        };
+        de::Error::invalid_type(unexpected, expected)
+    }
+}
+
+/// `Deserializer` methods a variant's body refuses.
+macro_rules! refused {
+    ($($method:ident)+) => {$(
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+            Err(self.invalid(&visitor))
+        }
+    )+};
 }
 
 impl<'de> de::Deserializer<'de> for Body<'_, 'de> {
@@ -155,13 +143,92 @@ impl<'de> de::Deserializer<'de> for Body<'_, 'de> {
         }
     }
 
-    fn is_human_readable(&self) -> bool {
-        true
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+        if self.map {
+            return Err(self.invalid(&visitor));
+        }
+        self.de.seq(self.len, visitor)
     }
 
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
-        option unit unit_struct newtype_struct seq tuple tuple_struct map struct enum
-        identifier ignored_any
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+        if !self.map {
+            return Err(self.invalid(&visitor));
+        }
+        self.de.map(self.len, visitor)
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        self.deserialize_any(visitor)
+    }
+
+    /// The body is there: `Some` of it.
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
+        for _ in 0..self.len.saturating_mul(if self.map { 2 } else { 1 }) {
+            node::read(&mut self.de.reader, self.de.depth)?;
+        }
+        visitor.visit_unit()
+    }
+
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        Err(self.invalid(&visitor))
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        Err(self.invalid(&visitor))
+    }
+
+    refused! {
+        deserialize_bool deserialize_i8 deserialize_i16 deserialize_i32 deserialize_i64
+        deserialize_i128 deserialize_u8 deserialize_u16 deserialize_u32 deserialize_u64
+        deserialize_u128 deserialize_f32 deserialize_f64 deserialize_char deserialize_str
+        deserialize_string deserialize_bytes deserialize_byte_buf deserialize_unit
+        deserialize_identifier
+    }
+
+    fn is_human_readable(&self) -> bool {
+        true
     }
 }
