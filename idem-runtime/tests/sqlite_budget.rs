@@ -280,7 +280,8 @@ async fn a_version_1_database_is_migrated_and_keeps_its_records() {
     let version: i64 = conn
         .pragma_query_value(None, "user_version", |row| row.get(0))
         .unwrap();
-    assert_eq!((version, SCHEMA_VERSION), (6, 6));
+    assert_eq!((version, SCHEMA_VERSION), (7, 7));
+    assert!(!has_counts_expiry_index(&conn));
     match store
         .begin(charged(&k, &fp, "turn", 3, None, WINDOW))
         .await
@@ -293,6 +294,48 @@ async fn a_version_1_database_is_migrated_and_keeps_its_records() {
     drop(store);
     // Opening again is a no-op.
     SqliteStore::open(dir.db()).unwrap();
+}
+
+/// Whether the counts still have the index on their expiry that schema 7 dropped.
+fn has_counts_expiry_index(conn: &rusqlite::Connection) -> bool {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'idem_budgets_expires_at'",
+        [],
+        |row| row.get::<_, i64>(0),
+    )
+    .unwrap()
+        == 1
+}
+
+#[tokio::test]
+async fn a_version_6_database_loses_the_index_on_the_counts_expiry() {
+    let dir = TempDir::new("budget-v6");
+    let fp = Fingerprint::from_bytes([6; 32]);
+    let (first, second) = (key(1), key(2));
+    {
+        let store = SqliteStore::open(dir.db()).unwrap();
+        let req = charged(&first, &fp, "turn-6", 3, Some(10), WINDOW);
+        assert_eq!(store.begin(req).await.unwrap(), Begin::Claimed);
+    }
+    {
+        // As version 6 left it.
+        let conn = rusqlite::Connection::open(dir.db()).unwrap();
+        conn.execute_batch(
+            "CREATE INDEX idem_budgets_expires_at ON idem_budgets (expires_at_ms);
+             PRAGMA user_version = 6;",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(dir.db()).unwrap();
+    let conn = rusqlite::Connection::open(dir.db()).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert!(!has_counts_expiry_index(&conn));
+    assert_eq!(raw_counts(&dir.db()), 1, "the turn's count is kept");
+    let req = charged(&second, &fp, "turn-6", 3, Some(10), WINDOW);
+    assert_eq!(store.begin(req).await.unwrap(), Begin::Claimed);
 }
 
 /// SQL of schema version 3 on top of version 1: budget counters, and each key's attempt count

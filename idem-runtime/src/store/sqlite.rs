@@ -155,16 +155,15 @@ const STATE_COMPLETED: &str = "completed";
 /// # Storage
 /// Two tables, in a schema whose version is kept in `PRAGMA user_version` and migrated on open
 /// ([`SCHEMA_VERSION`]): `idem_records`, a `WITHOUT ROWID` table keyed by the key alone (keys
-/// commit to their namespace, a column every statement checks; one b-tree, so a write changes
-/// one page), and `idem_budgets`, the turn budget counts (`id` as
-/// named by [`budget`](super::budget), `count`, `expires_at_ms`, with an index on
-/// `expires_at_ms`). Expired rows are overwritten by the next claim of their key (or charge of
-/// their count); every 512 writes the store's thread sweeps the next 512 records in key order
-/// (wrapping around) of what expired, so the file does not grow without bound and no index on
-/// expiry has to be kept up to date by every write;
-/// [`Store::purge_expired`](super::Store::purge_expired) sweeps them all. Results are stored
-/// as written by the engine (JSON), so `sqlite3 idem.db "select tool, cast(result as text)
-/// from idem_records"` shows what the agent was told.
+/// commit to their namespace, a column every statement checks), with an index that finds a
+/// turn's records; and `idem_budgets`, the counts of started actions of turns and tools (`id`
+/// as named by [`budget`](super::budget), `count`, `expires_at_ms`). Expired rows are
+/// overwritten by the next claim of their key (or count of their id); every 512 writes the
+/// store's thread sweeps the next 512 records and the next 512 counts in key order (wrapping
+/// around) of what expired, so the file does not grow without bound and no index on expiry has
+/// to be kept up to date by every write; [`Store::purge_expired`](super::Store::purge_expired)
+/// sweeps them all. Results are stored in idem's record format; `idem --sqlite FILE show KEY`
+/// renders one.
 ///
 /// A row that cannot be parsed (a wrong-length key or fingerprint, an unknown state, a
 /// completed row without a result, ...) makes `begin` and `get` on its key fail with

@@ -286,7 +286,11 @@ impl Store for SqliteStore {
                     None => break,
                 }
             }
-            while worker.purge_turn_counts(now)? > 0 {}
+            // And every count of started actions.
+            let mut after = None;
+            while let (_, Some(next)) = worker.sweep_counts(after.as_deref(), now)? {
+                after = Some(next);
+            }
             Ok(Ok(total))
         })
         .boxed()

@@ -17,8 +17,8 @@ use crate::{Error, Result};
 /// claims its attempt count counts), with an index that finds a namespace's records of one turn;
 /// version 6 keeps in each claim the process that holds it
 /// ([`Holder`](crate::store::holder::Holder)), so that a claim whose process is gone is free at
-/// once.
-pub const SCHEMA_VERSION: i64 = 6;
+/// once; version 7 drops the index on the counts' expiry (they are swept in key order too).
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Version 2: budget counters (since version 3, turn counts only, named by
 /// [`TurnIdentity::turn_counter`](crate::store::budget::TurnIdentity::turn_counter)).
@@ -81,6 +81,10 @@ CREATE INDEX IF NOT EXISTS idem_records_turn ON idem_records (namespace, turn, c
 /// Version 6: the holder of each claim (its process, encoded; NULL where it cannot be named).
 /// Claims written before it have none: their leases alone free them.
 const SCHEMA_V6: &str = "ALTER TABLE idem_records ADD COLUMN holder TEXT;";
+
+/// The counts are swept in key order, like the records: an index on their expiry cost every
+/// new action a b-tree page more to write.
+const SCHEMA_V7: &str = "DROP INDEX IF EXISTS idem_budgets_expires_at;";
 
 /// Sets the connection up: busy timeout, WAL, and the schema. Returns whether the file is in
 /// WAL mode (readers then never wait for writers).
@@ -149,10 +153,11 @@ fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
             tx.execute_batch(SCHEMA_V2).map_err(fail)?;
             tx.execute_batch(SCHEMA_V5).map_err(fail)?;
             tx.execute_batch(SCHEMA_V6).map_err(fail)?;
+            tx.execute_batch(SCHEMA_V7).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }
-        1..=5 => {
+        1..=6 => {
             if version <= 1 {
                 tx.execute_batch(SCHEMA_V2).map_err(fail)?;
             }
@@ -166,7 +171,10 @@ fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
             if version <= 4 {
                 tx.execute_batch(SCHEMA_V5).map_err(fail)?;
             }
-            tx.execute_batch(SCHEMA_V6).map_err(fail)?;
+            if version <= 5 {
+                tx.execute_batch(SCHEMA_V6).map_err(fail)?;
+            }
+            tx.execute_batch(SCHEMA_V7).map_err(fail)?;
             tx.pragma_update(None, "user_version", SCHEMA_VERSION)
                 .map_err(fail)?;
         }

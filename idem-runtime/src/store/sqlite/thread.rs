@@ -87,6 +87,7 @@ pub(super) fn serve(writer: Arc<Writer>, queue: Receiver<Job>) {
     let mut thread = Thread {
         writer,
         sweep_after: None,
+        counts_after: None,
     };
     let mut batch: Vec<Box<dyn Op>> = Vec::new();
     while let Ok(job) = queue.recv() {
@@ -130,11 +131,13 @@ struct Thread {
     writer: Arc<Writer>,
     /// The key after which the sweep of expired records goes on (`None`: from the first).
     sweep_after: Option<Vec<u8>>,
+    /// The same for the counts of started actions.
+    counts_after: Option<Vec<u8>>,
 }
 
 impl Thread {
-    /// Sweeps the next [`PURGE_BATCH`] records (in key order, wrapping around) of what
-    /// expired, deletes as many expired turn counts, and checkpoints the WAL, so that neither
+    /// Sweeps the next [`PURGE_BATCH`] records and counts (each in key order, wrapping
+    /// around) of what expired, and checkpoints the WAL, so that neither
     /// the file nor the WAL grows without bound when nobody calls
     /// [`Store::purge_expired`](crate::store::Store::purge_expired).
     fn maintain(&mut self, clock: &dyn Clock) {
@@ -142,9 +145,12 @@ impl Thread {
         let mut worker = Worker::new(&held.conn, clock, false);
         let now = worker.now;
         let after = self.sweep_after.take();
+        let counts_after = self.counts_after.take();
         let swept = worker.sweep(after.as_deref(), now).and_then(|(_, next)| {
             self.sweep_after = next;
-            worker.purge_turn_counts(now)
+            let (_, next) = worker.sweep_counts(counts_after.as_deref(), now)?;
+            self.counts_after = next;
+            Ok(())
         });
         if let Err(error) = swept {
             tracing::warn!(target: "idem", %error, "could not delete expired SQLite records");

@@ -235,14 +235,29 @@ impl<'c> Worker<'c> {
         after: Option<&[u8]>,
         now: u64,
     ) -> rusqlite::Result<(usize, Option<Vec<u8>>)> {
-        // No key is the empty blob: x'' comes before every record.
+        self.sweep_table(&RECORDS_SWEEP, after, now)
+    }
+
+    /// [`Self::sweep`] for the counts of started actions (turn and tool counts).
+    pub(super) fn sweep_counts(
+        &mut self,
+        after: Option<&[u8]>,
+        now: u64,
+    ) -> rusqlite::Result<(usize, Option<Vec<u8>>)> {
+        self.sweep_table(&COUNTS_SWEEP, after, now)
+    }
+
+    fn sweep_table(
+        &mut self,
+        sql: &Sweep,
+        after: Option<&[u8]>,
+        now: u64,
+    ) -> rusqlite::Result<(usize, Option<Vec<u8>>)> {
+        // No key is the empty blob: x'' comes before every one.
         let after = after.unwrap_or_default();
         let (mut expired, mut last, mut seen) = (Vec::new(), Vec::new(), 0);
         {
-            let mut window = self.conn.prepare_cached(
-                "SELECT key, expires_at_ms <= ?2 AND attempts_expire_ms <= ?2 \
-                 FROM idem_records WHERE key > ?1 ORDER BY key LIMIT ?3",
-            )?;
+            let mut window = self.conn.prepare_cached(sql.window)?;
             let mut rows = window.query(params![after, sql_ms(now), PURGE_BATCH])?;
             while let Some(row) = rows.next()? {
                 let key = row.get_ref(0)?.as_blob()?;
@@ -258,10 +273,7 @@ impl<'c> Worker<'c> {
             0
         } else {
             self.transaction(|worker| {
-                let mut delete = worker.conn.prepare_cached(
-                    "DELETE FROM idem_records WHERE key = ?1 \
-                     AND expires_at_ms <= ?2 AND attempts_expire_ms <= ?2",
-                )?;
+                let mut delete = worker.conn.prepare_cached(sql.delete)?;
                 expired
                     .iter()
                     .try_fold(0, |deleted, key| {
@@ -273,17 +285,27 @@ impl<'c> Worker<'c> {
         let next = (seen == PURGE_BATCH).then_some(last);
         Ok((deleted, next))
     }
-
-    /// Deletes up to [`PURGE_BATCH`] turn counts expired at `now`; returns how many.
-    pub(super) fn purge_turn_counts(&self, now: u64) -> rusqlite::Result<usize> {
-        self.conn
-            .prepare_cached(
-                "DELETE FROM idem_budgets WHERE id IN (SELECT id FROM idem_budgets \
-                 WHERE expires_at_ms <= ?1 LIMIT ?2)",
-            )?
-            .execute(params![sql_ms(now), PURGE_BATCH])
-    }
 }
+
+/// The two statements of a sweep: a window of keys in order, each with whether it expired
+/// (parameters: after, now, count), and the deletion of one expired row (key, now).
+struct Sweep {
+    window: &'static str,
+    delete: &'static str,
+}
+
+/// A record goes once both its lease or TTL and its attempt count expired.
+const RECORDS_SWEEP: Sweep = Sweep {
+    window: "SELECT key, expires_at_ms <= ?2 AND attempts_expire_ms <= ?2 \
+             FROM idem_records WHERE key > ?1 ORDER BY key LIMIT ?3",
+    delete: "DELETE FROM idem_records WHERE key = ?1 \
+             AND expires_at_ms <= ?2 AND attempts_expire_ms <= ?2",
+};
+
+const COUNTS_SWEEP: Sweep = Sweep {
+    window: "SELECT id, expires_at_ms <= ?2 FROM idem_budgets WHERE id > ?1 ORDER BY id LIMIT ?3",
+    delete: "DELETE FROM idem_budgets WHERE id = ?1 AND expires_at_ms <= ?2",
+};
 
 /// What a [`Worker::transaction`] does with what it wrote.
 pub(super) enum Done<T> {
