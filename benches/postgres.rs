@@ -2,6 +2,9 @@
 //! without it the bench prints a skip line), side by side with the same writes without idem:
 //!
 //! - `postgres/floor`: `BEGIN`, two updates and an insert, `COMMIT` (a sqlx transaction);
+//! - `postgres/floor_claiming`: the floor written by hand to be idempotent: in the same
+//!   transaction, the key claimed first (an `INSERT … ON CONFLICT DO NOTHING` into a table of
+//!   keys) and the result recorded last (an `UPDATE` of the key's row);
 //! - `postgres/transactional_first`: the same writes in an `#[idempotent]` tool with a
 //!   `#[transaction]` parameter, a fresh key per call (charge, `BEGIN` + claim, the writes,
 //!   record + `COMMIT`);
@@ -33,6 +36,29 @@ impl From<sqlx::Error> for BenchError {
     fn from(e: sqlx::Error) -> Self {
         BenchError(e.to_string())
     }
+}
+
+/// The floor made idempotent by hand: claim the key, write, record the result, in one
+/// transaction. (A key found claimed would replay its row's result; the bench's keys are
+/// fresh.)
+async fn claiming(pool: &PgPool, key: &[u8], n: u64) -> Result<i64, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    let claimed = sqlx::query(
+        "INSERT INTO bench_keys (key, result) VALUES ($1, NULL) ON CONFLICT (key) DO NOTHING",
+    )
+    .bind(key)
+    .execute(&mut *tx)
+    .await?
+    .rows_affected();
+    assert_eq!(claimed, 1, "the bench's keys are fresh");
+    let id = writes(&mut tx, n).await?;
+    sqlx::query("UPDATE bench_keys SET result = $2 WHERE key = $1")
+        .bind(key)
+        .bind(id.to_le_bytes().as_slice())
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(id)
 }
 
 async fn writes(conn: &mut PgConnection, n: u64) -> Result<i64, sqlx::Error> {
@@ -83,10 +109,11 @@ fn postgres(c: &mut Criterion) {
             .await
             .expect("connect");
         sqlx::raw_sql(
-            "DROP TABLE IF EXISTS bench_accounts, bench_transfers;
+            "DROP TABLE IF EXISTS bench_accounts, bench_transfers, bench_keys;
              CREATE TABLE bench_accounts (id bigint PRIMARY KEY, cents bigint NOT NULL);
              INSERT INTO bench_accounts VALUES (1, 1000000000), (2, 0);
-             CREATE TABLE bench_transfers (id bigserial PRIMARY KEY, n bigint NOT NULL);",
+             CREATE TABLE bench_transfers (id bigserial PRIMARY KEY, n bigint NOT NULL);
+             CREATE TABLE bench_keys (key bytea PRIMARY KEY, result bytea);",
         )
         .execute(&pool)
         .await
@@ -107,6 +134,14 @@ fn postgres(c: &mut Criterion) {
                 let mut tx = pool.begin().await.expect("begin");
                 black_box(writes(&mut tx, 0).await.expect("writes"));
                 tx.commit().await.expect("commit");
+            })
+        });
+    });
+    group.bench_function("floor_claiming", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, |_| async {
+                let key = blake3::hash(&next().to_le_bytes());
+                black_box(claiming(&pool, key.as_bytes(), 0).await.expect("writes"));
             })
         });
     });
