@@ -13,7 +13,8 @@ use crate::replay::head::{self, Head};
 use crate::replay::node;
 
 impl<'de> Decoder<'de> {
-    /// The head of the next value (compiled once).
+    /// The head of the next value.
+    #[inline]
     pub(super) fn head(&mut self) -> Result<Head<'de>, FormatError> {
         let t = self.reader.byte()?;
         head::read(&mut self.reader, t)
