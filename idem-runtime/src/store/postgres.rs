@@ -142,15 +142,23 @@ impl Sql {
             // A live record (a replay, a wait) is answered by the plain read, as `idem_begin`
             // itself would answer it but without a PL/pgSQL call: the function runs only when
             // the read found nothing (`NOT EXISTS` over the read is a one-time filter, so
-            // PostgreSQL does not call it otherwise). One round trip either way.
+            // PostgreSQL does not call it otherwise). One round trip either way. The function's
+            // other arguments travel in three arrays (binding a parameter costs the client
+            // more than the server's subscript): $3 text (tool, turn id, holder or ''), $4
+            // bytea (fingerprint, turn counter, tool counter or ''), $5 bigint (lease, token,
+            // max attempts, max calls or -1, window, lock timeout, max tool actions or -1),
+            // and $6 whether to claim. (`PostgresStore::begin_query` binds them.)
             begin: q(
                 "WITH live AS (SELECT 'live'::text, r.state, r.fingerprint, r.result, r.token, \
                  r.attempts, NULL::bigint, r.holder FROM {s}idem_records AS r \
                  WHERE r.namespace = $1 AND r.key = $2 AND r.expires_at_ms > {s}idem_now_ms()) \
                  SELECT * FROM live UNION ALL \
                  SELECT o_answer, o_state, o_fingerprint, o_result, o_token, o_n, o_lim, \
-                 o_holder FROM {s}idem_begin($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, \
-                 $13, $14, $15, $16) \
+                 o_holder FROM {s}idem_begin($1, $2, ($3::text[])[1], ($4::bytea[])[1], \
+                 ($5::bigint[])[1], ($5::bigint[])[2], ($5::bigint[])[3], ($4::bytea[])[2], \
+                 NULLIF(($5::bigint[])[4], -1), ($5::bigint[])[5], $6, ($5::bigint[])[6], \
+                 ($3::text[])[2], NULLIF(($4::bytea[])[3], ''::bytea), \
+                 NULLIF(($5::bigint[])[7], -1), NULLIF(($3::text[])[3], '')) \
                  WHERE NOT EXISTS (SELECT 1 FROM live)",
             ),
             // A claim whose holder is gone ends within a grace ($5, ms; a lease that ends sooner

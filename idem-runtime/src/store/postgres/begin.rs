@@ -15,6 +15,7 @@ use super::ops::store_error;
 use super::row;
 use super::{PostgresStore, sql_ms, sql_token};
 use crate::key::Key;
+use crate::store::budget::CounterId;
 use crate::store::{Begin, BeginRequest, Exhausted, StoreFuture};
 use crate::{Error, Result};
 
@@ -27,35 +28,38 @@ pub(crate) enum Answer {
 }
 
 impl PostgresStore {
-    /// The call of `idem_begin` for `req`: `claim` claims the key, else only charges it.
+    /// The call of `idem_begin` for `req`: `claim` claims the key, else only charges it. Its
+    /// arguments in the order of [`Sql::begin`](super::Sql)'s arrays.
     fn begin_query<'q>(
         &'q self,
         req: &'q BeginRequest<'q>,
-        turn: &'q [u8; 16],
+        counters: &'q Counters,
         claim: bool,
         lock_timeout: Duration,
     ) -> Query<'q, Postgres, PgArguments> {
         let charge = &req.charge;
-        let tool_counter = charge
-            .max_tool_actions
-            .map(|_| charge.turn.tool_counter(req.tool).to_vec());
+        let tool_counter = counters.tool.as_ref().map_or(&[][..], |id| id.as_slice());
+        let holder = crate::store::holder::Holder::this_process_text().unwrap_or_default();
+        let absent = -1; // a cap not set (caps are never negative)
         sqlx::query(&self.inner.sql.begin)
             .bind(req.namespace)
             .bind(req.key.as_bytes().as_slice())
-            .bind(req.tool)
-            .bind(req.fingerprint.as_bytes().as_slice())
-            .bind(sql_ms(req.lease).max(1))
-            .bind(sql_token(req.token))
-            .bind(i64::from(charge.max_attempts))
-            .bind(turn.as_slice())
-            .bind(charge.max_calls.map(i64::from))
-            .bind(sql_ms(charge.window))
+            .bind([req.tool, req.turn, holder])
+            .bind([
+                req.fingerprint.as_bytes().as_slice(),
+                counters.turn.as_slice(),
+                tool_counter,
+            ])
+            .bind([
+                sql_ms(req.lease).max(1),
+                sql_token(req.token),
+                i64::from(charge.max_attempts),
+                charge.max_calls.map_or(absent, i64::from),
+                sql_ms(charge.window),
+                sql_ms(lock_timeout).max(1),
+                charge.max_tool_actions.map_or(absent, i64::from),
+            ])
             .bind(claim)
-            .bind(sql_ms(lock_timeout).max(1))
-            .bind(req.turn)
-            .bind(tool_counter)
-            .bind(charge.max_tool_actions.map(i64::from))
-            .bind(crate::store::holder::Holder::this_process_text())
     }
 
     /// Charges `req` (without claiming) on `conn`, outside any transaction: the first step of
@@ -68,15 +72,34 @@ impl PostgresStore {
         lock_timeout: Duration,
     ) -> StoreFuture<'a, Answer> {
         StoreFuture::new(async move {
-            let turn = req.charge.turn.turn_counter();
+            let counters = Counters::of(req);
             // The server may wait for the key's row up to the lock timeout, then answer.
             let bound = lock_timeout + self.reply_timeout();
-            let query = self.begin_query(req, &turn, false, lock_timeout);
+            let query = self.begin_query(req, &counters, false, lock_timeout);
             let row = within(bound, query.fetch_one(conn))
                 .await
                 .map_err(|e| store_error("begin", e))?;
             answer(&row, req.key)
         })
+    }
+}
+
+/// The names of the counts a request may be charged to: its turn's, and its tool's when the
+/// per-tool cap is set.
+struct Counters {
+    turn: CounterId,
+    tool: Option<CounterId>,
+}
+
+impl Counters {
+    fn of(req: &BeginRequest<'_>) -> Self {
+        let charge = &req.charge;
+        Counters {
+            turn: charge.turn.turn_counter(),
+            tool: charge
+                .max_tool_actions
+                .map(|_| charge.turn.tool_counter(req.tool)),
+        }
     }
 }
 
@@ -165,7 +188,7 @@ impl PostgresStore {
                 token: req.token,
                 charge: req.charge,
             };
-            let turn = req.charge.turn.turn_counter();
+            let counters = Counters::of(&request);
             let lock_timeout = self.inner.lock_timeout;
             // The server may wait for the key's row up to the lock timeout, then answer.
             let bound = lock_timeout + self.reply_timeout();
@@ -173,7 +196,7 @@ impl PostgresStore {
             let row = conn
                 .run("begin", bound, async |conn| {
                     let row = self
-                        .begin_query(&request, &turn, true, lock_timeout)
+                        .begin_query(&request, &counters, true, lock_timeout)
                         .fetch_one(&mut *conn)
                         .await?;
                     let Some((token, holder)) = row::abandoned(&row) else {
@@ -197,7 +220,7 @@ impl PostgresStore {
                             tool = request.tool, holder,
                             "a claim whose process is gone ends within a reply timeout");
                     }
-                    self.begin_query(&request, &turn, true, lock_timeout)
+                    self.begin_query(&request, &counters, true, lock_timeout)
                         .fetch_one(&mut *conn)
                         .await
                 })
