@@ -466,6 +466,109 @@ async fn a_namespace_with_quotes_and_backslashes_is_a_literal() {
     cleanup(&store).await;
 }
 
+/// Pieces of SQL and of text that an escaper could get wrong, assembled by
+/// [`hostile_strings`].
+const PIECES: &[&str] = &[
+    "'",
+    "\\",
+    "''",
+    "\\'",
+    "$$",
+    "$1",
+    "$tag$",
+    ";",
+    "--",
+    "/*",
+    "*/",
+    "E'",
+    "U&'",
+    "\n",
+    "\r",
+    "\t",
+    "é",
+    "🦀",
+    "\u{202e}",
+    "\u{feff}",
+    "%",
+    "_",
+    "{",
+    "}",
+    ":",
+    "\"",
+    "x",
+    " ",
+    "\\x27",
+    "\\u0027",
+    "); DROP TABLE x; --",
+    "' OR '1'='1",
+];
+
+/// `n` strings of up to 12 pieces each (from a fixed seed), the empty string and a long one.
+fn hostile_strings(n: usize, mut seed: u64) -> Vec<String> {
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut out = vec![String::new(), "'\\".repeat(2_000)];
+    for _ in 0..n {
+        let len = next() % 13;
+        out.push(
+            (0..len)
+                .map(|_| PIECES[(next() % PIECES.len() as u64) as usize])
+                .collect(),
+        );
+    }
+    out
+}
+
+/// Namespaces and turn ids come from callers (an MCP client's headers): every one of them, the
+/// transactional claim and record spell as literals, and they mean themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_namespaces_and_turn_ids_are_literals() {
+    let Some(store) = setup("tx_hostile").await else {
+        return;
+    };
+    let (namespaces, turns) = (
+        hostile_strings(40, 0x9e37_79b9),
+        hostile_strings(40, 0x85eb_ca6b),
+    );
+    for (i, (namespace, id)) in namespaces.iter().zip(&turns).enumerate() {
+        let turn = Turn::new(id.as_str()).with_namespace(namespace.as_str());
+        let memo = format!("hostile-{i}");
+        // (The long string shown by its start.)
+        let case = format!(
+            "case {i}: namespace {:?}, turn {:?}",
+            namespace.chars().take(60).collect::<String>(),
+            id.chars().take(60).collect::<String>()
+        );
+        let first = transfer(&store, &turn, &memo)
+            .await
+            .unwrap_or_else(|e| panic!("{case}: {e:?}"));
+        let again = transfer(&store, &turn, &memo).await.expect("replays");
+        assert_eq!(again, first, "{case}");
+        assert_eq!(rows(&store, &memo).await, 1, "{case}");
+        let shared: Arc<dyn Store> = Arc::new(store.clone());
+        let key = call(&turn, &shared, &memo).key();
+        let record = store
+            .get(namespace, &key)
+            .await
+            .expect("get")
+            .unwrap_or_else(|| panic!("{case}: no record"));
+        assert_eq!(record.state, RecordState::Completed, "{case}");
+        assert!(
+            &record.namespace == namespace && &record.turn == id,
+            "{case}"
+        );
+    }
+    // PostgreSQL text cannot hold a NUL: refused, nothing written.
+    let turn = Turn::new("turn-nul").with_namespace("a\0b");
+    assert!(transfer(&store, &turn, "nul").await.is_err());
+    assert_eq!(rows(&store, "nul").await, 0);
+    cleanup(&store).await;
+}
+
 /// A transactional call polled on a runtime until its body has written, then dropped on a
 /// thread outside any runtime (kept past the `block_on` that polled it): no panic, the
 /// transaction rolls back, and a retry runs afresh.
