@@ -1,6 +1,6 @@
-//! A claim charged to the counts of started actions inside a batch's transaction (where the
-//! store's thread runs two writes or more): a refusal undoes that claim alone, in a savepoint,
-//! and keeps what the batch wrote before it.
+//! Claims inside a batch's transaction (where the store's thread runs two writes or more): a
+//! refusal by a count undoes that claim alone, in a savepoint, and keeps what the batch wrote
+//! before it; a panic rolls the batch back, and none of its claims is answered.
 
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ fn request<'a>(key: &'a Key, fp: &'a Fingerprint, tool: &'static str) -> BeginRe
     }
 }
 
-fn claimed(conn: &Connection, key: &Key) -> bool {
+fn claimed_row(conn: &Connection, key: &Key) -> bool {
     conn.query_row(
         "SELECT count(*) FROM idem_records WHERE key = ?1 AND state = 'in_progress'",
         [key.as_bytes().as_slice()],
@@ -73,10 +73,58 @@ fn a_refused_claim_in_a_batch_is_undone_alone() {
         !conn.is_autocommit(),
         "the batch's transaction is still open"
     );
-    assert!(claimed(&conn, &a), "the batch's earlier claim is kept");
-    assert!(!claimed(&conn, &b), "the refused claim is undone");
+    assert!(claimed_row(&conn, &a), "the batch's earlier claim is kept");
+    assert!(!claimed_row(&conn, &b), "the refused claim is undone");
     // Had `b` counted against the turn (cap 2), `c` would be refused.
     assert_eq!(claim(&mut batch, &c, "refund"), Begin::Claimed);
     conn.execute_batch("COMMIT").expect("commit the batch");
-    assert!(claimed(&conn, &a) && claimed(&conn, &c) && !claimed(&conn, &b));
+    assert!(claimed_row(&conn, &a) && claimed_row(&conn, &c) && !claimed_row(&conn, &b));
+}
+
+/// A store operation that answers `answer` (or panics) on the store's thread.
+fn task<T: Send + 'static>(
+    work: impl FnMut(&mut Worker<'_>) -> rusqlite::Result<crate::Result<T>> + Send + 'static,
+) -> (
+    Box<dyn super::thread::Op>,
+    tokio::sync::oneshot::Receiver<crate::Result<T>>,
+) {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let op = super::thread::Task {
+        operation: "test",
+        may_write: true,
+        skip_if_abandoned: false,
+        work,
+        answer: None,
+        reply,
+        pending: None,
+    };
+    (Box::new(op), answer)
+}
+
+#[test]
+fn a_panic_in_a_batch_rolls_its_claims_back_and_answers_none_of_them() {
+    let mut conn = Connection::open_in_memory().expect("open");
+    schema::configure(&mut conn, None, Duration::from_secs(1)).expect("schema");
+    let clock = ManualClock::new(1_000_000);
+    let fp = Fingerprint::from_bytes([7; 32]);
+    let a = Key::from_bytes([1; 32]);
+    let (claims, claimed) = task(move |worker| worker.claim(&request(&a, &fp, "charge")));
+    let (panics, _) = task(|_| -> rusqlite::Result<crate::Result<()>> {
+        panic!("an operation panics after the batch's claim")
+    });
+    let mut batch = vec![claims, panics];
+    let mut worker = Worker::new(&conn, &clock, true);
+    worker.run_guarded(&mut batch);
+    for op in batch {
+        op.finish();
+    }
+    assert!(
+        claimed.blocking_recv().is_err(),
+        "the rolled-back claim's caller is told nothing was answered"
+    );
+    assert!(
+        conn.is_autocommit(),
+        "the batch's transaction is rolled back"
+    );
+    assert!(!claimed_row(&conn, &a), "and the claim with it");
 }

@@ -25,6 +25,9 @@ pub(super) trait Op: Send {
     fn run(&mut self, worker: &mut Worker<'_>) -> rusqlite::Result<()>;
     /// Keeps `error` as the answer.
     fn fail(&mut self, error: &rusqlite::Error);
+    /// Drops the answer (what it read or wrote was rolled back): the caller is told the thread
+    /// did not answer.
+    fn forget(&mut self);
     /// Sends the answer, once whatever it read or wrote is committed.
     fn finish(self: Box<Self>);
     /// Whether it may write (so that it may share a transaction).
@@ -69,6 +72,10 @@ where
         self.answer = Some(Err(Error::store(self.operation, error.to_string())));
     }
 
+    fn forget(&mut self) {
+        self.answer = None;
+    }
+
     fn finish(mut self: Box<Self>) {
         drop(self.pending.take());
         if let Some(answer) = self.answer.take() {
@@ -107,13 +114,7 @@ pub(super) fn serve(writer: Arc<Writer>, queue: Receiver<Job>) {
             let held = thread.writer.lock();
             let writes = batch.iter().filter(|op| op.may_write()).count();
             let mut worker = Worker::new(&held.conn, &*clock, writes > 1);
-            // A panic in an operation must not take the connection down with it: the batch's
-            // callers are told the thread did not answer, and its transaction is rolled back.
-            let ran = catch_unwind(AssertUnwindSafe(|| worker.run_batch(&mut batch)));
-            if ran.is_err() {
-                tracing::error!(target: "idem", "a SQLite store operation panicked");
-                worker.rollback();
-            }
+            worker.run_guarded(&mut batch);
             let writes = u32::try_from(writes).unwrap_or(u32::MAX);
             maintain |= writes > 0 && thread.writer.wrote(writes);
         }
@@ -167,6 +168,20 @@ impl Thread {
 }
 
 impl Worker<'_> {
+    /// [`Self::run_batch`], and if an operation panics, the batch's transaction is rolled back
+    /// and none of its operations answers (an answer already made, a claim say, was rolled back
+    /// with it): the callers are told the thread did not answer. The connection survives.
+    pub(super) fn run_guarded(&mut self, batch: &mut [Box<dyn Op>]) {
+        let ran = catch_unwind(AssertUnwindSafe(|| self.run_batch(batch)));
+        if ran.is_err() {
+            tracing::error!(target: "idem", "a SQLite store operation panicked");
+            self.rollback();
+            for op in batch {
+                op.forget();
+            }
+        }
+    }
+
     /// Runs `batch` in order. Two writes or more share one `BEGIN IMMEDIATE` transaction,
     /// opened by the first write statement (reads before it take no write lock); a lone write
     /// commits by itself. Every answer waits for the commit.
