@@ -205,17 +205,17 @@ impl Worker<'_> {
     fn count_new_action(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Option<Exhausted>> {
         let charge = &req.charge;
         let window_end = sql_ms(self.now.saturating_add(duration_ms(charge.window)));
+        // The names of the capped counts only (a tool's is a hash).
         let counts = [
-            (charge.max_calls, charge.turn.turn_counter(), true),
-            (
-                charge.max_tool_actions,
-                charge.turn.tool_counter(req.tool),
-                false,
-            ),
+            charge
+                .max_calls
+                .map(|limit| (limit, charge.turn.turn_counter(), true)),
+            charge
+                .max_tool_actions
+                .map(|limit| (limit, charge.turn.tool_counter(req.tool), false)),
         ];
         let key = req.key.as_bytes().as_slice();
-        for (limit, id, turn) in counts {
-            let Some(limit) = limit else { continue };
+        for (limit, id, turn) in counts.into_iter().flatten() {
             let counted = self.conn.prepare_cached(COUNT_ACTION)?.execute(params![
                 id.as_slice(),
                 sql_ms(self.now),
