@@ -277,9 +277,7 @@ async fn a_version_1_database_is_migrated_and_keeps_its_records() {
     }
     let store = SqliteStore::open(dir.db()).unwrap();
     let conn = rusqlite::Connection::open(dir.db()).unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
+    let version = user_version(&conn);
     assert_eq!((version, SCHEMA_VERSION), (7, 7));
     assert!(!has_counts_expiry_index(&conn));
     match store
@@ -294,6 +292,12 @@ async fn a_version_1_database_is_migrated_and_keeps_its_records() {
     drop(store);
     // Opening again is a no-op.
     SqliteStore::open(dir.db()).unwrap();
+}
+
+/// The schema version a database says it has.
+fn user_version(conn: &rusqlite::Connection) -> i64 {
+    conn.pragma_query_value(None, "user_version", |row| row.get(0))
+        .unwrap()
 }
 
 /// Whether the counts still have the index on their expiry that schema 7 dropped.
@@ -328,9 +332,7 @@ async fn a_version_6_database_loses_the_index_on_the_counts_expiry() {
     }
     let store = SqliteStore::open(dir.db()).unwrap();
     let conn = rusqlite::Connection::open(dir.db()).unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
+    let version = user_version(&conn);
     assert_eq!(version, SCHEMA_VERSION);
     assert!(!has_counts_expiry_index(&conn));
     assert_eq!(raw_counts(&dir.db()), 1, "the turn's count is kept");
@@ -397,9 +399,7 @@ async fn a_version_3_database_is_migrated_and_keeps_its_records_and_counts() {
     }
     let store = SqliteStore::open(dir.db()).unwrap();
     let conn = rusqlite::Connection::open(dir.db()).unwrap();
-    let version: i64 = conn
-        .pragma_query_value(None, "user_version", |row| row.get(0))
-        .unwrap();
+    let version = user_version(&conn);
     assert_eq!(version, SCHEMA_VERSION);
     assert!(
         conn.prepare("SELECT rowid FROM idem_records").is_err(),
