@@ -35,6 +35,10 @@ const PAUSED: Settle = Settle {
     leases: Some(Duration::from_secs(61)),
 };
 
+/// The longest lease of the schedules' tools (the default one): how long a key may be given
+/// back in the background while the store fails.
+const LONGEST_LEASE: Duration = idem_tools_runtime::store::DEFAULT_LEASE;
+
 /// Real time: wait for the background work only.
 const REAL: Settle = Settle {
     work: Duration::from_millis(150),
@@ -258,9 +262,17 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     // retried with backoff after a store fault, a sqlx pool's ping of each connection it takes
     // back): a leak is a single-flight entry or a task that does not end. The entry and the
     // task that holds it end together, so both are read after the wait. (Paused time would
-    // fire every timer of a leaked task instead: no patience.)
+    // fire every timer of a leaked task instead: no patience.) A key given back while the
+    // store keeps failing releases is retried until the lease of the claim it may hold would
+    // end, as documented: with a lasting release fault, the patience is the longest lease.
     let (mut flights, mut tasks) = (flights_registered() as u64, alive());
-    let patience = tokio::time::Instant::now() + Duration::from_secs(2);
+    let lasting_release = faults.iter().any(|f| f.op == Op::Release && f.repeat > 0);
+    let patience = tokio::time::Instant::now()
+        + if lasting_release {
+            LONGEST_LEASE + Duration::from_secs(1)
+        } else {
+            Duration::from_secs(2)
+        };
     while flights + tasks > 0 && settle.leases.is_none() && tokio::time::Instant::now() < patience {
         tokio::time::sleep(Duration::from_millis(20)).await;
         (flights, tasks) = (flights_registered() as u64, alive());
