@@ -3,16 +3,17 @@
 -- claim of the key by this turn since its last result), the turn's hash at KEYS[2] (its counts
 -- and its index of records), then claim.
 -- KEYS[2] is given only when it can be reached from this script (a single server, or the same
--- Cluster slot); else ARGV[6] is 'check', 'claim' or 'retry' and the turn is charged by
+-- Cluster slot); else ARGV[5] is 'check', 'claim' or 'retry' and the turn is charged by
 -- turn.lua between a 'check' and a 'claim'.
--- ARGV: [1] fencing token, [2] fingerprint (32 bytes), [3] tool name, [4] lease in ms,
---       [5] max attempts per key, [6] mode: 'charge' (claim, charging KEYS[2] for a new
---       action), 'check' (no live record and within the key's budget? then 'f' .. attempts,
---       writing nothing), 'claim' (claim; the turn's hash was charged already), 'retry' (claim
---       only a retry: a new action replies 'f0'), [7] the turn's cap ('' for none), [8] budget
---       window in ms, [9] turn id, [10] the key (32 bytes), [11] the tool's cap ('' for none),
---       [12] how long to keep the turn's hash at least, in ms, [13] the claiming process
---       (`store::holder`; '' where it cannot be named).
+-- ARGV: [1] fencing token, [2] fingerprint (32 bytes), [3] tool name, [4] the claim's terms,
+--       six decimal numbers separated by one space each: the lease in ms, the most attempts
+--       per key, the turn's cap (empty for none), the budget window in ms, the tool's cap
+--       (empty for none), how long to keep the turn's hash at least, in ms; [5] mode: 'charge'
+--       (claim, charging KEYS[2] for a new action), 'check' (no live record and within the
+--       key's budget? then 'f' .. attempts, writing nothing), 'claim' (claim; the turn's hash
+--       was charged already), 'retry' (claim only a retry: a new action replies 'f0'),
+--       [6] turn id, [7] the key (32 bytes), [8] the claiming process (`store::holder`; ''
+--       where it cannot be named).
 -- Replies one string (one value for the client to parse), its first byte saying what follows:
 -- 'c' claimed (a retry, or a new action) | 'n' claimed a retry in mode 'claim' (the turn's
 -- charge is to be given back) | 'f' .. attempts (free) | 'd' .. fp .. res (completed)
@@ -52,33 +53,38 @@ if f[1] then
     end
     return 'r' .. fp .. f[5] .. ' ' .. (f[10] or '')
   end
-  if (tonumber(f[8]) or 0) > now and f[9] == ARGV[9] then
+  if (tonumber(f[8]) or 0) > now and f[9] == ARGV[6] then
     att = tonumber(f[7]) or 0
   end
 elseif f[2] or f[3] or f[4] or f[5] or f[6] then
   -- Some of a record, without the instant that says whether it is live.
   return 'xfield `exp` is missing'
 end
-if att >= tonumber(ARGV[5]) then
+local lease, max_att, turn_cap, window, tool_cap, keep =
+  string.match(ARGV[4], '^(%d+) (%d+) (%d*) (%d+) (%d*) (%d+)$')
+if not lease then
+  return 'xthe claim terms are not six numbers'
+end
+if att >= tonumber(max_att) then
   return 'k' .. ms(att)
 end
-local mode = ARGV[6]
+local mode = ARGV[5]
 if mode == 'check' or (mode == 'retry' and att == 0) then
   return 'f' .. ms(att)
 end
 if KEYS[2] and att == 0 then
-  local refused = charge_turn(KEYS[2], ARGV[3], ARGV[10], tonumber(ARGV[7]),
-    tonumber(ARGV[11]), tonumber(ARGV[8]), tonumber(ARGV[12]))
+  local refused = charge_turn(KEYS[2], ARGV[3], ARGV[7], tonumber(turn_cap),
+    tonumber(tool_cap), tonumber(window), tonumber(keep))
   if refused then
     return refused
   end
 end
-local window_end = now + tonumber(ARGV[8])
-local expires = now + tonumber(ARGV[4])
+local window_end = now + tonumber(window)
+local expires = now + tonumber(lease)
 -- `res` emptied: an expired result must not stay with the new claim.
 redis.call('HSET', k, 'state', 'in_progress', 'tok', ARGV[1], 'fp', ARGV[2], 'tool', ARGV[3],
   'created', ms(now), 'exp', ms(expires), 'att', ms(att + 1), 'aexp', ms(window_end), 'res', '',
-  'turn', ARGV[9], 'hold', ARGV[13])
+  'turn', ARGV[6], 'hold', ARGV[8])
 redis.call('PEXPIREAT', k, ms(math.max(expires, window_end)))
 if mode == 'claim' and att > 0 then
   return 'n'

@@ -14,7 +14,8 @@ pub(super) struct Token(pub(super) u64);
 
 impl ToRedisArgs for Token {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        out.write_arg_fmt(self.0);
+        // As digits, by the integer's own (`itoa`) path, not `fmt`'s.
+        self.0.write_redis_args(out);
     }
 }
 

@@ -56,7 +56,7 @@ struct Cap(Option<u32>);
 impl ::redis::ToRedisArgs for Cap {
     fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
         match self.0 {
-            Some(n) => out.write_arg_fmt(n),
+            Some(n) => n.write_redis_args(out),
             None => out.write_arg(b""),
         }
     }
@@ -64,6 +64,56 @@ impl ::redis::ToRedisArgs for Cap {
 
 fn cap(limit: Option<u32>) -> Cap {
     Cap(limit)
+}
+
+/// The numbers `begin.lua` claims by, as its one argument `ARGV[4]`: six decimals separated by
+/// a space each (a cap is empty for none). One argument rather than six: each argument of a
+/// command costs the client its own framing, and a replay sends them all.
+struct ClaimTerms {
+    lease_ms: u64,
+    max_attempts: u32,
+    turn_cap: Option<u32>,
+    window_ms: u64,
+    tool_cap: Option<u32>,
+    keep_ms: u64,
+}
+
+impl ClaimTerms {
+    fn of(req: &BeginRequest<'_>) -> ClaimTerms {
+        ClaimTerms {
+            lease_ms: script_ms(req.lease),
+            max_attempts: req.charge.max_attempts,
+            turn_cap: req.charge.max_calls,
+            window_ms: script_ms(req.charge.window),
+            tool_cap: req.charge.max_tool_actions,
+            keep_ms: kept(req),
+        }
+    }
+}
+
+impl ::redis::ToRedisArgs for ClaimTerms {
+    fn write_redis_args<W: ?Sized + ::redis::RedisWrite>(&self, out: &mut W) {
+        use bytes::BufMut;
+        // Six numbers of at most 20 digits and five spaces.
+        let mut arg = out.bufmut_for_next_arg(6 * 20 + 5);
+        let mut digits = itoa::Buffer::new();
+        let numbers = [
+            Some(self.lease_ms),
+            Some(u64::from(self.max_attempts)),
+            self.turn_cap.map(u64::from),
+            Some(self.window_ms),
+            self.tool_cap.map(u64::from),
+            Some(self.keep_ms),
+        ];
+        for (i, number) in numbers.into_iter().enumerate() {
+            if i > 0 {
+                arg.put_u8(b' ');
+            }
+            if let Some(n) = number {
+                arg.put_slice(digits.format(n).as_bytes());
+            }
+        }
+    }
 }
 
 /// How long a new action keeps its turn's hash (its counts and its index of records) at least,
@@ -107,25 +157,19 @@ impl RedisStore {
         let keys = 1 + usize::from(turn_key.is_some());
         let holder = Holder::this_process_text().unwrap_or_default();
         let bytes =
-            2 * record_key.len() + req.tool.len() + req.turn.len() + holder.len() + 2 * 32 + 120;
-        let mut cmd = call::evalsha(&SCRIPTS.begin, keys, keys + 13, bytes);
+            2 * record_key.len() + req.tool.len() + req.turn.len() + holder.len() + 2 * 32 + 150;
+        let mut cmd = call::evalsha(&SCRIPTS.begin, keys, keys + 8, bytes);
         cmd.arg(record_key);
         if let Some(turn_key) = turn_key {
             cmd.arg(turn_key);
         }
-        let charge = &req.charge;
         cmd.arg(Token(req.token.0))
             .arg(req.fingerprint.as_bytes().as_slice())
             .arg(req.tool)
-            .arg(script_ms(req.lease))
-            .arg(charge.max_attempts)
+            .arg(ClaimTerms::of(req))
             .arg(mode)
-            .arg(cap(charge.max_calls))
-            .arg(script_ms(charge.window))
             .arg(req.turn)
             .arg(req.key.as_bytes().as_slice())
-            .arg(cap(charge.max_tool_actions))
-            .arg(kept(req))
             .arg(holder);
         let reply = match self.eval_raw(&SCRIPTS.begin, &cmd).await {
             Ok(reply) => reply,
@@ -324,5 +368,46 @@ impl RedisStore {
                 "a claim whose process is gone ends within a reply timeout");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClaimTerms;
+
+    fn written(terms: &ClaimTerms) -> Vec<Vec<u8>> {
+        let mut cmd = ::redis::Cmd::new();
+        cmd.arg(terms);
+        cmd.args_iter()
+            .map(|arg| match arg {
+                ::redis::Arg::Simple(bytes) => bytes.to_vec(),
+                _ => b"(not a simple argument)".to_vec(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn claim_terms_are_one_argument_of_six_numbers_with_empty_absent_caps() {
+        let terms = ClaimTerms {
+            lease_ms: 30_000,
+            max_attempts: 3,
+            turn_cap: None,
+            window_ms: 86_400_000,
+            tool_cap: Some(0),
+            keep_ms: u64::MAX,
+        };
+        assert_eq!(
+            written(&terms),
+            [b"30000 3  86400000 0 18446744073709551615".to_vec()]
+        );
+        let capped = ClaimTerms {
+            turn_cap: Some(u32::MAX),
+            tool_cap: None,
+            ..terms
+        };
+        assert_eq!(
+            written(&capped),
+            [b"30000 3 4294967295 86400000  18446744073709551615".to_vec()]
+        );
     }
 }

@@ -2,9 +2,8 @@
 //! its attempt count share one hash; a turn's counts of started actions and its index of records
 //! share a hash of its own, in the namespace's slot when the namespace has a hash tag.
 
-use std::io::Write;
-
 use ::redis::{RedisWrite, ToRedisArgs};
+use bytes::BufMut;
 
 use crate::key::Key;
 use crate::store::budget::CounterId;
@@ -15,32 +14,32 @@ pub(super) const KEY_HEX_LEN: usize = 64;
 /// The tail of a record's Redis key: `:{` + 64 hex digits + `}`.
 const RECORD_TAIL_LEN: usize = KEY_HEX_LEN + 3;
 
-/// Writes `<prefix>:<namespace>:<kind>{<id in hex>}` (the hex spelled out on the stack).
-fn write_key(
-    out: &mut impl Write,
-    prefix: &str,
-    namespace: &str,
-    kind: &str,
-    id: &[u8],
-) -> std::io::Result<()> {
+/// Writes `<prefix>:<namespace>:<kind>{<id in hex>}` (the hex spelled out on the stack), in
+/// one piece: it is an argument of every command.
+fn write_key(out: &mut impl BufMut, prefix: &str, namespace: &str, kind: &str, id: &[u8]) {
     let mut hex = [0u8; KEY_HEX_LEN];
     let hex = &mut hex[..2 * id.len().min(KEY_HEX_LEN / 2)];
     // The buffer is twice the input: cannot fail.
     let _ = hex::encode_to_slice(&id[..hex.len() / 2], hex);
-    out.write_all(prefix.as_bytes())?;
-    out.write_all(b":")?;
-    out.write_all(namespace.as_bytes())?;
-    out.write_all(b":")?;
-    out.write_all(kind.as_bytes())?;
-    out.write_all(b"{")?;
-    out.write_all(hex)?;
-    out.write_all(b"}")
+    out.put_slice(prefix.as_bytes());
+    out.put_u8(b':');
+    out.put_slice(namespace.as_bytes());
+    out.put_u8(b':');
+    out.put_slice(kind.as_bytes());
+    out.put_u8(b'{');
+    out.put_slice(hex);
+    out.put_u8(b'}');
+}
+
+/// The length of what [`write_key`] writes for an id of `id_len` bytes.
+fn key_len(prefix: &str, namespace: &str, kind: &str, id_len: usize) -> usize {
+    prefix.len() + namespace.len() + kind.len() + 2 * id_len.min(KEY_HEX_LEN / 2) + 4
 }
 
 /// A Redis key as a `String` (for the admin API, Cluster slots and tests).
-fn text(write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) -> String {
+fn text(write: impl FnOnce(&mut Vec<u8>)) -> String {
     let mut out = Vec::new();
-    let _ = write(&mut out);
+    write(&mut out);
     String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -55,11 +54,11 @@ pub(super) struct RecordKey<'a> {
 impl RecordKey<'_> {
     /// Its length in bytes.
     pub(super) fn len(&self) -> usize {
-        self.prefix.len() + self.namespace.len() + KEY_HEX_LEN + 4
+        key_len(self.prefix, self.namespace, "", self.key.as_bytes().len())
     }
 
-    fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
-        write_key(out, self.prefix, self.namespace, "", self.key.as_bytes())
+    fn write(&self, out: &mut impl BufMut) {
+        write_key(out, self.prefix, self.namespace, "", self.key.as_bytes());
     }
 
     /// As a `String`.
@@ -70,8 +69,7 @@ impl RecordKey<'_> {
 
 impl ToRedisArgs for RecordKey<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        // Writing to the command's buffer cannot fail.
-        let _ = self.write(&mut out.writer_for_next_arg());
+        self.write(&mut out.bufmut_for_next_arg(self.len()));
     }
 }
 
@@ -85,8 +83,8 @@ pub(super) struct TurnKey<'a> {
 }
 
 impl TurnKey<'_> {
-    fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
-        write_key(out, self.prefix, self.namespace, "t:", self.id)
+    fn write(&self, out: &mut impl BufMut) {
+        write_key(out, self.prefix, self.namespace, "t:", self.id);
     }
 
     /// As a `String`.
@@ -97,7 +95,8 @@ impl TurnKey<'_> {
 
 impl ToRedisArgs for TurnKey<'_> {
     fn write_redis_args<W: ?Sized + RedisWrite>(&self, out: &mut W) {
-        let _ = self.write(&mut out.writer_for_next_arg());
+        let len = key_len(self.prefix, self.namespace, "t:", self.id.len());
+        self.write(&mut out.bufmut_for_next_arg(len));
     }
 }
 
