@@ -41,7 +41,12 @@ impl PostgresStore {
         let tool_counter = counters.tool.as_ref().map_or(&[][..], |id| id.as_slice());
         let holder = crate::store::holder::Holder::this_process_text().unwrap_or_default();
         let absent = -1; // a cap not set (caps are never negative)
-        sqlx::query(&self.inner.sql.begin)
+        // The buffer sized for every argument at once: growing it as they are encoded
+        // reallocated it several times per call.
+        let mut arguments = PgArguments::default();
+        let text = req.namespace.len() + req.tool.len() + req.turn.len() + holder.len();
+        sqlx::Arguments::reserve(&mut arguments, 6, text + BEGIN_ARGUMENT_BYTES);
+        sqlx::query_with(&self.inner.sql.begin, arguments)
             .bind(req.namespace)
             .bind(req.key.as_bytes().as_slice())
             .bind([req.tool, req.turn, holder])
@@ -84,6 +89,11 @@ impl PostgresStore {
     }
 }
 
+/// What `idem_begin`'s arguments take beyond their text, encoded (with room to spare): the key,
+/// three 32-byte ids or fingerprints and seven numbers, with the length words and the array
+/// headers of the wire format.
+const BEGIN_ARGUMENT_BYTES: usize = 384;
+
 /// The names of the counts a request may be charged to: its turn's, and its tool's when the
 /// per-tool cap is set.
 struct Counters {
@@ -105,12 +115,12 @@ impl Counters {
 
 fn answer(row: &PgRow, key: &Key) -> Result<Answer> {
     let unreadable = |e: sqlx::Error| Error::store("begin", e);
-    let kind: String = row.try_get(0).map_err(unreadable)?;
+    let kind: &str = row.try_get(0).map_err(unreadable)?;
     let count = |i: usize| -> Result<u32> {
         let n: Option<i64> = row.try_get(i).map_err(unreadable)?;
         Ok(n.map_or(0, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
     };
-    Ok(match kind.as_str() {
+    Ok(match kind {
         "live" => Answer::Begin(row::live(row, key)?),
         "claimed" => Answer::Begin(Begin::Claimed),
         "charged" => Answer::Charged,

@@ -79,17 +79,20 @@ fn parse_state(state: &str, has_token: bool, has_result: bool) -> Result<RecordS
 /// `o_fingerprint`, `o_result`, `o_token` in columns 1 to 4).
 pub(super) fn live(row: &PgRow, key: &Key) -> crate::Result<Begin> {
     let read = || -> Result<Begin, Corrupt> {
-        let state: String = get(row, 1, "state")?;
-        let fingerprint: Vec<u8> = get(row, 2, "fingerprint")?;
-        let result: Option<Vec<u8>> = get(row, 3, "result")?;
+        // Borrowed from the row: only the result is copied out.
+        let state: &str = get(row, 1, "state")?;
+        let fingerprint: &[u8] = get(row, 2, "fingerprint")?;
+        let result: Option<&[u8]> = get(row, 3, "result")?;
         let token: Option<i64> = get(row, 4, "token")?;
-        let fingerprint = Fingerprint::from_bytes(bytes32(&fingerprint, "fingerprint")?);
+        let fingerprint = Fingerprint::from_bytes(bytes32(fingerprint, "fingerprint")?);
         Ok(
-            match parse_state(&state, token.is_some(), result.is_some())? {
+            match parse_state(state, token.is_some(), result.is_some())? {
                 RecordState::InProgress => Begin::InFlight { fingerprint },
                 RecordState::Completed => Begin::Completed(FirstResult {
                     fingerprint,
-                    result: result.map(bytes::Bytes::from).unwrap_or_default(),
+                    result: result
+                        .map(bytes::Bytes::copy_from_slice)
+                        .unwrap_or_default(),
                 }),
             },
         )
@@ -101,9 +104,9 @@ pub(super) fn live(row: &PgRow, key: &Key) -> crate::Result<Begin> {
 /// `o_state` `'in_progress'`, `o_token` and `o_holder` in columns 4 and 7) whose holder is
 /// certainly gone; `None` for any other answer, or a holder that may still run.
 pub(super) fn abandoned(row: &PgRow) -> Option<(i64, String)> {
-    let answer: String = row.try_get(0).ok()?;
-    let state: Option<String> = row.try_get(1).ok()?;
-    if answer != "live" || state.as_deref() != Some("in_progress") {
+    let answer: &str = row.try_get(0).ok()?;
+    let state: Option<&str> = row.try_get(1).ok()?;
+    if answer != "live" || state != Some("in_progress") {
         return None;
     }
     let token: i64 = row.try_get::<Option<i64>, _>(4).ok()??;
