@@ -11,7 +11,7 @@ use sqlx::query::Query;
 use sqlx::{PgConnection, Postgres, Row as _};
 
 use super::conn::within;
-use super::ops::store_error;
+use super::ops::{arguments, store_error};
 use super::row;
 use super::{PostgresStore, sql_ms, sql_token};
 use crate::key::Key;
@@ -41,12 +41,9 @@ impl PostgresStore {
         let tool_counter = counters.tool.as_ref().map_or(&[][..], |id| id.as_slice());
         let holder = crate::store::holder::Holder::this_process_text().unwrap_or_default();
         let absent = -1; // a cap not set (caps are never negative)
-        // The buffer sized for every argument at once: growing it as they are encoded
-        // reallocated it several times per call.
-        let mut arguments = PgArguments::default();
         let text = req.namespace.len() + req.tool.len() + req.turn.len() + holder.len();
-        sqlx::Arguments::reserve(&mut arguments, 6, text + BEGIN_ARGUMENT_BYTES);
-        sqlx::query_with(&self.inner.sql.begin, arguments)
+        let room = arguments(6, text + BEGIN_ARGUMENT_BYTES);
+        sqlx::query_with(&self.inner.sql.begin, room)
             .bind(req.namespace)
             .bind(req.key.as_bytes().as_slice())
             .bind([req.tool, req.turn, holder])
@@ -90,8 +87,8 @@ impl PostgresStore {
 }
 
 /// What `idem_begin`'s arguments take beyond their text, encoded (with room to spare): the key,
-/// three 32-byte ids or fingerprints and seven numbers, with the length words and the array
-/// headers of the wire format.
+/// a fingerprint, two counter ids and seven numbers, with the arrays' headers and their
+/// elements' length words.
 const BEGIN_ARGUMENT_BYTES: usize = 384;
 
 /// The names of the counts a request may be charged to: its turn's, and its tool's when the
@@ -115,24 +112,24 @@ impl Counters {
 
 fn answer(row: &PgRow, key: &Key) -> Result<Answer> {
     let unreadable = |e: sqlx::Error| Error::store("begin", e);
-    let kind: &str = row.try_get(0).map_err(unreadable)?;
+    let kind = row::text(row, 0).unwrap_or_default();
     let count = |i: usize| -> Result<u32> {
         let n: Option<i64> = row.try_get(i).map_err(unreadable)?;
         Ok(n.map_or(0, |n| u32::try_from(n.max(0)).unwrap_or(u32::MAX)))
     };
     Ok(match kind {
-        "live" => Answer::Begin(row::live(row, key)?),
-        "claimed" => Answer::Begin(Begin::Claimed),
-        "charged" => Answer::Charged,
-        "refused_key" => Answer::Begin(Begin::Refused(Exhausted::Key {
+        b"live" => Answer::Begin(row::live(row, key)?),
+        b"claimed" => Answer::Begin(Begin::Claimed),
+        b"charged" => Answer::Charged,
+        b"refused_key" => Answer::Begin(Begin::Refused(Exhausted::Key {
             attempts: count(5)?,
             limit: count(6)?,
         })),
-        "refused_turn" => Answer::Begin(Begin::Refused(Exhausted::Turn {
+        b"refused_turn" => Answer::Begin(Begin::Refused(Exhausted::Turn {
             calls: count(5)?,
             limit: count(6)?,
         })),
-        "refused_tool" => Answer::Begin(Begin::Refused(Exhausted::Tool {
+        b"refused_tool" => Answer::Begin(Begin::Refused(Exhausted::Tool {
             calls: count(5)?,
             limit: count(6)?,
         })),
@@ -140,7 +137,8 @@ fn answer(row: &PgRow, key: &Key) -> Result<Answer> {
             return Err(Error::store(
                 "begin",
                 format!(
-                    "idem_begin answered {other:?}: the idem functions in the database are not this build's"
+                    "idem_begin answered {:?}: the idem functions in the database are not this build's",
+                    String::from_utf8_lossy(other)
                 ),
             ));
         }

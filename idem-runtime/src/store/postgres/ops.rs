@@ -58,6 +58,15 @@ pub(crate) fn is_code(error: &sqlx::Error, code: &str) -> bool {
     matches!(error, sqlx::Error::Database(db) if db.code().as_deref() == Some(code))
 }
 
+/// Room for `count` arguments of `bytes` bytes in all (with their length words), reserved at
+/// once: sqlx grows the buffer as arguments are encoded, and a recorded result is copied into
+/// it at every doubling otherwise.
+pub(super) fn arguments(count: usize, bytes: usize) -> PgArguments {
+    let mut arguments = PgArguments::default();
+    sqlx::Arguments::reserve(&mut arguments, count, bytes + 4 * count);
+    arguments
+}
+
 /// `query` with the lease's namespace, key and token bound next (a statement fenced by it).
 fn fenced<'q>(
     query: Query<'q, Postgres, PgArguments>,
@@ -164,7 +173,9 @@ impl Store for PostgresStore {
             let (changed, completed) = self
                 .on_conn("complete", async |conn| {
                     // The token stays in the row, so that a retried complete is recognised.
-                    let complete = sqlx::query(&self.inner.sql.complete)
+                    // The result, the TTL, then the fence: namespace, key (32) and token.
+                    let bytes = result.len() + 8 + lease.namespace.len() + 32 + 8;
+                    let complete = sqlx::query_with(&self.inner.sql.complete, arguments(5, bytes))
                         .bind(result)
                         .bind(sql_ms(ttl));
                     let changed = fenced(complete, lease)

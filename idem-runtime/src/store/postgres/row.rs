@@ -104,14 +104,18 @@ pub(super) fn live(row: &PgRow, key: &Key) -> crate::Result<Begin> {
 /// `o_state` `'in_progress'`, `o_token` and `o_holder` in columns 4 and 7) whose holder is
 /// certainly gone; `None` for any other answer, or a holder that may still run.
 pub(super) fn abandoned(row: &PgRow) -> Option<(i64, String)> {
-    let answer: &str = row.try_get(0).ok()?;
-    let state: Option<&str> = row.try_get(1).ok()?;
-    if answer != "live" || state != Some("in_progress") {
+    if text(row, 0) != Some(b"live") || text(row, 1) != Some(b"in_progress") {
         return None;
     }
     let token: i64 = row.try_get::<Option<i64>, _>(4).ok()??;
     let holder: String = row.try_get::<Option<String>, _>(7).ok()??;
     crate::store::holder::Holder::text_is_gone(Some(&holder)).then_some((token, holder))
+}
+
+/// The bytes of text column `i` of `row` as the server sent them (no check of the column's
+/// type, no UTF-8 validation: for comparing with known words); `None` for NULL or no column.
+pub(super) fn text(row: &PgRow, i: usize) -> Option<&[u8]> {
+    row.try_get_raw(i).ok()?.as_bytes().ok()
 }
 
 /// `Corrupt` as the error of `key`.
