@@ -79,12 +79,15 @@ fn parse_state(state: &str, has_token: bool, has_result: bool) -> Result<RecordS
 /// `o_fingerprint`, `o_result`, `o_token` in columns 1 to 4).
 pub(super) fn live(row: &PgRow, key: &Key) -> crate::Result<Begin> {
     let read = || -> Result<Begin, Corrupt> {
-        // Borrowed from the row: only the result is copied out.
-        let state: &str = get(row, 1, "state")?;
-        let fingerprint: &[u8] = get(row, 2, "fingerprint")?;
-        let result: Option<&[u8]> = get(row, 3, "result")?;
-        let token: Option<i64> = get(row, 4, "token")?;
+        // idem_begin's own columns, read as the bytes the server sent (each is checked below:
+        // the state is one of two words, the fingerprint 32 bytes, the result an envelope
+        // when it is replayed); only the result is copied out.
+        let state = raw(row, 1, "state")?.unwrap_or_default();
+        let fingerprint = raw(row, 2, "fingerprint")?.unwrap_or_default();
+        let result = raw(row, 3, "result")?;
+        let token = raw(row, 4, "token")?;
         let fingerprint = Fingerprint::from_bytes(bytes32(fingerprint, "fingerprint")?);
+        let state = std::str::from_utf8(state).unwrap_or("(not UTF-8)");
         Ok(
             match parse_state(state, token.is_some(), result.is_some())? {
                 RecordState::InProgress => Begin::InFlight { fingerprint },
@@ -110,6 +113,14 @@ pub(super) fn abandoned(row: &PgRow) -> Option<(i64, String)> {
     let token: i64 = row.try_get::<Option<i64>, _>(4).ok()??;
     let holder: String = row.try_get::<Option<String>, _>(7).ok()??;
     crate::store::holder::Holder::text_is_gone(Some(&holder)).then_some((token, holder))
+}
+
+/// The bytes of column `i` (`name`) of `row` as the server sent them; `None` for NULL.
+fn raw<'r>(row: &'r PgRow, i: usize, name: &str) -> Result<Option<&'r [u8]>, Corrupt> {
+    let value = row
+        .try_get_raw(i)
+        .map_err(|e| Corrupt(format!("column `{name}` unreadable: {e}")))?;
+    Ok(value.as_bytes().ok())
 }
 
 /// The bytes of text column `i` of `row` as the server sent them (no check of the column's
