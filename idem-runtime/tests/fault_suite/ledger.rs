@@ -166,6 +166,8 @@ impl Counts {
 struct State {
     next_exec: u64,
     alive: HashMap<Key, usize>,
+    /// Since when a body of the key has been alive without a pause (while `alive` is above 0).
+    alive_since: HashMap<Key, u64>,
     starts: HashMap<Key, u32>,
     /// Bodies of a key started since its last recorded result (the store's attempt count is
     /// at least this, and at most the budget).
@@ -212,8 +214,12 @@ pub struct Alive {
 
 impl Drop for Alive {
     fn drop(&mut self) {
-        if let Some(n) = self.ledger.lock().alive.get_mut(&self.key) {
+        let mut s = self.ledger.lock();
+        if let Some(n) = s.alive.get_mut(&self.key) {
             *n = n.saturating_sub(1);
+            if *n == 0 {
+                s.alive_since.remove(&self.key);
+            }
         }
     }
 }
@@ -271,7 +277,9 @@ impl Ledger {
 
     /// A body of `key` starts: its execution id, and its liveness guard.
     pub fn start(self: &Arc<Self>, key: Key) -> (u64, Alive) {
+        let now = self.now();
         let mut s = self.lock();
+        s.alive_since.entry(key).or_insert(now);
         s.next_exec += 1;
         let exec = s.next_exec;
         s.counts.executions += 1;
@@ -416,31 +424,23 @@ impl Ledger {
     }
 
     /// A caller of `key`, which called at `called`, was refused with the idem error `name` (its
-    /// variant): "stuck" must be true now, "interrupted" and "not replayable" at some moment of
-    /// the call (the marker may have expired while the store's answer travelled).
+    /// variant): each must be true at some moment of the call, when the store made the answer
+    /// ("interrupted" and "not replayable" are checked after the run: the marker may have
+    /// expired while the answer travelled).
     pub fn refused(&self, key: Key, name: &str, called: u64) {
         let now = self.now();
         let mut s = self.lock();
-        // What the store held at some moment since `called`: a store's answer is true when it
-        // is made, and a slow reply brings it later (a marker may expire in between).
-        let live_since = |s: &State, since: u64| -> Vec<Content> {
-            s.completions
-                .get(&key)
-                .map(|c| {
-                    c.iter()
-                        .filter(|c| c.at <= now && since < c.expires)
-                        .map(|c| c.content)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let live = |s: &State| live_since(s, now);
         let untrue = match name {
             // "Stuck" and "this new action was not started": untrue for a key that holds a
-            // recorded result or runs.
+            // recorded result or runs — all the time from the call to its answer, since the
+            // store made the answer at some moment in between (a holder whose lease ran out
+            // may record just after the store read the key as free).
             "BudgetExhausted" | "ToolBudgetExhausted" | "TurnBudgetExhausted" => {
-                let recorded = !live(&s).is_empty();
-                let running = s.alive.get(&key).copied().unwrap_or(0) > 0;
+                let recorded = s
+                    .completions
+                    .get(&key)
+                    .is_some_and(|c| c.iter().any(|c| c.at <= called && now < c.expires));
+                let running = s.alive_since.get(&key).is_some_and(|&at| at <= called);
                 (recorded || running)
                     .then(|| format!("\"stuck\" while recorded: {recorded}, running: {running}"))
             }
