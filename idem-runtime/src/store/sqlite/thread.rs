@@ -138,7 +138,7 @@ struct Thread {
 
 impl Thread {
     /// Sweeps the next [`PURGE_BATCH`] records and counts (each in key order, wrapping
-    /// around) of what expired, and checkpoints the WAL, so that neither
+    /// around, a step that reaches the end going on from the first) of what expired, and checkpoints the WAL, so that neither
     /// the file nor the WAL grows without bound when nobody calls
     /// [`Store::purge_expired`](crate::store::Store::purge_expired).
     fn maintain(&mut self, clock: &dyn Clock) {
@@ -147,12 +147,21 @@ impl Thread {
         let now = worker.now;
         let after = self.sweep_after.take();
         let counts_after = self.counts_after.take();
-        let swept = worker.sweep(after.as_deref(), now).and_then(|(_, next)| {
+        // A step that started halfway and reached the last key goes on from the first: each
+        // pass covers at least a batch, however the writes that trigger it fall.
+        let swept = (|| {
+            let (_, mut next) = worker.sweep(after.as_deref(), now)?;
+            if after.is_some() && next.is_none() {
+                next = worker.sweep(None, now)?.1;
+            }
             self.sweep_after = next;
-            let (_, next) = worker.sweep_counts(counts_after.as_deref(), now)?;
+            let (_, mut next) = worker.sweep_counts(counts_after.as_deref(), now)?;
+            if counts_after.is_some() && next.is_none() {
+                next = worker.sweep_counts(None, now)?.1;
+            }
             self.counts_after = next;
-            Ok(())
-        });
+            Ok::<_, rusqlite::Error>(())
+        })();
         if let Err(error) = swept {
             tracing::warn!(target: "idem", %error, "could not delete expired SQLite records");
         }
