@@ -7,7 +7,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 use super::schema;
-use super::worker::Worker;
+use super::worker::{COUNTS_SWEEP, Worker};
 use crate::clock::ManualClock;
 use crate::key::{Fingerprint, Key};
 use crate::store::budget::TurnIdentity;
@@ -35,6 +35,13 @@ fn request<'a>(key: &'a Key, fp: &'a Fingerprint, tool: &'static str) -> BeginRe
     }
 }
 
+/// A store's database in memory.
+fn database() -> Connection {
+    let mut conn = Connection::open_in_memory().expect("open");
+    schema::configure(&mut conn, None, Duration::from_secs(1)).expect("schema");
+    conn
+}
+
 fn claimed_row(conn: &Connection, key: &Key) -> bool {
     conn.query_row(
         "SELECT count(*) FROM idem_records WHERE key = ?1 AND state = 'in_progress'",
@@ -47,8 +54,7 @@ fn claimed_row(conn: &Connection, key: &Key) -> bool {
 
 #[test]
 fn a_refused_claim_in_a_batch_is_undone_alone() {
-    let mut conn = Connection::open_in_memory().expect("open");
-    schema::configure(&mut conn, None, Duration::from_secs(1)).expect("schema");
+    let conn = database();
     let clock = ManualClock::new(1_000_000);
     let fp = Fingerprint::from_bytes([7; 32]);
     let (a, b, c) = (
@@ -103,8 +109,7 @@ fn task<T: Send + 'static>(
 
 #[test]
 fn a_panic_in_a_batch_rolls_its_claims_back_and_answers_none_of_them() {
-    let mut conn = Connection::open_in_memory().expect("open");
-    schema::configure(&mut conn, None, Duration::from_secs(1)).expect("schema");
+    let conn = database();
     let clock = ManualClock::new(1_000_000);
     let fp = Fingerprint::from_bytes([7; 32]);
     let a = Key::from_bytes([1; 32]);
@@ -127,4 +132,35 @@ fn a_panic_in_a_batch_rolls_its_claims_back_and_answers_none_of_them() {
         "the batch's transaction is rolled back"
     );
     assert!(!claimed_row(&conn, &a), "and the claim with it");
+}
+
+#[test]
+fn a_housekeeping_step_that_starts_near_the_end_covers_a_whole_batch() {
+    let conn = database();
+    let clock = ManualClock::new(1_000_000);
+    let id = |i: u32| [&i.to_be_bytes()[..], &[0; 12]].concat();
+    for i in 0..600 {
+        conn.execute(
+            "INSERT INTO idem_budgets (id, count, expires_at_ms) VALUES (?1, 1, 10)",
+            [id(i)],
+        )
+        .expect("an expired count");
+    }
+    let left = || -> i64 {
+        conn.query_row("SELECT count(*) FROM idem_budgets", [], |row| row.get(0))
+            .expect("count")
+    };
+    let mut worker = Worker::new(&conn, &clock, false);
+    // The previous step stopped at the 551st key: 49 are left after it, then a batch from the
+    // first.
+    let next = worker
+        .sweep_step(&COUNTS_SWEEP, Some(&id(550)), 1_000_000)
+        .expect("a step");
+    assert_eq!(left(), 600 - 49 - 512, "at least a whole batch was swept");
+    assert_eq!(next, Some(id(511)), "the next step goes on from there");
+    // A purge's step stops at the last key.
+    let (deleted, next) = worker
+        .sweep_counts(Some(&id(550)), 1_000_000)
+        .expect("purge");
+    assert_eq!((deleted, next), (0, None));
 }

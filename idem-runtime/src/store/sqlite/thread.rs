@@ -11,7 +11,7 @@ use std::sync::mpsc::Receiver;
 use tokio::sync::oneshot;
 
 use super::statements::COMMIT;
-use super::worker::{Worker, Writer};
+use super::worker::{COUNTS_SWEEP, RECORDS_SWEEP, Worker, Writer};
 use crate::clock::Clock;
 use crate::{Error, Result};
 
@@ -138,8 +138,8 @@ struct Thread {
 
 impl Thread {
     /// Sweeps the next [`PURGE_BATCH`] records and counts (each in key order, wrapping
-    /// around, a step that reaches the end going on from the first) of what expired, and checkpoints the WAL, so that neither
-    /// the file nor the WAL grows without bound when nobody calls
+    /// around: [`Worker::sweep_step`]) of what expired, and checkpoints the WAL, so that
+    /// neither the file nor the WAL grows without bound when nobody calls
     /// [`Store::purge_expired`](crate::store::Store::purge_expired).
     fn maintain(&mut self, clock: &dyn Clock) {
         let held = self.writer.lock();
@@ -147,21 +147,13 @@ impl Thread {
         let now = worker.now;
         let after = self.sweep_after.take();
         let counts_after = self.counts_after.take();
-        // A step that started halfway and reached the last key goes on from the first: each
-        // pass covers at least a batch, however the writes that trigger it fall.
-        let swept = (|| {
-            let (_, mut next) = worker.sweep(after.as_deref(), now)?;
-            if after.is_some() && next.is_none() {
-                next = worker.sweep(None, now)?.1;
-            }
-            self.sweep_after = next;
-            let (_, mut next) = worker.sweep_counts(counts_after.as_deref(), now)?;
-            if counts_after.is_some() && next.is_none() {
-                next = worker.sweep_counts(None, now)?.1;
-            }
-            self.counts_after = next;
-            Ok::<_, rusqlite::Error>(())
-        })();
+        let swept = worker
+            .sweep_step(&RECORDS_SWEEP, after.as_deref(), now)
+            .and_then(|next| {
+                self.sweep_after = next;
+                worker.sweep_step(&COUNTS_SWEEP, counts_after.as_deref(), now)
+            })
+            .map(|next| self.counts_after = next);
         if let Err(error) = swept {
             tracing::warn!(target: "idem", %error, "could not delete expired SQLite records");
         }

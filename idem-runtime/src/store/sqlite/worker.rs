@@ -247,6 +247,23 @@ impl<'c> Worker<'c> {
         self.sweep_table(&COUNTS_SWEEP, after, now)
     }
 
+    /// One housekeeping step over `table` ([`RECORDS_SWEEP`] or [`COUNTS_SWEEP`]) from the key
+    /// `after`: a step that started halfway and reached the last key goes on from the first,
+    /// so that each covers at least a batch, however the writes that trigger it fall. Where the
+    /// next step starts. ([`Self::sweep`], for a purge, stops at the last key.)
+    pub(super) fn sweep_step(
+        &mut self,
+        table: &Sweep,
+        after: Option<&[u8]>,
+        now: u64,
+    ) -> rusqlite::Result<Option<Vec<u8>>> {
+        let (_, next) = self.sweep_table(table, after, now)?;
+        if after.is_some() && next.is_none() {
+            return Ok(self.sweep_table(table, None, now)?.1);
+        }
+        Ok(next)
+    }
+
     fn sweep_table(
         &mut self,
         sql: &Sweep,
@@ -289,20 +306,20 @@ impl<'c> Worker<'c> {
 
 /// The two statements of a sweep: a window of keys in order, each with whether it expired
 /// (parameters: after, now, count), and the deletion of one expired row (key, now).
-struct Sweep {
+pub(super) struct Sweep {
     window: &'static str,
     delete: &'static str,
 }
 
 /// A record goes once both its lease or TTL and its attempt count expired.
-const RECORDS_SWEEP: Sweep = Sweep {
+pub(super) const RECORDS_SWEEP: Sweep = Sweep {
     window: "SELECT key, expires_at_ms <= ?2 AND attempts_expire_ms <= ?2 \
              FROM idem_records WHERE key > ?1 ORDER BY key LIMIT ?3",
     delete: "DELETE FROM idem_records WHERE key = ?1 \
              AND expires_at_ms <= ?2 AND attempts_expire_ms <= ?2",
 };
 
-const COUNTS_SWEEP: Sweep = Sweep {
+pub(super) const COUNTS_SWEEP: Sweep = Sweep {
     window: "SELECT id, expires_at_ms <= ?2 FROM idem_budgets WHERE id > ?1 ORDER BY id LIMIT ?3",
     delete: "DELETE FROM idem_budgets WHERE id = ?1 AND expires_at_ms <= ?2",
 };
