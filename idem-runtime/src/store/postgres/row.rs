@@ -126,7 +126,7 @@ fn raw<'r>(row: &'r PgRow, i: usize, name: &str) -> Result<Option<&'r [u8]>, Cor
 /// The bytes of text column `i` of `row` as the server sent them (no check of the column's
 /// type, no UTF-8 validation: for comparing with known words); `None` for NULL or no column.
 pub(super) fn text(row: &PgRow, i: usize) -> Option<&[u8]> {
-    row.try_get_raw(i).ok()?.as_bytes().ok()
+    raw(row, i, "").ok().flatten()
 }
 
 /// `Corrupt` as the error of `key`.
