@@ -231,19 +231,16 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
         matches!(f.op, Op::Release | Op::Complete) && f.fault == Fault::FailBefore
             || f.op == Op::Begin && f.fault == Fault::FailAfter
     });
-    let mut claims = in_progress(&memory, &ctx.namespace).await;
     // In real time, a claim given back in the background may take longer than the settle on a
     // loaded machine (a release queued behind a pool's other work): an orphan is a claim
     // nobody gives back, so it is waited for as the leak check below waits for tasks.
-    let patience = tokio::time::Instant::now() + Duration::from_secs(2);
-    while claims > 0
-        && !documented
-        && settle.leases.is_none()
-        && tokio::time::Instant::now() < patience
-    {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        claims = in_progress(&memory, &ctx.namespace).await;
-    }
+    let wait = if documented || settle.leases.is_some() {
+        Duration::ZERO
+    } else {
+        Duration::from_secs(2)
+    };
+    let read = async || in_progress(&memory, &ctx.namespace).await;
+    let claims = patiently(wait, read, |&claims| claims == 0).await;
     if claims > 0 && documented {
         ledger.count(|c| c.excused_claims += claims);
     } else if claims > 0 {
@@ -277,18 +274,16 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     // fire every timer of a leaked task instead: no patience.) A key given back while the
     // store keeps failing releases is retried until the lease of the claim it may hold would
     // end, as documented: with a lasting release fault, the patience is the longest lease.
-    let (mut flights, mut tasks) = (flights_registered() as u64, alive());
     let lasting_release = faults.iter().any(|f| f.op == Op::Release && f.repeat > 0);
-    let patience = tokio::time::Instant::now()
-        + if lasting_release {
-            LONGEST_LEASE + Duration::from_secs(1)
-        } else {
-            Duration::from_secs(2)
-        };
-    while flights + tasks > 0 && settle.leases.is_none() && tokio::time::Instant::now() < patience {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        (flights, tasks) = (flights_registered() as u64, alive());
-    }
+    let wait = if settle.leases.is_some() {
+        Duration::ZERO
+    } else if lasting_release {
+        LONGEST_LEASE + Duration::from_secs(1)
+    } else {
+        Duration::from_secs(2)
+    };
+    let read = async || (flights_registered() as u64, alive());
+    let (flights, tasks) = patiently(wait, read, |&(flights, tasks)| flights + tasks == 0).await;
     if flights + tasks > 0 {
         ledger.problem(
             |c| c.leaks += flights + tasks,
@@ -297,6 +292,21 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     }
     let (counts, problems) = ledger.verdict();
     Verdict { counts, problems }
+}
+
+/// `read`, read again every 20 ms until `done` says so or `wait` has passed: its last value.
+async fn patiently<T>(
+    wait: Duration,
+    mut read: impl AsyncFnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut value = read().await;
+    while !done(&value) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        value = read().await;
+    }
+    value
 }
 
 /// Exactly one outcome per call (the budget is checked by the ledger as bodies start).
