@@ -162,7 +162,9 @@ async fn engine_call(ledger: Arc<Ledger>, attempt: Attempt, call: Call) {
     let called = ledger.now();
     let body = tool_body(Arc::clone(&ledger), attempt, key);
     let result = match tool {
-        Tool::Plain | Tool::Short | Tool::Release => execute(call, Codec::ok_only(), body).await,
+        Tool::Plain | Tool::Short | Tool::Release | Tool::Renewing => {
+            execute(call, Codec::ok_only(), body).await
+        }
         Tool::Caching => execute(call, Codec::ok_and_err(), body).await,
         Tool::Detached => execute_detached(call, Codec::ok_only(), body).await,
     };

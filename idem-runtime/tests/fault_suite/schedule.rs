@@ -14,7 +14,7 @@ use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
 
 /// The tools schedules call, by [`Tool`] index.
-pub static TOOLS: [ToolInfo; 5] = [
+pub static TOOLS: [ToolInfo; 6] = [
     ToolInfo::idempotent("fs_plain"),
     ToolInfo::idempotent("fs_caching").with_cache_errors(),
     ToolInfo::idempotent("fs_short")
@@ -22,6 +22,9 @@ pub static TOOLS: [ToolInfo; 5] = [
         .with_ttl(Duration::from_millis(40)),
     ToolInfo::idempotent("fs_detached").with_lease(Duration::from_millis(100)),
     ToolInfo::idempotent("fs_release").with_release_on_cancel(),
+    ToolInfo::idempotent("fs_renewing")
+        .with_lease(Duration::from_millis(60))
+        .with_ttl(Duration::from_millis(80)),
 ];
 
 /// Which tool an attempt calls, and how the engine runs it.
@@ -37,6 +40,10 @@ pub enum Tool {
     Detached,
     /// `execute` with `release_on_cancel`.
     Release,
+    /// `execute` with a 60 ms lease and an 80 ms TTL: [`Tool::Short`] in real time, where a
+    /// body may see a renewal and a record expire within a schedule, but the process would have
+    /// to stall for most of a lease (45 ms) to lose one without a fault.
+    Renewing,
 }
 
 impl Tool {
@@ -173,10 +180,10 @@ pub struct Shape {
     /// else.
     pub known_defects: bool,
     /// Whether the schedule runs in real time: the 15 ms lease tool is then replaced by the
-    /// plain one, since scheduling jitter on a loaded machine alone can outlast such a lease
-    /// (a process that does not run for a quarter of a lease cannot keep it: the documented
-    /// limit), which the ledger cannot tell from a lease the engine let lapse. The paused
-    /// modes, where no jitter happens, keep it.
+    /// 60 ms one ([`Tool::Renewing`]), since scheduling jitter on a loaded machine alone can
+    /// outlast a 15 ms lease (a process that does not run for most of a lease cannot keep it:
+    /// the documented limit), which the ledger cannot tell from a lease the engine let lapse.
+    /// The paused modes, where no jitter happens, keep it.
     pub realtime: bool,
 }
 
@@ -232,7 +239,7 @@ fn schedules(shape: Shape) -> impl Strategy<Value = Schedule> {
             if shape.realtime {
                 for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
                     if attempt.tool == Tool::Short {
-                        attempt.tool = Tool::Plain;
+                        attempt.tool = Tool::Renewing;
                     }
                 }
             }
@@ -385,17 +392,22 @@ fn avoid_known_defects(chains: &mut [Chain], faults: &mut Vec<FaultSpec>) {
 
 #[test]
 fn real_time_schedules_never_use_the_15_ms_lease_tool() {
-    let uses_short = |shape: Shape| {
+    let uses = |shape: Shape, tool: Tool| {
         (0..300u64).any(|seed| {
             Schedule::generate(seed, shape)
                 .attempts()
-                .any(|a| a.tool == Tool::Short)
+                .any(|a| a.tool == tool)
         })
     };
     let paused = crate::modes::shape();
     assert!(
-        uses_short(paused),
+        uses(paused, Tool::Short),
         "paused schedules exercise the 15 ms lease"
     );
-    assert!(!uses_short(crate::modes::realtime_shape()));
+    let realtime = crate::modes::realtime_shape();
+    assert!(!uses(realtime, Tool::Short));
+    assert!(
+        uses(realtime, Tool::Renewing),
+        "real-time schedules renew and expire leases too"
+    );
 }
