@@ -237,11 +237,7 @@ fn schedules(shape: Shape) -> impl Strategy<Value = Schedule> {
                 avoid_known_defects(&mut chains, &mut faults);
             }
             if shape.realtime {
-                for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
-                    if attempt.tool == Tool::Short {
-                        attempt.tool = Tool::Renewing;
-                    }
-                }
+                replace_tool(&mut chains, Tool::Short, Tool::Renewing);
             }
             Schedule {
                 seed: 0,
@@ -335,10 +331,15 @@ fn avoid_unkeepable_leases(chains: &mut [Chain], faults: &[FaultSpec]) {
         f.op == Op::Renew && matches!(f.fault, Fault::Delay(by) if by >= Duration::from_millis(7))
     });
     if slow_renew {
-        for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
-            if attempt.tool == Tool::Short {
-                attempt.tool = Tool::Plain;
-            }
+        replace_tool(chains, Tool::Short, Tool::Plain);
+    }
+}
+
+/// Every attempt that calls `from` calls `to` instead.
+fn replace_tool(chains: &mut [Chain], from: Tool, to: Tool) {
+    for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
+        if attempt.tool == from {
+            attempt.tool = to;
         }
     }
 }
@@ -378,11 +379,7 @@ fn avoid_known_defects(chains: &mut [Chain], faults: &mut Vec<FaultSpec>) {
         .iter()
         .any(|f| f.op == Op::Complete && f.fault != Fault::None)
     {
-        for attempt in chains.iter_mut().flat_map(|c| c.attempts.iter_mut()) {
-            if attempt.tool == Tool::Short {
-                attempt.tool = Tool::Plain;
-            }
-        }
+        replace_tool(chains, Tool::Short, Tool::Plain);
     }
     // Defect 3: background recording (after a failed `complete`) awaits `renew` unbounded.
     if faults.iter().any(fails) {
