@@ -5,20 +5,22 @@ use serde::de::DeserializeOwned;
 
 use super::envelope::{Envelope, decode_error, encode_error, encode_record, marker_error, open};
 use super::format::marker;
+use super::ser::Names;
 use super::{OkAndErr, OkOnly, ResultCodec, de, node, render, ser};
 use crate::Error;
 use crate::key::Key;
 
-/// Checks that `recorded` (one value) decodes into `V` and encodes back to the same value.
+/// Checks that `recorded` (one value) decodes into `V` and encodes back to the same value;
+/// returns the names the replayed value's types passed.
 fn verify_value<V: Serialize + DeserializeOwned>(
     tool: &'static str,
     recorded: &[u8],
-) -> Result<(), Error> {
+) -> Result<Names, Error> {
     let replayed: V = de::decode_value(recorded)
         .map_err(|e| encode_error(tool, format!("it would not replay: {e}")))?;
     let mut again = Vec::with_capacity(recorded.len());
-    ser::encode_value(&replayed, &mut again).map_err(|e| encode_error(tool, e))?;
-    same_value(tool, recorded, &again)
+    let names = ser::encode_value(&replayed, &mut again).map_err(|e| encode_error(tool, e))?;
+    same_value(tool, recorded, &again).map(|()| names)
 }
 
 /// Whether `again` (a value decoded from `recorded` and encoded back) is the value recorded;
@@ -59,7 +61,7 @@ impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
         tool: &'static str,
         result: &Result<T, E>,
         out: &mut Vec<u8>,
-    ) -> Option<Result<(), Error>> {
+    ) -> Option<Result<Names, Error>> {
         let value = result.as_ref().ok()?;
         Some(encode_record(tool, marker::OK, value, out))
     }
@@ -73,14 +75,14 @@ impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
         }
     }
 
-    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
+    fn verify(tool: &'static str, bytes: &[u8]) -> Result<Names, Error> {
         match open(bytes).map_err(|e| encode_error(tool, e))? {
             Envelope::Ok(value) => verify_value::<T>(tool, value),
             Envelope::Err(_) => Err(encode_error(
                 tool,
                 "this tool records `Ok` results only, in format version 1",
             )),
-            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
+            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(Names::default()),
         }
     }
 }
@@ -94,7 +96,7 @@ where
         tool: &'static str,
         result: &Result<T, E>,
         out: &mut Vec<u8>,
-    ) -> Option<Result<(), Error>> {
+    ) -> Option<Result<Names, Error>> {
         Some(match result {
             Ok(value) => encode_record(tool, marker::OK, value, out),
             Err(error) => encode_record(tool, marker::ERR, error, out),
@@ -113,11 +115,11 @@ where
         }
     }
 
-    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error> {
+    fn verify(tool: &'static str, bytes: &[u8]) -> Result<Names, Error> {
         match open(bytes).map_err(|e| encode_error(tool, e))? {
             Envelope::Ok(value) => verify_value::<T>(tool, value),
             Envelope::Err(value) => verify_value::<E>(tool, value),
-            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(()),
+            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(Names::default()),
         }
     }
 }

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::format::{FormatError, OLDEST_VERSION, Reader, VERSION, marker, put_str};
-use super::ser;
+use super::ser::{self, Names};
 use crate::Error;
 use crate::key::Key;
 
@@ -94,13 +94,14 @@ pub(super) fn encode_error(tool: &'static str, message: impl ToString) -> Error 
     }
 }
 
-/// Writes the envelope and `value` into `out`, emptied first.
+/// Writes the envelope and `value` into `out`, emptied first; returns the names `value`'s types
+/// passed (see [`Names`]).
 pub(super) fn encode_record<V: Serialize + ?Sized>(
     tool: &'static str,
     kind: u8,
     value: &V,
     out: &mut Vec<u8>,
-) -> Result<(), Error> {
+) -> Result<Names, Error> {
     out.clear();
     out.extend_from_slice(&[VERSION, kind]);
     ser::encode_value(value, out).map_err(|e| {

@@ -50,15 +50,23 @@
 //!
 //! `ResultCodec::record` encodes a result, decodes the bytes back into the result type and
 //! encodes that again (`ResultCodec::verify`). If the two encodings differ (up to the order of
-//! map entries and set elements; a sequence must come back in its order), the result would not
-//! replay as it was returned — a `Deserialize` impl that drops data or reorders a sequence, an
-//! untagged enum that decodes into another variant, a `u128` inside an untagged enum (serde
+//! map entries and set elements; a sequence must come back in its order), or the names of the
+//! types and variants they passed to the serializer differ (which the record does not keep),
+//! the result would not replay as it was returned — a `Deserialize` impl that drops data or
+//! reorders a sequence, an untagged enum that decodes into another variant (one of other content,
+//! or one holding another type of the same fields), a `u128` inside an untagged enum (serde
 //! buffers those without 128-bit integers), a `HashSet` serialized through its iterator (not
 //! recognised as a set: wrap it in `Unordered`) — and, as when it cannot be
 //! encoded at all, a *not replayable* marker is recorded instead: a retry gets
 //! [`Error::NotReplayable`], which tells the model the action already ran and must not be called
 //! again, rather than running the tool a second time. A call that was interrupted before
 //! finishing can be recorded as such: a retry gets [`Error::Interrupted`].
+//!
+//! What no serializer is shown cannot be checked: a field the type does not serialize
+//! (`#[serde(skip)]`) replays as its `Deserialize` makes it, and untagged variants that
+//! serialize alike (unit variants, struct variants with the same fields: serde names them all
+//! after the enum) replay as the first of them. The README says so under "What is not
+//! guaranteed".
 //!
 //! # Reading records
 //!
@@ -100,6 +108,7 @@ use crate::Error;
 use crate::key::Key;
 use envelope::{Envelope, open};
 use format::FormatError;
+use ser::Names;
 
 #[cfg(test)]
 use envelope::encode_record;
@@ -110,6 +119,12 @@ pub(crate) use envelope::{encode_interrupted, encode_unreplayable};
 /// naming this limit, never a panic or an allocation of its size.
 pub const MAX_RECORD: usize = 64 << 20;
 
+/// Why a result whose record decodes into a value of other types or variants (that encode
+/// alike) is not replayable.
+const ANOTHER_VARIANT: &str = "it would not replay as it was returned: its record decodes into \
+     another variant or type that encodes alike (an untagged enum whose variants hold types with the \
+     same fields?)";
+
 /// Initial capacity of a record buffer: enough for a small struct without reallocating.
 const INITIAL_CAPACITY: usize = 128;
 
@@ -117,17 +132,27 @@ const INITIAL_CAPACITY: usize = 128;
 pub(crate) trait ResultCodec<T, E> {
     /// Replaces the contents of `out` with the record of `result`, or returns `None` when the
     /// result must not be recorded (the key is then released so that a retry runs the tool
-    /// again). Reusing `out` saves an allocation per call.
+    /// again). Returns the names the result's types passed, which the record does not keep.
     fn encode_into(
         tool: &'static str,
         result: &Result<T, E>,
         out: &mut Vec<u8>,
-    ) -> Option<Result<(), Error>>;
+    ) -> Option<Result<Names, Error>>;
+
+    /// The bytes to record for `result` and the names its types passed, or `None` when the
+    /// result must not be recorded.
+    fn encode_named(
+        tool: &'static str,
+        result: &Result<T, E>,
+    ) -> Option<Result<(Vec<u8>, Names), Error>> {
+        let mut out = Vec::with_capacity(INITIAL_CAPACITY);
+        Some(Self::encode_into(tool, result, &mut out)?.map(|names| (out, names)))
+    }
 
     /// The bytes to record for `result`, or `None` when the result must not be recorded.
+    #[cfg(test)]
     fn encode(tool: &'static str, result: &Result<T, E>) -> Option<Result<Vec<u8>, Error>> {
-        let mut out = Vec::with_capacity(INITIAL_CAPACITY);
-        Some(Self::encode_into(tool, result, &mut out)?.map(|()| out))
+        Some(Self::encode_named(tool, result)?.map(|(bytes, _)| bytes))
     }
 
     /// Decodes a recorded result.
@@ -135,20 +160,24 @@ pub(crate) trait ResultCodec<T, E> {
 
     /// Checks that `bytes`, just encoded, replay as the value they were encoded from: they
     /// decode into the result type, and that encodes to the same bytes (up to the order of map
-    /// entries and set elements, not of sequence elements). Markers pass. [`Error::Encode`] says what would be lost.
-    fn verify(tool: &'static str, bytes: &[u8]) -> Result<(), Error>;
+    /// entries and set elements, not of sequence elements). Markers pass. [`Error::Encode`] says
+    /// what would be lost. Returns the names the replayed value's types passed.
+    fn verify(tool: &'static str, bytes: &[u8]) -> Result<Names, Error>;
 
     /// What to record for `result`: its bytes when they replay faithfully, else a
     /// not-replayable marker and the reason. `None` when the result must not be recorded.
     fn record(tool: &'static str, result: &Result<T, E>) -> Option<Recorded> {
-        let checked = Self::encode(tool, result)?
-            .and_then(|bytes| match bytes.len() {
+        let checked = Self::encode_named(tool, result)?
+            .and_then(|(bytes, names)| match bytes.len() {
                 len if len > MAX_RECORD => {
                     Err(envelope::encode_error(tool, envelope::too_large(len)))
                 }
-                _ => Ok(bytes),
+                _ => Ok((bytes, names)),
             })
-            .and_then(|bytes| Self::verify(tool, &bytes).map(|()| bytes));
+            .and_then(|(bytes, names)| match Self::verify(tool, &bytes)? {
+                replayed if replayed == names => Ok(bytes),
+                _ => Err(envelope::encode_error(tool, ANOTHER_VARIANT)),
+            });
         Some(match checked {
             Ok(bytes) => Recorded::Faithful(bytes),
             Err(error) => {
@@ -236,7 +265,7 @@ pub mod bench {
 
     /// Encodes `Ok(value)` into `out` as the engine does.
     pub fn encode<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) -> Result<(), Error> {
-        encode_record("bench", marker::OK, value, out)
+        encode_record("bench", marker::OK, value, out).map(drop)
     }
 
     /// Decodes an `Ok` record as the engine does on a replay.
@@ -250,7 +279,7 @@ pub mod bench {
 
     /// Runs the fidelity check the engine runs before recording.
     pub fn verify<T: Serialize + DeserializeOwned>(bytes: &[u8]) -> Result<(), Error> {
-        <OkOnly as ResultCodec<T, ()>>::verify("bench", bytes)
+        <OkOnly as ResultCodec<T, ()>>::verify("bench", bytes).map(drop)
     }
 }
 

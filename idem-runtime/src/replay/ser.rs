@@ -6,12 +6,35 @@ use serde::ser;
 use super::format::{FormatError, put_str, put_varint, put_varint128, tag, zigzag, zigzag128};
 use crate::key::sets::{UNORDERED_MAGIC, iterable_is_set};
 
-/// Appends the encoding of `value` to `out`.
+/// Appends the encoding of `value` to `out`; returns the names its types passed on the way.
 pub(super) fn encode_value<T: Serialize + ?Sized>(
     value: &T,
     out: &mut Vec<u8>,
-) -> Result<(), FormatError> {
-    value.serialize(&mut Encoder { out, set_at: None })
+) -> Result<Names, FormatError> {
+    let mut encoder = Encoder {
+        out,
+        set_at: None,
+        names: Names::default(),
+    };
+    value.serialize(&mut encoder)?;
+    Ok(encoder.names)
+}
+
+/// The names a value's types hand their serializer (of structs, and of enums and their
+/// variants) and the record does not keep, as a multiset: a digest that ignores their order, as
+/// the comparison of records ignores the order of map entries. Two values whose records are
+/// the same can still differ in it: the variants of an untagged enum that encode alike.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Names(u64);
+
+impl Names {
+    fn add(&mut self, name: &str) {
+        // FNV-1a of the name, summed: each name counts once per appearance, in any order.
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        self.0 = self.0.wrapping_add(hash);
+    }
 }
 
 /// Writes values into a byte buffer.
@@ -21,6 +44,8 @@ pub(super) struct Encoder<'o> {
     /// further newtype structs, which write nothing) is a set, as in the key encoder; any other
     /// value writes a byte first, so the hint cannot reach a sequence nested inside it.
     set_at: Option<usize>,
+    /// The names passed so far.
+    names: Names,
 }
 
 impl<'o> Encoder<'o> {
@@ -224,17 +249,19 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         Ok(())
     }
 
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), FormatError> {
+    fn serialize_unit_struct(self, name: &'static str) -> Result<(), FormatError> {
+        self.names.add(name);
         self.serialize_unit()
     }
 
     #[inline]
     fn serialize_unit_variant(
         self,
-        _name: &'static str,
+        name: &'static str,
         _index: u32,
         variant: &'static str,
     ) -> Result<(), FormatError> {
+        self.names.add(name);
         self.out.push(tag::UNIT_VARIANT);
         put_str(self.out, variant);
         Ok(())
@@ -249,16 +276,18 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         if name == UNORDERED_MAGIC {
             self.set_at = Some(self.out.len());
         }
+        self.names.add(name);
         value.serialize(self)
     }
 
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
-        _name: &'static str,
+        name: &'static str,
         _index: u32,
         variant: &'static str,
         value: &T,
     ) -> Result<(), FormatError> {
+        self.names.add(name);
         self.out.push(tag::NEWTYPE_VARIANT);
         put_str(self.out, variant);
         value.serialize(self)
@@ -276,19 +305,21 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
 
     fn serialize_tuple_struct(
         self,
-        _name: &'static str,
+        name: &'static str,
         len: usize,
     ) -> Result<Compound<'a, 'o>, FormatError> {
+        self.names.add(name);
         Ok(self.sequence(false, Some(len)))
     }
 
     fn serialize_tuple_variant(
         self,
-        _name: &'static str,
+        name: &'static str,
         _index: u32,
         variant: &'static str,
         len: usize,
     ) -> Result<Compound<'a, 'o>, FormatError> {
+        self.names.add(name);
         self.out.push(tag::TUPLE_VARIANT);
         put_str(self.out, variant);
         Ok(self.compound(Some(len)))
@@ -303,19 +334,21 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
     #[inline]
     fn serialize_struct(
         self,
-        _name: &'static str,
+        name: &'static str,
         len: usize,
     ) -> Result<Compound<'a, 'o>, FormatError> {
+        self.names.add(name);
         self.serialize_map(Some(len))
     }
 
     fn serialize_struct_variant(
         self,
-        _name: &'static str,
+        name: &'static str,
         _index: u32,
         variant: &'static str,
         len: usize,
     ) -> Result<Compound<'a, 'o>, FormatError> {
+        self.names.add(name);
         self.out.push(tag::STRUCT_VARIANT);
         put_str(self.out, variant);
         Ok(self.compound(Some(len)))

@@ -132,7 +132,7 @@ fn encode_into_reuses_and_replaces_the_buffer() {
     let capacity = buffer.capacity();
     let result: Result<String, ()> = Ok("fresh".to_owned());
     let outcome = <OkOnly as ResultCodec<String, ()>>::encode_into(TOOL, &result, &mut buffer);
-    assert!(matches!(outcome, Some(Ok(()))));
+    assert!(matches!(outcome, Some(Ok(_))));
     assert_eq!(buffer, ok_record("fresh".to_owned()));
     assert_eq!(buffer.capacity(), capacity, "the buffer was reallocated");
 }
@@ -205,7 +205,7 @@ enum Wide {
 
 #[test]
 fn verify_refuses_results_that_would_not_replay_as_returned() {
-    let refused = |bytes: &[u8], verdict: Result<(), Error>| {
+    let refused = |bytes: &[u8], verdict: Result<ser::Names, Error>| {
         let Err(Error::Encode { tool, message, .. }) = verdict else {
             panic!("verify accepted {}", render(bytes).unwrap_or_default());
         };
@@ -253,6 +253,64 @@ fn record_turns_an_unfaithful_result_into_a_not_replayable_marker() {
     assert_eq!(bytes, ok_record(Ambiguous::Small(5)));
     let err: Result<Ambiguous, ()> = Err(());
     assert!(OkOnly::record(TOOL, &err).is_none());
+}
+
+/// Two receipts with the same fields.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct SentReceipt {
+    id: u64,
+}
+
+/// See [`SentReceipt`].
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct QueuedReceipt {
+    id: u64,
+}
+
+/// An untagged enum whose variants hold types with the same fields: they encode alike, and
+/// every record decodes into the first.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum Delivery {
+    Sent(SentReceipt),
+    Queued(QueuedReceipt),
+}
+
+#[test]
+fn record_refuses_a_value_that_decodes_into_another_variant_encoding_alike() {
+    let queued: Result<Delivery, ()> = Ok(Delivery::Queued(QueuedReceipt { id: 7 }));
+    let Some(Recorded::Unreplayable { error, .. }) = OkOnly::record(TOOL, &queued) else {
+        panic!("`Queued` was recorded, and would replay as `Sent`");
+    };
+    let Error::Encode { message, .. } = error else {
+        panic!("{error:?}");
+    };
+    assert!(message.contains("another variant"), "{message}");
+    let sent: Result<Delivery, ()> = Ok(Delivery::Sent(SentReceipt { id: 7 }));
+    assert!(matches!(
+        OkOnly::record(TOOL, &sent),
+        Some(Recorded::Faithful(_))
+    ));
+    // The names are compared as a multiset: a map of named values decoded in another order
+    // is still faithful.
+    let map: HashMap<u32, Result<Delivery, u8>> = (0..64)
+        .map(|i| match i % 2 {
+            0 => (i, Ok(Delivery::Sent(SentReceipt { id: u64::from(i) }))),
+            _ => (i, Err(1)),
+        })
+        .collect();
+    let mixed: Result<_, ()> = Ok((
+        map,
+        Lossy {
+            kept: 1,
+            dropped: 0,
+        },
+        Some(Ambiguous::Small(1)),
+    ));
+    assert!(matches!(
+        OkOnly::record(TOOL, &mixed),
+        Some(Recorded::Faithful(_))
+    ));
 }
 
 #[test]
