@@ -98,7 +98,7 @@ impl SmsGateway {
     }
 }
 
-#[tool_impl(same_service)]
+#[tool_impl(self_key = "Wrapper")] // every `T` is one service, said so
 impl<T: Sync> Tool for Wrapper<T> {
     #[idempotent(attached)] // a generic impl: attached, said so
     async fn call(&self, customer: String) -> Result<String, Error> {
@@ -292,7 +292,7 @@ mod naming {
     /// A trait impl of a generic type: named without its arguments.
     pub struct Wrapper<T>(pub T);
 
-    #[tool_impl(same_service)]
+    #[tool_impl(self_key = "Wrapper")]
     impl<T: Sync> Tool for Wrapper<T> {
         #[idempotent(attached)]
         async fn call(&self, input: String) -> Result<String, Error> {
@@ -449,6 +449,39 @@ impl SmsClient {
     }
 }
 
+/// A block generic over its currency: the type parameter, not a field, tells two refunders
+/// apart, so it goes into the key (`same_service` here does not compile:
+/// tests/ui/generic_same_service.rs).
+trait Currency: Clone + Send + Sync + 'static {
+    const CODE: &'static str;
+}
+
+#[derive(Clone)]
+struct Usd;
+#[derive(Clone)]
+struct Eur;
+
+impl Currency for Usd {
+    const CODE: &'static str = "USD";
+}
+
+impl Currency for Eur {
+    const CODE: &'static str = "EUR";
+}
+
+#[derive(Clone)]
+struct Refunder<C>(std::marker::PhantomData<C>);
+
+#[tool_impl(self_key = C::CODE)]
+impl<C: Currency> Refunder<C> {
+    #[idempotent(attached)]
+    pub async fn refund(&self, order: u64) -> Result<String, Error> {
+        let mut outbox = OUTBOX.lock().unwrap();
+        outbox.push((format!("refund {}", C::CODE), order.to_string()));
+        Ok(format!("refunded order {order} in {}", C::CODE))
+    }
+}
+
 fn outbox_of(sender: &str) -> Vec<String> {
     let outbox = OUTBOX.lock().unwrap();
     outbox
@@ -522,6 +555,31 @@ async fn same_service_makes_two_receivers_one_action() {
     assert_eq!(outbox_of("careless alice"), ["erin"]);
     assert!(outbox_of("careless carol").is_empty());
     assert_eq!(records, 1);
+}
+
+#[tokio::test]
+async fn a_generic_block_keys_its_type_parameter() {
+    let store = Arc::new(MemoryStore::new());
+    let [usd, eur, again] = Turn::new("identity-generic-block")
+        .with_store(store.clone())
+        .scope(async {
+            let usd = Refunder::<Usd>(std::marker::PhantomData);
+            let eur = Refunder::<Eur>(std::marker::PhantomData);
+            [
+                usd.refund(42).await.unwrap(),
+                eur.refund(42).await.unwrap(),
+                usd.refund(42).await.unwrap(),
+            ]
+        })
+        .await;
+    assert_eq!(
+        eur, "refunded order 42 in EUR",
+        "not the dollar refund's receipt"
+    );
+    assert_eq!(again, usd, "the dollar refund's retry is a replay");
+    assert_eq!(outbox_of("refund USD"), ["42"]);
+    assert_eq!(outbox_of("refund EUR"), ["42"]);
+    assert_eq!(store.len(), 2);
 }
 
 #[tokio::test]

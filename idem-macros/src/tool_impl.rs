@@ -21,7 +21,9 @@ use crate::descriptor::{
 use crate::errors::{Errors, fail};
 
 mod attached;
+mod generic;
 mod header;
+use generic::generic_same_service;
 use header::inherent_header;
 
 /// `#[tool_impl]`: the `impl` block, its methods' classification attributes given
@@ -57,6 +59,7 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         return fail(errors, item);
     };
     let generic = is_generic(&block);
+    generic_same_service(&block, &options, &type_name, &mut errors);
     let mut identified = false;
     for item in &mut block.items {
         if let ImplItem::Fn(method) = item {
@@ -324,7 +327,7 @@ fn unused(options: &ImplOptions, identified: bool, errors: &mut Errors) {
 }
 
 /// The arguments of `#[attr]` / `#[attr(...)]`; `None` for `#[attr = …]`.
-fn attr_args(attr: &Attribute) -> Option<TokenStream> {
+pub(super) fn attr_args(attr: &Attribute) -> Option<TokenStream> {
     match &attr.meta {
         Meta::Path(_) => Some(TokenStream::new()),
         Meta::List(list) => Some(list.tokens.clone()),

@@ -43,7 +43,7 @@ impl Billing {
 #[derive(Clone)]
 struct Wallet<C>(C);
 
-#[tool_impl(same_service)]
+#[tool_impl(self_key = "Wallet")]
 impl<C: Clone + Send + Sync + 'static> Wallet<C> {
     #[idempotent]
     pub async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error> {
