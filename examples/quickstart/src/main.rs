@@ -120,7 +120,7 @@ pub struct Summary {
     pub sync_attempts: u32,
     /// Times the calendar upstream really ran.
     pub calendar_calls: u32,
-    /// What the agent said when it gave up.
+    /// What the model read when the budget stopped it.
     pub stuck_report: String,
     /// Store records and engine calls made by ten read-only searches.
     pub search_side_effects: (usize, u64),
@@ -158,12 +158,13 @@ pub async fn run() -> Summary {
                         tracing::warn!(attempt = sync_attempts, "agent: timeout, retrying")
                     }
                     Err(ToolError::Idem(error @ idem_tools::Error::BudgetExhausted { .. })) => {
-                        break format!("I am stuck and stopped retrying: {error}");
+                        // What the model reads: its words, no Rust (`{error}` is the log's).
+                        break error.model_text();
                     }
                     Err(other) => panic!("unexpected error: {other}"),
                 }
             };
-            tracing::error!("agent: {stuck_report}");
+            tracing::error!("the model reads: {stuck_report}");
 
             println!("\n== 3. a read-only tool, ten calls: nothing recorded ==");
             let (records, calls) = (store.len(), turn.stats().total());
@@ -221,7 +222,7 @@ pub fn check(summary: &Summary) {
     );
     assert_eq!(summary.sync_attempts, 4, "the 4th attempt is refused");
     assert!(
-        summary.stuck_report.contains("stuck"),
+        summary.stuck_report.contains("Stop retrying"),
         "{}",
         summary.stuck_report
     );
