@@ -25,7 +25,17 @@ enum Ends {
     CommitThenErr,
     /// `COMMIT`, then returns `Ok`.
     CommitThenOk,
+    /// `COMMIT`, then runs past the lease.
+    CommitThenOverrun,
+    /// Runs past the lease in a statement, its transaction open (no misuse).
+    Overrun,
 }
+
+/// The lease of the calls that overrun it.
+const SHORT_LEASE: Duration = Duration::from_millis(300);
+
+/// How long the statement of [`Ends::Overrun`] keeps its transaction, past the lease.
+const STATEMENT: Duration = Duration::from_millis(1500);
 
 async fn misuse(
     store: &PostgresStore,
@@ -36,18 +46,25 @@ async fn misuse(
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let table = ledger(store);
     transactional::execute(
-        call(turn, &shared, memo),
+        call(turn, &shared, memo).with_lease(SHORT_LEASE),
         Codec::ok_only(),
         async |conn: &mut PgConnection| -> Result<i64, Failure> {
             let id = insert(conn, &table, memo).await?;
             let end = match ends {
-                Ends::RollbackThenOk => "ROLLBACK",
-                Ends::CommitThenErr | Ends::CommitThenOk => "COMMIT",
+                Ends::RollbackThenOk => "ROLLBACK".to_owned(),
+                Ends::CommitThenErr | Ends::CommitThenOk | Ends::CommitThenOverrun => {
+                    "COMMIT".to_owned()
+                }
+                Ends::Overrun => format!("SELECT pg_sleep({})", STATEMENT.as_secs_f64()),
             };
-            sqlx::raw_sql(end).execute(&mut *conn).await?;
+            sqlx::raw_sql(&end).execute(&mut *conn).await?;
             match ends {
                 Ends::CommitThenErr => Err(Failure::Tool("declined after its commit")),
-                Ends::RollbackThenOk | Ends::CommitThenOk => Ok(id),
+                Ends::CommitThenOverrun => {
+                    tokio::time::sleep(SHORT_LEASE * 2).await;
+                    Ok(id)
+                }
+                Ends::RollbackThenOk | Ends::CommitThenOk | Ends::Overrun => Ok(id),
             }
         },
     )
@@ -121,6 +138,55 @@ async fn a_body_that_commits_then_returns_ok_records_nothing_and_is_interrupted(
         Err(Failure::Idem(Error::Interrupted { .. }))
     ));
     assert_eq!(rows(&store, "k").await, 1);
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_commits_then_overruns_its_lease_leaves_its_key_interrupted() {
+    let Some(store) = setup("tx_end_commit_overrun").await else {
+        return;
+    };
+    let turn = Turn::new("turn-commit-overrun");
+    let result = misuse(&store, &turn, "o", Ends::CommitThenOverrun).await;
+    assert!(ended(&result, true), "{result:?}");
+    assert_eq!(rows(&store, "o").await, 1, "the body's commit kept its row");
+    // The lease has ended, but the key is marked: the retry does not run the tool again.
+    let retry = transfer(&store, &turn, "o").await;
+    assert!(
+        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+        "{retry:?}"
+    );
+    assert_eq!(rows(&store, "o").await, 1, "no second payment");
+    cleanup(&store).await;
+}
+
+/// The same overrun without the misuse: the transaction, still open in a statement, rolls back;
+/// its claim is not marked, and the call does not wait for the statement to end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_overruns_its_lease_in_its_transaction_is_rolled_back_not_marked() {
+    let Some(store) = setup("tx_overrun").await else {
+        return;
+    };
+    let turn = Turn::new("turn-overrun");
+    let started = tokio::time::Instant::now();
+    let result = misuse(&store, &turn, "v", Ends::Overrun).await;
+    assert!(
+        matches!(result, Err(Failure::Idem(Error::LeaseLost { .. }))),
+        "{result:?}"
+    );
+    assert!(
+        started.elapsed() < STATEMENT - SHORT_LEASE,
+        "the mark waited for the statement's transaction: {:?}",
+        started.elapsed()
+    );
+    // Once the server has rolled the statement's transaction back, a retry runs.
+    tokio::time::sleep(STATEMENT).await;
+    transfer(&store, &turn, "v").await.expect("the retry runs");
+    assert_eq!(
+        rows(&store, "v").await,
+        1,
+        "the overrun's row was rolled back"
+    );
     cleanup(&store).await;
 }
 

@@ -176,9 +176,16 @@ where
     let guard = &mut granted.guard;
     let Ok(result) = result else {
         // Still running at the end of its lease: dropped; the transaction rolls back, and the
-        // connection, a statement perhaps on the wire, is closed.
+        // connection, a statement perhaps on the wire, is closed — unless the body ended the
+        // transaction itself before: then its claim committed, and is marked.
         drop(tx);
         unsure.store(true, Ordering::Relaxed);
+        // (Followers wait for the mark: the lease has ended, they could claim the key.)
+        let marked = in_span(span.clone(), mark_ended(&store, &call, &lease, guard)).await;
+        drop(leader);
+        if marked {
+            return codec.answered(ended_by_the_tool(guard, &call, true), None);
+        }
         let error = Error::LeaseLost {
             key: call.key.short(),
         };
@@ -207,8 +214,8 @@ where
             drop(leader); // followers ask again, after the rollback was queued
             if let Ok(false) = open {
                 close(tx);
-                let ended = ended_by_the_tool(guard, &store, &call, &lease);
-                return codec.answered(in_span(span, ended).await, None);
+                let marked = in_span(span, mark_ended(&store, &call, &lease, guard)).await;
+                return codec.answered(ended_by_the_tool(guard, &call, marked), None);
             }
             if open.is_err() {
                 unsure.store(true, Ordering::Relaxed);
@@ -223,8 +230,8 @@ where
         Ok(rows) if tx::ended_by_the_tool(rows) => {
             drop(leader);
             close(tx);
-            let ended = ended_by_the_tool(guard, &store, &call, &lease);
-            codec.answered(in_span(span, ended).await, None)
+            let marked = in_span(span, mark_ended(&store, &call, &lease, guard)).await;
+            codec.answered(ended_by_the_tool(guard, &call, marked), None)
         }
         Ok(_) => {
             let shared = FirstResult {
@@ -248,28 +255,28 @@ where
     }
 }
 
-/// The tool's body ended the transaction its claim opened: nothing of it is recorded, and if
-/// its claim committed (a `COMMIT` of the body's), the key is marked interrupted — what the
-/// body wrote may have committed too — rather than left to expire and run again.
-async fn ended_by_the_tool(
-    guard: &mut Guard,
-    store: &PostgresStore,
-    call: &Call,
-    lease: &Lease,
-) -> call::Answer {
+/// If the tool's body ended the transaction its claim opened and the claim committed (a
+/// `COMMIT` of the body's), marks the key interrupted — what the body wrote may have committed
+/// too — rather than leave it to expire and run again. Whether it was marked.
+async fn mark_ended(store: &PostgresStore, call: &Call, lease: &Lease, guard: &mut Guard) -> bool {
     let marker = crate::replay::encode_interrupted(call.tool.name);
-    let ttl = ttl_of(guard.report());
-    let marked = match store.complete(lease, &marker, ttl).await {
-        Ok(()) => true,
-        // Rolled back with the body's writes: no claim to mark.
-        Err(Error::LeaseLost { .. }) => false,
+    match store
+        .mark_ended(lease, &marker, ttl_of(guard.report()))
+        .await
+    {
+        Ok(marked) => marked,
         Err(error) => {
             tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
                 %error, "could not mark the key of a tool that ended its own transaction as \
                 interrupted; it is freed when its lease ends");
             false
         }
-    };
+    }
+}
+
+/// The tool's body ended the transaction its claim opened: nothing of it is recorded; its
+/// claim was `marked` interrupted if it had committed.
+fn ended_by_the_tool(guard: &mut Guard, call: &Call, marked: bool) -> call::Answer {
     let error = Error::TransactionEnded {
         tool: call.tool.name,
         key: call.key.short(),

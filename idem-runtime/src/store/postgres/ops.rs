@@ -68,7 +68,7 @@ pub(super) fn arguments(count: usize, bytes: usize) -> PgArguments {
 }
 
 /// `query` with the lease's namespace, key and token bound next (a statement fenced by it).
-fn fenced<'q>(
+pub(super) fn fenced<'q>(
     query: Query<'q, Postgres, PgArguments>,
     lease: &'q Lease,
 ) -> Query<'q, Postgres, PgArguments> {

@@ -17,7 +17,9 @@ use std::pin::Pin;
 use sqlx::{Connection as _, Executor as _, PgConnection, Postgres, Transaction};
 
 use super::conn::within;
-use super::{PostgresStore, sql_ms, sql_token};
+use super::ops::fenced;
+use super::{PostgresStore, schema, sql_ms, sql_token};
+use crate::Result;
 use crate::store::{Lease, LeaseToken};
 
 /// `bytes` as a `bytea` literal.
@@ -97,6 +99,41 @@ impl PostgresStore {
             result = bytea(result),
             ttl = sql_ms(ttl),
         )
+    }
+}
+
+impl PostgresStore {
+    /// Records `marker` (an interrupted call's) for `lease`'s key if its claim committed — the
+    /// tool's body ended the transaction the claim opened, then failed or overran the lease —
+    /// whether or not the lease has ended since: the token says nobody claimed the key after
+    /// it. The charge before the claim left the row with the token too, but no lease (an
+    /// expiry of 0): that row is no claim, and it is what this statement sees of a claim whose
+    /// transaction is still open (to be rolled back), so nothing is marked or waited for. A
+    /// row another caller's claim has locked since is skipped, not waited for. Whether it was
+    /// marked.
+    pub(crate) async fn mark_ended(
+        &self,
+        lease: &Lease,
+        marker: &[u8],
+        ttl: Duration,
+    ) -> Result<bool> {
+        let sql = schema::qualify(
+            "WITH c AS (SELECT {s}idem_now_ms() AS now), claim AS (SELECT r.namespace, r.key \
+             FROM {s}idem_records AS r WHERE r.namespace = $3 AND r.key = $4 AND r.token = $5 \
+             AND r.state = 'in_progress' AND r.expires_at_ms > 0 FOR UPDATE SKIP LOCKED) \
+             UPDATE {s}idem_records AS r SET state = 'completed', result = $1, \
+             expires_at_ms = c.now + $2, attempts = 0, attempts_expire_ms = 0 FROM c, claim \
+             WHERE r.namespace = claim.namespace AND r.key = claim.key",
+            &self.inner.sql.prefix,
+        );
+        let changed = self
+            .on_conn("complete", async |conn| {
+                let mark = sqlx::query(&sql).bind(marker).bind(sql_ms(ttl));
+                fenced(mark, lease).execute(&mut *conn).await
+            })
+            .await?
+            .rows_affected();
+        Ok(changed > 0)
     }
 }
 
