@@ -1,6 +1,7 @@
 //! A transactional tool whose body ends the transaction idem opened for it (`COMMIT` or
 //! `ROLLBACK` on its connection): nothing of the call is recorded, a claim it committed is kept
-//! as interrupted rather than left to expire and run again, and the error names the misuse.
+//! as interrupted rather than left to expire and run again — whether the body then returns,
+//! overruns its lease, panics or is dropped — and the error names the misuse.
 //! And what a call leaves in the pool: no connection idle in a transaction.
 #![cfg(feature = "postgres")]
 
@@ -27,6 +28,8 @@ enum Ends {
     CommitThenOk,
     /// `COMMIT`, then runs past the lease.
     CommitThenOverrun,
+    /// `COMMIT`, then panics.
+    CommitThenPanic,
     /// Runs past the lease in a statement, its transaction open (no misuse).
     Overrun,
 }
@@ -52,9 +55,10 @@ async fn misuse(
             let id = insert(conn, &table, memo).await?;
             let end = match ends {
                 Ends::RollbackThenOk => "ROLLBACK".to_owned(),
-                Ends::CommitThenErr | Ends::CommitThenOk | Ends::CommitThenOverrun => {
-                    "COMMIT".to_owned()
-                }
+                Ends::CommitThenErr
+                | Ends::CommitThenOk
+                | Ends::CommitThenOverrun
+                | Ends::CommitThenPanic => "COMMIT".to_owned(),
                 Ends::Overrun => format!("SELECT pg_sleep({})", STATEMENT.as_secs_f64()),
             };
             sqlx::raw_sql(&end).execute(&mut *conn).await?;
@@ -64,6 +68,7 @@ async fn misuse(
                     tokio::time::sleep(SHORT_LEASE * 2).await;
                     Ok(id)
                 }
+                Ends::CommitThenPanic => panic!("the tool panics after its commit"),
                 Ends::RollbackThenOk | Ends::CommitThenOk | Ends::Overrun => Ok(id),
             }
         },
@@ -157,6 +162,47 @@ async fn a_body_that_commits_then_overruns_its_lease_leaves_its_key_interrupted(
         "{retry:?}"
     );
     assert_eq!(rows(&store, "o").await, 1, "no second payment");
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_commits_then_panics_or_is_dropped_leaves_its_key_interrupted() {
+    let Some(store) = setup("tx_end_commit_gone").await else {
+        return;
+    };
+    let turn = Turn::new("turn-commit-gone");
+    // The panic caught around the call's poll, as a task's is.
+    let mut call = std::pin::pin!(misuse(&store, &turn, "p", Ends::CommitThenPanic));
+    let panicked = std::future::poll_fn(|cx| {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call.as_mut().poll(cx))) {
+            Ok(std::task::Poll::Pending) => std::task::Poll::Pending,
+            Ok(std::task::Poll::Ready(answer)) => std::task::Poll::Ready(Ok(answer)),
+            Err(panic) => std::task::Poll::Ready(Err(panic)),
+        }
+    })
+    .await;
+    assert!(panicked.is_err(), "the body panics");
+    // Its caller gives up while the body, committed, still runs.
+    let dropped = tokio::time::timeout(
+        SHORT_LEASE / 3,
+        misuse(&store, &turn, "d", Ends::CommitThenOverrun),
+    )
+    .await;
+    assert!(dropped.is_err(), "{dropped:?}");
+    for memo in ["p", "d"] {
+        assert_eq!(
+            rows(&store, memo).await,
+            1,
+            "the body's commit kept its row"
+        );
+        // Marked in the background: the retry waits for it at most, then does not run.
+        let retry = transfer(&store, &turn, memo).await;
+        assert!(
+            matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+            "{memo}: {retry:?}"
+        );
+        assert_eq!(rows(&store, memo).await, 1, "{memo}: no second payment");
+    }
     cleanup(&store).await;
 }
 

@@ -17,7 +17,8 @@
 //!
 //! Anything before the commit — an `Err`, a panic, the caller dropping the call or timing out,
 //! the process killed, the connection lost — rolls everything back, the tool's rows and the
-//! claim alike: a transactional call is never *interrupted*. A commit whose outcome the caller
+//! claim alike: a transactional call is never *interrupted* — unless its body ended the
+//! transaction itself, committing the claim with its writes (`ended`). A commit whose outcome the caller
 //! cannot know (the connection drops during `COMMIT`) answers [`Error::Store`]; a retry finds
 //! the record and replays it, or finds nothing and runs: exactly once either way.
 //!
@@ -40,7 +41,7 @@ use tokio::time::Instant;
 
 use super::call::Finished;
 use super::call::{self, Asked, Asker, Granted, in_flight, refuse};
-use super::guard::{Guard, ttl_of};
+use super::guard::ttl_of;
 use super::{Call, Codec, held};
 use crate::Error;
 use crate::stats::Outcome;
@@ -49,7 +50,10 @@ use crate::store::postgres::conn::{give_back, unsure as unsure_after};
 use crate::store::postgres::ops::{is_code, lock_timed_out};
 use crate::store::postgres::schema::{CLAIM_GONE, KEY_IS_LIVE, LOCK_TIMEOUT};
 use crate::store::postgres::tx::{self, raw};
-use crate::store::{Begin, BeginRequest, FirstResult, Lease, PostgresStore, Store, StoreFuture};
+use crate::store::{Begin, BeginRequest, FirstResult, PostgresStore, Store, StoreFuture};
+
+mod ended;
+use ended::{MarkIfDropped, ended_by_the_tool, mark_ended};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
 /// its recorded result: see [the module documentation](self).
@@ -158,6 +162,7 @@ where
 
     // Step 4: the body, with the call's held keys and turn around each poll, for at most the
     // tool's lease: a statement the server never answers must not hold the call forever.
+    let dropped = MarkIfDropped::arm(&store, &call, &lease, ttl_of(granted.guard.report()));
     let result = {
         let (held, turn) = (held::with(call.key), call.turn.clone());
         let mut body = pin!(body(&mut *tx));
@@ -172,6 +177,7 @@ where
         )
         .await
     };
+    dropped.disarm();
     let leader = granted.leader.take();
     let guard = &mut granted.guard;
     let Ok(result) = result else {
@@ -253,36 +259,6 @@ where
             codec.answered(refuse(guard, Outcome::StoreError, error), None)
         }
     }
-}
-
-/// If the tool's body ended the transaction its claim opened and the claim committed (a
-/// `COMMIT` of the body's), marks the key interrupted — what the body wrote may have committed
-/// too — rather than leave it to expire and run again. Whether it was marked.
-async fn mark_ended(store: &PostgresStore, call: &Call, lease: &Lease, guard: &mut Guard) -> bool {
-    let marker = crate::replay::encode_interrupted(call.tool.name);
-    match store
-        .mark_ended(lease, &marker, ttl_of(guard.report()))
-        .await
-    {
-        Ok(marked) => marked,
-        Err(error) => {
-            tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
-                %error, "could not mark the key of a tool that ended its own transaction as \
-                interrupted; it is freed when its lease ends");
-            false
-        }
-    }
-}
-
-/// The tool's body ended the transaction its claim opened: nothing of it is recorded; its
-/// claim was `marked` interrupted if it had committed.
-fn ended_by_the_tool(guard: &mut Guard, call: &Call, marked: bool) -> call::Answer {
-    let error = Error::TransactionEnded {
-        tool: call.tool.name,
-        key: call.key.short(),
-        marked,
-    };
-    refuse(guard, Outcome::ConfigError, error)
 }
 
 /// A transactional call's [`Asker`]: charges the attempt on the call's own connection
