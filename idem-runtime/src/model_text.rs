@@ -219,10 +219,11 @@ fn mismatch_message(differs: Mismatch) -> String {
     let (count, names) = (names.len(), names.join(", "));
     let (differ, them) = match count {
         0 => {
-            return "This idempotency key was already used for a call with different \
-                    arguments, so this call was refused and nothing was done. To retry the \
-                    earlier action, repeat its exact arguments; for a new action, use a new \
-                    idempotency key."
+            return "This idempotency key already belongs to an action with different \
+                    arguments (done, or still running), so this call was refused and nothing \
+                    was done. Do not repeat this call with that key: for this action, use a new \
+                    idempotency key (only a call with that action's exact arguments gets its \
+                    result)."
                 .to_owned();
         }
         1 => (format!("{names} differs"), format!("the earlier {names}")),
@@ -232,9 +233,9 @@ fn mismatch_message(differs: Mismatch) -> String {
         ),
     };
     format!(
-        "This tool already did this action in this turn: that call had the same arguments \
-         except that {differ}, which does not make it another action. So this call was \
-         refused and nothing was done; the earlier call's effect stands. To get its result, \
+        "This tool already did this action in this turn (or is doing it): that call had the \
+         same arguments except that {differ}, which does not make it another action. So this \
+         call was refused and nothing was done; the earlier call stands. To get its result, \
          call it again with {them}; for another action, change the arguments that say what \
          the action is, or wait for the next turn."
     )
