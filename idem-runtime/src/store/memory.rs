@@ -47,7 +47,7 @@ const SHARDS: usize = 32;
 /// ```
 /// # extern crate idem_tools_runtime as idem_tools;
 /// use std::sync::Arc;
-/// use idem_tools::store::{MemoryStore, Store};
+/// use idem_tools::{MemoryStore, Store};
 ///
 /// let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
 /// # let _ = store;

@@ -80,7 +80,7 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 /// ```no_run
 /// # extern crate idem_tools_runtime as idem_tools;
 /// use std::sync::Arc;
-/// use idem_tools::store::{RedisStore, Store};
+/// use idem_tools::{RedisStore, Store};
 ///
 /// # async fn demo() -> idem_tools::Result<()> {
 /// let store: Arc<dyn Store> =

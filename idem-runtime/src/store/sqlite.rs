@@ -54,7 +54,7 @@ const STATE_COMPLETED: &str = "completed";
 /// ```no_run
 /// # extern crate idem_tools_runtime as idem_tools;
 /// use std::sync::Arc;
-/// use idem_tools::store::{SqliteStore, Store};
+/// use idem_tools::{SqliteStore, Store};
 ///
 /// let store: Arc<dyn Store> = Arc::new(SqliteStore::open("idem.db")?);
 /// # Ok::<(), idem_tools::Error>(())

@@ -12,7 +12,8 @@
 //! use idem_tools::clock::ManualClock;
 //! use idem_tools::key::Key;
 //! use idem_tools::store::conformance::{self, Harness};
-//! use idem_tools::store::{MemoryStore, Store, StoreFuture};
+//! use idem_tools::MemoryStore;
+//! use idem_tools::store::{Store, StoreFuture};
 //!
 //! struct Memory {
 //!     clock: ManualClock,
