@@ -45,8 +45,10 @@ use crate::{Conversation, Error, Turn};
 /// A completion is recorded whatever its stop reason, one that reports a failure (the
 /// provider's error, filtered content) included, so that a restarted run takes the steps the
 /// original run took (a hook that answers a failed turn with feedback sends its next request at
-/// the next step). A run that ended on such a completion ends there again when restarted: to
-/// ask the model again, answer the message under a new turn id.
+/// the next step). A run that ended on such a completion ends there again when restarted. To
+/// ask the model again, answer the message under a new turn id — but every tool call of a new
+/// turn is a new action, so the actions this run made would run again: check what it did
+/// first (`idem turn ID`).
 pub struct RecordedModel {
     inner: ModelAdapter<Completion>,
     conversation: Conversation,
