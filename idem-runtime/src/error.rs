@@ -275,10 +275,13 @@ pub enum Error {
     #[error(
         "step {step} of conversation `{conversation}` in turn `{turn}` asks the model something \
          else than the step recorded for it (the prompt, the tools or a tool's result changed \
-         since the turn first ran this far): the run was stopped before anything was sent, \
-         rather than mix two conversations; start a new turn for a new conversation, and keep \
-         what changes between runs out of it (a date in the prompt; a `#[read_only]` tool whose \
-         result changes can be made `#[idempotent]` so that it replays)"
+         since the turn first ran this far — a tool call that failed then and succeeded when \
+         retried replays its success now): the run was stopped before anything was sent, \
+         rather than mix two conversations. Check what the turn did (`idem turn {turn}`) before \
+         starting a new turn: a new turn's tool calls are new actions, so the ones this turn \
+         made would run again. Keep what changes between runs out of the request (a date in \
+         the prompt; a `#[read_only]` tool whose result changes can be made `#[idempotent]` so \
+         that it replays)"
     )]
     ModelStepDiverged {
         /// The conversation's label.
