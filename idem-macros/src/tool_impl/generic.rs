@@ -1,11 +1,10 @@
 //! A generic block's `same_service`: the type's parameters are part of what a value is.
 
-use proc_macro2::{TokenStream, TokenTree};
-use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::{Ident, ImplItem, ItemImpl};
 
 use super::attr_args;
+use super::header::type_and_const_params;
 use crate::attr::{IdempotentOptions, ImplOptions};
 use crate::errors::Errors;
 
@@ -18,26 +17,23 @@ pub(super) fn generic_same_service(
     type_name: &Ident,
     errors: &mut Errors,
 ) {
-    let in_self_type = idents(block.self_ty.to_token_stream());
-    // Each parameter of the self type, with an expression of it that a key could hold.
-    let params: Vec<(String, String)> = block
-        .generics
-        .params
-        .iter()
-        .filter_map(|param| match param {
-            syn::GenericParam::Type(t) => Some((t.ident.to_string(), format!("{}::NAME", t.ident))),
-            syn::GenericParam::Const(c) => Some((c.ident.to_string(), c.ident.to_string())),
-            syn::GenericParam::Lifetime(_) => None,
-        })
-        .filter(|(param, _)| in_self_type.contains(param))
+    let params: Vec<&Ident> = type_and_const_params(block)
+        .filter(|(_, in_self_ty)| *in_self_ty)
+        .map(|(ident, _)| ident)
         .collect();
-    let Some((first, example)) = params.first() else {
+    let Some(&first) = params.first() else {
         return;
+    };
+    // An expression of it that a key could hold.
+    let example = if block.generics.const_params().any(|c| &c.ident == first) {
+        first.to_string()
+    } else {
+        format!("{first}::NAME")
     };
     let ty = type_name.unraw();
     let over = params
         .iter()
-        .map(|(p, _)| format!("`{p}`"))
+        .map(|p| format!("`{p}`"))
         .collect::<Vec<_>>()
         .join(", ");
     let message = format!(
@@ -62,17 +58,4 @@ pub(super) fn generic_same_service(
     for span in options.same_service.into_iter().chain(own) {
         errors.at(span, message.clone());
     }
-}
-
-/// The identifiers in `tokens`, at any depth.
-fn idents(tokens: TokenStream) -> Vec<String> {
-    let mut found = Vec::new();
-    for token in tokens {
-        match token {
-            TokenTree::Ident(ident) => found.push(ident.to_string()),
-            TokenTree::Group(group) => found.extend(idents(group.stream())),
-            _ => {}
-        }
-    }
-    found
 }

@@ -5,25 +5,16 @@ use std::collections::HashSet;
 use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::punctuated::Punctuated;
-use syn::{GenericParam, ItemImpl, WherePredicate};
+use syn::{GenericParam, Ident, ItemImpl, WherePredicate};
 
 /// `impl<…> SelfTy where …` for an inherent impl of the block's type. The type and const
 /// parameters that do not appear in the self type (in a trait impl, those only the trait uses)
 /// are dropped, with every bound and `where` predicate that mentions them: an inherent impl
 /// cannot have unconstrained parameters (E0207), and the descriptors use none.
 pub(super) fn inherent_header(block: &ItemImpl) -> (TokenStream, TokenStream, TokenStream) {
-    let mut in_self_ty = HashSet::new();
-    idents(block.self_ty.to_token_stream(), &mut in_self_ty);
-    let dropped: HashSet<String> = block
-        .generics
-        .params
-        .iter()
-        .filter_map(|param| match param {
-            GenericParam::Type(t) => Some(t.ident.to_string()),
-            GenericParam::Const(c) => Some(c.ident.to_string()),
-            GenericParam::Lifetime(_) => None,
-        })
-        .filter(|ident| !in_self_ty.contains(ident))
+    let dropped: HashSet<String> = type_and_const_params(block)
+        .filter(|(_, in_self_ty)| !in_self_ty)
+        .map(|(ident, _)| ident.to_string())
         .collect();
     let mentions_dropped = |tokens: TokenStream| {
         let mut found = HashSet::new();
@@ -71,6 +62,20 @@ pub(super) fn inherent_header(block: &ItemImpl) -> (TokenStream, TokenStream, To
         block.self_ty.to_token_stream(),
         where_clause.to_token_stream(),
     )
+}
+
+/// The block's type and const parameters, each with whether its self type names it.
+pub(super) fn type_and_const_params(block: &ItemImpl) -> impl Iterator<Item = (&Ident, bool)> {
+    let mut in_self_ty = HashSet::new();
+    idents(block.self_ty.to_token_stream(), &mut in_self_ty);
+    block.generics.params.iter().filter_map(move |param| {
+        let ident = match param {
+            GenericParam::Type(t) => &t.ident,
+            GenericParam::Const(c) => &c.ident,
+            GenericParam::Lifetime(_) => return None,
+        };
+        Some((ident, in_self_ty.contains(&ident.to_string())))
+    })
 }
 
 /// Every identifier in `tokens`, at any depth.
