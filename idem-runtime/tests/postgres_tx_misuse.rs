@@ -76,6 +76,22 @@ async fn misuse(
     .await
 }
 
+/// The row the body committed for `memo` stands, and a retry is told the outcome is unknown
+/// (`Interrupted`) instead of running the tool a second time.
+async fn the_commit_stands_and_a_retry_is_refused(store: &PostgresStore, turn: &Turn, memo: &str) {
+    assert_eq!(
+        rows(store, memo).await,
+        1,
+        "{memo}: the body's commit kept its row"
+    );
+    let retry = transfer(store, turn, memo).await;
+    assert!(
+        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+        "{memo}: {retry:?}"
+    );
+    assert_eq!(rows(store, memo).await, 1, "{memo}: no second payment");
+}
+
 fn ended(result: &Result<i64, Failure>, marked: bool) -> bool {
     matches!(result, Err(Failure::Idem(Error::TransactionEnded { marked: m, .. })) if *m == marked)
 }
@@ -109,15 +125,7 @@ async fn a_body_that_commits_then_fails_leaves_its_key_interrupted_not_claimed()
     let turn = Turn::new("turn-commit-err");
     let result = misuse(&store, &turn, "c", Ends::CommitThenErr).await;
     assert!(ended(&result, true), "{result:?}");
-    assert_eq!(rows(&store, "c").await, 1, "the body's commit kept its row");
-    // The retry is told the outcome is unknown at once: it neither waits for the lease nor
-    // runs the tool a second time.
-    let retry = transfer(&store, &turn, "c").await;
-    assert!(
-        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
-        "{retry:?}"
-    );
-    assert_eq!(rows(&store, "c").await, 1, "no second payment");
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "c").await;
     cleanup(&store).await;
 }
 
@@ -136,13 +144,7 @@ async fn a_body_that_commits_then_returns_ok_records_nothing_and_is_interrupted(
         error.to_string().contains("COMMIT or ROLLBACK"),
         "the error names the misuse: {error}"
     );
-    assert_eq!(rows(&store, "k").await, 1);
-    let retry = transfer(&store, &turn, "k").await;
-    assert!(matches!(
-        retry,
-        Err(Failure::Idem(Error::Interrupted { .. }))
-    ));
-    assert_eq!(rows(&store, "k").await, 1);
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "k").await;
     cleanup(&store).await;
 }
 
@@ -154,14 +156,8 @@ async fn a_body_that_commits_then_overruns_its_lease_leaves_its_key_interrupted(
     let turn = Turn::new("turn-commit-overrun");
     let result = misuse(&store, &turn, "o", Ends::CommitThenOverrun).await;
     assert!(ended(&result, true), "{result:?}");
-    assert_eq!(rows(&store, "o").await, 1, "the body's commit kept its row");
-    // The lease has ended, but the key is marked: the retry does not run the tool again.
-    let retry = transfer(&store, &turn, "o").await;
-    assert!(
-        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
-        "{retry:?}"
-    );
-    assert_eq!(rows(&store, "o").await, 1, "no second payment");
+    // The lease has ended, but the key is marked.
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "o").await;
     cleanup(&store).await;
 }
 
@@ -189,19 +185,9 @@ async fn a_body_that_commits_then_panics_or_is_dropped_leaves_its_key_interrupte
     )
     .await;
     assert!(dropped.is_err(), "{dropped:?}");
+    // Marked in the background: the retry waits for the mark at most.
     for memo in ["p", "d"] {
-        assert_eq!(
-            rows(&store, memo).await,
-            1,
-            "the body's commit kept its row"
-        );
-        // Marked in the background: the retry waits for it at most, then does not run.
-        let retry = transfer(&store, &turn, memo).await;
-        assert!(
-            matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
-            "{memo}: {retry:?}"
-        );
-        assert_eq!(rows(&store, memo).await, 1, "{memo}: no second payment");
+        the_commit_stands_and_a_retry_is_refused(&store, &turn, memo).await;
     }
     cleanup(&store).await;
 }
