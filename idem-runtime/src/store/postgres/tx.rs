@@ -18,7 +18,7 @@ use sqlx::{Connection as _, Executor as _, PgConnection, Postgres, Transaction};
 
 use super::conn::within;
 use super::ops::fenced;
-use super::{PostgresStore, schema, sql_ms, sql_token};
+use super::{PostgresStore, sql_ms, sql_token};
 use crate::Result;
 use crate::store::{Lease, LeaseToken};
 
@@ -100,9 +100,7 @@ impl PostgresStore {
             ttl = sql_ms(ttl),
         )
     }
-}
 
-impl PostgresStore {
     /// Records `marker` (an interrupted call's) for `lease`'s key if its claim committed — the
     /// tool's body ended the transaction the claim opened, then failed or overran the lease —
     /// whether or not the lease has ended since: the token says nobody claimed the key after
@@ -117,18 +115,11 @@ impl PostgresStore {
         marker: &[u8],
         ttl: Duration,
     ) -> Result<bool> {
-        let sql = schema::qualify(
-            "WITH c AS (SELECT {s}idem_now_ms() AS now), claim AS (SELECT r.namespace, r.key \
-             FROM {s}idem_records AS r WHERE r.namespace = $3 AND r.key = $4 AND r.token = $5 \
-             AND r.state = 'in_progress' AND r.expires_at_ms > 0 FOR UPDATE SKIP LOCKED) \
-             UPDATE {s}idem_records AS r SET state = 'completed', result = $1, \
-             expires_at_ms = c.now + $2, attempts = 0, attempts_expire_ms = 0 FROM c, claim \
-             WHERE r.namespace = claim.namespace AND r.key = claim.key",
-            &self.inner.sql.prefix,
-        );
         let changed = self
             .on_conn("complete", async |conn| {
-                let mark = sqlx::query(&sql).bind(marker).bind(sql_ms(ttl));
+                let mark = sqlx::query(&self.inner.sql.mark_ended)
+                    .bind(marker)
+                    .bind(sql_ms(ttl));
                 fenced(mark, lease).execute(&mut *conn).await
             })
             .await?
