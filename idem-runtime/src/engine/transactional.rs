@@ -162,7 +162,8 @@ where
 
     // Step 4: the body, with the call's held keys and turn around each poll, for at most the
     // tool's lease: a statement the server never answers must not hold the call forever.
-    let dropped = MarkIfDropped::arm(&store, &call, &lease, ttl_of(granted.guard.report()));
+    let ttl = ttl_of(granted.guard.report());
+    let dropped = MarkIfDropped::arm(&store, &call, &lease, ttl);
     let result = {
         let (held, turn) = (held::with(call.key), call.turn.clone());
         let mut body = pin!(body(&mut *tx));
@@ -187,7 +188,7 @@ where
         drop(tx);
         unsure.store(true, Ordering::Relaxed);
         // (Followers wait for the mark: the lease has ended, they could claim the key.)
-        let marked = in_span(span.clone(), mark_ended(&store, &call, &lease, guard)).await;
+        let marked = in_span(span.clone(), mark_ended(&store, &call, &lease, ttl)).await;
         drop(leader);
         if marked {
             return codec.answered(ended_by_the_tool(guard, &call, true), None);
@@ -220,7 +221,7 @@ where
             drop(leader); // followers ask again, after the rollback was queued
             if let Ok(false) = open {
                 close(tx);
-                let marked = in_span(span, mark_ended(&store, &call, &lease, guard)).await;
+                let marked = in_span(span, mark_ended(&store, &call, &lease, ttl)).await;
                 return codec.answered(ended_by_the_tool(guard, &call, marked), None);
             }
             if open.is_err() {
@@ -231,12 +232,12 @@ where
             return result;
         }
     };
-    let sql = store.record_and_commit(&lease, &bytes, ttl_of(guard.report()));
+    let sql = store.record_and_commit(&lease, &bytes, ttl);
     match in_span(span.clone(), raw(&mut tx, &sql, reply)).await {
         Ok(rows) if tx::ended_by_the_tool(rows) => {
             drop(leader);
             close(tx);
-            let marked = in_span(span, mark_ended(&store, &call, &lease, guard)).await;
+            let marked = in_span(span, mark_ended(&store, &call, &lease, ttl)).await;
             codec.answered(ended_by_the_tool(guard, &call, marked), None)
         }
         Ok(_) => {

@@ -7,7 +7,7 @@ use tokio::runtime::Handle;
 
 use super::super::Call;
 use super::super::call::{self, refuse};
-use super::super::guard::{Guard, ttl_of};
+use super::super::guard::Guard;
 use crate::Error;
 use crate::stats::Outcome;
 use crate::store::{Lease, PostgresStore};
@@ -19,13 +19,10 @@ pub(super) async fn mark_ended(
     store: &PostgresStore,
     call: &Call,
     lease: &Lease,
-    guard: &mut Guard,
+    ttl: std::time::Duration,
 ) -> bool {
     let marker = crate::replay::encode_interrupted(call.tool.name);
-    match store
-        .mark_ended(lease, &marker, ttl_of(guard.report()))
-        .await
-    {
+    match store.mark_ended(lease, &marker, ttl).await {
         Ok(marked) => marked,
         Err(error) => {
             tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
