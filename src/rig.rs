@@ -100,7 +100,9 @@ pub fn turn(context: &ToolContext) -> Option<Turn> {
 /// `tool` as rig registers it (`.dynamic_tool(..)`), shown to the model under `info.name`,
 /// the name the catalog, the logs and the CLI give it, whatever its `Tool::NAME`; each call
 /// runs in the turn its context carries ([`with_turn`]), and an idem error reaches the model
-/// as idem's words for it (see [`InTurn`]). `info` is the tool's entry in the catalog
+/// as idem's words for it (see [`InTurn`]). In a durable turn (a [`RecordedModel`]'s), a
+/// failure the model reads is recorded, and a restarted run that replays the model's steps
+/// reads it again instead of making the call ([`Turn::model_tool_call`]). `info` is the tool's entry in the catalog
 /// (`idem_tools::tools![Type::method][0]`, or the catalog's own constant): the descriptor of
 /// the `#[idempotent]` method the tool's `call` is, or calls.
 ///
@@ -123,9 +125,34 @@ pub fn tool<T: Tool + 'static>(tool: T, info: ToolInfo) -> Result<DynamicTool, E
         parameters,
         move |context: &mut ToolContext, args: Value| {
             let tool = Arc::clone(&tool);
-            Box::pin(async move { run(&tool, context, args).await })
+            Box::pin(async move {
+                // In a durable turn, a failure the model reads is read again by a restarted run.
+                match self::turn(context).or_else(Turn::current) {
+                    Some(turn) => {
+                        let call = run(&tool, context, args.clone());
+                        let seen = turn.model_tool_call(info.name, &args, async {
+                            call.await.map_err(Failed)
+                        });
+                        seen.await.map_err(|Failed(error)| error)
+                    }
+                    None => run(&tool, context, args).await,
+                }
+            })
         },
     ))
+}
+
+/// A failed tool result as a durable turn records it: rig's own error (its kind, the text the
+/// model reads, the operator's message, its code), which (de)serializes; its `source` is not
+/// recorded.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+struct Failed(ToolExecutionError);
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Self {
+        Failed(tool_error(&error))
+    }
 }
 
 /// One call of a [`tool`]: rig's typed dispatch, from JSON arguments to the model's output.

@@ -17,6 +17,10 @@
 //! responses of two conversations, and the keys of the old one's later steps would meet the new
 //! one at the next restart.
 //!
+//! A tool call that failed and went through when the model retried it would go through at once
+//! in a restarted run, and the next request would differ: [`Turn::model_tool_call`] records the
+//! failures a model reads ([`tool_failure`]).
+//!
 //! Model steps are counted like tool calls: a step's attempts by the turn's per-key budget, and
 //! the tokens its response reports (where the caller says how: [`Conversation::step_counting`])
 //! by [`Turn::with_max_tokens`]. Asking a model has no side effect, so a step cut off by its
@@ -49,11 +53,28 @@ pub static MODEL_STEP: ToolInfo = ToolInfo::idempotent("idem:model")
     .with_release_on_cancel()
     .with_lease(DEFAULT_STEP_LEASE);
 
-/// One run of a turn: its conversations' step counters and the tokens its steps reported.
+pub mod tool_failure;
+
+pub use tool_failure::TOOL_FAILURE;
+
+/// One run of a turn: its conversations' step counters, the tokens its steps reported and the
+/// tool calls its models made.
 #[derive(Default)]
 pub(crate) struct Run {
     conversations: Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<Steps>>>>,
     tokens: AtomicU64,
+    tool_calls: tool_failure::ToolCalls,
+}
+
+impl Run {
+    /// Whether the run has a conversation: its model's steps are recorded.
+    fn is_durable(&self) -> bool {
+        !self
+            .conversations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
 }
 
 /// The steps of one conversation in this run.
@@ -63,6 +84,8 @@ struct Steps {
     answered: u32,
     /// How many times this run asked the model for the next step and the ask failed.
     failed: u32,
+    /// Its last step was replayed, and none was asked since: it may go on replaying.
+    replaying: bool,
 }
 
 /// One conversation with a model in a turn, its model calls recorded as steps: see
@@ -250,7 +273,18 @@ impl Conversation {
             asked.store(true, Ordering::Relaxed);
             call.await
         };
-        let response = match execute(call_, Codec::ok_only(), body).await {
+        let answer = execute(call_, Codec::ok_only(), body).await;
+        let replaying = answer.is_ok() && !asked.load(Ordering::Relaxed);
+        if replaying != steps.replaying && (replaying || asked.load(Ordering::Relaxed)) {
+            steps.replaying = replaying;
+            let calls = &turn.run().tool_calls;
+            if replaying {
+                calls.replay_started();
+            } else {
+                calls.replay_ended();
+            }
+        }
+        let response = match answer {
             Ok(response) => response,
             Err(error) => {
                 // A failed ask counts; a refusal before asking, or another run's claim, not.

@@ -32,8 +32,9 @@ use crate::{Conversation, Error, Turn};
 /// by rig's `CompletionRequest` (the history, the tools and the options the model is sent) and
 /// recorded as rig's `CompletionResponse`. A restarted run sends the same first request, gets
 /// the recorded response without a request to the model, so its tool calls carry the same
-/// arguments and replay, and its next request is the same again; it goes on live from the
-/// first step that was not recorded. A run whose request differs from the recorded one at a
+/// arguments and replay (a call that failed fails again, with the failure the model read, when
+/// the tool is registered with [`tool`](super::tool)), and its next request is the same again;
+/// it goes on live from the first step that was not recorded. A run whose request differs from the recorded one at a
 /// step (the prompt, the tools or a tool's result changed) fails with a report of rig's kind
 /// [`Divergence`](ErrorKind::Divergence) before the model is asked: it never goes on with
 /// another conversation's responses. The tokens a response reports (`usage.total_tokens`, or

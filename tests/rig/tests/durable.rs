@@ -17,7 +17,7 @@ use rig_core::operation::Completion;
 use rig_core::serve::adapters::ModelAdapter;
 use rig_core::serve::{Dispatch, Reply, Serve};
 use rig_core::test_utils::{MockCompletionModel, MockStreamEvent, MockTurn};
-use rig_core::tool::{Tool, ToolContext};
+use rig_core::tool::{DynamicTool, Tool, ToolContext};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -67,13 +67,22 @@ fn send_to(to: &str) -> AssistantContent {
 
 /// The agent of one turn: its model's steps recorded in `turn`.
 fn agent(model: &MockCompletionModel, turn: &Turn, send: &Send) -> Agent {
+    agent_with(
+        model,
+        turn,
+        tool(send.clone(), TOOLS[0]).expect("a named tool"),
+    )
+}
+
+/// The agent of one turn with one tool.
+fn agent_with(model: &MockCompletionModel, turn: &Turn, tool: DynamicTool) -> Agent {
     AgentBuilder::new(model.clone())
         .model_route_handler(
             "default",
             RecordedModel::new("default", model.clone(), turn),
         )
         .default_max_turns(5)
-        .dynamic_tool(tool(send.clone(), TOOLS[0]).expect("a named tool"))
+        .dynamic_tool(tool)
         .build()
 }
 
@@ -190,6 +199,125 @@ async fn a_restarted_run_continues_live_from_the_first_step_not_recorded() {
     );
     assert_eq!(send.sent.load(Ordering::SeqCst), 1, "the message sent once");
     assert_eq!(done.output(), "Sent.");
+}
+
+/// A mail service that is down for its first `down` calls.
+#[derive(Clone, Default)]
+struct Flaky {
+    calls: Arc<AtomicUsize>,
+    down: usize,
+}
+
+/// What `Flaky` fails with: the server's timeout, or idem's refusal.
+#[derive(Debug)]
+enum FlakyError {
+    TimedOut,
+    Idem(Error),
+}
+
+impl std::fmt::Display for FlakyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FlakyError::TimedOut => f.write_str("the mail server timed out"),
+            FlakyError::Idem(error) => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for FlakyError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FlakyError::TimedOut => None,
+            FlakyError::Idem(error) => Some(error),
+        }
+    }
+}
+
+impl From<Error> for FlakyError {
+    fn from(error: Error) -> Self {
+        FlakyError::Idem(error)
+    }
+}
+
+#[tool_impl(same_service)]
+impl Tool for Flaky {
+    const NAME: &'static str = "flaky";
+    type Args = Outgoing;
+    type Output = usize;
+    type Error = FlakyError;
+
+    fn description(&self) -> String {
+        "Send a text message (the server times out now and then)".into()
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        json!({ "type": "object" })
+    }
+
+    #[idempotent(name = "flaky", ignore(context))]
+    async fn call(
+        &self,
+        context: &mut ToolContext,
+        message: Outgoing,
+    ) -> Result<usize, FlakyError> {
+        let _ = (context, message);
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        if n < self.down {
+            return Err(FlakyError::TimedOut);
+        }
+        Ok(n + 1)
+    }
+}
+
+const FLAKY: &[ToolInfo] = idem_tools::tools![Flaky::call];
+
+/// A call that failed, the model read the failure and called again, and the call went
+/// through: a restarted run reads the same failure where the first run read it (the server is
+/// up now, so the call would succeed), its next request is the recorded one, and the run
+/// replays to its end: nothing sent, no call made.
+#[tokio::test]
+async fn a_restarted_run_reads_the_failure_the_first_run_read() {
+    let flaky_to = || {
+        AssistantContent::ToolCall(ToolCall::from_wire(
+            "call-1",
+            ToolFunction::new(
+                ToolName::new("flaky").expect("a tool name"),
+                json!({ "to": "ada", "text": "hi" }),
+            ),
+        ))
+    };
+    let run = async |model: &MockCompletionModel, flaky: &Flaky| {
+        let turn = Turn::new("durable/flaky");
+        let flaky = tool(flaky.clone(), FLAKY[0]).expect("a named tool");
+        agent_with(model, &turn, flaky)
+            .prompt("Tell Ada hi")
+            .tool_context(with_turn(ToolContext::new(), &turn))
+            .await
+    };
+    let first_model = MockCompletionModel::from_turns([
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::from_contents([flaky_to()]), // "once more": it went through
+        MockTurn::text("Sent."),
+    ]);
+    let down = Flaky {
+        down: 1,
+        ..Flaky::default()
+    };
+    let done = run(&first_model, &down).await.expect("the first run");
+    assert_eq!(down.calls.load(Ordering::SeqCst), 2, "failed, then sent");
+
+    let silent = MockCompletionModel::from_turns([]);
+    let up = Flaky {
+        down: 0,
+        ..down.clone()
+    };
+    let again = run(&silent, &up)
+        .await
+        .expect("the restarted run replays to its end");
+    assert_eq!(silent.request_count(), 0, "no request sent");
+    assert_eq!(up.calls.load(Ordering::SeqCst), 2, "no call made");
+    assert_eq!(again.output(), "Sent.");
+    assert_eq!(again.messages(), done.messages());
 }
 
 /// A restarted run whose prompt changed: its first request is not the recorded one, so the run

@@ -1,0 +1,219 @@
+//! Durable turns: the failures of tool calls that a model read, recorded so that a restarted run
+//! reads them again.
+//!
+//! A model that reads a failed tool call (a timeout, a provider down, a refusal) often calls the
+//! tool again, and the retry succeeds. A restarted run replays the model's steps, so it makes
+//! the failed call again — and this time the call may succeed. The model's next request would
+//! then hold a success where the recorded step saw a failure, and the run would stop with
+//! [`Error::ModelStepDiverged`](crate::Error::ModelStepDiverged): the turn could not be
+//! finished. [`Turn::model_tool_call`] records each failure a model read, by the tool, its
+//! arguments as the model sent them and how many times this run had made that call before; a
+//! restarted run that makes the call again while it replays its model's steps reads the
+//! recorded failure instead of running the call, and its next request is the recorded one.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::engine::{Call, Codec, execute};
+use crate::key::{ArgsDigest, Key};
+use crate::tool::ToolInfo;
+use crate::{Error, Turn};
+
+/// What a failure a model read is to the engine and the store: a tool named
+/// `idem:tool-failure` (a name no annotated tool can have) whose key is given back when its
+/// caller goes away. Not capped: each is one failure of a call that was capped already.
+pub static TOOL_FAILURE: ToolInfo =
+    ToolInfo::idempotent("idem:tool-failure").with_release_on_cancel();
+
+/// The tool calls of one run of a turn, for [`Turn::model_tool_call`].
+#[derive(Default)]
+pub(crate) struct ToolCalls {
+    /// How many times this run made each call (by tool and arguments) so far.
+    made: Mutex<HashMap<Key, u32>>,
+    /// How many of the run's conversations are replaying recorded steps and have not asked
+    /// their model yet: while one is, a call may have a recorded failure.
+    replaying: AtomicU32,
+}
+
+impl ToolCalls {
+    /// The index of this call of `call` in the run: 0 the first time.
+    fn next(&self, call: Key) -> u32 {
+        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = made.entry(call).or_insert(0);
+        let index = *count;
+        *count = count.saturating_add(1);
+        index
+    }
+
+    /// A conversation began to replay its recorded steps.
+    pub(crate) fn replay_started(&self) {
+        self.replaying.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A conversation that was replaying asked its model.
+    pub(crate) fn replay_ended(&self) {
+        self.replaying.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn replaying(&self) -> bool {
+        self.replaying.load(Ordering::Relaxed) > 0
+    }
+}
+
+/// What the engine is told of a call run under its failure key and not recorded: it succeeded
+/// (its result is kept aside), or the engine failed.
+enum NotRecorded {
+    Succeeded,
+    Idem(Error),
+}
+
+impl From<Error> for NotRecorded {
+    fn from(error: Error) -> Self {
+        NotRecorded::Idem(error)
+    }
+}
+
+impl Turn {
+    /// Runs `call`, a call of `tool` with `args` that a model made in this turn and whose
+    /// outcome it reads, so that a restarted run reads the same: in a durable turn (one with a
+    /// [`Conversation`](crate::Conversation)), a failure is recorded, and a restarted run that
+    /// makes the same call again while it replays its model's steps gets the recorded failure
+    /// instead of running the call. See [the module documentation](self).
+    ///
+    /// `args` are the arguments as the model sent them (the failures of one call are told apart
+    /// by how many times this run made it before: the first failure, then the second). A
+    /// success is not recorded here: the tool's own `#[idempotent]` key replays it. Outside a
+    /// durable turn, `call` just runs. If the store fails, `call` runs (or its failure is
+    /// returned) as it would without this: a restarted run may then stop with
+    /// [`Error::ModelStepDiverged`] at the next step, as it would have.
+    ///
+    /// ```
+    /// # extern crate idem_tools_runtime as idem_tools;
+    /// use idem_tools::Turn;
+    ///
+    /// /// What the model reads of a failed call.
+    /// #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+    /// struct Failed(String);
+    /// impl From<idem_tools::Error> for Failed {
+    ///     fn from(error: idem_tools::Error) -> Self {
+    ///         Failed(error.model_text())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() {
+    /// let send = |up: bool| async move {
+    ///     if up { Ok(7) } else { Err(Failed("the mail server timed out".into())) }
+    /// };
+    /// let run = |up: bool| async move {
+    ///     let turn = Turn::new("conv-9/turn-2");
+    ///     let model = async { Ok::<_, idem_tools::Error>("send_mail".to_owned()) };
+    ///     let tool: String = turn.conversation("assistant").step("Mail Ada", model).await?;
+    ///     Ok::<_, Failed>(turn.model_tool_call(&tool, "ada@example.com", send(up)).await)
+    /// };
+    /// assert_eq!(run(false).await, Ok(Err(Failed("the mail server timed out".into()))));
+    /// // Restarted from the top: the model's step replays, and so does the failure it read,
+    /// // though the server is up now, so the model's next request is the one it sent before.
+    /// assert_eq!(run(true).await, Ok(Err(Failed("the mail server timed out".into()))));
+    /// # }
+    /// ```
+    pub async fn model_tool_call<A, T, F, C>(&self, tool: &str, args: &A, call: C) -> Result<T, F>
+    where
+        A: Serialize + ?Sized,
+        T: Send,
+        F: Serialize + DeserializeOwned + From<Error> + Clone + Send,
+        C: Future<Output = Result<T, F>> + Send,
+    {
+        let run = self.run();
+        if !run.is_durable() {
+            return call.await;
+        }
+        let Ok(made) = self.tool_call_key(tool, args) else {
+            return call.await;
+        };
+        let index = run.tool_calls.next(made);
+        let mut digest = ArgsDigest::new(TOOL_FAILURE.name);
+        let added = digest
+            .arg("call", &made.to_hex())
+            .and_then(|()| digest.arg("index", &index));
+        if added.is_err() {
+            return call.await;
+        }
+        let (key, fingerprint) = digest.finish(
+            self.namespace(),
+            self.id(),
+            TOOL_FAILURE.name,
+            TOOL_FAILURE.version,
+        );
+        let failure = Call::new(&TOOL_FAILURE, self, key, fingerprint);
+        if run.tool_calls.replaying() {
+            replayed_or_run(failure, call).await
+        } else {
+            match call.await {
+                Ok(output) => Ok(output),
+                Err(failed) => {
+                    let recorded = failed.clone();
+                    // Recorded for a restarted run; this run reads its own failure whatever
+                    // the store says.
+                    let _ = execute(failure, Codec::ok_only(), async {
+                        Ok::<F, NotRecorded>(recorded)
+                    })
+                    .await;
+                    Err(failed)
+                }
+            }
+        }
+    }
+
+    /// What tells a call apart: the tool and the arguments the model sent.
+    fn tool_call_key<A: Serialize + ?Sized>(&self, tool: &str, args: &A) -> Result<Key, Error> {
+        let mut digest = ArgsDigest::new(TOOL_FAILURE.name);
+        digest.arg("tool", tool)?;
+        digest.arg("args", args)?;
+        let (key, _) = digest.finish(self.namespace(), self.id(), TOOL_FAILURE.name, 0);
+        Ok(key)
+    }
+}
+
+/// A call made while a conversation replays: the failure recorded for it, or the call run
+/// under its failure key (a failure is recorded; a success gives the key back).
+async fn replayed_or_run<T, F, C>(failure: Call, call: C) -> Result<T, F>
+where
+    T: Send,
+    F: Serialize + DeserializeOwned + From<Error> + Clone + Send,
+    C: Future<Output = Result<T, F>> + Send,
+{
+    let mut unstarted = Some(call);
+    let mut outcome = None;
+    let answer = execute(failure, Codec::ok_only(), async {
+        let Some(call) = unstarted.take() else {
+            return Err(NotRecorded::Succeeded);
+        };
+        let result = call.await;
+        let answer = match &result {
+            Ok(_) => Err(NotRecorded::Succeeded),
+            Err(failed) => Ok(failed.clone()),
+        };
+        outcome = Some(result);
+        answer
+    })
+    .await;
+    // The call's own outcome, when it ran, whatever the store did with it.
+    if let Some(result) = outcome {
+        return result;
+    }
+    match (answer, unstarted) {
+        (Ok(recorded), _) => Err(recorded),
+        // Not run: the store failed or refused the key; run the call as without a record.
+        (Err(_), Some(call)) => call.await,
+        // Cut off by the engine (its lease lost): the call's own key says what became of it.
+        (Err(NotRecorded::Idem(error)), None) => Err(F::from(error)),
+        (Err(NotRecorded::Succeeded), None) => Err(F::from(Error::Config(
+            "a tool call ended without an outcome".to_owned(),
+        ))),
+    }
+}

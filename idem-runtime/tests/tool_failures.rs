@@ -1,0 +1,148 @@
+//! Durable turns: a failed tool call that the model read is read again by a restarted run
+//! (`Turn::model_tool_call`), so the run's next request is the recorded one.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use idem_tools_runtime::store::{MemoryStore, Store};
+use idem_tools_runtime::{Error, Turn};
+use serde::{Deserialize, Serialize};
+
+/// What the model reads of a failed call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Failed(String);
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Self {
+        Failed(error.model_text())
+    }
+}
+
+/// A mail server that fails the calls it is told to fail, in order, then succeeds.
+#[derive(Default)]
+struct Mail {
+    calls: AtomicU32,
+}
+
+impl Mail {
+    async fn send(&self, failures: &[&str]) -> Result<u32, Failed> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        tokio::task::yield_now().await;
+        match failures.get(n as usize) {
+            Some(text) => Err(Failed((*text).to_owned())),
+            None => Ok(n),
+        }
+    }
+
+    fn calls(&self) -> u32 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+/// What a scripted model answers at each step: which tool to call (always the same call).
+async fn model(step: u32) -> Result<String, Error> {
+    Ok(format!("step {step}: send_mail to ada"))
+}
+
+/// One run of the turn: a model step, then the call it asks for, `calls` times; returns what
+/// the model read of each call.
+async fn run(
+    turn: Turn,
+    durable: bool,
+    mail: &Mail,
+    failures: &[&str],
+    calls: u32,
+) -> Vec<Result<u32, Failed>> {
+    let chat = durable.then(|| turn.conversation("assistant"));
+    let mut read = Vec::new();
+    for step in 0..calls {
+        if let Some(chat) = &chat {
+            chat.step(&step, model(step)).await.expect("a model step");
+        }
+        let call = mail.send(failures);
+        read.push(turn.model_tool_call("send_mail", "ada", call).await);
+    }
+    read
+}
+
+fn turn(store: &Arc<dyn Store>) -> Turn {
+    Turn::new("conv-1/turn-1").with_store(Arc::clone(store))
+}
+
+#[tokio::test]
+async fn a_failure_the_model_read_is_read_again_by_a_restarted_run() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let first = run(turn(&store), true, &mail, &["timed out"], 2).await;
+    assert_eq!(first, [Err(Failed("timed out".into())), Ok(1)]);
+    assert_eq!(mail.calls(), 2);
+
+    // Restarted from the top, the server would now answer every call: the first call is not
+    // made, the model reads the failure it read before; the second call runs (a success is the
+    // tool's own key's to replay).
+    let restarted = run(turn(&store), true, &mail, &[], 2).await;
+    assert_eq!(restarted[0], first[0]);
+    assert!(restarted[1].is_ok());
+    assert_eq!(mail.calls(), 3, "only the call that succeeded ran again");
+}
+
+#[tokio::test]
+async fn the_failures_of_one_call_are_told_apart_by_their_order() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let failures = ["timed out", "rate limited"];
+    let first = run(turn(&store), true, &mail, &failures, 3).await;
+    assert_eq!(
+        first,
+        [
+            Err(Failed("timed out".into())),
+            Err(Failed("rate limited".into())),
+            Ok(2)
+        ]
+    );
+
+    let restarted = run(turn(&store), true, &mail, &[], 3).await;
+    assert_eq!(restarted[..2], first[..2], "each failure read where it was");
+    assert_eq!(mail.calls(), 4, "the failed calls were not made again");
+}
+
+#[tokio::test]
+async fn outside_a_durable_turn_a_failed_call_runs_again() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let first = run(turn(&store), false, &mail, &["timed out"], 1).await;
+    assert_eq!(first, [Err(Failed("timed out".into()))]);
+    let restarted = run(turn(&store), false, &mail, &[], 1).await;
+    assert_eq!(restarted, [Ok(1)], "nothing was recorded: the call ran");
+}
+
+#[tokio::test]
+async fn a_restarted_run_that_asks_its_model_live_makes_its_calls() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    run(turn(&store), true, &mail, &["timed out"], 1).await;
+
+    // Another turn id: every step is asked live, so no failure of the first turn applies.
+    let other = Turn::new("conv-1/turn-2").with_store(Arc::clone(&store));
+    let read = run(other, true, &mail, &[], 1).await;
+    assert_eq!(read, [Ok(1)]);
+    assert_eq!(mail.calls(), 2);
+}
+
+/// The record of a failure is not an action: a turn capped at one action per tool still
+/// records its failures, and its tools' calls are counted as before.
+#[tokio::test]
+async fn failures_the_model_read_are_not_counted_as_actions() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let capped = || turn(&store).with_max_calls(1);
+    let failures = ["timed out", "rate limited", "busy"];
+    let first = run(capped(), true, &mail, &failures, 3).await;
+    assert!(first.iter().all(Result::is_err), "{first:?}");
+    let restarted = run(capped(), true, &mail, &[], 3).await;
+    assert_eq!(
+        restarted, first,
+        "all three failures recorded and read again"
+    );
+    assert_eq!(mail.calls(), 3);
+}
