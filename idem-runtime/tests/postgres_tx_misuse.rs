@@ -252,3 +252,132 @@ async fn a_successful_call_leaves_no_pooled_connection_idle_in_a_transaction() {
     drop(conn);
     cleanup(&store).await;
 }
+
+// Schedules around the body's own `COMMIT`: still running when the call ends, answered to
+// nobody, on a pool with no connection to spare. Each leaves the interrupted call's record the
+// claim committed as, and a retry after the lease is refused rather than run.
+
+/// A deferred trigger that makes the `COMMIT` of a transaction that inserted a `slow…` row take
+/// `secs` (it runs at commit time, while the transaction still holds its row locks).
+async fn slow_commits(store: &PostgresStore, secs: f64) {
+    let schema = store.schema().expect("a schema");
+    sqlx::raw_sql(&format!(
+        "CREATE FUNCTION \"{schema}\".slow() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep({secs}); RETURN NULL; END $$; \
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON \"{schema}\".ledger \
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.memo LIKE 'slow%') \
+         EXECUTE FUNCTION \"{schema}\".slow();"
+    ))
+    .execute(store.pool())
+    .await
+    .expect("the trigger");
+}
+
+/// A call whose body inserts `memo`, waits `before_commit`, commits and returns `Ok`, or the
+/// `Err` given.
+async fn commit_then(
+    store: &PostgresStore,
+    turn: &Turn,
+    memo: &str,
+    lease: Duration,
+    before_commit: Duration,
+    then: Result<(), Failure>,
+) -> Result<i64, Failure> {
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(store);
+    transactional::execute(
+        call(turn, &shared, memo).with_lease(lease),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            let id = insert(conn, &table, memo).await?;
+            tokio::time::sleep(before_commit).await;
+            sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
+            then.map(|()| id)
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_while_its_bodys_commit_runs_leaves_its_key_interrupted() {
+    let Some(store) = setup("tx_end_drop_in_commit").await else {
+        return;
+    };
+    slow_commits(&store, 1.0).await;
+    let turn = Turn::new("turn-drop-in-commit");
+    let lease = Duration::from_secs(2);
+    let call = commit_then(&store, &turn, "slow-d", lease, Duration::ZERO, Ok(()));
+    let dropped = tokio::time::timeout(Duration::from_millis(400), call).await;
+    assert!(dropped.is_err(), "the caller gave up: {dropped:?}");
+    tokio::time::sleep(lease + Duration::from_millis(500)).await; // the commit lands
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "slow-d").await;
+    cleanup(&store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_that_ends_while_the_bodys_commit_runs_leaves_its_key_interrupted() {
+    let Some(store) = setup("tx_end_overrun_in_commit").await else {
+        return;
+    };
+    slow_commits(&store, 1.0).await;
+    let turn = Turn::new("turn-overrun-in-commit");
+    let lease = Duration::from_millis(600);
+    let before = Duration::from_millis(300);
+    let result = commit_then(&store, &turn, "slow-o", lease, before, Ok(())).await;
+    assert!(result.is_err(), "{result:?}");
+    tokio::time::sleep(Duration::from_millis(1500)).await; // the commit lands
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "slow-o").await;
+    cleanup(&store).await;
+}
+
+/// The body's `COMMIT` commits, its answer is lost (the connection drops): the body returns
+/// the driver's error, and the connection cannot be asked what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bodys_commit_whose_answer_is_lost_leaves_its_key_interrupted() {
+    use postgres_common::{Cut, postgres_url, proxy};
+    let Some(store) = setup("tx_end_commit_lost").await else {
+        return;
+    };
+    let url = postgres_url("tx_end_commit_lost").expect("a server");
+    let (options, _proxy) = proxy(&url, Some(Cut::AfterCommit)).await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(2)
+        .connect_lazy_with(options);
+    let cut = PostgresStore::builder()
+        .schema(store.schema().expect("a schema"))
+        .from_pool(pool)
+        .await
+        .expect("open through the proxy");
+    let turn = Turn::new("turn-commit-lost");
+    let lease = Duration::from_secs(1);
+    let first = commit_then(&cut, &turn, "lost", lease, Duration::ZERO, Ok(())).await;
+    assert!(first.is_err(), "{first:?}");
+    tokio::time::sleep(lease + Duration::from_millis(500)).await;
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "lost").await;
+    cleanup(&store).await;
+}
+
+/// On a pool of one connection, which the call's transaction holds: nothing else is needed to
+/// keep the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_commits_then_fails_on_a_pool_of_one_leaves_its_key_interrupted() {
+    let Some(store) = setup("tx_end_pool_of_one").await else {
+        return;
+    };
+    let url = postgres_common::postgres_url("tx_end_pool_of_one").expect("a server");
+    let one = PostgresStore::builder()
+        .schema(store.schema().expect("a schema"))
+        .max_connections(1)
+        .connect_timeout(Duration::from_secs(1))
+        .connect(&url)
+        .await
+        .expect("connect");
+    let turn = Turn::new("turn-pool-of-one");
+    let lease = Duration::from_secs(2);
+    let declined = Err(Failure::Tool("declined after its commit"));
+    let first = commit_then(&one, &turn, "p1", lease, Duration::ZERO, declined).await;
+    assert!(matches!(first, Err(Failure::Idem(_))), "{first:?}");
+    tokio::time::sleep(lease).await;
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "p1").await;
+    cleanup(&store).await;
+}

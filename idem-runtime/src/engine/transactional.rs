@@ -53,7 +53,7 @@ use crate::store::postgres::tx::{self, raw};
 use crate::store::{Begin, BeginRequest, FirstResult, PostgresStore, Store, StoreFuture};
 
 mod ended;
-use ended::{MarkIfDropped, ended_by_the_tool, mark_ended};
+use ended::{committed, ended_by_the_tool};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
 /// its recorded result: see [the module documentation](self).
@@ -106,19 +106,22 @@ where
     let mut replayed = None;
     let mut asked = call::ask(call, &mut asker, &mut codec.decoder(&mut replayed)).await;
     let (mut granted, mut tx) = loop {
-        let granted = match asked {
+        let mut granted = match asked {
             Asked::Answered(answer) => return codec.answered(answer, replayed),
             Asked::Granted(granted) => granted,
         };
-        let sql = store.begin_and_claim(
-            &granted.claim.lease,
-            granted.call.tool.name,
-            granted.call.turn.id(),
-            granted.call.fingerprint.as_bytes(),
-            granted.claim.duration,
-            granted.call.turn.charge(granted.call.tool).window,
-            remaining(granted.wait_until),
-        );
+        let marker = crate::replay::encode_interrupted(granted.call.tool.name);
+        let sql = store.begin_and_claim(&tx::TxClaim {
+            lease: &granted.claim.lease,
+            tool: granted.call.tool.name,
+            turn: granted.call.turn.id(),
+            fingerprint: granted.call.fingerprint.as_bytes(),
+            marker: &marker,
+            ttl: ttl_of(granted.guard.report()),
+            duration: granted.claim.duration,
+            window: granted.call.turn.charge(granted.call.tool).window,
+            lock_timeout: remaining(granted.wait_until),
+        });
         let conn = &mut asker.conn;
         unsure.store(true, Ordering::Relaxed);
         // The server may wait for the key's row for the rest of the wait, then answer.
@@ -163,7 +166,6 @@ where
     // Step 4: the body, with the call's held keys and turn around each poll, for at most the
     // tool's lease: a statement the server never answers must not hold the call forever.
     let ttl = ttl_of(granted.guard.report());
-    let dropped = MarkIfDropped::arm(&store, &call, &lease, ttl);
     let result = {
         let (held, turn) = (held::with(call.key), call.turn.clone());
         let mut body = pin!(body(&mut *tx));
@@ -178,18 +180,16 @@ where
         )
         .await
     };
-    dropped.disarm();
     let leader = granted.leader.take();
     let guard = &mut granted.guard;
     let Ok(result) = result else {
         // Still running at the end of its lease: dropped; the transaction rolls back, and the
         // connection, a statement perhaps on the wire, is closed — unless the body ended the
-        // transaction itself before: then its claim committed, and is marked.
+        // transaction itself before: then its claim committed as an interrupted call's record.
         drop(tx);
         unsure.store(true, Ordering::Relaxed);
-        // (Followers wait for the mark: the lease has ended, they could claim the key.)
-        let marked = in_span(span.clone(), mark_ended(&store, &call, &lease, ttl)).await;
         drop(leader);
+        let marked = in_span(span.clone(), committed(&store, &call, &lease)).await;
         if marked {
             return codec.answered(ended_by_the_tool(guard, &call, true), None);
         }
@@ -221,7 +221,7 @@ where
             drop(leader); // followers ask again, after the rollback was queued
             if let Ok(false) = open {
                 close(tx);
-                let marked = in_span(span, mark_ended(&store, &call, &lease, ttl)).await;
+                let marked = in_span(span, committed(&store, &call, &lease)).await;
                 return codec.answered(ended_by_the_tool(guard, &call, marked), None);
             }
             if open.is_err() {
@@ -237,7 +237,7 @@ where
         Ok(rows) if tx::ended_by_the_tool(rows) => {
             drop(leader);
             close(tx);
-            let marked = in_span(span, mark_ended(&store, &call, &lease, ttl)).await;
+            let marked = in_span(span, committed(&store, &call, &lease)).await;
             codec.answered(ended_by_the_tool(guard, &call, marked), None)
         }
         Ok(_) => {

@@ -123,7 +123,6 @@ pub(crate) struct Sql {
     renew: String,
     complete: String,
     completed_by: String,
-    mark_ended: String,
     release: String,
     get: String,
     list: String,
@@ -180,17 +179,6 @@ impl Sql {
                  expires_at_ms = c.now + $2, attempts = 0, attempts_expire_ms = 0 FROM c \
                  WHERE r.namespace = $3 AND r.key = $4 AND r.token = $5 \
                  AND r.state = 'in_progress' AND r.expires_at_ms > c.now"
-            )),
-            // A transactional claim its tool's body committed, marked whether or not its lease
-            // has ended (the token fences it); a charge's row (no lease, expiry 0) is no claim,
-            // and a row another claim has locked is skipped (`PostgresStore::mark_ended`).
-            mark_ended: q(&format!(
-                "{now}, claim AS (SELECT r.namespace, r.key FROM {{s}}idem_records AS r \
-                 WHERE r.namespace = $3 AND r.key = $4 AND r.token = $5 \
-                 AND r.state = 'in_progress' AND r.expires_at_ms > 0 FOR UPDATE SKIP LOCKED) \
-                 UPDATE {{s}}idem_records AS r SET state = 'completed', result = $1, \
-                 expires_at_ms = c.now + $2, attempts = 0, attempts_expire_ms = 0 FROM c, claim \
-                 WHERE r.namespace = claim.namespace AND r.key = claim.key"
             )),
             completed_by: q(&format!(
                 "{now} SELECT 1 FROM {{s}}idem_records AS r, c WHERE r.namespace = $1 \

@@ -1,4 +1,4 @@
-//! The server-side functions of schema version 3 (see [`schema`](super::schema)), created or
+//! The server-side functions of schema version 4 (see [`schema`](super::schema)), created or
 //! replaced by the migration: `idem_now_ms`, `idem_begin` (the claim and the budget rule),
 //! `idem_claim` and `idem_record` (a transactional call's claim and record).
 
@@ -176,9 +176,15 @@ $$;
 -- live record holds it. Raises ID001 when a live record does (completed or held meanwhile: the
 -- caller rolls back and asks again). The lock timeout applies to this call only. The claim names
 -- no holder: the transaction holds it, and ends with the session that runs it.
+-- The claim is written as the record of an interrupted call (p_marker, kept p_ttl_ms), which
+-- `idem_record` replaces with the result in the same transaction: no other session sees it
+-- before the commit, and if the tool's own statements commit the transaction (a `COMMIT` on
+-- its connection), what commits with the tool's writes is that record, so a retry is told the
+-- outcome is unknown rather than run the tool again.
 CREATE OR REPLACE FUNCTION {s}idem_claim(
-    p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_lease_ms bigint,
-    p_token bigint, p_window_ms bigint, p_lock_timeout_ms bigint, p_turn_id text)
+    p_namespace text, p_key bytea, p_tool text, p_fingerprint bytea, p_marker bytea,
+    p_ttl_ms bigint, p_token bigint, p_window_ms bigint, p_lock_timeout_ms bigint,
+    p_turn_id text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
@@ -186,9 +192,10 @@ DECLARE
 BEGIN
     PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
     UPDATE {s}idem_records t
-        SET tool = p_tool, turn = p_turn_id, state = 'in_progress', fingerprint = p_fingerprint,
-            result = NULL, created_at_ms = {s}idem_now_ms(),
-            expires_at_ms = {s}idem_now_ms() + p_lease_ms, token = p_token, holder = NULL
+        SET tool = p_tool, turn = p_turn_id, state = 'completed', fingerprint = p_fingerprint,
+            result = p_marker, created_at_ms = {s}idem_now_ms(),
+            expires_at_ms = {s}idem_now_ms() + p_ttl_ms, token = p_token, holder = NULL,
+            attempts = 0, attempts_expire_ms = 0
         WHERE t.namespace = p_namespace AND t.key = p_key
           AND t.expires_at_ms <= {s}idem_now_ms();
     IF NOT FOUND THEN
@@ -196,9 +203,8 @@ BEGIN
         INSERT INTO {s}idem_records (namespace, key, tool, turn, state, fingerprint, result,
                                      created_at_ms, expires_at_ms, token, attempts,
                                      attempts_expire_ms)
-            VALUES (p_namespace, p_key, p_tool, p_turn_id, 'in_progress', p_fingerprint, NULL,
-                    {s}idem_now_ms(), {s}idem_now_ms() + p_lease_ms, p_token, 1,
-                    {s}idem_now_ms() + p_window_ms)
+            VALUES (p_namespace, p_key, p_tool, p_turn_id, 'completed', p_fingerprint, p_marker,
+                    {s}idem_now_ms(), {s}idem_now_ms() + p_ttl_ms, p_token, 0, 0)
             ON CONFLICT DO NOTHING;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'idem: the key is live' USING ERRCODE = 'ID001';
@@ -209,18 +215,17 @@ END
 $$;
 
 -- A transactional call's record, inside the tool's transaction: the result of the claim made
--- with p_token, kept p_ttl_ms, its attempts reset. Raises ID002 if the claim is gone (the
--- tool's own statements changed it).
+-- with p_token (in place of the interrupted call's record the claim wrote), kept p_ttl_ms.
+-- Raises ID002 if the claim is gone (the tool's own statements changed it).
 CREATE OR REPLACE FUNCTION {s}idem_record(
     p_namespace text, p_key bytea, p_token bigint, p_result bytea, p_ttl_ms bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     UPDATE {s}idem_records t
-        SET state = 'completed', result = p_result,
-            expires_at_ms = {s}idem_now_ms() + p_ttl_ms, attempts = 0, attempts_expire_ms = 0
+        SET result = p_result, expires_at_ms = {s}idem_now_ms() + p_ttl_ms
         WHERE t.namespace = p_namespace AND t.key = p_key AND t.token = p_token
-          AND t.state = 'in_progress';
+          AND t.state = 'completed';
     IF NOT FOUND THEN
         RAISE EXCEPTION 'idem: the claim was changed inside the transaction'
             USING ERRCODE = 'ID002';

@@ -21,7 +21,11 @@ use crate::{Error, Result};
 /// [`Holder`](crate::store::holder::Holder)), which `idem_begin` takes and answers, so that a
 /// claim whose process is certainly gone is freed at once; the turn index is on
 /// `(turn, namespace, created_at_ms)`.
-pub const SCHEMA_VERSION: i32 = 3;
+/// Version 4: a transactional claim is written, inside its transaction, as the record of an
+/// interrupted call until the call's result replaces it (`idem_claim` takes the marker and
+/// its TTL instead of a lease), so that a transaction the tool's body commits itself leaves
+/// that record, not a claim that expires.
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// The version table, created first so that its row can be read under the lock.
 const VERSION_TABLE: &str = "
@@ -83,6 +87,13 @@ DROP FUNCTION IF EXISTS {s}idem_begin(text, bytea, text, bytea, bigint, bigint, 
     bigint, bigint, boolean, bigint, text, bytea, bigint);
 "#;
 
+/// From version 3 to 4: version 3's `idem_claim` (another signature) dropped, so that a process
+/// of an older build fails closed.
+const SCHEMA_V4: &str = r#"
+DROP FUNCTION IF EXISTS {s}idem_claim(text, bytea, text, bytea, bigint, bigint, bigint, bigint,
+    text);
+"#;
+
 /// The SQL state `idem_claim` raises when a live record holds the key.
 pub(crate) const KEY_IS_LIVE: &str = "ID001";
 
@@ -131,7 +142,7 @@ async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str
             .map_err(fail)?;
     match version.unwrap_or(0) {
         SCHEMA_VERSION => return Ok(()),
-        old @ 0..=2 => {
+        old @ 0..=3 => {
             if old == 0 {
                 let v1 = qualify(SCHEMA_V1, prefix);
                 tx.execute(v1.as_str()).await.map_err(fail)?;
@@ -140,8 +151,12 @@ async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str
                 let v2 = qualify(SCHEMA_V2, prefix);
                 tx.execute(v2.as_str()).await.map_err(fail)?;
             }
-            let v3 = qualify(SCHEMA_V3, prefix);
-            tx.execute(v3.as_str()).await.map_err(fail)?;
+            if old <= 2 {
+                let v3 = qualify(SCHEMA_V3, prefix);
+                tx.execute(v3.as_str()).await.map_err(fail)?;
+            }
+            let v4 = qualify(SCHEMA_V4, prefix);
+            tx.execute(v4.as_str()).await.map_err(fail)?;
             let functions = qualify(super::functions::FUNCTIONS, prefix);
             tx.execute(functions.as_str()).await.map_err(fail)?;
             sqlx::query(&qualify("DELETE FROM {s}idem_schema", prefix))

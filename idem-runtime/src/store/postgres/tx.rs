@@ -49,37 +49,31 @@ fn text(text: &str) -> String {
 }
 
 impl PostgresStore {
-    /// `BEGIN` and the claim of `lease`'s key by turn `turn` inside the new transaction
-    /// (`idem_claim`). The transaction may sit idle (waiting for its client) for at most
-    /// `lease_duration`: past it the server ends the session and rolls everything back, so that
-    /// a client it no longer hears from (a frozen process, a partition) does not hold the key's
-    /// row lock forever.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn begin_and_claim(
-        &self,
-        lease: &Lease,
-        tool: &str,
-        turn: &str,
-        fingerprint: &[u8; 32],
-        lease_duration: Duration,
-        window: Duration,
-        lock_timeout: Duration,
-    ) -> String {
+    /// `BEGIN` and the claim of `claim.lease`'s key inside the new transaction (`idem_claim`),
+    /// written as the record of an interrupted call (`claim.marker`, kept `claim.ttl`) until
+    /// the result replaces it: a transaction the tool's body commits itself leaves that record.
+    /// The transaction may sit idle (waiting for its client) for at most `claim.duration`: past
+    /// it the server ends the session and rolls everything back, so that a client it no longer
+    /// hears from (a frozen process, a partition) does not hold the key's row lock forever.
+    pub(crate) fn begin_and_claim(&self, claim: &TxClaim<'_>) -> String {
+        let lease = claim.lease;
         format!(
-            "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '{lease}', true), \
+            "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '{duration}', true), \
              set_config('{CLAIM_SETTING}', '{token}', true); \
-             SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {lease}, {token}, {window}, \
-             {timeout}, {turn})",
+             SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {marker}, {ttl}, {token}, \
+             {window}, {timeout}, {turn})",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
-            tool = text(tool),
-            fp = bytea(fingerprint),
-            lease = sql_ms(lease_duration).max(1),
+            tool = text(claim.tool),
+            fp = bytea(claim.fingerprint),
+            marker = bytea(claim.marker),
+            ttl = sql_ms(claim.ttl),
+            duration = sql_ms(claim.duration).max(1),
             token = sql_token(lease.token),
-            window = sql_ms(window),
-            timeout = sql_ms(lock_timeout).max(1),
-            turn = text(turn),
+            window = sql_ms(claim.window),
+            timeout = sql_ms(claim.lock_timeout).max(1),
+            turn = text(claim.turn),
         )
     }
 
@@ -101,31 +95,41 @@ impl PostgresStore {
         )
     }
 
-    /// Records `marker` (an interrupted call's) for `lease`'s key if its claim committed — the
-    /// tool's body ended the transaction the claim opened, then failed or overran the lease —
-    /// whether or not the lease has ended since: the token says nobody claimed the key after
-    /// it. The charge before the claim left the row with the token too, but no lease (an
-    /// expiry of 0): that row is no claim, and it is what this statement sees of a claim whose
-    /// transaction is still open (to be rolled back), so nothing is marked or waited for. A
-    /// row another caller's claim has locked since is skipped, not waited for. Whether it was
-    /// marked.
-    pub(crate) async fn mark_ended(
-        &self,
-        lease: &Lease,
-        marker: &[u8],
-        ttl: Duration,
-    ) -> Result<bool> {
-        let changed = self
-            .on_conn("complete", async |conn| {
-                let mark = sqlx::query(&self.inner.sql.mark_ended)
-                    .bind(marker)
-                    .bind(sql_ms(ttl));
-                fenced(mark, lease).execute(&mut *conn).await
+    /// Whether the claim made with `lease` committed: the tool's body ended the transaction
+    /// the claim opened with a `COMMIT`, and the interrupted call's record the claim wrote
+    /// stands (`idem_claim`).
+    pub(crate) async fn claim_committed(&self, lease: &Lease) -> Result<bool> {
+        let committed = self
+            .on_conn("get", async |conn| {
+                fenced(sqlx::query(&self.inner.sql.completed_by), lease)
+                    .fetch_optional(&mut *conn)
+                    .await
             })
-            .await?
-            .rows_affected();
-        Ok(changed > 0)
+            .await?;
+        Ok(committed.is_some())
     }
+}
+
+/// A transactional call's claim, as [`PostgresStore::begin_and_claim`] writes it.
+pub(crate) struct TxClaim<'a> {
+    /// The key and the token.
+    pub(crate) lease: &'a Lease,
+    /// The tool's name.
+    pub(crate) tool: &'a str,
+    /// The id of the turn that claims.
+    pub(crate) turn: &'a str,
+    /// The call's fingerprint.
+    pub(crate) fingerprint: &'a [u8; 32],
+    /// The interrupted call's record, what a `COMMIT` of the tool's own leaves.
+    pub(crate) marker: &'a [u8],
+    /// How long that record, or the result, is kept.
+    pub(crate) ttl: Duration,
+    /// The call's lease: how long the transaction may sit idle.
+    pub(crate) duration: Duration,
+    /// The turn's budget window.
+    pub(crate) window: Duration,
+    /// How long the claim waits for a transaction that holds the key's row.
+    pub(crate) lock_timeout: Duration,
 }
 
 /// A setting local to the transaction a transactional claim opens, holding the claim's token:
