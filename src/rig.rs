@@ -197,7 +197,9 @@ async fn run<T: Tool>(
 ///
 /// **Its name.** `InTurn` is a typed rig tool, registered with `.tool(..)` under
 /// `T::NAME`: the model sees that name, so give the `#[idempotent]` method the same `name`,
-/// or register with [`tool`], which shows the model the catalog's name.
+/// or register with [`tool`], which shows the model the catalog's name. Register with [`tool`]
+/// in durable turns too: it records the failures the model reads
+/// ([`Turn::model_tool_call`]), which `InTurn` alone does not.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct InTurn<T>(pub T);
 
