@@ -149,12 +149,6 @@ pub fn tool<T: Tool + 'static>(tool: T, info: ToolInfo) -> Result<DynamicTool, E
 #[serde(transparent)]
 struct Failed(ToolExecutionError);
 
-impl From<Error> for Failed {
-    fn from(error: Error) -> Self {
-        Failed(tool_error(&error))
-    }
-}
-
 /// One call of a [`tool`]: rig's typed dispatch, from JSON arguments to the model's output.
 async fn run<T: Tool>(
     tool: &InTurn<T>,

@@ -86,6 +86,21 @@ async fn a_failure_the_model_read_is_read_again_by_a_restarted_run() {
     assert_eq!(mail.calls(), 3, "only the call that succeeded ran again");
 }
 
+/// On a durable store, the restart in another process's place: a new store handle.
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn a_failure_recorded_in_sqlite_is_read_again_through_a_new_handle() {
+    use idem_test_support::TempDir;
+    use idem_tools_runtime::SqliteStore;
+    let dir = TempDir::new("tool-failures");
+    let open = || -> Arc<dyn Store> { Arc::new(SqliteStore::open(dir.db()).expect("open")) };
+    let mail = Mail::default();
+    let first = run(turn(&open()), true, &mail, &["timed out"], 2).await;
+    let restarted = run(turn(&open()), true, &mail, &[], 2).await;
+    assert_eq!(restarted[0], first[0]);
+    assert_eq!(mail.calls(), 3, "only the call that succeeded ran again");
+}
+
 #[tokio::test]
 async fn the_failures_of_one_call_are_told_apart_by_their_order() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -145,4 +160,38 @@ async fn failures_the_model_read_are_not_counted_as_actions() {
         "all three failures recorded and read again"
     );
     assert_eq!(mail.calls(), 3);
+}
+
+/// A restarted run in which one conversation asks its model live while another replays: the
+/// replaying one still reads the failures its calls met.
+#[tokio::test]
+async fn a_conversation_that_replays_reads_its_failures_while_another_asks_live() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let first = turn(&store);
+    first
+        .conversation("writer")
+        .step("draft", model(0))
+        .await
+        .expect("the writer's step");
+    let call = mail.send(&["timed out"]);
+    let read = first.model_tool_call("send_mail", "ada", call).await;
+    assert_eq!(read, Err(Failed("timed out".into())));
+    // The run dies before its planner asks anything.
+
+    let restarted = turn(&store);
+    restarted
+        .conversation("planner")
+        .step("plan", model(1))
+        .await
+        .expect("the planner asks live");
+    restarted
+        .conversation("writer")
+        .step("draft", model(0))
+        .await
+        .expect("the writer's step replays");
+    let call = mail.send(&[]);
+    let again = restarted.model_tool_call("send_mail", "ada", call).await;
+    assert_eq!(again, read, "the writer read its failure again");
+    assert_eq!(mail.calls(), 1, "the failed call was not made again");
 }

@@ -21,6 +21,8 @@ use serde::de::DeserializeOwned;
 
 use crate::engine::{Call, Codec, execute};
 use crate::key::{ArgsDigest, Key};
+use crate::replay::{OkOnly, ResultCodec};
+use crate::store::default_store;
 use crate::tool::ToolInfo;
 use crate::{Error, Turn};
 
@@ -65,19 +67,6 @@ impl ToolCalls {
     }
 }
 
-/// What the engine is told of a call run under its failure key and not recorded: it succeeded
-/// (its result is kept aside), or the engine failed.
-enum NotRecorded {
-    Succeeded,
-    Idem(Error),
-}
-
-impl From<Error> for NotRecorded {
-    fn from(error: Error) -> Self {
-        NotRecorded::Idem(error)
-    }
-}
-
 impl Turn {
     /// Runs `call`, a call of `tool` with `args` that a model made in this turn and whose
     /// outcome it reads, so that a restarted run reads the same: in a durable turn (one with a
@@ -87,9 +76,11 @@ impl Turn {
     ///
     /// `args` are the arguments as the model sent them (the failures of one call are told apart
     /// by how many times this run made it before: the first failure, then the second). A
-    /// success is not recorded here: the tool's own `#[idempotent]` key replays it. Outside a
-    /// durable turn, `call` just runs. If the store fails, `call` runs (or its failure is
-    /// returned) as it would without this: a restarted run may then stop with
+    /// success is not recorded here: the tool's own `#[idempotent]` key replays it. A failure
+    /// is looked up (one read) only while one of the run's conversations replays recorded
+    /// steps; once they all ask their model, no earlier run can have recorded the call.
+    /// Outside a durable turn, `call` just runs. If the store fails, `call` runs, or its
+    /// failure is returned, as it would without this: a restarted run may then stop with
     /// [`Error::ModelStepDiverged`] at the next step, as it would have.
     ///
     /// ```
@@ -125,7 +116,7 @@ impl Turn {
     where
         A: Serialize + ?Sized,
         T: Send,
-        F: Serialize + DeserializeOwned + From<Error> + Clone + Send,
+        F: Serialize + DeserializeOwned + Clone + Send,
         C: Future<Output = Result<T, F>> + Send,
     {
         let run = self.run();
@@ -149,24 +140,29 @@ impl Turn {
             TOOL_FAILURE.name,
             TOOL_FAILURE.version,
         );
-        let failure = Call::new(&TOOL_FAILURE, self, key, fingerprint);
-        if run.tool_calls.replaying() {
-            replayed_or_run(failure, call).await
-        } else {
-            match call.await {
-                Ok(output) => Ok(output),
-                Err(failed) => {
-                    let recorded = failed.clone();
-                    // Recorded for a restarted run; this run reads its own failure whatever
-                    // the store says.
-                    let _ = execute(failure, Codec::ok_only(), async {
-                        Ok::<F, NotRecorded>(recorded)
-                    })
-                    .await;
-                    Err(failed)
-                }
-            }
+        if run.tool_calls.replaying()
+            && let Some(failed) = self.recorded_failure(&key).await
+        {
+            return Err(failed);
         }
+        let failed = match call.await {
+            Ok(output) => return Ok(output),
+            Err(failed) => failed,
+        };
+        // Recorded for a restarted run; this run reads its own failure whatever the store says.
+        let record = Call::new(&TOOL_FAILURE, self, key, fingerprint);
+        let recorded = failed.clone();
+        let _ = execute(record, Codec::<F, Error>::ok_only(), async { Ok(recorded) }).await;
+        Err(failed)
+    }
+
+    /// The failure recorded under `key`, if a live record holds one.
+    async fn recorded_failure<F: Serialize + DeserializeOwned>(&self, key: &Key) -> Option<F> {
+        let store = self.store().unwrap_or_else(|| default_store());
+        let record = store.get(self.namespace(), key).await.ok()??;
+        let decoded =
+            <OkOnly as ResultCodec<F, Error>>::decode(TOOL_FAILURE.name, key, &record.result?);
+        decoded.ok()?.ok()
     }
 
     /// What tells a call apart: the tool and the arguments the model sent.
@@ -176,44 +172,5 @@ impl Turn {
         digest.arg("args", args)?;
         let (key, _) = digest.finish(self.namespace(), self.id(), TOOL_FAILURE.name, 0);
         Ok(key)
-    }
-}
-
-/// A call made while a conversation replays: the failure recorded for it, or the call run
-/// under its failure key (a failure is recorded; a success gives the key back).
-async fn replayed_or_run<T, F, C>(failure: Call, call: C) -> Result<T, F>
-where
-    T: Send,
-    F: Serialize + DeserializeOwned + From<Error> + Clone + Send,
-    C: Future<Output = Result<T, F>> + Send,
-{
-    let mut unstarted = Some(call);
-    let mut outcome = None;
-    let answer = execute(failure, Codec::ok_only(), async {
-        let Some(call) = unstarted.take() else {
-            return Err(NotRecorded::Succeeded);
-        };
-        let result = call.await;
-        let answer = match &result {
-            Ok(_) => Err(NotRecorded::Succeeded),
-            Err(failed) => Ok(failed.clone()),
-        };
-        outcome = Some(result);
-        answer
-    })
-    .await;
-    // The call's own outcome, when it ran, whatever the store did with it.
-    if let Some(result) = outcome {
-        return result;
-    }
-    match (answer, unstarted) {
-        (Ok(recorded), _) => Err(recorded),
-        // Not run: the store failed or refused the key; run the call as without a record.
-        (Err(_), Some(call)) => call.await,
-        // Cut off by the engine (its lease lost): the call's own key says what became of it.
-        (Err(NotRecorded::Idem(error)), None) => Err(F::from(error)),
-        (Err(NotRecorded::Succeeded), None) => Err(F::from(Error::Config(
-            "a tool call ended without an outcome".to_owned(),
-        ))),
     }
 }
