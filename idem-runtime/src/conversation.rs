@@ -274,15 +274,14 @@ impl Conversation {
             call.await
         };
         let answer = execute(call_, Codec::ok_only(), body).await;
-        let replaying = answer.is_ok() && !asked.load(Ordering::Relaxed);
-        if replaying != steps.replaying && (replaying || asked.load(Ordering::Relaxed)) {
-            steps.replaying = replaying;
-            let calls = &turn.run().tool_calls;
-            if replaying {
-                calls.replay_started();
-            } else {
-                calls.replay_ended();
-            }
+        // The conversation replays from its first replayed step until it asks its model.
+        let (live, calls) = (asked.load(Ordering::Relaxed), &turn.run().tool_calls);
+        if answer.is_ok() && !live && !steps.replaying {
+            steps.replaying = true;
+            calls.replay_started();
+        } else if live && steps.replaying {
+            steps.replaying = false;
+            calls.replay_ended();
         }
         let response = match answer {
             Ok(response) => response,
