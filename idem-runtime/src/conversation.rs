@@ -18,8 +18,8 @@
 //! one at the next restart.
 //!
 //! A tool call that failed and went through when the model retried it would go through at once
-//! in a restarted run, and the next request would differ: [`Turn::model_tool_call`] records the
-//! failures a model reads ([`tool_failure`]).
+//! in a restarted run, and the next request would differ: [`Conversation::model_tool_call`]
+//! records the failures a model reads ([`tool_failure`]).
 //!
 //! Model steps are counted like tool calls: a step's attempts by the turn's per-key budget, and
 //! the tokens its response reports (where the caller says how: [`Conversation::step_counting`])
@@ -64,17 +64,6 @@ pub(crate) struct Run {
     conversations: Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<Steps>>>>,
     tokens: AtomicU64,
     tool_calls: tool_failure::ToolCalls,
-}
-
-impl Run {
-    /// Whether the run has a conversation: its model's steps are recorded.
-    fn is_durable(&self) -> bool {
-        !self
-            .conversations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
-    }
 }
 
 /// The steps of one conversation in this run.
@@ -295,6 +284,7 @@ impl Conversation {
         };
         steps.failed = 0;
         steps.answered += 1;
+        calls.stepped(&self.label, step);
         if let Some(spent) = tokens(&response) {
             turn.run().tokens.fetch_add(spent, Ordering::Relaxed);
         }

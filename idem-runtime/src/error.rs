@@ -277,7 +277,7 @@ pub enum Error {
          else than the step recorded for it (the prompt, the tools or a tool's result changed \
          since the turn first ran this far — a tool call that failed then and succeeded when \
          retried replays its success now, unless its failure was recorded with \
-         `Turn::model_tool_call`): the run was stopped before anything was sent, \
+         `Conversation::model_tool_call`): the run was stopped before anything was sent, \
          rather than mix two conversations. Check what the turn did (`idem turn {turn}`) before \
          starting a new turn: a new turn's tool calls are new actions, so the ones this turn \
          made would run again. Keep what changes between runs out of the request (a date in \

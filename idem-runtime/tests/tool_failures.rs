@@ -102,7 +102,7 @@ async fn a_failure_recorded_in_sqlite_is_read_again_through_a_new_handle() {
 }
 
 #[tokio::test]
-async fn the_failures_of_one_call_are_told_apart_by_their_order() {
+async fn the_failures_of_one_call_after_successive_steps_are_each_read_again() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mail = Mail::default();
     let failures = ["timed out", "rate limited"];
@@ -194,4 +194,126 @@ async fn a_conversation_that_replays_reads_its_failures_while_another_asks_live(
     let again = restarted.model_tool_call("send_mail", "ada", call).await;
     assert_eq!(again, read, "the writer read its failure again");
     assert_eq!(mail.calls(), 1, "the failed call was not made again");
+}
+
+/// A step of the conversation `label`, answered by a scripted model.
+async fn step_of(turn: &Turn, label: &str, request: &str) {
+    let answer = async { Ok::<_, Error>(format!("{label}: send_mail to ada")) };
+    turn.conversation(label)
+        .step(request, answer)
+        .await
+        .expect("a model step");
+}
+
+/// Two conversations make the same call, the planner's fails and the writer's goes through; a
+/// restarted run replays them in the other order, and each reads what it read: a call is told
+/// apart by the step whose response made it, not by how many times the run made it.
+#[tokio::test]
+async fn conversations_that_make_the_same_call_read_their_own_outcomes_in_any_order() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    for by_conversation in [true, false] {
+        let id = format!("conv-1/turn-order-{by_conversation}");
+        let turn = || Turn::new(&id).with_store(Arc::clone(&store));
+        // `Conversation::model_tool_call` names the conversation; `Turn::model_tool_call` takes
+        // the run's latest step (agents run one after another here).
+        let call = async |turn: &Turn, label: &str, up: bool| -> Result<u32, Failed> {
+            let mail = if up {
+                Ok(1)
+            } else {
+                Err(Failed("timed out".into()))
+            };
+            if by_conversation {
+                let chat = turn.conversation(label);
+                chat.model_tool_call("send_mail", "ada", async { mail })
+                    .await
+            } else {
+                turn.model_tool_call("send_mail", "ada", async { mail })
+                    .await
+            }
+        };
+        let first = turn();
+        step_of(&first, "planner", "plan").await;
+        let planned = call(&first, "planner", false).await;
+        step_of(&first, "writer", "write").await;
+        let written = call(&first, "writer", true).await;
+        assert_eq!(planned, Err(Failed("timed out".into())));
+        assert_eq!(written, Ok(1));
+
+        let restarted = turn();
+        step_of(&restarted, "writer", "write").await;
+        let written_again = call(&restarted, "writer", true).await;
+        step_of(&restarted, "planner", "plan").await;
+        let planned_again = call(&restarted, "planner", true).await;
+        assert_eq!(written_again, written, "by conversation: {by_conversation}");
+        assert_eq!(planned_again, planned, "by conversation: {by_conversation}");
+    }
+}
+
+/// An `#[idempotent]` tool that runs a sub-agent (its own conversation and calls): restarted,
+/// the tool's result replays and the sub-agent's calls are not made; the calls the outer
+/// model makes afterwards still read their own outcomes.
+#[tokio::test]
+async fn a_replayed_tool_that_ran_a_sub_agent_leaves_the_later_calls_their_outcomes() {
+    use idem_tools_runtime::key::ArgsDigest;
+    use idem_tools_runtime::{Call, Codec, ToolInfo, execute};
+    static RESEARCH: ToolInfo = ToolInfo::idempotent("research");
+    async fn research(turn: &Turn) -> Result<String, Error> {
+        let mut args = ArgsDigest::new(RESEARCH.name);
+        args.arg("q", "ada")?;
+        let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), "research", 1);
+        let call = Call::new(&RESEARCH, turn, key, fingerprint);
+        execute(call, Codec::ok_only(), async {
+            step_of(turn, "researcher", "research").await;
+            let lookup = async { Err::<u32, _>(Failed("timed out".into())) };
+            let read = turn.model_tool_call("send_mail", "ada", lookup).await;
+            Ok(format!("researched: {read:?}"))
+        })
+        .await
+    }
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let first = turn(&store);
+    step_of(&first, "assistant", "go").await;
+    let researched = research(&first).await.expect("research");
+    step_of(&first, "assistant", &researched).await;
+    let read = first
+        .model_tool_call("send_mail", "ada", mail.send(&[]))
+        .await;
+    assert_eq!(read, Ok(0));
+
+    let restarted = turn(&store);
+    step_of(&restarted, "assistant", "go").await;
+    assert_eq!(research(&restarted).await.expect("replayed"), researched);
+    step_of(&restarted, "assistant", &researched).await;
+    let again = restarted
+        .model_tool_call("send_mail", "ada", mail.send(&[]))
+        .await;
+    assert_eq!(
+        again,
+        Ok(1),
+        "the call ran: no failure of the sub-agent's was read"
+    );
+}
+
+/// One response asks for the same call twice (the first fails, the second goes through): the
+/// two are told apart by their order among the step's calls.
+#[tokio::test]
+async fn the_same_call_twice_after_one_step_is_told_apart_by_its_order() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let twice = async |turn: &Turn, failures: &[&str]| {
+        step_of(turn, "assistant", "go").await;
+        let first = turn
+            .model_tool_call("send_mail", "ada", mail.send(failures))
+            .await;
+        let second = turn
+            .model_tool_call("send_mail", "ada", mail.send(failures))
+            .await;
+        [first, second]
+    };
+    let read = twice(&turn(&store), &["timed out"]).await;
+    assert_eq!(read, [Err(Failed("timed out".into())), Ok(1)]);
+    let again = twice(&turn(&store), &[]).await;
+    assert_eq!(again[0], read[0]);
+    assert_eq!(again[1], Ok(2), "the second call ran");
 }

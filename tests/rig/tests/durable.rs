@@ -271,21 +271,22 @@ impl Tool for Flaky {
 
 const FLAKY: &[ToolInfo] = idem_tools::tools![Flaky::call];
 
+fn flaky_to() -> AssistantContent {
+    AssistantContent::ToolCall(ToolCall::from_wire(
+        "call-1",
+        ToolFunction::new(
+            ToolName::new("flaky").expect("a tool name"),
+            json!({ "to": "ada", "text": "hi" }),
+        ),
+    ))
+}
+
 /// A call that failed, the model read the failure and called again, and the call went
 /// through: a restarted run reads the same failure where the first run read it (the server is
 /// up now, so the call would succeed), its next request is the recorded one, and the run
 /// replays to its end: nothing sent, no call made.
 #[tokio::test]
 async fn a_restarted_run_reads_the_failure_the_first_run_read() {
-    let flaky_to = || {
-        AssistantContent::ToolCall(ToolCall::from_wire(
-            "call-1",
-            ToolFunction::new(
-                ToolName::new("flaky").expect("a tool name"),
-                json!({ "to": "ada", "text": "hi" }),
-            ),
-        ))
-    };
     let run = async |model: &MockCompletionModel, flaky: &Flaky| {
         let turn = Turn::new("durable/flaky");
         let flaky = tool(flaky.clone(), FLAKY[0]).expect("a named tool");
@@ -437,4 +438,60 @@ async fn a_task_local_turn_does_not_follow_model_calls_between_runs_of_one_agent
         .find(|(prompt, _)| prompt.contains("prompt A"))
         .map(|(_, turn)| turn.as_str());
     assert_eq!(turn_of_a, Some("scoped-b"), "{seen:?}");
+}
+
+/// Two agents of one turn, each with a conversation of its own, make the same call: the
+/// planner's fails (then goes through on its retry), the writer's goes through. Restarted in
+/// the other order, each replays to its end: a failure is found again by the step that made
+/// the call, not by how many times the turn made it.
+#[tokio::test]
+async fn two_agents_making_the_same_call_replay_in_any_order() {
+    let ask = async |model: &MockCompletionModel, turn: &Turn, label: &str, flaky: &Flaky| {
+        AgentBuilder::new(model.clone())
+            .model_route_handler(
+                "default",
+                RecordedModel::new("default", model.clone(), turn).with_conversation(label),
+            )
+            .default_max_turns(5)
+            .dynamic_tool(tool(flaky.clone(), FLAKY[0]).expect("a named tool"))
+            .build()
+            .prompt(format!("{label}: tell Ada hi"))
+            .tool_context(with_turn(ToolContext::new(), turn))
+            .await
+    };
+    let down = Flaky {
+        down: 1,
+        ..Flaky::default()
+    };
+    let turn = Turn::new("durable/two-agents-one-tool");
+    let planner = MockCompletionModel::from_turns([
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::text("Planned."),
+    ]);
+    let writer = MockCompletionModel::from_turns([
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::text("Written."),
+    ]);
+    let plan = ask(&planner, &turn, "planner", &down).await.expect("plan");
+    let draft = ask(&writer, &turn, "writer", &down).await.expect("draft");
+
+    let up = Flaky {
+        down: 0,
+        ..down.clone()
+    };
+    let turn = Turn::new("durable/two-agents-one-tool");
+    let silent = MockCompletionModel::from_turns([]);
+    let draft_again = ask(&silent, &turn, "writer", &up).await;
+    let plan_again = ask(&silent, &turn, "planner", &up).await;
+    assert_eq!(
+        draft_again.expect("the writer replays").output(),
+        draft.output()
+    );
+    assert_eq!(
+        plan_again.expect("the planner replays").output(),
+        plan.output()
+    );
+    assert_eq!(silent.request_count(), 0, "no request sent");
+    assert_eq!(up.calls.load(Ordering::SeqCst), 2, "no call made again");
 }
