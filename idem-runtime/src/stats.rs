@@ -107,7 +107,10 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// A snapshot of call counters, per outcome.
+/// A snapshot of call counters, per outcome. A durable turn's model steps and the failures its
+/// model read are calls too (of the pseudo-tools `idem:model` and `idem:tool-failure`): a step
+/// asked live and a failure recorded count as `executed`, a recorded step read back as
+/// `replayed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {
