@@ -564,3 +564,44 @@ async fn a_generic_plan_finds_a_key_by_its_primary_key() {
     drop(conn);
     cleanup(&store).await;
 }
+
+/// A transactional call of a process of the previous build (schema 3) that claimed its key
+/// before the upgrade — in progress, inside its transaction — and records after it: the
+/// result is recorded, not refused as if the tool had changed the claim.
+#[tokio::test]
+async fn a_transactional_claim_made_before_the_upgrade_to_schema_4_records_its_result() {
+    use idem_tools_runtime::store::RecordState;
+    let Some(url) = postgres_url("a_transactional_claim_made_before_the_upgrade") else {
+        return;
+    };
+    let store = store(&url, "upgrade_tx").await;
+    let schema = store.schema().expect("a schema").to_owned();
+    let key = Key::from_bytes([4; 32]);
+    let mut tx = store.pool().begin().await.expect("a transaction");
+    // What schema 3's `idem_claim` wrote: a claim in progress, its lease the expiry.
+    sqlx::query(&format!(
+        "INSERT INTO \"{schema}\".idem_records (namespace, key, tool, turn, state, fingerprint, \
+         result, created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms) VALUES \
+         ('ns', $1, 'pay', 't', 'in_progress', $2, NULL, \"{schema}\".idem_now_ms(), \
+         \"{schema}\".idem_now_ms() + 30000, 77, 1, \"{schema}\".idem_now_ms() + 60000)"
+    ))
+    .bind(key.as_bytes().as_slice())
+    .bind([1_u8; 32].as_slice())
+    .execute(&mut *tx)
+    .await
+    .expect("a claim of schema 3");
+    sqlx::query(&format!(
+        "SELECT \"{schema}\".idem_record('ns', $1, 77, $2, 60000)"
+    ))
+    .bind(key.as_bytes().as_slice())
+    .bind(b"the result".as_slice())
+    .execute(&mut *tx)
+    .await
+    .expect("recorded");
+    tx.commit().await.expect("commit");
+    let record = store.get("ns", &key).await.expect("get").expect("a record");
+    assert_eq!(record.state, RecordState::Completed);
+    assert_eq!(record.result.as_deref(), Some(b"the result".as_slice()));
+    assert_eq!(record.attempts, 0);
+    cleanup(&store).await;
+}

@@ -215,17 +215,18 @@ END
 $$;
 
 -- A transactional call's record, inside the tool's transaction: the result of the claim made
--- with p_token (in place of the interrupted call's record the claim wrote), kept p_ttl_ms.
--- Raises ID002 if the claim is gone (the tool's own statements changed it).
+-- with p_token (in place of the interrupted call's record the claim wrote; a claim of schema 3,
+-- made in progress by a process that ran through the upgrade, is recorded alike), kept
+-- p_ttl_ms. Raises ID002 if the claim is gone (the tool's own statements changed it).
 CREATE OR REPLACE FUNCTION {s}idem_record(
     p_namespace text, p_key bytea, p_token bigint, p_result bytea, p_ttl_ms bigint)
 RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
     UPDATE {s}idem_records t
-        SET result = p_result, expires_at_ms = {s}idem_now_ms() + p_ttl_ms
-        WHERE t.namespace = p_namespace AND t.key = p_key AND t.token = p_token
-          AND t.state = 'completed';
+        SET state = 'completed', result = p_result,
+            expires_at_ms = {s}idem_now_ms() + p_ttl_ms, attempts = 0, attempts_expire_ms = 0
+        WHERE t.namespace = p_namespace AND t.key = p_key AND t.token = p_token;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'idem: the claim was changed inside the transaction'
             USING ERRCODE = 'ID002';
