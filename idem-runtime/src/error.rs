@@ -243,7 +243,12 @@ pub enum Error {
          its connection), so nothing of this call was recorded{}: run every statement of the \
          tool on its connection without ending the transaction (`conn.begin()` on it opens a \
          savepoint, which is fine)",
-        if *marked { "; what it wrote may have committed, so its key is kept as interrupted" } else { "" }
+        if *marked {
+            "; what it wrote may have committed, so its key is kept as interrupted"
+        } else {
+            "; its claim was rolled back, so a retry runs the tool again (and repeats anything \
+             it wrote after ending the transaction, which was not rolled back)"
+        }
     )]
     TransactionEnded {
         /// The tool's name.
