@@ -36,7 +36,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::engine::{Call, Codec, execute};
-use crate::key::ArgsDigest;
+use crate::key::{ArgsDigest, Key};
 use crate::tool::ToolInfo;
 use crate::{Error, Turn};
 
@@ -55,15 +55,37 @@ pub static MODEL_STEP: ToolInfo = ToolInfo::idempotent("idem:model")
 
 pub mod tool_failure;
 
-pub use tool_failure::TOOL_FAILURE;
+use tool_failure::{Calls, StepRecord};
 
-/// One run of a turn: its conversations' step counters, the tokens its steps reported and the
-/// tool calls its models made.
+/// One run of a turn: its conversations, the tokens its steps reported, and which conversation
+/// answered a step last.
 #[derive(Default)]
 pub(crate) struct Run {
-    conversations: Mutex<HashMap<Arc<str>, Arc<tokio::sync::Mutex<Steps>>>>,
+    conversations: Mutex<HashMap<Arc<str>, Arc<Shared>>>,
     tokens: AtomicU64,
-    tool_calls: tool_failure::ToolCalls,
+    latest: Mutex<Option<Arc<str>>>,
+}
+
+impl Run {
+    /// The label of the conversation that answered a step last.
+    fn latest(&self) -> Option<Arc<str>> {
+        self.latest
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_latest(&self, label: Option<Arc<str>>) {
+        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = label;
+    }
+}
+
+/// A conversation's state in one run, shared by its clones: its steps, and the tool calls its
+/// model made since its latest step.
+#[derive(Default)]
+struct Shared {
+    steps: tokio::sync::Mutex<Steps>,
+    calls: Mutex<Calls>,
 }
 
 /// The steps of one conversation in this run.
@@ -73,8 +95,6 @@ struct Steps {
     answered: u32,
     /// How many times this run asked the model for the next step and the ask failed.
     failed: u32,
-    /// Its last step was replayed, and none was asked since: it may go on replaying.
-    replaying: bool,
 }
 
 /// One conversation with a model in a turn, its model calls recorded as steps: see
@@ -109,7 +129,7 @@ struct Steps {
 pub struct Conversation {
     turn: Turn,
     label: Arc<str>,
-    steps: Arc<tokio::sync::Mutex<Steps>>,
+    shared: Arc<Shared>,
     lease: Option<Duration>,
 }
 
@@ -121,19 +141,19 @@ impl Turn {
             .conversations
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let (label, steps) = match conversations.get_key_value(label) {
-            Some((label, steps)) => (Arc::clone(label), Arc::clone(steps)),
+        let (label, shared) = match conversations.get_key_value(label) {
+            Some((label, shared)) => (Arc::clone(label), Arc::clone(shared)),
             None => {
                 let label: Arc<str> = Arc::from(label);
-                let steps = Arc::new(tokio::sync::Mutex::new(Steps::default()));
-                conversations.insert(Arc::clone(&label), Arc::clone(&steps));
-                (label, steps)
+                let shared = Arc::new(Shared::default());
+                conversations.insert(Arc::clone(&label), Arc::clone(&shared));
+                (label, shared)
             }
         };
         Conversation {
             turn: self.clone(),
             label,
-            steps,
+            shared,
             lease: None,
         }
     }
@@ -174,7 +194,7 @@ impl Conversation {
 
     /// How many of its steps this run has answered (replayed or live): the index of the next.
     pub async fn steps(&self) -> u32 {
-        self.steps.lock().await.answered
+        self.shared.steps.lock().await.answered
     }
 
     /// The next step: `call`, the model's answer to `request`, unless this turn recorded the
@@ -220,12 +240,10 @@ impl Conversation {
         E: From<Error> + Send,
         F: Future<Output = Result<Resp, E>> + Send,
     {
-        let mut steps = self.steps.lock().await;
+        let mut steps = self.shared.steps.lock().await;
         let step = steps.answered;
         let turn = &self.turn;
-        let mut args = ArgsDigest::new(MODEL_STEP.name);
-        args.arg("conversation", &*self.label)?;
-        args.arg("step", &step)?;
+        let mut args = self.step_args(step)?;
         args.fingerprint_arg("request", request)?;
         let (key, fingerprint) = args.finish(
             turn.namespace(),
@@ -243,6 +261,7 @@ impl Conversation {
         let (failed, limit) = (steps.failed, turn.model_step_attempts());
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
         let asked = AtomicBool::new(false);
+        let failures = self.calls().pending();
         let body = async {
             if failed >= limit {
                 return Err(E::from(Error::BudgetExhausted {
@@ -260,20 +279,12 @@ impl Conversation {
                 }
             }
             asked.store(true, Ordering::Relaxed);
-            call.await
+            let response = call.await?;
+            Ok(StepRecord { failures, response })
         };
         let answer = execute(call_, Codec::ok_only(), body).await;
-        // The conversation replays from its first replayed step until it asks its model.
-        let (live, calls) = (asked.load(Ordering::Relaxed), &turn.run().tool_calls);
-        if answer.is_ok() && !live && !steps.replaying {
-            steps.replaying = true;
-            calls.replay_started();
-        } else if live && steps.replaying {
-            steps.replaying = false;
-            calls.replay_ended();
-        }
         let response = match answer {
-            Ok(response) => response,
+            Ok(StepRecord { response, .. }) => response,
             Err(error) => {
                 // A failed ask counts; a refusal before asking, or another run's claim, not.
                 if asked.load(Ordering::Relaxed) {
@@ -284,11 +295,36 @@ impl Conversation {
         };
         steps.failed = 0;
         steps.answered += 1;
-        calls.stepped(&self.label, step);
+        let replayed = !asked.load(Ordering::Relaxed);
+        self.calls().stepped(step, replayed);
+        turn.run().set_latest(Some(Arc::clone(&self.label)));
         if let Some(spent) = tokens(&response) {
             turn.run().tokens.fetch_add(spent, Ordering::Relaxed);
         }
         Ok(response)
+    }
+}
+
+impl Conversation {
+    /// The key arguments of step `step`: the conversation and the step's index.
+    fn step_args(&self, step: u32) -> Result<ArgsDigest, Error> {
+        let mut args = ArgsDigest::new(MODEL_STEP.name);
+        args.arg("conversation", &*self.label)?;
+        args.arg("step", &step)?;
+        Ok(args)
+    }
+
+    /// The key of step `step` (the request goes into its fingerprint, not its key).
+    fn step_key(&self, step: u32) -> Result<Key, Error> {
+        let turn = &self.turn;
+        let args = self.step_args(step)?;
+        let (key, _) = args.finish(
+            turn.namespace(),
+            turn.id(),
+            MODEL_STEP.name,
+            MODEL_STEP.version,
+        );
+        Ok(key)
     }
 }
 

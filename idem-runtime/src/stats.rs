@@ -107,10 +107,9 @@ impl fmt::Display for Outcome {
     }
 }
 
-/// A snapshot of call counters, per outcome. A durable turn's model steps and the failures its
-/// model read are calls too (of the pseudo-tools `idem:model` and `idem:tool-failure`): a step
-/// asked live and a failure recorded count as `executed`, a recorded step read back as
-/// `replayed`.
+/// A snapshot of call counters, per outcome. A durable turn's model steps are calls too (of the
+/// pseudo-tool `idem:model`): a step asked live counts as `executed`, a recorded step read back
+/// as `replayed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stats {

@@ -260,8 +260,7 @@ impl Turn {
     /// What a claim of `tool` in this turn charges: the tool's own per-key budget and cap of
     /// actions if it sets them, else the turn's.
     /// A model step ([`MODEL_STEP`](crate::conversation::MODEL_STEP)) is capped by the turn's
-    /// model steps instead, and not counted as an action of the turn; the record of a failure
-    /// a model read ([`TOOL_FAILURE`](crate::conversation::TOOL_FAILURE)) is not capped.
+    /// model steps instead, and not counted as an action of the turn.
     pub(crate) fn charge(&self, tool: &ToolInfo) -> Charge {
         if tool.name == crate::conversation::MODEL_STEP.name {
             // Asking a model changes nothing in the world: a step's failures are counted by
@@ -272,16 +271,6 @@ impl Turn {
                 max_attempts: u32::MAX,
                 max_calls: None,
                 max_tool_actions: Some(self.inner.max_model_steps),
-                window: self.inner.budget_window,
-            };
-        }
-        if tool.name == crate::conversation::TOOL_FAILURE.name {
-            // The record of a failure a model read: the call that failed was charged already.
-            return Charge {
-                turn: self.inner.identity,
-                max_attempts: u32::MAX,
-                max_calls: None,
-                max_tool_actions: None,
                 window: self.inner.budget_window,
             };
         }

@@ -18,6 +18,10 @@ impl From<Error> for Failed {
     }
 }
 
+/// What the mail server answers a message it sent (the same every time: a tool's success
+/// replays from its own key).
+const SENT: u32 = 7;
+
 /// A mail server that fails the calls it is told to fail, in order, then succeeds.
 #[derive(Default)]
 struct Mail {
@@ -30,7 +34,7 @@ impl Mail {
         tokio::task::yield_now().await;
         match failures.get(n as usize) {
             Some(text) => Err(Failed((*text).to_owned())),
-            None => Ok(n),
+            None => Ok(SENT),
         }
     }
 
@@ -44,8 +48,9 @@ async fn model(step: u32) -> Result<String, Error> {
     Ok(format!("step {step}: send_mail to ada"))
 }
 
-/// One run of the turn: a model step, then the call it asks for, `calls` times; returns what
-/// the model read of each call.
+/// One run of the turn: `calls` times a model step, then the call it asks for; then a last
+/// step, whose request holds what the model read of the last call (as every step's request
+/// holds what it read of the call before). Returns what the model read of each call.
 async fn run(
     turn: Turn,
     durable: bool,
@@ -53,14 +58,34 @@ async fn run(
     failures: &[&str],
     calls: u32,
 ) -> Vec<Result<u32, Failed>> {
+    run_until(turn, durable, mail, failures, calls, true).await
+}
+
+/// [`run`], cut off before its last step unless `last_step`.
+async fn run_until(
+    turn: Turn,
+    durable: bool,
+    mail: &Mail,
+    failures: &[&str],
+    calls: u32,
+    last_step: bool,
+) -> Vec<Result<u32, Failed>> {
     let chat = durable.then(|| turn.conversation("assistant"));
     let mut read = Vec::new();
-    for step in 0..calls {
-        if let Some(chat) = &chat {
-            chat.step(&step, model(step)).await.expect("a model step");
+    for step in 0..=calls {
+        if let Some(chat) = &chat
+            && (step < calls || last_step)
+        {
+            // A request that differs from the recorded one fails the run here.
+            let request = format!("step {step}, after {:?}", read.last());
+            chat.step(&request, model(step))
+                .await
+                .expect("a model step");
         }
-        let call = mail.send(failures);
-        read.push(turn.model_tool_call("send_mail", "ada", call).await);
+        if step < calls {
+            let call = mail.send(failures);
+            read.push(turn.model_tool_call("send_mail", "ada", call).await);
+        }
     }
     read
 }
@@ -74,7 +99,7 @@ async fn a_failure_the_model_read_is_read_again_by_a_restarted_run() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mail = Mail::default();
     let first = run(turn(&store), true, &mail, &["timed out"], 2).await;
-    assert_eq!(first, [Err(Failed("timed out".into())), Ok(1)]);
+    assert_eq!(first, [Err(Failed("timed out".into())), Ok(SENT)]);
     assert_eq!(mail.calls(), 2);
 
     // Restarted from the top, the server would now answer every call: the first call is not
@@ -112,7 +137,7 @@ async fn the_failures_of_one_call_after_successive_steps_are_each_read_again() {
         [
             Err(Failed("timed out".into())),
             Err(Failed("rate limited".into())),
-            Ok(2)
+            Ok(SENT)
         ]
     );
 
@@ -128,7 +153,7 @@ async fn outside_a_durable_turn_a_failed_call_runs_again() {
     let first = run(turn(&store), false, &mail, &["timed out"], 1).await;
     assert_eq!(first, [Err(Failed("timed out".into()))]);
     let restarted = run(turn(&store), false, &mail, &[], 1).await;
-    assert_eq!(restarted, [Ok(1)], "nothing was recorded: the call ran");
+    assert_eq!(restarted, [Ok(SENT)], "nothing was recorded: the call ran");
 }
 
 #[tokio::test]
@@ -140,26 +165,54 @@ async fn a_restarted_run_that_asks_its_model_live_makes_its_calls() {
     // Another turn id: every step is asked live, so no failure of the first turn applies.
     let other = Turn::new("conv-1/turn-2").with_store(Arc::clone(&store));
     let read = run(other, true, &mail, &[], 1).await;
-    assert_eq!(read, [Ok(1)]);
+    assert_eq!(read, [Ok(SENT)]);
     assert_eq!(mail.calls(), 2);
 }
 
-/// The record of a failure is not an action: a turn capped at one action per tool still
-/// records its failures, and its tools' calls are counted as before.
+/// A failure is kept with the model's next step: a run cut off before that step (or one that
+/// diverges there) leaves nothing a later run would read, and the restarted run makes the call.
 #[tokio::test]
-async fn failures_the_model_read_are_not_counted_as_actions() {
+async fn a_failure_read_after_the_last_recorded_step_is_not_kept() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mail = Mail::default();
-    let capped = || turn(&store).with_max_calls(1);
-    let failures = ["timed out", "rate limited", "busy"];
-    let first = run(capped(), true, &mail, &failures, 3).await;
-    assert!(first.iter().all(Result::is_err), "{first:?}");
-    let restarted = run(capped(), true, &mail, &[], 3).await;
-    assert_eq!(
-        restarted, first,
-        "all three failures recorded and read again"
+    let first = run_until(turn(&store), true, &mail, &["timed out"], 1, false).await;
+    assert_eq!(first, [Err(Failed("timed out".into()))]);
+    let restarted = run(turn(&store), true, &mail, &[], 1).await;
+    assert_eq!(restarted, [Ok(SENT)], "the call was made again");
+    assert_eq!(mail.calls(), 2);
+}
+
+/// A run that replays a step, makes a call that fails this time (it went through before) and
+/// so diverges at the next step: its failure is not kept, and a later restart replays the
+/// turn as it was first recorded.
+#[tokio::test]
+async fn a_failure_read_by_a_run_that_diverges_is_not_read_by_a_later_run() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let done = run(turn(&store), true, &mail, &[], 1).await;
+    assert_eq!(done, [Ok(SENT)]);
+    // The second run's call fails (the service is down for a moment): its next request
+    // differs from the recorded one.
+    let diverged = turn(&store);
+    let chat = diverged.conversation("assistant");
+    chat.step("step 0, after None", model(0))
+        .await
+        .expect("replayed");
+    let read = diverged
+        .model_tool_call("send_mail", "ada", async {
+            Err::<u32, _>(Failed("503".into()))
+        })
+        .await;
+    let next = chat
+        .step(&format!("step 1, after {:?}", Some(&read)), model(1))
+        .await;
+    assert!(
+        matches!(next, Err(Error::ModelStepDiverged { .. })),
+        "{next:?}"
     );
-    assert_eq!(mail.calls(), 3);
+    // The service is up again: the turn replays to its end.
+    let again = run(turn(&store), true, &mail, &[], 1).await;
+    assert_eq!(again, [Ok(SENT)]);
 }
 
 /// A restarted run in which one conversation asks its model live while another replays: the
@@ -177,6 +230,7 @@ async fn a_conversation_that_replays_reads_its_failures_while_another_asks_live(
     let call = mail.send(&["timed out"]);
     let read = first.model_tool_call("send_mail", "ada", call).await;
     assert_eq!(read, Err(Failed("timed out".into())));
+    step_of(&first, "writer", "draft, after it timed out").await;
     // The run dies before its planner asks anything.
 
     let restarted = turn(&store);
@@ -238,6 +292,8 @@ async fn conversations_that_make_the_same_call_read_their_own_outcomes_in_any_or
         let written = call(&first, "writer", true).await;
         assert_eq!(planned, Err(Failed("timed out".into())));
         assert_eq!(written, Ok(1));
+        step_of(&first, "planner", &format!("after {planned:?}")).await;
+        step_of(&first, "writer", &format!("after {written:?}")).await;
 
         let restarted = turn();
         step_of(&restarted, "writer", "write").await;
@@ -249,50 +305,52 @@ async fn conversations_that_make_the_same_call_read_their_own_outcomes_in_any_or
     }
 }
 
-/// An `#[idempotent]` tool that runs a sub-agent (its own conversation and calls): restarted,
-/// the tool's result replays and the sub-agent's calls are not made; the calls the outer
-/// model makes afterwards still read their own outcomes.
+/// One response asks for two calls: an `#[idempotent]` tool that runs a sub-agent (its own
+/// conversation, steps and calls), then `send_mail`, which fails. Restarted, the tool's result
+/// replays and the sub-agent asks nothing, and `send_mail` still reads its failure: the steps
+/// a call asks while it runs do not come before the next call.
 #[tokio::test]
-async fn a_replayed_tool_that_ran_a_sub_agent_leaves_the_later_calls_their_outcomes() {
+async fn a_call_after_a_tool_that_ran_a_sub_agent_reads_its_failure_again() {
     use idem_tools_runtime::key::ArgsDigest;
     use idem_tools_runtime::{Call, Codec, ToolInfo, execute};
     static RESEARCH: ToolInfo = ToolInfo::idempotent("research");
-    async fn research(turn: &Turn) -> Result<String, Error> {
+    async fn research(turn: &Turn) -> Result<String, Failed> {
         let mut args = ArgsDigest::new(RESEARCH.name);
         args.arg("q", "ada")?;
         let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), "research", 1);
         let call = Call::new(&RESEARCH, turn, key, fingerprint);
         execute(call, Codec::ok_only(), async {
             step_of(turn, "researcher", "research").await;
-            let lookup = async { Err::<u32, _>(Failed("timed out".into())) };
-            let read = turn.model_tool_call("send_mail", "ada", lookup).await;
+            let lookup = async { Err::<u32, _>(Failed("not found".into())) };
+            let read = turn.model_tool_call("lookup", "ada", lookup).await;
+            step_of(turn, "researcher", &format!("after {read:?}")).await;
             Ok(format!("researched: {read:?}"))
         })
         .await
     }
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let mail = Mail::default();
-    let first = turn(&store);
-    step_of(&first, "assistant", "go").await;
-    let researched = research(&first).await.expect("research");
-    step_of(&first, "assistant", &researched).await;
-    let read = first
-        .model_tool_call("send_mail", "ada", mail.send(&[]))
+    let respond = async |turn: &Turn, failures: &[&str]| {
+        step_of(turn, "assistant", "go").await;
+        let researched = turn
+            .model_tool_call("research", "ada", research(turn))
+            .await;
+        let sent = turn
+            .model_tool_call("send_mail", "ada", mail.send(failures))
+            .await;
+        step_of(
+            turn,
+            "assistant",
+            &format!("after {researched:?}, {sent:?}"),
+        )
         .await;
-    assert_eq!(read, Ok(0));
-
-    let restarted = turn(&store);
-    step_of(&restarted, "assistant", "go").await;
-    assert_eq!(research(&restarted).await.expect("replayed"), researched);
-    step_of(&restarted, "assistant", &researched).await;
-    let again = restarted
-        .model_tool_call("send_mail", "ada", mail.send(&[]))
-        .await;
-    assert_eq!(
-        again,
-        Ok(1),
-        "the call ran: no failure of the sub-agent's was read"
-    );
+        (researched, sent)
+    };
+    let first = respond(&turn(&store), &["timed out"]).await;
+    assert_eq!(first.1, Err(Failed("timed out".into())));
+    let again = respond(&turn(&store), &[]).await;
+    assert_eq!(again, first);
+    assert_eq!(mail.calls(), 1, "send_mail was not made again");
 }
 
 /// One response asks for the same call twice (the first fails, the second goes through): the
@@ -309,11 +367,32 @@ async fn the_same_call_twice_after_one_step_is_told_apart_by_its_order() {
         let second = turn
             .model_tool_call("send_mail", "ada", mail.send(failures))
             .await;
+        step_of(turn, "assistant", &format!("after {first:?}, {second:?}")).await;
         [first, second]
     };
     let read = twice(&turn(&store), &["timed out"]).await;
-    assert_eq!(read, [Err(Failed("timed out".into())), Ok(1)]);
+    assert_eq!(read, [Err(Failed("timed out".into())), Ok(SENT)]);
     let again = twice(&turn(&store), &[]).await;
     assert_eq!(again[0], read[0]);
-    assert_eq!(again[1], Ok(2), "the second call ran");
+    assert_eq!(again[1], Ok(SENT));
+    assert_eq!(mail.calls(), 3, "the second call ran again, the first not");
+}
+
+/// A call made from inside its conversation's own step (a model client that runs tools while
+/// it answers) does not wait for the step: it counts as a call after the step before.
+#[tokio::test]
+async fn a_call_made_inside_its_conversations_step_does_not_wait_for_it() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let chat = turn(&store).conversation("assistant");
+    step_of(chat.turn(), "assistant", "go").await;
+    let inner = chat.clone();
+    let answer = async move {
+        let sent = inner
+            .model_tool_call("send_mail", "ada", async { Ok::<_, Failed>(SENT) })
+            .await;
+        Ok::<_, Error>(format!("{sent:?}"))
+    };
+    let step = chat.step("answer while calling", answer);
+    let answered = tokio::time::timeout(std::time::Duration::from_secs(5), step).await;
+    assert_eq!(answered.expect("no deadlock").expect("a step"), "Ok(7)");
 }

@@ -1,109 +1,101 @@
-//! Durable turns: the failures of tool calls that a model read, recorded so that a restarted run
-//! reads them again.
+//! Durable turns: the failures of tool calls that a model read, recorded with the model's next
+//! step so that a restarted run reads them again.
 //!
 //! A model that reads a failed tool call (a timeout, a provider down, a refusal) often calls the
 //! tool again, and the retry succeeds. A restarted run replays the model's steps, so it makes
 //! the failed call again — and this time the call may succeed. The model's next request would
 //! then hold a success where the recorded step saw a failure, and the run would stop with
-//! [`Error::ModelStepDiverged`](crate::Error::ModelStepDiverged): the turn could not be
-//! finished. [`Conversation::model_tool_call`] (and [`Turn::model_tool_call`]) records each
-//! failure a model read, by the model step whose response made the call, the tool, its
-//! arguments as the model sent them and how many times that step's calls had made that call
-//! before; a restarted run that makes the call again while it replays its model's steps reads
-//! the recorded failure instead of running the call, and its next request is the recorded one.
+//! [`Error::ModelStepDiverged`]: the turn could not be finished.
+//!
+//! [`Conversation::model_tool_call`] keeps each failure a model read of a call made after one
+//! of its steps, by the tool, its arguments as the model sent them and the call's order among
+//! the calls of that tool with those arguments since the step; the conversation's next step is
+//! recorded with them, in the same record. A restarted run that replays a step reads the
+//! failures recorded with the step after it, and a call that failed then fails again with the
+//! same failure, without running. The failures are the next step's: a run that makes the
+//! calls and then diverges, or is cut off before its next step, leaves nothing that a later run
+//! would read.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::future::Future;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, MutexGuard, PoisonError};
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
-use crate::engine::{Call, Codec, execute};
+use super::MODEL_STEP;
 use crate::key::{ArgsDigest, Key};
-use crate::replay::{OkOnly, ResultCodec};
+use crate::replay::{OkOnly, Recorded, ResultCodec};
 use crate::store::default_store;
-use crate::tool::ToolInfo;
 use crate::{Conversation, Error, Turn};
 
-/// What a failure a model read is to the engine and the store: a tool named
-/// `idem:tool-failure` (a name no annotated tool can have) whose key is given back when its
-/// caller goes away. Not capped: each is one failure of a call that was capped already.
-pub static TOOL_FAILURE: ToolInfo =
-    ToolInfo::idempotent("idem:tool-failure").with_release_on_cancel();
-
-/// The tool calls of one run of a turn, for [`Turn::model_tool_call`].
-#[derive(Default)]
-pub(crate) struct ToolCalls {
-    made: Mutex<Made>,
-    /// How many of the run's conversations are replaying recorded steps and have not asked
-    /// their model yet: while one is, a call may have a recorded failure.
-    replaying: AtomicU32,
+/// A model step as recorded: the model's response, and the failures the conversation's model
+/// read of the calls made after the step before it.
+#[derive(Serialize, Deserialize)]
+pub(super) struct StepRecord<R> {
+    pub(super) failures: Vec<ReadFailure>,
+    pub(super) response: R,
 }
 
-#[derive(Default)]
-struct Made {
-    /// The run's latest model step: its conversation and index.
-    last_step: Option<Step>,
-    /// How many times the calls of each step made each call (by tool and arguments) so far.
-    counts: HashMap<Key, u32>,
+/// The failures of a recorded step, its response left unread.
+#[derive(Serialize, Deserialize)]
+struct FailuresOf {
+    failures: Vec<ReadFailure>,
 }
 
-/// A model step: its conversation's label and its index there.
-type Step = (Arc<str>, u32);
+/// A failure a model read: which call (its tool and arguments), its order among the calls of
+/// that tool with those arguments since the step before, and the failure as recorded.
+#[derive(Clone, Serialize, Deserialize)]
+pub(super) struct ReadFailure {
+    call: [u8; 32],
+    order: u32,
+    failure: Vec<u8>,
+}
 
-impl ToolCalls {
-    /// The index of this call of `call` among its step's calls: 0 the first time.
-    fn next(&self, call: Key) -> u32 {
-        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = made.counts.entry(call).or_insert(0);
-        let index = *count;
-        *count = count.saturating_add(1);
-        index
+/// The calls a conversation's model made since its latest step, in this run.
+#[derive(Default)]
+pub(super) struct Calls {
+    /// The latest step answered, and whether it was replayed: then the next step may be
+    /// recorded already, with the failures of the calls made in between.
+    after: Option<(u32, bool)>,
+    /// How many times each call (by tool and arguments) was made since the step.
+    made: HashMap<Key, u32>,
+    /// The failures read since the step, for the next step's record.
+    pending: Vec<ReadFailure>,
+    /// The failures recorded with the next step, once read (while replaying).
+    recorded: Option<Arc<[ReadFailure]>>,
+}
+
+impl Calls {
+    /// Step `step` was answered (`replayed`: from its record): the calls start over.
+    pub(super) fn stepped(&mut self, step: u32, replayed: bool) {
+        *self = Calls {
+            after: Some((step, replayed)),
+            ..Calls::default()
+        };
     }
 
-    /// The model step `step` of the conversation `label` was answered.
-    pub(crate) fn stepped(&self, label: &Arc<str>, step: u32) {
-        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        made.last_step = Some((Arc::clone(label), step));
-    }
-
-    fn last_step(&self) -> Option<Step> {
-        let made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        made.last_step.clone()
-    }
-
-    /// A conversation began to replay its recorded steps.
-    pub(crate) fn replay_started(&self) {
-        self.replaying.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// A conversation that was replaying asked its model.
-    pub(crate) fn replay_ended(&self) {
-        self.replaying.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    fn replaying(&self) -> bool {
-        self.replaying.load(Ordering::Relaxed) > 0
+    /// The failures to record with the next step.
+    pub(super) fn pending(&self) -> Vec<ReadFailure> {
+        self.pending.clone()
     }
 }
 
 impl Conversation {
     /// Runs `call`, a call of `tool` with `args` that this conversation's model asked for in
     /// its latest step and whose outcome it reads, so that a restarted run reads the same: a
-    /// failure is recorded, and a restarted run that makes the same call after the same step
-    /// while it replays its model's steps gets the recorded failure instead of running the
-    /// call. See [the module documentation](self).
+    /// failure is recorded with the conversation's next step, and a restarted run that replays
+    /// the steps gets the recorded failure for the same call instead of running it. See
+    /// [the module documentation](self).
     ///
-    /// `args` are the arguments as the model sent them (the failures of one call after one
-    /// step are told apart by how many times it was made before: the first, then the second).
-    /// A success is not recorded here: the tool's own `#[idempotent]` key replays it. A failure
-    /// is looked up (one read) only while one of the run's conversations replays recorded
-    /// steps; once they all ask their model, no earlier run can have recorded the call. A call
-    /// made before the conversation's first step just runs. If the store fails, `call` runs, or
-    /// its failure is returned, as it would without this: a restarted run may then stop with
-    /// [`Error::ModelStepDiverged`] at the next step, as it would have.
+    /// `args` are the arguments as the model sent them; calls of one tool with the same
+    /// arguments after one step are told apart by their order. A success is not recorded here:
+    /// the tool's own `#[idempotent]` key replays it. A call made before the conversation's
+    /// first step just runs. While the run replays the conversation's steps, the first call
+    /// after a step reads the next step's record (one read of the store); otherwise nothing is
+    /// read or written until the next step. If the store fails, `call` runs as it would
+    /// without this.
     ///
     /// ```
     /// # extern crate idem_tools_runtime as idem_tools;
@@ -114,17 +106,19 @@ impl Conversation {
     /// struct Failed(String);
     ///
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> Result<(), idem_tools::Error> {
+    /// let ask = |text: &'static str| async move { Ok::<_, idem_tools::Error>(text.to_owned()) };
     /// let send = |up: bool| async move {
     ///     if up { Ok(7) } else { Err(Failed("the mail server timed out".into())) }
     /// };
     /// let run = |up: bool| async move {
     ///     let chat = Turn::new("conv-9/turn-2").conversation("assistant");
-    ///     let model = async { Ok::<_, idem_tools::Error>("send_mail".to_owned()) };
-    ///     let tool: String = chat.step("Mail Ada", model).await?;
-    ///     Ok::<_, idem_tools::Error>(chat.model_tool_call(&tool, "ada@example.com", send(up)).await)
+    ///     let tool = chat.step("Mail Ada", ask("send_mail")).await?;
+    ///     let read = chat.model_tool_call(&tool, "ada@example.com", send(up)).await;
+    ///     chat.step(&format!("{read:?}"), ask("It failed: I will try again.")).await?;
+    ///     Ok::<_, idem_tools::Error>(read)
     /// };
     /// assert_eq!(run(false).await?, Err(Failed("the mail server timed out".into())));
-    /// // Restarted from the top: the model's step replays, and so does the failure it read,
+    /// // Restarted from the top: the model's steps replay, and so does the failure it read,
     /// // though the server is up now, so the model's next request is the one it sent before.
     /// assert_eq!(run(true).await?, Err(Failed("the mail server timed out".into())));
     /// # Ok(()) }
@@ -132,73 +126,17 @@ impl Conversation {
     pub async fn model_tool_call<A, T, F, C>(&self, tool: &str, args: &A, call: C) -> Result<T, F>
     where
         A: Serialize + ?Sized,
-        T: Send,
-        F: Serialize + DeserializeOwned + Clone + Send,
-        C: Future<Output = Result<T, F>> + Send,
+        F: Serialize + DeserializeOwned,
+        C: Future<Output = Result<T, F>>,
     {
-        let step = self.steps().await.checked_sub(1);
-        let step = step.map(|step| (Arc::clone(&self.label), step));
-        self.turn.tool_call_after(step, tool, args, call).await
-    }
-}
-
-impl Turn {
-    /// [`Conversation::model_tool_call`] for a call whose conversation is not known (rig's
-    /// [`tool`](https://docs.rs/idem-tools/latest/idem_tools/rig/fn.tool.html) calls it): the
-    /// call is taken to follow the run's latest model step, whichever conversation asked it.
-    /// Agents of one turn that run one after another, or one at a time, find their failures
-    /// again; agents that run at the same time may attribute a call to another's step, and a
-    /// restarted run that interleaves them otherwise then misses the failure (and may stop
-    /// with [`Error::ModelStepDiverged`], as without the record). Outside a durable turn (no
-    /// [`Conversation`]), `call` just runs.
-    pub async fn model_tool_call<A, T, F, C>(&self, tool: &str, args: &A, call: C) -> Result<T, F>
-    where
-        A: Serialize + ?Sized,
-        T: Send,
-        F: Serialize + DeserializeOwned + Clone + Send,
-        C: Future<Output = Result<T, F>> + Send,
-    {
-        let step = self.run().tool_calls.last_step();
-        self.tool_call_after(step, tool, args, call).await
-    }
-
-    /// A model's call made after `step` (none: before the run's first step, and just run).
-    async fn tool_call_after<A, T, F, C>(
-        &self,
-        step: Option<Step>,
-        tool: &str,
-        args: &A,
-        call: C,
-    ) -> Result<T, F>
-    where
-        A: Serialize + ?Sized,
-        T: Send,
-        F: Serialize + DeserializeOwned + Clone + Send,
-        C: Future<Output = Result<T, F>> + Send,
-    {
-        let run = self.run();
-        let Some((label, step)) = step else {
+        let Ok(made) = call_key(&self.turn, tool, args) else {
             return call.await;
         };
-        let Ok(made) = self.tool_call_key(&label, step, tool, args) else {
+        let Some((order, after)) = self.count_call(made) else {
             return call.await;
         };
-        let index = run.tool_calls.next(made);
-        let mut digest = ArgsDigest::new(TOOL_FAILURE.name);
-        let added = digest
-            .arg("call", &made.to_hex())
-            .and_then(|()| digest.arg("index", &index));
-        if added.is_err() {
-            return call.await;
-        }
-        let (key, fingerprint) = digest.finish(
-            self.namespace(),
-            self.id(),
-            TOOL_FAILURE.name,
-            TOOL_FAILURE.version,
-        );
-        if run.tool_calls.replaying()
-            && let Some(failed) = self.recorded_failure(&key).await
+        if let (step, true) = after
+            && let Some(failed) = self.recorded_failure(step + 1, made, order).await
         {
             return Err(failed);
         }
@@ -206,37 +144,127 @@ impl Turn {
             Ok(output) => return Ok(output),
             Err(failed) => failed,
         };
-        // Recorded for a restarted run; this run reads its own failure whatever the store says.
-        let record = Call::new(&TOOL_FAILURE, self, key, fingerprint);
-        let recorded = failed.clone();
-        let _ = execute(record, Codec::<F, Error>::ok_only(), async { Ok(recorded) }).await;
+        // Kept for the next step's record, unless it cannot be replayed as it is.
+        let failed: Result<F, Infallible> = Ok(failed);
+        if let Some(Recorded::Faithful(bytes)) =
+            <OkOnly as ResultCodec<F, Infallible>>::record(MODEL_STEP.name, &failed)
+        {
+            let mut calls = self.calls();
+            if calls.after == Some(after) {
+                calls.pending.push(ReadFailure {
+                    call: *made.as_bytes(),
+                    order,
+                    failure: bytes,
+                });
+            }
+        }
+        let Ok(failed) = failed;
         Err(failed)
     }
 
-    /// The failure recorded under `key`, if a live record holds one.
-    async fn recorded_failure<F: Serialize + DeserializeOwned>(&self, key: &Key) -> Option<F> {
-        let store = self.store().unwrap_or_else(|| default_store());
-        let record = store.get(self.namespace(), key).await.ok()??;
-        let decoded =
-            <OkOnly as ResultCodec<F, Error>>::decode(TOOL_FAILURE.name, key, &record.result?);
-        decoded.ok()?.ok()
+    /// Counts a call of `made` after the latest step: its order, and the step (none before the
+    /// first step).
+    fn count_call(&self, made: Key) -> Option<(u32, (u32, bool))> {
+        let mut calls = self.calls();
+        let after = calls.after?;
+        let count = calls.made.entry(made).or_insert(0);
+        let order = *count;
+        *count = count.saturating_add(1);
+        Some((order, after))
     }
 
-    /// What tells a call apart: the step whose response made it, the tool and the arguments the
-    /// model sent.
-    fn tool_call_key<A: Serialize + ?Sized>(
-        &self,
-        label: &str,
-        step: u32,
-        tool: &str,
-        args: &A,
-    ) -> Result<Key, Error> {
-        let mut digest = ArgsDigest::new(TOOL_FAILURE.name);
-        digest.arg("conversation", label)?;
-        digest.arg("step", &step)?;
-        digest.arg("tool", tool)?;
-        digest.arg("args", args)?;
-        let (key, _) = digest.finish(self.namespace(), self.id(), TOOL_FAILURE.name, 0);
-        Ok(key)
+    pub(super) fn calls(&self) -> MutexGuard<'_, Calls> {
+        self.shared
+            .calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// The failure recorded with step `next` of this conversation for the `order`-th call of
+    /// `made`, if that step is recorded and holds one.
+    async fn recorded_failure<F: Serialize + DeserializeOwned>(
+        &self,
+        next: u32,
+        made: Key,
+        order: u32,
+    ) -> Option<F> {
+        let cached = self.calls().recorded.clone();
+        let recorded = match cached {
+            Some(recorded) => recorded,
+            None => {
+                let read = self.read_failures(next).await;
+                let mut calls = self.calls();
+                Arc::clone(calls.recorded.get_or_insert(read))
+            }
+        };
+        let found = recorded
+            .iter()
+            .find(|read| read.call == *made.as_bytes() && read.order == order)?;
+        decode(&found.failure)
+    }
+
+    /// The failures recorded with step `step`, none if it is not recorded (or not readable).
+    async fn read_failures(&self, step: u32) -> Arc<[ReadFailure]> {
+        let Ok(key) = self.step_key(step) else {
+            return Arc::from([]);
+        };
+        let turn = &self.turn;
+        let store = turn.store().unwrap_or_else(|| default_store());
+        let bytes = match store.get(turn.namespace(), &key).await {
+            Ok(Some(record)) => record.result,
+            _ => None,
+        };
+        let failures = bytes.and_then(|bytes| {
+            let decoded =
+                <OkOnly as ResultCodec<FailuresOf, ()>>::decode(MODEL_STEP.name, &key, &bytes);
+            decoded.ok()?.ok()
+        });
+        failures.map_or_else(|| Arc::from([]), |f| Arc::from(f.failures))
+    }
+}
+
+impl Turn {
+    /// [`Conversation::model_tool_call`] for a call whose conversation is not known (rig's
+    /// [`tool`](https://docs.rs/idem-tools/latest/idem_tools/rig/fn.tool.html) calls it): the
+    /// call is taken to follow the step the run answered last, in whichever conversation —
+    /// steps a call asks while it runs (a tool that runs an agent of its own) do not count.
+    /// Agents of one turn that run one after another find their failures again; agents that run
+    /// at the same time may have a call taken for another's, and a restarted run that
+    /// interleaves them otherwise may then miss its failure (and stop with
+    /// [`Error::ModelStepDiverged`], as without the record) or, for two calls of one tool with
+    /// the same arguments, read the other's. Outside a durable turn (no [`Conversation`] has
+    /// answered a step), `call` just runs.
+    pub async fn model_tool_call<A, T, F, C>(&self, tool: &str, args: &A, call: C) -> Result<T, F>
+    where
+        A: Serialize + ?Sized,
+        F: Serialize + DeserializeOwned,
+        C: Future<Output = Result<T, F>>,
+    {
+        let latest = self.run().latest();
+        let Some(label) = latest.clone() else {
+            return call.await;
+        };
+        let result = self
+            .conversation(&label)
+            .model_tool_call(tool, args, call)
+            .await;
+        // Steps asked inside the call (an agent the tool ran) do not come before the next call.
+        self.run().set_latest(latest);
+        result
+    }
+}
+
+/// What tells a call apart: the tool and the arguments the model sent.
+fn call_key<A: Serialize + ?Sized>(turn: &Turn, tool: &str, args: &A) -> Result<Key, Error> {
+    let mut digest = ArgsDigest::new(MODEL_STEP.name);
+    digest.arg("tool", tool)?;
+    digest.arg("args", args)?;
+    let (key, _) = digest.finish(turn.namespace(), turn.id(), MODEL_STEP.name, 0);
+    Ok(key)
+}
+
+fn decode<F: Serialize + DeserializeOwned>(bytes: &[u8]) -> Option<F> {
+    let key = Key::from_bytes([0; 32]);
+    let decoded = <OkOnly as ResultCodec<F, ()>>::decode(MODEL_STEP.name, &key, bytes);
+    decoded.ok()?.ok()
 }
