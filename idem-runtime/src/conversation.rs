@@ -297,7 +297,7 @@ impl Conversation {
         steps.answered += 1;
         let replayed = !asked.load(Ordering::Relaxed);
         self.calls().stepped(step, replayed);
-        turn.run().set_latest(Some(Arc::clone(&self.label)));
+        tool_failure::stepped(turn.run(), &self.label);
         if let Some(spent) = tokens(&response) {
             turn.run().tokens.fetch_add(spent, Ordering::Relaxed);
         }

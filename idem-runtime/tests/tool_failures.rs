@@ -1,8 +1,14 @@
 //! Durable turns: a failed tool call that the model read is read again by a restarted run
 //! (`Turn::model_tool_call`), so the run's next request is the recorded one.
 
+#[path = "fault_store/mod.rs"]
+mod fault_store;
+
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use fault_store::{Fault, FaultStore, Op};
 
 use idem_tools_runtime::store::{MemoryStore, Store};
 use idem_tools_runtime::{Error, Turn};
@@ -395,4 +401,200 @@ async fn a_call_made_inside_its_conversations_step_does_not_wait_for_it() {
     let step = chat.step("answer while calling", answer);
     let answered = tokio::time::timeout(std::time::Duration::from_secs(5), step).await;
     assert_eq!(answered.expect("no deadlock").expect("a step"), "Ok(7)");
+}
+
+// Schedules found by an adversarial review: a read of the next step's failures that lands
+// after the step, a read the store fails, an agent's call while another agent's call runs, a
+// failed ask of the step that carries the failures.
+
+/// A store whose first `get` meets `fault`, the others not.
+fn first_get(inner: &Arc<dyn Store>, fault: Fault) -> Arc<dyn Store> {
+    let gets = AtomicUsize::new(0);
+    Arc::new(FaultStore::new(Arc::clone(inner), move |op| match op {
+        Op::Get if gets.fetch_add(1, Ordering::SeqCst) == 0 => fault,
+        _ => Fault::None,
+    }))
+}
+
+/// A call that counts its runs in `ran` and fails if `fail`.
+async fn counted(ran: &AtomicU32, fail: bool) -> Result<u32, Failed> {
+    ran.fetch_add(1, Ordering::SeqCst);
+    if fail {
+        Err(Failed("timed out".into()))
+    } else {
+        Ok(SENT)
+    }
+}
+
+/// A clone of the conversation reads the failures recorded with step 1 slowly, and the
+/// conversation answers step 1 meanwhile: what the read brings back is step 1's, not step
+/// 2's, so the call after step 1 (which the first run never made) runs.
+#[tokio::test]
+async fn a_read_of_the_next_steps_failures_that_lands_after_the_step_is_not_taken_for_the_next() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let ran = AtomicU32::new(0);
+    let first = turn(&memory).conversation("assistant");
+    first.step("step 0", model(0)).await.expect("step 0");
+    let read = first
+        .model_tool_call("send_mail", "ada", counted(&ran, true))
+        .await;
+    first
+        .step(&format!("step 1 after {read:?}"), model(1))
+        .await
+        .expect("step 1");
+    // Cut off here.
+
+    let slow = first_get(&memory, Fault::Delay(Duration::from_millis(200)));
+    let chat = turn(&slow).conversation("assistant");
+    chat.step("step 0", model(0)).await.expect("step 0 replays");
+    let clone = chat.clone();
+    let lookup = async move {
+        clone
+            .model_tool_call("lookup", "ada", async { Ok::<u32, Failed>(1) })
+            .await
+    };
+    let main = async {
+        let read = chat
+            .model_tool_call("send_mail", "ada", counted(&ran, false))
+            .await;
+        assert_eq!(read, Err(Failed("timed out".into())), "read again");
+        chat.step(&format!("step 1 after {read:?}"), model(1))
+            .await
+            .expect("step 1");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        chat.model_tool_call("send_mail", "ada", counted(&ran, false))
+            .await
+    };
+    let (_, after_step_1) = tokio::join!(lookup, main);
+    assert_eq!(after_step_1, Ok(SENT), "the call after step 1 ran");
+    assert_eq!(ran.load(Ordering::SeqCst), 2);
+    chat.step(&format!("step 2 after {after_step_1:?}"), model(2))
+        .await
+        .expect("step 2");
+
+    // A plain restart replays to its end.
+    let again = turn(&memory).conversation("assistant");
+    again
+        .step("step 0", model(0))
+        .await
+        .expect("step 0 replays");
+    let read = again
+        .model_tool_call("send_mail", "ada", counted(&ran, false))
+        .await;
+    again
+        .step(&format!("step 1 after {read:?}"), model(1))
+        .await
+        .expect("step 1 replays");
+    let read = again
+        .model_tool_call("send_mail", "ada", counted(&ran, false))
+        .await;
+    let step_2 = again
+        .step(&format!("step 2 after {read:?}"), model(2))
+        .await;
+    assert!(step_2.is_ok(), "{step_2:?}");
+}
+
+/// The store fails the first read of the failures recorded with step 1: that call runs (and
+/// fails again, as before); the next call, with the store back, reads its recorded failure.
+#[tokio::test]
+async fn a_read_the_store_fails_is_made_again_by_the_next_call() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let failing = |to: &'static str| async move { Err::<u32, _>(Failed(to.into())) };
+    let first = turn(&memory).conversation("assistant");
+    first.step("step 0", model(0)).await.expect("step 0");
+    let ada = first
+        .model_tool_call("send_mail", "ada", failing("ada"))
+        .await;
+    let bob = first
+        .model_tool_call("send_mail", "bob", failing("bob"))
+        .await;
+    first
+        .step(&format!("after {ada:?} {bob:?}"), model(1))
+        .await
+        .expect("step 1");
+
+    let flaky = first_get(&memory, Fault::FailBefore);
+    let chat = turn(&flaky).conversation("assistant");
+    chat.step("step 0", model(0)).await.expect("step 0 replays");
+    let ada = chat
+        .model_tool_call("send_mail", "ada", failing("ada"))
+        .await;
+    let ran = AtomicU32::new(0);
+    let bob = chat
+        .model_tool_call("send_mail", "bob", counted(&ran, false))
+        .await;
+    assert_eq!(bob, Err(Failed("bob".into())), "read again");
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+    let step_1 = chat.step(&format!("after {ada:?} {bob:?}"), model(1)).await;
+    assert!(step_1.is_ok(), "{step_1:?}");
+}
+
+/// Agent a's slow call is still running when agent b answers its step and makes a call: b's
+/// call follows b's step, whatever a's call was attributed to.
+#[tokio::test]
+async fn a_call_of_one_agent_while_anothers_call_runs_follows_its_own_step() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let script = async |restart: bool| {
+        let turn = turn(&memory);
+        let (a, b) = (turn.conversation("a"), turn.conversation("b"));
+        a.step("a0", model(0)).await.expect("a's step");
+        let (done, wait) = tokio::sync::oneshot::channel::<()>();
+        let a_calls = turn.model_tool_call("slow", "x", async {
+            wait.await.ok();
+            Ok::<u32, Failed>(1)
+        });
+        let b_runs = async {
+            b.step("b0", model(0)).await.expect("b's step");
+            done.send(()).ok();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let mail = async {
+                if restart {
+                    Ok(SENT)
+                } else {
+                    Err(Failed("timed out".into()))
+                }
+            };
+            let read = turn.model_tool_call("send_mail", "ada", mail).await;
+            b.step(&format!("b1 after {read:?}"), model(1)).await
+        };
+        tokio::join!(a_calls, b_runs).1
+    };
+    script(false).await.expect("the first run");
+    let again = script(true).await;
+    assert!(again.is_ok(), "b read its failure again: {again:?}");
+}
+
+/// A restarted run replays step 0, its call fails (step 1 was never recorded), the ask of step
+/// 1 fails once and is asked again: the failure is recorded with the step as asked again.
+#[tokio::test]
+async fn a_failure_is_recorded_with_the_step_asked_again_after_a_failed_ask() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let first = turn(&memory).conversation("assistant");
+    first.step("step 0", model(0)).await.expect("step 0");
+    // Cut off.
+
+    let chat = turn(&memory).conversation("assistant");
+    chat.step("step 0", model(0)).await.expect("step 0 replays");
+    let read = chat
+        .model_tool_call("send_mail", "ada", async {
+            Err::<u32, _>(Failed("x".into()))
+        })
+        .await;
+    let request = format!("step 1 after {read:?}");
+    let down = async { Err::<String, Error>(Error::Config("the provider is down".into())) };
+    assert!(chat.step(&request, down).await.is_err());
+    chat.step(&request, model(1)).await.expect("asked again");
+
+    let again = turn(&memory).conversation("assistant");
+    again
+        .step("step 0", model(0))
+        .await
+        .expect("step 0 replays");
+    let read = again
+        .model_tool_call("send_mail", "ada", async { Ok::<u32, Failed>(SENT) })
+        .await;
+    let step_1 = again
+        .step(&format!("step 1 after {read:?}"), model(1))
+        .await;
+    assert!(step_1.is_ok(), "{step_1:?}");
 }

@@ -16,6 +16,7 @@
 //! calls and then diverges, or is cut off before its next step, leaves nothing that a later run
 //! would read.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -63,8 +64,9 @@ pub(super) struct Calls {
     made: HashMap<Key, u32>,
     /// The failures read since the step, for the next step's record.
     pending: Vec<ReadFailure>,
-    /// The failures recorded with the next step, once read (while replaying).
-    recorded: Option<Arc<[ReadFailure]>>,
+    /// The failures recorded with the next step, once read (while replaying): that step's
+    /// index, and its failures.
+    recorded: Option<(u32, Arc<[ReadFailure]>)>,
 }
 
 impl Calls {
@@ -136,11 +138,17 @@ impl Conversation {
             return call.await;
         };
         if let (step, true) = after
-            && let Some(failed) = self.recorded_failure(step + 1, made, order).await
+            && let Some(read) = self.recorded_failure(after, step + 1, made, order).await
+            && let Some(failed) = decode(&read.failure)
         {
+            // Kept for the next step too, should it be asked live (its record expired).
+            self.keep(after, read);
             return Err(failed);
         }
-        let failed = match call.await {
+        // Steps asked while the call runs (an agent of the tool's own) come after this
+        // conversation's, for the calls made inside it, and before nothing outside it.
+        let inside = RefCell::new(Some(Arc::clone(&self.label)));
+        let failed = match INSIDE.scope(inside, call).await {
             Ok(output) => return Ok(output),
             Err(failed) => failed,
         };
@@ -149,17 +157,24 @@ impl Conversation {
         if let Some(Recorded::Faithful(bytes)) =
             <OkOnly as ResultCodec<F, Infallible>>::record(MODEL_STEP.name, &failed)
         {
-            let mut calls = self.calls();
-            if calls.after == Some(after) {
-                calls.pending.push(ReadFailure {
-                    call: *made.as_bytes(),
-                    order,
-                    failure: bytes,
-                });
-            }
+            let read = ReadFailure {
+                call: *made.as_bytes(),
+                order,
+                failure: bytes,
+            };
+            self.keep(after, read);
         }
         let Ok(failed) = failed;
         Err(failed)
+    }
+
+    /// Keeps `read` for the next step's record, if the conversation is still after the step
+    /// the call followed.
+    fn keep(&self, after: (u32, bool), read: ReadFailure) {
+        let mut calls = self.calls();
+        if calls.after == Some(after) {
+            calls.pending.push(read);
+        }
     }
 
     /// Counts a call of `made` after the latest step: its order, and the step (none before the
@@ -181,45 +196,52 @@ impl Conversation {
     }
 
     /// The failure recorded with step `next` of this conversation for the `order`-th call of
-    /// `made`, if that step is recorded and holds one.
-    async fn recorded_failure<F: Serialize + DeserializeOwned>(
+    /// `made`, if that step is recorded and holds one. The step's failures are read once per
+    /// step (a read the store fails is not kept: the next call reads again).
+    async fn recorded_failure(
         &self,
+        after: (u32, bool),
         next: u32,
         made: Key,
         order: u32,
-    ) -> Option<F> {
-        let cached = self.calls().recorded.clone();
+    ) -> Option<ReadFailure> {
+        let cached = match &self.calls().recorded {
+            Some((step, recorded)) if *step == next => Some(Arc::clone(recorded)),
+            _ => None,
+        };
         let recorded = match cached {
             Some(recorded) => recorded,
             None => {
-                let read = self.read_failures(next).await;
+                let read = self.read_failures(next).await.ok()?;
                 let mut calls = self.calls();
-                Arc::clone(calls.recorded.get_or_insert(read))
+                if calls.after == Some(after) {
+                    calls.recorded = Some((next, Arc::clone(&read)));
+                }
+                read
             }
         };
         let found = recorded
             .iter()
             .find(|read| read.call == *made.as_bytes() && read.order == order)?;
-        decode(&found.failure)
+        Some(found.clone())
     }
 
-    /// The failures recorded with step `step`, none if it is not recorded (or not readable).
-    async fn read_failures(&self, step: u32) -> Arc<[ReadFailure]> {
-        let Ok(key) = self.step_key(step) else {
-            return Arc::from([]);
-        };
+    /// The failures recorded with step `step`: none if it is not recorded (or its record does
+    /// not decode); an error if the store failed.
+    async fn read_failures(&self, step: u32) -> Result<Arc<[ReadFailure]>, Error> {
+        let key = self.step_key(step)?;
         let turn = &self.turn;
         let store = turn.store().unwrap_or_else(|| default_store());
-        let bytes = match store.get(turn.namespace(), &key).await {
-            Ok(Some(record)) => record.result,
-            _ => None,
-        };
+        let bytes = store
+            .get(turn.namespace(), &key)
+            .await?
+            .and_then(|r| r.result);
         let failures = bytes.and_then(|bytes| {
             let decoded =
                 <OkOnly as ResultCodec<FailuresOf, ()>>::decode(MODEL_STEP.name, &key, &bytes);
             decoded.ok()?.ok()
         });
-        failures.map_or_else(|| Arc::from([]), |f| Arc::from(f.failures))
+        Ok(failures.map_or_else(|| Arc::from([]), |f| Arc::from(f.failures)))
     }
 }
 
@@ -227,7 +249,8 @@ impl Turn {
     /// [`Conversation::model_tool_call`] for a call whose conversation is not known (rig's
     /// [`tool`](https://docs.rs/idem-tools/latest/idem_tools/rig/fn.tool.html) calls it): the
     /// call is taken to follow the step the run answered last, in whichever conversation —
-    /// steps a call asks while it runs (a tool that runs an agent of its own) do not count.
+    /// steps asked while a call runs (a tool that runs an agent of its own, in the task that
+    /// awaits the call) count only for the calls made inside it.
     /// Agents of one turn that run one after another find their failures again; agents that run
     /// at the same time may have a call taken for another's, and a restarted run that
     /// interleaves them otherwise may then miss its failure (and stop with
@@ -240,17 +263,31 @@ impl Turn {
         F: Serialize + DeserializeOwned,
         C: Future<Output = Result<T, F>>,
     {
-        let latest = self.run().latest();
-        let Some(label) = latest.clone() else {
-            return call.await;
-        };
-        let result = self
-            .conversation(&label)
-            .model_tool_call(tool, args, call)
-            .await;
-        // Steps asked inside the call (an agent the tool ran) do not come before the next call.
-        self.run().set_latest(latest);
-        result
+        let latest = INSIDE
+            .try_with(|inside| inside.borrow().clone())
+            .unwrap_or_else(|_| self.run().latest());
+        match latest {
+            Some(label) => {
+                let conversation = self.conversation(&label);
+                conversation.model_tool_call(tool, args, call).await
+            }
+            None => call.await,
+        }
+    }
+}
+
+tokio::task_local! {
+    /// Inside a call a conversation's model made: the conversation that answered a step last
+    /// there (the calling one, until an agent the call runs asks its own).
+    static INSIDE: RefCell<Option<Arc<str>>>;
+}
+
+/// Step of the conversation `label` was answered: the latest step of the call it runs in, or
+/// of the run.
+pub(super) fn stepped(run: &super::Run, label: &Arc<str>) {
+    let inside = INSIDE.try_with(|inside| *inside.borrow_mut() = Some(Arc::clone(label)));
+    if inside.is_err() {
+        run.set_latest(Some(Arc::clone(label)));
     }
 }
 
