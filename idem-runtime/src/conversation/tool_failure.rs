@@ -92,7 +92,8 @@ impl Conversation {
     /// [the module documentation](self).
     ///
     /// `args` are the arguments as the model sent them; calls of one tool with the same
-    /// arguments after one step are told apart by their order. A success is not recorded here:
+    /// arguments after one step are told apart by their order (as they start: two made at the
+    /// same time may swap places in a restarted run — they are one action to the tool's key). A success is not recorded here:
     /// the tool's own `#[idempotent]` key replays it. A call made before the conversation's
     /// first step just runs. While the run replays the conversation's steps, the first call
     /// after a step reads the next step's record (one read of the store); otherwise nothing is
