@@ -598,3 +598,49 @@ async fn a_failure_is_recorded_with_the_step_asked_again_after_a_failed_ask() {
         .await;
     assert!(step_1.is_ok(), "{step_1:?}");
 }
+
+/// As `a_call_after_a_tool_that_ran_a_sub_agent_reads_its_failure_again`, the tool run detached
+/// (in a task of its own, where the sub-agent's steps are not inside the call), with the
+/// outer step saying which calls it asked for (as rig's `RecordedModel` does): `send_mail` is
+/// the outer conversation's call whatever answered a step since.
+#[tokio::test]
+async fn a_call_the_step_asked_for_is_its_conversations_whatever_answered_since() {
+    use idem_tools_runtime::key::ArgsDigest;
+    use idem_tools_runtime::{Call, Codec, ToolInfo, execute_detached};
+    static RESEARCH: ToolInfo = ToolInfo::idempotent("research");
+    async fn research(turn: Turn) -> Result<String, Failed> {
+        let mut args = ArgsDigest::new(RESEARCH.name);
+        args.arg("q", "ada")?;
+        let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), "research", 1);
+        let call = Call::new(&RESEARCH, &turn, key, fingerprint);
+        execute_detached(call, Codec::ok_only(), async move {
+            step_of(&turn, "researcher", "research").await;
+            Ok("researched".to_owned())
+        })
+        .await
+    }
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Mail::default();
+    let respond = async |turn: &Turn, failures: &[&str]| {
+        step_of(turn, "assistant", "go").await;
+        let assistant = turn.conversation("assistant");
+        assistant.expect_tool_call("research", "ada");
+        assistant.expect_tool_call("send_mail", "ada");
+        let researched = turn
+            .model_tool_call("research", "ada", research(turn.clone()))
+            .await;
+        let sent = turn
+            .model_tool_call("send_mail", "ada", mail.send(failures))
+            .await;
+        let request = format!("after {researched:?}, {sent:?}");
+        assistant.step(&request, model(1)).await.map(|_| sent)
+    };
+    let first = respond(&turn(&store), &["timed out"]).await;
+    assert_eq!(
+        first.expect("the first run"),
+        Err(Failed("timed out".into()))
+    );
+    let again = respond(&turn(&store), &[]).await;
+    assert_eq!(again.expect("replays"), Err(Failed("timed out".into())));
+    assert_eq!(mail.calls(), 1, "send_mail was not made again");
+}

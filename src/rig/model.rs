@@ -1,7 +1,7 @@
 //! A rig agent's model, its steps recorded in a turn ([`RecordedModel`]).
 
 use rig_core::DynModel;
-use rig_core::completion::{CompletionRequest, CompletionResponse, ModelRef};
+use rig_core::completion::{AssistantContent, CompletionRequest, CompletionResponse, ModelRef};
 use rig_core::effect::{EffectKind, HandlerDescriptor, Outcome, family};
 use rig_core::error::{ErrorKind, ErrorReport};
 use rig_core::operation::Completion;
@@ -168,7 +168,18 @@ impl Serve for RecordedModel {
             .step_counting(&request, tokens, live)
             .await
         {
-            Ok(response) => Reply::Outcome(Ok(Outcome::Completion(response))),
+            Ok(response) => {
+                // The calls it asks for are this conversation's, whoever answered a step since.
+                for content in &response.choice {
+                    if let AssistantContent::ToolCall(call) = content {
+                        let function = &call.function;
+                        let name = function.name.as_str();
+                        self.conversation
+                            .expect_tool_call(name, &function.arguments);
+                    }
+                }
+                Reply::Outcome(Ok(Outcome::Completion(response)))
+            }
             Err(StepError::Model(report)) => Reply::Outcome(Err(*report)),
             Err(StepError::Idem(error)) => Reply::Outcome(Err(report(&error))),
         }

@@ -62,6 +62,9 @@ pub(super) struct Calls {
     after: Option<(u32, bool)>,
     /// How many times each call (by tool and arguments) was made since the step.
     made: HashMap<Key, u32>,
+    /// How many times the step's response asked for each call, where the caller said
+    /// ([`Conversation::expect_tool_call`]).
+    requested: HashMap<Key, u32>,
     /// The failures read since the step, for the next step's record.
     pending: Vec<ReadFailure>,
     /// The failures recorded with the next step, once read (while replaying): that step's
@@ -85,6 +88,26 @@ impl Calls {
 }
 
 impl Conversation {
+    /// Says that the response of this conversation's latest step asked for a call of `tool`
+    /// with `args` (as sent): [`Turn::model_tool_call`] then takes such a call for this
+    /// conversation's, whichever conversation answered a step last. rig's `RecordedModel` says
+    /// it of every tool call of each response.
+    pub fn expect_tool_call<A: Serialize + ?Sized>(&self, tool: &str, args: &A) {
+        if let Ok(made) = call_key(&self.turn, tool, args) {
+            let mut calls = self.calls();
+            if calls.after.is_some() {
+                *calls.requested.entry(made).or_insert(0) += 1;
+            }
+        }
+    }
+
+    /// Whether the latest step's response asked for a call of `made` not made yet.
+    fn expects(&self, made: Key) -> bool {
+        let calls = self.calls();
+        let requested = calls.requested.get(&made).copied().unwrap_or(0);
+        requested > calls.made.get(&made).copied().unwrap_or(0)
+    }
+
     /// Runs `call`, a call of `tool` with `args` that this conversation's model asked for in
     /// its latest step and whose outcome it reads, so that a restarted run reads the same: a
     /// failure is recorded with the conversation's next step, and a restarted run that replays
@@ -249,31 +272,50 @@ impl Conversation {
 impl Turn {
     /// [`Conversation::model_tool_call`] for a call whose conversation is not known (rig's
     /// [`tool`](https://docs.rs/idem-tools/latest/idem_tools/rig/fn.tool.html) calls it): the
-    /// call is taken to follow the step the run answered last, in whichever conversation —
-    /// steps asked while a call runs (a tool that runs an agent of its own, in the task that
-    /// awaits the call) count only for the calls made inside it.
-    /// Agents of one turn that run one after another find their failures again; agents that run
-    /// at the same time may have a call taken for another's, and a restarted run that
-    /// interleaves them otherwise may then miss its failure (and stop with
-    /// [`Error::ModelStepDiverged`], as without the record) or, for two calls of one tool with
-    /// the same arguments, read the other's. Outside a durable turn (no [`Conversation`] has
-    /// answered a step), `call` just runs.
+    /// call is taken for the conversation whose latest step asked for it
+    /// ([`Conversation::expect_tool_call`]; rig's `RecordedModel` says so of every response),
+    /// else for the one that answered a step last — steps asked while a call runs in the task
+    /// that awaits it (a tool that runs an agent of its own) count only for the calls made
+    /// inside it. Without [`expect_tool_call`](Conversation::expect_tool_call), agents of one
+    /// turn that run at the same time may have a call taken for another's, and a restarted run
+    /// that interleaves them otherwise may then miss its failure (and stop with
+    /// [`Error::ModelStepDiverged`], as without the record). Outside a durable turn (no
+    /// [`Conversation`] has answered a step), `call` just runs.
     pub async fn model_tool_call<A, T, F, C>(&self, tool: &str, args: &A, call: C) -> Result<T, F>
     where
         A: Serialize + ?Sized,
         F: Serialize + DeserializeOwned,
         C: Future<Output = Result<T, F>>,
     {
-        let latest = INSIDE
-            .try_with(|inside| inside.borrow().clone())
-            .unwrap_or_else(|_| self.run().latest());
-        match latest {
-            Some(label) => {
-                let conversation = self.conversation(&label);
-                conversation.model_tool_call(tool, args, call).await
-            }
+        let expecting = call_key(self, tool, args)
+            .ok()
+            .and_then(|made| self.conversation_expecting(made));
+        let conversation = expecting.or_else(|| {
+            let latest = INSIDE
+                .try_with(|inside| inside.borrow().clone())
+                .unwrap_or_else(|_| self.run().latest());
+            latest.map(|label| self.conversation(&label))
+        });
+        match conversation {
+            Some(conversation) => conversation.model_tool_call(tool, args, call).await,
             None => call.await,
         }
+    }
+
+    /// The conversation of this run whose latest step asked for a call of `made` not made yet.
+    fn conversation_expecting(&self, made: Key) -> Option<Conversation> {
+        let labels: Vec<Arc<str>> = {
+            let conversations = self
+                .run()
+                .conversations
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            conversations.keys().cloned().collect()
+        };
+        labels
+            .iter()
+            .map(|label| self.conversation(label))
+            .find(|conversation| conversation.expects(made))
     }
 }
 

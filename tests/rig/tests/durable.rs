@@ -495,3 +495,67 @@ async fn two_agents_making_the_same_call_replay_in_any_order() {
     assert_eq!(silent.request_count(), 0, "no request sent");
     assert_eq!(up.calls.load(Ordering::SeqCst), 2, "no call made again");
 }
+
+/// rig's own agent-as-tool (`Agent::into_tool`, which idem's `tool` does not wrap) asked for
+/// in one response before an idem tool whose call fails: the sub-agent's steps do not take the
+/// call, which the response of the outer agent's step asked for, and a restarted run replays
+/// to its end.
+#[tokio::test]
+async fn a_call_after_rigs_agent_tool_in_one_response_reads_its_failure_again() {
+    let run = async |model: &MockCompletionModel, sub: &MockCompletionModel, flaky: &Flaky| {
+        let turn = Turn::new("durable/agent-tool");
+        let researcher = AgentBuilder::new(sub.clone())
+            .name("researcher")
+            .model_route_handler(
+                "default",
+                RecordedModel::new("default", sub.clone(), &turn).with_conversation("researcher"),
+            )
+            .default_max_turns(2)
+            .build()
+            .into_tool()
+            .expect("an agent tool");
+        AgentBuilder::new(model.clone())
+            .model_route_handler(
+                "default",
+                RecordedModel::new("default", model.clone(), &turn),
+            )
+            .default_max_turns(5)
+            .dynamic_tool(researcher)
+            .dynamic_tool(tool(flaky.clone(), FLAKY[0]).expect("a named tool"))
+            .build()
+            .prompt("Research Ada, then tell her hi")
+            .tool_context(with_turn(ToolContext::new(), &turn))
+            .await
+    };
+    let research = AssistantContent::ToolCall(ToolCall::from_wire(
+        "call-0",
+        ToolFunction::new(
+            ToolName::new("researcher").expect("a tool name"),
+            json!({ "prompt": "who is ada" }),
+        ),
+    ));
+    let first_model = MockCompletionModel::from_turns([
+        MockTurn::from_contents([research, flaky_to()]),
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::text("Sent."),
+    ]);
+    let sub = MockCompletionModel::from_turns([MockTurn::text("Ada Lovelace.")]);
+    let down = Flaky {
+        down: 1,
+        ..Flaky::default()
+    };
+    let done = run(&first_model, &sub, &down).await.expect("the first run");
+    assert_eq!(down.calls.load(Ordering::SeqCst), 2, "failed, then sent");
+
+    let silent = MockCompletionModel::from_turns([]);
+    let up = Flaky {
+        down: 0,
+        ..down.clone()
+    };
+    let again = run(&silent, &silent, &up)
+        .await
+        .expect("the restarted run replays to its end");
+    assert_eq!(again.output(), done.output());
+    assert_eq!(silent.request_count(), 0, "no request sent");
+    assert_eq!(up.calls.load(Ordering::SeqCst), 2, "no call made again");
+}
