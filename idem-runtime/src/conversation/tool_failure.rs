@@ -272,11 +272,13 @@ impl Conversation {
 impl Turn {
     /// [`Conversation::model_tool_call`] for a call whose conversation is not known (rig's
     /// [`tool`](https://docs.rs/idem-tools/latest/idem_tools/rig/fn.tool.html) calls it): the
-    /// call is taken for the conversation whose latest step asked for it
+    /// call is taken for the conversation that answered a step last if that step asked for it
     /// ([`Conversation::expect_tool_call`]; rig's `RecordedModel` says so of every response),
-    /// else for the one that answered a step last — steps asked while a call runs in the task
-    /// that awaits it (a tool that runs an agent of its own) count only for the calls made
-    /// inside it. Without [`expect_tool_call`](Conversation::expect_tool_call), agents of one
+    /// else for the one conversation whose latest step asked for it, else for the one that
+    /// answered a step last — steps asked while a call runs in the task that awaits it (a tool
+    /// that runs an agent of its own) count only for the calls made inside it. Two
+    /// conversations that ask for the same call (one tool, the same arguments: one action) at
+    /// the same time may have their calls taken for each other's. Without [`expect_tool_call`](Conversation::expect_tool_call), agents of one
     /// turn that run at the same time may have a call taken for another's, and a restarted run
     /// that interleaves them otherwise may then miss its failure (and stop with
     /// [`Error::ModelStepDiverged`], as without the record). Outside a durable turn (no
@@ -287,22 +289,26 @@ impl Turn {
         F: Serialize + DeserializeOwned,
         C: Future<Output = Result<T, F>>,
     {
-        let expecting = call_key(self, tool, args)
-            .ok()
-            .and_then(|made| self.conversation_expecting(made));
-        let conversation = expecting.or_else(|| {
-            let latest = INSIDE
-                .try_with(|inside| inside.borrow().clone())
-                .unwrap_or_else(|_| self.run().latest());
-            latest.map(|label| self.conversation(&label))
-        });
+        let latest = INSIDE
+            .try_with(|inside| inside.borrow().clone())
+            .unwrap_or_else(|_| self.run().latest())
+            .map(|label| self.conversation(&label));
+        let made = call_key(self, tool, args).ok();
+        // The latest conversation if it expects the call, else the one conversation that does,
+        // else the latest.
+        let conversation = match (made, latest) {
+            (Some(made), Some(latest)) if latest.expects(made) => Some(latest),
+            (Some(made), latest) => self.conversation_expecting(made).or(latest),
+            (None, latest) => latest,
+        };
         match conversation {
             Some(conversation) => conversation.model_tool_call(tool, args, call).await,
             None => call.await,
         }
     }
 
-    /// The conversation of this run whose latest step asked for a call of `made` not made yet.
+    /// The one conversation of this run whose latest step asked for a call of `made` not made
+    /// yet (none if several did: which one a call is would depend on the map's order).
     fn conversation_expecting(&self, made: Key) -> Option<Conversation> {
         let labels: Vec<Arc<str>> = {
             let conversations = self
@@ -312,10 +318,15 @@ impl Turn {
                 .unwrap_or_else(PoisonError::into_inner);
             conversations.keys().cloned().collect()
         };
-        labels
+        let mut expecting = labels
             .iter()
             .map(|label| self.conversation(label))
-            .find(|conversation| conversation.expects(made))
+            .filter(|conversation| conversation.expects(made));
+        let first = expecting.next();
+        match expecting.next() {
+            None => first,
+            Some(_) => None,
+        }
     }
 }
 

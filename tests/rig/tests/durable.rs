@@ -559,3 +559,76 @@ async fn a_call_after_rigs_agent_tool_in_one_response_reads_its_failure_again() 
     assert_eq!(silent.request_count(), 0, "no request sent");
     assert_eq!(up.calls.load(Ordering::SeqCst), 2, "no call made again");
 }
+
+/// A sub-agent (rig's `into_tool`) whose own response asks for the very call the outer
+/// response asks for after it (`flaky` with the same arguments; the sub-agent's fails): both
+/// conversations expect the call, and each call is taken for the conversation that answered a
+/// step last when that step asked for it, so every restart replays to its end.
+#[tokio::test]
+async fn a_sub_agent_asking_for_the_outer_agents_call_replays_on_every_restart() {
+    let run =
+        async |id: &str, model: &MockCompletionModel, sub: &MockCompletionModel, flaky: &Flaky| {
+            let turn = Turn::new(id);
+            let researcher = AgentBuilder::new(sub.clone())
+                .name("researcher")
+                .model_route_handler(
+                    "default",
+                    RecordedModel::new("default", sub.clone(), &turn)
+                        .with_conversation("researcher"),
+                )
+                .default_max_turns(3)
+                .dynamic_tool(tool(flaky.clone(), FLAKY[0]).expect("a named tool"))
+                .build()
+                .into_tool()
+                .expect("an agent tool");
+            let flaky = tool(flaky.clone(), FLAKY[0]).expect("a named tool");
+            AgentBuilder::new(model.clone())
+                .model_route_handler(
+                    "default",
+                    RecordedModel::new("default", model.clone(), &turn),
+                )
+                .default_max_turns(5)
+                .dynamic_tool(researcher)
+                .dynamic_tool(flaky)
+                .build()
+                .prompt("Research Ada, then tell her hi")
+                .tool_context(with_turn(ToolContext::new(), &turn))
+                .await
+        };
+    let research = || {
+        AssistantContent::ToolCall(ToolCall::from_wire(
+            "call-0",
+            ToolFunction::new(
+                ToolName::new("researcher").expect("a tool name"),
+                json!({ "prompt": "who is ada" }),
+            ),
+        ))
+    };
+    // Each turn builds its maps anew (another iteration order): several turns.
+    for i in 0..8 {
+        let id = format!("durable/nested/{i}");
+        let first_model = MockCompletionModel::from_turns([
+            MockTurn::from_contents([research(), flaky_to()]),
+            MockTurn::text("Sent."),
+        ]);
+        let sub = MockCompletionModel::from_turns([
+            MockTurn::from_contents([flaky_to()]),
+            MockTurn::text("Ada Lovelace."),
+        ]);
+        let down = Flaky {
+            down: 1,
+            ..Flaky::default()
+        };
+        let done = run(&id, &first_model, &sub, &down)
+            .await
+            .expect("the first run");
+        let silent = MockCompletionModel::from_turns([]);
+        let up = Flaky {
+            down: 0,
+            ..down.clone()
+        };
+        let again = run(&id, &silent, &silent, &up).await;
+        assert_eq!(again.expect("replays").output(), done.output(), "turn {i}");
+        assert_eq!(silent.request_count(), 0, "turn {i}: no request sent");
+    }
+}
