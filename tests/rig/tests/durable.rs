@@ -70,20 +70,52 @@ fn agent(model: &MockCompletionModel, turn: &Turn, send: &Send) -> Agent {
     agent_with(
         model,
         turn,
-        tool(send.clone(), TOOLS[0]).expect("a named tool"),
+        vec![tool(send.clone(), TOOLS[0]).expect("a named tool")],
     )
 }
 
-/// The agent of one turn with one tool.
-fn agent_with(model: &MockCompletionModel, turn: &Turn, tool: DynamicTool) -> Agent {
+/// The agent of one turn with `tools`.
+fn agent_with(model: &MockCompletionModel, turn: &Turn, tools: Vec<DynamicTool>) -> Agent {
     AgentBuilder::new(model.clone())
         .model_route_handler(
             "default",
             RecordedModel::new("default", model.clone(), turn),
         )
         .default_max_turns(5)
-        .dynamic_tool(tool)
+        .dynamic_tools(tools)
         .build()
+}
+
+/// One run of turn `id`: an agent with `flaky` and rig's own agent-as-tool `researcher` (its
+/// steps the conversation `researcher`; with `flaky` too if `sub_calls`).
+async fn run_with_researcher(
+    id: &str,
+    models: (&MockCompletionModel, &MockCompletionModel),
+    flaky: &Flaky,
+    sub_calls: bool,
+) -> Result<PromptResponse, rig_agent::completion::PromptError> {
+    let (model, sub) = models;
+    let turn = Turn::new(id);
+    let flaky_tool = || tool(flaky.clone(), FLAKY[0]).expect("a named tool");
+    let researcher = AgentBuilder::new(sub.clone())
+        .name("researcher")
+        .model_route_handler(
+            "default",
+            RecordedModel::new("default", sub.clone(), &turn).with_conversation("researcher"),
+        )
+        .default_max_turns(3)
+        .dynamic_tools(if sub_calls {
+            vec![flaky_tool()]
+        } else {
+            vec![]
+        })
+        .build()
+        .into_tool()
+        .expect("an agent tool");
+    agent_with(model, &turn, vec![researcher, flaky_tool()])
+        .prompt("Research Ada, then tell her hi")
+        .tool_context(with_turn(ToolContext::new(), &turn))
+        .await
 }
 
 /// An agent of `turn` without tools whose steps are the conversation `label` of the turn.
@@ -290,7 +322,7 @@ async fn a_restarted_run_reads_the_failure_the_first_run_read() {
     let run = async |model: &MockCompletionModel, flaky: &Flaky| {
         let turn = Turn::new("durable/flaky");
         let flaky = tool(flaky.clone(), FLAKY[0]).expect("a named tool");
-        agent_with(model, &turn, flaky)
+        agent_with(model, &turn, vec![flaky])
             .prompt("Tell Ada hi")
             .tool_context(with_turn(ToolContext::new(), &turn))
             .await
@@ -502,31 +534,8 @@ async fn two_agents_making_the_same_call_replay_in_any_order() {
 /// to its end.
 #[tokio::test]
 async fn a_call_after_rigs_agent_tool_in_one_response_reads_its_failure_again() {
-    let run = async |model: &MockCompletionModel, sub: &MockCompletionModel, flaky: &Flaky| {
-        let turn = Turn::new("durable/agent-tool");
-        let researcher = AgentBuilder::new(sub.clone())
-            .name("researcher")
-            .model_route_handler(
-                "default",
-                RecordedModel::new("default", sub.clone(), &turn).with_conversation("researcher"),
-            )
-            .default_max_turns(2)
-            .build()
-            .into_tool()
-            .expect("an agent tool");
-        AgentBuilder::new(model.clone())
-            .model_route_handler(
-                "default",
-                RecordedModel::new("default", model.clone(), &turn),
-            )
-            .default_max_turns(5)
-            .dynamic_tool(researcher)
-            .dynamic_tool(tool(flaky.clone(), FLAKY[0]).expect("a named tool"))
-            .build()
-            .prompt("Research Ada, then tell her hi")
-            .tool_context(with_turn(ToolContext::new(), &turn))
-            .await
-    };
+    let id = "durable/agent-tool";
+    let run = async |model, sub, flaky| run_with_researcher(id, (model, sub), flaky, false).await;
     let research = AssistantContent::ToolCall(ToolCall::from_wire(
         "call-0",
         ToolFunction::new(
@@ -566,35 +575,6 @@ async fn a_call_after_rigs_agent_tool_in_one_response_reads_its_failure_again() 
 /// step last when that step asked for it, so every restart replays to its end.
 #[tokio::test]
 async fn a_sub_agent_asking_for_the_outer_agents_call_replays_on_every_restart() {
-    let run =
-        async |id: &str, model: &MockCompletionModel, sub: &MockCompletionModel, flaky: &Flaky| {
-            let turn = Turn::new(id);
-            let researcher = AgentBuilder::new(sub.clone())
-                .name("researcher")
-                .model_route_handler(
-                    "default",
-                    RecordedModel::new("default", sub.clone(), &turn)
-                        .with_conversation("researcher"),
-                )
-                .default_max_turns(3)
-                .dynamic_tool(tool(flaky.clone(), FLAKY[0]).expect("a named tool"))
-                .build()
-                .into_tool()
-                .expect("an agent tool");
-            let flaky = tool(flaky.clone(), FLAKY[0]).expect("a named tool");
-            AgentBuilder::new(model.clone())
-                .model_route_handler(
-                    "default",
-                    RecordedModel::new("default", model.clone(), &turn),
-                )
-                .default_max_turns(5)
-                .dynamic_tool(researcher)
-                .dynamic_tool(flaky)
-                .build()
-                .prompt("Research Ada, then tell her hi")
-                .tool_context(with_turn(ToolContext::new(), &turn))
-                .await
-        };
     let research = || {
         AssistantContent::ToolCall(ToolCall::from_wire(
             "call-0",
@@ -619,7 +599,7 @@ async fn a_sub_agent_asking_for_the_outer_agents_call_replays_on_every_restart()
             down: 1,
             ..Flaky::default()
         };
-        let done = run(&id, &first_model, &sub, &down)
+        let done = run_with_researcher(&id, (&first_model, &sub), &down, true)
             .await
             .expect("the first run");
         let silent = MockCompletionModel::from_turns([]);
@@ -627,7 +607,7 @@ async fn a_sub_agent_asking_for_the_outer_agents_call_replays_on_every_restart()
             down: 0,
             ..down.clone()
         };
-        let again = run(&id, &silent, &silent, &up).await;
+        let again = run_with_researcher(&id, (&silent, &silent), &up, true).await;
         assert_eq!(again.expect("replays").output(), done.output(), "turn {i}");
         assert_eq!(silent.request_count(), 0, "turn {i}: no request sent");
     }
