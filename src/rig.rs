@@ -126,14 +126,12 @@ pub fn tool<T: Tool + 'static>(tool: T, info: ToolInfo) -> Result<DynamicTool, E
         move |context: &mut ToolContext, args: Value| {
             let tool = Arc::clone(&tool);
             Box::pin(async move {
-                // In a durable turn, a failure the model reads is read again by a restarted run.
+                // In a durable turn, a failure the model reads is read again by a restarted run:
+                // rig's `ToolExecutionError` (de)serializes (all but its `source`).
                 match self::turn(context).or_else(Turn::current) {
                     Some(turn) => {
                         let call = run(&tool, context, args.clone());
-                        let seen = turn.model_tool_call(info.name, &args, async {
-                            call.await.map_err(Failed)
-                        });
-                        seen.await.map_err(|Failed(error)| error)
+                        turn.model_tool_call(info.name, &args, call).await
                     }
                     None => run(&tool, context, args).await,
                 }
@@ -141,13 +139,6 @@ pub fn tool<T: Tool + 'static>(tool: T, info: ToolInfo) -> Result<DynamicTool, E
         },
     ))
 }
-
-/// A failed tool result as a durable turn records it: rig's own error (its kind, the text the
-/// model reads, the operator's message, its code), which (de)serializes; its `source` is not
-/// recorded.
-#[derive(Clone, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-struct Failed(ToolExecutionError);
 
 /// One call of a [`tool`]: rig's typed dispatch, from JSON arguments to the model's output.
 async fn run<T: Tool>(

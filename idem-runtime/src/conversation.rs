@@ -75,8 +75,8 @@ impl Run {
             .clone()
     }
 
-    fn set_latest(&self, label: Option<Arc<str>>) {
-        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = label;
+    fn set_latest(&self, label: Arc<str>) {
+        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(label);
     }
 }
 

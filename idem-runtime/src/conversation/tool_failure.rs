@@ -116,8 +116,8 @@ impl Conversation {
     ///
     /// `args` are the arguments as the model sent them; calls of one tool with the same
     /// arguments after one step are told apart by their order (as they start: two made at the
-    /// same time may swap places in a restarted run — they are one action to the tool's key). A success is not recorded here:
-    /// the tool's own `#[idempotent]` key replays it. A call made before the conversation's
+    /// same time may swap places in a restarted run — they are one action to the tool's key).
+    /// A success is not recorded here: the tool's own `#[idempotent]` key replays it. A call made before the conversation's
     /// first step just runs. While the run replays the conversation's steps, the first call
     /// after a step reads the next step's record (one read of the store); otherwise nothing is
     /// read or written until the next step. If the store fails, `call` runs as it would
@@ -341,7 +341,7 @@ tokio::task_local! {
 pub(super) fn stepped(run: &super::Run, label: &Arc<str>) {
     let inside = INSIDE.try_with(|inside| *inside.borrow_mut() = Some(Arc::clone(label)));
     if inside.is_err() {
-        run.set_latest(Some(Arc::clone(label)));
+        run.set_latest(Arc::clone(label));
     }
 }
 
