@@ -142,10 +142,12 @@ pub struct Digest {
 impl Digest {
     /// The turn from the task-local scope ([`Turn::current_for`]): `Error::NoTurn` outside one.
     /// `slot` is checked first: `Error::DuplicateTool` if another tool has this one's name.
-    pub fn from_scope(tool: &'static ToolInfo, slot: &'static ToolSlot) -> Self {
-        let turn = slot
-            .register(tool)
-            .and_then(|()| Turn::current_for(tool.name));
+    pub fn from_scope(
+        tool: &'static ToolInfo,
+        slot: &'static ToolSlot,
+        instance: Option<&'static str>,
+    ) -> Self {
+        let turn = register(tool, slot, instance).and_then(|()| Turn::current_for(tool.name));
         Self::new(tool, turn)
     }
 
@@ -153,9 +155,11 @@ impl Digest {
     pub fn with_turn<T: ::std::borrow::Borrow<Turn>>(
         tool: &'static ToolInfo,
         slot: &'static ToolSlot,
+        instance: Option<&'static str>,
         turn: &T,
     ) -> Self {
-        Self::new(tool, slot.register(tool).map(|()| turn.borrow().clone()))
+        let turn = register(tool, slot, instance).map(|()| turn.borrow().clone());
+        Self::new(tool, turn)
     }
 
     fn new(tool: &'static ToolInfo, turn: Result<Turn, Error>) -> Self {
@@ -188,6 +192,27 @@ impl Digest {
             args.caller_key(key.as_ref());
         }
     }
+}
+
+/// Registers `tool` in `slot` ([`ToolSlot::register`]) and, for a tool whose code may be
+/// compiled for several types with nothing of the type in its key, checks that this is the
+/// instantiation that called first ([`ToolSlot::same_instance`]).
+fn register(
+    tool: &'static ToolInfo,
+    slot: &'static ToolSlot,
+    instance: Option<&'static str>,
+) -> Result<(), Error> {
+    slot.register(tool)?;
+    match instance {
+        Some(instance) => slot.same_instance(tool, instance),
+        None => Ok(()),
+    }
+}
+
+/// The instantiation a closure of a tool's body was compiled for (its type name names the
+/// item's `Self` and generic arguments), for [`ToolSlot::same_instance`].
+pub fn instance_of<F>(_: &F) -> &'static str {
+    ::std::any::type_name::<F>()
 }
 
 /// An argument in the key and the fingerprint.

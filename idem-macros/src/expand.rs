@@ -11,7 +11,7 @@ use crate::ast::{Form, Param, Role, ToolFn};
 use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
-use crate::placement::{CUT_OFF, Run, Unchecked};
+use crate::placement::{CUT_OFF, Run, Unchecked, has_impl};
 use crate::receiver::{replace_self, self_binding};
 use crate::valid::{self, Plan};
 
@@ -50,6 +50,11 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     if plan.run == Run::OnClone {
         replace_self(&mut body);
     }
+    // Whether the instantiation is checked ([`Body::instance`]): not for a function generic
+    // itself, whose instantiations are one tool told apart by their arguments.
+    let own_generics = func.sig.generics.type_params().next().is_some()
+        || func.sig.generics.const_params().next().is_some()
+        || params.iter().any(|p| has_impl(p.ty.to_token_stream()));
     let new_body = Body {
         private: &private,
         info: &info,
@@ -62,6 +67,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             .map_or_else(Span::call_site, |r| r.self_token.span),
         method: &method,
         pin: pin.as_ref(),
+        own_generics,
     }
     .tokens(body);
     rename_patterns(&params, &mut func);
@@ -90,6 +96,8 @@ struct Body<'a> {
     method: &'a Ident,
     /// `Box::pin`, for an `#[async_trait]` method.
     pin: Option<&'a syn::Expr>,
+    /// The function has type or const parameters of its own (or `impl Trait` arguments).
+    own_generics: bool,
 }
 
 impl Body<'_> {
@@ -113,12 +121,13 @@ impl Body<'_> {
             .iter()
             .any(|p| p.role == Role::Skip)
             .then(|| quote!(use #private::{SkipViaNothing as _, SkipViaSerialize as _};));
+        let instance = self.instance();
         let init = match params.iter().find(|p| p.role == Role::Turn) {
             Some(turn) => {
                 let binding = &turn.binding;
-                quote!(#private::Digest::with_turn(&#tool, &#slot, &#binding))
+                quote!(#private::Digest::with_turn(&#tool, &#slot, #instance, &#binding))
             }
-            None => quote!(#private::Digest::from_scope(&#tool, &#slot)),
+            None => quote!(#private::Digest::from_scope(&#tool, &#slot, #instance)),
         };
         let args = params.iter().filter_map(|p| arg(private, &digest, p));
         let patterns = params.iter().filter_map(|p| {
@@ -304,6 +313,20 @@ impl Body<'_> {
 }
 
 impl Body<'_> {
+    /// The instantiation the body is compiled for, checked at each call: one `static` slot
+    /// serves every instantiation of a generic item — a trait's default method on each
+    /// implementing type, a method of a generic `impl` block — under one name, so calls on two
+    /// types would share keys unless something of the type is in them (a `self_key`). `None`
+    /// where that is said, and for a function generic itself, whose instantiations are one tool
+    /// told apart by their arguments (documented).
+    fn instance(&self) -> TokenStream {
+        let private = self.private;
+        if self.own_generics || self.options.self_key.is_some() {
+            return quote!(#private::None);
+        }
+        quote!(#private::Some(#private::instance_of(&|| ())))
+    }
+
     /// `typed::<R, _>`, which gives the body's future the declared return type as its output,
     /// so that an error about it names that type (`u32`, not `{integer}`), and a body of
     /// another type gets rustc's own mismatch.

@@ -119,7 +119,7 @@ fn is_self(ty: &Type) -> bool {
 }
 
 /// Whether `tokens` hold `impl`.
-fn has_impl(tokens: TokenStream) -> bool {
+pub(crate) fn has_impl(tokens: TokenStream) -> bool {
     tokens.into_iter().any(|token| match token {
         TokenTree::Ident(i) => i == "impl",
         TokenTree::Group(g) => has_impl(g.stream()),

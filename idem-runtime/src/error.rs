@@ -236,6 +236,28 @@ pub enum Error {
         name: &'static str,
     },
 
+    /// One tool's code compiled for two types — a trait's default method called on two
+    /// implementing types, or a method of a generic `impl` block on two of its parameters — with
+    /// nothing of the type in the key: they would share keys, so the second type is refused.
+    #[error(
+        "tool `{name}` is one function compiled for several types, and its key does not say \
+         which: `{now}` would share idempotency keys with `{first}` (which called first) and \
+         replay its results, so this call was refused. Give each type its own tool: implement \
+         the method in each `impl` rather than as a trait's default, or, for a method with \
+         `self` in a generic `impl` block, put the type's identity in the key with \
+         `#[idem_tools::tool_impl(self_key = …)]` (say `self_key = C::CODE`); for a function \
+         without `self`, take that identity as an argument or write it in each concrete `impl`"
+    )]
+    SharedAcrossTypes {
+        /// The tool's name.
+        name: &'static str,
+        /// The instantiation that called first (a type name, as `std::any::type_name` writes
+        /// it).
+        first: &'static str,
+        /// The instantiation refused.
+        now: &'static str,
+    },
+
     /// A transactional tool's body ended the transaction idem opened for it: a `COMMIT` or
     /// `ROLLBACK` sent on its connection.
     #[error(

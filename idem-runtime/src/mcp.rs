@@ -65,7 +65,7 @@ impl From<Error> for ErrorData {
             | Error::NotReplayable { tool, .. }
             | Error::TransactionEnded { tool, .. }
             | Error::CommitFailed { tool, .. } => Some(*tool),
-            Error::DuplicateTool { name } => Some(*name),
+            Error::DuplicateTool { name } | Error::SharedAcrossTypes { name, .. } => Some(*name),
             Error::Store { .. }
             | Error::LeaseLost { .. }
             | Error::CorruptRecord { .. }
@@ -132,6 +132,11 @@ mod tests {
             Error::NoTurn { tool: "t" },
             Error::store("begin", "connection refused"),
             Error::DuplicateTool { name: "t" },
+            Error::SharedAcrossTypes {
+                name: "t",
+                first: "<A as T>::t::{{closure}}",
+                now: "<B as T>::t::{{closure}}",
+            },
             Error::Config("bad".into()),
         ];
         for error in errors {

@@ -40,6 +40,7 @@ impl Error {
             Error::CorruptRecord { .. } => "corrupt_record",
             Error::UnreadableRecord { .. } => "unreadable_record",
             Error::DuplicateTool { .. } => "duplicate_tool",
+            Error::SharedAcrossTypes { .. } => "shared_across_types",
             Error::TransactionEnded { .. } => "transaction_ended",
             Error::CommitFailed { .. } => "commit_failed",
             Error::ModelStepDiverged { .. } => "model_step_diverged",
@@ -82,6 +83,7 @@ impl Error {
             | Error::CorruptRecord { .. }
             | Error::UnreadableRecord { .. }
             | Error::DuplicateTool { .. }
+            | Error::SharedAcrossTypes { .. }
             | Error::ModelStepDiverged { .. }
             | Error::TokenBudgetExhausted { .. }
             | Error::ModelStepsExhausted { .. }
@@ -168,10 +170,12 @@ impl Error {
                  inside its own run, with the same arguments, and would have waited for itself \
                  forever. {UNAVAILABLE}"
             ),
-            Error::DuplicateTool { .. } | Error::Config(_) => format!(
-                "This action was not run, and nothing was done: the application is \
-                 misconfigured. {UNAVAILABLE}"
-            ),
+            Error::DuplicateTool { .. } | Error::SharedAcrossTypes { .. } | Error::Config(_) => {
+                format!(
+                    "This action was not run, and nothing was done: the application is \
+                     misconfigured. {UNAVAILABLE}"
+                )
+            }
             Error::TransactionEnded { .. } => "This action was not finished properly, so it may \
                  or may not have taken effect. Do not call it again blindly: check whether it \
                  happened (for example with a read-only tool), or tell the user."

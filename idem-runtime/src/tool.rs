@@ -2,8 +2,8 @@
 //! sure two different tools never reach the engine under one name.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::error::Error;
@@ -199,6 +199,9 @@ const DUPLICATE: u8 = 2;
 #[doc(hidden)]
 pub struct ToolSlot {
     state: AtomicU8,
+    /// The instantiation that called first, for a tool whose code may be compiled for several
+    /// types ([`ToolSlot::same_instance`]).
+    instance: OnceLock<&'static str>,
 }
 
 impl ToolSlot {
@@ -206,7 +209,34 @@ impl ToolSlot {
     pub const fn new() -> Self {
         ToolSlot {
             state: AtomicU8::new(UNREGISTERED),
+            instance: OnceLock::new(),
         }
+    }
+
+    /// Checks that `instance` (the type name of a closure in the tool's body, which names the
+    /// types it was compiled for: `<Stripe as Billing>::charge::{{closure}}`) is the one that
+    /// called first. One `static` slot serves every instantiation of a generic item — a
+    /// trait's default method for each implementing type, a method of a generic `impl` block
+    /// for each of its parameters — and the name, and so the key, is the same for all of them:
+    /// calls on two types would replay each other's results. The first type keeps the tool;
+    /// the others are refused.
+    ///
+    /// # Errors
+    /// [`Error::SharedAcrossTypes`] for an instantiation other than the first.
+    pub fn same_instance(
+        &'static self,
+        tool: &ToolInfo,
+        instance: &'static str,
+    ) -> Result<(), Error> {
+        let first = *self.instance.get_or_init(|| instance);
+        if std::ptr::eq(first, instance) || first == instance {
+            return Ok(());
+        }
+        Err(Error::SharedAcrossTypes {
+            name: tool.name,
+            first,
+            now: instance,
+        })
     }
 
     /// Registers this slot as `tool` (its name and version), or checks that it is.

@@ -1,0 +1,232 @@
+//! One tool's code compiled for several types — a trait's default method on each implementing
+//! type, a method of a generic `impl` block on each of its parameters — has one `static` slot
+//! and one name, so nothing of the type is in its key unless a `self_key` puts it there. A
+//! second type's call is refused (`Error::SharedAcrossTypes`) instead of replaying the first
+//! type's result; a `self_key` that names the type, and a function generic itself (its
+//! instantiations are one tool told apart by their arguments), go on working.
+#![allow(clippy::unused_async)]
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use idem_tools::{Error, MemoryStore, Turn, idempotent, tool_impl};
+
+fn turn(id: &str) -> Turn {
+    Turn::new(id).with_store(Arc::new(MemoryStore::new()))
+}
+
+fn ok(result: &Result<String, Error>) -> Option<&str> {
+    result.as_ref().ok().map(String::as_str)
+}
+
+fn refused_as_shared(result: &Result<String, Error>) -> bool {
+    matches!(result, Err(Error::SharedAcrossTypes { .. }))
+}
+
+trait Currency: Send + Sync + 'static {
+    const CODE: &'static str;
+}
+
+struct Usd;
+struct Eur;
+
+impl Currency for Usd {
+    const CODE: &'static str = "USD";
+}
+
+impl Currency for Eur {
+    const CODE: &'static str = "EUR";
+}
+
+// A trait's default method without `self`: every implementing type shares its slot and name.
+static CHARGES: AtomicUsize = AtomicUsize::new(0);
+
+trait Billing {
+    fn provider() -> &'static str;
+
+    #[idempotent]
+    async fn charge(cents: u64) -> Result<String, Error> {
+        CHARGES.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("{} charged {cents}", Self::provider()))
+    }
+}
+
+struct Stripe;
+struct Paypal;
+
+impl Billing for Stripe {
+    fn provider() -> &'static str {
+        "stripe"
+    }
+}
+
+impl Billing for Paypal {
+    fn provider() -> &'static str {
+        "paypal"
+    }
+}
+
+#[tokio::test]
+async fn a_trait_default_method_is_refused_for_a_second_implementing_type() {
+    let (stripe, paypal, again) = turn("instances-1")
+        .scope(async {
+            let stripe = <Stripe as Billing>::charge(500).await;
+            let paypal = <Paypal as Billing>::charge(500).await;
+            let again = <Stripe as Billing>::charge(500).await;
+            (stripe, paypal, again)
+        })
+        .await;
+    assert_eq!(ok(&stripe), Some("stripe charged 500"));
+    assert!(
+        refused_as_shared(&paypal),
+        "not stripe's receipt: {paypal:?}"
+    );
+    assert_eq!(
+        ok(&again),
+        Some("stripe charged 500"),
+        "the first type keeps it"
+    );
+    assert_eq!(CHARGES.load(Ordering::SeqCst), 1);
+    let message = paypal.unwrap_err().to_string();
+    assert!(
+        message.contains("Paypal as") && message.contains("Stripe as"),
+        "{message}"
+    );
+}
+
+// The same with a receiver that says every instance is the same service.
+static NOTICES: AtomicUsize = AtomicUsize::new(0);
+
+trait Notifier: Sync {
+    #[idempotent(name = "notify", same_service, attached)]
+    async fn notify(&self, to: String) -> Result<String, Error> {
+        NOTICES.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("notified {to}"))
+    }
+}
+
+struct Mail;
+struct Sms;
+
+impl Notifier for Mail {}
+impl Notifier for Sms {}
+
+#[tokio::test]
+async fn a_trait_default_method_with_self_is_refused_for_a_second_type() {
+    let (mail, sms) = turn("instances-2")
+        .scope(async {
+            (
+                Mail.notify("ada".into()).await,
+                Sms.notify("ada".into()).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&mail), Some("notified ada"));
+    assert!(refused_as_shared(&sms), "not mail's receipt: {sms:?}");
+    assert_eq!(NOTICES.load(Ordering::SeqCst), 1);
+}
+
+// A function without `self` in a generic block, under `#[tool_impl]` and outside it.
+static REFUNDS: AtomicUsize = AtomicUsize::new(0);
+
+struct Refund<C>(PhantomData<C>);
+
+#[tool_impl]
+impl<C: Currency> Refund<C> {
+    #[idempotent]
+    pub async fn issue(order: u64, amount: u64) -> Result<String, Error> {
+        REFUNDS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("refunded {amount} {} on order {order}", C::CODE))
+    }
+}
+
+struct Payout<C>(PhantomData<C>);
+
+impl<C: Currency> Payout<C> {
+    #[idempotent]
+    pub async fn pay_out(order: u64) -> Result<String, Error> {
+        Ok(format!("paid out order {order} in {}", C::CODE))
+    }
+}
+
+#[tokio::test]
+async fn a_function_of_a_generic_block_is_refused_for_a_second_parameter() {
+    let (usd, eur, out_eur, out_usd) = turn("instances-3")
+        .scope(async {
+            (
+                Refund::<Usd>::issue(7, 100).await,
+                Refund::<Eur>::issue(7, 100).await,
+                Payout::<Eur>::pay_out(7).await,
+                Payout::<Usd>::pay_out(7).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&usd), Some("refunded 100 USD on order 7"));
+    assert!(refused_as_shared(&eur), "not the USD receipt: {eur:?}");
+    assert_eq!(REFUNDS.load(Ordering::SeqCst), 1);
+    assert_eq!(ok(&out_eur), Some("paid out order 7 in EUR"), "{out_eur:?}");
+    assert!(refused_as_shared(&out_usd), "{out_usd:?}");
+}
+
+// `same_service` on a generic block outside `#[tool_impl]`, which would refuse it at compile
+// time: the method cannot see its block's parameters, so the check happens at the call.
+struct Reversal<C>(PhantomData<C>);
+
+impl<C: Currency> Reversal<C> {
+    #[idempotent(name = "reverse", same_service, attached)]
+    pub async fn reverse(&self, order: u64) -> Result<String, Error> {
+        Ok(format!("reversed order {order} in {}", C::CODE))
+    }
+}
+
+#[tokio::test]
+async fn same_service_on_a_generic_block_without_tool_impl_is_refused_at_the_call() {
+    let (usd, eur) = turn("instances-4")
+        .scope(async {
+            (
+                Reversal::<Usd>(PhantomData).reverse(7).await,
+                Reversal::<Eur>(PhantomData).reverse(7).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&usd), Some("reversed order 7 in USD"));
+    assert!(refused_as_shared(&eur), "{eur:?}");
+}
+
+// What stays allowed: a `self_key` that names the type, and a function generic itself.
+#[derive(Clone)]
+struct Refunder<C>(PhantomData<C>);
+
+#[tool_impl(self_key = C::CODE)]
+impl<C: Currency> Refunder<C> {
+    #[idempotent(attached)]
+    pub async fn refund(&self, order: u64) -> Result<String, Error> {
+        Ok(format!("refunded order {order} in {}", C::CODE))
+    }
+}
+
+static SENT: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent]
+async fn send<T: serde::Serialize + Send + 'static>(message: T) -> Result<usize, Error> {
+    let _ = message;
+    Ok(SENT.fetch_add(1, Ordering::SeqCst))
+}
+
+#[tokio::test]
+async fn a_self_key_that_names_the_type_and_a_generic_function_still_run_per_type() {
+    let (usd, eur, text, number) = turn("instances-5")
+        .scope(async {
+            (
+                Refunder::<Usd>(PhantomData).refund(7).await,
+                Refunder::<Eur>(PhantomData).refund(7).await,
+                send("hello".to_owned()).await,
+                send(42_u64).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&usd), Some("refunded order 7 in USD"));
+    assert_eq!(ok(&eur), Some("refunded order 7 in EUR"));
+    assert_eq!((text.ok(), number.ok()), (Some(0), Some(1)));
+}
