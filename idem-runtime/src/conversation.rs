@@ -10,7 +10,8 @@
 //! that was not recorded.
 //!
 //! A step is keyed by the turn, the conversation's label and the step's index in this run of
-//! the turn (the n-th model call of the conversation), and fingerprinted by its request. A
+//! the turn (the n-th model call of the conversation) — and, for an agent run inside a tool
+//! call, that call (`conversation/scope.rs`) — and fingerprinted by its request. A
 //! restarted run whose request differs from the recorded one at some step (the prompt changed,
 //! the tools changed, a `#[read_only]` tool returned something else) is **stopped** there with
 //! [`Error::ModelStepDiverged`], before anything is sent: going on live would mix the
@@ -53,30 +54,33 @@ pub static MODEL_STEP: ToolInfo = ToolInfo::idempotent("idem:model")
     .with_release_on_cancel()
     .with_lease(DEFAULT_STEP_LEASE);
 
+pub(crate) mod scope;
 pub mod tool_failure;
 
 use tool_failure::{Calls, StepRecord};
 
+/// A conversation's name in a run: its scope ([`scope`]) and its label.
+type Named = (Option<Key>, Arc<str>);
+
 /// One run of a turn: its conversations, the tokens its steps reported, and which conversation
-/// answered a step last.
+/// of each scope answered a step last.
 #[derive(Default)]
 pub(crate) struct Run {
-    conversations: Mutex<HashMap<Arc<str>, Arc<Shared>>>,
+    conversations: Mutex<HashMap<Named, Arc<Shared>>>,
     tokens: AtomicU64,
-    latest: Mutex<Option<Arc<str>>>,
+    latest: Mutex<HashMap<Option<Key>, Arc<str>>>,
 }
 
 impl Run {
-    /// The label of the conversation that answered a step last.
-    fn latest(&self) -> Option<Arc<str>> {
-        self.latest
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+    /// The label of the conversation of `scope` that answered a step last.
+    fn latest(&self, scope: Option<Key>) -> Option<Arc<str>> {
+        let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        latest.get(&scope).cloned()
     }
 
-    fn set_latest(&self, label: Arc<str>) {
-        *self.latest.lock().unwrap_or_else(PoisonError::into_inner) = Some(label);
+    fn set_latest(&self, scope: Option<Key>, label: Arc<str>) {
+        let mut latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);
+        latest.insert(scope, label);
     }
 }
 
@@ -128,31 +132,35 @@ struct Steps {
 #[derive(Clone)]
 pub struct Conversation {
     turn: Turn,
+    /// The call it runs inside, if any ([`scope`]).
+    scope: Option<Key>,
     label: Arc<str>,
     shared: Arc<Shared>,
     lease: Option<Duration>,
 }
 
 impl Turn {
-    /// The conversation `label` of this run of the turn: see [`Conversation`].
+    /// The conversation `label` of this run of the turn: see [`Conversation`]. Named inside a
+    /// tool call — an agent run by a tool — it is that call's own: its steps are not the turn's
+    /// conversation of the same label, nor those of another call.
     pub fn conversation(&self, label: &str) -> Conversation {
+        self.conversation_in(scope::current(), label)
+    }
+
+    /// The conversation `label` of `scope`.
+    fn conversation_in(&self, scope: Option<Key>, label: &str) -> Conversation {
         let mut conversations = self
             .run()
             .conversations
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let (label, shared) = match conversations.get_key_value(label) {
-            Some((label, shared)) => (Arc::clone(label), Arc::clone(shared)),
-            None => {
-                let label: Arc<str> = Arc::from(label);
-                let shared = Arc::new(Shared::default());
-                conversations.insert(Arc::clone(&label), Arc::clone(&shared));
-                (label, shared)
-            }
-        };
+        let named: Named = (scope, Arc::from(label));
+        let shared = Arc::clone(conversations.entry(named.clone()).or_default());
+        drop(conversations);
         Conversation {
             turn: self.clone(),
-            label,
+            scope,
+            label: named.1,
             shared,
             lease: None,
         }
@@ -297,7 +305,7 @@ impl Conversation {
         steps.answered += 1;
         let replayed = !asked.load(Ordering::Relaxed);
         self.calls().stepped(step, replayed);
-        tool_failure::stepped(turn.run(), &self.label);
+        tool_failure::stepped(turn.run(), self.scope, &self.label);
         if let Some(spent) = tokens(&response) {
             turn.run().tokens.fetch_add(spent, Ordering::Relaxed);
         }
@@ -306,11 +314,15 @@ impl Conversation {
 }
 
 impl Conversation {
-    /// The key arguments of step `step`: the conversation and the step's index.
+    /// The key arguments of step `step`: the conversation (its scope, if it has one, and its
+    /// label) and the step's index.
     fn step_args(&self, step: u32) -> Result<ArgsDigest, Error> {
         let mut args = ArgsDigest::new(MODEL_STEP.name);
         args.arg("conversation", &*self.label)?;
         args.arg("step", &step)?;
+        if let Some(scope) = self.scope {
+            args.arg("within", scope.as_bytes())?;
+        }
         Ok(args)
     }
 

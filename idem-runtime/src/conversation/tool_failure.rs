@@ -169,10 +169,15 @@ impl Conversation {
             self.keep(after, read);
             return Err(failed);
         }
-        // Steps asked while the call runs (an agent of the tool's own) come after this
-        // conversation's, for the calls made inside it, and before nothing outside it.
-        let inside = RefCell::new(Some(Arc::clone(&self.label)));
-        let failed = match INSIDE.scope(inside, call).await {
+        // The call is a scope of its own: an agent it runs has conversations of the call's, and
+        // a call made inside it is not this conversation's.
+        let within = super::scope::of_call(self.scope, &self.label, made, order, after.0);
+        let inside = INSIDE.scope(RefCell::new(None), call);
+        let ran = match within {
+            Some(within) => super::scope::enter(within, inside).await,
+            None => inside.await,
+        };
+        let failed = match ran {
             Ok(output) => return Ok(output),
             Err(failed) => failed,
         };
@@ -289,16 +294,17 @@ impl Turn {
         F: Serialize + DeserializeOwned,
         C: Future<Output = Result<T, F>>,
     {
+        let scope = super::scope::current();
         let latest = INSIDE
             .try_with(|inside| inside.borrow().clone())
-            .unwrap_or_else(|_| self.run().latest())
-            .map(|label| self.conversation(&label));
+            .unwrap_or_else(|_| self.run().latest(scope))
+            .map(|label| self.conversation_in(scope, &label));
         let made = call_key(self, tool, args).ok();
         // The latest conversation if it expects the call, else the one conversation that does,
         // else the latest.
         let conversation = match (made, latest) {
             (Some(made), Some(latest)) if latest.expects(made) => Some(latest),
-            (Some(made), latest) => self.conversation_expecting(made).or(latest),
+            (Some(made), latest) => self.conversation_expecting(scope, made).or(latest),
             (None, latest) => latest,
         };
         match conversation {
@@ -307,20 +313,22 @@ impl Turn {
         }
     }
 
-    /// The one conversation of this run whose latest step asked for a call of `made` not made
-    /// yet (none if several did: which one a call is would depend on the map's order).
-    fn conversation_expecting(&self, made: Key) -> Option<Conversation> {
+    /// The one conversation of `scope` in this run whose latest step asked for a call of
+    /// `made` not made yet (none if several did: which one a call is would depend on the
+    /// map's order).
+    fn conversation_expecting(&self, scope: Option<Key>, made: Key) -> Option<Conversation> {
         let labels: Vec<Arc<str>> = {
             let conversations = self
                 .run()
                 .conversations
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            conversations.keys().cloned().collect()
+            let here = conversations.keys().filter(|(within, _)| *within == scope);
+            here.map(|(_, label)| Arc::clone(label)).collect()
         };
         let mut expecting = labels
             .iter()
-            .map(|label| self.conversation(label))
+            .map(|label| self.conversation_in(scope, label))
             .filter(|conversation| conversation.expects(made));
         let first = expecting.next();
         match expecting.next() {
@@ -331,17 +339,17 @@ impl Turn {
 }
 
 tokio::task_local! {
-    /// Inside a call a conversation's model made: the conversation that answered a step last
-    /// there (the calling one, until an agent the call runs asks its own).
+    /// Inside a call a conversation's model made: the conversation of the call's scope that
+    /// answered a step last there (none until an agent the call runs asks its own).
     static INSIDE: RefCell<Option<Arc<str>>>;
 }
 
-/// Step of the conversation `label` was answered: the latest step of the call it runs in, or
-/// of the run.
-pub(super) fn stepped(run: &super::Run, label: &Arc<str>) {
+/// A step of the conversation `label` of `scope` was answered: the latest step of the call it
+/// runs in, or of its scope in the run.
+pub(super) fn stepped(run: &super::Run, scope: Option<Key>, label: &Arc<str>) {
     let inside = INSIDE.try_with(|inside| *inside.borrow_mut() = Some(Arc::clone(label)));
     if inside.is_err() {
-        run.set_latest(Arc::clone(label));
+        run.set_latest(scope, Arc::clone(label));
     }
 }
 

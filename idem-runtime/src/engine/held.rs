@@ -12,6 +12,8 @@ tokio::task_local! {
 #[derive(Clone)]
 pub(crate) struct Held {
     key: Key,
+    /// The scope of conversations where the tool was called (`conversation::scope`).
+    within: Option<Key>,
     outer: Option<Arc<Held>>,
 }
 
@@ -64,8 +66,14 @@ pub(crate) fn holds(key: &Key) -> bool {
 pub(crate) fn with(key: Key) -> Held {
     Held {
         key,
+        within: crate::conversation::scope::current(),
         outer: HELD.try_with(|held| Arc::new(held.clone())).ok(),
     }
+}
+
+/// The key of the tool running in this task and the scope of conversations it was called in.
+pub(crate) fn innermost() -> Option<(Key, Option<Key>)> {
+    HELD.try_with(|held| (held.key, held.within)).ok()
 }
 
 /// The held keys of this task, if it runs inside a tool.

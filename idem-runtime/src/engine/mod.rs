@@ -12,7 +12,7 @@
 mod background;
 mod call;
 mod guard;
-mod held;
+pub(crate) mod held;
 mod keeper;
 mod report;
 pub mod telemetry;

@@ -1,0 +1,90 @@
+//! Durable turns: where a conversation lives. An agent run inside a tool call (an agent used as
+//! a tool, a tool that asks a model of its own) has steps of its own, and they belong to that
+//! call, not to the turn at large: a restarted run whose call replays — from the tool's key, or
+//! as a failure recorded with the model's next step — does not run the agent again, so its
+//! steps must not take indices that later calls of the turn would otherwise have.
+//!
+//! So a conversation is named by its label **within a scope**: none for the turn's own
+//! conversations; inside a call a model made ([`Conversation::model_tool_call`]), that call —
+//! its conversation, tool, arguments, order and step; inside an `#[idempotent]` tool's body,
+//! the tool's key and the scope it was called in (two calls of one key, a failure and its
+//! retry, are two scopes). The scope is in the key of each step of a conversation that has one,
+//! so an agent's steps in one call never meet those of another call (or of the same label
+//! outside). It follows a detached tool's body into its task, with the tool's key.
+//!
+//! [`Conversation::model_tool_call`]: crate::Conversation::model_tool_call
+
+use std::future::Future;
+
+use crate::engine::{current_key, held};
+use crate::key::{ArgsDigest, Key};
+
+use super::MODEL_STEP;
+
+/// The scope a call a model made opened, and the tool key held when it did (a tool's body
+/// entered since is a scope of its own, inside it).
+#[derive(Clone, Copy)]
+struct Within {
+    scope: Key,
+    held: Option<Key>,
+}
+
+tokio::task_local! {
+    static WITHIN: Within;
+}
+
+/// The scope of conversations named here: the innermost of the call a model made and the
+/// `#[idempotent]` tool body running in this task, if any.
+pub(crate) fn current() -> Option<Key> {
+    let held = held::innermost();
+    match WITHIN.try_with(|within| *within) {
+        Ok(within) if within.held == held.map(|(key, _)| key) => Some(within.scope),
+        _ => {
+            let (key, called_in) = held?;
+            Some(called_in.map_or(key, |outer| of_tool(outer, key)))
+        }
+    }
+}
+
+/// What names the body of the tool of `key`, called in scope `outer`.
+fn of_tool(outer: Key, key: Key) -> Key {
+    let mut digest = ArgsDigest::new(MODEL_STEP.name);
+    let named = digest
+        .arg("within", outer.as_bytes())
+        .and_then(|()| digest.arg("tool", key.as_bytes()));
+    match named {
+        Ok(()) => digest.finish("", "", MODEL_STEP.name, 0).0,
+        Err(_) => key,
+    }
+}
+
+/// What names a call a model made (`made`: its tool and arguments), the `order`-th of its kind
+/// after step `after` of the conversation `label` in scope `outer`.
+pub(crate) fn of_call(
+    outer: Option<Key>,
+    label: &str,
+    made: Key,
+    order: u32,
+    after: u32,
+) -> Option<Key> {
+    let mut digest = ArgsDigest::new(MODEL_STEP.name);
+    let named = (|| {
+        digest.arg("within", &outer.map(|key| *key.as_bytes()))?;
+        digest.arg("conversation", label)?;
+        digest.arg("call", made.as_bytes())?;
+        digest.arg("order", &order)?;
+        digest.arg("after", &after)
+    })();
+    named.ok()?;
+    let (key, _) = digest.finish("", "", MODEL_STEP.name, 0);
+    Some(key)
+}
+
+/// Runs `future` (a call a model made) in `scope`.
+pub(crate) async fn enter<F: Future>(scope: Key, future: F) -> F::Output {
+    let within = Within {
+        scope,
+        held: current_key(),
+    };
+    WITHIN.scope(within, future).await
+}
