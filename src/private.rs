@@ -4,7 +4,8 @@
 //! Generated code names items only through `::idem_tools::__private::…` (or the `crate = "…"`
 //! override), so it compiles with nothing imported, under `#![no_implicit_prelude]`.
 
-use std::future::Future;
+pub use ::core::future::Future;
+use std::pin::Pin;
 
 pub use ::core::clone::Clone;
 pub use ::core::convert::{AsRef, From};
@@ -134,21 +135,25 @@ impl<A: StoreRef + ?Sized> StoreRef for &A {
 /// [`run`] before anything runs.
 pub struct Digest {
     tool: &'static ToolInfo,
-    state: Result<(Turn, ArgsDigest), Error>,
+    /// The turn given as a parameter; `None`: the scope's, read when the call first runs (a
+    /// tool's future may be made outside the turn's scope and awaited inside it, as an `async
+    /// fn`'s is); `Err`: the tool's name is taken (`Error::DuplicateTool`).
+    turn: Result<Option<Turn>, Error>,
+    args: Result<ArgsDigest, Error>,
     /// Bit `i` set: the tool's `skipped[i]` is in the fingerprint (it is `Serialize`).
     fingerprinted: u32,
 }
 
 impl Digest {
-    /// The turn from the task-local scope ([`Turn::current_for`]): `Error::NoTurn` outside one.
-    /// `slot` is checked first: `Error::DuplicateTool` if another tool has this one's name.
+    /// The turn from the task-local scope ([`Turn::current_for`], `Error::NoTurn` outside one),
+    /// read when the call first runs. `slot` is checked first: `Error::DuplicateTool` if
+    /// another tool has this one's name.
     pub fn from_scope(
         tool: &'static ToolInfo,
         slot: &'static ToolSlot,
         instance: Option<&'static str>,
     ) -> Self {
-        let turn = register(tool, slot, instance).and_then(|()| Turn::current_for(tool.name));
-        Self::new(tool, turn)
+        Self::new(tool, None, register(tool, slot, instance))
     }
 
     /// The turn from a `Turn` or `&Turn` parameter; `slot` is checked first.
@@ -158,15 +163,18 @@ impl Digest {
         instance: Option<&'static str>,
         turn: &T,
     ) -> Self {
-        let turn = register(tool, slot, instance).map(|()| turn.borrow().clone());
-        Self::new(tool, turn)
+        Self::new(
+            tool,
+            Some(turn.borrow().clone()),
+            register(tool, slot, instance),
+        )
     }
 
-    fn new(tool: &'static ToolInfo, turn: Result<Turn, Error>) -> Self {
-        let state = turn.map(|turn| (turn, ArgsDigest::new(tool.name)));
+    fn new(tool: &'static ToolInfo, turn: Option<Turn>, registered: Result<(), Error>) -> Self {
         let digest = Digest {
             tool,
-            state,
+            turn: registered.map(|()| turn),
+            args: Ok(ArgsDigest::new(tool.name)),
             fingerprinted: 0,
         };
         #[cfg(feature = "rmcp")]
@@ -176,13 +184,13 @@ impl Digest {
 
     /// The digest being built, unless building it already failed.
     fn args(&mut self) -> Option<&mut ArgsDigest> {
-        self.state.as_mut().ok().map(|(_, args)| args)
+        self.args.as_mut().ok()
     }
 
     /// Keeps the first error.
     fn check(&mut self, added: Result<(), Error>) {
         if let Err(error) = added {
-            self.state = Err(error);
+            self.args = Err(error);
         }
     }
 
@@ -269,9 +277,12 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
 /// as the call's one outcome).
 fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error> {
     let (tool, fingerprinted) = (digest.tool, digest.fingerprinted);
-    let (turn, args) = digest
-        .state
-        .map_err(|error| idem_tools_runtime::engine::refuse(tool, error))?;
+    let refuse = |error| idem_tools_runtime::engine::refuse(tool, error);
+    let turn = match digest.turn.map_err(refuse)? {
+        Some(turn) => turn,
+        None => Turn::current_for(tool.name).map_err(refuse)?,
+    };
+    let args = digest.args.map_err(refuse)?;
     let unkeyed = (!args.has_caller_key()).then_some(fingerprinted);
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
     let call = Call::in_turn(tool, turn, key, fingerprint).with_unkeyed(unkeyed);
@@ -308,7 +319,7 @@ where
     R::Err: ToolErr,
 {
     fn codec(self) -> Codec<R::Ok, R::Err> {
-        checked(Codec::ok_only(), self.0)
+        ok_only::<R>(self.0)
     }
 }
 
@@ -318,7 +329,7 @@ where
     R::Err: CachedErr,
 {
     fn codec(self) -> Codec<R::Ok, R::Err> {
-        checked(Codec::ok_and_err(), self.0)
+        ok_and_err::<R>(self.0)
     }
 }
 
@@ -485,6 +496,60 @@ where
     R::Err: Send + 'static,
 {
     in_place::detached(prepare(digest, store), records.codec(), body)
+}
+
+/// The boxed body of a detached tool whose function returns its call's future ([`run_owned`]).
+pub type OwnedBody<R> = Pin<Box<dyn Future<Output = R> + Send + 'static>>;
+
+/// The body of a detached tool, boxed: with [`typed`]'s role (the declared return type is the
+/// output), and [`DetachedBody`]'s message when the body is not `Send + 'static`.
+pub fn boxed<R, F: DetachedBody<R>>(body: F) -> OwnedBody<R> {
+    Box::pin(body)
+}
+
+/// [`OkOnly`]'s codec, for [`run_owned`]: the result type's bounds are checked here.
+pub fn ok_only<R>(failed: Option<fn(&R::Ok) -> bool>) -> Codec<R::Ok, R::Err>
+where
+    R: ToolReturn,
+    R::Ok: ToolOk,
+    R::Err: ToolErr,
+{
+    checked(Codec::ok_only(), failed)
+}
+
+/// [`OkAndErr`]'s codec, for [`run_owned`]: the result type's bounds are checked here.
+pub fn ok_and_err<R>(failed: Option<fn(&R::Ok) -> bool>) -> Codec<R::Ok, R::Err>
+where
+    R: ToolReturn,
+    R::Ok: ToolOk,
+    R::Err: CachedErr,
+{
+    checked(Codec::ok_and_err(), failed)
+}
+
+/// Runs a detached tool's body through [`execute_detached`](crate::execute_detached), as
+/// [`run_detached`] does, for a function whose arguments are all owned: `#[idempotent]` makes it
+/// return this future (`fn tool(..) -> impl Future<Output = R>`) rather than await it in an
+/// `async fn`, so each such tool compiles to one future, its body's, boxed ([`boxed`]), instead
+/// of two nested ones. Nothing runs until the future is polled but the encoding of the
+/// arguments for the key (they move into the body); the turn is read from the scope then, as
+/// an `async fn` would.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_owned<R>(
+    digest: Digest,
+    store: Option<Arc<dyn Store>>,
+    codec: Codec<R::Ok, R::Err>,
+    body: OwnedBody<R>,
+) -> R
+where
+    R: ToolReturn + Send + 'static,
+    R::Ok: Send + 'static,
+    R::Err: Send + 'static,
+{
+    let mut body = Some(body);
+    in_place::detached(prepare(digest, store), codec, &mut body).await
 }
 
 /// Whether two descriptors have one name, in a constant (for `tools![]`).

@@ -55,6 +55,12 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let own_generics = func.sig.generics.type_params().next().is_some()
         || func.sig.generics.const_params().next().is_some()
         || params.iter().any(|p| has_impl(p.ty.to_token_stream()));
+    // A detached function (no receiver) returns its call's future instead of awaiting it in
+    // an `async fn` of its own: one future per tool, the body's, instead of two nested ones.
+    // Only for a return type written `…Result<…>`: any other type is refused once by the
+    // runner of an `async fn`, where this form would report it at every bound it misses.
+    let returns_future =
+        plan.run == Run::Detached && receiver.is_none() && pin.is_none() && names_a_result(&ret);
     let new_body = Body {
         private: &private,
         info: &info,
@@ -68,6 +74,7 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         method: &method,
         pin: pin.as_ref(),
         own_generics,
+        returns_future,
     }
     .tokens(body);
     rename_patterns(&params, &mut func);
@@ -75,6 +82,11 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     // The braces carry the return type's span: rustc reports the bounds of the future held
     // across `.await` at the body's span, and this merges those reports with the others.
     let span = ret.span();
+    if returns_future {
+        func.sig.asyncness = None;
+        let future = respan(quote!(#private::Future), span);
+        func.sig.output = parse_quote_spanned!(span=> -> impl #future<Output = #ret>);
+    }
     func.block = Box::new(match pin {
         None => parse_quote_spanned!(span=> { #new_body }),
         Some(pin) => parse_quote_spanned!(span=> { #pin(async move { #new_body }) }),
@@ -98,6 +110,8 @@ struct Body<'a> {
     pin: Option<&'a syn::Expr>,
     /// The function has type or const parameters of its own (or `impl Trait` arguments).
     own_generics: bool,
+    /// The function returns the call's future ([`run_owned`]) rather than awaiting it.
+    returns_future: bool,
 }
 
 impl Body<'_> {
@@ -157,10 +171,11 @@ impl Body<'_> {
         // Probed only for a type written `…Result<…>` (`Result`, `anyhow::Result`, …): for any
         // other type the probe's error would repeat the one the runner already reports.
         let records = {
-            let kind = if options.cache_errors.is_some() {
-                quote!(OkAndErr)
-            } else {
-                quote!(OkOnly)
+            let kind = match (options.cache_errors.is_some(), self.returns_future) {
+                (true, false) => quote!(OkAndErr),
+                (false, false) => quote!(OkOnly),
+                (true, true) => quote!(ok_and_err::<#ret>),
+                (false, true) => quote!(ok_only::<#ret>),
             };
             let check = if names_a_result(ret) {
                 quote! {{
@@ -179,10 +194,23 @@ impl Body<'_> {
         // The body is kept in the caller's future (`&mut Some(body)`, a temporary that lives
         // until the call is awaited) until the key is claimed; on a clone of `self`, the slot
         // is filled by the runner from the closure that takes the clone.
-        let body_arg = match plan.run {
-            Run::OnClone => quote!(&mut #private::None, #tool_future),
-            Run::Transactional => tool_future,
-            _ => quote!(&mut #private::Some(#tool_future)),
+        // A function that returns the future has its result type's bounds checked by the
+        // codec's (the future's type then needs none of them), and its boxed body named: the
+        // runner's arguments are all names, spanned at the return type.
+        let mut owned = TokenStream::new();
+        let (records, body_arg) = match plan.run {
+            Run::OnClone => (records, quote!(&mut #private::None, #tool_future)),
+            Run::Transactional => (records, tool_future),
+            _ if self.returns_future => {
+                let codec = Ident::new("idem_codec", Span::mixed_site().located_at(at));
+                let body = Ident::new("idem_body", Span::mixed_site().located_at(at));
+                owned = quote! {
+                    let #codec = #records;
+                    let #body = #tool_future;
+                };
+                (codec.into_token_stream(), body.into_token_stream())
+            }
+            _ => (records, quote!(&mut #private::Some(#tool_future))),
         };
         let mut run_args = Group::new(
             proc_macro2::Delimiter::Parenthesis,
@@ -204,15 +232,23 @@ impl Body<'_> {
                 respan(quote!(::<#ret_arg, #rest>), at)
             }
         };
-        let await_ = respan(quote!(.await), at);
+        let await_ = if self.returns_future {
+            TokenStream::new()
+        } else {
+            respan(quote!(.await), at)
+        };
         let run = quote!(#callee #turbofish #run_args #await_);
         // With `cache_errors`, the error type's bounds are checked first, by a function whose
         // message names `cache_errors`, spanned like the runner's call (whose same error is then
         // merged into this one).
-        let cached_err = options.cache_errors.map(|_| {
-            let call = quote!(#private::cached_err::<#ret>(););
-            respan(resolved_at_call_site(call), at)
-        });
+        // (A function that returns the future has them checked by its codec, `ok_and_err`.)
+        let cached_err = options
+            .cache_errors
+            .filter(|_| !self.returns_future)
+            .map(|_| {
+                let call = quote!(#private::cached_err::<#ret>(););
+                respan(resolved_at_call_site(call), at)
+            });
         quote! {
             static #tool: #private::ToolInfo = #info;
             static #slot: #private::ToolSlot = #private::ToolSlot::new();
@@ -222,6 +258,7 @@ impl Body<'_> {
             #(#args)*
             #cached_err
             #prelude
+            #owned
             #run
         }
     }
@@ -294,6 +331,24 @@ impl Body<'_> {
                 // says so, once (`tool_impl::attached`). Outside one, the method says it itself.
                 let prelude = (run == Run::AttachedWarned(Unchecked::NoToolImpl))
                     .then(|| outside_tool_impl(self.method, receiver));
+                if self.returns_future {
+                    // Every parameter moves into the body, as into an `async fn`'s future,
+                    // and is dropped when it ends.
+                    // The block spanned at the return type, where an error about it (not
+                    // `Send`) is reported, as the runner of an `async fn` reports it.
+                    let bindings = self.params.iter().map(|p| &p.binding);
+                    let boxed = respan(quote!(#private::boxed::<#ret, _>), at);
+                    let mut block = Group::new(
+                        proc_macro2::Delimiter::Brace,
+                        quote! {
+                            #(let _ = &#bindings;)*
+                            #body
+                        },
+                    );
+                    block.set_span(at);
+                    let future = quote_spanned!(at=> #boxed(async move #block));
+                    return (quote!(), quote!(#private::run_owned), future);
+                }
                 let runner = if run == Run::Detached {
                     "run_detached"
                 } else {

@@ -1,0 +1,80 @@
+//! An `#[idempotent]` function whose arguments are all owned returns its call's future (one
+//! future per tool instead of two nested ones: half the code to compile) and behaves as the
+//! `async fn` it was written as: nothing runs until it is polled, the turn is the one in scope
+//! then, every parameter lives until the body ends, and the future is `Send + 'static`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use idem_tools::{Error, MemoryStore, Turn, idempotent};
+
+static SENT: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent]
+async fn send(to: String) -> Result<String, Error> {
+    SENT.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("sent to {to}"))
+}
+
+fn is_send_static<F: Future + Send + 'static>(future: F) -> F {
+    future
+}
+
+#[tokio::test]
+async fn a_future_made_outside_the_turn_runs_in_the_turn_it_is_awaited_in() {
+    let turn = Turn::new("owned-1").with_store(Arc::new(MemoryStore::new()));
+    // Made with no turn in scope: nothing has run, and no turn was looked for yet.
+    let first = is_send_static(send("ada".into()));
+    let again = send("ada".into());
+    assert_eq!(
+        SENT.load(Ordering::SeqCst),
+        0,
+        "nothing runs before it is polled"
+    );
+    let (first, again) = turn.scope(async { (first.await, again.await) }).await;
+    assert_eq!(first.ok().as_deref(), Some("sent to ada"));
+    assert_eq!(
+        again.ok().as_deref(),
+        Some("sent to ada"),
+        "the retry replays"
+    );
+    assert_eq!(SENT.load(Ordering::SeqCst), 1);
+    // Outside any turn, awaited: refused, as an `async fn`'s would be.
+    let outside = send("bob".into()).await;
+    assert!(matches!(outside, Err(Error::NoTurn { .. })), "{outside:?}");
+}
+
+/// Set when dropped.
+struct Guard(Arc<AtomicBool>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+#[idempotent(skip(guard, go))]
+async fn hold(n: u32, guard: Guard, go: tokio::sync::oneshot::Receiver<()>) -> Result<u32, Error> {
+    let _ = go.await;
+    Ok(n)
+}
+
+#[tokio::test]
+async fn a_parameter_the_body_does_not_use_lives_until_the_body_ends() {
+    let turn = Turn::new("owned-2").with_store(Arc::new(MemoryStore::new()));
+    let dropped = Arc::new(AtomicBool::new(false));
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let call = hold(7, Guard(Arc::clone(&dropped)), rx);
+    assert!(!dropped.load(Ordering::SeqCst), "kept in the future");
+    let task = tokio::spawn(turn.scope(call));
+    tokio::task::yield_now().await;
+    assert!(!dropped.load(Ordering::SeqCst), "kept while the body runs");
+    tx.send(()).ok();
+    let answer = task.await.ok().and_then(Result::ok);
+    assert_eq!(answer, Some(7));
+    assert!(
+        dropped.load(Ordering::SeqCst),
+        "dropped when the body ended"
+    );
+}
