@@ -132,36 +132,24 @@ struct Steps {
 #[derive(Clone)]
 pub struct Conversation {
     turn: Turn,
-    /// The call it runs inside, if any ([`scope`]).
-    scope: Option<Key>,
     label: Arc<str>,
-    shared: Arc<Shared>,
     lease: Option<Duration>,
 }
 
-impl Turn {
-    /// The conversation `label` of this run of the turn: see [`Conversation`]. Named inside a
-    /// tool call — an agent run by a tool — it is that call's own: its steps are not the turn's
-    /// conversation of the same label, nor those of another call.
-    pub fn conversation(&self, label: &str) -> Conversation {
-        self.conversation_in(scope::current(), label)
-    }
+/// A conversation as named where it is used: its scope ([`scope`]) and its state there.
+struct Here {
+    scope: Option<Key>,
+    shared: Arc<Shared>,
+}
 
-    /// The conversation `label` of `scope`.
-    fn conversation_in(&self, scope: Option<Key>, label: &str) -> Conversation {
-        let mut conversations = self
-            .run()
-            .conversations
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let named: Named = (scope, Arc::from(label));
-        let shared = Arc::clone(conversations.entry(named.clone()).or_default());
-        drop(conversations);
+impl Turn {
+    /// The conversation `label` of this run of the turn: see [`Conversation`]. Used inside a
+    /// tool call — an agent run by a tool — it is that call's own: its steps there are neither
+    /// the turn's conversation of the same label nor those of another call.
+    pub fn conversation(&self, label: &str) -> Conversation {
         Conversation {
             turn: self.clone(),
-            scope,
-            label: named.1,
-            shared,
+            label: Arc::from(label),
             lease: None,
         }
     }
@@ -176,6 +164,24 @@ impl Conversation {
     /// The turn it belongs to.
     pub fn turn(&self) -> &Turn {
         &self.turn
+    }
+
+    /// This conversation in the scope it is used in (the innermost call this task runs in).
+    fn here(&self) -> Here {
+        let scope = scope::current();
+        let mut conversations = self
+            .turn
+            .run()
+            .conversations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let shared = conversations
+            .entry((scope, Arc::clone(&self.label)))
+            .or_default();
+        Here {
+            scope,
+            shared: Arc::clone(shared),
+        }
     }
 
     /// Its label.
@@ -202,7 +208,7 @@ impl Conversation {
 
     /// How many of its steps this run has answered (replayed or live): the index of the next.
     pub async fn steps(&self) -> u32 {
-        self.shared.steps.lock().await.answered
+        self.here().shared.steps.lock().await.answered
     }
 
     /// The next step: `call`, the model's answer to `request`, unless this turn recorded the
@@ -248,10 +254,11 @@ impl Conversation {
         E: From<Error> + Send,
         F: Future<Output = Result<Resp, E>> + Send,
     {
-        let mut steps = self.shared.steps.lock().await;
+        let here = self.here();
+        let mut steps = here.shared.steps.lock().await;
         let step = steps.answered;
         let turn = &self.turn;
-        let mut args = self.step_args(step)?;
+        let mut args = self.step_args(here.scope, step)?;
         args.fingerprint_arg("request", request)?;
         let (key, fingerprint) = args.finish(
             turn.namespace(),
@@ -269,7 +276,7 @@ impl Conversation {
         let (failed, limit) = (steps.failed, turn.model_step_attempts());
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
         let asked = AtomicBool::new(false);
-        let failures = self.calls().pending();
+        let failures = here.calls().pending();
         let body = async {
             if failed >= limit {
                 return Err(E::from(Error::BudgetExhausted {
@@ -304,8 +311,8 @@ impl Conversation {
         steps.failed = 0;
         steps.answered += 1;
         let replayed = !asked.load(Ordering::Relaxed);
-        self.calls().stepped(step, replayed);
-        tool_failure::stepped(turn.run(), self.scope, &self.label);
+        here.calls().stepped(step, replayed);
+        turn.run().set_latest(here.scope, Arc::clone(&self.label));
         if let Some(spent) = tokens(&response) {
             turn.run().tokens.fetch_add(spent, Ordering::Relaxed);
         }
@@ -316,20 +323,20 @@ impl Conversation {
 impl Conversation {
     /// The key arguments of step `step`: the conversation (its scope, if it has one, and its
     /// label) and the step's index.
-    fn step_args(&self, step: u32) -> Result<ArgsDigest, Error> {
+    fn step_args(&self, scope: Option<Key>, step: u32) -> Result<ArgsDigest, Error> {
         let mut args = ArgsDigest::new(MODEL_STEP.name);
         args.arg("conversation", &*self.label)?;
         args.arg("step", &step)?;
-        if let Some(scope) = self.scope {
+        if let Some(scope) = scope {
             args.arg("within", scope.as_bytes())?;
         }
         Ok(args)
     }
 
-    /// The key of step `step` (the request goes into its fingerprint, not its key).
-    fn step_key(&self, step: u32) -> Result<Key, Error> {
+    /// The key of step `step` in `scope` (the request goes into its fingerprint, not its key).
+    fn step_key(&self, scope: Option<Key>, step: u32) -> Result<Key, Error> {
         let turn = &self.turn;
-        let args = self.step_args(step)?;
+        let args = self.step_args(scope, step)?;
         let (key, _) = args.finish(
             turn.namespace(),
             turn.id(),

@@ -88,3 +88,20 @@ pub(crate) async fn enter<F: Future>(scope: Key, future: F) -> F::Output {
     };
     WITHIN.scope(within, future).await
 }
+
+/// The scope of a call a model made that this task runs in, for a task it spawns
+/// ([`restore`]).
+pub(crate) struct Captured(Option<Within>);
+
+/// This task's call scope, to carry into a task it spawns.
+pub(crate) fn capture() -> Captured {
+    Captured(WITHIN.try_with(|within| *within).ok())
+}
+
+/// `future` in the call scope `captured` (the spawning task's).
+pub(crate) async fn restore<F: Future>(captured: Captured, future: F) -> F::Output {
+    match captured.0 {
+        Some(within) => WITHIN.scope(within, future).await,
+        None => future.await,
+    }
+}

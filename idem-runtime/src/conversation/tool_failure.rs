@@ -16,7 +16,6 @@
 //! calls and then diverges, or is cut off before its next step, leaves nothing that a later run
 //! would read.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
@@ -94,7 +93,8 @@ impl Conversation {
     /// it of every tool call of each response.
     pub fn expect_tool_call<A: Serialize + ?Sized>(&self, tool: &str, args: &A) {
         if let Ok(made) = call_key(&self.turn, tool, args) {
-            let mut calls = self.calls();
+            let here = self.here();
+            let mut calls = here.calls();
             if calls.after.is_some() {
                 *calls.requested.entry(made).or_insert(0) += 1;
             }
@@ -103,7 +103,8 @@ impl Conversation {
 
     /// Whether the latest step's response asked for a call of `made` not made yet.
     fn expects(&self, made: Key) -> bool {
-        let calls = self.calls();
+        let here = self.here();
+        let calls = here.calls();
         let requested = calls.requested.get(&made).copied().unwrap_or(0);
         requested > calls.made.get(&made).copied().unwrap_or(0)
     }
@@ -158,24 +159,26 @@ impl Conversation {
         let Ok(made) = call_key(&self.turn, tool, args) else {
             return call.await;
         };
-        let Some((order, after)) = self.count_call(made) else {
+        let here = self.here();
+        let Some((order, after)) = here.count_call(made) else {
             return call.await;
         };
         if let (step, true) = after
-            && let Some(read) = self.recorded_failure(after, step + 1, made, order).await
+            && let Some(read) = self
+                .recorded_failure(&here, after, step + 1, made, order)
+                .await
             && let Some(failed) = decode(&read.failure)
         {
             // Kept for the next step too, should it be asked live (its record expired).
-            self.keep(after, read);
+            here.keep(after, read);
             return Err(failed);
         }
         // The call is a scope of its own: an agent it runs has conversations of the call's, and
         // a call made inside it is not this conversation's.
-        let within = super::scope::of_call(self.scope, &self.label, made, order, after.0);
-        let inside = INSIDE.scope(RefCell::new(None), call);
+        let within = super::scope::of_call(here.scope, &self.label, made, order, after.0);
         let ran = match within {
-            Some(within) => super::scope::enter(within, inside).await,
-            None => inside.await,
+            Some(within) => super::scope::enter(within, call).await,
+            None => call.await,
         };
         let failed = match ran {
             Ok(output) => return Ok(output),
@@ -191,12 +194,14 @@ impl Conversation {
                 order,
                 failure: bytes,
             };
-            self.keep(after, read);
+            here.keep(after, read);
         }
         let Ok(failed) = failed;
         Err(failed)
     }
+}
 
+impl super::Here {
     /// Keeps `read` for the next step's record, if the conversation is still after the step
     /// the call followed.
     fn keep(&self, after: (u32, bool), read: ReadFailure) {
@@ -223,26 +228,29 @@ impl Conversation {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
+}
 
+impl Conversation {
     /// The failure recorded with step `next` of this conversation for the `order`-th call of
     /// `made`, if that step is recorded and holds one. The step's failures are read once per
     /// step (a read the store fails is not kept: the next call reads again).
     async fn recorded_failure(
         &self,
+        here: &super::Here,
         after: (u32, bool),
         next: u32,
         made: Key,
         order: u32,
     ) -> Option<ReadFailure> {
-        let cached = match &self.calls().recorded {
+        let cached = match &here.calls().recorded {
             Some((step, recorded)) if *step == next => Some(Arc::clone(recorded)),
             _ => None,
         };
         let recorded = match cached {
             Some(recorded) => recorded,
             None => {
-                let read = self.read_failures(next).await.ok()?;
-                let mut calls = self.calls();
+                let read = self.read_failures(here.scope, next).await.ok()?;
+                let mut calls = here.calls();
                 if calls.after == Some(after) {
                     calls.recorded = Some((next, Arc::clone(&read)));
                 }
@@ -257,8 +265,12 @@ impl Conversation {
 
     /// The failures recorded with step `step`: none if it is not recorded (or its record does
     /// not decode); an error if the store failed.
-    async fn read_failures(&self, step: u32) -> Result<Arc<[ReadFailure]>, Error> {
-        let key = self.step_key(step)?;
+    async fn read_failures(
+        &self,
+        scope: Option<Key>,
+        step: u32,
+    ) -> Result<Arc<[ReadFailure]>, Error> {
+        let key = self.step_key(scope, step)?;
         let turn = &self.turn;
         let store = turn.store().unwrap_or_else(|| default_store());
         let bytes = store
@@ -280,8 +292,9 @@ impl Turn {
     /// call is taken for the conversation that answered a step last if that step asked for it
     /// ([`Conversation::expect_tool_call`]; rig's `RecordedModel` says so of every response),
     /// else for the one conversation whose latest step asked for it, else for the one that
-    /// answered a step last — steps asked while a call runs in the task that awaits it (a tool
-    /// that runs an agent of its own) count only for the calls made inside it. Two
+    /// answered a step last — all among the conversations of the scope it is made in: inside
+    /// a tool call, those of that call (an agent the tool runs), none until one has stepped
+    /// there (a call the tool's own code makes just runs). Two
     /// conversations that ask for the same call (one tool, the same arguments: one action) at
     /// the same time may have their calls taken for each other's. Without [`expect_tool_call`](Conversation::expect_tool_call), agents of one
     /// turn that run at the same time may have a call taken for another's, and a restarted run
@@ -295,10 +308,10 @@ impl Turn {
         C: Future<Output = Result<T, F>>,
     {
         let scope = super::scope::current();
-        let latest = INSIDE
-            .try_with(|inside| inside.borrow().clone())
-            .unwrap_or_else(|_| self.run().latest(scope))
-            .map(|label| self.conversation_in(scope, &label));
+        let latest = self
+            .run()
+            .latest(scope)
+            .map(|label| self.conversation(&label));
         let made = call_key(self, tool, args).ok();
         // The latest conversation if it expects the call, else the one conversation that does,
         // else the latest.
@@ -328,28 +341,13 @@ impl Turn {
         };
         let mut expecting = labels
             .iter()
-            .map(|label| self.conversation_in(scope, label))
+            .map(|label| self.conversation(label))
             .filter(|conversation| conversation.expects(made));
         let first = expecting.next();
         match expecting.next() {
             None => first,
             Some(_) => None,
         }
-    }
-}
-
-tokio::task_local! {
-    /// Inside a call a conversation's model made: the conversation of the call's scope that
-    /// answered a step last there (none until an agent the call runs asks its own).
-    static INSIDE: RefCell<Option<Arc<str>>>;
-}
-
-/// A step of the conversation `label` of `scope` was answered: the latest step of the call it
-/// runs in, or of its scope in the run.
-pub(super) fn stepped(run: &super::Run, scope: Option<Key>, label: &Arc<str>) {
-    let inside = INSIDE.try_with(|inside| *inside.borrow_mut() = Some(Arc::clone(label)));
-    if inside.is_err() {
-        run.set_latest(scope, Arc::clone(label));
     }
 }
 

@@ -62,11 +62,12 @@ pub(crate) fn holds(key: &Key) -> bool {
     .unwrap_or(false)
 }
 
-/// The held keys of this task with `key` added (allocating only inside another tool).
-pub(crate) fn with(key: Key) -> Held {
+/// The held keys of this task with `key` added (allocating only inside another tool), for a
+/// tool called in the scope of conversations `within`.
+pub(crate) fn with(key: Key, within: Option<Key>) -> Held {
     Held {
         key,
-        within: crate::conversation::scope::current(),
+        within,
         outer: HELD.try_with(|held| Arc::new(held.clone())).ok(),
     }
 }

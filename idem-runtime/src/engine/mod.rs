@@ -86,6 +86,8 @@ where
     F::Output: Send + 'static,
 {
     let (turn, held) = (Turn::current(), held::current());
+    let within = crate::conversation::scope::capture();
+    let future = crate::conversation::scope::restore(within, future);
     tokio::spawn(async move {
         match (turn, held) {
             (Some(turn), Some(held)) => turn.scope(held::scope(held, future)).await,

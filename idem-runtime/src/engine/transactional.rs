@@ -167,7 +167,7 @@ where
     // tool's lease: a statement the server never answers must not hold the call forever.
     let ttl = ttl_of(granted.guard.report());
     let result = {
-        let (held, turn) = (held::with(call.key), call.turn.clone());
+        let (held, turn) = (held::with(call.key, granted.within), call.turn.clone());
         let mut body = pin!(body(&mut *tx));
         let body = poll_fn(|cx| {
             held::sync_scope(held.clone(), || {

@@ -612,3 +612,260 @@ async fn a_sub_agent_asking_for_the_outer_agents_call_replays_on_every_restart()
         assert_eq!(silent.request_count(), 0, "turn {i}: no request sent");
     }
 }
+
+/// An agent-as-tool of one's own (a rig `Tool` that prompts a sub-agent built at
+/// setup, as `run_with_researcher` builds rig's), registered with idem's `tool`.
+#[derive(Clone)]
+struct AdvResearcher {
+    agent: Arc<Agent>,
+    turn: Turn,
+}
+
+#[derive(Debug)]
+struct AdvResearchFailed(String);
+
+impl std::fmt::Display for AdvResearchFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for AdvResearchFailed {}
+
+#[derive(Deserialize)]
+struct AdvAsk {
+    prompt: String,
+}
+
+impl Tool for AdvResearcher {
+    const NAME: &'static str = "research";
+    type Args = AdvAsk;
+    type Output = String;
+    type Error = AdvResearchFailed;
+
+    fn description(&self) -> String {
+        "Research someone".into()
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        json!({ "type": "object" })
+    }
+
+    async fn call(
+        &self,
+        _context: &mut ToolContext,
+        args: AdvAsk,
+    ) -> Result<String, AdvResearchFailed> {
+        let response = self
+            .agent
+            .prompt(args.prompt)
+            .tool_context(with_turn(ToolContext::new(), &self.turn))
+            .await;
+        response
+            .map(|r| r.output())
+            .map_err(|e| AdvResearchFailed(e.to_string()))
+    }
+}
+
+const ADV_RESEARCH: ToolInfo = ToolInfo::idempotent("research");
+
+async fn adv_run(
+    id: &str,
+    models: (&MockCompletionModel, &MockCompletionModel),
+    flaky: &Flaky,
+) -> Result<PromptResponse, rig_agent::completion::PromptError> {
+    let (model, sub) = models;
+    let turn = Turn::new(id);
+    let researcher = AgentBuilder::new(sub.clone())
+        .name("researcher")
+        .model_route_handler(
+            "default",
+            RecordedModel::new("default", sub.clone(), &turn).with_conversation("researcher"),
+        )
+        .default_max_turns(3)
+        .dynamic_tools(vec![tool(flaky.clone(), FLAKY[0]).expect("a named tool")])
+        .build();
+    let research = AdvResearcher {
+        agent: Arc::new(researcher),
+        turn: turn.clone(),
+    };
+    agent_with(
+        model,
+        &turn,
+        vec![tool(research, ADV_RESEARCH).expect("named")],
+    )
+    .prompt("Research Ada")
+    .tool_context(with_turn(ToolContext::new(), &turn))
+    .await
+}
+
+/// The sub-agent's call of `flaky` fails in the first run (it reads the failure, then
+/// answers); a restarted run should read the same failure and replay to its end.
+#[tokio::test]
+async fn a_sub_agent_built_at_setup_in_an_idem_tool_reads_its_failure_again() {
+    let id = "durable/adv-prebuilt";
+    let research = AssistantContent::ToolCall(ToolCall::from_wire(
+        "call-0",
+        ToolFunction::new(
+            ToolName::new("research").expect("a tool name"),
+            json!({ "prompt": "who is ada" }),
+        ),
+    ));
+    let first_model = MockCompletionModel::from_turns([
+        MockTurn::from_contents([research]),
+        MockTurn::text("Done."),
+    ]);
+    let sub = MockCompletionModel::from_turns([
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::text("Ada Lovelace."),
+    ]);
+    let down = Flaky {
+        down: 1,
+        ..Flaky::default()
+    };
+    let done = adv_run(id, (&first_model, &sub), &down)
+        .await
+        .expect("the first run");
+    assert_eq!(down.calls.load(Ordering::SeqCst), 1);
+    let silent = MockCompletionModel::from_turns([]);
+    let up = Flaky {
+        down: 0,
+        ..down.clone()
+    };
+    let again = adv_run(id, (&silent, &silent), &up).await;
+    assert_eq!(
+        again
+            .as_ref()
+            .map(|r| r.output())
+            .map_err(|e| e.to_string()),
+        Ok(done.output())
+    );
+    assert_eq!(silent.request_count(), 0, "no request sent");
+    assert_eq!(up.calls.load(Ordering::SeqCst), 1, "no call made again");
+}
+
+/// As `AdvResearcher`, its sub-agent built inside the call (label "default", as the outer's).
+#[derive(Clone)]
+struct AdvResearcherInside {
+    sub: MockCompletionModel,
+    flaky: Flaky,
+    turn: Turn,
+}
+
+impl Tool for AdvResearcherInside {
+    const NAME: &'static str = "research";
+    type Args = AdvAsk;
+    type Output = String;
+    type Error = AdvResearchFailed;
+
+    fn description(&self) -> String {
+        "Research someone".into()
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        json!({ "type": "object" })
+    }
+
+    async fn call(
+        &self,
+        _context: &mut ToolContext,
+        args: AdvAsk,
+    ) -> Result<String, AdvResearchFailed> {
+        let agent = AgentBuilder::new(self.sub.clone())
+            .model_route_handler(
+                "default",
+                RecordedModel::new("default", self.sub.clone(), &self.turn),
+            )
+            .default_max_turns(3)
+            .dynamic_tools(vec![
+                tool(self.flaky.clone(), FLAKY[0]).expect("a named tool"),
+            ])
+            .build();
+        let response = agent
+            .prompt(args.prompt)
+            .tool_context(with_turn(ToolContext::new(), &self.turn))
+            .await;
+        response
+            .map(|r| r.output())
+            .map_err(|e| AdvResearchFailed(e.to_string()))
+    }
+}
+
+async fn adv_run_inside(
+    id: &str,
+    models: (&MockCompletionModel, &MockCompletionModel),
+    flaky: &Flaky,
+) -> Result<PromptResponse, rig_agent::completion::PromptError> {
+    let (model, sub) = models;
+    let turn = Turn::new(id);
+    let research = AdvResearcherInside {
+        sub: sub.clone(),
+        flaky: flaky.clone(),
+        turn: turn.clone(),
+    };
+    agent_with(
+        model,
+        &turn,
+        vec![
+            tool(research, ADV_RESEARCH).expect("named"),
+            tool(flaky.clone(), FLAKY[0]).expect("named"),
+        ],
+    )
+    .prompt("Research Ada")
+    .tool_context(with_turn(ToolContext::new(), &turn))
+    .await
+}
+
+/// The outer model asks for research twice (the sub-agent's flaky call fails the first time,
+/// so the research fails... no: it answers) and then flaky itself; a restart replays to its end.
+#[tokio::test]
+async fn a_sub_agent_built_inside_an_idem_tool_call_replays() {
+    let id = "durable/adv-inside";
+    let research = |n: &str| {
+        AssistantContent::ToolCall(ToolCall::from_wire(
+            format!("call-r{n}"),
+            ToolFunction::new(
+                ToolName::new("research").expect("a tool name"),
+                json!({ "prompt": "who is ada" }),
+            ),
+        ))
+    };
+    let first_model = MockCompletionModel::from_turns([
+        MockTurn::from_contents([research("0")]),
+        MockTurn::from_contents([research("1")]),
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::text("Done."),
+    ]);
+    let sub = MockCompletionModel::from_turns([
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::text("Ada Lovelace."),
+        MockTurn::from_contents([flaky_to()]),
+        MockTurn::text("Ada Lovelace, again."),
+    ]);
+    let down = Flaky {
+        down: 1,
+        ..Flaky::default()
+    };
+    let done = adv_run_inside(id, (&first_model, &sub), &down)
+        .await
+        .expect("the first run");
+    let calls = down.calls.load(Ordering::SeqCst);
+    for restart in 0..2 {
+        let silent = MockCompletionModel::from_turns([]);
+        let up = Flaky {
+            down: 0,
+            ..down.clone()
+        };
+        let again = adv_run_inside(id, (&silent, &silent), &up).await;
+        assert_eq!(
+            again
+                .as_ref()
+                .map(|r| r.output())
+                .map_err(|e| e.to_string()),
+            Ok(done.output()),
+            "restart {restart}"
+        );
+        assert_eq!(silent.request_count(), 0, "no request sent");
+        assert_eq!(up.calls.load(Ordering::SeqCst), calls, "no call made again");
+    }
+}
