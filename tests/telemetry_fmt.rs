@@ -399,3 +399,27 @@ fn a_layer_that_keeps_events_only_next_to_one_that_keeps_spans_still_gets_tool_a
         },
     );
 }
+
+/// `#[tracing::instrument]` under `#[idempotent]` (the documented order) keeps the `async fn`
+/// it was written on, so its span wraps the whole call: the `tool call` line of a replay too.
+#[idempotent]
+#[tracing::instrument(level = "info")]
+async fn traced(n: u32) -> Result<u32, Error> {
+    Ok(n)
+}
+
+#[test]
+fn an_instrument_span_under_idempotent_wraps_executions_and_replays() {
+    let buffer = Buffer::default();
+    let subscriber = Registry::default().with(fmt_layer(&buffer));
+    let t = turn("conv-1/turn-1");
+    run(subscriber, || async {
+        let (first, again) = t.scope(async { (traced(3).await, traced(3).await) }).await;
+        assert_eq!((first.ok(), again.ok()), (Some(3), Some(3)));
+        let lines = buffer.take_calls();
+        assert_eq!(lines.len(), 2, "{lines:#?}");
+        for line in &lines {
+            assert!(line.contains("traced{n=3}"), "outside the span: {line}");
+        }
+    });
+}

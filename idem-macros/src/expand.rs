@@ -59,8 +59,13 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     // an `async fn` of its own: one future per tool, the body's, instead of two nested ones.
     // Only for a return type written `…Result<…>`: any other type is refused once by the
     // runner of an `async fn`, where this form would report it at every bound it misses.
-    let returns_future =
-        plan.run == Run::Detached && receiver.is_none() && pin.is_none() && names_a_result(&ret);
+    // And only under no other attribute macro: one below `#[idempotent]` (`tracing::instrument`,
+    // a framework's tool macro) expects the `async fn` it was written on.
+    let returns_future = plan.run == Run::Detached
+        && receiver.is_none()
+        && pin.is_none()
+        && names_a_result(&ret)
+        && func.attrs.iter().all(is_inert);
     let new_body = Body {
         private: &private,
         info: &info,
@@ -410,6 +415,28 @@ fn outside_tool_impl(method: &Ident, receiver: Span) -> TokenStream {
         const fn #warning() {}
         #warning();
     }
+}
+
+/// Whether `attr` is one of the compiler's own attributes that change nothing an attribute
+/// macro below would expect (`doc`, lints, `cfg`, `must_use`, `inline`, …).
+fn is_inert(attr: &syn::Attribute) -> bool {
+    const INERT: [&str; 12] = [
+        "doc",
+        "allow",
+        "warn",
+        "deny",
+        "expect",
+        "forbid",
+        "cfg",
+        "must_use",
+        "inline",
+        "cold",
+        "deprecated",
+        "track_caller",
+    ];
+    attr.path()
+        .get_ident()
+        .is_some_and(|ident| INERT.iter().any(|name| ident == name))
 }
 
 /// Whether `ty` is written as a path whose last segment is `Result` (`Result<T, E>`,
