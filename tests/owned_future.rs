@@ -78,3 +78,44 @@ async fn a_parameter_the_body_does_not_use_lives_until_the_body_ends() {
         "dropped when the body ended"
     );
 }
+
+/// The shapes a detached function's parameters and body take, rewritten alike: `mut` and
+/// pattern parameters, an ignored `_`, an early `return` and `?`, a function of an `impl`
+/// block that names `Self`.
+#[idempotent]
+async fn shapes(mut n: u32, (a, b): (u32, u32), _: String) -> Result<u32, Error> {
+    n += a;
+    if n > 1000 {
+        return Ok(0);
+    }
+    let parsed: u32 = "2".parse().map_err(|_| Error::Config("not a number".into()))?;
+    Ok(n + b + parsed)
+}
+
+struct Ledger;
+
+impl Ledger {
+    fn base() -> u32 {
+        100
+    }
+
+    #[idempotent]
+    pub async fn post(amount: u32) -> Result<u32, Error> {
+        Ok(Self::base() + amount)
+    }
+}
+
+#[tokio::test]
+async fn parameters_and_bodies_of_every_shape_run_as_written() {
+    let turn = Turn::new("owned-3").with_store(Arc::new(MemoryStore::new()));
+    let (shaped, early, posted) = turn
+        .scope(async {
+            (
+                shapes(1, (2, 3), "x".into()).await,
+                shapes(2000, (0, 0), "x".into()).await,
+                Ledger::post(5).await,
+            )
+        })
+        .await;
+    assert_eq!((shaped.ok(), early.ok(), posted.ok()), (Some(8), Some(0), Some(105)));
+}
