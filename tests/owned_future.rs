@@ -88,7 +88,9 @@ async fn shapes(mut n: u32, (a, b): (u32, u32), _: String) -> Result<u32, Error>
     if n > 1000 {
         return Ok(0);
     }
-    let parsed: u32 = "2".parse().map_err(|_| Error::Config("not a number".into()))?;
+    let parsed: u32 = "2"
+        .parse()
+        .map_err(|_| Error::Config("not a number".into()))?;
     Ok(n + b + parsed)
 }
 
@@ -117,5 +119,8 @@ async fn parameters_and_bodies_of_every_shape_run_as_written() {
             )
         })
         .await;
-    assert_eq!((shaped.ok(), early.ok(), posted.ok()), (Some(8), Some(0), Some(105)));
+    assert_eq!(
+        (shaped.ok(), early.ok(), posted.ok()),
+        (Some(8), Some(0), Some(105))
+    );
 }
