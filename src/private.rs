@@ -132,54 +132,57 @@ impl<A: StoreRef + ?Sized> StoreRef for &A {
 }
 
 /// The key and fingerprint of one call being built; the first error sticks and is returned by
-/// [`run`] before anything runs.
+/// [`run`] before anything runs. What depends on where the call runs — the tool's registration,
+/// the turn in scope, an MCP client's key — is read when the call first runs (`prepare`), as
+/// an `async fn` would: a tool's future may be made in one place and awaited in another, or
+/// dropped unpolled.
 pub struct Digest {
     tool: &'static ToolInfo,
-    /// The turn given as a parameter; `None`: the scope's, read when the call first runs (a
-    /// tool's future may be made outside the turn's scope and awaited inside it, as an `async
-    /// fn`'s is); `Err`: the tool's name is taken (`Error::DuplicateTool`).
-    turn: Result<Option<Turn>, Error>,
+    slot: &'static ToolSlot,
+    /// The type name of a closure in the tool's body, for a tool whose code may be compiled for
+    /// several types ([`ToolSlot::same_instance`]).
+    instance: Option<&'static str>,
+    /// The turn given as a parameter; `None`: the scope's.
+    turn: Option<Turn>,
     args: Result<ArgsDigest, Error>,
     /// Bit `i` set: the tool's `skipped[i]` is in the fingerprint (it is `Serialize`).
     fingerprinted: u32,
 }
 
 impl Digest {
-    /// The turn from the task-local scope ([`Turn::current_for`], `Error::NoTurn` outside one),
-    /// read when the call first runs. `slot` is checked first: `Error::DuplicateTool` if
-    /// another tool has this one's name.
+    /// The turn from the task-local scope ([`Turn::current_for`], `Error::NoTurn` outside one).
     pub fn from_scope(
         tool: &'static ToolInfo,
         slot: &'static ToolSlot,
         instance: Option<&'static str>,
     ) -> Self {
-        Self::new(tool, None, register(tool, slot, instance))
+        Self::new(tool, slot, instance, None)
     }
 
-    /// The turn from a `Turn` or `&Turn` parameter; `slot` is checked first.
+    /// The turn from a `Turn` or `&Turn` parameter.
     pub fn with_turn<T: ::std::borrow::Borrow<Turn>>(
         tool: &'static ToolInfo,
         slot: &'static ToolSlot,
         instance: Option<&'static str>,
         turn: &T,
     ) -> Self {
-        Self::new(
-            tool,
-            Some(turn.borrow().clone()),
-            register(tool, slot, instance),
-        )
+        Self::new(tool, slot, instance, Some(turn.borrow().clone()))
     }
 
-    fn new(tool: &'static ToolInfo, turn: Option<Turn>, registered: Result<(), Error>) -> Self {
-        let digest = Digest {
+    fn new(
+        tool: &'static ToolInfo,
+        slot: &'static ToolSlot,
+        instance: Option<&'static str>,
+        turn: Option<Turn>,
+    ) -> Self {
+        Digest {
             tool,
-            turn: registered.map(|()| turn),
+            slot,
+            instance,
+            turn,
             args: Ok(ArgsDigest::new(tool.name)),
             fingerprinted: 0,
-        };
-        #[cfg(feature = "rmcp")]
-        let digest = crate::mcp::route_caller_key(digest);
-        digest
+        }
     }
 
     /// The digest being built, unless building it already failed.
@@ -278,11 +281,23 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
 fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error> {
     let (tool, fingerprinted) = (digest.tool, digest.fingerprinted);
     let refuse = |error| idem_tools_runtime::engine::refuse(tool, error);
-    let turn = match digest.turn.map_err(refuse)? {
+    // Taken by the first `#[idempotent]` call the routed MCP call runs, whatever it answers.
+    #[cfg(feature = "rmcp")]
+    let routed = crate::mcp::take_routed_key();
+    register(tool, digest.slot, digest.instance).map_err(refuse)?;
+    let turn = match digest.turn {
         Some(turn) => turn,
         None => Turn::current_for(tool.name).map_err(refuse)?,
     };
-    let args = digest.args.map_err(refuse)?;
+    #[allow(unused_mut)] // without `rmcp`
+    let mut args = digest.args.map_err(refuse)?;
+    // A `#[key]` parameter wins over the MCP client's key.
+    #[cfg(feature = "rmcp")]
+    if let Some(key) = routed
+        && !args.has_caller_key()
+    {
+        args.caller_key(&key);
+    }
     let unkeyed = (!args.has_caller_key()).then_some(fingerprinted);
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
     let call = Call::in_turn(tool, turn, key, fingerprint).with_unkeyed(unkeyed);

@@ -124,3 +124,27 @@ async fn parameters_and_bodies_of_every_shape_run_as_written() {
         (Some(8), Some(0), Some(105))
     );
 }
+
+#[idempotent(name = "owned_future_shared_name")]
+async fn first_of_the_name(x: u32) -> Result<u32, Error> {
+    Ok(x)
+}
+
+#[idempotent(name = "owned_future_shared_name")]
+async fn second_of_the_name(x: u32) -> Result<u32, Error> {
+    Ok(x + 100)
+}
+
+#[tokio::test]
+async fn a_future_dropped_unpolled_registers_nothing() {
+    let turn = Turn::new("owned-4").with_store(Arc::new(MemoryStore::new()));
+    // Made and dropped: like an `async fn`'s, it did nothing, so it does not take the name.
+    drop(second_of_the_name(1));
+    let first = turn.clone().scope(first_of_the_name(1)).await;
+    assert_eq!(first.ok(), Some(1));
+    let second = turn.scope(second_of_the_name(1)).await;
+    assert!(
+        matches!(second, Err(Error::DuplicateTool { .. })),
+        "{second:?}"
+    );
+}

@@ -4,8 +4,6 @@
 use std::cell::Cell;
 use std::future::Future;
 
-use crate::__private::Digest;
-
 tokio::task_local! {
     static CALLER_KEY: Cell<Option<String>>;
 }
@@ -19,19 +17,10 @@ pub(crate) fn with_caller_key<F: Future>(
 }
 
 /// The caller key of the MCP call running in this task, taken: the first `#[idempotent]` tool
-/// gets it, tools that one calls derive their keys as usual.
-fn take_caller_key() -> Option<String> {
+/// the call runs gets it (when its call first runs), tools that one calls derive their keys as
+/// usual.
+pub(crate) fn take_routed_key() -> Option<String> {
     CALLER_KEY.try_with(Cell::take).ok().flatten()
-}
-
-/// `digest` with the client-supplied key of the MCP call being routed
-/// ([`IdemServer`](super::IdemServer)), if it is the first `#[idempotent]` call the routed call
-/// makes: whether it takes its turn from the scope or as a `&Turn` parameter.
-pub(crate) fn route_caller_key(mut digest: Digest) -> Digest {
-    if let Some(key) = take_caller_key() {
-        digest.caller_key(key.as_str());
-    }
-    digest
 }
 
 #[cfg(test)]
@@ -40,9 +29,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_first_idempotent_call_takes_the_key_and_the_ones_it_makes_do_not() {
-        assert_eq!(take_caller_key(), None, "outside an MCP call");
+        assert_eq!(take_routed_key(), None, "outside an MCP call");
         let key = with_caller_key(Some("k-1".to_owned()), async {
-            (take_caller_key(), take_caller_key())
+            (take_routed_key(), take_routed_key())
         })
         .await;
         assert_eq!(key, (Some("k-1".to_owned()), None));
