@@ -16,6 +16,7 @@
 
 use std::future::Future;
 
+use crate::Error;
 use crate::engine::{current_key, held};
 use crate::key::{ArgsDigest, Key};
 
@@ -48,14 +49,11 @@ pub(crate) fn current() -> Option<Key> {
 
 /// What names the body of the tool of `key`, called in scope `outer`.
 fn of_tool(outer: Key, key: Key) -> Key {
-    let mut digest = ArgsDigest::new(MODEL_STEP.name);
-    let named = digest
-        .arg("within", outer.as_bytes())
-        .and_then(|()| digest.arg("tool", key.as_bytes()));
-    match named {
-        Ok(()) => digest.finish("", "", MODEL_STEP.name, 0).0,
-        Err(_) => key,
-    }
+    named(|digest| {
+        digest.arg("within", outer.as_bytes())?;
+        digest.arg("tool", key.as_bytes())
+    })
+    .unwrap_or(key)
 }
 
 /// What names a call a model made (`made`: its tool and arguments), the `order`-th of its kind
@@ -67,17 +65,20 @@ pub(crate) fn of_call(
     order: u32,
     after: u32,
 ) -> Option<Key> {
-    let mut digest = ArgsDigest::new(MODEL_STEP.name);
-    let named = (|| {
+    named(|digest| {
         digest.arg("within", &outer.map(|key| *key.as_bytes()))?;
         digest.arg("conversation", label)?;
         digest.arg("call", made.as_bytes())?;
         digest.arg("order", &order)?;
         digest.arg("after", &after)
-    })();
-    named.ok()?;
-    let (key, _) = digest.finish("", "", MODEL_STEP.name, 0);
-    Some(key)
+    })
+}
+
+/// A scope named by the entries `fill` adds (none if one does not encode).
+fn named(fill: impl FnOnce(&mut ArgsDigest) -> Result<(), Error>) -> Option<Key> {
+    let mut digest = ArgsDigest::new(MODEL_STEP.name);
+    fill(&mut digest).ok()?;
+    Some(digest.finish("", "", MODEL_STEP.name, 0).0)
 }
 
 /// Runs `future` (a call a model made) in `scope`.
