@@ -35,8 +35,18 @@ fn from_hex<const N: usize>(s: &str, what: &str) -> Result<[u8; N], Error> {
 /// Derived by [`derive_key`](super::derive_key) or [`ArgsDigest`](super::ArgsDigest) as specified
 /// in `docs/key-spec.md`. `Display` prints the 64 lowercase hex characters, `Debug` an
 /// abbreviation `Key(0123456789ab…)`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Key([u8; 32]);
+
+/// Hashes the key's first eight bytes only: a key is a BLAKE3 digest, whose every eight bytes
+/// are as evenly spread as all 32 (equality still compares all 32). The stores' and the
+/// single-flight's tables hash a key on every call.
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        let [a, b, c, d, e, f, g, h, ..] = self.0;
+        state.write_u64(u64::from_le_bytes([a, b, c, d, e, f, g, h]));
+    }
+}
 
 impl Key {
     /// The key with these bytes.
