@@ -1,5 +1,6 @@
 //! `#[tool_impl]`: descriptors for tool methods with a receiver and no visibility (trait impls,
-//! rmcp-style servers), so that `tools![]` can list them.
+//! rmcp-style servers) and for associated functions of trait impls, so that `tools![]` can list
+//! them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -112,6 +113,42 @@ where
     }
 }
 
+/// A trait whose tools are associated functions, without `self`: a trait impl holds no items but
+/// the trait's, so their descriptors come from `#[tool_impl]` (without it, rustc reports the
+/// descriptor as "not a member of trait `Tickets`").
+trait Tickets {
+    async fn open(title: String) -> Result<u64, Error>;
+    fn count(title: &str) -> usize;
+}
+
+struct Desk;
+
+static DESK_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[tool_impl]
+impl Tickets for Desk {
+    #[idempotent]
+    async fn open(title: String) -> Result<u64, Error> {
+        DESK_RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(title.len() as u64)
+    }
+
+    #[read_only]
+    fn count(title: &str) -> usize {
+        title.len()
+    }
+}
+
+#[tool_impl]
+impl Desk {
+    /// An associated function with no visibility in an inherent block: `#[tool_impl]` emits its
+    /// descriptor too.
+    #[idempotent]
+    async fn close(id: u64) -> Result<u64, Error> {
+        Ok(id)
+    }
+}
+
 const TOOLS: &[ToolInfo] = idem_tools::tools![
     SendEmail::call,
     Server::create_ticket,
@@ -120,6 +157,9 @@ const TOOLS: &[ToolInfo] = idem_tools::tools![
     Bank::pay,
     Vault::pay,
     Wrapper::<u8>::handle,
+    Desk::open,
+    Desk::count,
+    Desk::close,
 ];
 
 #[test]
@@ -134,7 +174,10 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
             "Server__close_ticket",
             "Bank__pay",
             "Vault__pay",
-            "Wrapper__handle"
+            "Wrapper__handle",
+            "Desk__open",
+            "Desk__count",
+            "Desk__close"
         ]
     );
     use ToolKind::{Idempotent, ReadOnly};
@@ -142,7 +185,8 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
     assert_eq!(
         kinds,
         [
-            Idempotent, Idempotent, ReadOnly, Idempotent, Idempotent, Idempotent, ReadOnly
+            Idempotent, Idempotent, ReadOnly, Idempotent, Idempotent, Idempotent, ReadOnly,
+            Idempotent, ReadOnly, Idempotent
         ]
     );
     let send = TOOLS[0];
@@ -184,7 +228,10 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
             "close_ticket",
             "pay",
             "pay",
-            "handle"
+            "handle",
+            "open",
+            "count",
+            "close"
         ]
     );
 }
@@ -204,6 +251,9 @@ async fn the_methods_still_dedup() {
             assert_eq!(server.close_ticket(9).await?, 9);
             assert_eq!(Bank.pay(5).await?, 5);
             assert_eq!(Vault.pay(6).await?, 6);
+            assert_eq!(Desk::open("printer".into()).await?, 7);
+            assert_eq!(Desk::open("printer".into()).await?, 7); // replayed
+            assert_eq!(Desk::close(4).await?, 4);
             Ok::<_, Error>(())
         })
         .await
@@ -212,5 +262,7 @@ async fn the_methods_still_dedup() {
     assert_eq!(server.helper(), 1);
     assert_eq!(server.search("abcd"), 4);
     assert_eq!(Wrapper(1_u8).handle(()).await.unwrap(), "handled");
-    assert_eq!(store.len(), 5);
+    assert_eq!(DESK_RUNS.load(Ordering::SeqCst), 1);
+    assert_eq!(Desk::count("abc"), 3);
+    assert_eq!(store.len(), 7);
 }

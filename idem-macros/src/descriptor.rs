@@ -160,14 +160,15 @@ pub(crate) fn private_path(krate: Option<&Path>) -> TokenStream {
 }
 
 /// Whether the method-level macro emits the function's descriptor itself: always, except for a
-/// method with a receiver and no visibility, which may be in a trait impl (which cannot hold
-/// extra items). `#[tool_impl]` on the `impl` block emits exactly those.
-pub(crate) fn emits_own_descriptor(sig: &Signature, vis: &Visibility) -> bool {
+/// function with no visibility that is a method (it has a receiver) or sits in a
+/// `#[tool_impl]` block (`in_tool_impl`): either may be in a trait impl, which cannot hold extra
+/// items. `#[tool_impl]` on the `impl` block emits exactly those.
+pub(crate) fn emits_own_descriptor(sig: &Signature, vis: &Visibility, in_tool_impl: bool) -> bool {
     let is_method = sig
         .inputs
         .first()
         .is_some_and(|a| matches!(a, FnArg::Receiver(_)));
-    !(is_method && matches!(vis, Visibility::Inherited))
+    !((is_method || in_tool_impl) && matches!(vis, Visibility::Inherited))
 }
 
 /// The descriptor next to the function, when it emits its own (see [`emits_own_descriptor`]):
@@ -175,10 +176,12 @@ pub(crate) fn emits_own_descriptor(sig: &Signature, vis: &Visibility) -> bool {
 pub(crate) fn own_descriptor(
     sig: &Signature,
     vis: &Visibility,
+    in_tool_impl: bool,
     private: &TokenStream,
     info: &TokenStream,
 ) -> Option<TokenStream> {
-    emits_own_descriptor(sig, vis).then(|| descriptor_const(vis, &sig.ident, private, info))
+    emits_own_descriptor(sig, vis, in_tool_impl)
+        .then(|| descriptor_const(vis, &sig.ident, private, info))
 }
 
 /// `#vis const <fn>__needs_idempotent_or_read_only: ToolInfo = #info;`.

@@ -32,7 +32,14 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         return fail(errors, tool.func.into_token_stream());
     }
     let (private, info) = idempotent_info(&tool.func.sig.ident, &options);
-    let descriptor = own_descriptor(&tool.func.sig, &tool.func.vis, &private, &info);
+    let in_tool_impl = options.impl_type.is_some();
+    let descriptor = own_descriptor(
+        &tool.func.sig,
+        &tool.func.vis,
+        in_tool_impl,
+        &private,
+        &info,
+    );
     let method = tool.func.sig.ident.clone();
     let ToolFn {
         mut func,
@@ -539,7 +546,8 @@ pub(crate) fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
         return fail(errors, func.into_token_stream());
     }
     let (private, info) = read_only_info(&func.sig.ident, &options);
-    let descriptor = own_descriptor(&func.sig, &func.vis, &private, &info);
+    let in_tool_impl = options.impl_type.is_some();
+    let descriptor = own_descriptor(&func.sig, &func.vis, in_tool_impl, &private, &info);
     quote!(#descriptor #func)
 }
 

@@ -28,7 +28,7 @@ use header::inherent_header;
 
 /// `#[tool_impl]`: the `impl` block, its methods' classification attributes given
 /// `__impl = Type`, then an inherent `impl` holding the descriptors of its `#[idempotent]` /
-/// `#[read_only]` methods that have a receiver and no visibility.
+/// `#[read_only]` functions that have no visibility (in a trait impl, all of them).
 pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let options = ImplOptions::parse(args, &mut errors);
@@ -193,7 +193,7 @@ fn classified(method: &ImplItemFn) -> Option<(&Ident, &Attribute)> {
 /// The descriptor of `method`, if it is classified and the method-level macro emits none.
 /// An invalid or ambiguous classification is reported by the method-level macro: skipped here.
 fn method_descriptor(method: &ImplItemFn) -> Option<TokenStream> {
-    if emits_own_descriptor(&method.sig, &method.vis) {
+    if emits_own_descriptor(&method.sig, &method.vis, true) {
         return None;
     }
     let (kind, attr) = classified(method)?;
