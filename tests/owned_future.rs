@@ -54,8 +54,13 @@ impl Drop for Guard {
     }
 }
 
+/// `guard` is unused: as in an `async fn`, rustc says so (`tests/ui/unused_parameters.rs`).
 #[idempotent(skip(guard, go))]
-async fn hold(n: u32, guard: Guard, go: tokio::sync::oneshot::Receiver<()>) -> Result<u32, Error> {
+async fn hold(
+    n: u32,
+    #[expect(unused_variables)] guard: Guard,
+    go: tokio::sync::oneshot::Receiver<()>,
+) -> Result<u32, Error> {
     let _ = go.await;
     Ok(n)
 }

@@ -11,6 +11,7 @@ use crate::ast::{Form, Param, Role, ToolFn};
 use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
+use crate::owned;
 use crate::placement::{CUT_OFF, Run, Unchecked, has_impl};
 use crate::receiver::{replace_self, self_binding};
 use crate::valid::{self, Plan};
@@ -71,8 +72,15 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let returns_future = plan.run == Run::Detached
         && receiver.is_none()
         && pin.is_none()
-        && names_a_result(&ret)
-        && func.attrs.iter().all(is_inert);
+        && owned::names_a_result(&ret)
+        && func.attrs.iter().all(owned::is_inert);
+    rename_patterns(&params, &mut func);
+    remove_transaction(&params, &mut func);
+    let moved_in = if returns_future {
+        owned::move_into_body(&mut func.sig)
+    } else {
+        TokenStream::new()
+    };
     let new_body = Body {
         private: &private,
         info: &info,
@@ -87,10 +95,9 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         pin: pin.as_ref(),
         own_generics,
         returns_future,
+        moved_in: &moved_in,
     }
     .tokens(body);
-    rename_patterns(&params, &mut func);
-    remove_transaction(&params, &mut func);
     // The braces carry the return type's span: rustc reports the bounds of the future held
     // across `.await` at the body's span, and this merges those reports with the others.
     let span = ret.span();
@@ -124,6 +131,9 @@ struct Body<'a> {
     own_generics: bool,
     /// The function returns the call's future ([`run_owned`]) rather than awaiting it.
     returns_future: bool,
+    /// Then, the statements moving the parameters into the body's future
+    /// ([`owned::move_into_body`]).
+    moved_in: &'a TokenStream,
 }
 
 impl Body<'_> {
@@ -189,7 +199,7 @@ impl Body<'_> {
                 (true, true) => quote!(ok_and_err::<#ret>),
                 (false, true) => quote!(ok_only::<#ret>),
             };
-            let check = if names_a_result(ret) {
+            let check = if owned::names_a_result(ret) {
                 quote! {{
                     use #private::{OkNeverFails as _, OkMayFail as _};
                     (&#private::OkFailure::<<#ret as #private::ToolReturn>::Ok>::new())
@@ -348,12 +358,12 @@ impl Body<'_> {
                     // and is dropped when it ends.
                     // The block spanned at the return type, where an error about it (not
                     // `Send`) is reported, as the runner of an `async fn` reports it.
-                    let bindings = self.params.iter().map(|p| &p.binding);
+                    let moved_in = self.moved_in;
                     let boxed = respan(quote!(#private::boxed::<#ret, _>), at);
                     let mut block = Group::new(
                         proc_macro2::Delimiter::Brace,
                         quote! {
-                            #(let _ = &#bindings;)*
+                            #moved_in
                             #body
                         },
                     );
@@ -422,34 +432,6 @@ fn outside_tool_impl(method: &Ident, receiver: Span) -> TokenStream {
         const fn #warning() {}
         #warning();
     }
-}
-
-/// Whether `attr` is one of the compiler's own attributes that change nothing an attribute
-/// macro below would expect (`doc`, lints, `cfg`, `must_use`, `inline`, …).
-fn is_inert(attr: &syn::Attribute) -> bool {
-    const INERT: [&str; 12] = [
-        "doc",
-        "allow",
-        "warn",
-        "deny",
-        "expect",
-        "forbid",
-        "cfg",
-        "must_use",
-        "inline",
-        "cold",
-        "deprecated",
-        "track_caller",
-    ];
-    attr.path()
-        .get_ident()
-        .is_some_and(|ident| INERT.iter().any(|name| ident == name))
-}
-
-/// Whether `ty` is written as a path whose last segment is `Result` (`Result<T, E>`,
-/// `anyhow::Result<T>`, `io::Result<T>`).
-fn names_a_result(ty: &Type) -> bool {
-    matches!(ty, Type::Path(path) if path.path.segments.last().is_some_and(|s| s.ident == "Result"))
 }
 
 /// `self_key(&mut digest, &(EXPR))`. The `&(…)` spans the expression (the `&` at its first

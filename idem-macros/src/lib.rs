@@ -22,6 +22,7 @@ mod catalog;
 mod descriptor;
 mod errors;
 mod expand;
+mod owned;
 mod placement;
 mod receiver;
 mod tool_impl;
