@@ -61,9 +61,10 @@ pub(crate) fn move_into_body(sig: &mut Signature) -> TokenStream {
     moved
 }
 
-/// `#[allow(…)]`, `#[expect(…)]`, `#[warn(…)]`, `#[deny(…)]` or `#[forbid(…)]`.
+/// `#[allow(…)]`, `#[expect(…)]`, `#[warn(…)]`, `#[deny(…)]` or `#[forbid(…)]`, or a
+/// `#[cfg_attr(…)]` (on a parameter, it can only give lints or `cfg`).
 fn is_lint(attr: &Attribute) -> bool {
-    ["allow", "expect", "warn", "deny", "forbid"]
+    ["allow", "expect", "warn", "deny", "forbid", "cfg_attr"]
         .iter()
         .any(|lint| attr.path().is_ident(lint))
 }

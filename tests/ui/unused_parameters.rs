@@ -15,9 +15,13 @@ async fn needless_mut(mut to: String) -> Result<usize, Error> {
     Ok(to.len())
 }
 
-/// Fulfilled: no error.
+/// Fulfilled: no error (nor through `cfg_attr`).
 #[idempotent]
-async fn expected(#[expect(unused_variables)] quiet: u64, mut to: String) -> Result<String, Error> {
+async fn expected(
+    #[expect(unused_variables)] quiet: u64,
+    #[cfg_attr(all(), expect(unused_variables))] hushed: u64,
+    mut to: String,
+) -> Result<String, Error> {
     to.push('!');
     Ok(to)
 }
