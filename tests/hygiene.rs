@@ -1,7 +1,15 @@
 //! The generated code needs nothing in scope: no prelude, no imports. It is also clean under
-//! `#![deny(warnings)]` and, in the clippy CI step (`--all-targets`), `clippy::pedantic`.
+//! `#![deny(warnings)]` and, in the clippy CI step (`--all-targets`), `clippy::pedantic` and the
+//! shadowing lints (a tool that returns its future binds its parameters again in its body).
 #![no_implicit_prelude]
-#![deny(warnings, clippy::pedantic)]
+#![deny(
+    warnings,
+    clippy::pedantic,
+    clippy::shadow_same,
+    clippy::shadow_reuse,
+    clippy::shadow_unrelated,
+    clippy::redundant_locals
+)]
 
 /// A tool with every kind of parameter and option, in a module without a prelude.
 mod tools {
@@ -43,6 +51,20 @@ mod tools {
     ) -> ::std::result::Result<u32, Failure> {
         let _ = turn;
         ::std::result::Result::Ok(n)
+    }
+
+    /// Detached, owned arguments: returns its call's future. An `_`-prefixed parameter is in the
+    /// key (as any other) and unused by the body, a `mut` one is changed by it, and one is
+    /// skipped.
+    #[::idem_tools::idempotent(skip(_trace))]
+    pub async fn append(
+        mut text: ::std::string::String,
+        _origin: u32,
+        _trace: u64,
+        #[key] _request: ::std::string::String,
+    ) -> ::std::result::Result<::std::string::String, ::idem_tools::Error> {
+        text.push('!');
+        ::std::result::Result::Ok(text)
     }
 
     pub static STORE: ::std::sync::LazyLock<::std::sync::Arc<::idem_tools::MemoryStore>> =
@@ -110,6 +132,12 @@ fn generated_code_compiles_without_a_prelude() {
     );
     assert_eq!(sum.unwrap(), 3);
     assert_eq!(runtime.block_on(tools::with_turn(&turn, 5)).unwrap(), 5);
+    let appended =
+        runtime.block_on(
+            turn.clone()
+                .scope(tools::append("hi".into(), 1, 2, "req-2".into())),
+        );
+    assert_eq!(appended.unwrap(), "hi!");
     assert_eq!(tools::STORE.len(), 1);
     assert_eq!(TOOLS.len(), 3);
     assert_eq!(TOOLS[0].name, "hygienic_send");

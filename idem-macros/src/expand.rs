@@ -476,6 +476,7 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
                 .map(|ident| Ident::new(&ident.to_string(), at))
                 .unwrap_or_else(|_| Ident::new_raw(name, at));
             Some(quote_spanned! {at=>
+                #[allow(clippy::used_underscore_binding)] // the key reads `_`-prefixed ones too
                 {
                     #[allow(dead_code, non_camel_case_types)]
                     struct #marker {}
@@ -484,9 +485,11 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
             })
         }
         Role::Skip => Some(quote_spanned! {at=>
+            #[allow(clippy::used_underscore_binding)]
             (&#path::Skip(&#binding)).skip_arg(&mut #digest, #name);
         }),
         Role::CallerKey => Some(quote_spanned! {at=>
+            #[allow(clippy::used_underscore_binding)]
             #digest.caller_key(&#binding);
         }),
         Role::Turn | Role::Ignore | Role::Transaction => None,

@@ -56,7 +56,17 @@ pub(crate) fn move_into_body(sig: &mut Signature) -> TokenStream {
             .into_iter()
             .partition(is_lint);
         typed.attrs = kept;
-        moved.extend(quote!(#(#lints)* let #mutability #ident = #ident;));
+        // Clippy sees the parameter's own tokens: a rebinding is not the user's shadowing,
+        // nor a use of an `_`-prefixed parameter.
+        moved.extend(quote! {
+            #(#lints)*
+            #[allow(
+                clippy::shadow_same,
+                clippy::no_effect_underscore_binding,
+                clippy::used_underscore_binding
+            )]
+            let #mutability #ident = #ident;
+        });
     }
     moved
 }
