@@ -282,7 +282,9 @@
 /// since it may sit in a trait impl, which cannot hold extra items: put
 /// [`#[tool_impl]`](macro@tool_impl) on its `impl` block (trait or inherent), which emits it
 /// after the block, or give an inherent method a visibility (`pub`, `pub(crate)`, even
-/// `pub(self)`).
+/// `pub(self)`). So does every function with no visibility in a `#[tool_impl]` block, an
+/// associated function of a trait impl included (outside one, rustc reports its descriptor as
+/// "not a member of trait").
 ///
 /// # Stacking with other attributes
 ///
@@ -352,8 +354,9 @@ pub use idem_tools_macros::idempotent;
 pub use idem_tools_macros::read_only;
 
 /// Names the tool methods of an `impl` block after its type (`Type__method`), and emits the
-/// descriptors of those that cannot carry their own (a `self` receiver and no visibility), so
-/// that [`tools!`] can list them.
+/// descriptors of those that cannot carry their own (every one with no visibility: a method of
+/// a trait impl, with `self` or without, or of an rmcp-style server), so that [`tools!`] can
+/// list them.
 ///
 /// **Names.** Every `#[idempotent]` / `#[read_only]` method or associated function of the block
 /// gets the default name `Type__method` (see [`idempotent`](macro@idempotent#the-name)): two
