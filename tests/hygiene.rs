@@ -53,16 +53,17 @@ mod tools {
         ::std::result::Result::Ok(n)
     }
 
-    /// Detached, owned arguments: returns its call's future. An `_`-prefixed parameter is in the
-    /// key (as any other) and unused by the body, a `mut` one is changed by it, and one is
-    /// skipped.
+    /// Detached, owned arguments: returns its call's future. `_`-prefixed parameters in the key
+    /// and skipped, unused by the body (reading them for the key is not the user's use of an
+    /// `_` binding), and a `mut` one changed by it.
     #[::idem_tools::idempotent(skip(_trace))]
     pub async fn append(
         mut text: ::std::string::String,
         _origin: u32,
         _trace: u64,
-        #[key] _request: ::std::string::String,
+        #[key] request: ::std::string::String,
     ) -> ::std::result::Result<::std::string::String, ::idem_tools::Error> {
+        let _ = request;
         text.push('!');
         ::std::result::Result::Ok(text)
     }

@@ -76,11 +76,6 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         && func.attrs.iter().all(owned::is_inert);
     rename_patterns(&params, &mut func);
     remove_transaction(&params, &mut func);
-    let moved_in = if returns_future {
-        owned::move_into_body(&mut func.sig)
-    } else {
-        TokenStream::new()
-    };
     let new_body = Body {
         private: &private,
         info: &info,
@@ -95,7 +90,6 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         pin: pin.as_ref(),
         own_generics,
         returns_future,
-        moved_in: &moved_in,
     }
     .tokens(body);
     // The braces carry the return type's span: rustc reports the bounds of the future held
@@ -138,9 +132,6 @@ struct Body<'a> {
     own_generics: bool,
     /// The function returns the call's future ([`run_owned`]) rather than awaiting it.
     returns_future: bool,
-    /// Then, the statements moving the parameters into the body's future
-    /// ([`owned::move_into_body`]).
-    moved_in: &'a TokenStream,
 }
 
 impl Body<'_> {
@@ -361,16 +352,22 @@ impl Body<'_> {
                 let prelude = (run == Run::AttachedWarned(Unchecked::NoToolImpl))
                     .then(|| outside_tool_impl(self.method, receiver));
                 if self.returns_future {
-                    // Every parameter moves into the body, as into an `async fn`'s future,
-                    // and is dropped when it ends.
+                    // Every parameter the key reads moves into the body, as into an `async
+                    // fn`'s future, and is dropped when it ends. An `ignore`d one is the
+                    // body's alone: moved in if the body uses it, else reported unused, as in
+                    // the `async fn` form (tests/ui/unused_parameters.rs).
                     // The block spanned at the return type, where an error about it (not
                     // `Send`) is reported, as the runner of an `async fn` reports it.
-                    let moved_in = self.moved_in;
+                    let bindings = self
+                        .params
+                        .iter()
+                        .filter(|p| p.role != Role::Ignore)
+                        .map(read_by_macro);
                     let boxed = respan(quote!(#private::boxed::<#ret, _>), at);
                     let mut block = Group::new(
                         proc_macro2::Delimiter::Brace,
                         quote! {
-                            #moved_in
+                            #(let _ = &#bindings;)*
                             #body
                         },
                     );
@@ -458,6 +455,7 @@ fn self_key_arg(private: &TokenStream, digest: &Ident, self_key: &Located<Expr>)
 /// The statement adding parameter `p` to the digest, if it is in the key or the fingerprint.
 fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> {
     let (binding, name, at) = (&p.binding, &p.name, p.span());
+    let read = read_by_macro(p);
     let path = respan(private.clone(), at);
     match p.role {
         Role::Key => {
@@ -471,12 +469,11 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
             // A type named like the parameter, so that the "not `Serialize`" note can say
             // `skip(<its name>)`.
             // The argument, spanned at the parameter's name: the error points there.
-            let value = quote_spanned!(binding.span()=> &#binding);
+            let value = quote_spanned!(binding.span()=> &#read);
             let marker = syn::parse_str::<Ident>(name)
                 .map(|ident| Ident::new(&ident.to_string(), at))
                 .unwrap_or_else(|_| Ident::new_raw(name, at));
             Some(quote_spanned! {at=>
-                #[allow(clippy::used_underscore_binding)] // the key reads `_`-prefixed ones too
                 {
                     #[allow(dead_code, non_camel_case_types)]
                     struct #marker {}
@@ -485,15 +482,27 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
             })
         }
         Role::Skip => Some(quote_spanned! {at=>
-            #[allow(clippy::used_underscore_binding)]
-            (&#path::Skip(&#binding)).skip_arg(&mut #digest, #name);
+            (&#path::Skip(&#read)).skip_arg(&mut #digest, #name);
         }),
+        // The binding as written: an error about its type points at it.
         Role::CallerKey => Some(quote_spanned! {at=>
-            #[allow(clippy::used_underscore_binding)]
             #digest.caller_key(&#binding);
         }),
         Role::Turn | Role::Ignore | Role::Transaction => None,
     }
+}
+
+/// Parameter `p`'s binding as the generated code reads it. A name the user wrote is read where
+/// the user wrote it but in the macro's expansion, so that lints about the user's code (clippy's
+/// `used_underscore_binding`) do not take the key's reading of a parameter for the user's (an
+/// `#[allow]` here would be an error under a user's `#![forbid]`); a pattern's `idem_argN` is
+/// the macro's own.
+fn read_by_macro(p: &Param) -> Ident {
+    let mut read = p.binding.clone();
+    if p.pattern.is_none() {
+        read.set_span(p.binding.span().resolved_at(Span::call_site()));
+    }
+    read
 }
 
 /// Takes the `#[transaction]` parameter out of the signature: the engine passes it, callers

@@ -1,35 +1,37 @@
-//! A tool that returns its call's future (detached, owned arguments) reports its parameters'
-//! lints as the `async fn` it was written as: unused, needlessly `mut`, and `#[expect(…)]` on a
-//! parameter fulfilled or not by the body.
-#![deny(unused_variables, unused_mut, unfulfilled_lint_expectations)]
+//! Every parameter of a tool is used by it — the key reads it, or the body's future holds it
+//! until the body ends — in both forms of the expansion: the detached tool that returns its
+//! call's future (owned arguments) and the `async fn` (here, made so by a borrowed argument).
+//! So no parameter is reported unused (renaming one `_name`, as rustc would suggest, would
+//! change the tool's keys) and an `#[expect(unused_variables)]` on one is unfulfilled in both;
+//! a parameter's other lints apply as written.
+#![deny(warnings)]
 
 use idem_tools::{Error, idempotent};
 
-#[idempotent]
-async fn unused(to: String, amount: u64) -> Result<usize, Error> {
+/// Returns its future: nothing reported but the needless `mut` and the expectation.
+#[idempotent(ignore(trace))]
+async fn owned(
+    to: String,
+    amount: u64,
+    trace: String,
+    #[allow(non_snake_case)] fileName: String,
+    mut needless: String,
+    #[expect(unused_variables)] expected: u64,
+) -> Result<usize, Error> {
     Ok(to.len())
 }
 
-#[idempotent]
-async fn needless_mut(mut to: String) -> Result<usize, Error> {
+/// An `async fn`: the same.
+#[idempotent(ignore(trace))]
+async fn borrowed(
+    to: &str,
+    amount: u64,
+    trace: String,
+    #[allow(non_snake_case)] fileName: String,
+    mut needless: String,
+    #[expect(unused_variables)] expected: u64,
+) -> Result<usize, Error> {
     Ok(to.len())
-}
-
-/// Fulfilled: no error (nor through `cfg_attr`).
-#[idempotent]
-async fn expected(
-    #[expect(unused_variables)] quiet: u64,
-    #[cfg_attr(all(), expect(unused_variables))] hushed: u64,
-    mut to: String,
-) -> Result<String, Error> {
-    to.push('!');
-    Ok(to)
-}
-
-/// Unfulfilled: the body uses it.
-#[idempotent]
-async fn unexpected(#[expect(unused_variables)] used: u64) -> Result<u64, Error> {
-    Ok(used)
 }
 
 fn main() {}
