@@ -147,6 +147,19 @@ impl Desk {
     async fn close(id: u64) -> Result<u64, Error> {
         Ok(id)
     }
+
+    /// One tool compiled one way or the other: its descriptor follows its `cfg`.
+    #[cfg(unix)]
+    #[read_only]
+    fn platform() -> &'static str {
+        "unix"
+    }
+
+    #[cfg(not(unix))]
+    #[read_only]
+    fn platform() -> &'static str {
+        "other"
+    }
 }
 
 const TOOLS: &[ToolInfo] = idem_tools::tools![
@@ -160,6 +173,7 @@ const TOOLS: &[ToolInfo] = idem_tools::tools![
     Desk::open,
     Desk::count,
     Desk::close,
+    Desk::platform,
 ];
 
 #[test]
@@ -177,7 +191,8 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
             "Wrapper__handle",
             "Desk__open",
             "Desk__count",
-            "Desk__close"
+            "Desk__close",
+            "Desk__platform"
         ]
     );
     use ToolKind::{Idempotent, ReadOnly};
@@ -186,7 +201,7 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
         kinds,
         [
             Idempotent, Idempotent, ReadOnly, Idempotent, Idempotent, Idempotent, ReadOnly,
-            Idempotent, ReadOnly, Idempotent
+            Idempotent, ReadOnly, Idempotent, ReadOnly
         ]
     );
     let send = TOOLS[0];
@@ -231,7 +246,8 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
             "handle",
             "open",
             "count",
-            "close"
+            "close",
+            "platform"
         ]
     );
 }
@@ -264,5 +280,6 @@ async fn the_methods_still_dedup() {
     assert_eq!(Wrapper(1_u8).handle(()).await.unwrap(), "handled");
     assert_eq!(DESK_RUNS.load(Ordering::SeqCst), 1);
     assert_eq!(Desk::count("abc"), 3);
+    assert_eq!(Desk::platform(), if cfg!(unix) { "unix" } else { "other" });
     assert_eq!(store.len(), 7);
 }

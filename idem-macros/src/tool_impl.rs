@@ -119,14 +119,14 @@ fn is_generic(block: &ItemImpl) -> bool {
 /// with "list it as `Type::method`", in a module of its own, glob-imported: a glob import is
 /// shadowed by an item of the same name, so a function's own descriptor still wins.
 fn fallbacks(block: &ItemImpl, type_name: &Ident) -> TokenStream {
-    let methods: Vec<(&Ident, TokenStream)> = block
+    let methods: Vec<(&ImplItemFn, TokenStream)> = block
         .items
         .iter()
         .filter_map(|item| match item {
-            ImplItem::Fn(method) => classified(method).map(|(_, attr)| (&method.sig.ident, attr)),
+            ImplItem::Fn(method) => classified(method).map(|(_, attr)| (method, attr)),
             _ => None,
         })
-        .filter_map(|(ident, attr)| Some((ident, attr_args(attr)?)))
+        .filter_map(|(method, attr)| Some((method, attr_args(attr)?)))
         .collect();
     let Some((_, first_args)) = methods.first() else {
         return TokenStream::new();
@@ -139,7 +139,8 @@ fn fallbacks(block: &ItemImpl, type_name: &Ident) -> TokenStream {
     } else {
         ""
     };
-    let consts = methods.iter().map(|(ident, _)| {
+    let consts = methods.iter().map(|(method, _)| {
+        let (ident, cfgs) = (&method.sig.ident, cfgs(method));
         let method = ident.unraw();
         let message = format!(
             "tools![]: `{method}` is a method of `{ty}`, not a function: list it as \
@@ -147,6 +148,7 @@ fn fallbacks(block: &ItemImpl, type_name: &Ident) -> TokenStream {
         );
         let descriptor = descriptor_ident(ident);
         quote! {
+            #(#cfgs)*
             pub(super) const #descriptor: #private::ToolInfo =
                 #private::method_listed_as_function(#message);
         }
@@ -210,7 +212,17 @@ fn method_descriptor(method: &ImplItemFn) -> Option<TokenStream> {
     if errors.any() {
         return None;
     }
-    Some(descriptor_const(&parse_quote!(pub), ident, &private, &info))
+    let cfgs = cfgs(method);
+    let descriptor = descriptor_const(&parse_quote!(pub), ident, &private, &info);
+    Some(quote!(#(#cfgs)* #descriptor))
+}
+
+/// The method's `#[cfg(…)]` attributes: what the block emits for it exists where it does.
+fn cfgs(method: &ImplItemFn) -> impl Iterator<Item = &Attribute> {
+    method
+        .attrs
+        .iter()
+        .filter(|attr| attr.path().is_ident("cfg"))
 }
 
 /// The last segment of the self type's path, without generic arguments: `Wrapper` for
