@@ -45,6 +45,10 @@ fn located(de: &Decoder<'_>, error: FormatError) -> FormatError {
 pub(super) struct Decoder<'de> {
     reader: Reader<'de>,
     depth: usize,
+    /// The tag of the next value, when it is not in the input: the content of a tuple or struct
+    /// variant read as a map's value is a sequence or a map whose count follows the variant's
+    /// name ([`Entries::next_value_seed`]).
+    tag: Option<u8>,
 }
 
 impl<'de> Decoder<'de> {
@@ -52,6 +56,25 @@ impl<'de> Decoder<'de> {
         Decoder {
             reader: Reader::new(input),
             depth: 0,
+            tag: None,
+        }
+    }
+
+    /// The next value's tag, read.
+    #[inline]
+    fn tag(&mut self) -> Result<u8, FormatError> {
+        match self.tag.take() {
+            Some(t) => Ok(t),
+            None => self.reader.byte(),
+        }
+    }
+
+    /// The next value's tag, not read.
+    #[inline]
+    fn peek_tag(&self) -> Result<u8, FormatError> {
+        match self.tag {
+            Some(t) => Ok(t),
+            None => self.reader.peek(),
         }
     }
 
@@ -196,19 +219,19 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
 
     #[inline]
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
-        let t = self.reader.byte()?;
+        let t = self.tag()?;
         self.any_tagged(t, visitor)
     }
 
     #[inline]
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.reader.peek()? {
+        match self.peek_tag()? {
             tag::NONE => {
-                self.reader.byte()?;
+                self.tag()?;
                 visitor.visit_none()
             }
             tag::SOME => {
-                self.reader.byte()?;
+                self.tag()?;
                 self.some(visitor)
             }
             // A value recorded before a field became optional.
@@ -233,7 +256,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        let t = self.reader.byte()?;
+        let t = self.tag()?;
         let kind = match t {
             tag::UNIT_VARIANT | tag::NEWTYPE_VARIANT | tag::TUPLE_VARIANT | tag::STRUCT_VARIANT => {
                 t
@@ -381,15 +404,18 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
         }
     }
 
+    /// The entry's value; for a variant read as a map, its content: a newtype variant's value,
+    /// or a tuple or struct variant's body, read as the sequence or map it is (its count is
+    /// next in the input, where a sequence's or a map's follows its tag).
     #[inline]
     fn next_value_seed<S: DeserializeSeed<'de>>(
         &mut self,
         seed: S,
     ) -> Result<S::Value, FormatError> {
-        match self.variant.take() {
-            None => seed.deserialize(&mut *self.de),
-            Some(variant) => variant::content(self.de, variant.kind, seed),
+        if let Some(variant) = self.variant.take() {
+            self.de.tag = variant::content_tag(variant.kind);
         }
+        seed.deserialize(&mut *self.de)
     }
 
     fn size_hint(&self) -> Option<usize> {

@@ -52,13 +52,22 @@ pub(super) fn parse(bytes: &[u8]) -> Result<Node<'_>, FormatError> {
 
 /// Reads one value from `r`, `depth` levels deep.
 pub(super) fn read<'a>(r: &mut Reader<'a>, depth: usize) -> Result<Node<'a>, FormatError> {
+    let t = r.byte()?;
+    read_tagged(r, t, depth)
+}
+
+/// Reads one value whose tag `t` was read from `r` already, `depth` levels deep.
+pub(super) fn read_tagged<'a>(
+    r: &mut Reader<'a>,
+    t: u8,
+    depth: usize,
+) -> Result<Node<'a>, FormatError> {
     if depth > MAX_DEPTH {
         return Err(FormatError::new(format!(
             "values nest deeper than {MAX_DEPTH} levels at byte {}",
             r.offset()
         )));
     }
-    let t = r.byte()?;
     let deeper = depth + 1;
     Ok(match head::read(r, t)? {
         Head::None => Node::None,

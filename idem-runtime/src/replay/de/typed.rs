@@ -16,7 +16,7 @@ impl<'de> Decoder<'de> {
     /// The head of the next value.
     #[inline]
     pub(super) fn head(&mut self) -> Result<Head<'de>, FormatError> {
-        let t = self.reader.byte()?;
+        let t = self.tag()?;
         head::read(&mut self.reader, t)
     }
 
@@ -40,7 +40,7 @@ impl<'de> Decoder<'de> {
         &mut self,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        match self.reader.peek()? {
+        match self.peek_tag()? {
             tag::U128 | tag::I128 => match self.head()? {
                 Head::U128(v) => visitor.visit_u128(v),
                 Head::I128(v) => visitor.visit_i128(v),
@@ -52,7 +52,7 @@ impl<'de> Decoder<'de> {
 
     /// A float, as its bits were recorded, or an integer.
     pub(super) fn float<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.reader.peek()? {
+        match self.peek_tag()? {
             tag::F32 | tag::F64 => match self.head()? {
                 Head::F32(bits) => visitor.visit_f32(f32::from_bits(bits)),
                 Head::F64(bits) => visitor.visit_f64(f64::from_bits(bits)),
@@ -141,7 +141,8 @@ impl<'de> Decoder<'de> {
 
     /// Skips the value (read as a tree, which the visitor never sees).
     pub(super) fn ignored<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        node::read(&mut self.reader, self.depth)?;
+        let t = self.tag()?;
+        node::read_tagged(&mut self.reader, t, self.depth)?;
         visitor.visit_unit()
     }
 }
