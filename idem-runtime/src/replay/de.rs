@@ -113,17 +113,28 @@ impl<'de> Decoder<'de> {
 
     #[inline]
     fn map<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
+        self.entries(len, None, visitor)
+    }
+
+    /// The `len` entries of a map, or (`variant`) the one entry of a variant read as a map,
+    /// offered to the visitor; every one must be read.
+    fn entries<V: Visitor<'de>>(
+        &mut self,
+        len: usize,
+        variant: Option<VariantEntry<'de>>,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
         self.descend()?;
         let mut access = Entries {
             de: self,
             left: len,
-            variant: None,
+            variant,
         };
         let value = visitor.visit_map(&mut access);
-        let left = access.left;
+        let read = all_entries_read(access.left, access.variant.is_some());
         self.ascend();
         let value = value?;
-        all_read(left, "entries").map(|()| value)
+        read.map(|()| value)
     }
 
     /// The value after a `Some` (or a value recorded before its field became optional).
@@ -176,23 +187,21 @@ impl<'de> Decoder<'de> {
         name: &'de str,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        self.descend()?;
-        let mut access = Entries {
-            de: self,
-            left: 1,
-            variant: Some(VariantEntry {
-                kind,
-                name: Some(name),
-            }),
+        let entry = VariantEntry {
+            kind,
+            name: Some(name),
         };
-        let value = visitor.visit_map(&mut access);
-        let content_read = access.variant.is_none();
-        self.ascend();
-        match value? {
-            value if content_read => Ok(value),
-            _ => Err(FormatError::new("the content of a variant was not read")),
-        }
+        self.entries(1, Some(entry), visitor)
     }
+}
+
+/// The error for the entries of a map the type did not read to their end (`left` of them), or
+/// for a variant read as a map whose content it did not read (`variant_unread`).
+fn all_entries_read(left: usize, variant_unread: bool) -> Result<(), FormatError> {
+    if variant_unread {
+        return Err(FormatError::new("the content of a variant was not read"));
+    }
+    all_read(left, "entries")
 }
 
 /// The error for a collection the type did not read to its end.

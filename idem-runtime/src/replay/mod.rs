@@ -167,30 +167,11 @@ pub(crate) trait ResultCodec<T, E> {
     /// What to record for `result`: its bytes when they replay faithfully, else a
     /// not-replayable marker and the reason. `None` when the result must not be recorded.
     fn record(tool: &'static str, result: &Result<T, E>) -> Option<Recorded> {
-        let checked = Self::encode_named(tool, result)?
-            .and_then(|(bytes, names)| match bytes.len() {
-                len if len > MAX_RECORD => {
-                    Err(envelope::encode_error(tool, envelope::too_large(len)))
-                }
-                _ => Ok((bytes, names)),
-            })
-            .and_then(|(bytes, names)| match Self::verify(tool, &bytes)? {
-                replayed if replayed == names => Ok(bytes),
-                _ => Err(envelope::encode_error(tool, ANOTHER_VARIANT)),
-            });
-        Some(match checked {
-            Ok(bytes) => Recorded::Faithful(bytes),
-            Err(error) => {
-                let reason = match &error {
-                    Error::Encode { message, .. } => message.clone(),
-                    other => other.to_string(),
-                };
-                Recorded::Unreplayable {
-                    bytes: encode_unreplayable(tool, &reason),
-                    error,
-                }
-            }
-        })
+        Some(Recorded::checked(
+            tool,
+            Self::encode_named(tool, result)?,
+            Self::verify,
+        ))
     }
 }
 
@@ -206,6 +187,42 @@ pub(crate) enum Recorded {
         /// Why: log it for the operator.
         error: Error,
     },
+}
+
+impl Recorded {
+    /// What to record for a result `encoded` (its bytes and the names its types passed), once
+    /// `verify` says whether it replays as returned. Compiled once: the generic code passes
+    /// its encoding and its check.
+    fn checked(
+        tool: &'static str,
+        encoded: Result<(Vec<u8>, Names), Error>,
+        verify: fn(&'static str, &[u8]) -> Result<Names, Error>,
+    ) -> Recorded {
+        let checked = encoded
+            .and_then(|(bytes, names)| match bytes.len() {
+                len if len > MAX_RECORD => {
+                    Err(envelope::encode_error(tool, envelope::too_large(len)))
+                }
+                _ => Ok((bytes, names)),
+            })
+            .and_then(|(bytes, names)| match verify(tool, &bytes)? {
+                replayed if replayed == names => Ok(bytes),
+                _ => Err(envelope::encode_error(tool, ANOTHER_VARIANT)),
+            });
+        match checked {
+            Ok(bytes) => Recorded::Faithful(bytes),
+            Err(error) => {
+                let reason = match &error {
+                    Error::Encode { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                Recorded::Unreplayable {
+                    bytes: encode_unreplayable(tool, &reason),
+                    error,
+                }
+            }
+        }
+    }
 }
 
 /// Records `Ok` results only (the default).

@@ -262,3 +262,45 @@ fn a_record_over_the_limit_is_refused_naming_it() {
         "{decoded:?}"
     );
 }
+
+/// A type that reads a map's first key and stops (a hand-written `Deserialize`).
+#[derive(Debug, Serialize)]
+struct FirstKey(String);
+
+impl<'de> Deserialize<'de> for FirstKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyOnly;
+        impl<'de> serde::de::Visitor<'de> for KeyOnly {
+            type Value = FirstKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<FirstKey, A::Error> {
+                let key: Option<String> = map.next_key()?;
+                Ok(FirstKey(key.unwrap_or_default()))
+            }
+        }
+        deserializer.deserialize_map(KeyOnly)
+    }
+}
+
+/// Entries a type leaves unread are refused, not dropped: a map's, and the content of a
+/// variant read as a one-entry map (its key read, its value not).
+#[test]
+fn entries_a_type_does_not_read_are_a_decode_error() {
+    let map = ok_record(BTreeMap::from([("a".to_owned(), 1u8), ("b".to_owned(), 2)]));
+    let decoded = <OkOnly as ResultCodec<FirstKey, ()>>::decode(TOOL, &key(), &map);
+    assert!(
+        matches!(&decoded, Err(Error::Decode { message, .. }) if message.contains("1 more entries")),
+        "{decoded:?}"
+    );
+    let variant = ok_record(Shape::Rect(1, 2));
+    let decoded = <OkOnly as ResultCodec<FirstKey, ()>>::decode(TOOL, &key(), &variant);
+    assert!(
+        matches!(&decoded, Err(Error::Decode { message, .. }) if message.contains("content of a variant was not read")),
+        "{decoded:?}"
+    );
+}
