@@ -62,12 +62,13 @@ impl<'de> Decoder<'de> {
         }
     }
 
-    /// Text (a unit variant read without its enum is its name, as in JSON), a char, or bytes
-    /// (a visitor of text may take them).
+    /// Text (a unit variant read without its enum is its name, as in JSON), a char (as the
+    /// text it is, which every visitor of text takes), or bytes (a visitor of text may take
+    /// them).
     pub(super) fn text<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
         match self.head()? {
             Head::Str(v) | Head::UnitVariant(v) => visitor.visit_borrowed_str(v),
-            Head::Char(v) => visitor.visit_char(v),
+            Head::Char(v) => visitor.visit_str(char_text(v, &mut [0; 4])),
             Head::Bytes(v) => visitor.visit_borrowed_bytes(v),
             other => Err(invalid(other, &visitor)),
         }
@@ -145,6 +146,11 @@ impl<'de> Decoder<'de> {
         node::read_tagged(&mut self.reader, t, self.depth)?;
         visitor.visit_unit()
     }
+}
+
+/// `c` as text, in `buf` (compiled once: the generic callers only pass it on).
+fn char_text(c: char, buf: &mut [u8; 4]) -> &str {
+    c.encode_utf8(buf)
 }
 
 /// The error for a value of another kind than the type asked for (compiled once: the generic
