@@ -4,7 +4,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::envelope::{Envelope, decode_error, encode_error, encode_record, marker_error, open};
-use super::format::marker;
+use super::format::{FormatError, marker};
 use super::ser::Names;
 use super::{OkAndErr, OkOnly, ResultCodec, de, node, render, ser};
 use crate::Error;
@@ -16,11 +16,24 @@ fn verify_value<V: Serialize + DeserializeOwned>(
     tool: &'static str,
     recorded: &[u8],
 ) -> Result<Names, Error> {
-    let replayed: V = de::decode_value(recorded)
-        .map_err(|e| encode_error(tool, format!("it would not replay: {e}")))?;
+    let replayed: V = match de::decode_value(recorded) {
+        Ok(replayed) => replayed,
+        Err(e) => return Err(would_not_replay(tool, e)),
+    };
     let mut again = Vec::with_capacity(recorded.len());
-    let names = ser::encode_value(&replayed, &mut again).map_err(|e| encode_error(tool, e))?;
-    same_value(tool, recorded, &again).map(|()| names)
+    let names = match ser::encode_value(&replayed, &mut again) {
+        Ok(names) => names,
+        Err(e) => return Err(encode_error(tool, e)),
+    };
+    match same_value(tool, recorded, &again) {
+        Ok(()) => Ok(names),
+        Err(e) => Err(e),
+    }
+}
+
+/// The error of a record that does not decode into its type.
+fn would_not_replay(tool: &'static str, e: FormatError) -> Error {
+    encode_error(tool, format!("it would not replay: {e}"))
 }
 
 /// Whether `again` (a value decoded from `recorded` and encoded back) is the value recorded;
@@ -56,27 +69,41 @@ fn same_value(tool: &'static str, recorded: &[u8], again: &[u8]) -> Result<(), E
     ))
 }
 
+/// A record opened to decode it (the error names the tool and key). Compiled once, like
+/// [`opened_to_verify`]: the generic code only calls it.
+fn opened<'a>(tool: &'static str, key: &Key, bytes: &'a [u8]) -> Result<Envelope<'a>, Error> {
+    open(bytes).map_err(|e| decode_error(tool, key, e))
+}
+
+/// A record just encoded, opened to verify it.
+fn opened_to_verify<'a>(tool: &'static str, bytes: &'a [u8]) -> Result<Envelope<'a>, Error> {
+    open(bytes).map_err(|e| encode_error(tool, e))
+}
+
 impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
     fn encode_into(
         tool: &'static str,
         result: &Result<T, E>,
         out: &mut Vec<u8>,
     ) -> Option<Result<Names, Error>> {
-        let value = result.as_ref().ok()?;
-        Some(encode_record(tool, marker::OK, value, out))
+        match result {
+            Ok(value) => Some(encode_record(tool, marker::OK, value, out)),
+            Err(_) => None,
+        }
     }
 
     fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
-        match open(bytes).map_err(|e| decode_error(tool, key, e))? {
-            Envelope::Ok(value) => de::decode_value(value)
-                .map(Ok)
-                .map_err(|e| decode_error(tool, key, e)),
+        match opened(tool, key, bytes)? {
+            Envelope::Ok(value) => match de::decode_value(value) {
+                Ok(value) => Ok(Ok(value)),
+                Err(e) => Err(decode_error(tool, key, e)),
+            },
             other => Err(marker_error(tool, key, other)),
         }
     }
 
     fn verify(tool: &'static str, bytes: &[u8]) -> Result<Names, Error> {
-        match open(bytes).map_err(|e| encode_error(tool, e))? {
+        match opened_to_verify(tool, bytes)? {
             Envelope::Ok(value) => verify_value::<T>(tool, value),
             Envelope::Err(_) => Err(encode_error(
                 tool,
@@ -104,19 +131,21 @@ where
     }
 
     fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
-        match open(bytes).map_err(|e| decode_error(tool, key, e))? {
-            Envelope::Ok(value) => de::decode_value(value)
-                .map(Ok)
-                .map_err(|e| decode_error(tool, key, e)),
-            Envelope::Err(value) => de::decode_value(value)
-                .map(Err)
-                .map_err(|e| decode_error(tool, key, e)),
+        match opened(tool, key, bytes)? {
+            Envelope::Ok(value) => match de::decode_value(value) {
+                Ok(value) => Ok(Ok(value)),
+                Err(e) => Err(decode_error(tool, key, e)),
+            },
+            Envelope::Err(value) => match de::decode_value(value) {
+                Ok(value) => Ok(Err(value)),
+                Err(e) => Err(decode_error(tool, key, e)),
+            },
             other => Err(marker_error(tool, key, other)),
         }
     }
 
     fn verify(tool: &'static str, bytes: &[u8]) -> Result<Names, Error> {
-        match open(bytes).map_err(|e| encode_error(tool, e))? {
+        match opened_to_verify(tool, bytes)? {
             Envelope::Ok(value) => verify_value::<T>(tool, value),
             Envelope::Err(value) => verify_value::<E>(tool, value),
             Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(Names::default()),

@@ -17,7 +17,10 @@ use variant::Variant;
 pub(super) fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, FormatError> {
     let mut de = Decoder::new(bytes);
     match T::deserialize(&mut de) {
-        Ok(value) => all_consumed(&de).map(|()| value),
+        Ok(value) => match all_consumed(&de) {
+            Ok(()) => Ok(value),
+            Err(error) => Err(error),
+        },
         Err(error) => Err(located(&de, error)),
     }
 }
@@ -108,7 +111,8 @@ impl<'de> Decoder<'de> {
         let left = access.left;
         self.ascend();
         let value = value?;
-        all_read(left, "elements").map(|()| value)
+        all_read(left, "elements")?;
+        Ok(value)
     }
 
     #[inline]
@@ -134,7 +138,8 @@ impl<'de> Decoder<'de> {
         let read = all_entries_read(access.left, access.variant.is_some());
         self.ascend();
         let value = value?;
-        read.map(|()| value)
+        read?;
+        Ok(value)
     }
 
     /// The value after a `Some` (or a value recorded before its field became optional).
@@ -363,7 +368,10 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
             return Ok(None);
         }
         self.left -= 1;
-        seed.deserialize(&mut *self.de).map(Some)
+        match seed.deserialize(&mut *self.de) {
+            Ok(element) => Ok(Some(element)),
+            Err(error) => Err(error),
+        }
     }
 
     fn size_hint(&self) -> Option<usize> {
@@ -389,6 +397,13 @@ struct VariantEntry<'de> {
     name: Option<&'de str>,
 }
 
+impl<'de> Entries<'_, 'de> {
+    /// The name of the variant read as this map, the first time it is asked for: its one key.
+    fn variant_name(&mut self) -> Option<&'de str> {
+        self.variant.as_mut()?.name.take()
+    }
+}
+
 impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
     type Error = FormatError;
 
@@ -401,15 +416,13 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
             return Ok(None);
         }
         self.left -= 1;
-        match self
-            .variant
-            .as_mut()
-            .and_then(|variant| variant.name.take())
-        {
-            Some(name) => seed
-                .deserialize(BorrowedStrDeserializer::<FormatError>::new(name))
-                .map(Some),
-            None => seed.deserialize(&mut *self.de).map(Some),
+        let key = match self.variant_name() {
+            Some(name) => seed.deserialize(BorrowedStrDeserializer::<FormatError>::new(name)),
+            None => seed.deserialize(&mut *self.de),
+        };
+        match key {
+            Ok(key) => Ok(Some(key)),
+            Err(error) => Err(error),
         }
     }
 

@@ -104,10 +104,18 @@ pub(super) fn encode_record<V: Serialize + ?Sized>(
 ) -> Result<Names, Error> {
     out.clear();
     out.extend_from_slice(&[VERSION, kind]);
-    ser::encode_value(value, out).map_err(|e| {
-        out.clear();
-        encode_error(tool, e)
-    })
+    // `match`, not `map_err` with a closure, here and in the generic code around it: each
+    // closure would compile `Result::map_err` once more for every result type.
+    match ser::encode_value(value, out) {
+        Ok(names) => Ok(names),
+        Err(e) => Err(failed_encoding(tool, out, e)),
+    }
+}
+
+/// The error of an encoding that failed, its partial output cleared.
+fn failed_encoding(tool: &'static str, out: &mut Vec<u8>, e: FormatError) -> Error {
+    out.clear();
+    encode_error(tool, e)
 }
 
 /// The result of a marker or of an envelope its codec cannot hold.

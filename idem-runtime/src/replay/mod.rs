@@ -146,7 +146,10 @@ pub(crate) trait ResultCodec<T, E> {
         result: &Result<T, E>,
     ) -> Option<Result<(Vec<u8>, Names), Error>> {
         let mut out = Vec::with_capacity(INITIAL_CAPACITY);
-        Some(Self::encode_into(tool, result, &mut out)?.map(|names| (out, names)))
+        Some(match Self::encode_into(tool, result, &mut out)? {
+            Ok(names) => Ok((out, names)),
+            Err(e) => Err(e),
+        })
     }
 
     /// The bytes to record for `result`, or `None` when the result must not be recorded.
