@@ -437,7 +437,11 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
         if let Some(variant) = self.variant.take() {
             self.de.tag = variant::content_tag(variant.kind);
         }
-        seed.deserialize(&mut *self.de)
+        let value = seed.deserialize(&mut *self.de);
+        // A body the value did not read (a `deserialize_with` that reads nothing, an error
+        // the type swallowed) is not offered to the next read: its count is.
+        self.de.tag = None;
+        value
     }
 
     fn size_hint(&self) -> Option<usize> {

@@ -304,3 +304,34 @@ fn entries_a_type_does_not_read_are_a_decode_error() {
         "{decoded:?}"
     );
 }
+
+/// A field that reads nothing of its value (a `deserialize_with` that ignores its input).
+#[derive(Debug, Serialize, Deserialize)]
+struct ReadsNothing {
+    #[serde(rename = "T", deserialize_with = "read_nothing")]
+    #[allow(dead_code)]
+    t: u8,
+}
+
+fn read_nothing<'de, D: serde::Deserializer<'de>>(_: D) -> Result<u8, D::Error> {
+    Ok(0)
+}
+
+/// The body of a variant a type did not read stays in the input, where the next read meets it
+/// (and the record is refused): it is not offered again as if it were the next value.
+#[test]
+fn a_variant_body_left_unread_is_not_offered_to_the_next_read() {
+    #[derive(Serialize, Deserialize)]
+    enum T {
+        T(u8, u8),
+    }
+    let bytes = ok_record(vec![T::T(1, 2), T::T(3, 4)]);
+    let decoded = <OkOnly as ResultCodec<Vec<ReadsNothing>, ()>>::decode(TOOL, &key(), &bytes);
+    match &decoded {
+        Err(Error::Decode { message, .. }) => assert!(
+            !message.contains("more elements than the type reads"),
+            "the first body was read as the second element: {message}"
+        ),
+        other => panic!("{other:?}"),
+    }
+}
