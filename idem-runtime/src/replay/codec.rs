@@ -25,10 +25,8 @@ fn verify_value<V: Serialize + DeserializeOwned>(
         Ok(names) => names,
         Err(e) => return Err(encode_error(tool, e)),
     };
-    match same_value(tool, recorded, &again) {
-        Ok(()) => Ok(names),
-        Err(e) => Err(e),
-    }
+    same_value(tool, recorded, &again)?;
+    Ok(names)
 }
 
 /// The error of a record that does not decode into its type.
