@@ -577,3 +577,93 @@ fn a_failed_call_has_given_its_key_back_when_it_returns() {
         "the key is still claimed after the call returned"
     );
 }
+
+/// A result whose `Serialize` panics (`Serialize`) or whose `Deserialize` does (`Deserialize`,
+/// on the fidelity check's decode): a bug in the result type, met after the body ran.
+#[derive(Debug, Deserialize)]
+struct PanicsOnSerialize;
+
+impl Serialize for PanicsOnSerialize {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        panic!("this type panics when serialized")
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct PanicsOnDeserialize(String);
+
+impl<'de> Deserialize<'de> for PanicsOnDeserialize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let id = String::deserialize(d)?;
+        assert!(id.starts_with("T-"), "ticket ids start with T-");
+        Ok(PanicsOnDeserialize(id))
+    }
+}
+
+/// Calls a tool returning what `make` makes three times, attached or detached; returns the
+/// answers and how many times the body ran.
+async fn thrice<T, F>(detached: bool, make: F) -> (Vec<Result<T, Error>>, usize)
+where
+    T: Serialize + serde::de::DeserializeOwned + Send + 'static,
+    F: Fn() -> T + Send + Sync + 'static,
+{
+    let turn = Turn::new("t").with_store(memory());
+    let runs = Arc::new(AtomicUsize::new(0));
+    let make = Arc::new(make);
+    let mut answers = Vec::new();
+    for _ in 0..3 {
+        let (key, fp) = digest(&SEND, &turn, "ada");
+        let call = Call::new(&SEND, &turn, key, fp);
+        let (runs, make) = (Arc::clone(&runs), Arc::clone(&make));
+        let body = async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(make())
+        };
+        let answer = if detached {
+            execute_detached(call, Codec::ok_only(), body).await
+        } else {
+            execute(call, Codec::ok_only(), body).await
+        };
+        answers.push(answer);
+    }
+    (answers, runs.load(Ordering::SeqCst))
+}
+
+fn told_it_ran<T: std::fmt::Debug>(answers: &[Result<T, Error>]) {
+    assert!(
+        answers[0].is_ok(),
+        "the execution hands its own result back: {answers:?}"
+    );
+    for answer in &answers[1..] {
+        let Err(Error::NotReplayable { message, .. }) = answer else {
+            panic!("a retry must be told the tool already ran: {answer:?}");
+        };
+        assert!(message.contains("panicked"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn a_result_whose_serialize_panics_never_makes_the_tool_run_again() {
+    // The panic is caught where the result is recorded: before, it unwound out of the body as
+    // the body's own, the key was given back, and every retry ran the tool again.
+    for detached in [false, true] {
+        let (answers, runs) = thrice(detached, || PanicsOnSerialize).await;
+        assert_eq!(
+            runs, 1,
+            "detached {detached}: the tool ran again: {answers:?}"
+        );
+        told_it_ran(&answers);
+    }
+}
+
+#[tokio::test]
+async fn a_result_whose_deserialize_panics_never_makes_the_tool_run_again() {
+    for detached in [false, true] {
+        let (answers, runs) = thrice(detached, || PanicsOnDeserialize("X-1".to_owned())).await;
+        assert_eq!(
+            runs, 1,
+            "detached {detached}: the tool ran again: {answers:?}"
+        );
+        told_it_ran(&answers);
+    }
+}

@@ -9,6 +9,7 @@
 //! compiled per tool is the body's own future and its boxing ([`Running`]).
 
 use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
@@ -144,7 +145,8 @@ impl<T, E> Codec<T, E> {
         {
             return Finished::Release;
         }
-        match (self.record)(tool, result) {
+        let record = self.record;
+        match guarded(tool, &mut || record(tool, result)) {
             None => Finished::Release,
             Some(Recorded::Faithful(bytes)) => Finished::Record {
                 bytes: bytes.into(),
@@ -155,6 +157,16 @@ impl<T, E> Codec<T, E> {
                 reason: error.to_string(),
             },
         }
+    }
+}
+
+/// `record()`, or, if the result's `Serialize` or `Deserialize` panicked, a not-replayable
+/// marker: the panic is not the body's, which ran, so the key must not be given back for a
+/// retry to run it again. Compiled once.
+fn guarded(tool: &'static str, record: &mut dyn FnMut() -> Option<Recorded>) -> Option<Recorded> {
+    match panic::catch_unwind(AssertUnwindSafe(record)) {
+        Ok(recorded) => recorded,
+        Err(panic) => Some(Recorded::panicked(tool, &*panic)),
     }
 }
 

@@ -104,6 +104,8 @@ mod ser;
 #[cfg(test)]
 mod tests;
 
+use std::any::Any;
+
 use crate::Error;
 use crate::key::Key;
 use envelope::{Envelope, open};
@@ -214,16 +216,33 @@ impl Recorded {
             });
         match checked {
             Ok(bytes) => Recorded::Faithful(bytes),
-            Err(error) => {
-                let reason = match &error {
-                    Error::Encode { message, .. } => message.clone(),
-                    other => other.to_string(),
-                };
-                Recorded::Unreplayable {
-                    bytes: encode_unreplayable(tool, &reason),
-                    error,
-                }
-            }
+            Err(error) => Recorded::unreplayable(tool, error),
+        }
+    }
+
+    /// What to record for a result whose `Serialize` or `Deserialize` panicked while it was
+    /// encoded or checked (`panic` is the payload): the body ran, so a retry must be told that,
+    /// not run it again.
+    pub(crate) fn panicked(tool: &'static str, panic: &(dyn Any + Send)) -> Recorded {
+        let message = match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+            (Some(message), _) => message,
+            (None, Some(message)) => message.as_str(),
+            (None, None) => "a panic without a message",
+        };
+        let reason =
+            format!("it would not replay: its `Serialize` or `Deserialize` panicked ({message})");
+        Recorded::unreplayable(tool, envelope::encode_error(tool, reason))
+    }
+
+    /// A not-replayable marker for `error`.
+    fn unreplayable(tool: &'static str, error: Error) -> Recorded {
+        let reason = match &error {
+            Error::Encode { message, .. } => message.clone(),
+            other => other.to_string(),
+        };
+        Recorded::Unreplayable {
+            bytes: encode_unreplayable(tool, &reason),
+            error,
         }
     }
 }
