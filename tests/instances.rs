@@ -2,8 +2,10 @@
 //! type, a method of a generic `impl` block on each of its parameters — has one `static` slot
 //! and one name, so nothing of the type is in its key unless a `self_key` puts it there. A
 //! second type's call is refused (`Error::SharedAcrossTypes`) instead of replaying the first
-//! type's result; a `self_key` that names the type, and a function generic itself (its
-//! instantiations are one tool told apart by their arguments), go on working.
+//! type's result — also with a `self_key` of the receiver's identity alone, which two types
+//! share; a `self_key` that names the type (`Self`, or a parameter of the `#[tool_impl]`
+//! block), and a function generic itself (its instantiations are one tool told apart by their
+//! arguments), go on working.
 #![allow(clippy::unused_async)]
 
 use std::marker::PhantomData;
@@ -229,4 +231,133 @@ async fn a_self_key_that_names_the_type_and_a_generic_function_still_run_per_typ
     assert_eq!(ok(&usd), Some("refunded order 7 in USD"));
     assert_eq!(ok(&eur), Some("refunded order 7 in EUR"));
     assert_eq!((text.ok(), number.ok()), (Some(0), Some(1)));
+}
+
+// A `self_key` of the receiver's identity alone, as the README advises for a receiver that
+// carries one, does not tell the types apart: `Account::<Usd>` and `Account::<Eur>` of one
+// account share it. Found by a review: any `self_key` turned the check off, and the EUR call
+// got the USD receipt, its refund never made.
+static ACCOUNT_REFUNDS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Clone)]
+struct Account<C> {
+    id: String,
+    currency: PhantomData<C>,
+}
+
+impl<C> Account<C> {
+    fn new(id: &str) -> Self {
+        Account {
+            id: id.to_owned(),
+            currency: PhantomData,
+        }
+    }
+}
+
+#[tool_impl(self_key = self.id)]
+impl<C: Currency> Account<C> {
+    #[idempotent(attached)]
+    pub async fn refund(&self, cents: u64) -> Result<String, Error> {
+        ACCOUNT_REFUNDS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("refunded {cents} {} to {}", C::CODE, self.id))
+    }
+}
+
+// The same on a trait's default method, with a `self_key` that names `Self` next to it.
+static NOTIFIED: AtomicUsize = AtomicUsize::new(0);
+
+trait Channel: Sync {
+    const CHANNEL: &'static str;
+
+    fn account(&self) -> &str {
+        "acme"
+    }
+
+    #[idempotent(name = "post", self_key = self.account(), attached)]
+    async fn post(&self, text: String) -> Result<String, Error> {
+        NOTIFIED.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("{} posted {text}", Self::CHANNEL))
+    }
+
+    #[idempotent(name = "post_per_channel", self_key = (Self::CHANNEL, self.account()), attached)]
+    async fn post_per_channel(&self, text: String) -> Result<String, Error> {
+        Ok(format!("{} posted {text}", Self::CHANNEL))
+    }
+}
+
+struct Slack;
+struct Email;
+
+impl Channel for Slack {
+    const CHANNEL: &'static str = "slack";
+}
+
+impl Channel for Email {
+    const CHANNEL: &'static str = "email";
+}
+
+#[tokio::test]
+async fn a_self_key_that_does_not_name_the_type_is_refused_for_a_second_type() {
+    let (usd, eur, slack, email) = turn("instances-6")
+        .scope(async {
+            (
+                Account::<Usd>::new("acme").refund(500).await,
+                Account::<Eur>::new("acme").refund(500).await,
+                Slack.post("hi".into()).await,
+                Email.post("hi".into()).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&usd), Some("refunded 500 USD to acme"));
+    assert!(refused_as_shared(&eur), "not the USD receipt: {eur:?}");
+    assert_eq!(ACCOUNT_REFUNDS.load(Ordering::SeqCst), 1);
+    assert_eq!(ok(&slack), Some("slack posted hi"));
+    assert!(refused_as_shared(&email), "not slack's receipt: {email:?}");
+    assert_eq!(NOTIFIED.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_self_key_that_names_self_runs_per_type() {
+    let (slack, email) = turn("instances-7")
+        .scope(async {
+            (
+                Slack.post_per_channel("hi".into()).await,
+                Email.post_per_channel("hi".into()).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&slack), Some("slack posted hi"));
+    assert_eq!(ok(&email), Some("email posted hi"));
+}
+
+// A constant `self_key` says every type is one service (what `generic_same_service`'s error
+// suggests where no parameter changes what the tool does): the second type replays the
+// first's result, as asked.
+static POSTED: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Clone)]
+struct Ledger<C>(PhantomData<C>);
+
+#[tool_impl(self_key = "ledger")]
+impl<C: Currency> Ledger<C> {
+    #[idempotent(attached)]
+    pub async fn post(&self, entry: u64) -> Result<String, Error> {
+        POSTED.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("posted entry {entry}"))
+    }
+}
+
+#[tokio::test]
+async fn a_constant_self_key_makes_every_type_one_service() {
+    let (usd, eur) = turn("instances-8")
+        .scope(async {
+            (
+                Ledger::<Usd>(PhantomData).post(3).await,
+                Ledger::<Eur>(PhantomData).post(3).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&usd), Some("posted entry 3"));
+    assert_eq!(ok(&eur), Some("posted entry 3"), "{eur:?}");
+    assert_eq!(POSTED.load(Ordering::SeqCst), 1);
 }

@@ -2,9 +2,9 @@
 //! into [`ReadOnlyOptions`]. Every error is kept, and every value keeps its span so that a later
 //! rule can point at the option that caused an error.
 //!
-//! The options users never write, `__impl = Type` and `__impl_generic`, are inserted by
+//! The options users never write, `__impl = Type` and `__impl_generic(…)`, are inserted by
 //! `#[tool_impl]` into the attributes of the methods of its block: they give them the name of
-//! the type they belong to, and say whether the block has generic parameters.
+//! the type they belong to, and say whether the block has generic parameters, and which.
 
 use std::time::Duration;
 
@@ -30,8 +30,9 @@ pub(crate) struct Located<T> {
 
 /// The hidden option `#[tool_impl]` inserts: the name of the impl block's self type.
 pub(crate) const IMPL_OPTION: &str = "__impl";
-/// The hidden flag `#[tool_impl]` inserts when the impl block has generic parameters (or an
-/// anonymous lifetime in its self type).
+/// The hidden option `#[tool_impl]` inserts when the impl block has generic parameters (or an
+/// anonymous lifetime in its self type), with its type and const parameters:
+/// `__impl_generic(C, N)`.
 pub(crate) const IMPL_GENERIC_OPTION: &str = "__impl_generic";
 
 /// The shortest and longest `lease`; the runtime checks the same bounds.
@@ -75,8 +76,10 @@ pub(crate) struct IdempotentOptions {
     pub krate: Option<Path>,
     /// `__impl = Type`, from `#[tool_impl]`.
     pub impl_type: Option<Ident>,
-    /// `__impl_generic`, from `#[tool_impl]`.
+    /// `__impl_generic(…)`, from `#[tool_impl]`.
     pub impl_generic: bool,
+    /// The generic block's type and const parameters, from `__impl_generic(…)`.
+    pub impl_params: Vec<Ident>,
 }
 
 /// The options users can write, for error messages.
@@ -175,7 +178,10 @@ impl IdempotentOptions {
             }
             IMPL_OPTION => self.impl_type = Some(impl_type(meta)?),
             IMPL_GENERIC_OPTION => {
-                flag(meta, name)?;
+                meta.parse_nested_meta(|param| {
+                    self.impl_params.push(param.path.require_ident()?.clone());
+                    Ok(())
+                })?;
                 self.impl_generic = true;
             }
             "skip" | "ignore" => {

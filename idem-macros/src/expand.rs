@@ -397,12 +397,21 @@ impl Body<'_> {
     /// The instantiation the body is compiled for, checked at each call: one `static` slot
     /// serves every instantiation of a generic item — a trait's default method on each
     /// implementing type, a method of a generic `impl` block — under one name, so calls on two
-    /// types would share keys unless something of the type is in them (a `self_key`). `None`
-    /// where that is said, and for a function generic itself, whose instantiations are one tool
-    /// told apart by their arguments (documented).
+    /// types would share keys unless something of the type is in them. `None` for a `self_key`
+    /// that names the type (`Self`, or a parameter of the `#[tool_impl]` block) or is a
+    /// constant (nothing of `self`: every type is one service, as the user says), but not for
+    /// one of the receiver's identity alone (`self.account`: the same for two types); and for
+    /// a function generic itself, whose instantiations are one tool told apart by their
+    /// arguments (documented).
     fn instance(&self) -> TokenStream {
         let private = self.private;
-        if self.own_generics || self.options.self_key.is_some() {
+        let params = &self.options.impl_params;
+        let per_type = self.options.self_key.as_ref().is_some_and(|self_key| {
+            let tokens = self_key.value.to_token_stream();
+            mentions(tokens.clone(), &|i| i == "Self" || params.contains(i))
+                || !mentions(tokens, &|i| i == "self")
+        });
+        if self.own_generics || per_type {
             return quote!(#private::None);
         }
         quote!(#private::Some(#private::instance_of(&|| ())))
@@ -415,6 +424,15 @@ impl Body<'_> {
         let (private, ret) = (self.private, self.ret);
         respan(quote!(#private::typed::<#ret, _>), ret.span())
     }
+}
+
+/// Whether `tokens` hold an identifier that is `wanted`.
+fn mentions(tokens: TokenStream, wanted: &dyn Fn(&Ident) -> bool) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => wanted(&ident),
+        TokenTree::Group(group) => mentions(group.stream(), wanted),
+        TokenTree::Punct(_) | TokenTree::Literal(_) => false,
+    })
 }
 
 /// The warning of a `&self` tool outside `#[tool_impl]`, which runs attached: a deprecated

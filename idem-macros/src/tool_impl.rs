@@ -9,7 +9,9 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote};
 use syn::ext::IdentExt;
-use syn::{Attribute, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, parse_quote};
+use syn::{
+    Attribute, GenericParam, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, parse_quote,
+};
 
 use crate::attr::{
     IMPL_GENERIC_OPTION, IMPL_OPTION, IdempotentOptions, ImplOptions, ReadOnlyOptions,
@@ -58,12 +60,12 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         );
         return fail(errors, item);
     };
-    let generic = is_generic(&block);
+    let generic = is_generic(&block).then(|| type_params(&block));
     generic_same_service(&block, &options, &type_name, &mut errors);
     let mut identified = false;
     for item in &mut block.items {
         if let ImplItem::Fn(method) = item {
-            name_after(method, &type_name, generic);
+            name_after(method, &type_name, generic.as_ref());
             identified |= identify(method, &options);
         }
     }
@@ -113,6 +115,21 @@ fn is_generic(block: &ItemImpl) -> bool {
         })
     }
     !block.generics.params.is_empty() || borrows(block.self_ty.to_token_stream())
+}
+
+/// The block's type and const parameters: a `self_key` that names one of them tells the types
+/// the block is compiled for apart.
+fn type_params(block: &ItemImpl) -> Vec<Ident> {
+    block
+        .generics
+        .params
+        .iter()
+        .filter_map(|param| match param {
+            GenericParam::Type(param) => Some(param.ident.clone()),
+            GenericParam::Const(param) => Some(param.ident.clone()),
+            GenericParam::Lifetime(_) => None,
+        })
+        .collect()
 }
 
 /// For each tool method, a descriptor under the method's bare name that makes `tools![]` fail
@@ -238,9 +255,9 @@ fn type_name(ty: &Type) -> Option<Ident> {
 }
 
 /// Adds `__impl = Type` to the method's `#[idempotent]` / `#[read_only]` attributes (all of
-/// them: two on one method are reported by the method-level macro), and `__impl_generic` to
-/// its `#[idempotent]` ones if the block is generic.
-fn name_after(method: &mut ImplItemFn, type_name: &Ident, generic: bool) {
+/// them: two on one method are reported by the method-level macro), and
+/// `__impl_generic(params…)` to its `#[idempotent]` ones if the block is generic.
+fn name_after(method: &mut ImplItemFn, type_name: &Ident, generic: Option<&Vec<Ident>>) {
     let option = Ident::new(IMPL_OPTION, Span::call_site());
     let generic_flag = Ident::new(IMPL_GENERIC_OPTION, Span::call_site());
     for attr in &mut method.attrs {
@@ -250,10 +267,11 @@ fn name_after(method: &mut ImplItemFn, type_name: &Ident, generic: bool) {
         if last.ident != "idempotent" && last.ident != "read_only" {
             continue;
         }
-        let added = if generic && last.ident == "idempotent" {
-            quote!(#option = #type_name, #generic_flag)
-        } else {
-            quote!(#option = #type_name)
+        let added = match generic {
+            Some(params) if last.ident == "idempotent" => {
+                quote!(#option = #type_name, #generic_flag(#(#params),*))
+            }
+            _ => quote!(#option = #type_name),
         };
         match &mut attr.meta {
             Meta::Path(path) => {
