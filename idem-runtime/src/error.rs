@@ -304,7 +304,7 @@ pub enum Error {
     /// for it: the run that recorded it and this run are two different conversations.
     #[error(
         "step {step} of conversation `{conversation}` in turn `{turn}` asks the model something \
-         else than the step recorded for it (the prompt, the tools or a tool's result changed \
+         other than the step recorded for it (the prompt, the tools or a tool's result changed \
          since the turn first ran this far — a tool call that failed then and succeeded when \
          retried replays its success now, unless its failure was recorded with \
          `Conversation::model_tool_call`): the run was stopped before anything was sent, \
