@@ -226,40 +226,17 @@ pub fn instance_of<F>(_: &F) -> &'static str {
     ::std::any::type_name::<F>()
 }
 
-/// The check that an argument in the key is `Serialize`, with a note naming the parameter
-/// (`Name`). Generated code calls it in a closure it never calls: it is type-checked, and
-/// compiled for no parameter; the argument goes into the digest through [`Key`].
-pub const fn key_arg<T: KeyArg<Name> + ?Sized, Name>(_value: &T) {}
-
-/// An argument in the key and the fingerprint, for autoref specialization:
-/// `(&Key(&arg)).key_arg(..)` adds it when it is `Serialize` ([`KeyViaSerialize`], compiled
-/// once per argument type) and is otherwise left to [`key_arg`]'s error ([`KeyViaNothing`]).
-pub struct Key<'a, T: ?Sized>(pub &'a T);
-
-/// Chosen for `(&Key(&arg)).key_arg(..)` when the argument is `Serialize`.
-pub trait KeyViaSerialize {
-    /// Adds the argument to the key and the fingerprint.
-    fn key_arg(&self, digest: &mut Digest, name: &str);
+/// An argument in the key and the fingerprint.
+pub fn key_arg<T: KeyArg<Name> + ?Sized, Name>(digest: &mut Digest, name: &str, value: &T) {
+    arg(digest, name, value);
 }
 
-impl<T: Serialize + ?Sized> KeyViaSerialize for Key<'_, T> {
-    fn key_arg(&self, digest: &mut Digest, name: &str) {
-        if let Some(args) = digest.args() {
-            let added = args.arg(name, self.0);
-            digest.check(added);
-        }
+/// [`key_arg`], compiled once per argument type (not per parameter name).
+fn arg<T: Serialize + ?Sized>(digest: &mut Digest, name: &str, value: &T) {
+    if let Some(args) = digest.args() {
+        let added = args.arg(name, value);
+        digest.check(added);
     }
-}
-
-/// Chosen for `(&Key(&arg)).key_arg(..)` when the argument is not `Serialize`: the tool does
-/// not compile then ([`key_arg`]'s error), and this is never called.
-pub trait KeyViaNothing {
-    /// Does nothing.
-    fn key_arg(&self, digest: &mut Digest, name: &str);
-}
-
-impl<T: ?Sized> KeyViaNothing for &Key<'_, T> {
-    fn key_arg(&self, _: &mut Digest, _: &str) {}
 }
 
 /// A `skip`ped argument, for autoref specialization: it goes in the fingerprint if it is
@@ -615,6 +592,7 @@ pub const fn duplicate_tool(message: &'static str) {
 mod receiver;
 pub use receiver::{
     BorrowSelf, Borrowed, CloneSelf, Detachable, Owned, Probe, Receiver, SelfKey, self_key,
+    self_key_value,
 };
 
 #[path = "private/catalog.rs"]

@@ -491,17 +491,11 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
             let marker = syn::parse_str::<Ident>(name)
                 .map(|ident| Ident::new(&ident.to_string(), at))
                 .unwrap_or_else(|_| Ident::new_raw(name, at));
-            // The check is a closure never called: type-checked, compiled for no parameter.
-            // The traits are imported at the call site: one of them goes unused, and an unused
-            // import spanned at the parameter would be reported there.
-            let traits = quote!(use #private::{KeyViaNothing as _, KeyViaSerialize as _};);
             Some(quote_spanned! {at=>
                 {
                     #[allow(dead_code, non_camel_case_types)]
                     struct #marker {}
-                    let _ = || #path::key_arg::<_, #marker>(#value);
-                    #traits
-                    (&#path::Key(#value)).key_arg(&mut #digest, #name);
+                    #path::key_arg::<_, #marker>(&mut #digest, #name, #value);
                 }
             })
         }

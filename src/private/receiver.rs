@@ -13,8 +13,8 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::{
-    AttachedBody, DetachedBody, Digest, Key, KeyViaSerialize, Records, Store, ToolErr, ToolOk,
-    ToolReturn, run, run_detached,
+    AttachedBody, DetachedBody, Digest, Records, Store, ToolErr, ToolOk, ToolReturn, key_arg, run,
+    run_detached,
 };
 
 /// The receiver of a `&self` tool, for autoref specialization:
@@ -143,7 +143,11 @@ impl<'a, S: ?Sized> Borrowed<'a, S> {
 pub trait SelfKey: Serialize {}
 impl<T: Serialize + ?Sized> SelfKey for T {}
 
+/// Names `self_key`'s argument in the key (never a parameter's name: `self` is a keyword).
+#[allow(non_camel_case_types)]
+pub struct self_key_value;
+
 /// Adds `self_key`'s value to the key and the fingerprint, as the argument `self`.
 pub fn self_key<T: SelfKey + ?Sized>(digest: &mut Digest, value: &T) {
-    KeyViaSerialize::key_arg(&Key(value), digest, "self");
+    key_arg::<T, self_key_value>(digest, "self", value);
 }
