@@ -667,3 +667,44 @@ async fn a_result_whose_deserialize_panics_never_makes_the_tool_run_again() {
         told_it_ran(&answers);
     }
 }
+
+/// Whether [`Ticket`]'s `Deserialize` checks its id, as a later version of the tool would.
+static STRICT_TICKETS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[derive(Debug, Serialize)]
+struct Ticket(String);
+
+impl<'de> Deserialize<'de> for Ticket {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let id = String::deserialize(d)?;
+        if STRICT_TICKETS.load(Ordering::SeqCst) {
+            assert!(id.starts_with("T-"), "ticket ids start with T-");
+        }
+        Ok(Ticket(id))
+    }
+}
+
+#[tokio::test]
+async fn a_record_whose_deserialize_panics_on_replay_is_a_decode_error() {
+    // Recorded by a version that took any id; replayed by one whose `Deserialize` panics on it.
+    // The panic is the caller's no more: every retry is answered a decode error (the action
+    // ran), and the tool never runs again.
+    let turn = Turn::new("t").with_store(memory());
+    let runs = AtomicUsize::new(0);
+    let call = || {
+        let (key, fp) = digest(&SEND, &turn, "ada");
+        execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, Error>(Ticket("X-1".to_owned()))
+        })
+    };
+    assert!(call().await.is_ok());
+    STRICT_TICKETS.store(true, Ordering::SeqCst);
+    for _ in 0..2 {
+        let Err(Error::Decode { message, .. }) = call().await else {
+            panic!("a retry must be answered a decode error");
+        };
+        assert!(message.contains("panicked"), "{message}");
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

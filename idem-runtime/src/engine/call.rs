@@ -5,6 +5,7 @@
 //! in, boxed, already encoding its result ([`Body`]), and decodes what comes back.
 
 use std::future::Future;
+use std::panic::{self, AssertUnwindSafe};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -22,6 +23,7 @@ use super::report::Reporter;
 use super::telemetry::{self, CallSpan, in_span};
 use crate::Error;
 use crate::flight::{self, Leader, Role, Waited};
+use crate::replay::panic_text;
 use crate::stats::Outcome;
 use crate::store::{Begin, BeginRequest, Exhausted, FirstResult, LeaseToken, Store, StoreFuture};
 use crate::turn::Turn;
@@ -623,8 +625,18 @@ pub(super) fn recorded(
     if first.fingerprint != call.fingerprint {
         return mismatch(guard, call);
     }
-    // The decoder answers a marker with its error: the outcome says which.
-    match decode(call, &first.result) {
+    // The decoder answers a marker with its error: the outcome says which. A `Deserialize`
+    // that panics (it validates what an earlier version recorded) is a decode error: the
+    // record stays, and so does the answer to every retry.
+    let decoded = panic::catch_unwind(AssertUnwindSafe(|| decode(call, &first.result)));
+    let decoded = decoded.unwrap_or_else(|panic| {
+        Err(Error::Decode {
+            tool: call.tool.name,
+            key: call.key.short(),
+            message: format!("its `Deserialize` panicked: {}", panic_text(&*panic)),
+        })
+    });
+    match decoded {
         Ok(()) => {
             guard.report().report(outcome);
             Ok(())

@@ -224,13 +224,10 @@ impl Recorded {
     /// encoded or checked (`panic` is the payload): the body ran, so a retry must be told that,
     /// not run it again.
     pub(crate) fn panicked(tool: &'static str, panic: &(dyn Any + Send)) -> Recorded {
-        let message = match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-            (Some(message), _) => message,
-            (None, Some(message)) => message.as_str(),
-            (None, None) => "a panic without a message",
-        };
-        let reason =
-            format!("it would not replay: its `Serialize` or `Deserialize` panicked ({message})");
+        let reason = format!(
+            "it would not replay: its `Serialize` or `Deserialize` panicked ({})",
+            panic_text(panic)
+        );
         Recorded::unreplayable(tool, envelope::encode_error(tool, reason))
     }
 
@@ -244,6 +241,15 @@ impl Recorded {
             bytes: encode_unreplayable(tool, &reason),
             error,
         }
+    }
+}
+
+/// What a panic said (its payload), for an error that reports it.
+pub(crate) fn panic_text(panic: &(dyn Any + Send)) -> &str {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(text), _) => text,
+        (None, Some(text)) => text.as_str(),
+        (None, None) => "a panic without a message",
     }
 }
 
