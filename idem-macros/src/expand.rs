@@ -444,8 +444,8 @@ fn outside_tool_impl(method: &Ident, receiver: Span) -> TokenStream {
          block is not under `#[idem_tools::tool_impl]`, so idem cannot check that its type is \
          `Clone + Send + Sync + 'static`: {CUT_OFF}. To run it detached, on a clone of `self`: \
          add `#[idem_tools::tool_impl]` to the `impl` block of a `Clone + Send + Sync + \
-         'static` type, or take `self: Arc<Self>`. To keep it attached, write \
-         `#[idempotent(attached)]`"
+         'static` type, or take `self: Arc<Self>` (the one way for a trait's default method, \
+         which has no such block). To keep it attached, write `#[idempotent(attached)]`"
     );
     let warning = format_ident!("{}_runs_attached", name, span = receiver);
     quote! {

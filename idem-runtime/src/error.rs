@@ -229,7 +229,8 @@ pub enum Error {
         "two different tools are named `{name}` in this process, so they would share \
          idempotency keys and replay each other's results; this call was refused: give one of \
          them `#[idempotent(name = \"…\")]` (for methods, `#[idem_tools::tool_impl]` on the impl \
-         block names them `Type__method`)"
+         block names them `Type__method`; two blocks of one generic type, `impl Payout<Usd>` and \
+         `impl Payout<Eur>`, get the same names: give the methods of one its own `name`)"
     )]
     DuplicateTool {
         /// The shared name.
