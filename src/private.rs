@@ -348,6 +348,33 @@ where
     }
 }
 
+/// `ok_failure!(R)`: the check of an `Ok` that reports a failure in-band for a tool returning
+/// `R` ([`OkFailure`]). Only MCP results can (feature `rmcp`); without the feature it is
+/// `None`, and rustc is spared the method probe of the autoref specialization for every tool
+/// (about 4% of its instructions for a crate of tools, measured in BENCHMARKS.md).
+#[cfg(feature = "rmcp")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idem_ok_failure {
+    ($ret:ty) => {{
+        use $crate::__private::{OkMayFail as _, OkNeverFails as _};
+        (&$crate::__private::OkFailure::<<$ret as $crate::__private::ToolReturn>::Ok>::new())
+            .ok_failure()
+    }};
+}
+
+/// See the `rmcp` version.
+#[cfg(not(feature = "rmcp"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __idem_ok_failure {
+    ($ret:ty) => {
+        $crate::__private::None
+    };
+}
+
+pub use crate::__idem_ok_failure as ok_failure;
+
 /// Autoref specialization on a tool's `Ok` type: `(&OkFailure::<T>::new()).ok_failure()` is
 /// the check of an `Ok` that reports a failure in-band — an MCP `CallToolResult` with
 /// `isError: true` (feature `rmcp`), which is treated like an `Err`: not recorded, the key given

@@ -187,8 +187,9 @@ impl Body<'_> {
         let (prelude, callee, tool_future) = self.call(&body);
         let callee = respan(callee, at);
         // How results are recorded, with the check of an `Ok` that reports a failure in-band
-        // (autoref specialization on the `Ok` type: an MCP `CallToolResult` with `isError`).
-        // Probed only for a type written `…Result<…>` (`Result`, `anyhow::Result`, …): for any
+        // (autoref specialization on the `Ok` type: an MCP `CallToolResult` with `isError`;
+        // `ok_failure!` is `None` when idem is built without `rmcp`, which spares rustc the
+        // probe). Probed only for a type written `…Result<…>` (`Result`, `anyhow::Result`, …): for any
         // other type the probe's error would repeat the one the runner already reports.
         let records = {
             let kind = match (options.cache_errors.is_some(), self.returns_future) {
@@ -198,11 +199,7 @@ impl Body<'_> {
                 (false, true) => quote!(ok_only::<#ret>),
             };
             let check = if owned::names_a_result(ret) {
-                quote! {{
-                    use #private::{OkNeverFails as _, OkMayFail as _};
-                    (&#private::OkFailure::<<#ret as #private::ToolReturn>::Ok>::new())
-                        .ok_failure()
-                }}
+                quote!(#private::ok_failure!(#ret))
             } else {
                 quote!(#private::None)
             };
