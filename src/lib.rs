@@ -477,10 +477,11 @@ pub mod engine {
 }
 
 pub mod turn {
-    //! A turn's defaults: what a [`Turn`] allows unless it, or the tool, says otherwise.
+    //! A turn's defaults — what a [`Turn`] allows unless it, or the tool, says otherwise — and
+    //! its limits.
     pub use idem_tools_runtime::turn::{
         DEFAULT_ACTIONS_PER_TOOL, DEFAULT_ATTEMPTS_PER_KEY, DEFAULT_IN_FLIGHT_WAIT,
-        DEFAULT_MODEL_STEPS, Turn,
+        DEFAULT_MODEL_STEPS, MAX_IN_FLIGHT_WAIT, MAX_NAMESPACE_LEN, MAX_TURN_ID_LEN, Turn,
     };
 }
 

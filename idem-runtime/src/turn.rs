@@ -30,6 +30,18 @@ pub const DEFAULT_MODEL_STEPS: u32 = 50;
 /// [`Error::InFlight`].
 pub const DEFAULT_IN_FLIGHT_WAIT: Duration = Duration::from_secs(10);
 
+/// The longest in-flight wait, 24 days: [`Turn::with_in_flight_wait`] takes a longer one
+/// (`Duration::MAX` included) as this.
+pub const MAX_IN_FLIGHT_WAIT: Duration = Duration::from_secs(24 * 24 * 60 * 60);
+
+/// The longest turn id, in bytes. Every store keeps a turn's id with its records, and
+/// PostgreSQL indexes it; a call in a turn with a longer id is refused with [`Error::Config`]
+/// on every store, so that stores stay interchangeable.
+pub const MAX_TURN_ID_LEN: usize = 1024;
+
+/// The longest namespace, in bytes (as [`MAX_TURN_ID_LEN`]).
+pub const MAX_NAMESPACE_LEN: usize = 256;
+
 tokio::task_local! {
     static CURRENT_TURN: Turn;
 }
@@ -171,9 +183,10 @@ impl Turn {
     }
 
     /// How long a call waits for its key to finish elsewhere — another process, or another
-    /// task of this one — before [`Error::InFlight`] (default 10 s).
+    /// task of this one — before [`Error::InFlight`] (default 10 s; at most
+    /// [`MAX_IN_FLIGHT_WAIT`], which a longer wait is taken as).
     pub fn with_in_flight_wait(self, wait: Duration) -> Self {
-        self.edit(|t| t.in_flight_wait = wait)
+        self.edit(|t| t.in_flight_wait = wait.min(MAX_IN_FLIGHT_WAIT))
     }
 
     /// How long the store keeps this turn's budget counts after their last charge (default one
@@ -216,6 +229,24 @@ impl Turn {
     /// The namespace (empty by default).
     pub fn namespace(&self) -> &str {
         &self.inner.namespace
+    }
+
+    /// [`Error::Config`] if the id or the namespace is longer than a store keeps
+    /// ([`MAX_TURN_ID_LEN`], [`MAX_NAMESPACE_LEN`]).
+    pub(crate) fn check_sizes(&self) -> Result<(), Error> {
+        let too_long = |what: &str, len: usize, max: usize| {
+            Error::Config(format!(
+                "the turn's {what} is {len} bytes long, more than the {max} a store keeps: \
+                 shorten it (a digest of a long id keeps it unique)"
+            ))
+        };
+        match (self.id().len(), self.namespace().len()) {
+            (len, _) if len > MAX_TURN_ID_LEN => Err(too_long("id", len, MAX_TURN_ID_LEN)),
+            (_, len) if len > MAX_NAMESPACE_LEN => {
+                Err(too_long("namespace", len, MAX_NAMESPACE_LEN))
+            }
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn namespace_arc(&self) -> &Arc<str> {

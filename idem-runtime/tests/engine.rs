@@ -841,3 +841,41 @@ fn a_call_dropped_outside_a_runtime_neither_panics_nor_aborts() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_turn_id_or_namespace_longer_than_a_store_keeps_is_refused_on_every_store() {
+    use idem_tools_runtime::turn::{MAX_NAMESPACE_LEN, MAX_TURN_ID_LEN};
+    // PostgreSQL indexes both (a longer one failed every call there with an index error); the
+    // limit is the same on every store, so that stores stay interchangeable.
+    let store = memory();
+    let sent = AtomicUsize::new(0);
+    let longest = turn(&"é".repeat(MAX_TURN_ID_LEN / 2), &store)
+        .with_namespace("n".repeat(MAX_NAMESPACE_LEN));
+    assert!(send_message(&longest, &sent, "ada").await.is_ok());
+    let long_id = turn(&"x".repeat(MAX_TURN_ID_LEN + 1), &store);
+    let long_namespace = turn("t", &store).with_namespace("é".repeat(MAX_NAMESPACE_LEN / 2 + 1));
+    for (what, turn) in [("id", &long_id), ("namespace", &long_namespace)] {
+        let Err(Error::Config(message)) = send_message(turn, &sent, "ada").await else {
+            panic!("a turn {what} too long must be refused");
+        };
+        assert!(message.contains(what), "{message}");
+    }
+    assert_eq!(
+        sent.load(Ordering::SeqCst),
+        1,
+        "nothing ran for the refused calls"
+    );
+}
+
+#[tokio::test]
+async fn an_in_flight_wait_of_duration_max_waits_the_longest_and_does_not_panic() {
+    use idem_tools_runtime::turn::MAX_IN_FLIGHT_WAIT;
+    // `Duration::MAX` is the natural way to say "wait as long as it takes": it overflowed the
+    // deadline (`Instant + Duration`) and panicked.
+    let turn = turn("forever", &memory()).with_in_flight_wait(Duration::MAX);
+    assert_eq!(turn.in_flight_wait(), MAX_IN_FLIGHT_WAIT);
+    let sent = AtomicUsize::new(0);
+    assert!(send_message(&turn, &sent, "ada").await.is_ok());
+    assert!(send_message(&turn, &sent, "ada").await.is_ok());
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+}

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use idem_tools_runtime::engine::transactional;
 use idem_tools_runtime::store::{MemoryStore, PostgresStore, RecordState, Store};
+use idem_tools_runtime::turn::{MAX_NAMESPACE_LEN, MAX_TURN_ID_LEN};
 use idem_tools_runtime::{Codec, Error, Outcome, Turn};
 use postgres_common::ledger::{call, insert, ledger, record_state, rows, setup, transfer};
 use postgres_common::{Cut, Failure, cleanup, postgres_url, proxy};
@@ -503,15 +504,26 @@ const PIECES: &[&str] = &[
     "' OR '1'='1",
 ];
 
-/// `n` strings of up to 12 pieces each (from a fixed seed), the empty string and a long one.
-fn hostile_strings(n: usize, mut seed: u64) -> Vec<String> {
+/// `n` strings of up to 12 pieces each (from a fixed seed), the empty string and one of
+/// `longest` bytes, of pieces in no order (it does not compress: a repeated one fit in an index
+/// row where a varied one of its length did not).
+fn hostile_strings(n: usize, mut seed: u64, longest: usize) -> Vec<String> {
     let mut next = move || {
         seed ^= seed << 13;
         seed ^= seed >> 7;
         seed ^= seed << 17;
         seed
     };
-    let mut out = vec![String::new(), "'\\".repeat(2_000)];
+    let mut long = String::new();
+    loop {
+        let piece = PIECES[(next() % PIECES.len() as u64) as usize];
+        if long.len() + piece.len() > longest {
+            break;
+        }
+        long.push_str(piece);
+    }
+    long.extend(std::iter::repeat_n('x', longest - long.len()));
+    let mut out = vec![String::new(), long];
     for _ in 0..n {
         let len = next() % 13;
         out.push(
@@ -531,8 +543,8 @@ async fn hostile_namespaces_and_turn_ids_are_literals() {
         return;
     };
     let (namespaces, turns) = (
-        hostile_strings(40, 0x9e37_79b9),
-        hostile_strings(40, 0x85eb_ca6b),
+        hostile_strings(40, 0x9e37_79b9, MAX_NAMESPACE_LEN),
+        hostile_strings(40, 0x85eb_ca6b, MAX_TURN_ID_LEN),
     );
     for (i, (namespace, id)) in namespaces.iter().zip(&turns).enumerate() {
         let turn = Turn::new(id.as_str()).with_namespace(namespace.as_str());
@@ -566,6 +578,27 @@ async fn hostile_namespaces_and_turn_ids_are_literals() {
     let turn = Turn::new("turn-nul").with_namespace("a\0b");
     assert!(transfer(&store, &turn, "nul").await.is_err());
     assert_eq!(rows(&store, "nul").await, 0);
+    // Longer than a store keeps: refused before the store, as on every store.
+    let turn = Turn::new("x".repeat(MAX_TURN_ID_LEN + 1));
+    assert!(matches!(
+        transfer(&store, &turn, "long").await,
+        Err(Failure::Idem(Error::Config(_)))
+    ));
+    assert_eq!(rows(&store, "long").await, 0);
+    cleanup(&store).await;
+}
+
+/// The longest in-flight wait (what `Duration::MAX` is taken as) is a lock timeout PostgreSQL
+/// takes: a longer one (25 days) failed every transactional call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_in_flight_wait_is_a_lock_timeout_postgres_takes() {
+    let Some(store) = setup("tx_longest_wait").await else {
+        return;
+    };
+    let turn = Turn::new("turn-longest-wait").with_in_flight_wait(Duration::MAX);
+    let first = transfer(&store, &turn, "w").await.expect("runs");
+    assert_eq!(transfer(&store, &turn, "w").await.expect("replays"), first);
+    assert_eq!(rows(&store, "w").await, 1);
     cleanup(&store).await;
 }
 

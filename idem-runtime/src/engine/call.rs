@@ -214,7 +214,8 @@ fn asking<'a, A: Asker>(
             };
             return answered(refuse(&mut guard, Outcome::Reentrant, error));
         }
-        let duration = match keeper::duration(call.tool, call.lease) {
+        let checked = call.turn.check_sizes();
+        let duration = match checked.and_then(|()| keeper::duration(call.tool, call.lease)) {
             Ok(duration) => duration,
             Err(error) => return answered(refuse(&mut guard, Outcome::ConfigError, error)),
         };
