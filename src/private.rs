@@ -76,16 +76,15 @@ where
 {
 }
 
-/// An argument that is part of the key; `Name` is a type named like the parameter, so that the
-/// note can name it.
+/// An argument that is part of the key.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not implement `Serialize`, so it cannot be part of the idempotency key",
-    label = "an argument of an `#[idempotent]` tool",
-    note = "derive `serde::Serialize` for it, or leave the argument out of the key with \
-            `#[idempotent(skip({Name}))]`"
+    label = "this argument is in the key",
+    note = "derive `serde::Serialize` for it, or leave this argument out of the key by naming \
+            it in `#[idempotent(skip(…))]`"
 )]
-pub trait KeyArg<Name>: Serialize {}
-impl<T: Serialize + ?Sized, Name> KeyArg<Name> for T {}
+pub trait KeyArg: Serialize {}
+impl<T: Serialize + ?Sized> KeyArg for T {}
 
 /// A `#[key]` parameter: a caller-supplied idempotency key.
 #[diagnostic::on_unimplemented(
@@ -227,12 +226,7 @@ pub fn instance_of<F>(_: &F) -> &'static str {
 }
 
 /// An argument in the key and the fingerprint.
-pub fn key_arg<T: KeyArg<Name> + ?Sized, Name>(digest: &mut Digest, name: &str, value: &T) {
-    arg(digest, name, value);
-}
-
-/// [`key_arg`], compiled once per argument type (not per parameter name).
-fn arg<T: Serialize + ?Sized>(digest: &mut Digest, name: &str, value: &T) {
+pub fn key_arg<T: KeyArg + ?Sized>(digest: &mut Digest, name: &str, value: &T) {
     if let Some(args) = digest.args() {
         let added = args.arg(name, value);
         digest.check(added);
@@ -619,7 +613,6 @@ pub const fn duplicate_tool(message: &'static str) {
 mod receiver;
 pub use receiver::{
     BorrowSelf, Borrowed, CloneSelf, Detachable, Owned, Probe, Receiver, SelfKey, self_key,
-    self_key_value,
 };
 
 #[path = "private/catalog.rs"]

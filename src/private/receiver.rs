@@ -143,11 +143,7 @@ impl<'a, S: ?Sized> Borrowed<'a, S> {
 pub trait SelfKey: Serialize {}
 impl<T: Serialize + ?Sized> SelfKey for T {}
 
-/// Names `self_key`'s argument in the key (never a parameter's name: `self` is a keyword).
-#[allow(non_camel_case_types)]
-pub struct self_key_value;
-
 /// Adds `self_key`'s value to the key and the fingerprint, as the argument `self`.
 pub fn self_key<T: SelfKey + ?Sized>(digest: &mut Digest, value: &T) {
-    key_arg::<T, self_key_value>(digest, "self", value);
+    key_arg(digest, "self", value);
 }
