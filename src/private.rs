@@ -138,8 +138,12 @@ impl<A: StoreRef + ?Sized> StoreRef for &A {
 pub struct Digest {
     tool: &'static ToolInfo,
     slot: &'static ToolSlot,
-    /// The type name of a closure in the tool's body, for a tool whose code may be compiled for
-    /// several types ([`ToolSlot::same_instance`]).
+    /// Whether the tool's code may be compiled for several types, which its calls must not
+    /// mix ([`ToolSlot::same_instance`]).
+    checks_instance: bool,
+    /// Then, the type name of its body — a closure or `async` block of the tool's function,
+    /// so it names the function's `Self` and generic arguments — set by the runner, which is
+    /// compiled for the body's type anyway (`Digest::body_is`).
     instance: Option<&'static str>,
     /// The turn given as a parameter; `None`: the scope's.
     turn: Option<Turn>,
@@ -153,34 +157,45 @@ impl Digest {
     pub fn from_scope(
         tool: &'static ToolInfo,
         slot: &'static ToolSlot,
-        instance: Option<&'static str>,
+        checks_instance: bool,
     ) -> Self {
-        Self::new(tool, slot, instance, None)
+        Self::new(tool, slot, checks_instance, None)
     }
 
     /// The turn from a `Turn` or `&Turn` parameter.
     pub fn with_turn<T: ::std::borrow::Borrow<Turn>>(
         tool: &'static ToolInfo,
         slot: &'static ToolSlot,
-        instance: Option<&'static str>,
+        checks_instance: bool,
         turn: &T,
     ) -> Self {
-        Self::new(tool, slot, instance, Some(turn.borrow().clone()))
+        Self::new(tool, slot, checks_instance, Some(turn.borrow().clone()))
     }
 
     fn new(
         tool: &'static ToolInfo,
         slot: &'static ToolSlot,
-        instance: Option<&'static str>,
+        checks_instance: bool,
         turn: Option<Turn>,
     ) -> Self {
         Digest {
             tool,
             slot,
-            instance,
+            checks_instance,
+            instance: None,
             turn,
             args: Ok(ArgsDigest::new(tool.name)),
             fingerprinted: 0,
+        }
+    }
+
+    /// Takes `body`, the type name of the tool's body, as the instantiation the tool was
+    /// compiled for, if that is checked. The runners, compiled for the body's type anyway, pass
+    /// it (`type_name::<F>()`): a closure made in the tool's function for this alone cost rustc
+    /// more (its own type check, borrow check and code), and so would a method generic over it.
+    fn body_is(&mut self, body: &'static str) {
+        if self.checks_instance {
+            self.instance = Some(body);
         }
     }
 
@@ -217,12 +232,6 @@ fn register(
         Some(instance) => slot.same_instance(tool, instance),
         None => Ok(()),
     }
-}
-
-/// The instantiation a closure of a tool's body was compiled for (its type name names the
-/// item's `Self` and generic arguments), for [`ToolSlot::same_instance`].
-pub fn instance_of<F>(_: &F) -> &'static str {
-    ::std::any::type_name::<F>()
 }
 
 /// An argument in the key and the fingerprint.
@@ -439,6 +448,8 @@ where
     C: Records<R>,
     F: AttachedBody<R> + 'b, // not `Send`? drop a MutexGuard or `Rc` before `.await`, or use tokio::sync::Mutex
 {
+    let mut digest = digest;
+    digest.body_is(::std::any::type_name::<F>());
     attached(digest, store, records, body)
 }
 
@@ -516,6 +527,8 @@ where
     // rustc reports a body that is not `Send` with its own message, which shows this line:
     F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
 {
+    let mut digest = digest;
+    digest.body_is(::std::any::type_name::<F>());
     detached(digest, store, records, body)
 }
 
@@ -538,8 +551,10 @@ where
 pub type OwnedBody<R> = Pin<Box<dyn Future<Output = R> + Send + 'static>>;
 
 /// The body of a detached tool, boxed: with [`typed`]'s role (the declared return type is the
-/// output), and [`DetachedBody`]'s message when the body is not `Send + 'static`.
-pub fn boxed<R, F: DetachedBody<R>>(body: F) -> OwnedBody<R> {
+/// output), and [`DetachedBody`]'s message when the body is not `Send + 'static`; its type
+/// goes to `digest` (`Digest::body_is`).
+pub fn boxed<R, F: DetachedBody<R>>(digest: &mut Digest, body: F) -> OwnedBody<R> {
+    digest.body_is(::std::any::type_name::<F>());
     Box::pin(body)
 }
 

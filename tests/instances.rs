@@ -361,3 +361,35 @@ async fn a_constant_self_key_makes_every_type_one_service() {
     assert_eq!(ok(&eur), Some("posted entry 3"), "{eur:?}");
     assert_eq!(POSTED.load(Ordering::SeqCst), 1);
 }
+
+// A trait's default method that runs detached (`self: Arc<Self>`): the same check.
+static ARCHIVED: AtomicUsize = AtomicUsize::new(0);
+
+trait Archive: Send + Sync + 'static {
+    #[idempotent(name = "archive", same_service)]
+    async fn archive(self: Arc<Self>, id: u64) -> Result<String, Error> {
+        ARCHIVED.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("archived {id}"))
+    }
+}
+
+struct Cold;
+struct Warm;
+
+impl Archive for Cold {}
+impl Archive for Warm {}
+
+#[tokio::test]
+async fn a_detached_trait_default_method_is_refused_for_a_second_type() {
+    let (cold, warm) = turn("instances-9")
+        .scope(async {
+            (
+                Arc::new(Cold).archive(4).await,
+                Arc::new(Warm).archive(4).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&cold), Some("archived 4"));
+    assert!(refused_as_shared(&warm), "not cold's receipt: {warm:?}");
+    assert_eq!(ARCHIVED.load(Ordering::SeqCst), 1);
+}

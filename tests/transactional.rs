@@ -181,3 +181,55 @@ async fn a_method_cut_off_by_a_caller_timeout_rolls_back_and_a_retry_runs() {
     assert_eq!(again, 300);
     assert_eq!(cents(&store, 1).await, 9700);
 }
+
+/// A transactional tool of a generic block, compiled for two currencies: its second type's
+/// call is refused (`Error::SharedAcrossTypes`) rather than replaying the first one's transfer.
+trait Currency: Send + Sync + 'static {
+    const ACCOUNT: i64;
+}
+
+struct Usd;
+struct Eur;
+
+impl Currency for Usd {
+    const ACCOUNT: i64 = 1;
+}
+
+impl Currency for Eur {
+    const ACCOUNT: i64 = 2;
+}
+
+struct Payout<C>(std::marker::PhantomData<C>);
+
+#[tool_impl]
+impl<C: Currency> Payout<C> {
+    #[idempotent]
+    async fn pay(#[transaction] tx: &mut PgConnection, cents: i64) -> Result<i64, AppError> {
+        sqlx::query("UPDATE accounts SET cents = cents + $1 WHERE id = $2")
+            .bind(cents)
+            .bind(C::ACCOUNT)
+            .execute(&mut *tx)
+            .await?;
+        Ok(C::ACCOUNT)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transactional_tool_of_a_generic_block_is_refused_for_a_second_type() {
+    let Some(store) = setup("payout").await else {
+        return;
+    };
+    let turn = Turn::new("turn-payout").with_store(Arc::new(store.clone()) as Arc<dyn Store>);
+    let (usd, eur) = turn
+        .scope(async { (Payout::<Usd>::pay(5).await, Payout::<Eur>::pay(5).await) })
+        .await;
+    assert_eq!(usd.expect("runs"), 1);
+    assert!(
+        matches!(
+            eur,
+            Err(AppError::Idem(idem_tools::Error::SharedAcrossTypes { .. }))
+        ),
+        "not the USD transfer's receipt: {eur:?}"
+    );
+    assert_eq!((cents(&store, 1).await, cents(&store, 2).await), (10005, 0));
+}

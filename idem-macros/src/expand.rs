@@ -369,7 +369,9 @@ impl Body<'_> {
                         },
                     );
                     block.set_span(at);
-                    let future = quote_spanned!(at=> #boxed(async move #block));
+                    // The digest, for the body's type (`Digest::body_is`).
+                    let digest = Ident::new("idem_digest", Span::mixed_site());
+                    let future = quote_spanned!(at=> #boxed(&mut #digest, async move #block));
                     return (quote!(), quote!(#private::run_owned), future);
                 }
                 let runner = if run == Run::Detached {
@@ -401,17 +403,15 @@ impl Body<'_> {
     /// a function generic itself, whose instantiations are one tool told apart by their
     /// arguments (documented).
     fn instance(&self) -> TokenStream {
-        let private = self.private;
         let params = &self.options.impl_params;
         let per_type = self.options.self_key.as_ref().is_some_and(|self_key| {
             let tokens = self_key.value.to_token_stream();
             mentions(tokens.clone(), &|i| i == "Self" || params.contains(i))
                 || !mentions(tokens, &|i| i == "self")
         });
-        if self.own_generics || per_type {
-            return quote!(#private::None);
-        }
-        quote!(#private::Some(#private::instance_of(&|| ())))
+        // Checked with the body's type name, which the runner takes (`Digest::body_is`).
+        let checked = !(self.own_generics || per_type);
+        quote!(#checked)
     }
 
     /// `typed::<R, _>`, which gives the body's future the declared return type as its output,

@@ -213,9 +213,9 @@ impl ToolSlot {
         }
     }
 
-    /// Checks that `instance` (the type name of a closure in the tool's body, which names the
-    /// types it was compiled for: `<Stripe as Billing>::charge::{{closure}}`) is the one that
-    /// called first. One `static` slot serves every instantiation of a generic item — a
+    /// Checks that `instance` (the type name of the tool's body, a closure or `async` block of
+    /// its function, which names the types it was compiled for:
+    /// `<Stripe as Billing>::charge::{{closure}}`) is the one that called first. One `static` slot serves every instantiation of a generic item — a
     /// trait's default method for each implementing type, a method of a generic `impl` block
     /// for each of its parameters — and the name, and so the key, is the same for all of them:
     /// calls on two types would replay each other's results. The first type keeps the tool;

@@ -78,6 +78,8 @@ where
     C: Records<R>,
     F: AsyncFnOnce(&mut PgConnection) -> R,
 {
+    let mut digest = digest;
+    digest.body_is(::std::any::type_name::<F>());
     match super::prepare(digest, store) {
         Ok(call) => {
             let body = async move |conn: &mut PgConnection| body(conn).await.into_result();
