@@ -393,3 +393,51 @@ async fn a_detached_trait_default_method_is_refused_for_a_second_type() {
     assert!(refused_as_shared(&warm), "not cold's receipt: {warm:?}");
     assert_eq!(ARCHIVED.load(Ordering::SeqCst), 1);
 }
+
+// A block generic over lifetimes alone is one type for the check (found by a review: its
+// `#[tool_impl]` stopped compiling when the block's parameters were first passed on).
+struct Greeter<'a> {
+    name: &'a str,
+}
+
+#[tool_impl]
+impl<'a> Greeter<'a> {
+    #[idempotent(attached, self_key = self.name)]
+    pub async fn greet(&self, n: u32) -> Result<String, Error> {
+        Ok(format!("{} {n}", self.name))
+    }
+
+    #[idempotent]
+    pub async fn count(n: u32) -> Result<u32, Error> {
+        Ok(n)
+    }
+}
+
+struct Echo<'a>(&'a str);
+
+#[tool_impl(self_key = self.0)]
+impl Echo<'_> {
+    #[idempotent(attached)]
+    pub async fn echo(&self, n: u32) -> Result<String, Error> {
+        Ok(format!("{} {n}", self.0))
+    }
+}
+
+#[tokio::test]
+async fn a_block_generic_over_lifetimes_alone_runs() {
+    let (ada, bob, count, echo) = turn("instances-10")
+        .scope(async {
+            let (ada, bob) = (String::from("ada"), String::from("bob"));
+            (
+                Greeter { name: &ada }.greet(1).await,
+                Greeter { name: &bob }.greet(1).await,
+                Greeter::count(3).await,
+                Echo(&ada).echo(2).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&ada), Some("ada 1"));
+    assert_eq!(ok(&bob), Some("bob 1"));
+    assert_eq!(count.ok(), Some(3));
+    assert_eq!(ok(&echo), Some("ada 2"));
+}

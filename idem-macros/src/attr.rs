@@ -31,8 +31,8 @@ pub(crate) struct Located<T> {
 /// The hidden option `#[tool_impl]` inserts: the name of the impl block's self type.
 pub(crate) const IMPL_OPTION: &str = "__impl";
 /// The hidden option `#[tool_impl]` inserts when the impl block has generic parameters (or an
-/// anonymous lifetime in its self type), with its type and const parameters:
-/// `__impl_generic(C, N)`.
+/// anonymous lifetime in its self type), with its type and const parameters if it has any:
+/// `__impl_generic(C, N)`, `__impl_generic`.
 pub(crate) const IMPL_GENERIC_OPTION: &str = "__impl_generic";
 
 /// The shortest and longest `lease`; the runtime checks the same bounds.
@@ -178,10 +178,12 @@ impl IdempotentOptions {
             }
             IMPL_OPTION => self.impl_type = Some(impl_type(meta)?),
             IMPL_GENERIC_OPTION => {
-                meta.parse_nested_meta(|param| {
-                    self.impl_params.push(param.path.require_ident()?.clone());
-                    Ok(())
-                })?;
+                if meta.input.peek(syn::token::Paren) {
+                    meta.parse_nested_meta(|param| {
+                        self.impl_params.push(param.path.require_ident()?.clone());
+                        Ok(())
+                    })?;
+                }
                 self.impl_generic = true;
             }
             "skip" | "ignore" => {

@@ -268,6 +268,10 @@ fn name_after(method: &mut ImplItemFn, type_name: &Ident, generic: Option<&Vec<I
             continue;
         }
         let added = match generic {
+            // Lifetimes alone: the flag, no list (`()` is not a nested attribute list).
+            Some(params) if last.ident == "idempotent" && params.is_empty() => {
+                quote!(#option = #type_name, #generic_flag)
+            }
             Some(params) if last.ident == "idempotent" => {
                 quote!(#option = #type_name, #generic_flag(#(#params),*))
             }

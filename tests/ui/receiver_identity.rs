@@ -67,4 +67,19 @@ impl Tool for SendSms {
     }
 }
 
+/// A generic block: the identity alone is the same for every `C`, so the key names `C` too.
+#[derive(Clone)]
+struct Wallet<C> {
+    account: String,
+    currency: std::marker::PhantomData<C>,
+}
+
+#[tool_impl]
+impl<C: Send + Sync + 'static> Wallet<C> {
+    #[idempotent(attached)]
+    pub async fn pay(&self, cents: u64) -> Result<String, idem_tools::Error> {
+        Ok(format!("{} paid {cents}", self.account))
+    }
+}
+
 fn main() {}

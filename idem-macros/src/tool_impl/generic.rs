@@ -43,9 +43,11 @@ pub(super) fn generic_same_service(
         "`same_service` says that every `{ty}` is one service, but this block is generic over \
          {over}: {instances} called with the same arguments would share a key, and one would \
          get the other's result. Put what tells them apart into the key: \
-         `self_key = {example}` (any expression of `self` or of `{first}`, such as an \
-         associated constant); if no `{first}` changes what the tool does, say so with a \
-         constant: `self_key = \"{ty}\"`"
+         `self_key = {example}` (an expression that names `{first}`, such as its associated \
+         constant, alone or in a tuple with fields of `self`: one that does not name it is \
+         taken to be the same for every `{first}`, and a second `{first}`'s call is refused \
+         at run time); if no `{first}` changes what the tool does, say so with a constant: \
+         `self_key = \"{ty}\"`"
     );
     let methods = block.items.iter().filter_map(|item| match item {
         ImplItem::Fn(method) if method.sig.receiver().is_some() => Some(method),

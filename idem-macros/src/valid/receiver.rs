@@ -80,13 +80,21 @@ fn missing(tool: &ToolFn, options: &IdempotentOptions) -> String {
         let fields: Vec<String> = fields.iter().map(|f| format!("`self.{f}`")).collect();
         format!("this method reads {}; ", fields.join(", "))
     };
+    // A generic block's tool is one for every parameter: the key must name the parameter too.
+    let generic = match options.impl_params.first() {
+        Some(param) => format!(
+            "; the block is generic: name `{param}` in it too, `self_key = ({param}::NAME, \
+             self.<field>)`, or a second `{param}`'s call is refused at run time"
+        ),
+        None => String::new(),
+    };
     format!(
         "`self` is not in the key of `{method}`: {values} calling it with the same arguments \
          in one turn would be one action, and the second would not run but get the first \
          one's result. Say what of `self` identifies the action, on this method or once {block}:\n\
          - if it has an identity (an account, a tenant, a sender), put it in the key: \
          `#[idempotent(self_key = self.<field>)]` or `#[idem_tools::tool_impl(self_key = \
-         self.<field>)]` ({read}a `Serialize` field, or a tuple of fields)\n\
+         self.<field>)]` ({read}a `Serialize` field, or a tuple of fields{generic})\n\
          - if {every} is the same service (a client, a pool, a handle), say so: \
          `#[idempotent(same_service)]` or `#[idem_tools::tool_impl(same_service)]`"
     )
