@@ -9,9 +9,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use proc_macro2::{Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote};
 use syn::ext::IdentExt;
-use syn::{
-    Attribute, GenericParam, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, parse_quote,
-};
+use syn::{Attribute, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, parse_quote};
 
 use crate::attr::{
     IMPL_GENERIC_OPTION, IMPL_OPTION, IdempotentOptions, ImplOptions, ReadOnlyOptions,
@@ -26,7 +24,7 @@ mod attached;
 mod generic;
 mod header;
 use generic::generic_same_service;
-use header::inherent_header;
+use header::{inherent_header, type_and_const_params};
 
 /// `#[tool_impl]`: the `impl` block, its methods' classification attributes given
 /// `__impl = Type`, then an inherent `impl` holding the descriptors of its `#[idempotent]` /
@@ -60,7 +58,13 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         );
         return fail(errors, item);
     };
-    let generic = is_generic(&block).then(|| type_params(&block));
+    // The block's type and const parameters: a `self_key` that names one of them tells the
+    // types the block is compiled for apart.
+    let generic = is_generic(&block).then(|| {
+        type_and_const_params(&block)
+            .map(|(param, _)| param.clone())
+            .collect::<Vec<_>>()
+    });
     generic_same_service(&block, &options, &type_name, &mut errors);
     let mut identified = false;
     for item in &mut block.items {
@@ -115,21 +119,6 @@ fn is_generic(block: &ItemImpl) -> bool {
         })
     }
     !block.generics.params.is_empty() || borrows(block.self_ty.to_token_stream())
-}
-
-/// The block's type and const parameters: a `self_key` that names one of them tells the types
-/// the block is compiled for apart.
-fn type_params(block: &ItemImpl) -> Vec<Ident> {
-    block
-        .generics
-        .params
-        .iter()
-        .filter_map(|param| match param {
-            GenericParam::Type(param) => Some(param.ident.clone()),
-            GenericParam::Const(param) => Some(param.ident.clone()),
-            GenericParam::Lifetime(_) => None,
-        })
-        .collect()
 }
 
 /// For each tool method, a descriptor under the method's bare name that makes `tools![]` fail

@@ -23,7 +23,7 @@ use super::report::Reporter;
 use super::telemetry::{self, CallSpan, in_span};
 use crate::Error;
 use crate::flight::{self, Leader, Role, Waited};
-use crate::replay::panic_text;
+use crate::replay::decode_panicked;
 use crate::stats::Outcome;
 use crate::store::{Begin, BeginRequest, Exhausted, FirstResult, LeaseToken, Store, StoreFuture};
 use crate::turn::Turn;
@@ -630,13 +630,8 @@ pub(super) fn recorded(
     // that panics (it validates what an earlier version recorded) is a decode error: the
     // record stays, and so does the answer to every retry.
     let decoded = panic::catch_unwind(AssertUnwindSafe(|| decode(call, &first.result)));
-    let decoded = decoded.unwrap_or_else(|panic| {
-        Err(Error::Decode {
-            tool: call.tool.name,
-            key: call.key.short(),
-            message: format!("its `Deserialize` panicked: {}", panic_text(&*panic)),
-        })
-    });
+    let decoded =
+        decoded.unwrap_or_else(|panic| Err(decode_panicked(call.tool.name, &call.key, &*panic)));
     match decoded {
         Ok(()) => {
             guard.report().report(outcome);

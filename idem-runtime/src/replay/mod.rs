@@ -244,8 +244,15 @@ impl Recorded {
     }
 }
 
+/// The error of a record whose `Deserialize` panicked while it was decoded for a retry (`panic`
+/// is the payload).
+pub(crate) fn decode_panicked(tool: &'static str, key: &Key, panic: &(dyn Any + Send)) -> Error {
+    let message = format!("its `Deserialize` panicked: {}", panic_text(panic));
+    envelope::decode_error(tool, key, message)
+}
+
 /// What a panic said (its payload), for an error that reports it.
-pub(crate) fn panic_text(panic: &(dyn Any + Send)) -> &str {
+fn panic_text(panic: &(dyn Any + Send)) -> &str {
     match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
         (Some(text), _) => text,
         (None, Some(text)) => text.as_str(),
