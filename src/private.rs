@@ -361,8 +361,7 @@ where
 macro_rules! __idem_ok_failure {
     ($ret:ty) => {{
         use $crate::__private::{OkMayFail as _, OkNeverFails as _};
-        (&$crate::__private::OkFailure::<<$ret as $crate::__private::ToolReturn>::Ok>::new())
-            .ok_failure()
+        (&$crate::__private::OkFailure::<$ret>::new()).ok_failure()
     }};
 }
 
@@ -378,34 +377,37 @@ macro_rules! __idem_ok_failure {
 
 pub use crate::__idem_ok_failure as ok_failure;
 
-/// Autoref specialization on a tool's `Ok` type: `(&OkFailure::<T>::new()).ok_failure()` is
-/// the check of an `Ok` that reports a failure in-band — an MCP `CallToolResult` with
+/// Autoref specialization on a tool's return type `R`: `(&OkFailure::<R>::new()).ok_failure()`
+/// is the check of an `Ok` that reports a failure in-band — an MCP `CallToolResult` with
 /// `isError: true` (feature `rmcp`), which is treated like an `Err`: not recorded, the key given
-/// back so a retry runs again — and `None` for every other type.
-pub struct OkFailure<T>(::std::marker::PhantomData<fn() -> T>);
+/// back so a retry runs again — and `None` for every other type. Keyed on the whole return type,
+/// so that it sees through an alias (`type Out = Result<CallToolResult, ErrorData>`) and a
+/// `macro_rules!` fragment, and is no error for a type that is not a `Result` (the runner
+/// reports that, once).
+pub struct OkFailure<R>(::std::marker::PhantomData<fn() -> R>);
 
-impl<T> OkFailure<T> {
+impl<R> OkFailure<R> {
     /// The probe.
     pub const fn new() -> Self {
         OkFailure(::std::marker::PhantomData)
     }
 }
 
-impl<T> Default for OkFailure<T> {
+impl<R> Default for OkFailure<R> {
     fn default() -> Self {
         Self::new()
     }
 }
 
 /// Every `Ok` is a success.
-pub trait OkNeverFails<T> {
-    /// `None`.
-    fn ok_failure(&self) -> Option<fn(&T) -> bool> {
+pub trait OkNeverFails {
+    /// `None`, for whichever `Ok` type the codec takes.
+    fn ok_failure<T>(&self) -> Option<fn(&T) -> bool> {
         None
     }
 }
 
-impl<T> OkNeverFails<T> for &OkFailure<T> {}
+impl<R> OkNeverFails for &OkFailure<R> {}
 
 /// An MCP tool result says whether it failed.
 pub trait OkMayFail<T> {
@@ -414,7 +416,9 @@ pub trait OkMayFail<T> {
 }
 
 #[cfg(feature = "rmcp")]
-impl OkMayFail<rmcp::model::CallToolResult> for OkFailure<rmcp::model::CallToolResult> {
+impl<E> OkMayFail<rmcp::model::CallToolResult>
+    for OkFailure<Result<rmcp::model::CallToolResult, E>>
+{
     fn ok_failure(&self) -> Option<fn(&rmcp::model::CallToolResult) -> bool> {
         Some(|result| result.is_error == Some(true))
     }

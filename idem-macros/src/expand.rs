@@ -187,10 +187,9 @@ impl Body<'_> {
         let (prelude, callee, tool_future) = self.call(&body);
         let callee = respan(callee, at);
         // How results are recorded, with the check of an `Ok` that reports a failure in-band
-        // (autoref specialization on the `Ok` type: an MCP `CallToolResult` with `isError`;
-        // `ok_failure!` is `None` when idem is built without `rmcp`, which spares rustc the
-        // probe). Probed only for a type written `…Result<…>` (`Result`, `anyhow::Result`, …): for any
-        // other type the probe's error would repeat the one the runner already reports.
+        // (autoref specialization on the return type, whatever it is written as: an MCP
+        // `CallToolResult` with `isError`; `ok_failure!` is `None` when idem is built without
+        // `rmcp`, which spares rustc the probe).
         let records = {
             let kind = match (options.cache_errors.is_some(), self.returns_future) {
                 (true, false) => quote!(OkAndErr),
@@ -198,11 +197,7 @@ impl Body<'_> {
                 (true, true) => quote!(ok_and_err::<#ret>),
                 (false, true) => quote!(ok_only::<#ret>),
             };
-            let check = if owned::names_a_result(ret) {
-                quote!(#private::ok_failure!(#ret))
-            } else {
-                quote!(#private::None)
-            };
+            let check = quote!(#private::ok_failure!(#ret));
             respan(quote!(#private::#kind(#check)), at)
         };
         // Every bound on the result type is checked at this call, and each is reported where
