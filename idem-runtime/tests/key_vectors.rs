@@ -611,6 +611,10 @@ fn vectors_agree_with_an_independent_reimplementation() {
         vv("marked_newtype_seq"),
         hex(&unordered(0x0D, &[int(2), int(1)]))
     );
+    assert_eq!(
+        vv("marked_json_array"),
+        hex(&unordered(0x0D, &[int(3), int(1), int(2)]))
+    );
     assert_eq!(vv("marked_tuple"), hex(&seq(&[int(2), int(1)])));
     assert_eq!(
         vv("marked_option_of_seq"),

@@ -303,11 +303,12 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         name: &'static str,
         value: &T,
     ) -> Result<(), EncodeError> {
+        // Transparent: a token struct's text keeps being written in full inside it (§4.5).
         let as_set = self.as_set || name == UNORDERED_MAGIC;
         value.serialize(ValueSerializer {
             out: self.out,
             as_set,
-            verbatim: false,
+            verbatim: self.verbatim,
         })
     }
 

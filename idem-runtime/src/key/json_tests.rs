@@ -122,6 +122,26 @@ fn long_token_texts_are_read_in_full() {
     assert_eq!(enc(&ApNumber(&digits)), enc(&f64::INFINITY));
     let fraction = format!("0.{}1", "0".repeat(1100));
     assert_eq!(enc(&ApNumber(&fraction)), enc(&0.0f64));
+    // Inside newtype structs, which are transparent (§4.5), a long text is read in full too.
+    assert_eq!(enc(&Wrapped(NUMBER_TOKEN, &digits)), enc(&f64::INFINITY));
+    assert_eq!(enc(&Wrapped(RAW_VALUE_TOKEN, &text)), enc(&parsed));
+}
+
+/// A token struct whose field's text is inside a newtype struct.
+struct Wrapped<'a>(&'static str, &'a str);
+
+impl Serialize for Wrapped<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Newtype<'a>(&'a str);
+        impl Serialize for Newtype<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_newtype_struct("W", self.0)
+            }
+        }
+        let mut st = s.serialize_struct(self.0, 1)?;
+        st.serialize_field(self.0, &Newtype(self.1))?;
+        st.end()
+    }
 }
 
 #[test]

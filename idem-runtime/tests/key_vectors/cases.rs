@@ -1004,6 +1004,13 @@ pub fn value_cases() -> Vec<ValueCase> {
             || enc(&Marked(Tags(vec![2, 1]))),
         ),
         vc(
+            "marked_json_array",
+            "a serde_json array serializes by collect_seq: the unordered marker makes it a set",
+            "Marked(json!([3, 1, 2]))",
+            None,
+            || enc(&Marked(json!([3, 1, 2]))),
+        ),
+        vc(
             "marked_tuple",
             "the unordered marker around a tuple: the marker covers sequences only, so the \
              tuple stays ordered",
