@@ -45,7 +45,8 @@ pub struct ToolInfo {
     pub kind: ToolKind,
     /// Bumping it gives every call new keys.
     pub version: u32,
-    /// How long completed results are kept (`None`: [`DEFAULT_TTL`](crate::store::DEFAULT_TTL)).
+    /// How long completed results are kept (`None`: [`DEFAULT_TTL`](crate::store::DEFAULT_TTL);
+    /// a longer TTL than [`MAX_DURATION`](crate::store::MAX_DURATION) is taken as that).
     pub ttl: Option<Duration>,
     /// Attempts per key per turn (`None`: the turn's limit).
     pub budget: Option<u32>,
@@ -109,6 +110,13 @@ impl ToolInfo {
     pub const fn with_ttl(mut self, ttl: Duration) -> Self {
         self.ttl = Some(ttl);
         self
+    }
+
+    /// How long this tool's results are kept: its TTL or the default, at most
+    /// [`MAX_DURATION`](crate::store::MAX_DURATION).
+    pub(crate) fn record_ttl(&self) -> Duration {
+        let ttl = self.ttl.unwrap_or(crate::store::DEFAULT_TTL);
+        ttl.min(crate::store::MAX_DURATION)
     }
 
     /// Sets the attempts allowed per key per turn.

@@ -192,9 +192,10 @@ impl Turn {
     /// How long the store keeps this turn's budget counts after their last charge (default one
     /// day): the memory budgets take is bounded by the turns active within this window. Keep it
     /// longer than the turn runs: counts that expire between two attempts (a window shorter
-    /// than a tool's run, or zero) no longer cap anything.
+    /// than a tool's run, or zero) no longer cap anything. At most
+    /// [`MAX_DURATION`](crate::store::MAX_DURATION), which a longer window is taken as.
     pub fn with_budget_window(self, window: Duration) -> Self {
-        self.edit(|t| t.budget_window = window)
+        self.edit(|t| t.budget_window = window.min(crate::store::MAX_DURATION))
     }
 
     /// Caps how many times this turn may ask its model ([`DEFAULT_MODEL_STEPS`], 50, by

@@ -516,6 +516,47 @@ async fn a_tool_ttl_overrides_the_default() {
 }
 
 #[tokio::test]
+async fn a_ttl_of_duration_max_is_kept_a_century_even_when_recorded_in_the_background() {
+    // `Duration::MAX` overflowed `Instant::now() + ttl` where a result the store could not
+    // take yet is recorded in the background: the caller panicked and the result was lost.
+    const FOREVER: ToolInfo = ToolInfo::idempotent("send_message").with_ttl(Duration::MAX);
+    let first_fails = AtomicUsize::new(0);
+    let store = faulty(move |op| match op {
+        Op::Complete if first_fails.fetch_add(1, Ordering::SeqCst) == 0 => Fault::FailBefore,
+        _ => Fault::None,
+    });
+    let dyn_store: Arc<dyn Store> = store.clone();
+    let turn = turn("t", &dyn_store);
+    let runs = AtomicUsize::new(0);
+    let call = || {
+        let (key, fp) = digest(&FOREVER, &turn, "ada", "hello");
+        execute(
+            Call::new(&FOREVER, &turn, key, fp),
+            Codec::ok_only(),
+            async { Ok::<_, Error>(runs.fetch_add(1, Ordering::SeqCst) + 7) },
+        )
+    };
+    assert_eq!(call().await.unwrap(), 7);
+    let (key, _) = digest(&FOREVER, &turn, "ada", "hello");
+    let record = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match store.inner().get("", &key).await.unwrap() {
+                Some(record) if record.result.is_some() => break record,
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    })
+    .await
+    .expect("the result was never recorded");
+    // Kept for `MAX_DURATION` from when it was recorded (after the claim).
+    let kept = record.expires_at_ms - record.created_at_ms;
+    let century = u64::try_from(idem_tools_runtime::store::MAX_DURATION.as_millis()).unwrap();
+    assert!((century..century + 60_000).contains(&kept), "{kept} ms");
+    assert_eq!(call().await.unwrap(), 7, "replayed");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
 async fn a_crashed_holder_blocks_the_key_until_its_lease_expires() {
     let clock = ManualClock::new(1_000_000);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));

@@ -12,7 +12,7 @@ use super::keeper::{Claim, Keeper};
 use super::report::Reporter;
 use crate::flight::Leader;
 use crate::stats::Outcome;
-use crate::store::{DEFAULT_TTL, FirstResult, Store};
+use crate::store::{FirstResult, Store};
 
 /// A claimed key: the claim, its keeper, and the flight identical calls in this process wait on.
 pub(super) struct Holding {
@@ -89,7 +89,7 @@ impl Guard {
 
 /// How long the tool's result is kept.
 pub(super) fn ttl_of(report: &Reporter) -> std::time::Duration {
-    report.call().tool.ttl.unwrap_or(DEFAULT_TTL)
+    report.call().tool.record_ttl()
 }
 
 impl Drop for Guard {

@@ -227,7 +227,7 @@ impl Call {
             turn: self.turn.id(),
             fingerprint: &self.fingerprint,
             lease,
-            ttl: self.tool.ttl.unwrap_or(crate::store::DEFAULT_TTL),
+            ttl: self.tool.record_ttl(),
             token,
             charge: self.turn.charge(self.tool),
         }

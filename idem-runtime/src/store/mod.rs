@@ -190,6 +190,11 @@ pub const MAX_LEASE: Duration = Duration::from_secs(24 * 60 * 60);
 /// otherwise ([`Turn::with_budget_window`](crate::Turn::with_budget_window)): one day.
 pub const DEFAULT_BUDGET_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The longest TTL, lease or budget window a store keeps (about a hundred years): a longer one
+/// (up to `Duration::MAX`) is taken as this, on every store, so that `now + duration` fits
+/// every store's clock.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
 /// A fencing token: proof of holding the newest claim on a key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeaseToken(pub u64);

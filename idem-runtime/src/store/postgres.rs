@@ -298,9 +298,10 @@ pub(crate) fn sql_token(token: LeaseToken) -> i64 {
     i64::from_le_bytes(token.0.to_le_bytes())
 }
 
-/// A duration in whole milliseconds, as PostgreSQL stores it.
+/// A duration in whole milliseconds, as PostgreSQL stores it, capped at
+/// [`MAX_DURATION`](super::MAX_DURATION) (the server adds it to the time in a `bigint`).
 pub(crate) fn sql_ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(d.min(super::MAX_DURATION).as_millis()).unwrap_or(i64::MAX)
 }
 
 impl fmt::Debug for PostgresStore {

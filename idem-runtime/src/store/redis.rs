@@ -27,9 +27,9 @@ use crate::{Error, Result};
 /// The key prefix used unless [`RedisStore::with_prefix`] chooses another.
 pub const DEFAULT_PREFIX: &str = "idem";
 
-/// Leases, TTLs and budget windows are capped at about a hundred years, so that
-/// `now + duration` stays exact in Lua's doubles and within what `PEXPIREAT` accepts.
-const MAX_DURATION_MS: u64 = 100 * 365 * 24 * 60 * 60 * 1000;
+/// Leases, TTLs and budget windows are capped at [`MAX_DURATION`](super::MAX_DURATION), so
+/// that `now + duration` stays exact in Lua's doubles and within what `PEXPIREAT` accepts.
+const MAX_DURATION_MS: u64 = super::MAX_DURATION.as_secs() * 1000;
 
 /// Keys asked for per `SCAN` step of [`Store::list`](super::Store::list).
 const SCAN_COUNT: usize = 500;

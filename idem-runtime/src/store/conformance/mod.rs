@@ -70,8 +70,8 @@ pub use budgets::{
 pub use records::{
     abandoned_claim_is_given_back, claim_complete_replay, complete_is_idempotent,
     concurrent_begins_claim_once, expiry_boundary_is_exclusive, fingerprint_is_kept,
-    lease_expiry_makes_the_key_claimable, release_frees_the_key, renew_extends_the_lease,
-    stale_holder_is_fenced_off, ttl_expiry_forgets_the_result,
+    lease_expiry_makes_the_key_claimable, longest_durations_are_taken, release_frees_the_key,
+    renew_extends_the_lease, stale_holder_is_fenced_off, ttl_expiry_forgets_the_result,
 };
 pub use turns::records_carry_their_turn;
 
@@ -117,6 +117,7 @@ pub async fn run_all(h: &impl Harness) {
     stale_holder_is_fenced_off(h).await;
     renew_extends_the_lease(h).await;
     ttl_expiry_forgets_the_result(h).await;
+    longest_durations_are_taken(h).await;
     fingerprint_is_kept(h).await;
     concurrent_begins_claim_once(h).await;
     admin_list_and_remove(h).await;

@@ -6,7 +6,8 @@ use std::time::Duration;
 use super::{
     Harness, NS, advance, claim, fingerprint, fresh_key, is_lease_lost, lease_of, request, stranger,
 };
-use crate::store::{Begin, RecordState};
+use crate::store::budget::TurnIdentity;
+use crate::store::{Begin, BeginRequest, Charge, RecordState};
 
 /// begin claims a free key; a second begin sees it in flight; complete records the result and
 /// later begins and gets replay it.
@@ -309,4 +310,46 @@ pub async fn complete_is_idempotent(h: &impl Harness) {
         is_lease_lost(&foreign),
         "complete_is_idempotent: another token is refused, got {foreign:?}"
     );
+}
+
+/// A lease, budget window and TTL of `Duration::MAX` are taken (as
+/// [`MAX_DURATION`](crate::store::MAX_DURATION)): the claim, its charge, the completion and
+/// the replay all succeed.
+pub async fn longest_durations_are_taken(h: &impl Harness) {
+    let store = h.store();
+    let (key, fp) = (fresh_key("longest"), fingerprint("longest"));
+    let turn = format!("longest-{}", crate::store::LeaseToken::generate().0);
+    let req = BeginRequest {
+        turn: &turn,
+        ttl: Duration::MAX,
+        charge: Charge {
+            turn: TurnIdentity::new(NS, &turn),
+            max_attempts: 3,
+            max_calls: Some(10),
+            max_tool_actions: Some(10),
+            window: Duration::MAX,
+        },
+        ..request(&key, &fp, Duration::MAX)
+    };
+    let held = lease_of(&req);
+    match store.begin(req).await {
+        Ok(Begin::Claimed) => {}
+        other => panic!("longest durations: begin must claim, got {other:?}"),
+    }
+    store
+        .renew(&held, Duration::MAX)
+        .await
+        .expect("longest durations: renew");
+    store
+        .complete(&held, b"kept", Duration::MAX)
+        .await
+        .expect("longest durations: complete");
+    match store.begin(request(&key, &fp, h.short())).await {
+        Ok(Begin::Completed(record)) => assert_eq!(record.result, &b"kept"[..]),
+        other => panic!("longest durations: expected the replay, got {other:?}"),
+    }
+    store
+        .remove(NS, &key)
+        .await
+        .expect("longest durations: remove");
 }
