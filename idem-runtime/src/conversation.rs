@@ -216,7 +216,8 @@ impl Conversation {
     /// `request` is what the model is sent (it is fingerprinted, not recorded); the response is
     /// recorded and must replay exactly (`Serialize` and `DeserializeOwned`, checked before it
     /// is recorded). An `Err` is not recorded: the step is asked again — by this run at most
-    /// the turn's per-key budget of times ([`Turn::with_max_attempts_per_key`], 3), then it
+    /// the turn's per-key budget of times, an ask its caller cut off (a step future dropped
+    /// before the model answered) counting as failed ([`Turn::with_max_attempts_per_key`], 3), then it
     /// is refused with [`Error::BudgetExhausted`] without asking. A run restarted (a new
     /// [`Turn`] value) asks again: asking a model changes nothing, so failed asks are not
     /// counted across runs.
@@ -273,16 +274,17 @@ impl Conversation {
         }
         // Only a step that is asked live reaches its body: a recorded one (by another run, too)
         // replays whatever this run's failures and the token cap say.
-        let (failed, limit) = (steps.failed, turn.model_step_attempts());
+        let limit = turn.model_step_attempts();
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
         let asked = AtomicBool::new(false);
         let failures = here.calls().pending();
+        let failed = &mut steps.failed;
         let body = async {
-            if failed >= limit {
+            if *failed >= limit {
                 return Err(E::from(Error::BudgetExhausted {
                     tool: MODEL_STEP.name,
                     key: key.short(),
-                    attempts: failed,
+                    attempts: *failed,
                     limit,
                 }));
             }
@@ -294,19 +296,18 @@ impl Conversation {
                 }
             }
             asked.store(true, Ordering::Relaxed);
+            // Counted as failed until the model answers: an ask cut off by its caller (a
+            // timeout drops the step) is a failed ask too.
+            *failed += 1;
             let response = call.await?;
             Ok(StepRecord { failures, response })
         };
         let answer = execute(call_, Codec::ok_only(), body).await;
         let response = match answer {
             Ok(StepRecord { response, .. }) => response,
-            Err(error) => {
-                // A failed ask counts; a refusal before asking, or another run's claim, not.
-                if asked.load(Ordering::Relaxed) {
-                    steps.failed += 1;
-                }
-                return Err(error);
-            }
+            // A failed ask was counted when it was asked; a refusal before asking, or
+            // another run's claim, is not.
+            Err(error) => return Err(error),
         };
         steps.failed = 0;
         steps.answered += 1;

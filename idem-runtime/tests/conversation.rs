@@ -183,6 +183,46 @@ async fn a_failing_model_stops_its_run_and_a_restarted_run_asks_again() {
     assert_ne!(answered.text, "");
 }
 
+/// An ask cut off by its caller (an agent loop's timeout around a slow model) is a failed ask:
+/// the run asks for one step at most the per-key budget of times, then is refused, as for a
+/// model that answers with errors. (A dropped step counted nothing: the model was asked
+/// without bound.)
+#[tokio::test]
+async fn an_ask_cut_off_by_the_callers_timeout_counts_as_a_failed_ask() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let chat = turn(&store).conversation("assistant");
+    let asked = AtomicU32::new(0);
+    let slow = || async {
+        asked.fetch_add(1, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok::<_, Error>(Reply {
+            text: "late".to_owned(),
+            tokens: 1,
+        })
+    };
+    for _ in 0..3 {
+        let cut = tokio::time::timeout(Duration::from_millis(5), chat.step("plan", slow())).await;
+        assert!(cut.is_err(), "timed out");
+    }
+    let refused = tokio::time::timeout(Duration::from_secs(5), chat.step("plan", slow())).await;
+    assert!(
+        matches!(
+            refused,
+            Ok(Err(Error::BudgetExhausted {
+                attempts: 3,
+                limit: 3,
+                ..
+            }))
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(asked.load(Ordering::SeqCst), 3, "the model was asked");
+    // A restarted run (a new `Turn`) asks again, and gets its answer.
+    let model = Model::default();
+    let restarted = turn(&store).conversation("assistant");
+    assert!(restarted.step("plan", model.ask("plan")).await.is_ok());
+}
+
 /// A run whose asks of a step all failed still gets the step's answer once another run of the
 /// turn recorded it: a recorded step replays whatever this run's failures say.
 #[tokio::test]
