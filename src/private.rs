@@ -5,6 +5,7 @@
 //! override), so it compiles with nothing imported, under `#![no_implicit_prelude]`.
 
 pub use ::core::future::Future;
+pub use ::core::module_path;
 use std::pin::Pin;
 
 pub use ::core::clone::Clone;
@@ -282,12 +283,12 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
 /// The call described by `digest`, or the error that stopped building it (logged and counted
 /// as the call's one outcome).
 fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error> {
-    let (tool, fingerprinted) = (digest.tool, digest.fingerprinted);
+    let (tool, slot, fingerprinted) = (digest.tool, digest.slot, digest.fingerprinted);
     let refuse = |error| idem_tools_runtime::engine::refuse(tool, error);
     // Taken by the first `#[idempotent]` call the routed MCP call runs, whatever it answers.
     #[cfg(feature = "rmcp")]
     let routed = crate::mcp::take_routed_key();
-    register(tool, digest.slot, digest.instance).map_err(refuse)?;
+    register(tool, slot, digest.instance).map_err(refuse)?;
     let turn = match digest.turn {
         Some(turn) => turn,
         None => Turn::current_for(tool.name).map_err(refuse)?,
@@ -303,6 +304,7 @@ fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error>
     }
     let unkeyed = (!args.has_caller_key()).then_some(fingerprinted);
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
+    let fingerprint = slot.own(tool, fingerprint);
     let call = Call::in_turn(tool, turn, key, fingerprint).with_unkeyed(unkeyed);
     Ok(match store {
         Some(store) => call.with_store(&store),

@@ -237,6 +237,21 @@ pub enum Error {
         name: &'static str,
     },
 
+    /// The key's record was made by another tool of the same name: its fingerprint carries
+    /// another tool's mark ([`ToolSlot::own`](crate::tool::ToolSlot::own)). Two services
+    /// sharing a store and namespace with a tool of one name each, or a generic item's code
+    /// compiled for another type in another process, would otherwise replay each other's
+    /// results.
+    #[error(
+        "tool `{tool}` was called with key {key}, whose record was made by another tool of the          same name — one defined elsewhere (another module or crate, another service sharing          this store and namespace), the same generic code compiled for another type, or this          tool before it moved to another module — so this call was refused and nothing ran:          give each tool its own `#[idempotent(name = \"…\")]`, each service its own          namespace (`Turn::with_namespace`), or a generic item's tool a `self_key` that names          the type"
+    )]
+    NameClash {
+        /// The tool's name.
+        tool: &'static str,
+        /// The key whose record is another tool's.
+        key: ShortKey,
+    },
+
     /// One tool's code compiled for two types — a trait's default method called on two
     /// implementing types, or a method of a generic `impl` block on two of its parameters — with
     /// nothing of the type in the key: they would share keys, so the second type is refused.

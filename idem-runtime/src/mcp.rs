@@ -64,7 +64,8 @@ impl From<Error> for ErrorData {
             | Error::Interrupted { tool, .. }
             | Error::NotReplayable { tool, .. }
             | Error::TransactionEnded { tool, .. }
-            | Error::CommitFailed { tool, .. } => Some(*tool),
+            | Error::CommitFailed { tool, .. }
+            | Error::NameClash { tool, .. } => Some(*tool),
             Error::DuplicateTool { name } | Error::SharedAcrossTypes { name, .. } => Some(*name),
             Error::Store { .. }
             | Error::LeaseLost { .. }
@@ -132,6 +133,10 @@ mod tests {
             Error::NoTurn { tool: "t" },
             Error::store("begin", "connection refused"),
             Error::DuplicateTool { name: "t" },
+            Error::NameClash {
+                tool: "t",
+                key: crate::Key::from_bytes([1; 32]).short(),
+            },
             Error::SharedAcrossTypes {
                 name: "t",
                 first: "<A as T>::t::{{closure}}",

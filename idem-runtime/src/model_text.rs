@@ -40,6 +40,7 @@ impl Error {
             Error::CorruptRecord { .. } => "corrupt_record",
             Error::UnreadableRecord { .. } => "unreadable_record",
             Error::DuplicateTool { .. } => "duplicate_tool",
+            Error::NameClash { .. } => "name_clash",
             Error::SharedAcrossTypes { .. } => "shared_across_types",
             Error::TransactionEnded { .. } => "transaction_ended",
             Error::CommitFailed { .. } => "commit_failed",
@@ -83,6 +84,7 @@ impl Error {
             | Error::CorruptRecord { .. }
             | Error::UnreadableRecord { .. }
             | Error::DuplicateTool { .. }
+            | Error::NameClash { .. }
             | Error::SharedAcrossTypes { .. }
             | Error::ModelStepDiverged { .. }
             | Error::TokenBudgetExhausted { .. }
@@ -170,7 +172,10 @@ impl Error {
                  inside its own run, with the same arguments, and would have waited for itself \
                  forever. {UNAVAILABLE}"
             ),
-            Error::DuplicateTool { .. } | Error::SharedAcrossTypes { .. } | Error::Config(_) => {
+            Error::DuplicateTool { .. }
+            | Error::NameClash { .. }
+            | Error::SharedAcrossTypes { .. }
+            | Error::Config(_) => {
                 format!(
                     "This action was not run, and nothing was done: the application is \
                      misconfigured. {UNAVAILABLE}"
@@ -312,6 +317,10 @@ pub(crate) fn every_error() -> Vec<Error> {
             message: "m".into(),
         },
         Error::DuplicateTool { name: "t" },
+        Error::NameClash {
+            tool: "t",
+            key: key(),
+        },
         Error::TransactionEnded {
             tool: "t",
             key: key(),

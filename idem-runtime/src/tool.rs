@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::key::Fingerprint;
 
 /// Whether a tool changes the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -65,6 +66,12 @@ pub struct ToolInfo {
     /// when a derived key is reused with other arguments, one of these differs
     /// ([`Error::PayloadMismatch`] names them).
     pub skipped: &'static [&'static str],
+    /// Where the tool is defined: the module path of its code (`app::slack`), which
+    /// `#[idempotent]` sets; empty for a tool described by hand. Not in the key: it marks the
+    /// fingerprint ([`ToolSlot::own`]), so that another tool of the same name — another
+    /// service sharing the store and namespace — is refused instead of replaying this one's
+    /// results.
+    pub origin: &'static str,
 }
 
 impl ToolInfo {
@@ -83,6 +90,7 @@ impl ToolInfo {
             lease: None,
             release_on_cancel: false,
             skipped: &[],
+            origin: "",
         }
     }
 
@@ -150,6 +158,12 @@ impl ToolInfo {
         self
     }
 
+    /// Sets [`origin`](ToolInfo::origin).
+    pub const fn with_origin(mut self, origin: &'static str) -> Self {
+        self.origin = origin;
+        self
+    }
+
     /// Sets [`skipped`](ToolInfo::skipped).
     pub const fn with_skipped(mut self, skipped: &'static [&'static str]) -> Self {
         self.skipped = skipped;
@@ -178,6 +192,9 @@ impl ToolInfo {
 /// The tools registered by [`ToolSlot`]s: (name, version) → address of the slot that registered
 /// it. The version is part of the identity: two versions of a tool derive different keys.
 static REGISTRY: Mutex<BTreeMap<(&'static str, u32), usize>> = Mutex::new(BTreeMap::new());
+
+/// The BLAKE3 context of a tool's mark ([`ToolSlot::own`]).
+const ORIGIN_CONTEXT: &str = "idem 2026-12-06 tool origin v1";
 
 const UNREGISTERED: u8 = 0;
 const REGISTERED: u8 = 1;
@@ -210,6 +227,8 @@ pub struct ToolSlot {
     /// The instantiation that called first, for a tool whose code may be compiled for several
     /// types ([`ToolSlot::same_instance`]).
     instance: OnceLock<&'static str>,
+    /// What marks this tool's fingerprints ([`ToolSlot::own`]).
+    mark: OnceLock<[u8; 32]>,
 }
 
 impl ToolSlot {
@@ -218,7 +237,33 @@ impl ToolSlot {
         ToolSlot {
             state: AtomicU8::new(UNREGISTERED),
             instance: OnceLock::new(),
+            mark: OnceLock::new(),
         }
+    }
+
+    /// `fingerprint` marked as this tool's: XORed with a digest of its
+    /// [`origin`](ToolInfo::origin) and, for a tool checked by [`same_instance`](Self::same_instance),
+    /// of the type it runs for (computed once). Stores keep the marked fingerprint, so a call
+    /// of the same key by another tool of the same name — defined elsewhere, in another process
+    /// sharing the store, or the same generic code compiled for another type — differs from
+    /// the record, and is refused ([`Error::PayloadMismatch`]) instead of replaying a result
+    /// that is not its own. The key is not marked: it depends on the name and arguments
+    /// alone (docs/key-spec.md, §5).
+    pub fn own(&'static self, tool: &ToolInfo, fingerprint: Fingerprint) -> Fingerprint {
+        let mark = self.mark.get_or_init(|| {
+            let instance = self.instance.get().copied().unwrap_or_default();
+            let mut material = Vec::with_capacity(tool.origin.len() + instance.len() + 16);
+            for part in [tool.origin, instance] {
+                material.extend_from_slice(&(part.len() as u64).to_le_bytes());
+                material.extend_from_slice(part.as_bytes());
+            }
+            blake3::derive_key(ORIGIN_CONTEXT, &material)
+        });
+        let mut marked = *fingerprint.as_bytes();
+        for (byte, m) in marked.iter_mut().zip(mark) {
+            *byte ^= m;
+        }
+        Fingerprint::from_bytes(marked)
     }
 
     /// Checks that `instance` (the type name of the tool's body, a closure or `async` block of

@@ -187,11 +187,19 @@ impl Call {
         matches!(self.origin, Origin::Step { .. })
     }
 
-    /// The error for this call's key used before with other arguments.
+    /// The error for this call's key used before with other arguments — or, for a tool whose
+    /// fingerprints are marked ([`ToolInfo::origin`]) and whose arguments are all in its key,
+    /// by another tool of the same name.
     fn mismatch(&self) -> Error {
         let (tool, key) = (self.tool.name, self.key.short());
         let differs = match &self.origin {
-            Origin::Arguments(bits) => Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, *bits)),
+            Origin::Arguments(bits) => {
+                let unkeyed = Unkeyed::new(self.tool.skipped, *bits);
+                if !self.tool.origin.is_empty() && unkeyed.names().next().is_none() {
+                    return Error::NameClash { tool, key };
+                }
+                Mismatch::Unkeyed(unkeyed)
+            }
             Origin::CallerKey => Mismatch::CallerKey,
             Origin::Step { label, step } => {
                 return Error::ModelStepDiverged {

@@ -1,0 +1,126 @@
+//! Two processes sharing a store, each with a tool of the same name: the second never replays
+//! the first one's result. In one process two such tools are refused by name
+//! (`Error::DuplicateTool`, `Error::SharedAcrossTypes`); across processes the record's
+//! fingerprint carries the tool that made it (`ToolSlot::own`), so the other tool's call is
+//! refused with `Error::NameClash` — and the same tool in another process still replays.
+//!
+//! Each case runs this test binary again as a child process (`child_calls_one_tool`) on one
+//! SQLite file.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use idem_test_support::TempDir;
+use idem_tools::{Error, SqliteStore, Turn, idempotent};
+
+static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+mod slack {
+    use super::*;
+
+    #[idempotent]
+    pub async fn send(to: String) -> Result<String, Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("slack message to {to}"))
+    }
+}
+
+mod email {
+    use super::*;
+
+    #[idempotent]
+    pub async fn send(to: String) -> Result<String, Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("email to {to}"))
+    }
+}
+
+trait Billing {
+    const PROVIDER: &'static str;
+
+    #[idempotent]
+    async fn charge(cents: u64) -> Result<String, Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("{} charged {cents}", Self::PROVIDER))
+    }
+}
+
+struct Stripe;
+struct Paypal;
+
+impl Billing for Stripe {
+    const PROVIDER: &'static str = "stripe";
+}
+
+impl Billing for Paypal {
+    const PROVIDER: &'static str = "paypal";
+}
+
+const DB: &str = "IDEM_ORIGINS_DB";
+const TOOL: &str = "IDEM_ORIGINS_TOOL";
+
+/// The child's side (does nothing when run as a test): calls one tool in the turn `t` on the
+/// shared SQLite file and prints what it answered and how often a body ran.
+#[tokio::test]
+async fn child_calls_one_tool() {
+    let (Ok(db), Ok(tool)) = (std::env::var(DB), std::env::var(TOOL)) else {
+        return;
+    };
+    let store = Arc::new(SqliteStore::open(&db).unwrap());
+    let answer = Turn::new("t")
+        .with_store(store)
+        .scope(async {
+            match tool.as_str() {
+                "slack" => slack::send("ann".to_owned()).await,
+                "email" => email::send("ann".to_owned()).await,
+                "stripe" => Stripe::charge(500).await,
+                _ => Paypal::charge(500).await,
+            }
+        })
+        .await;
+    let answer = match answer {
+        Ok(text) => text,
+        Err(Error::NameClash { .. }) => "refused: name clash".to_owned(),
+        Err(other) => format!("error: {other}"),
+    };
+    println!("ANSWER {answer} | runs {}", RUNS.load(Ordering::SeqCst));
+}
+
+/// Runs `tool` in a child process on `db`: its answer line.
+fn child(db: &std::path::Path, tool: &str) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_calls_one_tool", "--nocapture"])
+        .env(DB, db)
+        .env(TOOL, tool)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match stdout.lines().find_map(|l| l.split_once("ANSWER ")) {
+        Some((_, answer)) => answer.to_owned(),
+        None => panic!("no answer from the child: {stdout}"),
+    }
+}
+
+fn database(label: &str) -> (TempDir, std::path::PathBuf) {
+    let dir = TempDir::new(label);
+    let db = dir.path("idem.db");
+    (dir, db)
+}
+
+#[test]
+fn two_tools_of_one_name_in_two_processes_do_not_replay_each_other() {
+    let (_dir, db) = database("names");
+    assert_eq!(child(&db, "slack"), "slack message to ann | runs 1");
+    assert_eq!(child(&db, "email"), "refused: name clash | runs 0");
+    // The same tool in another process (a restarted one) replays.
+    assert_eq!(child(&db, "slack"), "slack message to ann | runs 0");
+}
+
+#[test]
+fn one_generic_tool_for_two_types_in_two_processes_does_not_replay_across_types() {
+    let (_dir, db) = database("types");
+    assert_eq!(child(&db, "stripe"), "stripe charged 500 | runs 1");
+    assert_eq!(child(&db, "paypal"), "refused: name clash | runs 0");
+    assert_eq!(child(&db, "stripe"), "stripe charged 500 | runs 0");
+}
