@@ -126,9 +126,9 @@ fn unique_names(private: &TokenStream, paths: &[Path]) -> TokenStream {
         for i in 0..j {
             let message = format!(
                 "tools![]: `{}` and `{}` have the same tool name, so they would share \
-                 idempotency keys; give one of them `#[idempotent(name = \"…\")]`, or put their \
-                 `impl` blocks under `#[idem_tools::tool_impl]` so that methods are named \
-                 `Type__method`",
+                 idempotency keys; give one of them a name of its own, \
+                 `#[idempotent(name = \"…\")]` (methods of an `impl` block under \
+                 `#[idem_tools::tool_impl]` are named `Type__method`)",
                 labels[i], labels[j]
             );
             // Spanned at the second entry, so that the error points there.
