@@ -304,7 +304,7 @@ fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error>
     }
     let unkeyed = (!args.has_caller_key()).then_some(fingerprinted);
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    let fingerprint = slot.own(tool, fingerprint);
+    let fingerprint = slot.own(fingerprint);
     let call = Call::in_turn(tool, turn, key, fingerprint).with_unkeyed(unkeyed);
     Ok(match store {
         Some(store) => call.with_store(&store),

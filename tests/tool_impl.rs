@@ -224,7 +224,6 @@ fn the_catalog_lists_trait_impl_and_visibility_less_methods() {
             .with_item("call")
             .with_ttl(Duration::from_secs(1800))
             .with_budget(2)
-            .with_origin("tool_impl") // where it is defined: this test's crate root
     );
     assert_eq!(
         TOOLS[2],

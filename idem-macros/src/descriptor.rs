@@ -98,9 +98,7 @@ pub(crate) fn idempotent_info(
 ) -> (TokenStream, TokenStream) {
     let private = private_path(options.krate.as_ref());
     let name = tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
-    // Where the tool is defined marks its fingerprints (`ToolSlot::own`).
     let mut info = base_info(&private, "idempotent", &name);
-    info = quote!(#info.with_origin(#private::module_path!()));
     // Each setter is spanned at its option, so an error in evaluating it points there.
     if let Some(version) = options.version {
         let value = Literal::u32_unsuffixed(version.value);

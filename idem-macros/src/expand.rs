@@ -263,7 +263,7 @@ impl Body<'_> {
             });
         quote! {
             static #tool: #private::ToolInfo = #info;
-            static #slot: #private::ToolSlot = #private::ToolSlot::new();
+            static #slot: #private::ToolSlot = #private::ToolSlot::new(#private::module_path!());
             #skip_traits
             let mut #digest = #init;
             #self_key

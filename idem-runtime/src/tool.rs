@@ -66,12 +66,6 @@ pub struct ToolInfo {
     /// when a derived key is reused with other arguments, one of these differs
     /// ([`Error::PayloadMismatch`] names them).
     pub skipped: &'static [&'static str],
-    /// Where the tool is defined: the module path of its code (`app::slack`), which
-    /// `#[idempotent]` sets; empty for a tool described by hand. Not in the key: it marks the
-    /// fingerprint ([`ToolSlot::own`]), so that another tool of the same name — another
-    /// service sharing the store and namespace — is refused instead of replaying this one's
-    /// results.
-    pub origin: &'static str,
 }
 
 impl ToolInfo {
@@ -90,7 +84,6 @@ impl ToolInfo {
             lease: None,
             release_on_cancel: false,
             skipped: &[],
-            origin: "",
         }
     }
 
@@ -158,12 +151,6 @@ impl ToolInfo {
         self
     }
 
-    /// Sets [`origin`](ToolInfo::origin).
-    pub const fn with_origin(mut self, origin: &'static str) -> Self {
-        self.origin = origin;
-        self
-    }
-
     /// Sets [`skipped`](ToolInfo::skipped).
     pub const fn with_skipped(mut self, skipped: &'static [&'static str]) -> Self {
         self.skipped = skipped;
@@ -214,8 +201,8 @@ const DUPLICATE: u8 = 2;
 /// use idem_tools::tool::ToolSlot;
 ///
 /// static TOOL: ToolInfo = ToolInfo::idempotent("doc_example_tool");
-/// static FIRST: ToolSlot = ToolSlot::new();
-/// static SECOND: ToolSlot = ToolSlot::new();
+/// static FIRST: ToolSlot = ToolSlot::new(module_path!());
+/// static SECOND: ToolSlot = ToolSlot::new(module_path!());
 /// assert!(FIRST.register(&TOOL).is_ok());
 /// assert!(FIRST.register(&TOOL).is_ok()); // the same tool again
 /// assert!(SECOND.register(&TOOL).is_err()); // another tool, same name
@@ -223,6 +210,8 @@ const DUPLICATE: u8 = 2;
 #[derive(Debug)]
 #[doc(hidden)]
 pub struct ToolSlot {
+    /// Where the tool is defined: the module path of its code (`app::slack`).
+    origin: &'static str,
     state: AtomicU8,
     /// The instantiation that called first, for a tool whose code may be compiled for several
     /// types ([`ToolSlot::same_instance`]).
@@ -232,28 +221,30 @@ pub struct ToolSlot {
 }
 
 impl ToolSlot {
-    /// An unregistered slot, for a `static`.
-    pub const fn new() -> Self {
+    /// An unregistered slot, for a `static`, of a tool defined in the module `origin`
+    /// (`module_path!()`), which marks its fingerprints ([`ToolSlot::own`]).
+    pub const fn new(origin: &'static str) -> Self {
         ToolSlot {
+            origin,
             state: AtomicU8::new(UNREGISTERED),
             instance: OnceLock::new(),
             mark: OnceLock::new(),
         }
     }
 
-    /// `fingerprint` marked as this tool's: XORed with a digest of its
-    /// [`origin`](ToolInfo::origin) and, for a tool checked by [`same_instance`](Self::same_instance),
-    /// of the type it runs for (computed once). Stores keep the marked fingerprint, so a call
+    /// `fingerprint` marked as this tool's: XORed with a digest of where it is defined (the
+    /// slot's `origin`) and, for a tool checked by [`same_instance`](Self::same_instance), of
+    /// the type it runs for (computed once). Stores keep the marked fingerprint, so a call
     /// of the same key by another tool of the same name — defined elsewhere, in another process
     /// sharing the store, or the same generic code compiled for another type — differs from
     /// the record, and is refused ([`Error::PayloadMismatch`]) instead of replaying a result
     /// that is not its own. The key is not marked: it depends on the name and arguments
     /// alone (docs/key-spec.md, §5).
-    pub fn own(&'static self, tool: &ToolInfo, fingerprint: Fingerprint) -> Fingerprint {
+    pub fn own(&'static self, fingerprint: Fingerprint) -> Fingerprint {
         let mark = self.mark.get_or_init(|| {
             let instance = self.instance.get().copied().unwrap_or_default();
-            let mut material = Vec::with_capacity(tool.origin.len() + instance.len() + 16);
-            for part in [tool.origin, instance] {
+            let mut material = Vec::with_capacity(self.origin.len() + instance.len() + 16);
+            for part in [self.origin, instance] {
                 material.extend_from_slice(&(part.len() as u64).to_le_bytes());
                 material.extend_from_slice(part.as_bytes());
             }
@@ -319,22 +310,16 @@ impl ToolSlot {
     }
 }
 
-impl Default for ToolSlot {
-    fn default() -> Self {
-        ToolSlot::new()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_second_slot_with_a_taken_name_is_refused_every_time() {
-        static A: ToolSlot = ToolSlot::new();
-        static B: ToolSlot = ToolSlot::new();
-        static C: ToolSlot = ToolSlot::new();
-        static D: ToolSlot = ToolSlot::new();
+        static A: ToolSlot = ToolSlot::new(module_path!());
+        static B: ToolSlot = ToolSlot::new(module_path!());
+        static C: ToolSlot = ToolSlot::new(module_path!());
+        static D: ToolSlot = ToolSlot::new(module_path!());
         let tool = ToolInfo::idempotent("slot_test_tool");
         A.register(&tool).unwrap();
         for _ in 0..2 {

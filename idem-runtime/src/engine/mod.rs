@@ -118,6 +118,9 @@ pub struct Call {
 enum Origin {
     /// From the arguments; bit `i` set when the tool's `skipped[i]` is in the fingerprint.
     Arguments(u32),
+    /// From the arguments of an `#[idempotent]` tool, whose fingerprint is marked as the
+    /// tool's ([`ToolSlot::own`](crate::tool::ToolSlot::own)); bits as for `Arguments`.
+    Tool(u32),
     /// Supplied by the caller.
     CallerKey,
     /// A model step of a conversation ([`Conversation`](crate::Conversation)).
@@ -163,14 +166,16 @@ impl Call {
         self
     }
 
-    /// Says how the key was made, for the [`Mismatch`] of an [`Error::PayloadMismatch`]:
-    /// `Some(bits)` when it was derived from the arguments, bit `i` set when the tool's
-    /// [`skipped`](ToolInfo::skipped)`[i]` is in the fingerprint (the default: all of them);
-    /// `None` when the caller supplied it (`#[key]`, MCP's `_meta["idempotencyKey"]`).
+    /// Says how the key of an `#[idempotent]` tool's call was made (its fingerprint marked as
+    /// the tool's, [`ToolSlot::own`](crate::tool::ToolSlot::own)), for the error of a key used
+    /// before by other arguments ([`Error::PayloadMismatch`]) or another tool
+    /// ([`Error::NameClash`]): `Some(bits)` when it was derived from the arguments, bit `i` set
+    /// when the tool's [`skipped`](ToolInfo::skipped)`[i]` is in the fingerprint; `None` when
+    /// the caller supplied it (`#[key]`, MCP's `_meta["idempotencyKey"]`).
     #[must_use]
     pub fn with_unkeyed(mut self, unkeyed: Option<u32>) -> Self {
         self.origin = match unkeyed {
-            Some(bits) => Origin::Arguments(bits),
+            Some(bits) => Origin::Tool(bits),
             None => Origin::CallerKey,
         };
         self
@@ -188,14 +193,15 @@ impl Call {
     }
 
     /// The error for this call's key used before with other arguments — or, for a tool whose
-    /// fingerprints are marked ([`ToolInfo::origin`]) and whose arguments are all in its key,
-    /// by another tool of the same name.
+    /// fingerprints are marked and whose arguments are all in its key, by another tool of the
+    /// same name.
     fn mismatch(&self) -> Error {
         let (tool, key) = (self.tool.name, self.key.short());
         let differs = match &self.origin {
-            Origin::Arguments(bits) => {
+            Origin::Arguments(bits) => Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, *bits)),
+            Origin::Tool(bits) => {
                 let unkeyed = Unkeyed::new(self.tool.skipped, *bits);
-                if !self.tool.origin.is_empty() && unkeyed.names().next().is_none() {
+                if unkeyed.names().next().is_none() {
                     return Error::NameClash { tool, key };
                 }
                 Mismatch::Unkeyed(unkeyed)
