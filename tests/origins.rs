@@ -34,6 +34,42 @@ mod email {
         RUNS.fetch_add(1, Ordering::SeqCst);
         Ok(format!("email to {to}"))
     }
+
+    /// Keyed by the caller: a clash is told from a reused key too.
+    #[idempotent(name = "send_keyed")]
+    pub async fn send_keyed(#[key] request: String, to: String) -> Result<String, Error> {
+        let _ = request;
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("email to {to}"))
+    }
+}
+
+/// One tool as two releases wrote it: the function renamed, its body's form changed (another
+/// attribute, an alias for the result type). Its mark is where it is defined, not its form.
+mod notify {
+    use super::*;
+
+    type Out = Result<String, Error>;
+
+    #[idempotent(name = "notify")]
+    pub async fn notify(to: String) -> Result<String, Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("notified {to}"))
+    }
+
+    #[idempotent(name = "notify")]
+    #[rustfmt::skip]
+    pub async fn notify_user(to: String) -> Out {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("notified {to} again"))
+    }
+
+    #[idempotent(name = "send_keyed")]
+    pub async fn send_keyed(#[key] request: String, to: String) -> Result<String, Error> {
+        let _ = request;
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("notified {to}"))
+    }
 }
 
 trait Billing {
@@ -74,6 +110,10 @@ async fn child_calls_one_tool() {
             match tool.as_str() {
                 "slack" => slack::send("ann".to_owned()).await,
                 "email" => email::send("ann".to_owned()).await,
+                "email-keyed" => email::send_keyed("r-1".to_owned(), "ann".to_owned()).await,
+                "notify-keyed" => notify::send_keyed("r-1".to_owned(), "ann".to_owned()).await,
+                "release-1" => notify::notify("ann".to_owned()).await,
+                "release-2" => notify::notify_user("ann".to_owned()).await,
                 "stripe" => Stripe::charge(500).await,
                 _ => Paypal::charge(500).await,
             }
@@ -123,4 +163,20 @@ fn one_generic_tool_for_two_types_in_two_processes_does_not_replay_across_types(
     assert_eq!(child(&db, "stripe"), "stripe charged 500 | runs 1");
     assert_eq!(child(&db, "paypal"), "refused: name clash | runs 0");
     assert_eq!(child(&db, "stripe"), "stripe charged 500 | runs 0");
+}
+
+#[test]
+fn a_clash_of_caller_keyed_tools_is_a_clash_not_a_reused_key() {
+    let (_dir, db) = database("keyed");
+    assert_eq!(child(&db, "email-keyed"), "email to ann | runs 1");
+    // Not "the key belongs to other arguments, use a new key": a client that did would run
+    // the other tool's action under a new key.
+    assert_eq!(child(&db, "notify-keyed"), "refused: name clash | runs 0");
+}
+
+#[test]
+fn a_tool_renamed_or_rewritten_in_its_module_still_replays_in_the_next_release() {
+    let (_dir, db) = database("releases");
+    assert_eq!(child(&db, "release-1"), "notified ann | runs 1");
+    assert_eq!(child(&db, "release-2"), "notified ann | runs 0");
 }

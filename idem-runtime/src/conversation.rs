@@ -25,7 +25,9 @@
 //! Model steps are counted like tool calls: a step's attempts by the turn's per-key budget, and
 //! the tokens its response reports (where the caller says how: [`Conversation::step_counting`])
 //! by [`Turn::with_max_tokens`]. Asking a model has no side effect, so a step cut off by its
-//! caller gives its key back: a restarted run asks again.
+//! caller while the model is asked gives its key back: a restarted run asks again. (One cut
+//! off once the model answered, while the answer is recorded, keeps it: the record lands in
+//! the background, and the step replays it.)
 
 use std::collections::HashMap;
 use std::future::Future;

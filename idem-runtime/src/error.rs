@@ -243,7 +243,13 @@ pub enum Error {
     /// compiled for another type in another process, would otherwise replay each other's
     /// results.
     #[error(
-        "tool `{tool}` was called with key {key}, whose record was made by another tool of the          same name — one defined elsewhere (another module or crate, another service sharing          this store and namespace), the same generic code compiled for another type, or this          tool before it moved to another module — so this call was refused and nothing ran:          give each tool its own `#[idempotent(name = \"…\")]`, each service its own          namespace (`Turn::with_namespace`), or a generic item's tool a `self_key` that names          the type"
+        "tool `{tool}` was called with key {key}, whose record was made by another tool of \
+         the same name — one defined elsewhere (another module or crate, another service \
+         sharing this store and namespace), the same generic code compiled for another type, \
+         or this tool before it moved to another module — so this call was refused and nothing \
+         ran: give each tool its own `#[idempotent(name = \"…\")]`, each service its own \
+         namespace (`Turn::with_namespace`), or a generic item's tool a `self_key` that names \
+         the type"
     )]
     NameClash {
         /// The tool's name.

@@ -372,6 +372,15 @@ mod tests {
     ];
 
     #[test]
+    fn every_text_is_one_line_with_single_spaces() {
+        for error in every_error() {
+            for text in [error.to_string(), error.model_text()] {
+                assert!(!text.contains("  ") && !text.contains('\n'), "{text:?}");
+            }
+        }
+    }
+
+    #[test]
     fn no_model_text_names_a_rust_api_and_each_says_what_to_do() {
         let errors = every_error();
         let codes: std::collections::BTreeSet<_> = errors.iter().map(Error::code).collect();

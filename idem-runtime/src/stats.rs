@@ -18,7 +18,8 @@ pub enum Outcome {
     Joined,
     /// The turn's retry budget was used up; nothing ran.
     BudgetExhausted,
-    /// The key was reused with different arguments; nothing ran.
+    /// The key was reused with different arguments (or by another tool of the same name,
+    /// [`Error::NameClash`](crate::Error::NameClash)); nothing ran.
     PayloadMismatch,
     /// The key stayed in flight in another process past the wait bound; nothing ran.
     InFlight,

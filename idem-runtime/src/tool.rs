@@ -181,7 +181,38 @@ impl ToolInfo {
 static REGISTRY: Mutex<BTreeMap<(&'static str, u32), usize>> = Mutex::new(BTreeMap::new());
 
 /// The BLAKE3 context of a tool's mark ([`ToolSlot::own`]).
-const ORIGIN_CONTEXT: &str = "idem 2026-12-06 tool origin v1";
+const ORIGIN_CONTEXT: &str = "idem 2026-12-06 tool origin v2";
+
+/// The type arguments in `type_name`, the name of a tool's body
+/// (`<app::Stripe as app::Billing>::charge::{{closure}}` → `app::Stripe as app::Billing`;
+/// `app::Account<app::Eur>::refund::{{closure}}` → `app::Eur`), each outermost `<…>` group's
+/// content, joined by `|`: what tells the types a generic tool runs for apart, and not the
+/// function's name or the nesting of its body's blocks, which change with the code's form.
+fn type_arguments(type_name: &str) -> String {
+    let (mut arguments, mut depth) = (String::new(), 0_usize);
+    for c in type_name.chars() {
+        match c {
+            '<' => {
+                if depth == 0 && !arguments.is_empty() {
+                    arguments.push('|');
+                }
+                if depth > 0 {
+                    arguments.push(c);
+                }
+                depth += 1;
+            }
+            '>' => {
+                depth = depth.saturating_sub(1);
+                if depth > 0 {
+                    arguments.push(c);
+                }
+            }
+            _ if depth > 0 => arguments.push(c),
+            _ => {}
+        }
+    }
+    arguments
+}
 
 const UNREGISTERED: u8 = 0;
 const REGISTERED: u8 = 1;
@@ -217,7 +248,7 @@ pub struct ToolSlot {
     /// types ([`ToolSlot::same_instance`]).
     instance: OnceLock<&'static str>,
     /// What marks this tool's fingerprints ([`ToolSlot::own`]).
-    mark: OnceLock<[u8; 32]>,
+    mark: OnceLock<[u8; 8]>,
 }
 
 impl ToolSlot {
@@ -232,29 +263,32 @@ impl ToolSlot {
         }
     }
 
-    /// `fingerprint` marked as this tool's: XORed with a digest of where it is defined (the
-    /// slot's `origin`) and, for a tool checked by [`same_instance`](Self::same_instance), of
-    /// the type it runs for (computed once). Stores keep the marked fingerprint, so a call
-    /// of the same key by another tool of the same name — defined elsewhere, in another process
-    /// sharing the store, or the same generic code compiled for another type — differs from
-    /// the record, and is refused ([`Error::PayloadMismatch`]) instead of replaying a result
-    /// that is not its own. The key is not marked: it depends on the name and arguments
-    /// alone (docs/key-spec.md, §5).
+    /// `fingerprint` marked as this tool's ([`Fingerprint::marked`]): its last 8 bytes are a
+    /// digest of where the tool is defined (the slot's `origin`) and, for a tool whose code
+    /// is compiled for several types (checked by [`same_instance`](Self::same_instance)), of
+    /// the type arguments it runs with (computed once). Stores keep the marked fingerprint, so
+    /// a call of the same key by another tool of the same name — defined elsewhere, in another
+    /// process sharing the store, or the same generic code compiled for another type — is
+    /// told from a call with other arguments, and refused ([`Error::NameClash`]) instead of
+    /// replaying a result that is not its own. The key is not marked: it depends on the name
+    /// and arguments alone (docs/key-spec.md, §5).
     pub fn own(&'static self, fingerprint: Fingerprint) -> Fingerprint {
         let mark = self.mark.get_or_init(|| {
-            let instance = self.instance.get().copied().unwrap_or_default();
+            let instance = self
+                .instance
+                .get()
+                .map_or_else(String::new, |n| type_arguments(n));
             let mut material = Vec::with_capacity(self.origin.len() + instance.len() + 16);
-            for part in [self.origin, instance] {
+            for part in [self.origin, &instance] {
                 material.extend_from_slice(&(part.len() as u64).to_le_bytes());
                 material.extend_from_slice(part.as_bytes());
             }
-            blake3::derive_key(ORIGIN_CONTEXT, &material)
+            let digest = blake3::derive_key(ORIGIN_CONTEXT, &material);
+            let mut mark = [0; 8];
+            mark.copy_from_slice(&digest[..8]);
+            mark
         });
-        let mut marked = *fingerprint.as_bytes();
-        for (byte, m) in marked.iter_mut().zip(mark) {
-            *byte ^= m;
-        }
-        Fingerprint::from_bytes(marked)
+        fingerprint.marked(mark)
     }
 
     /// Checks that `instance` (the type name of the tool's body, a closure or `async` block of
@@ -313,6 +347,33 @@ impl ToolSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_arguments_are_the_angle_brackets_contents() {
+        let cases = [
+            (
+                "<app::Stripe as app::Billing>::charge::{{closure}}",
+                "app::Stripe as app::Billing",
+            ),
+            (
+                "app::Account<app::Eur>::refund::{{closure}}::{{closure}}",
+                "app::Eur",
+            ),
+            (
+                "app::Pair<a::A, b::B<c::C>>::f::{{closure}}",
+                "a::A, b::B<c::C>",
+            ),
+            (
+                "<app::W<u8> as app::T>::m::{{closure}}",
+                "app::W<u8> as app::T",
+            ),
+            ("app::notify::notify_user::{{closure}}", ""),
+        ];
+        for (name, arguments) in cases {
+            assert_eq!(type_arguments(name), arguments, "{name}");
+        }
+        assert_eq!(type_arguments("a::X<1>::f::Y<2>"), "1|2");
+    }
 
     #[test]
     fn a_second_slot_with_a_taken_name_is_refused_every_time() {

@@ -542,3 +542,21 @@ async fn a_turn_that_asks_its_model_past_its_cap_is_stopped_across_restarts() {
         Err(Error::ModelStepsExhausted { limit: 50, .. })
     ));
 }
+
+/// A model step whose answer the store refuses to record because the step's lease was lost
+/// (another run may be asking it) fails, like a step that could not be recorded: this run does
+/// not act on an answer a restarted run would not see.
+#[tokio::test]
+async fn a_step_whose_lease_was_lost_before_it_was_recorded_fails() {
+    use fault_store::{Fault, FaultStore, Op};
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let store: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&memory), |op| match op {
+        Op::Complete => Fault::LoseLease,
+        _ => Fault::None,
+    }));
+    let model = Model::default();
+    let chat = turn(&store).conversation("assistant");
+    let answer = chat.step("plan", model.ask("plan")).await;
+    assert!(matches!(answer, Err(Error::LeaseLost { .. })), "{answer:?}");
+    assert_eq!(model.calls(), 1);
+}

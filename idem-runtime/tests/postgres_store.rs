@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use idem_tools_runtime::key::{Fingerprint, Key};
 use idem_tools_runtime::store::budget::TurnIdentity;
-use idem_tools_runtime::store::{BeginRequest, Charge, Lease, LeaseToken, PostgresStore, Store};
+use idem_tools_runtime::store::{
+    Begin, BeginRequest, Charge, Lease, LeaseToken, PostgresStore, Store,
+};
 use postgres_common::{cleanup, postgres_url, store};
 
 /// Holds the turn's budget row of `turn` in an open transaction, so that a claim charging
@@ -604,4 +606,46 @@ async fn a_transactional_claim_made_before_the_upgrade_to_schema_4_records_its_r
     assert_eq!(record.result.as_deref(), Some(b"the result".as_slice()));
     assert_eq!(record.attempts, 0);
     cleanup(&store).await;
+}
+
+/// Timeouts of `Duration::MAX` are taken as the longest (`MAX_TIMEOUT`): the store connects,
+/// claims, records and replays (an overflow panicked in `connect`, and a lock timeout past
+/// PostgreSQL's `int` of milliseconds failed every claim).
+#[tokio::test]
+async fn the_longest_timeouts_are_taken() {
+    let Some(url) = postgres_url("the_longest_timeouts_are_taken") else {
+        return;
+    };
+    for (connect, lock, reply) in [
+        (Duration::MAX, Duration::MAX, Duration::MAX),
+        (
+            Duration::from_secs(5),
+            Duration::from_secs(30 * 24 * 3600),
+            Duration::from_secs(5),
+        ),
+    ] {
+        let store = PostgresStore::builder()
+            .schema(postgres_common::unique_schema("longest"))
+            .connect_timeout(connect)
+            .lock_timeout(lock)
+            .reply_timeout(reply)
+            .connect(&url)
+            .await
+            .expect("connects");
+        let (key, fingerprint) = (Key::from_bytes([9; 32]), Fingerprint::from_bytes([9; 32]));
+        let turn = TurnIdentity::new("ns", "t");
+        let request = claim_request(&key, &fingerprint, turn, LeaseToken(1));
+        let lease = request.lease();
+        let claimed = store.begin(request).await;
+        assert!(matches!(claimed, Ok(Begin::Claimed)), "{claimed:?}");
+        store
+            .complete(&lease, b"done", Duration::from_secs(60))
+            .await
+            .expect("complete");
+        let again = store
+            .begin(claim_request(&key, &fingerprint, turn, LeaseToken(2)))
+            .await;
+        assert!(matches!(again, Ok(Begin::Completed(_))), "{again:?}");
+        cleanup(&store).await;
+    }
 }

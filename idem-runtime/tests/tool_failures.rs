@@ -644,3 +644,79 @@ async fn a_call_the_step_asked_for_is_its_conversations_whatever_answered_since(
     assert_eq!(again.expect("replays"), Err(Failed("timed out".into())));
     assert_eq!(mail.calls(), 1, "send_mail was not made again");
 }
+
+/// An orchestrator restarts a run that is still alive: the first run read a call's failure and
+/// is asking its next step (the model is slow) when the restarted run replays the step before
+/// and makes the call. The restarted run waits for that step, as for its key, and reads the
+/// failure the first run's model read: the call does not run (it ran once, and failed), and
+/// both runs go on alike. (Reading "no failure" of a step still being asked ran the call, and
+/// the first run, which had read the failure, made a second action.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_run_waits_for_the_next_step_another_run_is_asking() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mail = Arc::new(Mail::default());
+    let asking = Arc::new(tokio::sync::Notify::new());
+    let script = {
+        let (mail, asking) = (Arc::clone(&mail), Arc::clone(&asking));
+        move |store: Arc<dyn Store>, slow: bool| {
+            let (mail, asking) = (Arc::clone(&mail), Arc::clone(&asking));
+            async move {
+                let chat = turn(&store).conversation("assistant");
+                chat.step("step 0", model(0)).await.expect("step 0");
+                let read = chat
+                    .model_tool_call("send_mail", "ada", mail.send(&["timed out"]))
+                    .await;
+                let request = format!("step 1, after {read:?}");
+                let answer = async {
+                    if slow {
+                        asking.notify_one();
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                    model(1).await
+                };
+                chat.step(&request, answer).await.expect("step 1");
+                read
+            }
+        }
+    };
+    let first = tokio::spawn(script(Arc::clone(&store), true));
+    asking.notified().await;
+    let restarted = script(Arc::clone(&store), false).await;
+    let first = first.await.expect("the first run");
+    assert_eq!(first, Err(Failed("timed out".into())));
+    assert_eq!(
+        restarted, first,
+        "the restarted run read what the first one read"
+    );
+    assert_eq!(mail.calls(), 1, "the call ran once");
+}
+
+/// The read of the next step's failures is bounded like every store call: a store that never
+/// answers it holds the call up for the turn's in-flight wait, then the call runs, as it does
+/// when the store fails.
+#[tokio::test]
+async fn a_read_of_the_next_step_that_never_answers_is_given_up() {
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let first = turn(&memory).conversation("assistant");
+    first.step("step 0", model(0)).await.expect("step 0");
+    let failed = first
+        .model_tool_call("send_mail", "ada", async {
+            Err::<u32, _>(Failed("down".into()))
+        })
+        .await;
+    first
+        .step(&format!("after {failed:?}"), model(1))
+        .await
+        .expect("step 1");
+
+    let hung = first_get(&memory, Fault::HangAfter);
+    let chat = turn(&hung)
+        .with_in_flight_wait(Duration::from_millis(100))
+        .conversation("assistant");
+    chat.step("step 0", model(0)).await.expect("step 0 replays");
+    let ran = AtomicU32::new(0);
+    let call = chat.model_tool_call("send_mail", "ada", counted(&ran, false));
+    let read = tokio::time::timeout(Duration::from_secs(5), call).await;
+    assert_eq!(read, Ok(Ok(SENT)), "given up, the call ran");
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}

@@ -20,6 +20,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::sync::{Arc, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -27,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use super::MODEL_STEP;
 use crate::key::{ArgsDigest, Key};
 use crate::replay::{OkOnly, Recorded, ResultCodec};
-use crate::store::default_store;
+use crate::store::{RecordState, default_store};
 use crate::{Conversation, Error, Turn};
 
 /// A model step as recorded: the model's response, and the failures the conversation's model
@@ -121,8 +122,11 @@ impl Conversation {
     /// A success is not recorded here: the tool's own `#[idempotent]` key replays it. A call made before the conversation's
     /// first step just runs. While the run replays the conversation's steps, the first call
     /// after a step reads the next step's record (one read of the store); otherwise nothing is
-    /// read or written until the next step. If the store fails, `call` runs as it would
-    /// without this.
+    /// read or written until the next step. A next step that another run is still asking (an
+    /// orchestrator restarted a run that is alive) is waited for, up to the turn's in-flight
+    /// wait ([`Turn::with_in_flight_wait`]; past it the call runs, and a warning is logged). If
+    /// the store fails or does not answer within that wait, `call` runs as it would without
+    /// this.
     ///
     /// ```
     /// # extern crate idem_tools_runtime as idem_tools;
@@ -233,7 +237,8 @@ impl super::Here {
 impl Conversation {
     /// The failure recorded with step `next` of this conversation for the `order`-th call of
     /// `made`, if that step is recorded and holds one. The step's failures are read once per
-    /// step (a read the store fails is not kept: the next call reads again).
+    /// step (a read the store fails, or taken while another run still asks the step, is not
+    /// kept: the next call reads again).
     async fn recorded_failure(
         &self,
         here: &super::Here,
@@ -249,9 +254,9 @@ impl Conversation {
         let recorded = match cached {
             Some(recorded) => recorded,
             None => {
-                let read = self.read_failures(here.scope, next).await.ok()?;
+                let (read, settled) = self.read_failures(here.scope, next).await.ok()?;
                 let mut calls = here.calls();
-                if calls.after == Some(after) {
+                if settled && calls.after == Some(after) {
                     calls.recorded = Some((next, Arc::clone(&read)));
                 }
                 read
@@ -264,25 +269,49 @@ impl Conversation {
     }
 
     /// The failures recorded with step `step`: none if it is not recorded (or its record does
-    /// not decode); an error if the store failed.
+    /// not decode); an error if the store failed or did not answer within the turn's in-flight
+    /// wait. A step that another run is asking (claimed, not recorded: an orchestrator
+    /// restarted a run that is still alive) is waited for, as its key would be, up to the
+    /// turn's in-flight wait: the failures it records are the ones its model read. With them,
+    /// whether the read is settled (the step recorded, or not claimed at all).
     async fn read_failures(
         &self,
         scope: Option<Key>,
         step: u32,
-    ) -> Result<Arc<[ReadFailure]>, Error> {
+    ) -> Result<(Arc<[ReadFailure]>, bool), Error> {
         let key = self.step_key(scope, step)?;
         let turn = &self.turn;
         let store = turn.store().unwrap_or_else(|| default_store());
-        let bytes = store
-            .get(turn.namespace(), &key)
-            .await?
-            .and_then(|r| r.result);
-        let failures = bytes.and_then(|bytes| {
+        let wait = turn.in_flight_wait();
+        let give_up = tokio::time::Instant::now() + wait;
+        let mut pause = Duration::from_millis(5);
+        let record = loop {
+            let read = tokio::time::timeout(wait, store.get(turn.namespace(), &key)).await;
+            let record = read.map_err(|_| Error::store("get", "no answer within the wait"))??;
+            match record {
+                Some(r) if r.state == RecordState::InProgress => {
+                    let now = tokio::time::Instant::now();
+                    if now >= give_up {
+                        tracing::warn!(target: "idem", turn = turn.id(), conversation = %self.label,
+                            step, waited = ?wait,
+                            "another run is still asking this step: the call after the step \
+                             before runs without the failures that step will record; give a \
+                             turn that may be restarted while it runs a longer in-flight wait");
+                        return Ok((Arc::from([]), false));
+                    }
+                    tokio::time::sleep(pause.min(give_up - now)).await;
+                    pause = (pause * 2).min(Duration::from_millis(200));
+                }
+                record => break record,
+            }
+        };
+        let failures = record.and_then(|r| r.result).and_then(|bytes| {
             let decoded =
                 <OkOnly as ResultCodec<FailuresOf, ()>>::decode(MODEL_STEP.name, &key, &bytes);
             decoded.ok()?.ok()
         });
-        Ok(failures.map_or_else(|| Arc::from([]), |f| Arc::from(f.failures)))
+        let failures = failures.map_or_else(|| Arc::from([]), |f| Arc::from(f.failures));
+        Ok((failures, true))
     }
 }
 

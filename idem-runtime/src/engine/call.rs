@@ -264,7 +264,7 @@ fn asking<'a, A: Asker>(
                         None
                     }
                     Ok(Begin::Completed(first)) if first.fingerprint != call.fingerprint => {
-                        Some(mismatch(&mut guard, &call))
+                        Some(mismatch(&mut guard, &call, &first.fingerprint))
                     }
                     Ok(Begin::Completed(first)) => {
                         leader.publish(|| first.clone());
@@ -277,7 +277,7 @@ fn asking<'a, A: Asker>(
                         ));
                     }
                     Ok(Begin::InFlight { fingerprint }) if fingerprint != call.fingerprint => {
-                        Some(mismatch(&mut guard, &call))
+                        Some(mismatch(&mut guard, &call, &fingerprint))
                     }
                     Ok(Begin::InFlight { .. }) => None,
                     Ok(Begin::Refused(exhausted)) => {
@@ -518,24 +518,29 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
             holding.leader.publish(|| shared);
             guard.report().report(outcome);
         }
-        Some(Err(error @ Error::LeaseLost { .. })) => {
-            tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
-                %error, "the tool ran but its lease was lost before the result was recorded");
-            guard.report().report(Outcome::LeaseLost);
-        }
         failed if call.is_model_step() => {
             // A model's answer is worth nothing to a restarted run unless it is recorded: the
             // step fails (the key given back; a `complete` that did land is kept, fenced) and
-            // the model is asked again, rather than act on an answer a restart would not see.
+            // the model is asked again, rather than act on an answer a restart would not see —
+            // also when the lease was lost (another run may be asking the step).
             let error = match failed {
                 Some(Err(error)) => error,
                 _ => Error::store("complete", "no answer within the lease"),
+            };
+            let outcome = match error {
+                Error::LeaseLost { .. } => Outcome::LeaseLost,
+                _ => Outcome::StoreError,
             };
             let Holding {
                 keeper, runtime, ..
             } = *holding;
             background::release(Arc::clone(keeper.store()), keeper.lease().clone(), runtime);
-            return refuse(&mut guard, Outcome::StoreError, error);
+            return refuse(&mut guard, outcome, error);
+        }
+        Some(Err(error @ Error::LeaseLost { .. })) => {
+            tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
+                %error, "the tool ran but its lease was lost before the result was recorded");
+            guard.report().report(Outcome::LeaseLost);
         }
         failed => {
             let error = match failed {
@@ -624,7 +629,7 @@ pub(super) fn recorded(
     decode: Decode<'_>,
 ) -> Answer {
     if first.fingerprint != call.fingerprint {
-        return mismatch(guard, call);
+        return mismatch(guard, call, &first.fingerprint);
     }
     // The decoder answers a marker with its error: the outcome says which. A `Deserialize`
     // that panics (it validates what an earlier version recorded) is a decode error: the
@@ -653,8 +658,9 @@ pub(super) fn refuse(guard: &mut Guard, outcome: Outcome, error: Error) -> Answe
     Err(error)
 }
 
-pub(super) fn mismatch(guard: &mut Guard, call: &Call) -> Answer {
-    refuse(guard, Outcome::PayloadMismatch, call.mismatch())
+/// Refuses `call`, whose key was used before with the fingerprint `recorded`.
+pub(super) fn mismatch(guard: &mut Guard, call: &Call, recorded: &crate::Fingerprint) -> Answer {
+    refuse(guard, Outcome::PayloadMismatch, call.mismatch(recorded))
 }
 
 pub(super) fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> Answer {

@@ -192,11 +192,16 @@ impl Call {
         matches!(self.origin, Origin::Step { .. })
     }
 
-    /// The error for this call's key used before with other arguments — or, for a tool whose
-    /// fingerprints are marked and whose arguments are all in its key, by another tool of the
-    /// same name.
-    fn mismatch(&self) -> Error {
+    /// The error for this call's key used before with the fingerprint `recorded`: by a call
+    /// with other arguments — or, for a tool whose fingerprints are marked, by another tool of
+    /// the same name (the same arguments, another mark; or other arguments where all of them
+    /// are in the key, so that only a record made before marks could hold them).
+    fn mismatch(&self, recorded: &Fingerprint) -> Error {
         let (tool, key) = (self.tool.name, self.key.short());
+        let marked = matches!(self.origin, Origin::Tool(_) | Origin::CallerKey);
+        if marked && recorded.same_arguments(&self.fingerprint) {
+            return Error::NameClash { tool, key };
+        }
         let differs = match &self.origin {
             Origin::Arguments(bits) => Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, *bits)),
             Origin::Tool(bits) => {

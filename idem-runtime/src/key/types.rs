@@ -101,6 +101,9 @@ impl fmt::Debug for Key {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Fingerprint([u8; 32]);
 
+/// Where a [`Fingerprint::marked`] fingerprint's mark begins.
+const MARKED: usize = 24;
+
 impl Fingerprint {
     /// The fingerprint with these bytes.
     pub const fn from_bytes(b: [u8; 32]) -> Fingerprint {
@@ -110,6 +113,21 @@ impl Fingerprint {
     /// The 32 bytes of the fingerprint.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
+    }
+
+    /// This fingerprint of a call's arguments, its last 8 bytes replaced by `mark`, which says
+    /// which tool made the call ([`ToolSlot::own`](crate::tool::ToolSlot::own)): its first 24
+    /// bytes still tell two calls' arguments apart ([`same_arguments`](Self::same_arguments)).
+    #[must_use]
+    pub fn marked(self, mark: &[u8; 8]) -> Fingerprint {
+        let mut bytes = self.0;
+        bytes[MARKED..].copy_from_slice(mark);
+        Fingerprint(bytes)
+    }
+
+    /// Whether `other` is of the same arguments, whatever their marks: the first 24 bytes.
+    pub fn same_arguments(&self, other: &Fingerprint) -> bool {
+        self.0[..MARKED] == other.0[..MARKED]
     }
 
     /// The fingerprint as 64 lowercase hex characters.

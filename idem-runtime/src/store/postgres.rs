@@ -37,6 +37,10 @@ pub const DEFAULT_LOCK_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`PostgresStoreBuilder::reply_timeout`] says otherwise.
 pub const DEFAULT_REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The longest connect, lock and reply timeouts (24 days, under PostgreSQL's longest
+/// `lock_timeout`, an `int` of milliseconds): a longer one is taken as this.
+pub const MAX_TIMEOUT: Duration = crate::turn::MAX_IN_FLIGHT_WAIT;
+
 /// A dedup store on PostgreSQL: remembered keys survive restarts, and any number of processes
 /// on any number of hosts can share the database.
 ///

@@ -50,6 +50,9 @@ pub enum Fault {
     /// The operation takes effect, then the reply never comes: the future stays pending until
     /// the caller drops it.
     HangAfter,
+    /// The store answers that the lease was lost (another caller took the key), without
+    /// running the operation.
+    LoseLease,
 }
 
 type Plan = dyn Fn(Op) -> Fault + Send + Sync;
@@ -125,6 +128,9 @@ impl FaultStore {
                     drop(work().await);
                     std::future::pending().await
                 }
+                Fault::LoseLease => Err(Error::LeaseLost {
+                    key: Key::from_bytes([0; 32]).short(),
+                }),
             }
         })
     }

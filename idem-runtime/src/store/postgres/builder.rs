@@ -9,7 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use super::conn::Conn;
 
 use super::entered::entered;
-use super::{DEFAULT_LOCK_TIMEOUT, DEFAULT_REPLY_TIMEOUT, PostgresStore, schema};
+use super::{DEFAULT_LOCK_TIMEOUT, DEFAULT_REPLY_TIMEOUT, MAX_TIMEOUT, PostgresStore, schema};
 use crate::{Error, Result};
 
 /// How to connect a [`PostgresStore`]: [`PostgresStore::builder`].
@@ -50,19 +50,21 @@ impl PostgresStoreBuilder {
         self
     }
 
-    /// How long [`connect`](Self::connect) waits for a connection (default 5 s).
+    /// How long [`connect`](Self::connect) waits for a connection (default 5 s; at most
+    /// [`MAX_TIMEOUT`], which a longer one is taken as).
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = timeout.min(MAX_TIMEOUT);
         self
     }
 
     /// How long a store call waits for a key's row held by a transactional tool's transaction
-    /// before it fails with [`Error::Store`] (default [`DEFAULT_LOCK_TIMEOUT`]). Transactional
-    /// calls wait for their turn's in-flight wait instead.
+    /// before it fails with [`Error::Store`] (default [`DEFAULT_LOCK_TIMEOUT`]; from 1 ms to
+    /// [`MAX_TIMEOUT`], PostgreSQL's longest `lock_timeout`). Transactional calls wait for their
+    /// turn's in-flight wait instead.
     #[must_use]
     pub fn lock_timeout(mut self, timeout: Duration) -> Self {
-        self.lock_timeout = timeout.max(Duration::from_millis(1));
+        self.lock_timeout = timeout.clamp(Duration::from_millis(1), MAX_TIMEOUT);
         self
     }
 
@@ -76,10 +78,10 @@ impl PostgresStoreBuilder {
     /// [`Error::Store`], the connection is closed rather than returned to the pool, and the
     /// next call opens a new one, to whatever host the address names by then. The pool's own
     /// check of a connection handed back (a round trip) gets the same bound. Keep it well above
-    /// the server's slowest answer to a healthy request.
+    /// the server's slowest answer to a healthy request (from 1 ms to [`MAX_TIMEOUT`]).
     #[must_use]
     pub fn reply_timeout(mut self, timeout: Duration) -> Self {
-        self.reply_timeout = timeout.max(Duration::from_millis(1));
+        self.reply_timeout = timeout.clamp(Duration::from_millis(1), MAX_TIMEOUT);
         self
     }
 
