@@ -101,6 +101,9 @@ struct Steps {
     answered: u32,
     /// How many times this run asked the model for the next step and the ask failed.
     failed: u32,
+    /// A digest of step 0's request: a later step asked with it is a run restarted from the
+    /// top with the same `Turn` value (`restarted_in_place`).
+    first_request: Option<blake3::Hash>,
 }
 
 /// One conversation with a model in a turn, its model calls recorded as steps: see
@@ -280,6 +283,10 @@ impl Conversation {
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
         let asked = AtomicBool::new(false);
         let failures = here.calls().pending();
+        if step == 0 {
+            steps.first_request = request_digest(request);
+        }
+        let first_request = steps.first_request;
         let failed = &mut steps.failed;
         let body = async {
             if *failed >= limit {
@@ -314,6 +321,10 @@ impl Conversation {
         steps.failed = 0;
         steps.answered += 1;
         let replayed = !asked.load(Ordering::Relaxed);
+        let repeats_step_0 = || first_request.is_some() && first_request == request_digest(request);
+        if !replayed && step > 0 && repeats_step_0() {
+            restarted_in_place(turn, &self.label, step);
+        }
         here.calls().stepped(step, replayed);
         turn.run().set_latest(here.scope, Arc::clone(&self.label));
         if let Some(spent) = tokens(&response) {
@@ -321,6 +332,24 @@ impl Conversation {
         }
         Ok(response)
     }
+}
+
+/// A digest of a step's request (`None` if it does not encode: the step's key says why).
+fn request_digest<Req: Serialize + ?Sized>(request: &Req) -> Option<blake3::Hash> {
+    crate::key::encode_value(request)
+        .ok()
+        .map(|bytes| blake3::hash(&bytes))
+}
+
+/// Warns that step `step` of `label` is asked with step 0's request: a run restarted from the
+/// top with the `Turn` value of the run before goes on after that run's last step and asks the
+/// model again, where a new `Turn` would replay its steps.
+fn restarted_in_place(turn: &Turn, label: &str, step: u32) {
+    tracing::warn!(target: "idem", turn = turn.id(), conversation = label, step,
+        "this step is asked with the request of step 0: a run restarted from the top with the \
+         same `Turn` value goes on after its last step and asks the model again (and its tool \
+         calls may be new actions); give a restarted run a new `Turn` (`Turn::new` with the same \
+         id), whose steps replay");
 }
 
 impl Conversation {

@@ -18,8 +18,7 @@ pub enum Outcome {
     Joined,
     /// The turn's retry budget was used up; nothing ran.
     BudgetExhausted,
-    /// The key was reused with different arguments (or by another tool of the same name,
-    /// [`Error::NameClash`](crate::Error::NameClash)); nothing ran.
+    /// The key was reused with different arguments; nothing ran.
     PayloadMismatch,
     /// The key stayed in flight in another process past the wait bound; nothing ran.
     InFlight,
@@ -48,7 +47,8 @@ pub enum Outcome {
     /// A tool called itself (directly or through other tools) with a key its task holds.
     Reentrant,
     /// The call could not be made as configured (no turn, an invalid lease, two tools with
-    /// one name); nothing ran.
+    /// one name — in this process, or sharing the store: [`Error::NameClash`](crate::Error::NameClash));
+    /// nothing ran.
     ConfigError,
 }
 

@@ -560,3 +560,57 @@ async fn a_step_whose_lease_was_lost_before_it_was_recorded_fails() {
     assert!(matches!(answer, Err(Error::LeaseLost { .. })), "{answer:?}");
     assert_eq!(model.calls(), 1);
 }
+
+/// Records the messages of the warnings of target `idem`.
+#[derive(Clone, Default)]
+struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Warnings {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 = format!("{value:?}");
+                }
+            }
+        }
+        let meta = event.metadata();
+        if *meta.level() == tracing::Level::WARN && meta.target() == "idem" {
+            let mut message = Message(String::new());
+            event.record(&mut message);
+            self.0.lock().unwrap().push(message.0);
+        }
+    }
+}
+
+/// An agent loop restarted from the top with the `Turn` value of the run before (not a new
+/// one, as the README says) goes on after that run's last step and asks the model again: the
+/// step asked with step 0's request is logged as such, once the model answered; a new `Turn`
+/// replays, and a loop that goes on normally is not warned about.
+#[tokio::test]
+async fn a_run_restarted_with_the_same_turn_value_is_warned_about() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let warnings = Warnings::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(warnings.clone()));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let agent_loop = async |turn: &Turn| {
+        let chat = turn.conversation("assistant");
+        let plan = chat.step("plan", model.ask("plan")).await.unwrap();
+        chat.step(&format!("act on {}", plan.text), model.ask("act"))
+            .await
+            .unwrap();
+    };
+    let reused = turn(&store);
+    agent_loop(&reused).await;
+    agent_loop(&turn(&store)).await; // a new `Turn`: replays
+    assert_eq!(model.calls(), 2);
+    assert!(warnings.0.lock().unwrap().is_empty());
+    agent_loop(&reused).await; // the same value: asks again, step 2 with step 0's request
+    assert_eq!(model.calls(), 4);
+    let warned = warnings.0.lock().unwrap().clone();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("new `Turn`"), "{warned:?}");
+}

@@ -660,7 +660,12 @@ pub(super) fn refuse(guard: &mut Guard, outcome: Outcome, error: Error) -> Answe
 
 /// Refuses `call`, whose key was used before with the fingerprint `recorded`.
 pub(super) fn mismatch(guard: &mut Guard, call: &Call, recorded: &crate::Fingerprint) -> Answer {
-    refuse(guard, Outcome::PayloadMismatch, call.mismatch(recorded))
+    let error = call.mismatch(recorded);
+    let outcome = match error {
+        Error::NameClash { .. } => Outcome::ConfigError,
+        _ => Outcome::PayloadMismatch,
+    };
+    refuse(guard, outcome, error)
 }
 
 pub(super) fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> Answer {
