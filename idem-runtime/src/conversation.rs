@@ -221,9 +221,9 @@ impl Conversation {
     /// `request` is what the model is sent (it is fingerprinted, not recorded); the response is
     /// recorded and must replay exactly (`Serialize` and `DeserializeOwned`, checked before it
     /// is recorded). An `Err` is not recorded: the step is asked again — by this run at most
-    /// the turn's per-key budget of times, an ask its caller cut off (a step future dropped
-    /// before the model answered) counting as failed ([`Turn::with_max_attempts_per_key`], 3), then it
-    /// is refused with [`Error::BudgetExhausted`] without asking. A run restarted (a new
+    /// the turn's per-key budget of times ([`Turn::with_max_attempts_per_key`], 3; an ask its
+    /// caller cut off, the step's future dropped before the model answered, counts as failed),
+    /// then it is refused with [`Error::BudgetExhausted`] without asking. A run restarted (a new
     /// [`Turn`] value) asks again: asking a model changes nothing, so failed asks are not
     /// counted across runs.
     ///
