@@ -194,8 +194,7 @@ impl Call {
 
     /// The error for this call's key used before with the fingerprint `recorded`: by a call
     /// with other arguments — or, for a tool whose fingerprints are marked, by another tool of
-    /// the same name (the same arguments, another mark; or other arguments where all of them
-    /// are in the key, so that only a record made before marks could hold them).
+    /// the same name (the same arguments under another mark).
     fn mismatch(&self, recorded: &Fingerprint) -> Error {
         let (tool, key) = (self.tool.name, self.key.short());
         let marked = matches!(self.origin, Origin::Tool(_) | Origin::CallerKey);
@@ -203,13 +202,8 @@ impl Call {
             return Error::NameClash { tool, key };
         }
         let differs = match &self.origin {
-            Origin::Arguments(bits) => Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, *bits)),
-            Origin::Tool(bits) => {
-                let unkeyed = Unkeyed::new(self.tool.skipped, *bits);
-                if unkeyed.names().next().is_none() {
-                    return Error::NameClash { tool, key };
-                }
-                Mismatch::Unkeyed(unkeyed)
+            Origin::Arguments(bits) | Origin::Tool(bits) => {
+                Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, *bits))
             }
             Origin::CallerKey => Mismatch::CallerKey,
             Origin::Step { label, step } => {
