@@ -738,6 +738,70 @@ async fn stacks_with_async_trait() {
     assert_eq!(t.stats().replayed, 1);
 }
 
+#[async_trait::async_trait]
+trait Transfers {
+    async fn transfer(&self, route: (u64, u64), cents: u64) -> Result<(String, usize), Error>;
+}
+
+struct Ledger;
+
+static TRANSFERS: AtomicUsize = AtomicUsize::new(0);
+
+#[async_trait::async_trait]
+impl Transfers for Ledger {
+    /// A pattern parameter, which async-trait renames `__arg1` before `#[idempotent]` sees it:
+    /// its key argument is `arg1` (docs/key-spec.md §5).
+    #[idempotent(name = "ledger_transfer", same_service, attached)]
+    async fn transfer(&self, (from, to): (u64, u64), cents: u64) -> Result<(String, usize), Error> {
+        let _ = (from, to, cents);
+        let key = idem_tools::current_key()
+            .map(|k| k.to_hex())
+            .unwrap_or_default();
+        Ok((key, TRANSFERS.fetch_add(1, Ordering::SeqCst)))
+    }
+}
+
+#[tokio::test]
+async fn a_pattern_parameter_under_async_trait_is_an_argument() {
+    let t = turn("async-trait-pattern");
+    let (key, first) = t.clone().scope(Ledger.transfer((1, 2), 5)).await.unwrap();
+    let mut digest = idem_tools::key::ArgsDigest::new("ledger_transfer");
+    digest.arg("arg1", &(1_u64, 2_u64)).unwrap();
+    digest.arg("cents", &5_u64).unwrap();
+    let (expected, _) = digest.finish(t.namespace(), t.id(), "ledger_transfer", 0);
+    assert_eq!(key, expected.to_hex());
+    let replayed = t.clone().scope(Ledger.transfer((1, 2), 5)).await.unwrap();
+    assert_eq!(replayed, (key.clone(), first), "replayed");
+    let (other, _) = t.clone().scope(Ledger.transfer((2, 1), 5)).await.unwrap();
+    assert_ne!(other, key, "other values of the pattern are another action");
+    assert_eq!((t.stats().executed, t.stats().replayed), (2, 1));
+}
+
+/// The fingerprint a store keeps is marked with the tool's origin (docs/key-spec.md §5): for a
+/// method of a trait impl, the module and `Self as Trait` — not the lifetime parameters
+/// async-trait gives the method, which its native form does not have.
+#[tokio::test]
+async fn an_async_trait_method_is_marked_like_its_native_form() {
+    use idem_tools::store::Store as _;
+    let store = Arc::new(MemoryStore::new());
+    let t = Turn::new("async-trait-mark").with_store(store.clone());
+    t.scope(Ledger.transfer((3, 4), 5)).await.unwrap();
+    let records = store.list(None, 10).await.unwrap();
+    let [record] = &records[..] else {
+        panic!("one record: {records:?}")
+    };
+    let mut material = Vec::new();
+    for part in [
+        module_path!(),
+        "idempotent::Ledger as idempotent::Transfers",
+    ] {
+        material.extend_from_slice(&(part.len() as u64).to_le_bytes());
+        material.extend_from_slice(part.as_bytes());
+    }
+    let mark = blake3::derive_key("idem 2026-12-06 tool origin v2", &material);
+    assert_eq!(record.fingerprint.as_bytes()[24..], mark[..8]);
+}
+
 static TRACED: AtomicUsize = AtomicUsize::new(0);
 
 /// Recommended order: `#[idempotent]` outermost, so the span covers replays too.

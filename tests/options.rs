@@ -106,3 +106,29 @@ async fn the_defaults_of_a_turn_are_named_from_the_facade() {
         Duration::from_secs(5)
     );
 }
+
+/// A TTL of two centuries compiles, and the record is kept `store::MAX_DURATION` (named from the
+/// facade, as docs/options.md does).
+#[idempotent(ttl = "200years")]
+async fn kept_for_centuries(n: u32) -> Result<u32, Error> {
+    Ok(n)
+}
+
+#[tokio::test]
+async fn a_ttl_past_the_longest_is_kept_max_duration() {
+    use idem_tools::store::{MAX_DURATION, Store as _};
+    let store = Arc::new(MemoryStore::new());
+    Turn::new("centuries")
+        .with_store(store.clone())
+        .scope(async { kept_for_centuries(1).await.unwrap() })
+        .await;
+    let records = store.list(None, 10).await.unwrap();
+    let [record] = &records[..] else {
+        panic!("one record: {records:?}")
+    };
+    let kept = Duration::from_millis(record.expires_at_ms - record.created_at_ms);
+    assert!(
+        kept <= MAX_DURATION && kept + Duration::from_secs(60) >= MAX_DURATION,
+        "{kept:?}"
+    );
+}

@@ -133,13 +133,10 @@ impl ToolFn {
                     ident,
                     ..
                 }) => {
-                    let mut name = ident.unraw().to_string();
-                    // `#[async_trait]` names pattern parameters `__argN`.
-                    if let Some(n) = name.strip_prefix("__arg")
-                        && n.parse::<usize>().is_ok()
-                    {
-                        name = format!("arg{n}");
-                    }
+                    let name = match async_trait_position(ident) {
+                        Some(n) => format!("arg{n}"),
+                        None => ident.unraw().to_string(),
+                    };
                     (name, ident.clone(), None)
                 }
                 pat => (
@@ -171,6 +168,11 @@ impl ToolFn {
             params,
         }
     }
+}
+
+/// `N` of a pattern parameter `#[async_trait]` named `__argN` (a name of its own expansion).
+pub(crate) fn async_trait_position(ident: &Ident) -> Option<usize> {
+    ident.to_string().strip_prefix("__arg")?.parse().ok()
 }
 
 /// Recognises the output of `#[async_trait]`.

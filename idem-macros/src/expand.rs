@@ -500,10 +500,11 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
 /// the user wrote it but in the macro's expansion, so that lints about the user's code (clippy's
 /// `used_underscore_binding`) do not take the key's reading of a parameter for the user's (an
 /// `#[allow]` here would be an error under a user's `#![forbid]`); a pattern's `idem_argN` is
-/// the macro's own.
+/// the macro's own, and so is async-trait's `__argN` (resolved where the user wrote it, it is
+/// not found).
 fn read_by_macro(p: &Param) -> Ident {
     let mut read = p.binding.clone();
-    if p.pattern.is_none() {
+    if p.pattern.is_none() && crate::ast::async_trait_position(&p.binding).is_none() {
         read.set_span(p.binding.span().resolved_at(Span::call_site()));
     }
     read

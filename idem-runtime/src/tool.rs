@@ -188,9 +188,11 @@ const ORIGIN_CONTEXT: &str = "idem 2026-12-06 tool origin v2";
 /// `app::Account<app::Eur>::refund::{{closure}}` → `app::Eur`), each outermost `<…>` group's
 /// content, joined by `|`: what tells the types a generic tool runs for apart, and not the
 /// function's name or the nesting of its body's blocks, which change with the code's form.
+/// Lifetimes are left out: `#[async_trait]` gives a method lifetime parameters
+/// (`<app::Sms as app::Sender>::send<'_, '_>::{{closure}}`) that its native form lacks.
 fn type_arguments(type_name: &str) -> String {
     let (mut arguments, mut depth) = (String::new(), 0_usize);
-    for c in type_name.chars() {
+    for c in without_lifetimes(type_name).chars() {
         match c {
             '<' => {
                 if depth == 0 && !arguments.is_empty() {
@@ -212,6 +214,55 @@ fn type_arguments(type_name: &str) -> String {
         }
     }
     arguments
+}
+
+/// `type_name` without its lifetimes (`'_`, `'static`), their separators, and the `<>` left
+/// empty (`f<'_, '_>` → `f`, `X<'_, T>` → `X<T>`, `&'static str` → `&str`). A character
+/// constant (`X<'a'>`) stays.
+fn without_lifetimes(type_name: &str) -> String {
+    let mut out = String::with_capacity(type_name.len());
+    let mut chars = type_name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\'' {
+            out.push(c);
+            continue;
+        }
+        let mut name = String::new();
+        while let Some(&n) = chars.peek()
+            && (n.is_alphanumeric() || n == '_')
+        {
+            name.push(n);
+            chars.next();
+        }
+        if name.is_empty() || chars.peek() == Some(&'\'') {
+            // Not a lifetime: a character constant's quote.
+            out.push('\'');
+            out.push_str(&name);
+            continue;
+        }
+        // A lifetime: dropped with the separator after it, else the one before it.
+        match chars.peek() {
+            Some(',' | '+') => {
+                chars.next();
+                while chars.next_if_eq(&' ').is_some() {}
+            }
+            Some(' ') => while chars.next_if_eq(&' ').is_some() {},
+            _ => {
+                let kept = out.trim_end_matches(' ').len();
+                out.truncate(kept);
+                if out.ends_with([',', '+']) {
+                    out.pop();
+                    let kept = out.trim_end_matches(' ').len();
+                    out.truncate(kept);
+                }
+            }
+        }
+        if out.ends_with('<') && chars.peek() == Some(&'>') {
+            out.pop();
+            chars.next();
+        }
+    }
+    out
 }
 
 const UNREGISTERED: u8 = 0;
@@ -373,6 +424,28 @@ mod tests {
             assert_eq!(type_arguments(name), arguments, "{name}");
         }
         assert_eq!(type_arguments("a::X<1>::f::Y<2>"), "1|2");
+    }
+
+    #[test]
+    fn lifetimes_are_not_type_arguments() {
+        // `#[async_trait]`'s form of a method and the native one are one tool.
+        assert_eq!(
+            type_arguments("<app::Sms as app::Sender>::send<'_, '_>::{{closure}}::{{closure}}"),
+            type_arguments("<app::Sms as app::Sender>::send::{{closure}}"),
+        );
+        let cases = [
+            ("f<'_>::g", "f::g"),
+            ("a::X<'_, T>::f", "a::X<T>::f"),
+            ("a::X<T, '_>::f", "a::X<T>::f"),
+            ("a::X<T, 'static, U>", "a::X<T, U>"),
+            ("a::X<&'static str>", "a::X<&str>"),
+            ("a::X<dyn a::T + '_>", "a::X<dyn a::T>"),
+            ("a::X<'a'>", "a::X<'a'>"),
+            ("a::X<'\\''>", "a::X<'\\''>"),
+        ];
+        for (name, without) in cases {
+            assert_eq!(without_lifetimes(name), without, "{name}");
+        }
     }
 
     #[test]
