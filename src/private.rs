@@ -17,6 +17,7 @@ pub use ::std::time::Duration;
 
 pub use idem_tools_macros::tools_impl;
 pub use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::tool::BodyType;
 pub use idem_tools_runtime::tool::ToolSlot;
 pub use idem_tools_runtime::{Error, Store, ToolInfo, Turn};
 
@@ -142,10 +143,10 @@ pub struct Digest {
     /// Whether the tool's code may be compiled for several types, which its calls must not
     /// mix ([`ToolSlot::same_instance`]).
     checks_instance: bool,
-    /// Then, the type name of its body — a closure or `async` block of the tool's function,
-    /// so it names the function's `Self` and generic arguments — set by the runner, which is
+    /// Then, the type of its body — a closure or `async` block of the tool's function, so it
+    /// names the function's `Self` and generic arguments — set by the runner, which is
     /// compiled for the body's type anyway (`Digest::body_is`).
-    instance: Option<&'static str>,
+    instance: Option<BodyType>,
     /// The turn given as a parameter; `None`: the scope's.
     turn: Option<Turn>,
     args: Result<ArgsDigest, Error>,
@@ -190,11 +191,11 @@ impl Digest {
         }
     }
 
-    /// Takes `body`, the type name of the tool's body, as the instantiation the tool was
-    /// compiled for, if that is checked. The runners, compiled for the body's type anyway, pass
-    /// it (`type_name::<F>()`): a closure made in the tool's function for this alone cost rustc
+    /// Takes `body`, the type of the tool's body, as the instantiation the tool was compiled
+    /// for, if that is checked. The runners, compiled for the body's type anyway, pass it
+    /// (`BodyType::of::<F>()`): a closure made in the tool's function for this alone cost rustc
     /// more (its own type check, borrow check and code), and so would a method generic over it.
-    fn body_is(&mut self, body: &'static str) {
+    fn body_is(&mut self, body: BodyType) {
         if self.checks_instance {
             self.instance = Some(body);
         }
@@ -226,7 +227,7 @@ impl Digest {
 fn register(
     tool: &'static ToolInfo,
     slot: &'static ToolSlot,
-    instance: Option<&'static str>,
+    instance: Option<BodyType>,
 ) -> Result<(), Error> {
     slot.register(tool)?;
     match instance {
@@ -455,7 +456,7 @@ where
     F: AttachedBody<R> + 'b, // not `Send`? drop a MutexGuard or `Rc` before `.await`, or use tokio::sync::Mutex
 {
     let mut digest = digest;
-    digest.body_is(::std::any::type_name::<F>());
+    digest.body_is(BodyType::of::<F>());
     attached(digest, store, records, body)
 }
 
@@ -534,7 +535,7 @@ where
     F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
 {
     let mut digest = digest;
-    digest.body_is(::std::any::type_name::<F>());
+    digest.body_is(BodyType::of::<F>());
     detached(digest, store, records, body)
 }
 
@@ -560,7 +561,7 @@ pub type OwnedBody<R> = Pin<Box<dyn Future<Output = R> + Send + 'static>>;
 /// output), and [`DetachedBody`]'s message when the body is not `Send + 'static`; its type
 /// goes to `digest` (`Digest::body_is`).
 pub fn boxed<R, F: DetachedBody<R>>(digest: &mut Digest, body: F) -> OwnedBody<R> {
-    digest.body_is(::std::any::type_name::<F>());
+    digest.body_is(BodyType::of::<F>());
     Box::pin(body)
 }
 

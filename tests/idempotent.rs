@@ -793,7 +793,7 @@ async fn an_async_trait_method_is_marked_like_its_native_form() {
     let mut material = Vec::new();
     for part in [
         module_path!(),
-        "idempotent::Ledger as idempotent::Transfers",
+        "<idempotent::Ledger as idempotent::Transfers>",
     ] {
         material.extend_from_slice(&(part.len() as u64).to_le_bytes());
         material.extend_from_slice(part.as_bytes());

@@ -441,3 +441,167 @@ async fn a_block_generic_over_lifetimes_alone_runs() {
     assert_eq!(count.ok(), Some(3));
     assert_eq!(ok(&echo), Some("ada 2"));
 }
+
+// Tools made from closures: every closure made in one function has the same type name
+// (`instances::…::{{closure}}`), yet two of them are two types, and two tools.
+static CLOSURE_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Clone)]
+struct FnTool<F> {
+    account: String,
+    run: F,
+}
+
+#[tool_impl(self_key = self.account)]
+impl<F: Fn(u64) -> String + Clone + Send + Sync + 'static> FnTool<F> {
+    #[idempotent(attached)]
+    async fn act(&self, cents: u64) -> Result<String, Error> {
+        CLOSURE_RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok((self.run)(cents))
+    }
+}
+
+#[tokio::test]
+async fn two_closures_of_one_function_are_two_types() {
+    // Built side by side, as a registry of tools is.
+    let charge = FnTool {
+        account: "acme".to_owned(),
+        run: |cents| format!("charged {cents}"),
+    };
+    let refund = FnTool {
+        account: "acme".to_owned(),
+        run: |cents| format!("refunded {cents}"),
+    };
+    let (charged, refunded, again) = turn("instances-closures")
+        .scope(async {
+            let charged = charge.act(500).await;
+            (charged, refund.act(500).await, charge.act(500).await)
+        })
+        .await;
+    assert_eq!(ok(&charged), Some("charged 500"));
+    assert!(refused_as_shared(&refunded), "{refunded:?}");
+    assert_eq!(
+        ok(&again),
+        Some("charged 500"),
+        "the first closure keeps its tool"
+    );
+    assert_eq!(CLOSURE_RUNS.load(Ordering::SeqCst), 1);
+}
+
+// A trait's default method implemented for every closure (a blanket impl).
+static HOOKS: AtomicUsize = AtomicUsize::new(0);
+
+trait Hook: Fn(&str) -> String + Sync {
+    fn account(&self) -> &str {
+        "acme"
+    }
+
+    #[idempotent(name = "fire_hook", self_key = self.account(), attached)]
+    async fn fire(&self, event: String) -> Result<String, Error> {
+        HOOKS.fetch_add(1, Ordering::SeqCst);
+        Ok(self(&event))
+    }
+}
+
+impl<F: Fn(&str) -> String + Sync> Hook for F {}
+
+#[tokio::test]
+async fn a_default_method_on_two_closures_is_refused_for_the_second() {
+    let page = |e: &str| format!("paged about {e}");
+    let email = |e: &str| format!("emailed about {e}");
+    let (paged, emailed) = turn("instances-hooks")
+        .scope(async {
+            let paged = page.fire("outage".to_owned()).await;
+            (paged, email.fire("outage".to_owned()).await)
+        })
+        .await;
+    assert_eq!(ok(&paged), Some("paged about outage"));
+    assert!(refused_as_shared(&emailed), "{emailed:?}");
+    assert_eq!(HOOKS.load(Ordering::SeqCst), 1);
+}
+
+// A default method with an argument of its own generic type (`impl Trait`): its
+// instantiations for one implementing type are one tool, but another implementing type is
+// still another tool.
+static PROVIDED: AtomicUsize = AtomicUsize::new(0);
+
+trait Provider {
+    fn provider() -> &'static str;
+
+    #[idempotent(name = "provider_charge", ignore(trace))]
+    async fn charge(
+        cents: u64,
+        trace: impl std::fmt::Display + Send + 'static,
+    ) -> Result<String, Error> {
+        let _ = trace.to_string();
+        PROVIDED.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("{} charged {cents}", Self::provider()))
+    }
+}
+
+impl Provider for Stripe {
+    fn provider() -> &'static str {
+        "stripe"
+    }
+}
+
+impl Provider for Paypal {
+    fn provider() -> &'static str {
+        "paypal"
+    }
+}
+
+#[tokio::test]
+async fn an_impl_trait_argument_does_not_turn_the_check_off() {
+    let (first, other_trace_type, paypal) = turn("instances-impl-trait")
+        .scope(async {
+            let first = <Stripe as Provider>::charge(500, "trace-1").await;
+            let other = <Stripe as Provider>::charge(500, 7_u32).await;
+            (
+                first,
+                other,
+                <Paypal as Provider>::charge(500, "trace-2").await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&first), Some("stripe charged 500"));
+    assert_eq!(
+        ok(&other_trace_type),
+        Some("stripe charged 500"),
+        "the function's own type argument is the same tool: replayed"
+    );
+    assert!(refused_as_shared(&paypal), "{paypal:?}");
+    assert_eq!(PROVIDED.load(Ordering::SeqCst), 1);
+}
+
+// Closure tools told apart by a name of their own, which the `self_key` says names the type.
+#[derive(Clone)]
+struct NamedFnTool<F> {
+    name: &'static str,
+    run: F,
+}
+
+#[tool_impl(self_key = (self.name, std::marker::PhantomData::<F>))]
+impl<F: Fn(u64) -> String + Clone + Send + Sync + 'static> NamedFnTool<F> {
+    #[idempotent(attached)]
+    async fn act(&self, cents: u64) -> Result<String, Error> {
+        Ok((self.run)(cents))
+    }
+}
+
+#[tokio::test]
+async fn closure_tools_with_names_of_their_own_run_each() {
+    let charge = NamedFnTool {
+        name: "charge",
+        run: |cents| format!("charged {cents}"),
+    };
+    let refund = NamedFnTool {
+        name: "refund",
+        run: |cents| format!("refunded {cents}"),
+    };
+    let (charged, refunded) = turn("instances-named-closures")
+        .scope(async { (charge.act(500).await, refund.act(500).await) })
+        .await;
+    assert_eq!(ok(&charged), Some("charged 500"));
+    assert_eq!(ok(&refunded), Some("refunded 500"));
+}

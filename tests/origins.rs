@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use idem_test_support::TempDir;
-use idem_tools::{Error, SqliteStore, Turn, idempotent};
+use idem_tools::{Error, SqliteStore, Turn, idempotent, tool_impl};
 
 static RUNS: AtomicUsize = AtomicUsize::new(0);
 
@@ -93,6 +93,82 @@ impl Billing for Paypal {
     const PROVIDER: &'static str = "paypal";
 }
 
+/// Two types of one module, each with an associated function of the same name: rustc names
+/// their bodies `origins::Invoice::create::{{closure}}` and `origins::Ticket::create::{{closure}}`.
+struct Invoice;
+struct Ticket;
+
+impl Invoice {
+    #[idempotent]
+    async fn create(customer: u64) -> Result<String, Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("invoice for customer {customer}"))
+    }
+}
+
+impl Ticket {
+    #[idempotent]
+    async fn create(customer: u64) -> Result<String, Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("ticket for customer {customer}"))
+    }
+}
+
+/// A tool made from a closure or a function pointer: what it does, its type says.
+#[derive(Clone)]
+struct FnTool<F> {
+    account: String,
+    run: F,
+}
+
+#[tool_impl(self_key = self.account)]
+impl<F: Fn(u64) -> String + Clone + Send + Sync + 'static> FnTool<F> {
+    #[idempotent(attached)]
+    async fn act(&self, cents: u64) -> Result<String, Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok((self.run)(cents))
+    }
+}
+
+fn charge(cents: u64) -> String {
+    format!("charged {cents}")
+}
+
+fn refund(cents: u64) -> String {
+    format!("refunded {cents}")
+}
+
+/// Generic over a function pointer's return type (`fn(u64) -> Charged`, `fn(u64) -> Refunded`).
+#[derive(Clone)]
+struct PtrTool<F> {
+    account: String,
+    run: F,
+}
+
+#[tool_impl(self_key = self.account)]
+impl<R: std::fmt::Display + Send + Sync + 'static> PtrTool<fn(u64) -> R> {
+    #[idempotent(attached)]
+    async fn act(&self, cents: u64) -> Result<String, Error> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok((self.run)(cents).to_string())
+    }
+}
+
+struct Charged(u64);
+struct Refunded(u64);
+
+impl std::fmt::Display for Charged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "charged {}", self.0)
+    }
+}
+
+impl std::fmt::Display for Refunded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "refunded {}", self.0)
+    }
+}
+
 const DB: &str = "IDEM_ORIGINS_DB";
 const TOOL: &str = "IDEM_ORIGINS_TOOL";
 
@@ -102,6 +178,25 @@ const TOOL: &str = "IDEM_ORIGINS_TOOL";
 async fn child_calls_one_tool() {
     let (Ok(db), Ok(tool)) = (std::env::var(DB), std::env::var(TOOL)) else {
         return;
+    };
+    // Two tools made side by side from closures, as a registry of tools is.
+    let (closure_charge, closure_refund) = (
+        FnTool {
+            account: "acme".to_owned(),
+            run: |cents| charge(cents),
+        },
+        FnTool {
+            account: "acme".to_owned(),
+            run: |cents| refund(cents),
+        },
+    );
+    let ptr_charge = PtrTool::<fn(u64) -> Charged> {
+        account: "acme".to_owned(),
+        run: Charged,
+    };
+    let ptr_refund = PtrTool::<fn(u64) -> Refunded> {
+        account: "acme".to_owned(),
+        run: Refunded,
     };
     let store = Arc::new(SqliteStore::open(&db).unwrap());
     let turn = Turn::new("t").with_store(store);
@@ -116,6 +211,12 @@ async fn child_calls_one_tool() {
                 "release-1" => notify::notify("ann".to_owned()).await,
                 "release-2" => notify::notify_user("ann".to_owned()).await,
                 "stripe" => Stripe::charge(500).await,
+                "invoice" => Invoice::create(7).await,
+                "ticket" => Ticket::create(7).await,
+                "closure-charge" => closure_charge.act(500).await,
+                "closure-refund" => closure_refund.act(500).await,
+                "ptr-charge" => ptr_charge.act(500).await,
+                "ptr-refund" => ptr_refund.act(500).await,
                 _ => Paypal::charge(500).await,
             }
         })
@@ -154,19 +255,13 @@ fn database(label: &str) -> (TempDir, std::path::PathBuf) {
 
 #[test]
 fn two_tools_of_one_name_in_two_processes_do_not_replay_each_other() {
-    let (_dir, db) = database("names");
-    assert_eq!(child(&db, "slack"), "slack message to ann | runs 1");
-    assert_eq!(child(&db, "email"), "refused: name clash | runs 0");
     // The same tool in another process (a restarted one) replays.
-    assert_eq!(child(&db, "slack"), "slack message to ann | runs 0");
+    refused_after("names", "slack", "slack message to ann", "email");
 }
 
 #[test]
 fn one_generic_tool_for_two_types_in_two_processes_does_not_replay_across_types() {
-    let (_dir, db) = database("types");
-    assert_eq!(child(&db, "stripe"), "stripe charged 500 | runs 1");
-    assert_eq!(child(&db, "paypal"), "refused: name clash | runs 0");
-    assert_eq!(child(&db, "stripe"), "stripe charged 500 | runs 0");
+    refused_after("types", "stripe", "stripe charged 500", "paypal");
 }
 
 #[test]
@@ -183,4 +278,34 @@ fn a_tool_renamed_or_rewritten_in_its_module_still_replays_in_the_next_release()
     let (_dir, db) = database("releases");
     assert_eq!(child(&db, "release-1"), "notified ann | runs 1");
     assert_eq!(child(&db, "release-2"), "notified ann | runs 0");
+}
+
+/// `first` runs and answers `answer`; `second`, another tool of the same name and arguments,
+/// is refused; `first` again, in a third process, replays.
+fn refused_after(label: &str, first: &str, answer: &str, second: &str) {
+    let (_dir, db) = database(label);
+    assert_eq!(child(&db, first), format!("{answer} | runs 1"));
+    assert_eq!(child(&db, second), "refused: name clash | runs 0");
+    assert_eq!(child(&db, first), format!("{answer} | runs 0"));
+}
+
+#[test]
+fn associated_functions_of_two_types_of_one_module_do_not_replay_each_other() {
+    refused_after("associated", "invoice", "invoice for customer 7", "ticket");
+}
+
+#[test]
+fn tools_made_from_two_closures_do_not_replay_each_other() {
+    // The same closure's tool, in another process of the same build, replays.
+    refused_after(
+        "closures",
+        "closure-charge",
+        "charged 500",
+        "closure-refund",
+    );
+}
+
+#[test]
+fn tools_generic_over_function_pointers_do_not_replay_each_other() {
+    refused_after("pointers", "ptr-charge", "charged 500", "ptr-refund");
 }

@@ -12,7 +12,7 @@ use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
 use crate::owned;
-use crate::placement::{CUT_OFF, Run, Unchecked, has_impl};
+use crate::placement::{CUT_OFF, Run, Unchecked};
 use crate::receiver::{replace_self, self_binding};
 use crate::valid::{self, Plan};
 
@@ -58,11 +58,6 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     if plan.run == Run::OnClone {
         replace_self(&mut body);
     }
-    // Whether the instantiation is checked ([`Body::instance`]): not for a function generic
-    // itself, whose instantiations are one tool told apart by their arguments.
-    let own_generics = func.sig.generics.type_params().next().is_some()
-        || func.sig.generics.const_params().next().is_some()
-        || params.iter().any(|p| has_impl(p.ty.to_token_stream()));
     // A detached function (no receiver) returns its call's future instead of awaiting it in
     // an `async fn` of its own: one future per tool, the body's, instead of two nested ones.
     // Only for a return type written `…Result<…>`: any other type is refused once by the
@@ -88,7 +83,6 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
             .map_or_else(Span::call_site, |r| r.self_token.span),
         method: &method,
         pin: pin.as_ref(),
-        own_generics,
         returns_future,
     }
     .tokens(body);
@@ -128,8 +122,6 @@ struct Body<'a> {
     method: &'a Ident,
     /// `Box::pin`, for an `#[async_trait]` method.
     pin: Option<&'a syn::Expr>,
-    /// The function has type or const parameters of its own (or `impl Trait` arguments).
-    own_generics: bool,
     /// The function returns the call's future ([`run_owned`]) rather than awaiting it.
     returns_future: bool,
 }
@@ -394,9 +386,10 @@ impl Body<'_> {
     /// types would share keys unless something of the type is in them. `None` for a `self_key`
     /// that names the type (`Self`, or a parameter of the `#[tool_impl]` block) or is a
     /// constant (nothing of `self`: every type is one service, as the user says), but not for
-    /// one of the receiver's identity alone (`self.account`: the same for two types); and for
-    /// a function generic itself, whose instantiations are one tool told apart by their
-    /// arguments (documented).
+    /// one of the receiver's identity alone (`self.account`: the same for two types). The
+    /// function's own generic arguments (its type parameters, `impl Trait` arguments) are
+    /// left out of the comparison at run time: those instantiations are one tool, told apart
+    /// by their arguments (`BodyType::same_tool`).
     fn instance(&self) -> TokenStream {
         let params = &self.options.impl_params;
         let per_type = self.options.self_key.as_ref().is_some_and(|self_key| {
@@ -404,8 +397,8 @@ impl Body<'_> {
             mentions(tokens.clone(), &|i| i == "Self" || params.contains(i))
                 || !mentions(tokens, &|i| i == "self")
         });
-        // Checked with the body's type name, which the runner takes (`Digest::body_is`).
-        let checked = !(self.own_generics || per_type);
+        // Checked with the body's type, which the runner takes (`Digest::body_is`).
+        let checked = !per_type;
         quote!(#checked)
     }
 

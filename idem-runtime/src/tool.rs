@@ -9,6 +9,9 @@ use std::time::Duration;
 use crate::error::Error;
 use crate::key::Fingerprint;
 
+mod body_type;
+pub use body_type::BodyType;
+
 /// Whether a tool changes the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ToolKind {
@@ -183,88 +186,6 @@ static REGISTRY: Mutex<BTreeMap<(&'static str, u32), usize>> = Mutex::new(BTreeM
 /// The BLAKE3 context of a tool's mark ([`ToolSlot::own`]).
 const ORIGIN_CONTEXT: &str = "idem 2026-12-06 tool origin v2";
 
-/// The type arguments in `type_name`, the name of a tool's body
-/// (`<app::Stripe as app::Billing>::charge::{{closure}}` → `app::Stripe as app::Billing`;
-/// `app::Account<app::Eur>::refund::{{closure}}` → `app::Eur`), each outermost `<…>` group's
-/// content, joined by `|`: what tells the types a generic tool runs for apart, and not the
-/// function's name or the nesting of its body's blocks, which change with the code's form.
-/// Lifetimes are left out: `#[async_trait]` gives a method lifetime parameters
-/// (`<app::Sms as app::Sender>::send<'_, '_>::{{closure}}`) that its native form lacks.
-fn type_arguments(type_name: &str) -> String {
-    let (mut arguments, mut depth) = (String::new(), 0_usize);
-    for c in without_lifetimes(type_name).chars() {
-        match c {
-            '<' => {
-                if depth == 0 && !arguments.is_empty() {
-                    arguments.push('|');
-                }
-                if depth > 0 {
-                    arguments.push(c);
-                }
-                depth += 1;
-            }
-            '>' => {
-                depth = depth.saturating_sub(1);
-                if depth > 0 {
-                    arguments.push(c);
-                }
-            }
-            _ if depth > 0 => arguments.push(c),
-            _ => {}
-        }
-    }
-    arguments
-}
-
-/// `type_name` without its lifetimes (`'_`, `'static`), their separators, and the `<>` left
-/// empty (`f<'_, '_>` → `f`, `X<'_, T>` → `X<T>`, `&'static str` → `&str`). A character
-/// constant (`X<'a'>`) stays.
-fn without_lifetimes(type_name: &str) -> String {
-    let mut out = String::with_capacity(type_name.len());
-    let mut chars = type_name.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '\'' {
-            out.push(c);
-            continue;
-        }
-        let mut name = String::new();
-        while let Some(&n) = chars.peek()
-            && (n.is_alphanumeric() || n == '_')
-        {
-            name.push(n);
-            chars.next();
-        }
-        if name.is_empty() || chars.peek() == Some(&'\'') {
-            // Not a lifetime: a character constant's quote.
-            out.push('\'');
-            out.push_str(&name);
-            continue;
-        }
-        // A lifetime: dropped with the separator after it, else the one before it.
-        match chars.peek() {
-            Some(',' | '+') => {
-                chars.next();
-                while chars.next_if_eq(&' ').is_some() {}
-            }
-            Some(' ') => while chars.next_if_eq(&' ').is_some() {},
-            _ => {
-                let kept = out.trim_end_matches(' ').len();
-                out.truncate(kept);
-                if out.ends_with([',', '+']) {
-                    out.pop();
-                    let kept = out.trim_end_matches(' ').len();
-                    out.truncate(kept);
-                }
-            }
-        }
-        if out.ends_with('<') && chars.peek() == Some(&'>') {
-            out.pop();
-            chars.next();
-        }
-    }
-    out
-}
-
 const UNREGISTERED: u8 = 0;
 const REGISTERED: u8 = 1;
 const DUPLICATE: u8 = 2;
@@ -297,7 +218,7 @@ pub struct ToolSlot {
     state: AtomicU8,
     /// The instantiation that called first, for a tool whose code may be compiled for several
     /// types ([`ToolSlot::same_instance`]).
-    instance: OnceLock<&'static str>,
+    instance: OnceLock<BodyType>,
     /// What marks this tool's fingerprints ([`ToolSlot::own`]).
     mark: OnceLock<[u8; 8]>,
 }
@@ -317,7 +238,8 @@ impl ToolSlot {
     /// `fingerprint` marked as this tool's ([`Fingerprint::marked`]): its last 8 bytes are a
     /// digest of where the tool is defined (the slot's `origin`) and, for a tool whose code
     /// is compiled for several types (checked by [`same_instance`](Self::same_instance)), of
-    /// the type arguments it runs with (computed once). Stores keep the marked fingerprint, so
+    /// what its function belongs to, for the type it runs with ([`BodyType::owner`]; computed
+    /// once). Stores keep the marked fingerprint, so
     /// a call of the same key by another tool of the same name — defined elsewhere, in another
     /// process sharing the store, or the same generic code compiled for another type — is
     /// told from a call with other arguments, and refused ([`Error::NameClash`]) instead of
@@ -328,7 +250,7 @@ impl ToolSlot {
             let instance = self
                 .instance
                 .get()
-                .map_or_else(String::new, |n| type_arguments(n));
+                .map_or_else(String::new, |body| body.owner());
             let mut material = Vec::with_capacity(self.origin.len() + instance.len() + 16);
             for part in [self.origin, &instance] {
                 material.extend_from_slice(&(part.len() as u64).to_le_bytes());
@@ -342,29 +264,26 @@ impl ToolSlot {
         fingerprint.marked(mark)
     }
 
-    /// Checks that `instance` (the type name of the tool's body, a closure or `async` block of
-    /// its function, which names the types it was compiled for:
-    /// `<Stripe as Billing>::charge::{{closure}}`) is the one that called first. One `static` slot serves every instantiation of a generic item — a
-    /// trait's default method for each implementing type, a method of a generic `impl` block
-    /// for each of its parameters — and the name, and so the key, is the same for all of them:
-    /// calls on two types would replay each other's results. The first type keeps the tool;
-    /// the others are refused.
+    /// Checks that `body` (the type of the tool's body, a closure or `async` block of its
+    /// function, which names the types it was compiled for:
+    /// `<Stripe as Billing>::charge::{{closure}}`) is the same tool as the one that called first
+    /// ([`BodyType::same_tool`]). One `static` slot serves every instantiation of a generic
+    /// item — a trait's default method for each implementing type, a method of a generic `impl`
+    /// block for each of its parameters (closures among them) — and the name, and so the key,
+    /// is the same for all of them: calls on two types would replay each other's results. The
+    /// first type keeps the tool; the others are refused.
     ///
     /// # Errors
     /// [`Error::SharedAcrossTypes`] for an instantiation other than the first.
-    pub fn same_instance(
-        &'static self,
-        tool: &ToolInfo,
-        instance: &'static str,
-    ) -> Result<(), Error> {
-        let first = *self.instance.get_or_init(|| instance);
-        if std::ptr::eq(first, instance) || first == instance {
+    pub fn same_instance(&'static self, tool: &ToolInfo, body: BodyType) -> Result<(), Error> {
+        let first = *self.instance.get_or_init(|| body);
+        if first.same_tool(body) {
             return Ok(());
         }
         Err(Error::SharedAcrossTypes {
             name: tool.name,
-            first,
-            now: instance,
+            first: first.name(),
+            now: body.name(),
         })
     }
 
@@ -398,55 +317,6 @@ impl ToolSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn type_arguments_are_the_angle_brackets_contents() {
-        let cases = [
-            (
-                "<app::Stripe as app::Billing>::charge::{{closure}}",
-                "app::Stripe as app::Billing",
-            ),
-            (
-                "app::Account<app::Eur>::refund::{{closure}}::{{closure}}",
-                "app::Eur",
-            ),
-            (
-                "app::Pair<a::A, b::B<c::C>>::f::{{closure}}",
-                "a::A, b::B<c::C>",
-            ),
-            (
-                "<app::W<u8> as app::T>::m::{{closure}}",
-                "app::W<u8> as app::T",
-            ),
-            ("app::notify::notify_user::{{closure}}", ""),
-        ];
-        for (name, arguments) in cases {
-            assert_eq!(type_arguments(name), arguments, "{name}");
-        }
-        assert_eq!(type_arguments("a::X<1>::f::Y<2>"), "1|2");
-    }
-
-    #[test]
-    fn lifetimes_are_not_type_arguments() {
-        // `#[async_trait]`'s form of a method and the native one are one tool.
-        assert_eq!(
-            type_arguments("<app::Sms as app::Sender>::send<'_, '_>::{{closure}}::{{closure}}"),
-            type_arguments("<app::Sms as app::Sender>::send::{{closure}}"),
-        );
-        let cases = [
-            ("f<'_>::g", "f::g"),
-            ("a::X<'_, T>::f", "a::X<T>::f"),
-            ("a::X<T, '_>::f", "a::X<T>::f"),
-            ("a::X<T, 'static, U>", "a::X<T, U>"),
-            ("a::X<&'static str>", "a::X<&str>"),
-            ("a::X<dyn a::T + '_>", "a::X<dyn a::T>"),
-            ("a::X<'a'>", "a::X<'a'>"),
-            ("a::X<'\\''>", "a::X<'\\''>"),
-        ];
-        for (name, without) in cases {
-            assert_eq!(without_lifetimes(name), without, "{name}");
-        }
-    }
 
     #[test]
     fn a_second_slot_with_a_taken_name_is_refused_every_time() {

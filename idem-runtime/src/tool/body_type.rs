@@ -1,0 +1,237 @@
+//! Which type a tool's code was compiled for, read from the type of its body: what tells two
+//! instantiations of one generic item apart, in this process ([`BodyType::same_tool`]) and in
+//! the mark of its fingerprints ([`BodyType::owner`], docs/key-spec.md §5).
+
+use std::any::TypeId;
+
+/// The type of a tool's body — a closure or `async` block of the tool's function, so its name
+/// says what the function belongs to and what it was compiled for
+/// (`<app::Stripe as app::Billing>::charge::{{closure}}`) — with its id.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyType {
+    name: &'static str,
+    id: TypeId,
+}
+
+impl BodyType {
+    /// The body type `F`'s (which may borrow).
+    pub fn of<F: ?Sized>() -> Self {
+        BodyType {
+            name: std::any::type_name::<F>(),
+            id: typeid::of::<F>(),
+        }
+    }
+
+    /// The type's name, as `std::any::type_name` writes it.
+    pub fn name(self) -> &'static str {
+        self.name
+    }
+
+    /// Whether a body of type `other` is the same tool as this one: the same type, or one that
+    /// differs only in the function's own generic arguments (instantiations of a generic
+    /// function are one tool, told apart by their arguments) — unless what the function belongs
+    /// to is named after a closure: two closures made in one function print alike, so only
+    /// the same type is the same tool there.
+    pub(crate) fn same_tool(self, other: BodyType) -> bool {
+        if self.id == other.id {
+            return true;
+        }
+        let owner = self.owner();
+        !names_a_closure(&owner) && owner == other.owner()
+    }
+
+    /// What the tool's function belongs to, by name: the body's type name without its
+    /// lifetimes, without the `::{{closure}}` segments it ends with and without the function's
+    /// own segment (its name and generic arguments): `<app::Stripe as app::Billing>` for
+    /// `<app::Stripe as app::Billing>::charge<'_, '_>::{{closure}}::{{closure}}`,
+    /// `app::Account<app::Eur>` for `app::Account<app::Eur>::refund::{{closure}}`, `app::Invoice`
+    /// for `app::Invoice::create::{{closure}}`, the module for a free function. A name that
+    /// holds a closure's type is followed by the type's id (stable within one build only).
+    pub(crate) fn owner(self) -> String {
+        let name = without_lifetimes(self.name);
+        let mut rest = name.as_str();
+        while let Some(inner) = rest.strip_suffix("::{{closure}}") {
+            rest = inner;
+        }
+        let mut owner = rest[..last_segment(rest)].to_owned();
+        if names_a_closure(&owner) {
+            owner.push_str(&format!(" {:?}", self.id));
+        }
+        owner
+    }
+}
+
+/// Whether a type name holds a closure's type (which prints as the function that made it).
+fn names_a_closure(name: &str) -> bool {
+    name.contains("{{closure}}")
+}
+
+/// Where the last `::` outside `<…>` starts in `name` (0 if there is none); the `>` of a
+/// function pointer's `->` closes nothing.
+fn last_segment(name: &str) -> usize {
+    let bytes = name.as_bytes();
+    let (mut depth, mut cut, mut previous) = (0_usize, 0, 0_u8);
+    for (at, &byte) in bytes.iter().enumerate() {
+        match byte {
+            b'<' => depth += 1,
+            b'>' if previous != b'-' => depth = depth.saturating_sub(1),
+            b':' if depth == 0 && previous != b':' && bytes.get(at + 1) == Some(&b':') => cut = at,
+            _ => {}
+        }
+        previous = byte;
+    }
+    cut
+}
+
+/// `type_name` without its lifetimes (`'_`, `'static`), their separators, and the `<>` left
+/// empty (`f<'_, '_>` → `f`, `X<'_, T>` → `X<T>`, `&'static str` → `&str`): `#[async_trait]`
+/// gives a method lifetime parameters its native form lacks. A character constant (`X<'a'>`)
+/// stays.
+fn without_lifetimes(type_name: &str) -> String {
+    let mut out = String::with_capacity(type_name.len());
+    let mut chars = type_name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '\'' {
+            out.push(c);
+            continue;
+        }
+        let mut name = String::new();
+        while let Some(&n) = chars.peek()
+            && (n.is_alphanumeric() || n == '_')
+        {
+            name.push(n);
+            chars.next();
+        }
+        if name.is_empty() || chars.peek() == Some(&'\'') {
+            // Not a lifetime: a character constant's quote.
+            out.push('\'');
+            out.push_str(&name);
+            continue;
+        }
+        // A lifetime: dropped with the separator after it, else the one before it.
+        match chars.peek() {
+            Some(',' | '+') => {
+                chars.next();
+                while chars.next_if_eq(&' ').is_some() {}
+            }
+            Some(' ') => while chars.next_if_eq(&' ').is_some() {},
+            _ => {
+                let kept = out.trim_end_matches(' ').len();
+                out.truncate(kept);
+                if out.ends_with([',', '+']) {
+                    out.pop();
+                    let kept = out.trim_end_matches(' ').len();
+                    out.truncate(kept);
+                }
+            }
+        }
+        if out.ends_with('<') && chars.peek() == Some(&'>') {
+            out.pop();
+            chars.next();
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn named(name: &'static str) -> BodyType {
+        BodyType {
+            name,
+            id: TypeId::of::<()>(),
+        }
+    }
+
+    #[test]
+    fn the_owner_is_what_the_function_belongs_to() {
+        let cases = [
+            (
+                "<app::Stripe as app::Billing>::charge::{{closure}}",
+                "<app::Stripe as app::Billing>",
+            ),
+            (
+                "<app::Sms as app::Sender>::send<'_, '_>::{{closure}}::{{closure}}",
+                "<app::Sms as app::Sender>",
+            ),
+            (
+                "<app::Stripe as app::Provider>::charge<&str>::{{closure}}",
+                "<app::Stripe as app::Provider>",
+            ),
+            (
+                "app::Account<app::Eur>::refund::{{closure}}::{{closure}}",
+                "app::Account<app::Eur>",
+            ),
+            ("app::Invoice::create::{{closure}}", "app::Invoice"),
+            (
+                "app::<impl app::a::Client>::send::{{closure}}",
+                "app::<impl app::a::Client>",
+            ),
+            (
+                "app::Ptr<core::option::Option<fn(u64) -> app::Charge>>::call::{{closure}}",
+                "app::Ptr<core::option::Option<fn(u64) -> app::Charge>>",
+            ),
+            ("app::notify::notify_user::{{closure}}", "app::notify"),
+            ("app::generic<u32>::{{closure}}", "app"),
+        ];
+        for (name, owner) in cases {
+            assert_eq!(named(name).owner(), owner, "{name}");
+        }
+        // Function pointers with other return types are other owners.
+        assert_ne!(
+            named("app::Ptr<fn(u64) -> app::Charge>::call::{{closure}}").owner(),
+            named("app::Ptr<fn(u64) -> app::Refund>::call::{{closure}}").owner(),
+        );
+    }
+
+    #[test]
+    fn closures_are_told_apart_by_their_id() {
+        struct Tool<F>(F);
+        impl<F: Fn(u64) -> u64> Tool<F> {
+            async fn body(&self) -> u64 {
+                (self.0)(1)
+            }
+        }
+        fn body_of<F>(_: &F) -> BodyType {
+            BodyType::of::<F>()
+        }
+        let (a, b) = (Tool(|x| x + 1), Tool(|x| x + 2));
+        let (a, b) = (body_of(&a.body()), body_of(&b.body()));
+        assert_eq!(a.name, b.name, "two closures of one function print alike");
+        assert!(a.same_tool(a));
+        assert!(!a.same_tool(b));
+        assert_ne!(a.owner(), b.owner());
+        // Not closures: the same name is the same tool, whatever the function's own arguments.
+        let (g1, g2) = (
+            named("<app::S as app::T>::f<u8>::{{closure}}"),
+            BodyType {
+                name: "<app::S as app::T>::f<u16>::{{closure}}",
+                id: TypeId::of::<u8>(),
+            },
+        );
+        assert!(g1.same_tool(g2));
+        let other_self = BodyType {
+            name: "<app::R as app::T>::f<u8>::{{closure}}",
+            id: TypeId::of::<u8>(),
+        };
+        assert!(!g1.same_tool(other_self));
+    }
+
+    #[test]
+    fn lifetimes_are_left_out() {
+        let cases = [
+            ("f<'_>::g", "f::g"),
+            ("a::X<'_, T>::f", "a::X<T>::f"),
+            ("a::X<T, '_>::f", "a::X<T>::f"),
+            ("a::X<T, 'static, U>", "a::X<T, U>"),
+            ("a::X<&'static str>", "a::X<&str>"),
+            ("a::X<dyn a::T + '_>", "a::X<dyn a::T>"),
+            ("a::X<'a'>", "a::X<'a'>"),
+            ("a::X<'\\''>", "a::X<'\\''>"),
+        ];
+        for (name, without) in cases {
+            assert_eq!(without_lifetimes(name), without, "{name}");
+        }
+    }
+}
