@@ -233,3 +233,73 @@ async fn a_transactional_tool_of_a_generic_block_is_refused_for_a_second_type() 
     );
     assert_eq!((cents(&store, 1).await, cents(&store, 2).await), (10005, 0));
 }
+
+/// A helper that is itself a tool: a row written on whatever connection the caller gives.
+#[idempotent(skip(db))]
+async fn log_transfer(db: &mut PgConnection, cents: i64) -> Result<i64, AppError> {
+    Ok(
+        sqlx::query_scalar("INSERT INTO transfers (cents) VALUES ($1) RETURNING id")
+            .bind(cents)
+            .fetch_one(&mut *db)
+            .await?,
+    )
+}
+
+/// A detached tool (owned arguments) that writes nothing of the transaction's.
+#[idempotent]
+async fn notify(cents: i64) -> Result<i64, AppError> {
+    Ok(cents)
+}
+
+/// Calls a tool inside its transaction: on the transaction's connection, or a detached one.
+#[idempotent]
+async fn pay_and_log(
+    #[transaction] tx: &mut PgConnection,
+    cents: i64,
+    detached: bool,
+) -> Result<i64, AppError> {
+    sqlx::query("UPDATE accounts SET cents = cents - $1 WHERE id = 1")
+        .bind(cents)
+        .execute(&mut *tx)
+        .await?;
+    if detached {
+        notify(cents).await
+    } else {
+        log_transfer(&mut *tx, cents).await
+    }
+}
+
+/// A tool called inside a transactional tool's body would record its result outside the
+/// transaction: kept when the transaction rolls back, so a retry would replay it without its
+/// work (a receipt for a row that was never committed). It is refused, and nothing commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_called_inside_a_transactional_body_is_refused() {
+    let Some(store) = setup("nested").await else {
+        return;
+    };
+    let turn = Turn::new("turn-nested").with_store(Arc::new(store.clone()) as Arc<dyn Store>);
+    for detached in [false, true] {
+        let answer = turn.clone().scope(pay_and_log(300, detached)).await;
+        match answer {
+            Err(AppError::Idem(idem_tools::Error::Config(message))) => assert!(
+                message.contains("inside the body of transactional tool `pay_and_log`"),
+                "{message}"
+            ),
+            other => panic!("detached {detached}: {other:?}"),
+        }
+    }
+    assert_eq!(cents(&store, 1).await, 10000, "rolled back");
+    let logged: i64 = sqlx::query_scalar("SELECT count(*) FROM transfers")
+        .fetch_one(store.pool())
+        .await
+        .expect("count");
+    assert_eq!(logged, 0);
+    assert!(
+        store.list(None, 10).await.expect("list").is_empty(),
+        "no record"
+    );
+    // Called on its own, the helper is a tool like any other.
+    let mut conn = store.pool().acquire().await.expect("a connection");
+    let id = turn.scope(log_transfer(&mut conn, 5)).await.expect("runs");
+    assert!(id > 0);
+}

@@ -214,6 +214,18 @@ fn asking<'a, A: Asker>(
             };
             return answered(refuse(&mut guard, Outcome::Reentrant, error));
         }
+        if let Some(outer) = held::transaction() {
+            // Its record would outlive the transaction's rollback.
+            let error = Error::Config(format!(
+                "tool `{}` was called inside the body of transactional tool `{outer}`: its \
+                 record would be kept even if `{outer}`'s transaction rolled back, and a retry \
+                 would replay it without doing its work again, so the call was refused. Inside \
+                 a transactional tool, call the code itself (a plain function, not an \
+                 `#[idempotent]` tool), or call the tool outside `{outer}`",
+                call.tool.name
+            ));
+            return answered(refuse(&mut guard, Outcome::ConfigError, error));
+        }
         let checked = call.turn.check_sizes();
         let duration = match checked.and_then(|()| keeper::duration(call.tool, call.lease)) {
             Ok(duration) => duration,

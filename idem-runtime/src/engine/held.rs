@@ -14,6 +14,8 @@ pub(crate) struct Held {
     key: Key,
     /// The scope of conversations where the tool was called (`conversation::scope`).
     within: Option<Key>,
+    /// The tool's name, if it is transactional: its body runs inside its transaction.
+    transaction: Option<&'static str>,
     outer: Option<Arc<Held>>,
 }
 
@@ -68,8 +70,34 @@ pub(crate) fn with(key: Key, within: Option<Key>) -> Held {
     Held {
         key,
         within,
+        transaction: None,
         outer: HELD.try_with(|held| Arc::new(held.clone())).ok(),
     }
+}
+
+/// [`with`], for the body of the transactional tool `tool`, which runs inside its transaction.
+pub(crate) fn in_transaction_of(key: Key, within: Option<Key>, tool: &'static str) -> Held {
+    Held {
+        transaction: Some(tool),
+        ..with(key, within)
+    }
+}
+
+/// The transactional tool whose body this task runs in (directly, or through the tools it
+/// called), if any.
+pub(crate) fn transaction() -> Option<&'static str> {
+    HELD.try_with(|held| {
+        let mut next = Some(held);
+        while let Some(held) = next {
+            if held.transaction.is_some() {
+                return held.transaction;
+            }
+            next = held.outer.as_deref();
+        }
+        None
+    })
+    .ok()
+    .flatten()
 }
 
 /// The key of the tool running in this task and the scope of conversations it was called in.

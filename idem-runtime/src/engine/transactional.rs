@@ -12,7 +12,8 @@
 //! 3. **`BEGIN` and claim** in one round trip: the key's row is locked inside the new
 //!    transaction, so a concurrent duplicate waits for this transaction (for at most its
 //!    turn's in-flight wait, then [`Error::InFlight`]);
-//! 4. the body runs with the transaction's connection;
+//! 4. the body runs with the transaction's connection (a tool it calls is refused: that tool's
+//!    record would be kept outside the transaction, and outlive its rollback);
 //! 5. **record and `COMMIT`** in one round trip.
 //!
 //! Anything before the commit — an `Err`, a panic, the caller dropping the call or timing out,
@@ -167,7 +168,8 @@ where
     // tool's lease: a statement the server never answers must not hold the call forever.
     let ttl = ttl_of(granted.guard.report());
     let result = {
-        let (held, turn) = (held::with(call.key, granted.within), call.turn.clone());
+        let held = held::in_transaction_of(call.key, granted.within, call.tool.name);
+        let turn = call.turn.clone();
         let mut body = pin!(body(&mut *tx));
         let body = poll_fn(|cx| {
             held::sync_scope(held.clone(), || {
