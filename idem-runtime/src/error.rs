@@ -294,8 +294,9 @@ pub enum Error {
         if *marked {
             "; what it wrote may have committed, so its key is kept as interrupted"
         } else {
-            "; its claim was rolled back, so a retry runs the tool again (and repeats anything \
-             it wrote after ending the transaction, which was not rolled back)"
+            "; its claim was rolled back, so a retry runs the tool again (and repeats any \
+             statement it ran outside a transaction after ending idem's, which committed on \
+             its own)"
         }
     )]
     TransactionEnded {

@@ -22,6 +22,10 @@ use sqlx::PgConnection;
 enum Ends {
     /// `ROLLBACK`, then returns `Ok`.
     RollbackThenOk,
+    /// `ROLLBACK` and `BEGIN`, inserts again in that transaction of its own, returns `Ok`.
+    RollbackThenWrite,
+    /// `COMMIT` and `BEGIN`, inserts again in that transaction of its own, returns `Ok`.
+    CommitThenWrite,
     /// `COMMIT`, then returns `Err`.
     CommitThenErr,
     /// `COMMIT`, then returns `Ok`.
@@ -55,6 +59,8 @@ async fn misuse(
             let id = insert(conn, &table, memo).await?;
             let end = match ends {
                 Ends::RollbackThenOk => "ROLLBACK".to_owned(),
+                Ends::RollbackThenWrite => "ROLLBACK; BEGIN".to_owned(),
+                Ends::CommitThenWrite => "COMMIT; BEGIN".to_owned(),
                 Ends::CommitThenErr
                 | Ends::CommitThenOk
                 | Ends::CommitThenOverrun
@@ -63,6 +69,10 @@ async fn misuse(
             };
             sqlx::raw_sql(&end).execute(&mut *conn).await?;
             match ends {
+                Ends::RollbackThenWrite | Ends::CommitThenWrite => {
+                    insert(conn, &table, memo).await?;
+                    Ok(id)
+                }
                 Ends::CommitThenErr => Err(Failure::Tool("declined after its commit")),
                 Ends::CommitThenOverrun => {
                     tokio::time::sleep(SHORT_LEASE * 2).await;
@@ -114,6 +124,27 @@ async fn a_body_that_rolls_back_then_returns_ok_records_nothing() {
     tokio::time::sleep(Duration::from_millis(10)).await;
     transfer(&store, &turn, "r").await.expect("the retry runs");
     assert_eq!(rows(&store, "r").await, 1);
+    cleanup(&store).await;
+}
+
+/// What a body writes in a transaction it began itself after ending idem's is not committed by
+/// idem's `COMMIT` (it was, with the key left free: a retry wrote the row a second time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_body_writes_after_ending_the_transaction_is_not_committed_by_idem() {
+    let Some(store) = setup("tx_end_then_write").await else {
+        return;
+    };
+    let turn = Turn::new("turn-then-write");
+    let result = misuse(&store, &turn, "rw", Ends::RollbackThenWrite).await;
+    assert!(ended(&result, false), "{result:?}");
+    assert_eq!(rows(&store, "rw").await, 0, "both inserts rolled back");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    transfer(&store, &turn, "rw").await.expect("the retry runs");
+    assert_eq!(rows(&store, "rw").await, 1, "one row in the end");
+    let result = misuse(&store, &turn, "cw", Ends::CommitThenWrite).await;
+    assert!(ended(&result, true), "{result:?}");
+    // The insert before the body's `COMMIT` stands; the one after it does not.
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "cw").await;
     cleanup(&store).await;
 }
 

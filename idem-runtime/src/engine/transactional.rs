@@ -235,13 +235,14 @@ where
         }
     };
     let sql = store.record_and_commit(&lease, &bytes, ttl);
-    match in_span(span.clone(), raw(&mut tx, &sql, reply)).await {
-        Ok(rows) if tx::ended_by_the_tool(rows) => {
-            drop(leader);
-            close(tx);
-            let marked = in_span(span, committed(&store, &call, &lease)).await;
-            codec.answered(ended_by_the_tool(guard, &call, marked), None)
-        }
+    let recorded = in_span(span.clone(), raw(&mut tx, &sql, reply)).await;
+    if tx::ended_by_the_tool(&recorded) {
+        drop(leader);
+        close(tx); // and with it what the body wrote after ending the transaction
+        let marked = in_span(span, committed(&store, &call, &lease)).await;
+        return codec.answered(ended_by_the_tool(guard, &call, marked), None);
+    }
+    match recorded {
         Ok(_) => {
             let shared = FirstResult {
                 fingerprint: call.fingerprint,

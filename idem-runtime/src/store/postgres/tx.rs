@@ -80,12 +80,14 @@ impl PostgresStore {
     /// The record of `result` under `lease`, `COMMIT`, and a new (empty) transaction for the
     /// connection's `Transaction` to roll back when it is dropped. The record is made only
     /// inside the transaction its claim opened ([`CLAIM_SETTING`], which a `COMMIT` or
-    /// `ROLLBACK` of the tool's ends): it is the one row the statement returns, so the rows the
-    /// round trip reports say whether it was made ([`ended_by_the_tool`]).
+    /// `ROLLBACK` of the tool's ends): outside it, reading the setting as a number fails with
+    /// [`ENDED`], so that neither the record nor the `COMMIT` runs — not even of a transaction
+    /// the tool began itself afterwards ([`ended_by_the_tool`]).
     pub(crate) fn record_and_commit(&self, lease: &Lease, result: &[u8], ttl: Duration) -> String {
         format!(
             "SELECT {prefix}idem_record({ns}, {key}, {token}, {result}, {ttl}) \
-             WHERE current_setting('{CLAIM_SETTING}', true) = '{token}'; COMMIT; BEGIN",
+             WHERE coalesce(nullif(current_setting('{CLAIM_SETTING}', true), ''), '{ENDED}')\
+             ::bigint = {token}; COMMIT; BEGIN",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
@@ -137,10 +139,19 @@ pub(crate) struct TxClaim<'a> {
 /// the setting with it.
 pub(crate) const CLAIM_SETTING: &str = "idem.claim";
 
-/// Whether a record-and-commit whose round trip reported `rows` rows made no record because
-/// the transaction its claim opened was ended by the tool's body.
-pub(crate) fn ended_by_the_tool(rows: u64) -> bool {
-    rows == 0
+/// What [`PostgresStore::record_and_commit`] reads as a number when the transaction its claim
+/// opened is over: the server's error quotes it.
+const ENDED: &str = "idem: the transaction of the claim was ended by the tool";
+
+/// Whether a record-and-commit that answered `recorded` (the rows its statements returned or
+/// changed) made no record, and committed nothing, because the transaction its claim opened
+/// was ended by the tool's body.
+pub(crate) fn ended_by_the_tool(recorded: &Result<u64, sqlx::Error>) -> bool {
+    match recorded {
+        Ok(rows) => *rows == 0,
+        Err(sqlx::Error::Database(error)) => error.message().contains(ENDED),
+        Err(_) => false,
+    }
 }
 
 /// Asks whether the transaction the claim made with `token` opened is still open on `conn`
