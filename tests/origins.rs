@@ -114,30 +114,6 @@ impl Ticket {
     }
 }
 
-/// A tool made from a closure or a function pointer: what it does, its type says.
-#[derive(Clone)]
-struct FnTool<F> {
-    account: String,
-    run: F,
-}
-
-#[tool_impl(self_key = self.account)]
-impl<F: Fn(u64) -> String + Clone + Send + Sync + 'static> FnTool<F> {
-    #[idempotent(attached)]
-    async fn act(&self, cents: u64) -> Result<String, Error> {
-        RUNS.fetch_add(1, Ordering::SeqCst);
-        Ok((self.run)(cents))
-    }
-}
-
-fn charge(cents: u64) -> String {
-    format!("charged {cents}")
-}
-
-fn refund(cents: u64) -> String {
-    format!("refunded {cents}")
-}
-
 /// Generic over a function pointer's return type (`fn(u64) -> Charged`, `fn(u64) -> Refunded`).
 #[derive(Clone)]
 struct PtrTool<F> {
@@ -179,17 +155,6 @@ async fn child_calls_one_tool() {
     let (Ok(db), Ok(tool)) = (std::env::var(DB), std::env::var(TOOL)) else {
         return;
     };
-    // Two tools made side by side from closures, as a registry of tools is.
-    let (closure_charge, closure_refund) = (
-        FnTool {
-            account: "acme".to_owned(),
-            run: |cents| charge(cents),
-        },
-        FnTool {
-            account: "acme".to_owned(),
-            run: |cents| refund(cents),
-        },
-    );
     let ptr_charge = PtrTool::<fn(u64) -> Charged> {
         account: "acme".to_owned(),
         run: Charged,
@@ -213,8 +178,6 @@ async fn child_calls_one_tool() {
                 "stripe" => Stripe::charge(500).await,
                 "invoice" => Invoice::create(7).await,
                 "ticket" => Ticket::create(7).await,
-                "closure-charge" => closure_charge.act(500).await,
-                "closure-refund" => closure_refund.act(500).await,
                 "ptr-charge" => ptr_charge.act(500).await,
                 "ptr-refund" => ptr_refund.act(500).await,
                 _ => Paypal::charge(500).await,
@@ -292,17 +255,6 @@ fn refused_after(label: &str, first: &str, answer: &str, second: &str) {
 #[test]
 fn associated_functions_of_two_types_of_one_module_do_not_replay_each_other() {
     refused_after("associated", "invoice", "invoice for customer 7", "ticket");
-}
-
-#[test]
-fn tools_made_from_two_closures_do_not_replay_each_other() {
-    // The same closure's tool, in another process of the same build, replays.
-    refused_after(
-        "closures",
-        "closure-charge",
-        "charged 500",
-        "closure-refund",
-    );
 }
 
 #[test]

@@ -263,7 +263,7 @@ pub enum Error {
     /// nothing of the type in the key: they would share keys, so the second type is refused.
     #[error(
         "tool `{name}` is one function compiled for several types, and its key does not say \
-         which: `{now}` would share idempotency keys with `{first}` (which called first{}) and \
+         which: `{now}` would share idempotency keys with `{first}` (which called first) and \
          replay its results, so this call was refused. Give each type its own tool: implement \
          the method in each `impl` (with its own `name`) rather than as a trait's default, or, \
          for a method with `self`, put the type in its `self_key`: on a trait's default method \
@@ -271,8 +271,7 @@ pub enum Error {
          `#[idem_tools::tool_impl(self_key = (C::CODE, &self.account))]` (a `self_key` names \
          the type when it mentions `Self` or a parameter of the `#[tool_impl]` block; the \
          receiver's identity alone is the same for both types); for a function without \
-         `self`, take that identity as an argument or write it in each concrete `impl`",
-        if first == now { "; two closures, which Rust names alike" } else { "" }
+         `self`, take that identity as an argument or write it in each concrete `impl`"
     )]
     SharedAcrossTypes {
         /// The tool's name.

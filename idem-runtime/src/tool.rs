@@ -186,6 +186,13 @@ static REGISTRY: Mutex<BTreeMap<(&'static str, u32), usize>> = Mutex::new(BTreeM
 /// The BLAKE3 context of a tool's mark ([`ToolSlot::own`]).
 const ORIGIN_CONTEXT: &str = "idem 2026-12-06 tool origin v2";
 
+/// The instantiation of a tool that called first, and whether it is named after a closure.
+#[derive(Debug, Clone, Copy)]
+struct Instance {
+    body: BodyType,
+    closure: bool,
+}
+
 const UNREGISTERED: u8 = 0;
 const REGISTERED: u8 = 1;
 const DUPLICATE: u8 = 2;
@@ -218,7 +225,7 @@ pub struct ToolSlot {
     state: AtomicU8,
     /// The instantiation that called first, for a tool whose code may be compiled for several
     /// types ([`ToolSlot::same_instance`]).
-    instance: OnceLock<BodyType>,
+    instance: OnceLock<Instance>,
     /// What marks this tool's fingerprints ([`ToolSlot::own`]).
     mark: OnceLock<[u8; 8]>,
 }
@@ -250,7 +257,7 @@ impl ToolSlot {
             let instance = self
                 .instance
                 .get()
-                .map_or_else(String::new, |body| body.owner());
+                .map_or_else(String::new, |first| first.body.owner());
             let mut material = Vec::with_capacity(self.origin.len() + instance.len() + 16);
             for part in [self.origin, &instance] {
                 material.extend_from_slice(&(part.len() as u64).to_le_bytes());
@@ -271,18 +278,35 @@ impl ToolSlot {
     /// item — a trait's default method for each implementing type, a method of a generic `impl`
     /// block for each of its parameters (closures among them) — and the name, and so the key,
     /// is the same for all of them: calls on two types would replay each other's results. The
-    /// first type keeps the tool; the others are refused.
+    /// first type keeps the tool; the others are refused. A tool that belongs to a closure's
+    /// type is refused altogether: two closures made in one function are named alike.
     ///
     /// # Errors
-    /// [`Error::SharedAcrossTypes`] for an instantiation other than the first.
+    /// [`Error::SharedAcrossTypes`] for an instantiation other than the first;
+    /// [`Error::Config`] for one named after a closure.
     pub fn same_instance(&'static self, tool: &ToolInfo, body: BodyType) -> Result<(), Error> {
-        let first = *self.instance.get_or_init(|| body);
-        if first.same_tool(body) {
+        let first = *self.instance.get_or_init(|| Instance {
+            body,
+            closure: body.names_a_closure(),
+        });
+        if first.closure {
+            return Err(Error::Config(format!(
+                "tool `{}` runs for a closure's type (`{}`), and two closures made in one \
+                 function are named alike, so idem cannot tell this tool from one made with \
+                 another closure: the call was refused. Put what tells such tools apart in \
+                 the `self_key`, and mention the block's type parameter (or `Self`) to say \
+                 that it names the type: `#[idem_tools::tool_impl(self_key = (&self.name, \
+                 std::marker::PhantomData::<F>))]`",
+                tool.name,
+                first.body.owner()
+            )));
+        }
+        if first.body.same_tool(body) {
             return Ok(());
         }
         Err(Error::SharedAcrossTypes {
             name: tool.name,
-            first: first.name(),
+            first: first.body.name(),
             now: body.name(),
         })
     }

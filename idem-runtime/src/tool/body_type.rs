@@ -2,15 +2,12 @@
 //! instantiations of one generic item apart, in this process ([`BodyType::same_tool`]) and in
 //! the mark of its fingerprints ([`BodyType::owner`], docs/key-spec.md §5).
 
-use std::any::TypeId;
-
 /// The type of a tool's body — a closure or `async` block of the tool's function, so its name
 /// says what the function belongs to and what it was compiled for
-/// (`<app::Stripe as app::Billing>::charge::{{closure}}`) — with its id.
+/// (`<app::Stripe as app::Billing>::charge::{{closure}}`).
 #[derive(Debug, Clone, Copy)]
 pub struct BodyType {
     name: &'static str,
-    id: TypeId,
 }
 
 impl BodyType {
@@ -18,7 +15,6 @@ impl BodyType {
     pub fn of<F: ?Sized>() -> Self {
         BodyType {
             name: std::any::type_name::<F>(),
-            id: typeid::of::<F>(),
         }
     }
 
@@ -27,17 +23,33 @@ impl BodyType {
         self.name
     }
 
-    /// Whether a body of type `other` is the same tool as this one: the same type, or one that
-    /// differs only in the function's own generic arguments (instantiations of a generic
-    /// function are one tool, told apart by their arguments) — unless what the function belongs
-    /// to is named after a closure: two closures made in one function print alike, so only
-    /// the same type is the same tool there.
+    /// Whether a body of type `other` is the same tool as this one: the same type name, or
+    /// one that differs only in the function's own generic arguments (instantiations of a
+    /// generic function are one tool, told apart by their arguments).
     pub(crate) fn same_tool(self, other: BodyType) -> bool {
-        if self.id == other.id {
-            return true;
-        }
+        std::ptr::eq(self.name, other.name)
+            || self.name == other.name
+            || self.owner() == other.owner()
+    }
+
+    /// Whether what the function belongs to is named after a closure's type, which does not
+    /// tell it from the other closures made in the same function (they print alike):
+    /// `app::FnTool<app::main::{{closure}}>`, `<app::main::{{closure}} as app::Hook>` — not a
+    /// tool defined inside a closure or `async` block (`app::main::{{closure}}::send`).
+    pub(crate) fn names_a_closure(self) -> bool {
         let owner = self.owner();
-        !names_a_closure(&owner) && owner == other.owner()
+        let bytes = owner.as_bytes();
+        let (mut depth, mut previous) = (0_usize, 0_u8);
+        for (at, &byte) in bytes.iter().enumerate() {
+            match byte {
+                b'<' => depth += 1,
+                b'>' if previous != b'-' => depth = depth.saturating_sub(1),
+                b'{' if depth > 0 && owner[at..].starts_with("{{closure}}") => return true,
+                _ => {}
+            }
+            previous = byte;
+        }
+        false
     }
 
     /// What the tool's function belongs to, by name: the body's type name without its
@@ -45,25 +57,15 @@ impl BodyType {
     /// own segment (its name and generic arguments): `<app::Stripe as app::Billing>` for
     /// `<app::Stripe as app::Billing>::charge<'_, '_>::{{closure}}::{{closure}}`,
     /// `app::Account<app::Eur>` for `app::Account<app::Eur>::refund::{{closure}}`, `app::Invoice`
-    /// for `app::Invoice::create::{{closure}}`, the module for a free function. A name that
-    /// holds a closure's type is followed by the type's id (stable within one build only).
+    /// for `app::Invoice::create::{{closure}}`, the module for a free function.
     pub(crate) fn owner(self) -> String {
         let name = without_lifetimes(self.name);
         let mut rest = name.as_str();
         while let Some(inner) = rest.strip_suffix("::{{closure}}") {
             rest = inner;
         }
-        let mut owner = rest[..last_segment(rest)].to_owned();
-        if names_a_closure(&owner) {
-            owner.push_str(&format!(" {:?}", self.id));
-        }
-        owner
+        rest[..last_segment(rest)].to_owned()
     }
-}
-
-/// Whether a type name holds a closure's type (which prints as the function that made it).
-fn names_a_closure(name: &str) -> bool {
-    name.contains("{{closure}}")
 }
 
 /// Where the last `::` outside `<…>` starts in `name` (0 if there is none); the `>` of a
@@ -138,10 +140,7 @@ mod tests {
     use super::*;
 
     fn named(name: &'static str) -> BodyType {
-        BodyType {
-            name,
-            id: TypeId::of::<()>(),
-        }
+        BodyType { name }
     }
 
     #[test]
@@ -186,7 +185,7 @@ mod tests {
     }
 
     #[test]
-    fn closures_are_told_apart_by_their_id() {
+    fn closures_are_named_as_such() {
         struct Tool<F>(F);
         impl<F: Fn(u64) -> u64> Tool<F> {
             async fn body(&self) -> u64 {
@@ -199,23 +198,20 @@ mod tests {
         let (a, b) = (Tool(|x| x + 1), Tool(|x| x + 2));
         let (a, b) = (body_of(&a.body()), body_of(&b.body()));
         assert_eq!(a.name, b.name, "two closures of one function print alike");
-        assert!(a.same_tool(a));
-        assert!(!a.same_tool(b));
-        assert_ne!(a.owner(), b.owner());
-        // Not closures: the same name is the same tool, whatever the function's own arguments.
+        assert!(a.names_a_closure());
+        assert!(!named("app::Tool<app::Charge>::call::{{closure}}").names_a_closure());
+        assert!(
+            named("<app::main::{{closure}} as app::Hook>::fire::{{closure}}").names_a_closure()
+        );
+        // A tool defined inside a closure or an `async` block is no closure's.
+        assert!(!named("app::main::{{closure}}::send::{{closure}}").names_a_closure());
+        // The same name, whatever the function's own arguments, is the same tool.
         let (g1, g2) = (
             named("<app::S as app::T>::f<u8>::{{closure}}"),
-            BodyType {
-                name: "<app::S as app::T>::f<u16>::{{closure}}",
-                id: TypeId::of::<u8>(),
-            },
+            named("<app::S as app::T>::f<u16>::{{closure}}"),
         );
         assert!(g1.same_tool(g2));
-        let other_self = BodyType {
-            name: "<app::R as app::T>::f<u8>::{{closure}}",
-            id: TypeId::of::<u8>(),
-        };
-        assert!(!g1.same_tool(other_self));
+        assert!(!g1.same_tool(named("<app::R as app::T>::f<u8>::{{closure}}")));
     }
 
     #[test]
