@@ -303,3 +303,54 @@ async fn a_tool_called_inside_a_transactional_body_is_refused() {
     let id = turn.scope(log_transfer(&mut conn, 5)).await.expect("runs");
     assert!(id > 0);
 }
+
+/// What [`pay_then_notify`]'s body spawned.
+static SPAWNED: std::sync::Mutex<Vec<tokio::task::JoinHandle<Result<i64, AppError>>>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// Spawns a task (`idem_tools::spawn`, which carries the turn and the held keys) that calls a
+/// tool once the transaction is over, and one that calls it at once, while it is open.
+#[idempotent]
+async fn pay_then_notify(
+    #[transaction] tx: &mut PgConnection,
+    cents: i64,
+) -> Result<i64, AppError> {
+    sqlx::query("UPDATE accounts SET cents = cents - $1 WHERE id = 1")
+        .bind(cents)
+        .execute(&mut *tx)
+        .await?;
+    let (now, later) = tokio::sync::oneshot::channel::<()>();
+    let during = idem_tools::spawn(async move {
+        let answer = notify(cents).await;
+        let _ = now.send(());
+        answer
+    });
+    let after = idem_tools::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        notify(cents + 1).await
+    });
+    let _ = later.await;
+    SPAWNED
+        .lock()
+        .expect("not poisoned")
+        .extend([during, after]);
+    Ok(cents)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_the_body_spawned_may_call_tools_once_the_transaction_is_over() {
+    let Some(store) = setup("spawned").await else {
+        return;
+    };
+    let turn = Turn::new("turn-spawned").with_store(Arc::new(store.clone()) as Arc<dyn Store>);
+    let paid = turn.clone().scope(pay_then_notify(40)).await;
+    assert_eq!(paid.expect("committed"), 40);
+    let [during, after] = <[_; 2]>::try_from(std::mem::take(&mut *SPAWNED.lock().unwrap()))
+        .unwrap_or_else(|_| panic!("two tasks"));
+    let during = during.await.expect("no panic");
+    assert!(
+        matches!(&during, Err(AppError::Idem(idem_tools::Error::Config(m))) if m.contains("pay_then_notify")),
+        "while the transaction is open: {during:?}"
+    );
+    assert_eq!(after.await.expect("no panic").expect("runs"), 41);
+}

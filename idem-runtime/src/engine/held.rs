@@ -1,6 +1,7 @@
 //! The keys a task holds: what `current_key` reports and what re-entrancy is checked against.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::key::Key;
 
@@ -14,8 +15,9 @@ pub(crate) struct Held {
     key: Key,
     /// The scope of conversations where the tool was called (`conversation::scope`).
     within: Option<Key>,
-    /// The tool's name, if it is transactional: its body runs inside its transaction.
-    transaction: Option<&'static str>,
+    /// If the tool is transactional, its body runs inside its transaction: the tool's name,
+    /// and whether that transaction is still open (a task the body spawned outlives it).
+    transaction: Option<(&'static str, Arc<AtomicBool>)>,
     outer: Option<Arc<Held>>,
 }
 
@@ -75,22 +77,30 @@ pub(crate) fn with(key: Key, within: Option<Key>) -> Held {
     }
 }
 
-/// [`with`], for the body of the transactional tool `tool`, which runs inside its transaction.
-pub(crate) fn in_transaction_of(key: Key, within: Option<Key>, tool: &'static str) -> Held {
+/// [`with`], for the body of the transactional tool `tool`, which runs inside its transaction
+/// while `open` says so.
+pub(crate) fn in_transaction_of(
+    key: Key,
+    within: Option<Key>,
+    tool: &'static str,
+    open: Arc<AtomicBool>,
+) -> Held {
     Held {
-        transaction: Some(tool),
+        transaction: Some((tool, open)),
         ..with(key, within)
     }
 }
 
-/// The transactional tool whose body this task runs in (directly, or through the tools it
-/// called), if any.
+/// The transactional tool whose body this task runs in (directly, through the tools it called
+/// or a task it spawned), if its transaction is still open.
 pub(crate) fn transaction() -> Option<&'static str> {
     HELD.try_with(|held| {
         let mut next = Some(held);
         while let Some(held) = next {
-            if held.transaction.is_some() {
-                return held.transaction;
+            if let Some((tool, open)) = &held.transaction
+                && open.load(Ordering::Acquire)
+            {
+                return Some(*tool);
             }
             next = held.outer.as_deref();
         }

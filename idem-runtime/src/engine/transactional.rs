@@ -167,8 +167,10 @@ where
     // Step 4: the body, with the call's held keys and turn around each poll, for at most the
     // tool's lease: a statement the server never answers must not hold the call forever.
     let ttl = ttl_of(granted.guard.report());
+    let open = OpenUntilDropped(Arc::new(AtomicBool::new(true)));
     let result = {
-        let held = held::in_transaction_of(call.key, granted.within, call.tool.name);
+        let held =
+            held::in_transaction_of(call.key, granted.within, call.tool.name, open.0.clone());
         let turn = call.turn.clone();
         let mut body = pin!(body(&mut *tx));
         let body = poll_fn(|cx| {
@@ -262,6 +264,17 @@ where
             let error = commit_error(&call, failed);
             codec.answered(refuse(guard, Outcome::StoreError, error), None)
         }
+    }
+}
+
+/// Whether the call's transaction is still open, for the tools its body calls (refused while it
+/// is: `held::transaction`): over when dropped, at every return of [`execute`] and when its
+/// future is dropped.
+struct OpenUntilDropped(Arc<AtomicBool>);
+
+impl Drop for OpenUntilDropped {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

@@ -36,20 +36,15 @@ impl BodyType {
     /// tell it from the other closures made in the same function (they print alike):
     /// `app::FnTool<app::main::{{closure}}>`, `<app::main::{{closure}} as app::Hook>` — not a
     /// tool defined inside a closure or `async` block (`app::main::{{closure}}::send`).
+    /// (A type defined inside a closure, `Local<app::main::{{closure}}::S>`, is named by its
+    /// path, not as a closure.)
     pub(crate) fn names_a_closure(self) -> bool {
         let owner = self.owner();
-        let bytes = owner.as_bytes();
-        let (mut depth, mut previous) = (0_usize, 0_u8);
-        for (at, &byte) in bytes.iter().enumerate() {
-            match byte {
-                b'<' => depth += 1,
-                b'>' if previous != b'-' => depth = depth.saturating_sub(1),
-                b'{' if depth > 0 && owner[at..].starts_with("{{closure}}") => return true,
-                _ => {}
-            }
-            previous = byte;
-        }
-        false
+        let closure = "{{closure}}";
+        scan(&owner).into_iter().any(|(at, depth)| {
+            let rest = &owner[at..];
+            depth > 0 && rest.starts_with(closure) && !rest[closure.len()..].starts_with("::")
+        })
     }
 
     /// What the tool's function belongs to, by name: the body's type name without its
@@ -68,21 +63,43 @@ impl BodyType {
     }
 }
 
-/// Where the last `::` outside `<…>` starts in `name` (0 if there is none); the `>` of a
-/// function pointer's `->` closes nothing.
+/// Where the last `::` outside `<…>` starts in `name` (0 if there is none).
 fn last_segment(name: &str) -> usize {
-    let bytes = name.as_bytes();
-    let (mut depth, mut cut, mut previous) = (0_usize, 0, 0_u8);
-    for (at, &byte) in bytes.iter().enumerate() {
-        match byte {
-            b'<' => depth += 1,
-            b'>' if previous != b'-' => depth = depth.saturating_sub(1),
-            b':' if depth == 0 && previous != b':' && bytes.get(at + 1) == Some(&b':') => cut = at,
-            _ => {}
+    scan(name)
+        .into_iter()
+        .filter(|&(at, depth)| depth == 0 && name[at..].starts_with("::"))
+        .filter(|&(at, _)| at == 0 || !name[..at].ends_with(':'))
+        .map(|(at, _)| at)
+        .next_back()
+        .unwrap_or(0)
+}
+
+/// The positions of a type name without lifetimes, each with how many `<…>` it is inside,
+/// leaving out what character constants hold (`'<'`, `'\''`); the `>` of a function
+/// pointer's `->` closes nothing.
+fn scan(name: &str) -> Vec<(usize, usize)> {
+    let mut positions = Vec::with_capacity(name.len());
+    let mut chars = name.char_indices().peekable();
+    let (mut depth, mut previous) = (0_usize, ' ');
+    while let Some((at, c)) = chars.next() {
+        match c {
+            '\'' => {
+                // A character constant: its content and closing quote are skipped.
+                while let Some((_, inner)) = chars.next() {
+                    match inner {
+                        '\\' => drop(chars.next()),
+                        '\'' => break,
+                        _ => {}
+                    }
+                }
+            }
+            '<' => depth += 1,
+            '>' if previous != '-' => depth = depth.saturating_sub(1),
+            _ => positions.push((at, depth)),
         }
-        previous = byte;
+        previous = c;
     }
-    cut
+    positions
 }
 
 /// `type_name` without its lifetimes (`'_`, `'static`), their separators, and the `<>` left
@@ -177,6 +194,19 @@ mod tests {
         for (name, owner) in cases {
             assert_eq!(named(name).owner(), owner, "{name}");
         }
+        // A character constant holds no bracket.
+        assert_eq!(
+            named("app::Angle<'<', u8>::f::{{closure}}").owner(),
+            "app::Angle<'<', u8>"
+        );
+        assert_ne!(
+            named("app::Angle<'<', u8>::f::{{closure}}").owner(),
+            named("app::Angle<'<', u16>::f::{{closure}}").owner(),
+        );
+        assert_eq!(
+            named("app::Q<'\\'', T>::f::{{closure}}").owner(),
+            "app::Q<'\\'', T>"
+        );
         // Function pointers with other return types are other owners.
         assert_ne!(
             named("app::Ptr<fn(u64) -> app::Charge>::call::{{closure}}").owner(),
@@ -203,8 +233,10 @@ mod tests {
         assert!(
             named("<app::main::{{closure}} as app::Hook>::fire::{{closure}}").names_a_closure()
         );
-        // A tool defined inside a closure or an `async` block is no closure's.
+        // A tool defined inside a closure or an `async` block is no closure's, nor one generic
+        // over a type defined there.
         assert!(!named("app::main::{{closure}}::send::{{closure}}").names_a_closure());
+        assert!(!named("app::Local<app::f::{{closure}}::S>::send::{{closure}}").names_a_closure());
         // The same name, whatever the function's own arguments, is the same tool.
         let (g1, g2) = (
             named("<app::S as app::T>::f<u8>::{{closure}}"),
