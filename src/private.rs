@@ -191,13 +191,13 @@ impl Digest {
         }
     }
 
-    /// Takes `body`, the type of the tool's body, as the instantiation the tool was compiled
-    /// for, if that is checked. The runners, compiled for the body's type anyway, pass it
-    /// (`BodyType::of::<F>()`): a closure made in the tool's function for this alone cost rustc
+    /// Takes `body`, the type name of the tool's body, as the instantiation the tool was
+    /// compiled for, if that is checked. The runners, compiled for the body's type anyway, pass
+    /// it (`type_name::<F>()`): a closure made in the tool's function for this alone cost rustc
     /// more (its own type check, borrow check and code), and so would a method generic over it.
-    fn body_is(&mut self, body: BodyType) {
+    fn body_is(&mut self, body: &'static str) {
         if self.checks_instance {
-            self.instance = Some(body);
+            self.instance = Some(BodyType::named(body));
         }
     }
 
@@ -456,7 +456,7 @@ where
     F: AttachedBody<R> + 'b, // not `Send`? drop a MutexGuard or `Rc` before `.await`, or use tokio::sync::Mutex
 {
     let mut digest = digest;
-    digest.body_is(BodyType::of::<F>());
+    digest.body_is(::std::any::type_name::<F>());
     attached(digest, store, records, body)
 }
 
@@ -535,7 +535,7 @@ where
     F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
 {
     let mut digest = digest;
-    digest.body_is(BodyType::of::<F>());
+    digest.body_is(::std::any::type_name::<F>());
     detached(digest, store, records, body)
 }
 
@@ -561,7 +561,7 @@ pub type OwnedBody<R> = Pin<Box<dyn Future<Output = R> + Send + 'static>>;
 /// output), and [`DetachedBody`]'s message when the body is not `Send + 'static`; its type
 /// goes to `digest` (`Digest::body_is`).
 pub fn boxed<R, F: DetachedBody<R>>(digest: &mut Digest, body: F) -> OwnedBody<R> {
-    digest.body_is(BodyType::of::<F>());
+    digest.body_is(::std::any::type_name::<F>());
     Box::pin(body)
 }
 

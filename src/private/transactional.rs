@@ -79,7 +79,7 @@ where
     F: AsyncFnOnce(&mut PgConnection) -> R,
 {
     let mut digest = digest;
-    digest.body_is(super::BodyType::of::<F>());
+    digest.body_is(::std::any::type_name::<F>());
     match super::prepare(digest, store) {
         Ok(call) => {
             let body = async move |conn: &mut PgConnection| body(conn).await.into_result();
