@@ -79,6 +79,7 @@ pub(crate) fn with(key: Key, within: Option<Key>) -> Held {
 
 /// [`with`], for the body of the transactional tool `tool`, which runs inside its transaction
 /// while `open` says so.
+#[cfg(feature = "postgres")]
 pub(crate) fn in_transaction_of(
     key: Key,
     within: Option<Key>,
