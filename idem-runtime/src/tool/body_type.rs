@@ -6,6 +6,7 @@
 /// says what the function belongs to and what it was compiled for
 /// (`<app::Stripe as app::Billing>::charge::{{closure}}`).
 #[derive(Debug, Clone, Copy)]
+#[doc(hidden)]
 pub struct BodyType {
     name: &'static str,
 }
