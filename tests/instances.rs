@@ -461,7 +461,7 @@ impl<F: Fn(u64) -> String + Clone + Send + Sync + 'static> FnTool<F> {
 
 fn refused_as_a_closure(result: &Result<String, Error>) -> bool {
     matches!(result, Err(Error::Config(message)) if message.contains("closure's type")
-        && message.contains("PhantomData::<F>"))
+        && message.contains("PhantomData::<F>") && message.contains("PhantomData::<Self>"))
 }
 
 #[tokio::test]
@@ -589,4 +589,46 @@ async fn closure_tools_with_names_of_their_own_run_each() {
         .await;
     assert_eq!(ok(&charged), Some("charged 500"));
     assert_eq!(ok(&refunded), Some("refunded 500"));
+}
+
+// A trait's default method on types made from closures, with a `self_key` that tells them
+// apart and names `Self`.
+trait LabelledHook: Sync {
+    fn label(&self) -> &'static str;
+    fn run(&self, event: &str) -> String;
+
+    #[idempotent(
+        name = "fire_labelled_hook",
+        self_key = (self.label(), std::marker::PhantomData::<Self>),
+        attached
+    )]
+    async fn fire(&self, event: String) -> Result<String, Error> {
+        Ok(self.run(&event))
+    }
+}
+
+struct Labelled<F>(&'static str, F);
+
+impl<F: Fn(&str) -> String + Sync> LabelledHook for Labelled<F> {
+    fn label(&self) -> &'static str {
+        self.0
+    }
+
+    fn run(&self, event: &str) -> String {
+        (self.1)(event)
+    }
+}
+
+#[tokio::test]
+async fn a_default_method_on_closures_runs_each_with_a_self_key_naming_self() {
+    let page = Labelled("page", |e: &str| format!("paged about {e}"));
+    let email = Labelled("email", |e: &str| format!("emailed about {e}"));
+    let (paged, emailed) = turn("instances-labelled-hooks")
+        .scope(async {
+            let paged = page.fire("outage".to_owned()).await;
+            (paged, email.fire("outage".to_owned()).await)
+        })
+        .await;
+    assert_eq!(ok(&paged), Some("paged about outage"));
+    assert_eq!(ok(&emailed), Some("emailed about outage"));
 }

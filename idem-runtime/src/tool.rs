@@ -294,9 +294,11 @@ impl ToolSlot {
                 "tool `{}` runs for a closure's type (`{}`), and two closures made in one \
                  function are named alike, so idem cannot tell this tool from one made with \
                  another closure: the call was refused. Put what tells such tools apart in \
-                 the `self_key`, and mention the block's type parameter (or `Self`) to say \
-                 that it names the type: `#[idem_tools::tool_impl(self_key = (&self.name, \
-                 std::marker::PhantomData::<F>))]`",
+                 the `self_key`, with a mention of the type that varies: in a \
+                 `#[idem_tools::tool_impl]` block, its type parameter (`self_key = (&self.name, \
+                 std::marker::PhantomData::<F>)`, with your field and parameter); on a trait's \
+                 default method or outside `#[tool_impl]`, `Self` (`self_key = (&self.name, \
+                 std::marker::PhantomData::<Self>)`)",
                 tool.name,
                 first.body.owner()
             )));

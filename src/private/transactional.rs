@@ -18,7 +18,7 @@ use super::{Arc, Digest, Records, Store, ToolErr, ToolOk, ToolReturn};
 #[diagnostic::on_unimplemented(
     message = "a `#[transaction]` parameter needs idem-tools' `postgres` feature",
     label = "the tool runs in a PostgreSQL transaction",
-    note = "enable it: `idem-tools = {{ version = \"…\", features = [\"postgres\"] }}`"
+    note = "enable it: add `features = [\"postgres\"]` to the `idem-tools` line of Cargo.toml"
 )]
 pub trait PostgresFeature {}
 
