@@ -483,7 +483,9 @@ where
     note = "annotate the method with `#[idempotent]` or `#[read_only]`; a method with a `self` \
             receiver and no visibility (in a trait impl, or an rmcp-style server) gets its \
             descriptor from `#[idem_tools::tool_impl]` on its `impl` block: add it there, or give an \
-            inherent method a visibility such as `pub`"
+            inherent method a visibility such as `pub`; a trait's default method has none (only \
+            methods written in an `impl` block can be listed): write it in the `impl` block, \
+            calling a shared function"
 )]
 pub trait NoDescriptor<Method> {}
 

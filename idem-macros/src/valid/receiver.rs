@@ -23,8 +23,8 @@ pub(super) fn named(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Err
         format!(
             "an `#[idempotent]` method needs its type in its name, or two types' `{method}` \
              methods would share keys: add `#[idem_tools::tool_impl]` to the `impl` block (the \
-             name becomes `Type__{method}`), or give the tool a name: \
-             `#[idempotent(name = \"…\")]`"
+             name becomes `Type__{method}`), or give the tool a name (the one way for a \
+             trait's default method, which has no `impl` block): `#[idempotent(name = \"…\")]`"
         ),
     );
 }
