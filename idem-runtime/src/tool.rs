@@ -11,6 +11,7 @@ use crate::key::Fingerprint;
 
 mod body_type;
 pub use body_type::BodyType;
+use body_type::Instance;
 
 /// Whether a tool changes the world.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -186,13 +187,6 @@ static REGISTRY: Mutex<BTreeMap<(&'static str, u32), usize>> = Mutex::new(BTreeM
 /// The BLAKE3 context of a tool's mark ([`ToolSlot::own`]).
 const ORIGIN_CONTEXT: &str = "idem 2026-12-06 tool origin v2";
 
-/// The instantiation of a tool that called first, and whether it is named after a closure.
-#[derive(Debug, Clone, Copy)]
-struct Instance {
-    body: BodyType,
-    closure: bool,
-}
-
 const UNREGISTERED: u8 = 0;
 const REGISTERED: u8 = 1;
 const DUPLICATE: u8 = 2;
@@ -254,12 +248,9 @@ impl ToolSlot {
     /// and arguments alone (docs/key-spec.md, §5).
     pub fn own(&'static self, fingerprint: Fingerprint) -> Fingerprint {
         let mark = self.mark.get_or_init(|| {
-            let instance = self
-                .instance
-                .get()
-                .map_or_else(String::new, |first| first.body.owner());
+            let instance = self.instance.get().map_or("", Instance::owner);
             let mut material = Vec::with_capacity(self.origin.len() + instance.len() + 16);
-            for part in [self.origin, &instance] {
+            for part in [self.origin, instance] {
                 material.extend_from_slice(&(part.len() as u64).to_le_bytes());
                 material.extend_from_slice(part.as_bytes());
             }
@@ -274,7 +265,7 @@ impl ToolSlot {
     /// Checks that `body` (the type of the tool's body, a closure or `async` block of its
     /// function, which names the types it was compiled for:
     /// `<Stripe as Billing>::charge::{{closure}}`) is the same tool as the one that called first
-    /// ([`BodyType::same_tool`]). One `static` slot serves every instantiation of a generic
+    /// (`Instance::admits`). One `static` slot serves every instantiation of a generic
     /// item — a trait's default method for each implementing type, a method of a generic `impl`
     /// block for each of its parameters (closures among them) — and the name, and so the key,
     /// is the same for all of them: calls on two types would replay each other's results. The
@@ -285,11 +276,8 @@ impl ToolSlot {
     /// [`Error::SharedAcrossTypes`] for an instantiation other than the first;
     /// [`Error::Config`] for one named after a closure.
     pub fn same_instance(&'static self, tool: &ToolInfo, body: BodyType) -> Result<(), Error> {
-        let first = *self.instance.get_or_init(|| Instance {
-            body,
-            closure: body.names_a_closure(),
-        });
-        if first.closure {
+        let first = self.instance.get_or_init(|| Instance::of(body));
+        if first.names_a_closure() {
             return Err(Error::Config(format!(
                 "tool `{}` runs for a closure's type (`{}`), and two closures made in one \
                  function are named alike, so idem cannot tell this tool from one made with \
@@ -300,15 +288,15 @@ impl ToolSlot {
                  default method or outside `#[tool_impl]`, `Self` (`self_key = (&self.name, \
                  std::marker::PhantomData::<Self>)`)",
                 tool.name,
-                first.body.owner()
+                first.owner()
             )));
         }
-        if first.body.same_tool(body) {
+        if first.admits(body) {
             return Ok(());
         }
         Err(Error::SharedAcrossTypes {
             name: tool.name,
-            first: first.body.name(),
+            first: first.body().name(),
             now: body.name(),
         })
     }

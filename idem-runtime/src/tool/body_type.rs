@@ -1,5 +1,5 @@
 //! Which type a tool's code was compiled for, read from the type of its body: what tells two
-//! instantiations of one generic item apart, in this process ([`BodyType::same_tool`]) and in
+//! instantiations of one generic item apart, in this process ([`Instance::admits`]) and in
 //! the mark of its fingerprints ([`BodyType::owner`], docs/key-spec.md §5).
 
 /// The type of a tool's body — a closure or `async` block of the tool's function, so its name
@@ -22,30 +22,6 @@ impl BodyType {
         self.name
     }
 
-    /// Whether a body of type `other` is the same tool as this one: the same type name, or
-    /// one that differs only in the function's own generic arguments (instantiations of a
-    /// generic function are one tool, told apart by their arguments).
-    pub(crate) fn same_tool(self, other: BodyType) -> bool {
-        std::ptr::eq(self.name, other.name)
-            || self.name == other.name
-            || self.owner() == other.owner()
-    }
-
-    /// Whether what the function belongs to is named after a closure's type, which does not
-    /// tell it from the other closures made in the same function (they print alike):
-    /// `app::FnTool<app::main::{{closure}}>`, `<app::main::{{closure}} as app::Hook>` — not a
-    /// tool defined inside a closure or `async` block (`app::main::{{closure}}::send`).
-    /// (A type defined inside a closure, `Local<app::main::{{closure}}::S>`, is named by its
-    /// path, not as a closure.)
-    pub(crate) fn names_a_closure(self) -> bool {
-        let owner = self.owner();
-        let closure = "{{closure}}";
-        scan(&owner).into_iter().any(|(at, depth)| {
-            let rest = &owner[at..];
-            depth > 0 && rest.starts_with(closure) && !rest[closure.len()..].starts_with("::")
-        })
-    }
-
     /// What the tool's function belongs to, by name: the body's type name without its
     /// lifetimes, without the `::{{closure}}` segments it ends with and without the function's
     /// own segment (its name and generic arguments): `<app::Stripe as app::Billing>` for
@@ -60,6 +36,64 @@ impl BodyType {
         }
         rest[..last_segment(rest)].to_owned()
     }
+}
+
+/// The instantiation of a tool that called first, with what its function belongs to (both
+/// read once).
+#[derive(Debug)]
+pub(crate) struct Instance {
+    body: BodyType,
+    owner: String,
+    closure: bool,
+}
+
+impl Instance {
+    /// The instantiation whose body is of type `body`.
+    pub(crate) fn of(body: BodyType) -> Self {
+        let owner = body.owner();
+        Instance {
+            closure: names_a_closure(&owner),
+            owner,
+            body,
+        }
+    }
+
+    /// Its body's type.
+    pub(crate) fn body(&self) -> BodyType {
+        self.body
+    }
+
+    /// What its function belongs to ([`BodyType::owner`]).
+    pub(crate) fn owner(&self) -> &str {
+        &self.owner
+    }
+
+    /// Whether what its function belongs to is named after a closure's type, which does not
+    /// tell it from the other closures made in the same function (they print alike):
+    /// `app::FnTool<app::main::{{closure}}>`, `<app::main::{{closure}} as app::Hook>` — not a
+    /// tool defined inside a closure or `async` block (`app::main::{{closure}}::send`), nor
+    /// one of a type defined there (`Local<app::main::{{closure}}::S>`, named by its path).
+    pub(crate) fn names_a_closure(&self) -> bool {
+        self.closure
+    }
+
+    /// Whether a body of type `other` is this tool: the same type name, or one that differs
+    /// only in the function's own generic arguments (instantiations of a generic function are
+    /// one tool, told apart by their arguments).
+    pub(crate) fn admits(&self, other: BodyType) -> bool {
+        std::ptr::eq(self.body.name, other.name)
+            || self.body.name == other.name
+            || self.owner == other.owner()
+    }
+}
+
+/// Whether `owner` holds a closure's type inside its `<…>` (see [`Instance::names_a_closure`]).
+fn names_a_closure(owner: &str) -> bool {
+    let closure = "{{closure}}";
+    scan(owner).into_iter().any(|(at, depth)| {
+        let rest = &owner[at..];
+        depth > 0 && rest.starts_with(closure) && !rest[closure.len()..].starts_with("::")
+    })
 }
 
 /// Where the last `::` outside `<…>` starts in `name` (0 if there is none).
@@ -227,22 +261,26 @@ mod tests {
         let (a, b) = (Tool(|x| x + 1), Tool(|x| x + 2));
         let (a, b) = (body_of(&a.body()), body_of(&b.body()));
         assert_eq!(a.name, b.name, "two closures of one function print alike");
-        assert!(a.names_a_closure());
-        assert!(!named("app::Tool<app::Charge>::call::{{closure}}").names_a_closure());
-        assert!(
-            named("<app::main::{{closure}} as app::Hook>::fire::{{closure}}").names_a_closure()
-        );
+        let closure = |name| Instance::of(named(name)).names_a_closure();
+        assert!(Instance::of(a).names_a_closure());
+        assert!(!closure("app::Tool<app::Charge>::call::{{closure}}"));
+        assert!(closure(
+            "<app::main::{{closure}} as app::Hook>::fire::{{closure}}"
+        ));
         // A tool defined inside a closure or an `async` block is no closure's, nor one generic
         // over a type defined there.
-        assert!(!named("app::main::{{closure}}::send::{{closure}}").names_a_closure());
-        assert!(!named("app::Local<app::f::{{closure}}::S>::send::{{closure}}").names_a_closure());
+        assert!(!closure("app::main::{{closure}}::send::{{closure}}"));
+        assert!(!closure(
+            "app::Local<app::f::{{closure}}::S>::send::{{closure}}"
+        ));
         // The same name, whatever the function's own arguments, is the same tool.
         let (g1, g2) = (
             named("<app::S as app::T>::f<u8>::{{closure}}"),
             named("<app::S as app::T>::f<u16>::{{closure}}"),
         );
-        assert!(g1.same_tool(g2));
-        assert!(!g1.same_tool(named("<app::R as app::T>::f<u8>::{{closure}}")));
+        let first = Instance::of(g1);
+        assert!(first.admits(g1) && first.admits(g2));
+        assert!(!first.admits(named("<app::R as app::T>::f<u8>::{{closure}}")));
     }
 
     #[test]
