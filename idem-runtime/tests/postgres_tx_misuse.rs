@@ -412,3 +412,61 @@ async fn a_body_that_commits_then_fails_on_a_pool_of_one_leaves_its_key_interrup
     the_commit_stands_and_a_retry_is_refused(&store, &turn, "p1").await;
     cleanup(&store).await;
 }
+
+/// The server ends the session (an operator's `pg_terminate_backend`, a shutdown) while the
+/// record-and-commit runs: a `FATAL` error, which can come after the `COMMIT` as well as
+/// before, so the call says the outcome is unknown — not that nothing was committed — and a
+/// retry finds out (here the commit had not happened: the tool runs, once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ended_by_the_server_during_the_commit_is_an_unknown_outcome() {
+    let Some(store) = setup("tx_commit_fatal").await else {
+        return;
+    };
+    slow_commits(&store, 30.0).await;
+    let turn = Turn::new("turn-commit-fatal");
+    let call = tokio::spawn({
+        let (store, turn) = (store.clone(), turn.clone());
+        async move { transfer(&store, &turn, "slow-f").await }
+    });
+    // The record-and-commit, held in the deferred trigger: end its session.
+    let record = format!("%\"{}\".idem_record(%", store.schema().expect("a schema"));
+    let mut ended = false;
+    for _ in 0..200 {
+        ended = sqlx::query_scalar(
+            "SELECT coalesce(bool_or(pg_terminate_backend(pid)), false) FROM pg_stat_activity \
+             WHERE state = 'active' AND query LIKE $1 AND wait_event = 'PgSleep' \
+             AND pid <> pg_backend_pid()",
+        )
+        .bind(&record)
+        .fetch_one(store.pool())
+        .await
+        .expect("terminate");
+        if ended {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        ended,
+        "the record-and-commit was not seen waiting in its commit"
+    );
+    let answer = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call ends")
+        .expect("its task");
+    let Err(Failure::Idem(Error::CommitFailed { message, .. })) = &answer else {
+        panic!("{answer:?}");
+    };
+    assert!(
+        message.contains("whether it committed is unknown") && !message.contains("nothing was"),
+        "{message}"
+    );
+    sqlx::raw_sql(&format!("DROP TRIGGER slow_commit ON {}", ledger(&store)))
+        .execute(store.pool())
+        .await
+        .expect("drop the trigger");
+    let retry = transfer(&store, &turn, "slow-f").await;
+    assert!(retry.is_ok(), "{retry:?}");
+    assert_eq!(rows(&store, "slow-f").await, 1, "ran once in all");
+    cleanup(&store).await;
+}

@@ -19,9 +19,10 @@
 //! Anything before the commit — an `Err`, a panic, the caller dropping the call or timing out,
 //! the process killed, the connection lost — rolls everything back, the tool's rows and the
 //! claim alike: a transactional call is never *interrupted* — unless its body ended the
-//! transaction itself, committing the claim with its writes (`ended`). A commit whose outcome the caller
-//! cannot know (the connection drops during `COMMIT`) answers [`Error::Store`]; a retry finds
-//! the record and replays it, or finds nothing and runs: exactly once either way.
+//! transaction itself, committing the claim with its writes (`ended`). A commit whose outcome
+//! the caller cannot know (the connection drops during `COMMIT`, the server ends the session)
+//! answers [`Error::CommitFailed`]; a retry finds the record and replays it, or finds nothing
+//! and runs: exactly once either way.
 //!
 //! A SIGKILL between the charge and the claim leaves an attempt counted that never ran: the
 //! budget errs towards refusing. Two duplicates that both charge before either claims count
@@ -47,7 +48,7 @@ use super::{Call, Codec, held};
 use crate::Error;
 use crate::stats::Outcome;
 use crate::store::postgres::begin::Answer as Charged;
-use crate::store::postgres::conn::{give_back, unsure as unsure_after};
+use crate::store::postgres::conn::{ended_the_session, give_back, unsure as unsure_after};
 use crate::store::postgres::ops::{is_code, lock_timed_out};
 use crate::store::postgres::schema::{CLAIM_GONE, KEY_IS_LIVE, LOCK_TIMEOUT};
 use crate::store::postgres::tx::{self, raw};
@@ -78,10 +79,12 @@ use ended::{committed, ended_by_the_tool};
 /// # Errors
 /// The tool's own errors, and any [`Error`] of [`execute`](super::execute) converted with
 /// `E: From<Error>`; [`Error::Config`] if the store is not a `PostgresStore`;
-/// [`Error::Store`] if the transaction could not be opened or committed (nothing happened, or —
-/// when the connection dropped during `COMMIT`, or the server did not answer it within the
-/// store's reply timeout — the outcome is unknown: a retry finds out); [`Error::LeaseLost`] if
-/// the body ran past the tool's lease (it was stopped, and everything rolled back).
+/// [`Error::Store`] if the transaction could not be opened (nothing happened);
+/// [`Error::CommitFailed`] if it could not be committed (the server refused it: nothing
+/// happened; or — when the connection dropped during `COMMIT`, the server ended the session, or
+/// did not answer within the store's reply timeout — the outcome is unknown: a retry finds
+/// out); [`Error::LeaseLost`] if the body ran past the tool's lease (it was stopped, and
+/// everything rolled back).
 pub async fn execute<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Result<T, E>
 where
     T: Send,
@@ -396,13 +399,16 @@ fn remaining(wait_until: Instant) -> std::time::Duration {
         .max(std::time::Duration::from_millis(1))
 }
 
-/// The error of a record-and-commit that failed: rolled back if the server said why, else of
-/// unknown outcome.
+/// The error of a record-and-commit that failed: rolled back if the server refused a statement
+/// of it, else of unknown outcome — the connection failed, or the server ended the session,
+/// which it may do after the `COMMIT` as well as before.
 fn commit_error(call: &Call, failed: sqlx::Error) -> Error {
     let message = if is_code(&failed, CLAIM_GONE) {
         "the tool's own statements changed idem's record of this call inside the transaction, \
          so nothing was committed; leave the idem tables to idem"
             .to_owned()
+    } else if ended_the_session(&failed) {
+        format!("the server ended the session, so whether it committed is unknown: {failed}")
     } else if matches!(failed, sqlx::Error::Database(_)) {
         format!("the server refused it, so nothing was committed: {failed}")
     } else {

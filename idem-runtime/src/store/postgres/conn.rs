@@ -56,9 +56,25 @@ pub(crate) async fn within<T>(
 }
 
 /// Whether `error` leaves the connection in a state nobody knows (an answer not read, a broken
-/// socket): anything but an error the server sent.
+/// socket, a session the server ended): anything but an error the server sent for one
+/// statement.
 pub(crate) fn unsure(error: &sqlx::Error) -> bool {
-    !matches!(error, sqlx::Error::Database(_))
+    !matches!(error, sqlx::Error::Database(_)) || ended_the_session(error)
+}
+
+/// Whether `error` is the server ending the session (`FATAL`, `PANIC`: terminated by an
+/// operator, shut down, out of resources) rather than refusing one statement. It can come at any
+/// point of a request, after a `COMMIT` in it as well as before.
+pub(crate) fn ended_the_session(error: &sqlx::Error) -> bool {
+    use sqlx::postgres::{PgDatabaseError, PgSeverity};
+    let sqlx::Error::Database(db) = error else {
+        return false;
+    };
+    match db.try_downcast_ref::<PgDatabaseError>() {
+        Some(pg) => matches!(pg.severity(), PgSeverity::Fatal | PgSeverity::Panic),
+        // Not the server's own report: nothing says which statement it was.
+        None => true,
+    }
 }
 
 /// Hands `conn` back, inside `runtime` (where it was acquired): closed if `close` (a request
