@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use rand::seq::SliceRandom;
 
-use crate::tools::{RACE_KEYS, open, pay, plain};
+use crate::tools::{RACE_KEYS, crash_in_body, open, pay, plain};
 
 const CHILD_ENV: &str = "IDEM_PG_CHILD";
 
@@ -95,6 +95,17 @@ fn child() {
                     Err(error) => say(format!("err crash {error:?}").replace('\n', " ")),
                 }
                 // Wait to be killed: every run of the loop ends with a SIGKILL.
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            // One call of the crash-budget key: killed in its body, or refused.
+            "crash-budget" => {
+                let store = open(&url, &schema, "idem-crash-budget")
+                    .await
+                    .expect("open");
+                match crash_in_body(&store).await {
+                    Ok(id) => say(format!("ack crash-budget {id}")),
+                    Err(error) => say(format!("err crash-budget {error:?}").replace('\n', " ")),
+                }
                 tokio::time::sleep(Duration::from_secs(60)).await;
             }
             // Plain (not transactional) calls of every key of the race, in a random order.

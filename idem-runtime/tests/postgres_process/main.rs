@@ -33,7 +33,7 @@ use check::{check, live_records};
 use children::{listen, spawn_child};
 use rand::Rng;
 
-use tools::{PAY, RACE_KEYS, create_ledger, open, plain, turn};
+use tools::{CRASH_BUDGET, PAY, RACE_KEYS, create_ledger, open, plain, turn};
 
 #[test]
 fn transactional_calls_survive_kills_terminations_and_restarts() {
@@ -244,6 +244,56 @@ fn a_crash_loop_on_one_key_leaves_one_row_and_one_record() {
         assert_eq!(record.map(|r| r.state), Some(RecordState::Completed));
         sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
             .execute(store.pool())
+            .await
+            .expect("drop");
+    });
+}
+
+/// A transactional tool that crashes its process in the body every time runs out of budget:
+/// each attempt's charge commits before the body runs, on its own, so the server's rollback of
+/// the killed attempt's transaction does not take the count back.
+#[test]
+fn a_tool_that_crashes_its_process_every_time_runs_out_of_budget() {
+    let Some(url) = postgres_url("a_tool_that_crashes_its_process_every_time_runs_out_of_budget")
+    else {
+        return;
+    };
+    let schema = unique_schema("crash_budget");
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    runtime.block_on(create_ledger(&url, &schema));
+    let mut said = Vec::new();
+    for _ in 0..=CRASH_BUDGET {
+        let mut child = spawn_child("crash-budget", &url, &schema, &[]);
+        let (lines, heard) = mpsc::channel();
+        listen(&mut child, 0, lines);
+        let line = loop {
+            match heard.recv_timeout(Duration::from_secs(30)) {
+                Ok((_, line)) if line == "in body" || line.starts_with("err ") => break line,
+                Ok(_) => {} // the test harness's own lines
+                Err(_) => break "no answer within 30 s".to_owned(),
+            }
+        };
+        child.kill().expect("kill -9");
+        child.wait().expect("wait");
+        said.push(line);
+    }
+    let (ran, refused) = said.split_at(said.len() - 1);
+    assert!(ran.iter().all(|line| line == "in body"), "{said:?}");
+    assert!(
+        refused[0].starts_with("err crash-budget Idem(BudgetExhausted"),
+        "the attempt after the budget is refused, not run: {said:?}"
+    );
+    runtime.block_on(async {
+        let pool = sqlx::PgPool::connect(&url).await.expect("connect");
+        let rows: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {schema}.ledger WHERE memo = 'crash-budget'"
+        ))
+        .fetch_one(&pool)
+        .await
+        .expect("count");
+        assert_eq!(rows, 0, "every killed attempt rolled back");
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(&pool)
             .await
             .expect("drop");
     });

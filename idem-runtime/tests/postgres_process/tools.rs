@@ -67,6 +67,36 @@ pub(crate) async fn pay(
     .await
 }
 
+/// How many attempts the crash-budget key may make in its turn.
+pub(crate) const CRASH_BUDGET: u32 = 2;
+
+/// A transactional call whose body writes its row, says `in body` and waits to be killed (the
+/// process crashes mid-body every time), in a turn of [`CRASH_BUDGET`] attempts per key.
+pub(crate) async fn crash_in_body(store: &PostgresStore) -> Result<i64, Failure> {
+    let turn = Turn::new("crash-budget-turn")
+        .with_max_attempts_per_key(CRASH_BUDGET)
+        .with_store(Arc::new(store.clone()));
+    let mut args = ArgsDigest::new(PAY.name);
+    args.arg("memo", "crash-budget").expect("encodes");
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), PAY.name, 1);
+    let call = Call::new(&PAY, &turn, key, fingerprint);
+    transactional::execute(
+        call,
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO ledger (memo, part) VALUES ('crash-budget', 1) RETURNING id",
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            println!("in body");
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(id)
+        },
+    )
+    .await
+}
+
 /// Keys of the plain race.
 pub(crate) const RACE_KEYS: usize = 50;
 
