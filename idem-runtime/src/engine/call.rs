@@ -89,9 +89,9 @@ pub(super) struct Granted {
     /// When the in-flight wait ends.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))] // a transactional call's
     pub(super) wait_until: Instant,
-    /// The scope of conversations the call was made in (`conversation::scope`), taken in
-    /// the caller's task: a detached body runs in a task of its own.
-    pub(super) within: Option<crate::key::Key>,
+    /// Where the call was made (the held keys, the scope of conversations), taken in the
+    /// caller's task: a detached body runs in a task of its own.
+    pub(super) caller: held::Caller,
 }
 
 /// How [`ask`] asks the store: [`Claiming`] claims the key (every plain call); a
@@ -328,7 +328,7 @@ fn asking<'a, A: Asker>(
             claim,
             leader,
             wait_until,
-            within: crate::conversation::scope::current(),
+            caller: held::Caller::here(),
         }))
     }
 }
@@ -449,13 +449,13 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
         call,
         store,
         claim,
-        within,
+        caller,
         ..
     } = *granted;
     let duration = claim.duration;
     let body = Scoped {
         body,
-        held: held::with(call.key, within),
+        held: held::with(call.key, caller),
         turn: call.turn.clone(),
     };
     // The body is polled in the keeper's first poll, unless the lease ended already (then the

@@ -66,14 +66,32 @@ pub(crate) fn holds(key: &Key) -> bool {
     .unwrap_or(false)
 }
 
-/// The held keys of this task with `key` added (allocating only inside another tool), for a
-/// tool called in the scope of conversations `within`.
-pub(crate) fn with(key: Key, within: Option<Key>) -> Held {
+/// Where a call was made: the keys its caller's task held and the scope of conversations it
+/// was in — taken in the caller's task, as a detached body runs in a task of its own, where
+/// task-locals do not follow (a cycle through it would otherwise wait instead of being
+/// refused as re-entrant).
+pub(crate) struct Caller {
+    within: Option<Key>,
+    outer: Option<Arc<Held>>,
+}
+
+impl Caller {
+    /// The caller of a call made in this task (allocating only inside another tool).
+    pub(crate) fn here() -> Caller {
+        Caller {
+            within: crate::conversation::scope::current(),
+            outer: HELD.try_with(|held| Arc::new(held.clone())).ok(),
+        }
+    }
+}
+
+/// The keys held by a tool holding `key`, called by `caller`.
+pub(crate) fn with(key: Key, caller: Caller) -> Held {
     Held {
         key,
-        within,
+        within: caller.within,
         transaction: None,
-        outer: HELD.try_with(|held| Arc::new(held.clone())).ok(),
+        outer: caller.outer,
     }
 }
 
@@ -82,13 +100,13 @@ pub(crate) fn with(key: Key, within: Option<Key>) -> Held {
 #[cfg(feature = "postgres")]
 pub(crate) fn in_transaction_of(
     key: Key,
-    within: Option<Key>,
+    caller: Caller,
     tool: &'static str,
     open: Arc<AtomicBool>,
 ) -> Held {
     Held {
         transaction: Some((tool, open)),
-        ..with(key, within)
+        ..with(key, caller)
     }
 }
 

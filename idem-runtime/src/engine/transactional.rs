@@ -173,7 +173,7 @@ where
     let open = OpenUntilDropped(Arc::new(AtomicBool::new(true)));
     let result = {
         let held =
-            held::in_transaction_of(call.key, granted.within, call.tool.name, open.0.clone());
+            held::in_transaction_of(call.key, granted.caller, call.tool.name, open.0.clone());
         let turn = call.turn.clone();
         let mut body = pin!(body(&mut *tx));
         let body = poll_fn(|cx| {
