@@ -285,15 +285,19 @@ impl<T: ?Sized> SkipViaNothing for &Skip<'_, T> {
 /// as the call's one outcome).
 fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error> {
     let (tool, slot, fingerprinted) = (digest.tool, digest.slot, digest.fingerprinted);
-    let refuse = |error| idem_tools_runtime::engine::refuse(tool, error);
+    use idem_tools_runtime::engine::refuse;
     // Taken by the first `#[idempotent]` call the routed MCP call runs, whatever it answers.
     #[cfg(feature = "rmcp")]
     let routed = crate::mcp::take_routed_key();
-    register(tool, slot, digest.instance).map_err(refuse)?;
     let turn = match digest.turn {
-        Some(turn) => turn,
-        None => Turn::current_for(tool.name).map_err(refuse)?,
+        Some(turn) => Ok(turn),
+        None => Turn::current_for(tool.name),
     };
+    if let Err(error) = register(tool, slot, digest.instance) {
+        return Err(refuse(tool, turn.as_ref().ok(), error));
+    }
+    let turn = turn.map_err(|error| refuse(tool, None, error))?;
+    let refuse = |error| refuse(tool, Some(&turn), error);
     #[allow(unused_mut)] // without `rmcp`
     let mut args = digest.args.map_err(refuse)?;
     // A `#[key]` parameter wins over the MCP client's key.

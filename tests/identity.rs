@@ -172,8 +172,8 @@ mod clash {
 
 #[tokio::test]
 async fn two_tools_with_one_name_are_refused_at_run_time() {
-    Turn::new("identity-3")
-        .with_store(Arc::new(MemoryStore::new()))
+    let turn = Turn::new("identity-3").with_store(Arc::new(MemoryStore::new()));
+    turn.clone()
         .scope(async {
             assert_eq!(clash::first(1).await.unwrap(), 1);
             for _ in 0..2 {
@@ -196,6 +196,9 @@ async fn two_tools_with_one_name_are_refused_at_run_time() {
         .await;
     assert_eq!(clash::FIRST_RUNS.load(Ordering::SeqCst), 2);
     assert_eq!(clash::SECOND_RUNS.load(Ordering::SeqCst), 0);
+    // Each refusal is one outcome of the turn it was made in.
+    let stats = turn.stats();
+    assert_eq!((stats.executed, stats.config_error), (3, 2), "{stats:?}");
 }
 
 /// A static in a generic function is shared by its instantiations: one tool, not a clash.

@@ -181,7 +181,7 @@ async fn calls_are_counted_timed_and_tracked_in_flight_per_tool_and_outcome() {
     assert!(timed_out.is_err());
 
     // Refused before the engine: counted, never in flight.
-    let _ = refuse(&UNTURNED, Error::Config("outside a turn".to_owned()));
+    let _ = refuse(&UNTURNED, None, Error::Config("outside a turn".to_owned()));
 
     seen.take(&snapshotter);
 

@@ -43,11 +43,12 @@ pub mod in_place {
 }
 
 /// Logs and counts a call refused before it could reach the engine (outside a turn, an
-/// argument that does not encode), so that every call yields exactly one outcome; returns the
-/// error for the caller.
+/// argument that does not encode, a tool name taken twice), so that every call yields exactly
+/// one outcome — in `turn`'s counters too, when it was made in one; returns the error for the
+/// caller.
 #[doc(hidden)]
-pub fn refuse(tool: &'static ToolInfo, error: Error) -> Error {
-    report::refused(tool, &error);
+pub fn refuse(tool: &'static ToolInfo, turn: Option<&Turn>, error: Error) -> Error {
+    report::refused(tool, turn, &error);
     error
 }
 

@@ -1,8 +1,8 @@
 //! One outcome per call: the log event, the counters, the span's outcome and the metrics.
 
-use crate::Error;
 use crate::stats::{GLOBAL, Outcome};
 use crate::tool::ToolInfo;
+use crate::{Error, Turn};
 
 use super::Call;
 use super::telemetry::{self, CallSpan};
@@ -98,10 +98,18 @@ impl Drop for Reporter {
     }
 }
 
-/// Logs and counts a call refused before it could be made (no turn, for instance).
-pub(crate) fn refused(tool: &'static ToolInfo, error: &Error) {
+/// Logs and counts a call refused before it could be made (no turn, for instance), in `turn`'s
+/// counters too when it was made in one.
+pub(crate) fn refused(tool: &'static ToolInfo, turn: Option<&Turn>, error: &Error) {
     GLOBAL.add(Outcome::ConfigError);
     telemetry::refused(tool.name);
-    tracing::warn!(target: "idem", tool = tool.name, outcome = Outcome::ConfigError.as_str(),
-        %error, "tool call");
+    let outcome = Outcome::ConfigError.as_str();
+    match turn {
+        Some(turn) => {
+            turn.record(Outcome::ConfigError);
+            tracing::warn!(target: "idem", tool = tool.name, turn = turn.id(),
+                namespace = turn.namespace(), outcome, %error, "tool call");
+        }
+        None => tracing::warn!(target: "idem", tool = tool.name, outcome, %error, "tool call"),
+    }
 }

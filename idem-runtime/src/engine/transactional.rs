@@ -93,7 +93,10 @@ where
 {
     let store = match postgres_store(&call) {
         Ok(store) => store,
-        Err(error) => return codec.answered(Err(super::refuse(call.tool, error)), None),
+        Err(error) => {
+            let error = super::refuse(call.tool, Some(&call.turn), error);
+            return codec.answered(Err(error), None);
+        }
     };
     let unsure = AtomicBool::new(false);
     let reply = store.reply_timeout();
