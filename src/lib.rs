@@ -216,8 +216,9 @@
 /// its connection, records the result and commits — once. Either everything commits (a retry
 /// replays) or nothing does (a retry runs afresh): an `Err`, a panic, a caller that drops the
 /// call or times out, a killed process or a lost connection all roll back the tool's rows and
-/// the claim alike, so a transactional tool is never *interrupted*, and it runs in its caller's
-/// task. A concurrent duplicate waits for the transaction, then replays its result. See
+/// the claim alike, so a transactional tool is never *interrupted* (unless its body commits
+/// the transaction itself, a misuse reported as `Error::TransactionEnded`), and it runs in its
+/// caller's task. A concurrent duplicate waits for the transaction, then replays its result. See
 /// `idem_tools::engine::transactional` (with the `postgres` feature) and the README's "Exactly
 /// once for database writes".
 ///
