@@ -95,12 +95,14 @@ pub enum Error {
         differs: Mismatch,
     },
 
-    /// Another process is still running the call with this key.
+    /// Another call with this key (in this process or another) is still running after the
+    /// turn's in-flight wait.
     #[error(
-        "tool `{tool}` with key {key} is still running elsewhere after waiting {waited:?}: \
-         retry in {free_within:?}, when a holder that crashed has lost the key at the latest (its \
-         lease); an orchestrator that restarts runs right after a crash should give turns an \
-         in-flight wait longer than the tool's lease (`Turn::with_in_flight_wait`)"
+        "tool `{tool}` with key {key} is still running in another call after waiting {waited:?} \
+         (the turn's in-flight wait): retry in {free_within:?}, when it has finished or, if its \
+         holder crashed, lost the key at the latest (its lease); give turns an in-flight wait \
+         longer than the tool runs, or than its lease where an orchestrator restarts runs right \
+         after a crash (`Turn::with_in_flight_wait`)"
     )]
     InFlight {
         /// The tool's name.
