@@ -235,6 +235,54 @@ pub(super) fn record(
     go(work, |work| work, "record a result", runtime);
 }
 
+/// Records `bytes`, the result of `call`'s body, which ran past its lease (it blocked its
+/// thread, so the lease could be neither renewed nor the body stopped) and whose claim the
+/// store no longer holds: under a new claim of the key, if no other call took it meanwhile — a
+/// retry then replays it instead of running the tool again. If another call holds or recorded
+/// the key, or the turn's budget refuses the claim, nothing is recorded. Bounded by
+/// [`BOUND`] per step.
+pub(super) fn record_anew(
+    store: Arc<dyn Store>,
+    call: super::Call,
+    bytes: Bytes,
+    ttl: Duration,
+    duration: Duration,
+    runtime: Option<Handle>,
+) {
+    let key = call.key.short();
+    let work: Work = Box::pin(async move {
+        let token = crate::store::LeaseToken::generate();
+        let claimed = store.begin(call.begin_request(token, duration)).await;
+        let lease = call.lease(token);
+        let recorded = match claimed {
+            Ok(crate::store::Begin::Claimed) => store.complete(&lease, &bytes, ttl).await,
+            Ok(_) => {
+                tracing::error!(target: "idem", %key, "the tool ran past its lease and another \
+                    call holds or recorded the key (or its budget is spent): its result is not \
+                    recorded");
+                return;
+            }
+            Err(error) => Err(error),
+        };
+        match recorded {
+            Ok(()) => tracing::warn!(target: "idem", %key, "the tool ran past its lease (it \
+                blocked its thread); its result was recorded under a new claim"),
+            Err(error) => {
+                tracing::error!(target: "idem", %key, %error, "the tool ran past its lease and \
+                    its result could not be recorded; a retry runs it again");
+                drop(store.release(&lease).await);
+            }
+        }
+    });
+    let what = key.to_string();
+    go(
+        work,
+        move |work| bounded(work, "record anew", what),
+        "record a result",
+        runtime,
+    );
+}
+
 /// The longest pause between two attempts to record once the lease is past its end: nothing
 /// is renewed then, and a store that is down is not asked more often than this.
 const GONE_STEP: Duration = Duration::from_secs(5);

@@ -550,9 +550,17 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
             return refuse(&mut guard, outcome, error);
         }
         Some(Err(error @ Error::LeaseLost { .. })) => {
-            tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
-                %error, "the tool ran but its lease was lost before the result was recorded");
+            // The body finished past its lease without yielding (the keeper could neither renew
+            // the lease nor stop it). It ran: its result goes to the callers waiting here, and
+            // to the store under a new claim unless another call took the key meanwhile.
+            tracing::warn!(target: "idem", tool = call.tool.name, key = %call.key.short(),
+                %error, "the tool ran past its lease; recording its result under a new claim");
             guard.report().report(Outcome::LeaseLost);
+            let Holding {
+                leader, runtime, ..
+            } = *holding;
+            leader.publish(|| shared);
+            background::record_anew(store, call, bytes, ttl, duration, runtime);
         }
         failed => {
             let error = match failed {
