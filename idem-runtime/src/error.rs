@@ -289,15 +289,15 @@ pub enum Error {
     /// `ROLLBACK` sent on its connection.
     #[error(
         "tool `{tool}` ended the transaction idem opened for it (a COMMIT or ROLLBACK sent on \
-         its connection), so nothing of this call was recorded{}: run every statement of the \
-         tool on its connection without ending the transaction (`conn.begin()` on it opens a \
-         savepoint, which is fine)",
+         its connection, or a savepoint of it that failed or was dropped, which sqlx rolls back \
+         with the whole transaction), so nothing of this call was recorded{}, so its key is \
+         kept as interrupted: run every statement of the tool on its connection without ending \
+         the transaction, and handle a failed statement by returning its error",
         if *marked {
-            "; what it wrote may have committed, so its key is kept as interrupted"
+            "; what it wrote before may have committed"
         } else {
-            "; its claim was rolled back, so a retry runs the tool again (and repeats any \
-             statement it ran outside a transaction after ending idem's, which committed on \
-             its own)"
+            "; its claim was rolled back, but what it ran afterwards ran outside any \
+             transaction and may have committed"
         }
     )]
     TransactionEnded {
@@ -305,7 +305,9 @@ pub enum Error {
         tool: &'static str,
         /// The call's key.
         key: ShortKey,
-        /// Whether the key is kept as interrupted (the claim committed with the tool's writes).
+        /// Whether the claim committed with the tool's writes, as the interrupted call's record
+        /// (if not, the key is marked interrupted afterwards, under a new claim, unless another
+        /// call took it meanwhile).
         marked: bool,
     },
 

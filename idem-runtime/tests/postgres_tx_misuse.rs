@@ -107,7 +107,7 @@ fn ended(result: &Result<i64, Failure>, marked: bool) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_body_that_rolls_back_then_returns_ok_records_nothing() {
+async fn a_body_that_rolls_back_then_returns_ok_records_nothing_and_is_interrupted() {
     let Some(store) = setup("tx_end_rollback").await else {
         return;
     };
@@ -120,10 +120,57 @@ async fn a_body_that_rolls_back_then_returns_ok_records_nothing() {
         Some(RecordState::Completed),
         "no receipt recorded for a payment that does not exist"
     );
-    // Nothing committed: the key is not held, and a retry (without the misuse) runs.
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    transfer(&store, &turn, "r").await.expect("the retry runs");
-    assert_eq!(rows(&store, "r").await, 1);
+    // Its claim rolled back, but idem cannot know what the body ran after ending the
+    // transaction (outside any, committed on its own): the key is kept interrupted.
+    let retry = transfer(&store, &turn, "r").await;
+    assert!(
+        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+        "{retry:?}"
+    );
+    assert_eq!(rows(&store, "r").await, 0);
+    cleanup(&store).await;
+}
+
+/// `sqlx` rolls back the whole transaction, not the savepoint, when a savepoint the body began
+/// (`conn.begin()`) fails — here after a statement error the body ignored — and the body's
+/// later writes then commit on their own: the key is kept interrupted, so a retry does not
+/// write them a second time (it did: the key was left free).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_savepoint_that_fails_after_an_ignored_error_leaves_the_key_interrupted() {
+    use sqlx::Connection as _;
+    let Some(store) = setup("tx_failed_savepoint").await else {
+        return;
+    };
+    let turn = Turn::new("turn-failed-savepoint");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let result = transactional::execute(
+        call(&turn, &shared, "s"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            let ignored = sqlx::query("SELECT 1/0").execute(&mut *conn).await;
+            assert!(ignored.is_err());
+            if let Ok(savepoint) = conn.begin().await {
+                savepoint.commit().await?;
+            }
+            insert(conn, &table, "s").await
+        },
+    )
+    .await;
+    assert!(ended(&result, false), "{result:?}");
+    assert_eq!(
+        rows(&store, "s").await,
+        1,
+        "the insert committed on its own"
+    );
+    for _ in 0..2 {
+        let retry = transfer(&store, &turn, "s").await;
+        assert!(
+            matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+            "{retry:?}"
+        );
+    }
+    assert_eq!(rows(&store, "s").await, 1, "no second payment");
     cleanup(&store).await;
 }
 
@@ -138,9 +185,11 @@ async fn what_a_body_writes_after_ending_the_transaction_is_not_committed_by_ide
     let result = misuse(&store, &turn, "rw", Ends::RollbackThenWrite).await;
     assert!(ended(&result, false), "{result:?}");
     assert_eq!(rows(&store, "rw").await, 0, "both inserts rolled back");
-    tokio::time::sleep(Duration::from_millis(10)).await;
-    transfer(&store, &turn, "rw").await.expect("the retry runs");
-    assert_eq!(rows(&store, "rw").await, 1, "one row in the end");
+    let retry = transfer(&store, &turn, "rw").await;
+    assert!(
+        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+        "the key is kept interrupted: {retry:?}"
+    );
     let result = misuse(&store, &turn, "cw", Ends::CommitThenWrite).await;
     assert!(ended(&result, true), "{result:?}");
     // The insert before the body's `COMMIT` stands; the one after it does not.

@@ -235,12 +235,12 @@ pub(super) fn record(
     go(work, |work| work, "record a result", runtime);
 }
 
-/// Records `bytes`, the result of `call`'s body, which ran past its lease (it blocked its
-/// thread, so the lease could be neither renewed nor the body stopped) and whose claim the
-/// store no longer holds: under a new claim of the key, if no other call took it meanwhile — a
-/// retry then replays it instead of running the tool again. If another call holds or recorded
-/// the key, or the turn's budget refuses the claim, nothing is recorded. Bounded by
-/// [`BOUND`] per step.
+/// Records `bytes` for `call` under a new claim of its key (of `duration`), once the call's
+/// own claim is gone — unless another call holds or recorded the key meanwhile, or the turn's
+/// budget refuses the claim: then nothing is recorded. For a result whose body ran past its
+/// lease (it blocked its thread: the lease could be neither renewed nor the body stopped), and
+/// for the interrupted call's record of a transactional call whose body ended the transaction
+/// itself. Bounded by [`BOUND`] once it waits.
 pub(super) fn record_anew(
     store: Arc<dyn Store>,
     call: super::Call,
@@ -257,19 +257,17 @@ pub(super) fn record_anew(
         let recorded = match claimed {
             Ok(crate::store::Begin::Claimed) => store.complete(&lease, &bytes, ttl).await,
             Ok(_) => {
-                tracing::error!(target: "idem", %key, "the tool ran past its lease and another \
-                    call holds or recorded the key (or its budget is spent): its result is not \
-                    recorded");
+                tracing::warn!(target: "idem", %key, "another call holds or recorded the key \
+                    (or its budget is spent): this call's record was not written");
                 return;
             }
             Err(error) => Err(error),
         };
         match recorded {
-            Ok(()) => tracing::warn!(target: "idem", %key, "the tool ran past its lease (it \
-                blocked its thread); its result was recorded under a new claim"),
+            Ok(()) => tracing::info!(target: "idem", %key, "recorded under a new claim"),
             Err(error) => {
-                tracing::error!(target: "idem", %key, %error, "the tool ran past its lease and \
-                    its result could not be recorded; a retry runs it again");
+                tracing::error!(target: "idem", %key, %error, "could not record under a new \
+                    claim; a retry runs the tool again");
                 drop(store.release(&lease).await);
             }
         }

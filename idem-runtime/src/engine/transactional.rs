@@ -63,7 +63,10 @@ use ended::{committed, ended_by_the_tool};
 /// The call's store (its own, its turn's, or the process default) must be a
 /// [`PostgresStore`]: `body` gets a connection of that store's pool, inside the transaction.
 /// Run every statement of the tool's side effect through it; don't `COMMIT` or `ROLLBACK` it
-/// yourself (`conn.begin()` on it opens a savepoint, which is fine).
+/// yourself (`conn.begin()` on it opens a savepoint, which is fine), and return a failed
+/// statement's error rather than carry on (a savepoint begun after it fails, and `sqlx` rolls
+/// back the whole transaction): a body that ended the transaction gets
+/// [`Error::TransactionEnded`] and its key is kept interrupted.
 ///
 /// Only `Ok` results are recorded: an `Err` rolls the transaction back (a codec that records
 /// errors, [`Codec::ok_and_err`], is treated like [`Codec::ok_only`] here), and a retry runs
@@ -168,6 +171,7 @@ where
     // From here on the transaction is `sqlx`'s: dropped, it rolls back.
     unsure.store(false, Ordering::Relaxed);
     let span = granted.span.clone();
+    let duration = granted.claim.duration;
     let (call, lease) = (granted.call.clone(), granted.claim.lease.clone());
 
     // Step 4: the body, with the call's held keys and turn around each poll, for at most the
@@ -184,11 +188,7 @@ where
                 turn.clone().sync_scope(|| body.as_mut().poll(cx))
             })
         });
-        in_span(
-            span.clone(),
-            tokio::time::timeout(granted.claim.duration, body),
-        )
-        .await
+        in_span(span.clone(), tokio::time::timeout(duration, body)).await
     };
     let leader = granted.leader.take();
     let guard = &mut granted.guard;
@@ -201,7 +201,7 @@ where
         drop(leader);
         let marked = in_span(span.clone(), committed(&store, &call, &lease)).await;
         if marked {
-            return codec.answered(ended_by_the_tool(guard, &call, true), None);
+            return codec.answered(ended_by_the_tool(guard, &call, true, duration), None);
         }
         let error = Error::LeaseLost {
             key: call.key.short(),
@@ -232,7 +232,7 @@ where
             if let Ok(false) = open {
                 close(tx);
                 let marked = in_span(span, committed(&store, &call, &lease)).await;
-                return codec.answered(ended_by_the_tool(guard, &call, marked), None);
+                return codec.answered(ended_by_the_tool(guard, &call, marked, duration), None);
             }
             if open.is_err() {
                 unsure.store(true, Ordering::Relaxed);
@@ -248,7 +248,7 @@ where
         drop(leader);
         close(tx); // and with it what the body wrote after ending the transaction
         let marked = in_span(span, committed(&store, &call, &lease)).await;
-        return codec.answered(ended_by_the_tool(guard, &call, marked), None);
+        return codec.answered(ended_by_the_tool(guard, &call, marked, duration), None);
     }
     match recorded {
         Ok(_) => {

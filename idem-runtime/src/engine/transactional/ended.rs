@@ -3,11 +3,16 @@
 //! transaction, as the record of an interrupted call (`idem_claim`): if the body committed it,
 //! that record stands with the body's writes — whether the body then returned, overran its
 //! lease, panicked or was dropped — and a retry is told the outcome is unknown instead of
-//! running the tool again.
+//! running the tool again. If the claim did not commit, the key is marked interrupted
+//! afterwards: what the body ran after ending the transaction committed on its own.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use super::super::Call;
+use super::super::background;
 use super::super::call::{self, refuse};
-use super::super::guard::Guard;
+use super::super::guard::{Guard, ttl_of};
 use crate::Error;
 use crate::stats::Outcome;
 use crate::store::{Lease, PostgresStore};
@@ -27,8 +32,22 @@ pub(super) async fn committed(store: &PostgresStore, call: &Call, lease: &Lease)
 }
 
 /// The tool's body ended the transaction its claim opened: nothing of it is recorded; its
-/// claim was `marked` interrupted if it committed.
-pub(super) fn ended_by_the_tool(guard: &mut Guard, call: &Call, marked: bool) -> call::Answer {
+/// claim was `marked` interrupted if it committed. If it did not (the body rolled the
+/// transaction back — or `sqlx` did, for a savepoint the body began that failed or was dropped),
+/// what the body ran afterwards ran outside any transaction and committed on its own: the key is
+/// kept interrupted all the same, under a new claim of `duration` unless another call took it,
+/// so that a retry is told the outcome is unknown rather than run the tool again.
+pub(super) fn ended_by_the_tool(
+    guard: &mut Guard,
+    call: &Call,
+    marked: bool,
+    duration: Duration,
+) -> call::Answer {
+    if !marked {
+        let marker = crate::replay::encode_interrupted(call.tool.name);
+        let (store, ttl) = (Arc::clone(call.store()), ttl_of(guard.report()));
+        background::record_anew(store, call.clone(), marker.into(), ttl, duration, None);
+    }
     let error = Error::TransactionEnded {
         tool: call.tool.name,
         key: call.key.short(),
