@@ -371,7 +371,14 @@ async fn commit_then(
         async |conn: &mut PgConnection| -> Result<i64, Failure> {
             let id = insert(conn, &table, memo).await?;
             tokio::time::sleep(before_commit).await;
-            sqlx::raw_sql("COMMIT").execute(&mut *conn).await?;
+            // A commit that lands after the call ended: the server must not end it when the
+            // call closes its connection (as it ends a body's statement then).
+            sqlx::raw_sql(
+                "SELECT set_config('client_connection_check_interval', '0', true) \
+                 WHERE current_setting('server_version_num')::int >= 140000; COMMIT",
+            )
+            .execute(&mut *conn)
+            .await?;
             then.map(|()| id)
         },
     )
@@ -517,5 +524,76 @@ async fn a_session_ended_by_the_server_during_the_commit_is_an_unknown_outcome()
     let retry = transfer(&store, &turn, "slow-f").await;
     assert!(retry.is_ok(), "{retry:?}");
     assert_eq!(rows(&store, "slow-f").await, 1, "ran once in all");
+    cleanup(&store).await;
+}
+
+/// A statement of the body that waits for a lock held elsewhere past the tool's lease: the call
+/// ends at the lease (`LeaseLost`) and closes its connection, and the server ends the waiting
+/// statement within about a second (it checks that its client is still there) instead of
+/// keeping the key's row locked for as long as the other session holds the lock — when a retry
+/// was told the key is in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_waiting_on_a_lock_past_the_lease_is_ended_with_its_call() {
+    use sqlx::Connection as _;
+    let Some(store) = setup("tx_lock_wait").await else {
+        return;
+    };
+    let table = ledger(&store);
+    let url = postgres_common::postgres_url("tx_lock_wait").expect("a server");
+    // A lock of this test's own, held by a session that is not in a transaction.
+    let lock = i64::from(std::process::id()) << 20 | 0x10c;
+    let mut holder = PgConnection::connect(&url).await.expect("connect");
+    sqlx::query("SELECT pg_advisory_lock($1)")
+        .bind(lock)
+        .execute(&mut holder)
+        .await
+        .expect("hold the lock");
+    let turn = Turn::new("turn-lock-wait");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let result = transactional::execute(
+        call(&turn, &shared, "w").with_lease(Duration::from_secs(1)),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            let id = insert(conn, &table, "w").await?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1)") // waits for `holder`
+                .bind(lock)
+                .execute(&mut *conn)
+                .await?;
+            Ok(id)
+        },
+    )
+    .await;
+    assert!(
+        matches!(result, Err(Failure::Idem(Error::LeaseLost { .. }))),
+        "{result:?}"
+    );
+    // Within a few seconds, the abandoned statement is gone.
+    let mut left: i64 = -1;
+    for _ in 0..40 {
+        left = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+             AND objid = ($1 & 4294967295)::oid",
+        )
+        .bind(lock)
+        .fetch_one(&mut holder)
+        .await
+        .expect("read the locks");
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        left, 0,
+        "the abandoned statement still waits, holding the key"
+    );
+    // The key is free while `holder` still holds the lock: a retry (that does not wait for
+    // it) runs, once.
+    let retry = tokio::time::timeout(Duration::from_secs(5), transfer(&store, &turn, "w"))
+        .await
+        .expect("the retry ends");
+    assert!(retry.is_ok(), "{retry:?}");
+    assert_eq!(rows(&store, "w").await, 1);
+    drop(holder);
     cleanup(&store).await;
 }

@@ -54,12 +54,17 @@ impl PostgresStore {
     /// the result replaces it: a transaction the tool's body commits itself leaves that record.
     /// The transaction may sit idle (waiting for its client) for at most `claim.duration`: past
     /// it the server ends the session and rolls everything back, so that a client it no longer
-    /// hears from (a frozen process, a partition) does not hold the key's row lock forever.
+    /// hears from (a frozen process, a partition) does not hold the key's row lock forever. And
+    /// a statement of the body still running — waiting for a lock, say — when idem gave up on
+    /// the call (its lease) and closed the connection is ended within [`CLIENT_CHECK_MS`]
+    /// (PostgreSQL 14 and later: `client_connection_check_interval`), not when it finishes.
     pub(crate) fn begin_and_claim(&self, claim: &TxClaim<'_>) -> String {
         let lease = claim.lease;
         format!(
             "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '{duration}', true), \
-             set_config('{CLAIM_SETTING}', '{token}', true); \
+             set_config('{CLAIM_SETTING}', '{token}', true), \
+             CASE WHEN current_setting('server_version_num')::int >= 140000 THEN \
+             set_config('client_connection_check_interval', '{CLIENT_CHECK_MS}', true) END; \
              SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {marker}, {ttl}, {token}, \
              {window}, {timeout}, {turn})",
             prefix = self.inner.sql.prefix,
@@ -133,6 +138,10 @@ pub(crate) struct TxClaim<'a> {
     /// How long the claim waits for a transaction that holds the key's row.
     pub(crate) lock_timeout: Duration,
 }
+
+/// How often, in milliseconds, the server checks that the client of a transactional call's
+/// statement is still connected while the statement runs.
+pub(crate) const CLIENT_CHECK_MS: u64 = 1000;
 
 /// A setting local to the transaction a transactional claim opens, holding the claim's token:
 /// a `COMMIT` or `ROLLBACK` the tool's body sends on its connection ends that transaction and
