@@ -11,9 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_tools_runtime::engine::transactional;
-use idem_tools_runtime::store::{PostgresStore, RecordState, Store};
+use idem_tools_runtime::store::{PostgresStore, Store};
 use idem_tools_runtime::{Codec, Error, Turn};
-use postgres_common::ledger::{call, insert, ledger, record_state, rows, setup, transfer};
+use postgres_common::ledger::{call, insert, ledger, rows, setup, transfer};
 use postgres_common::{Failure, cleanup};
 use sqlx::PgConnection;
 
@@ -26,6 +26,9 @@ enum Ends {
     RollbackThenWrite,
     /// `COMMIT` and `BEGIN`, inserts again in that transaction of its own, returns `Ok`.
     CommitThenWrite,
+    /// As `CommitThenWrite`, setting idem's setting of the claim in its new transaction to a
+    /// token of its own first.
+    CommitThenForge,
     /// `COMMIT`, then returns `Err`.
     CommitThenErr,
     /// `COMMIT`, then returns `Ok`.
@@ -61,6 +64,9 @@ async fn misuse(
                 Ends::RollbackThenOk => "ROLLBACK".to_owned(),
                 Ends::RollbackThenWrite => "ROLLBACK; BEGIN".to_owned(),
                 Ends::CommitThenWrite => "COMMIT; BEGIN".to_owned(),
+                Ends::CommitThenForge => {
+                    "COMMIT; BEGIN; SELECT set_config('idem.claim', '12345', true)".to_owned()
+                }
                 Ends::CommitThenErr
                 | Ends::CommitThenOk
                 | Ends::CommitThenOverrun
@@ -69,7 +75,7 @@ async fn misuse(
             };
             sqlx::raw_sql(&end).execute(&mut *conn).await?;
             match ends {
-                Ends::RollbackThenWrite | Ends::CommitThenWrite => {
+                Ends::RollbackThenWrite | Ends::CommitThenWrite | Ends::CommitThenForge => {
                     insert(conn, &table, memo).await?;
                     Ok(id)
                 }
@@ -115,11 +121,6 @@ async fn a_body_that_rolls_back_then_returns_ok_records_nothing_and_is_interrupt
     let result = misuse(&store, &turn, "r", Ends::RollbackThenOk).await;
     assert!(ended(&result, false), "{result:?}");
     assert_eq!(rows(&store, "r").await, 0, "its row was rolled back");
-    assert_ne!(
-        record_state(&store, &turn, "r").await,
-        Some(RecordState::Completed),
-        "no receipt recorded for a payment that does not exist"
-    );
     // Its claim rolled back, but idem cannot know what the body ran after ending the
     // transaction (outside any, committed on its own): the key is kept interrupted.
     let retry = transfer(&store, &turn, "r").await;
@@ -194,6 +195,11 @@ async fn what_a_body_writes_after_ending_the_transaction_is_not_committed_by_ide
     assert!(ended(&result, true), "{result:?}");
     // The insert before the body's `COMMIT` stands; the one after it does not.
     the_commit_stands_and_a_retry_is_refused(&store, &turn, "cw").await;
+    // Not even when the body sets idem's setting of the claim to another token (it did: the
+    // record matched no row, and idem's `COMMIT` ran).
+    let result = misuse(&store, &turn, "cf", Ends::CommitThenForge).await;
+    assert!(ended(&result, true), "{result:?}");
+    the_commit_stands_and_a_retry_is_refused(&store, &turn, "cf").await;
     cleanup(&store).await;
 }
 

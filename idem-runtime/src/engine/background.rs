@@ -240,7 +240,7 @@ pub(super) fn record(
 /// budget refuses the claim: then nothing is recorded. For a result whose body ran past its
 /// lease (it blocked its thread: the lease could be neither renewed nor the body stopped), and
 /// for the interrupted call's record of a transactional call whose body ended the transaction
-/// itself. Bounded by [`BOUND`] once it waits.
+/// itself. Bounded by [`BOUND`]; outside any runtime (and without `runtime`), nothing is done.
 pub(super) fn record_anew(
     store: Arc<dyn Store>,
     call: super::Call,
@@ -248,7 +248,7 @@ pub(super) fn record_anew(
     ttl: Duration,
     duration: Duration,
     runtime: Option<Handle>,
-) {
+) -> impl Future<Output = ()> + Send {
     let key = call.key.short();
     let work: Work = Box::pin(async move {
         let token = crate::store::LeaseToken::generate();
@@ -272,13 +272,18 @@ pub(super) fn record_anew(
             }
         }
     });
-    let what = key.to_string();
-    go(
-        work,
-        move |work| bounded(work, "record anew", what),
-        "record a result",
-        runtime,
-    );
+    // In a task of its own, which the caller awaits: a retry made after the call answered
+    // finds the record, and a caller that goes away does not cut the claim and the record apart.
+    let work = bounded(work, "record anew", key.to_string());
+    let task = Handle::try_current()
+        .ok()
+        .or(runtime)
+        .map(|runtime| runtime.spawn(work));
+    async move {
+        if let Some(task) = task {
+            drop(task.await);
+        }
+    }
 }
 
 /// The longest pause between two attempts to record once the lease is past its end: nothing

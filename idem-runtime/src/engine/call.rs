@@ -560,7 +560,7 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
                 leader, runtime, ..
             } = *holding;
             leader.publish(|| shared);
-            background::record_anew(store, call, bytes, ttl, duration, runtime);
+            background::record_anew(store, call, bytes, ttl, duration, runtime).await;
         }
         failed => {
             let error = match failed {

@@ -201,7 +201,7 @@ where
         drop(leader);
         let marked = in_span(span.clone(), committed(&store, &call, &lease)).await;
         if marked {
-            return codec.answered(ended_by_the_tool(guard, &call, true, duration), None);
+            return codec.answered(ended_by_the_tool(guard, &call, true, duration).await, None);
         }
         let error = Error::LeaseLost {
             key: call.key.short(),
@@ -232,7 +232,10 @@ where
             if let Ok(false) = open {
                 close(tx);
                 let marked = in_span(span, committed(&store, &call, &lease)).await;
-                return codec.answered(ended_by_the_tool(guard, &call, marked, duration), None);
+                return codec.answered(
+                    ended_by_the_tool(guard, &call, marked, duration).await,
+                    None,
+                );
             }
             if open.is_err() {
                 unsure.store(true, Ordering::Relaxed);
@@ -248,7 +251,10 @@ where
         drop(leader);
         close(tx); // and with it what the body wrote after ending the transaction
         let marked = in_span(span, committed(&store, &call, &lease)).await;
-        return codec.answered(ended_by_the_tool(guard, &call, marked, duration), None);
+        return codec.answered(
+            ended_by_the_tool(guard, &call, marked, duration).await,
+            None,
+        );
     }
     match recorded {
         Ok(_) => {

@@ -37,7 +37,7 @@ pub(super) async fn committed(store: &PostgresStore, call: &Call, lease: &Lease)
 /// what the body ran afterwards ran outside any transaction and committed on its own: the key is
 /// kept interrupted all the same, under a new claim of `duration` unless another call took it,
 /// so that a retry is told the outcome is unknown rather than run the tool again.
-pub(super) fn ended_by_the_tool(
+pub(super) async fn ended_by_the_tool(
     guard: &mut Guard,
     call: &Call,
     marked: bool,
@@ -46,7 +46,7 @@ pub(super) fn ended_by_the_tool(
     if !marked {
         let marker = crate::replay::encode_interrupted(call.tool.name);
         let (store, ttl) = (Arc::clone(call.store()), ttl_of(guard.report()));
-        background::record_anew(store, call.clone(), marker.into(), ttl, duration, None);
+        background::record_anew(store, call.clone(), marker.into(), ttl, duration, None).await;
     }
     let error = Error::TransactionEnded {
         tool: call.tool.name,

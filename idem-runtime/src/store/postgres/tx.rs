@@ -84,15 +84,16 @@ impl PostgresStore {
 
     /// The record of `result` under `lease`, `COMMIT`, and a new (empty) transaction for the
     /// connection's `Transaction` to roll back when it is dropped. The record is made only
-    /// inside the transaction its claim opened ([`CLAIM_SETTING`], which a `COMMIT` or
-    /// `ROLLBACK` of the tool's ends): outside it, reading the setting as a number fails with
-    /// [`ENDED`], so that neither the record nor the `COMMIT` runs — not even of a transaction
-    /// the tool began itself afterwards ([`ended_by_the_tool`]).
+    /// inside the transaction its claim opened ([`CLAIM_SETTING`] holding the claim's token,
+    /// which a `COMMIT` or `ROLLBACK` of the tool's ends): otherwise — the setting gone, or
+    /// holding anything else — a number is read from [`ENDED`], which fails, so that neither
+    /// the record nor the `COMMIT` runs, not even of a transaction the tool began itself
+    /// afterwards ([`ended_by_the_tool`]).
     pub(crate) fn record_and_commit(&self, lease: &Lease, result: &[u8], ttl: Duration) -> String {
         format!(
             "SELECT {prefix}idem_record({ns}, {key}, {token}, {result}, {ttl}) \
-             WHERE coalesce(nullif(current_setting('{CLAIM_SETTING}', true), ''), '{ENDED}')\
-             ::bigint = {token}; COMMIT; BEGIN",
+             WHERE (CASE WHEN current_setting('{CLAIM_SETTING}', true) = '{token}' THEN '0' \
+             ELSE '{ENDED}' END)::bigint = 0; COMMIT; BEGIN",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
