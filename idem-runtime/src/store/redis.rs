@@ -205,8 +205,9 @@ static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
 ///   forgets every key, records, attempt counts, turn counts and claims alike, so a retry runs
 ///   the tool again. A call whose tool is running across the restart loses its lease at its
 ///   next renewal ([`Error::LeaseLost`], the body stopped), or, if its body finishes first,
-///   returns its result (`Ok`) to its caller although `complete` finds no claim and nothing
-///   is recorded (logged as an error, outcome `lease_lost`): its retry runs the tool again.
+///   returns its result (`Ok`) to its caller; `complete` finds no claim, so the engine records
+///   the result under a new claim (outcome `lease_lost`), unless another call took the key
+///   meanwhile: then a retry may run the tool again.
 /// - **Redis unreachable or too slow:** every operation fails with [`Error::Store`] and the
 ///   engine does not run the tool (idem fails closed). The connection reconnects in the
 ///   background. A `begin` whose reply timed out may still have claimed: the engine gives the
