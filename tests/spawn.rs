@@ -65,3 +65,43 @@ async fn outside_a_tool_spawn_carries_the_turn() {
         .unwrap();
     assert_eq!(none, (true, None));
 }
+
+static NOTIFY_RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static FOLLOW_UP: std::sync::Mutex<Option<tokio::task::JoinHandle<Result<u32, Error>>>> =
+    std::sync::Mutex::new(None);
+
+/// Hands a follow-up to a task of its own that outlives the call: once the call is over, the
+/// task calls the tool again with the same arguments.
+#[idempotent]
+async fn notify(to: String) -> Result<u32, Error> {
+    NOTIFY_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let again = to.clone();
+    let follow_up = idem_tools::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        call_notify(again).await
+    });
+    *FOLLOW_UP.lock().unwrap() = Some(follow_up);
+    Ok(7)
+}
+
+/// `notify`, boxed: a tool reaching itself needs its future's type named.
+fn call_notify(
+    to: String,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<u32, Error>> + Send>> {
+    Box::pin(notify(to))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_task_that_outlives_its_tool_no_longer_holds_its_key() {
+    let turn = Turn::new("outlived");
+    assert_eq!(turn.scope(notify("ada".into())).await.unwrap(), 7);
+    let follow_up = FOLLOW_UP
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the tool spawned its follow-up");
+    // The tool is over and its result recorded: the task's call replays it, as any retry would,
+    // instead of being told the tool is calling itself.
+    assert_eq!(follow_up.await.unwrap().unwrap(), 7);
+    assert_eq!(NOTIFY_RUNS.load(std::sync::atomic::Ordering::SeqCst), 1);
+}

@@ -591,6 +591,12 @@ struct Scoped<'a> {
     turn: Turn,
 }
 
+impl Drop for Scoped<'_> {
+    fn drop(&mut self) {
+        self.held.end();
+    }
+}
+
 impl Future for Scoped<'_> {
     type Output = Finished;
 

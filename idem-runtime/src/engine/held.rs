@@ -15,10 +15,31 @@ pub(crate) struct Held {
     key: Key,
     /// The scope of conversations where the tool was called (`conversation::scope`).
     within: Option<Key>,
-    /// If the tool is transactional, its body runs inside its transaction: the tool's name,
-    /// and whether that transaction is still open (a task the body spawned outlives it).
-    transaction: Option<(&'static str, Arc<AtomicBool>)>,
+    /// Whether the tool still runs (its body, or for a transactional tool its transaction): a
+    /// task the body spawned (`idem_tools::spawn`), or a detached tool it called, may outlive
+    /// it, and then no longer holds its key.
+    running: Arc<AtomicBool>,
+    /// If the tool is transactional, its body runs inside its transaction, open while
+    /// `running` says so: the tool's name.
+    transaction: Option<&'static str>,
     outer: Option<Arc<Held>>,
+}
+
+impl Held {
+    /// Whether the tool that holds this key still runs.
+    fn runs(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
+    /// The tool's body finished, or was dropped: it no longer holds its key.
+    pub(crate) fn end(&self) {
+        self.running.store(false, Ordering::Release);
+    }
+
+    /// This key and its callers', innermost first: those of tools that still run.
+    fn running(&self) -> impl Iterator<Item = &Held> {
+        std::iter::successors(Some(self), |held| held.outer.as_deref()).filter(|held| held.runs())
+    }
 }
 
 /// The key of the `#[idempotent]` tool running in this task, if any.
@@ -48,22 +69,10 @@ pub fn current_key() -> Option<Key> {
     HELD.try_with(|held| held.key).ok()
 }
 
-/// Whether this task (or a tool that called it) holds `key`.
+/// Whether this task (or a tool that called it) holds `key`: the tool holding it still runs.
 pub(crate) fn holds(key: &Key) -> bool {
-    HELD.try_with(|held| {
-        if held.key == *key {
-            return true;
-        }
-        let mut next = held.outer.as_deref();
-        while let Some(held) = next {
-            if held.key == *key {
-                return true;
-            }
-            next = held.outer.as_deref();
-        }
-        false
-    })
-    .unwrap_or(false)
+    HELD.try_with(|held| held.running().any(|held| held.key == *key))
+        .unwrap_or(false)
 }
 
 /// Where a call was made: the keys its caller's task held and the scope of conversations it
@@ -85,11 +94,12 @@ impl Caller {
     }
 }
 
-/// The keys held by a tool holding `key`, called by `caller`.
+/// The keys held by a tool holding `key`, called by `caller`, until [`Held::end`].
 pub(crate) fn with(key: Key, caller: Caller) -> Held {
     Held {
         key,
         within: caller.within,
+        running: Arc::new(AtomicBool::new(true)),
         transaction: None,
         outer: caller.outer,
     }
@@ -105,28 +115,20 @@ pub(crate) fn in_transaction_of(
     open: Arc<AtomicBool>,
 ) -> Held {
     Held {
-        transaction: Some((tool, open)),
-        ..with(key, caller)
+        key,
+        within: caller.within,
+        running: open,
+        transaction: Some(tool),
+        outer: caller.outer,
     }
 }
 
 /// The transactional tool whose body this task runs in (directly, through the tools it called
 /// or a task it spawned), if its transaction is still open.
 pub(crate) fn transaction() -> Option<&'static str> {
-    HELD.try_with(|held| {
-        let mut next = Some(held);
-        while let Some(held) = next {
-            if let Some((tool, open)) = &held.transaction
-                && open.load(Ordering::Acquire)
-            {
-                return Some(*tool);
-            }
-            next = held.outer.as_deref();
-        }
-        None
-    })
-    .ok()
-    .flatten()
+    HELD.try_with(|held| held.running().find_map(|held| held.transaction))
+        .ok()
+        .flatten()
 }
 
 /// The key of the tool running in this task and the scope of conversations it was called in.
