@@ -290,14 +290,19 @@ pub enum Error {
     #[error(
         "tool `{tool}` ended the transaction idem opened for it (a COMMIT or ROLLBACK sent on \
          its connection, or a savepoint of it that failed or was dropped, which sqlx rolls back \
-         with the whole transaction), so nothing of this call was recorded{}, so its key is \
-         kept as interrupted: run every statement of the tool on its connection without ending \
-         the transaction, and handle a failed statement by returning its error",
-        if *marked {
-            "; what it wrote before may have committed"
-        } else {
-            "; its claim was rolled back, but what it ran afterwards ran outside any \
-             transaction and may have committed"
+         with the whole transaction), so nothing of this call was recorded; {}: run every \
+         statement of the tool on its connection without ending the transaction, and handle a \
+         failed statement by returning its error",
+        match kept {
+            KeyKept::Committed => "what it wrote before may have committed, so its key is kept \
+                as interrupted",
+            KeyKept::MarkedAfter => "its claim was rolled back, but what it ran afterwards ran \
+                outside any transaction and may have committed, so its key is kept as \
+                interrupted",
+            KeyKept::NotKept => "its claim was rolled back, but what it ran afterwards ran \
+                outside any transaction and may have committed, and its key could not be kept \
+                as interrupted (another call holds or recorded it, or the store failed), so a \
+                retry may run the tool again",
         }
     )]
     TransactionEnded {
@@ -305,10 +310,8 @@ pub enum Error {
         tool: &'static str,
         /// The call's key.
         key: ShortKey,
-        /// Whether the claim committed with the tool's writes, as the interrupted call's record
-        /// (if not, the key is marked interrupted afterwards, under a new claim, unless another
-        /// call took it meanwhile).
-        marked: bool,
+        /// What became of the key: whether retries are told the outcome is unknown.
+        kept: KeyKept,
     },
 
     /// A transactional tool ran, but committing its transaction failed: all of it committed,
@@ -394,6 +397,21 @@ pub(crate) fn times(n: u32) -> String {
         2 => "twice".to_owned(),
         n => format!("{n} times"),
     }
+}
+
+/// What became of the key of a transactional call whose body ended its own transaction
+/// ([`Error::TransactionEnded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKept {
+    /// The body committed the claim with what it wrote before: the claim stands as an
+    /// interrupted call's record, so retries are told the outcome is unknown.
+    Committed,
+    /// The claim was rolled back; the key was marked interrupted afterwards, under a new claim,
+    /// so retries are told the outcome is unknown.
+    MarkedAfter,
+    /// The claim was rolled back and the key could not be marked: another call holds or
+    /// recorded it, or the store failed. A retry may run the tool again.
+    NotKept,
 }
 
 /// Which arguments differ when a key is reused with other arguments

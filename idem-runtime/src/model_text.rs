@@ -324,7 +324,7 @@ pub(crate) fn every_error() -> Vec<Error> {
         Error::TransactionEnded {
             tool: "t",
             key: key(),
-            marked: true,
+            kept: crate::KeyKept::Committed,
         },
         Error::CommitFailed {
             tool: "t",

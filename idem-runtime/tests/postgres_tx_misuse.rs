@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use idem_tools_runtime::engine::transactional;
 use idem_tools_runtime::store::{PostgresStore, Store};
-use idem_tools_runtime::{Codec, Error, Turn};
+use idem_tools_runtime::{Codec, Error, KeyKept, Turn};
 use postgres_common::ledger::{call, insert, ledger, rows, setup, transfer};
 use postgres_common::{Failure, cleanup};
 use sqlx::PgConnection;
@@ -39,6 +39,9 @@ enum Ends {
     CommitThenPanic,
     /// Runs past the lease in a statement, its transaction open (no misuse).
     Overrun,
+    /// `ROLLBACK`, inserts again outside any transaction (committed at once), then runs past
+    /// the lease.
+    RollbackWriteThenOverrun,
 }
 
 /// The lease of the calls that overrun it.
@@ -61,7 +64,7 @@ async fn misuse(
         async |conn: &mut PgConnection| -> Result<i64, Failure> {
             let id = insert(conn, &table, memo).await?;
             let end = match ends {
-                Ends::RollbackThenOk => "ROLLBACK".to_owned(),
+                Ends::RollbackThenOk | Ends::RollbackWriteThenOverrun => "ROLLBACK".to_owned(),
                 Ends::RollbackThenWrite => "ROLLBACK; BEGIN".to_owned(),
                 Ends::CommitThenWrite => "COMMIT; BEGIN".to_owned(),
                 Ends::CommitThenForge => {
@@ -81,6 +84,11 @@ async fn misuse(
                 }
                 Ends::CommitThenErr => Err(Failure::Tool("declined after its commit")),
                 Ends::CommitThenOverrun => {
+                    tokio::time::sleep(SHORT_LEASE * 2).await;
+                    Ok(id)
+                }
+                Ends::RollbackWriteThenOverrun => {
+                    insert(conn, &table, memo).await?;
                     tokio::time::sleep(SHORT_LEASE * 2).await;
                     Ok(id)
                 }
@@ -108,8 +116,15 @@ async fn the_commit_stands_and_a_retry_is_refused(store: &PostgresStore, turn: &
     assert_eq!(rows(store, memo).await, 1, "{memo}: no second payment");
 }
 
+/// Whether `result` says the tool ended its transaction, with its claim committed (`marked`)
+/// or rolled back and the key marked interrupted afterwards.
 fn ended(result: &Result<i64, Failure>, marked: bool) -> bool {
-    matches!(result, Err(Failure::Idem(Error::TransactionEnded { marked: m, .. })) if *m == marked)
+    let kept = if marked {
+        KeyKept::Committed
+    } else {
+        KeyKept::MarkedAfter
+    };
+    matches!(result, Err(Failure::Idem(Error::TransactionEnded { kept: k, .. })) if *k == kept)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,6 +319,89 @@ async fn a_body_that_overruns_its_lease_in_its_transaction_is_rolled_back_not_ma
         rows(&store, "v").await,
         1,
         "the overrun's row was rolled back"
+    );
+    cleanup(&store).await;
+}
+
+/// A body that rolled the transaction back and wrote on its own, then ran past its lease: what
+/// it wrote committed, so the key is marked interrupted — not left free for a retry to write it
+/// again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_rolls_back_writes_then_overruns_its_lease_leaves_its_key_interrupted() {
+    let Some(store) = setup("tx_rollback_overrun").await else {
+        return;
+    };
+    let turn = Turn::new("turn-rollback-overrun");
+    let result = misuse(&store, &turn, "ro", Ends::RollbackWriteThenOverrun).await;
+    assert!(ended(&result, false), "{result:?}");
+    assert_eq!(rows(&store, "ro").await, 1, "its own write committed");
+    let retry = transfer(&store, &turn, "ro").await;
+    assert!(
+        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+        "{retry:?}"
+    );
+    assert_eq!(rows(&store, "ro").await, 1, "the retry did not write again");
+    cleanup(&store).await;
+}
+
+/// The same body, its call dropped by its caller while it runs: the key is marked interrupted
+/// in the background (the transaction was already over when the call was dropped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_rolls_back_writes_then_is_dropped_leaves_its_key_interrupted() {
+    let Some(store) = setup("tx_rollback_dropped").await else {
+        return;
+    };
+    let turn = Turn::new("turn-rollback-dropped");
+    let cut = tokio::time::timeout(
+        SHORT_LEASE / 2,
+        misuse(&store, &turn, "rd", Ends::RollbackWriteThenOverrun),
+    )
+    .await;
+    assert!(cut.is_err(), "the caller gave up: {cut:?}");
+    assert_eq!(rows(&store, "rd").await, 1, "its own write committed");
+    let mut retry = None;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        if postgres_common::ledger::record_state(&store, &turn, "rd")
+            .await
+            .is_some()
+        {
+            retry = Some(transfer(&store, &turn, "rd").await);
+            break;
+        }
+    }
+    let retry = retry.expect("the key was marked");
+    assert!(
+        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+        "{retry:?}"
+    );
+    assert_eq!(rows(&store, "rd").await, 1, "the retry did not write again");
+    cleanup(&store).await;
+}
+
+/// A body that rolled the transaction back and wrote on its own, returning `Ok` on the last
+/// attempt its turn's budget allows: marking the key is not an attempt, so it is marked, and
+/// the error says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_rolls_back_on_its_last_attempt_still_has_its_key_marked() {
+    let Some(store) = setup("tx_rollback_budget").await else {
+        return;
+    };
+    let turn = Turn::new("turn-rollback-budget").with_max_attempts_per_key(1);
+    let result = misuse(&store, &turn, "rb", Ends::RollbackThenOk).await;
+    assert!(ended(&result, false), "{result:?}");
+    let Err(Failure::Idem(error)) = result else {
+        unreachable!("checked above")
+    };
+    let message = error.to_string();
+    assert!(
+        message.contains("so its key is kept as interrupted"),
+        "{message}"
+    );
+    let retry = transfer(&store, &turn, "rb").await;
+    assert!(
+        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
+        "{retry:?}"
     );
     cleanup(&store).await;
 }

@@ -183,11 +183,13 @@ pub(super) fn mark_interrupted(
 /// store's `LeaseLost` ends the attempts.
 pub(super) fn record(
     mut keeper: Keeper,
+    call: super::Call,
     bytes: Bytes,
     ttl: Duration,
     lingering: Lingering,
     runtime: Option<Handle>,
 ) {
+    let duration = keeper.duration();
     let work: Work = Box::pin(async move {
         let key = keeper.lease().key.short();
         let give_up = Instant::now() + ttl;
@@ -206,10 +208,17 @@ pub(super) fn record(
                     tracing::info!(target: "idem", %key, "the result was recorded after a retry");
                     break;
                 }
-                Some(Err(error @ Error::LeaseLost { .. })) => {
-                    tracing::error!(target: "idem", %key, %error,
-                        "the result could not be recorded: the key's lease ended first, or \
-                         another caller took it over");
+                Some(Err(Error::LeaseLost { .. })) => {
+                    // The claim ended first (the body ran past it, or the store forgot it). The
+                    // body ran all the same: its result goes under a new claim unless another
+                    // call took the key.
+                    let store = Arc::clone(keeper.store());
+                    drop(keeper);
+                    let anew = anew(store, call, bytes, ttl, duration);
+                    if tokio::time::timeout(BOUND, anew).await.is_err() {
+                        tracing::error!(target: "idem", %key, "the store did not answer \
+                            (record anew); a retry runs the tool again");
+                    }
                     break;
                 }
                 Some(Err(error)) => tracing::warn!(target: "idem", %key, %error,
@@ -236,11 +245,13 @@ pub(super) fn record(
 }
 
 /// Records `bytes` for `call` under a new claim of its key (of `duration`), once the call's
-/// own claim is gone — unless another call holds or recorded the key meanwhile, or the turn's
-/// budget refuses the claim: then nothing is recorded. For a result whose body ran past its
-/// lease (it blocked its thread: the lease could be neither renewed nor the body stopped), and
-/// for the interrupted call's record of a transactional call whose body ended the transaction
-/// itself. Bounded by [`BOUND`]; outside any runtime (and without `runtime`), nothing is done.
+/// own claim is gone — unless another call holds or recorded the key meanwhile: then nothing is
+/// recorded. The new claim is not charged to the turn's budget (the body ran already: its
+/// result is not withheld). For a result whose body ran past its lease (it blocked its thread:
+/// the lease could be neither renewed nor the body stopped), or whose claim the store no longer
+/// held when it was recorded, and for the interrupted call's record of a transactional call
+/// whose body ended the transaction itself. Bounded by [`BOUND`]; outside any runtime (and
+/// without `runtime`), nothing is done. Says whether it recorded.
 pub(super) fn record_anew(
     store: Arc<dyn Store>,
     call: super::Call,
@@ -248,40 +259,68 @@ pub(super) fn record_anew(
     ttl: Duration,
     duration: Duration,
     runtime: Option<Handle>,
-) -> impl Future<Output = ()> + Send {
+) -> impl Future<Output = bool> + Send {
     let key = call.key.short();
-    let work: Work = Box::pin(async move {
-        let token = crate::store::LeaseToken::generate();
-        let claimed = store.begin(call.begin_request(token, duration)).await;
-        let lease = call.lease(token);
-        let recorded = match claimed {
-            Ok(crate::store::Begin::Claimed) => store.complete(&lease, &bytes, ttl).await,
-            Ok(_) => {
-                tracing::warn!(target: "idem", %key, "another call holds or recorded the key \
-                    (or its budget is spent): this call's record was not written");
-                return;
-            }
-            Err(error) => Err(error),
-        };
-        match recorded {
-            Ok(()) => tracing::info!(target: "idem", %key, "recorded under a new claim"),
-            Err(error) => {
-                tracing::error!(target: "idem", %key, %error, "could not record under a new \
-                    claim; a retry runs the tool again");
-                drop(store.release(&lease).await);
-            }
-        }
-    });
+    let work = anew(store, call, bytes, ttl, duration);
     // In a task of its own, which the caller awaits: a retry made after the call answered
     // finds the record, and a caller that goes away does not cut the claim and the record apart.
-    let work = bounded(work, "record anew", key.to_string());
     let task = Handle::try_current()
         .ok()
         .or(runtime)
-        .map(|runtime| runtime.spawn(work));
+        .map(|runtime| runtime.spawn(tokio::time::timeout(BOUND, work)));
     async move {
-        if let Some(task) = task {
-            drop(task.await);
+        match task {
+            Some(task) => match task.await {
+                Ok(Ok(recorded)) => recorded,
+                Ok(Err(_)) => {
+                    tracing::error!(target: "idem", %key, "the store did not answer (record \
+                        anew); a retry runs the tool again");
+                    false
+                }
+                Err(_) => false,
+            },
+            None => false,
+        }
+    }
+}
+
+/// [`record_anew`]'s work, in place.
+async fn anew(
+    store: Arc<dyn Store>,
+    call: super::Call,
+    bytes: Bytes,
+    ttl: Duration,
+    duration: Duration,
+) -> bool {
+    let key = call.key.short();
+    let token = crate::store::LeaseToken::generate();
+    let mut request = call.begin_request(token, duration);
+    request.charge = crate::store::Charge {
+        max_attempts: u32::MAX,
+        max_calls: None,
+        max_tool_actions: None,
+        ..request.charge
+    };
+    let lease = call.lease(token);
+    let recorded = match store.begin(request).await {
+        Ok(crate::store::Begin::Claimed) => store.complete(&lease, &bytes, ttl).await,
+        Ok(_) => {
+            tracing::warn!(target: "idem", %key, "another call holds or recorded the key: \
+                this call's record was not written");
+            return false;
+        }
+        Err(error) => Err(error),
+    };
+    match recorded {
+        Ok(()) => {
+            tracing::info!(target: "idem", %key, "recorded under a new claim");
+            true
+        }
+        Err(error) => {
+            tracing::error!(target: "idem", %key, %error, "could not record under a new \
+                claim; a retry runs the tool again");
+            drop(store.release(&lease).await);
+            false
         }
     }
 }

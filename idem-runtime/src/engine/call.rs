@@ -577,7 +577,8 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
                 runtime,
                 ..
             } = *holding;
-            background::record(keeper, bytes, ttl, leader.linger(shared), runtime);
+            let lingering = leader.linger(shared);
+            background::record(keeper, call, bytes, ttl, lingering, runtime);
         }
     }
     Ok(())

@@ -149,7 +149,8 @@ impl Drop for Guard {
                 } else {
                     Outcome::Failed
                 });
-                background::record(keeper, bytes, ttl, lingering, runtime);
+                let call = report.call().clone();
+                background::record(keeper, call, bytes, ttl, lingering, runtime);
                 return;
             }
         };

@@ -118,6 +118,11 @@ impl Keeper {
         &self.lease
     }
 
+    /// How long each of its leases lasts.
+    pub(super) fn duration(&self) -> Duration {
+        self.duration
+    }
+
     /// The store that holds it.
     pub(super) fn store(&self) -> &Arc<dyn Store> {
         &self.store

@@ -34,6 +34,7 @@ use std::future::poll_fn;
 use std::ops::{Deref, DerefMut};
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::telemetry::in_span;
@@ -55,7 +56,7 @@ use crate::store::postgres::tx::{self, raw};
 use crate::store::{Begin, BeginRequest, FirstResult, PostgresStore, Store, StoreFuture};
 
 mod ended;
-use ended::{committed, ended_by_the_tool};
+use ended::{Watched, committed, ended_by_the_tool, overran};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
 /// its recorded result: see [the module documentation](self).
@@ -66,7 +67,9 @@ use ended::{committed, ended_by_the_tool};
 /// yourself (`conn.begin()` on it opens a savepoint, which is fine), and return a failed
 /// statement's error rather than carry on (a savepoint begun after it fails, and `sqlx` rolls
 /// back the whole transaction): a body that ended the transaction gets
-/// [`Error::TransactionEnded`] and its key is kept interrupted.
+/// [`Error::TransactionEnded`] and its key is kept interrupted (also when it then runs past
+/// its lease, or its call is dropped: idem asks the server whether the transaction was still
+/// open before it rolls it back).
 ///
 /// Only `Ok` results are recorded: an `Err` rolls the transaction back (a codec that records
 /// errors, [`Codec::ok_and_err`], is treated like [`Codec::ok_only`] here), and a retry runs
@@ -86,8 +89,9 @@ use ended::{committed, ended_by_the_tool};
 /// [`Error::CommitFailed`] if it could not be committed (the server refused it: nothing
 /// happened; or — when the connection dropped during `COMMIT`, the server ended the session, or
 /// did not answer within the store's reply timeout — the outcome is unknown: a retry finds
-/// out); [`Error::LeaseLost`] if the body ran past the tool's lease (it was stopped, and
-/// everything rolled back).
+/// out); [`Error::LeaseLost`] if the body ran past the tool's lease inside its transaction (it
+/// was stopped, and everything rolled back); [`Error::TransactionEnded`] if the body had ended
+/// the transaction itself.
 pub async fn execute<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Result<T, E>
 where
     T: Send,
@@ -102,6 +106,7 @@ where
         }
     };
     let unsure = AtomicBool::new(false);
+    let watch = Mutex::new(None);
     let reply = store.reply_timeout();
     let mut asker = Charging {
         store: &store,
@@ -109,6 +114,7 @@ where
             conn: None,
             runtime: None,
             unsure: &unsure,
+            watch: &watch,
             reply,
         },
     };
@@ -178,6 +184,11 @@ where
     // tool's lease: a statement the server never answers must not hold the call forever.
     let ttl = ttl_of(granted.guard.report());
     let open = OpenUntilDropped(Arc::new(AtomicBool::new(true)));
+    // Dropped while the body runs, the call leaves its connection to `Watched::dropped`.
+    set(
+        &watch,
+        Some(Watched::new(&store, &call, &lease, ttl, duration)),
+    );
     let result = {
         let held =
             held::in_transaction_of(call.key, granted.caller, call.tool.name, open.0.clone());
@@ -190,18 +201,23 @@ where
         });
         in_span(span.clone(), tokio::time::timeout(duration, body)).await
     };
+    set(&watch, None);
     let leader = granted.leader.take();
     let guard = &mut granted.guard;
     let Ok(result) = result else {
         // Still running at the end of its lease: dropped; the transaction rolls back, and the
         // connection, a statement perhaps on the wire, is closed — unless the body ended the
-        // transaction itself before: then its claim committed as an interrupted call's record.
+        // transaction itself before: then its claim committed as an interrupted call's record,
+        // or what it ran afterwards committed on its own.
+        let ended = in_span(span.clone(), overran(&store, &lease, &mut tx, reply)).await;
         drop(tx);
         unsure.store(true, Ordering::Relaxed);
         drop(leader);
-        let marked = in_span(span.clone(), committed(&store, &call, &lease)).await;
-        if marked {
-            return codec.answered(ended_by_the_tool(guard, &call, true, duration).await, None);
+        if let Some(marked) = ended {
+            return codec.answered(
+                ended_by_the_tool(guard, &call, marked, duration).await,
+                None,
+            );
         }
         let error = Error::LeaseLost {
             key: call.key.short(),
@@ -355,6 +371,9 @@ struct Checkout<'u> {
     runtime: Option<tokio::runtime::Handle>,
     /// Outside the struct, so that it can change while a transaction borrows the connection.
     unsure: &'u AtomicBool,
+    /// The call, while its body runs: dropped then, the connection goes to
+    /// [`Watched::dropped`].
+    watch: &'u Mutex<Option<Watched>>,
     /// How long the server has to answer the pool's check of the connection handed back.
     reply: std::time::Duration,
 }
@@ -381,9 +400,20 @@ impl Drop for Checkout<'_> {
         let Some(conn) = self.conn.take() else {
             return;
         };
+        if let Some(watched) = set(self.watch, None) {
+            return watched.dropped(conn, self.runtime.clone());
+        }
         let unsure = self.unsure.load(Ordering::Relaxed);
         give_back(conn, self.runtime.as_ref(), unsure, self.reply);
     }
+}
+
+/// Sets what `watch` holds; returns what it held.
+fn set(watch: &Mutex<Option<Watched>>, to: Option<Watched>) -> Option<Watched> {
+    let mut watched = watch
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    std::mem::replace(&mut *watched, to)
 }
 
 /// The call's [`PostgresStore`], or the error that says it has none.

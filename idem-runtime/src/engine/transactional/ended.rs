@@ -9,13 +9,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, Postgres};
+
 use super::super::Call;
 use super::super::background;
 use super::super::call::{self, refuse};
 use super::super::guard::{Guard, ttl_of};
-use crate::Error;
 use crate::stats::Outcome;
+use crate::store::postgres::conn::give_back;
+use crate::store::postgres::tx::{self, ClaimTx};
 use crate::store::{Lease, PostgresStore};
+use crate::{Error, KeyKept};
 
 /// Whether the tool's body committed the claim (with the interrupted call's record it holds),
 /// for the report; the record stands either way.
@@ -43,15 +48,120 @@ pub(super) async fn ended_by_the_tool(
     marked: bool,
     duration: Duration,
 ) -> call::Answer {
-    if !marked {
+    let kept = if marked {
+        KeyKept::Committed
+    } else {
         let marker = crate::replay::encode_interrupted(call.tool.name);
         let (store, ttl) = (Arc::clone(call.store()), ttl_of(guard.report()));
-        background::record_anew(store, call.clone(), marker.into(), ttl, duration, None).await;
-    }
+        let marking =
+            background::record_anew(store, call.clone(), marker.into(), ttl, duration, None);
+        if marking.await {
+            KeyKept::MarkedAfter
+        } else {
+            KeyKept::NotKept
+        }
+    };
     let error = Error::TransactionEnded {
         tool: call.tool.name,
         key: call.key.short(),
-        marked,
+        kept,
     };
     refuse(guard, Outcome::ConfigError, error)
+}
+
+/// The body ran past its lease and was dropped, its connection left as it was: whether it had
+/// ended the transaction (`Some`: and whether its claim committed), asked before the
+/// connection's transaction is rolled back. The server also ends a session whose transaction
+/// sat idle for a whole lease, rolling everything back: the connection then says so.
+pub(super) async fn overran(
+    store: &PostgresStore,
+    lease: &Lease,
+    conn: &mut PgConnection,
+    reply: Duration,
+) -> Option<bool> {
+    match store.claim_transaction(lease).await {
+        Ok(ClaimTx::Open) => None,
+        Ok(ClaimTx::Ended { committed: true }) => Some(true),
+        Ok(ClaimTx::Ended { committed: false }) => {
+            match tx::still_open(conn, lease.token, reply).await {
+                // A statement of the body still runs, outside the transaction: it ended it.
+                Err(sqlx::Error::Io(error)) if error.kind() == std::io::ErrorKind::TimedOut => {
+                    Some(false)
+                }
+                // The session is over: the server ended it, and the transaction with it.
+                Err(error) if crate::store::postgres::conn::unsure(&error) => None,
+                _ => Some(false),
+            }
+        }
+        Err(error) => {
+            tracing::warn!(target: "idem", key = %lease.key.short(), %error, "could not read \
+                whether a transactional tool that ran past its lease had ended its transaction; \
+                it is rolled back");
+            None
+        }
+    }
+}
+
+/// A transactional call whose body is running: what it takes to find out, if the call is
+/// dropped then, whether the body had ended the transaction.
+pub(super) struct Watched {
+    store: PostgresStore,
+    call: Call,
+    lease: Lease,
+    ttl: Duration,
+    duration: Duration,
+}
+
+impl Watched {
+    pub(super) fn new(
+        store: &PostgresStore,
+        call: &Call,
+        lease: &Lease,
+        ttl: Duration,
+        duration: Duration,
+    ) -> Watched {
+        Watched {
+            store: store.clone(),
+            call: call.clone(),
+            lease: lease.clone(),
+            ttl,
+            duration,
+        }
+    }
+
+    /// The call was dropped while its body ran, leaving `conn` as the body did (the
+    /// `ROLLBACK` of its transaction not yet sent). In a task: asks on another connection
+    /// whether the transaction is still open, then closes `conn` — rolling back whatever is —
+    /// and if the body had rolled the transaction back itself (what it ran afterwards
+    /// committed on its own), marks the key interrupted under a new claim. Outside any runtime
+    /// (and without `runtime`), the connection is closed and nothing is asked.
+    pub(super) fn dropped(
+        self,
+        conn: PoolConnection<Postgres>,
+        runtime: Option<tokio::runtime::Handle>,
+    ) {
+        let Some(runtime) = tokio::runtime::Handle::try_current().ok().or(runtime) else {
+            drop(conn.detach());
+            return;
+        };
+        let reply = self.store.reply_timeout();
+        runtime.spawn(async move {
+            let ended = self.store.claim_transaction(&self.lease).await;
+            give_back(conn, None, true, reply);
+            match ended {
+                Ok(ClaimTx::Ended { committed: false }) => {
+                    let marker = crate::replay::encode_interrupted(self.call.tool.name);
+                    let store: Arc<dyn crate::store::Store> = Arc::new(self.store);
+                    let (call, ttl, duration) = (self.call, self.ttl, self.duration);
+                    let marking =
+                        background::record_anew(store, call, marker.into(), ttl, duration, None);
+                    marking.await;
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(target: "idem", key = %self.lease.key.short(),
+                    %error, "could not read whether a transactional tool dropped mid-run had \
+                    ended its transaction; if it rolled it back, a retry runs it again"),
+            }
+        });
+    }
 }
