@@ -200,6 +200,59 @@ async fn ignored_arguments_may_change_between_retries() {
     assert_eq!(t.stats().payload_mismatch, 0);
 }
 
+/// A tool's one structured argument (rmcp's `Parameters<T>`, say), with a field the model
+/// rewords left out of the key by `idem_tools::key::ignored`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NewRefund {
+    order: u64,
+    #[serde(serialize_with = "idem_tools::key::ignored")]
+    memo: String,
+}
+
+/// The refund made, with the memo it was made with: a result type may mark a field too (a
+/// result is recorded whole).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Refunded {
+    id: usize,
+    #[serde(serialize_with = "idem_tools::key::ignored")]
+    memo: String,
+}
+
+static REFUNDED: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent]
+async fn open_refund(refund: NewRefund) -> Result<Refunded, Error> {
+    let _ = refund.order;
+    let id = REFUNDED.fetch_add(1, Ordering::SeqCst);
+    Ok(Refunded {
+        id,
+        memo: refund.memo,
+    })
+}
+
+#[tokio::test]
+async fn a_field_marked_ignored_may_be_reworded_between_retries() {
+    let t = turn("ignored-field");
+    let refund = |order: u64, memo: &str| NewRefund {
+        order,
+        memo: memo.to_owned(),
+    };
+    t.clone()
+        .scope(async {
+            let first = open_refund(refund(7, "customer asked")).await.unwrap();
+            // The model rewords the memo: the same action, replayed whole (memo included).
+            let again = open_refund(refund(7, "The customer asked for a refund")).await;
+            assert_eq!(again.unwrap(), first);
+            assert_eq!(first.memo, "customer asked");
+            // Another order is another action.
+            let other = open_refund(refund(8, "customer asked")).await.unwrap();
+            assert_ne!(other.id, first.id);
+        })
+        .await;
+    assert_eq!((t.stats().executed, t.stats().replayed), (2, 1));
+    assert_eq!(t.stats().payload_mismatch, 0);
+}
+
 #[tokio::test]
 async fn a_caller_key_spans_turns_and_rejects_another_payload() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());

@@ -96,9 +96,17 @@ impl<'a> MapEncoder<'a> {
             *seen = true;
             return token_value(self.out, *token, value);
         }
-        let start = self.out.len();
+        let (start, spans) = (self.out.len(), self.out.spans.len());
         put_text(self.out, tag::STR, key.as_bytes());
-        value.serialize(ValueSerializer::new(self.out))?;
+        match value.serialize(ValueSerializer::new(self.out)) {
+            Ok(()) => {}
+            Err(error) if error.is_ignored() => {
+                // Marked `ignored`: the field is left out (§4.3).
+                self.out.rollback(start, spans);
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        }
         let span = Span::new(&self.out.bytes, start, self.out.len());
         self.out.spans.push(span);
         Ok(())

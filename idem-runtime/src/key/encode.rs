@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::ser;
 
 use super::compound::{MapEncoder, SeqEncoder};
+use super::ignored::IGNORED_MAGIC;
 use super::json::Token;
 use super::scratch::{Scratch, Span};
 use super::sets::{UNORDERED_MAGIC, iterable_is_set};
@@ -82,6 +83,23 @@ impl fmt::Display for EncodeError {
 }
 
 impl std::error::Error for EncodeError {}
+
+/// What a value marked [`ignored`](super::ignored) with no struct field around it says.
+const IGNORED_OUTSIDE_A_FIELD: &str = "a value marked `idem_tools::key::ignored` is left out of \
+    the key as a field of a struct; this one is not inside a struct field (mark the field \
+    itself, or leave the argument out with `ignore(..)`)";
+
+impl EncodeError {
+    /// A marked value: the struct field around it is left out.
+    fn ignored() -> Self {
+        EncodeError(IGNORED_OUTSIDE_A_FIELD.to_owned())
+    }
+
+    /// Whether this is a marked value, which the struct field around it leaves out.
+    pub(crate) fn is_ignored(&self) -> bool {
+        self.0 == IGNORED_OUTSIDE_A_FIELD
+    }
+}
 
 impl ser::Error for EncodeError {
     fn custom<T: fmt::Display>(msg: T) -> Self {
@@ -303,6 +321,9 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         name: &'static str,
         value: &T,
     ) -> Result<(), EncodeError> {
+        if name == IGNORED_MAGIC {
+            return Err(EncodeError::ignored()); // the struct field around it is left out (§4.3)
+        }
         // Transparent: a token struct's text keeps being written in full inside it (§4.5).
         let as_set = self.as_set || name == UNORDERED_MAGIC;
         value.serialize(ValueSerializer {

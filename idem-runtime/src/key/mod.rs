@@ -30,6 +30,7 @@ mod args;
 mod compound;
 mod encode;
 mod hash;
+pub(crate) mod ignored;
 mod json;
 mod raw;
 mod scratch;
@@ -47,6 +48,7 @@ mod tests;
 use serde::Serialize;
 
 pub use args::ArgsDigest;
+pub use ignored::ignored;
 pub use types::{Fingerprint, Key, ShortKey};
 pub use unordered::{Unordered, unordered};
 

@@ -343,3 +343,33 @@ fn long_strings_and_bytes_are_encoded_by_their_hash() {
     let (k, _) = d.finish("ns", "turn", "tool", 1);
     assert_eq!(k, key(&BTreeMap::from([(name.as_str(), long.as_str())])));
 }
+
+#[test]
+fn a_value_marked_ignored_leaves_out_the_struct_field_around_it_or_is_refused() {
+    struct Marked(&'static str);
+    impl Serialize for Marked {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            crate::key::ignored(self.0, s)
+        }
+    }
+    #[derive(Serialize)]
+    struct WithMap {
+        to: &'static str,
+        notes: std::collections::BTreeMap<&'static str, Marked>,
+    }
+    #[derive(Serialize)]
+    struct To {
+        to: &'static str,
+    }
+    let notes = [("a", Marked("x"))].into_iter().collect();
+    assert_eq!(enc(&WithMap { to: "ann", notes }), enc(&To { to: "ann" }));
+    let error = crate::key::encode_value(&Marked("x"))
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("not inside a struct field"), "{error}");
+    let mut args = crate::key::ArgsDigest::new("tool");
+    assert!(
+        args.arg("memo", &Marked("x")).is_err(),
+        "a whole argument: `ignore(..)`"
+    );
+}

@@ -263,6 +263,22 @@ pub fn key_cases() -> Vec<KeyCase> {
             },
         ),
         kc(
+            "field_ignored",
+            "A field marked ignored (idem_tools::key::ignored) is left out: same key as \
+             field_absent.",
+            r#"CcIgnored { to: "ann", cc: Ignored("bob") }"#,
+            json!({"to": "ann"}),
+            |c| {
+                record(
+                    c,
+                    &CcIgnored {
+                        to: "ann",
+                        cc: Ignored("bob"),
+                    },
+                )
+            },
+        ),
+        kc(
             "field_absent",
             "A struct with only `to`.",
             r#"To { to: "ann" }"#,
@@ -1025,6 +1041,19 @@ pub fn value_cases() -> Vec<ValueCase> {
             "Marked(Some(vec![2u8, 1]))",
             None,
             || enc(&Marked(Some(vec![2u8, 1]))),
+        ),
+        vc(
+            "ignored_inside_a_seq",
+            "a value marked ignored inside a sequence leaves out the struct field around it: \
+             the same encoding as To { to: \"ann\" }",
+            r#"NotesIgnored { to: "ann", notes: vec![Ignored("a")] }"#,
+            Some(json!({"to": "ann"})),
+            || {
+                enc(&NotesIgnored {
+                    to: "ann",
+                    notes: vec![Ignored("a")],
+                })
+            },
         ),
         vc(
             "newtype_named_like_token",

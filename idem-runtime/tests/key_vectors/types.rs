@@ -256,6 +256,29 @@ impl<T: Serialize> Serialize for Marked<T> {
 #[derive(Serialize)]
 struct Tags(Vec<u8>);
 
+/// The ignored marker of §4.3 around any value: what `idem_tools::key::ignored` writes.
+struct Ignored<T>(T);
+
+impl<T: Serialize> Serialize for Ignored<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_newtype_struct("$idem_tools::Ignored", &self.0)
+    }
+}
+
+/// `cc` is marked ignored: left out of keys and fingerprints.
+#[derive(Serialize)]
+struct CcIgnored<'a> {
+    to: &'a str,
+    cc: Ignored<&'a str>,
+}
+
+/// A sequence of marked values: the struct field around it is left out.
+#[derive(Serialize)]
+struct NotesIgnored<'a> {
+    to: &'a str,
+    notes: Vec<Ignored<&'a str>>,
+}
+
 /// A newtype struct named like serde_json's number token: transparent like every newtype
 /// struct (§4.3); only a struct of that name is a token (§4.5).
 struct NamedLikeToken(&'static str);
