@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_tools::Turn;
-use idem_tools::mcp::{IDEMPOTENCY_KEY_META, TURN_ID_META, remote};
+use idem_tools::mcp::{CLIENT_ID_META, IDEMPOTENCY_KEY_META, TURN_ID_META, remote};
 use mcp_support::example::{Backend, session};
 use mcp_support::{call, connect, connect_to, is_error, text};
 use rmcp::ServiceError;
@@ -37,6 +37,39 @@ async fn two_sessions_with_the_same_turn_id_are_separate_namespaces() {
     assert_eq!(backend.tickets().len(), 2);
     alice.cancel().await.unwrap();
     bob.cancel().await.unwrap();
+}
+
+/// A stdio server serves one connection per process: a client that restarts it (a crash, a
+/// restarted run) and names itself with `_meta["idem/clientId"]` is replayed the first
+/// process's result (the store is shared, as a durable one is across processes); a connection
+/// that does not name itself is a client of its own.
+#[tokio::test]
+async fn a_client_that_names_itself_is_recognised_by_a_new_connection() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let open = |client: Option<&'static str>| {
+        let mut meta = vec![(TURN_ID_META, "turn-restart")];
+        meta.extend(client.map(|id| (CLIENT_ID_META, id)));
+        call("open_ticket", json!({"title": "restart"}), &meta)
+    };
+    let first = connect_to(&backend).await;
+    let opened = first.call_tool(open(Some("agent-7"))).await.unwrap();
+    first.cancel().await.unwrap();
+    // The server restarted: a new connection, the same client.
+    let restarted = connect_to(&backend).await;
+    let again = restarted.call_tool(open(Some("agent-7"))).await.unwrap();
+    assert_eq!(
+        again, opened,
+        "the restarted server replays the first result"
+    );
+    assert_eq!(backend.tickets().len(), 1);
+    // Another client with the same turn id, or a connection that does not name itself, is not
+    // replayed that result.
+    let other = restarted.call_tool(open(Some("agent-8"))).await.unwrap();
+    assert_ne!(other.structured_content, opened.structured_content);
+    let unnamed = restarted.call_tool(open(None)).await.unwrap();
+    assert_ne!(unnamed.structured_content, opened.structured_content);
+    assert_eq!(backend.tickets().len(), 3);
+    restarted.cancel().await.unwrap();
 }
 
 #[tokio::test]

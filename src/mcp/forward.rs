@@ -26,13 +26,16 @@ use rmcp::model::{
 use rmcp::service::{MaybeSendFuture, NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
-use super::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META};
+use super::{
+    CLIENT_ID_META, IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META,
+};
 
 /// Declares [`IDEMPOTENCY_EXTENSION`] in `capabilities`, with the `_meta` entries it reads.
 fn declare(capabilities: &mut ServerCapabilities) {
     let mut settings = JsonObject::new();
     settings.insert("turnIdMeta".to_owned(), TURN_ID_META.into());
     settings.insert("idempotencyKeyMeta".to_owned(), IDEMPOTENCY_KEY_META.into());
+    settings.insert("clientIdMeta".to_owned(), CLIENT_ID_META.into());
     capabilities
         .extensions
         .get_or_insert_with(Default::default)

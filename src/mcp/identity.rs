@@ -7,13 +7,14 @@
 //!
 //! 1. the rule given to [`IdemServer::with_namespace`](super::IdemServer::with_namespace)
 //!    (the authenticated principal);
-//! 2. the connection, for a server not reached over HTTP (stdio, a pipe): one `IdemServer`
-//!    serves one client for its whole life;
-//! 3. the [`CLIENT_ID_HEADER`] header, which a client sets to an id of its own: it names the
-//!    client across sessions, reconnections and server processes sharing a store, so it wins
-//!    over the session.
+//! 2. the [`CLIENT_ID_HEADER`] header (HTTP), then the [`CLIENT_ID_META`] entry of the call's
+//!    `_meta` (any transport), which a client sets to an id of its own: it names the client
+//!    across sessions, reconnections, restarts of a stdio server and server processes sharing
+//!    a store, so it wins over the connection and the session.
 //!    It is an identity the client claims, not authentication: anyone who sends the same id
 //!    shares the namespace (and is replayed its results);
+//! 3. the connection, for a server not reached over HTTP (stdio, a pipe): one `IdemServer`
+//!    serves one client for its whole life;
 //! 4. the HTTP session (`Mcp-Session-Id`), for a server rmcp created for that session (it saw
 //!    the session's `initialize`, and rmcp routes only that session's requests to it);
 //! 5. nothing: an `#[idempotent]` tool is then refused (see
@@ -23,7 +24,8 @@
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
-use super::{CLIENT_ID_HEADER, MAX_CLIENT_KEY_LEN};
+use super::server::meta_string;
+use super::{CLIENT_ID_HEADER, CLIENT_ID_META, MAX_CLIENT_KEY_LEN};
 
 /// The header rmcp's streamable HTTP server names a session with.
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -54,12 +56,17 @@ pub(crate) fn namespace_of(
         }
         return Ok(Some(namespace));
     }
-    let Some(parts) = context.extensions.get::<http::request::Parts>() else {
-        return Ok(Some(connection.to_owned()));
+    let parts = context.extensions.get::<http::request::Parts>();
+    let client = match parts {
+        Some(parts) => header(parts, CLIENT_ID_HEADER)?,
+        None => None,
     };
-    if let Some(client) = header(parts, CLIENT_ID_HEADER)? {
+    if let Some(client) = client.or(meta_string(context, CLIENT_ID_META)?) {
         return Ok(Some(format!("mcp/client/{client}")));
     }
+    let Some(parts) = parts else {
+        return Ok(Some(connection.to_owned()));
+    };
     if session_bound {
         return Ok(Some(match header(parts, SESSION_HEADER)? {
             Some(session) => format!("mcp/session/{session}"),

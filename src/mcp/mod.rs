@@ -86,7 +86,7 @@ pub const IDEMPOTENCY_KEY_META: &str = "idempotencyKey";
 
 /// The extension an [`IdemServer`] declares in its capabilities (`extensions`, SEP-1724), with
 /// the `_meta` entries it reads as settings: `{"turnIdMeta": "idem/turnId",
-/// "idempotencyKeyMeta": "idempotencyKey"}`. A client can check for it before relying on
+/// "idempotencyKeyMeta": "idempotencyKey", "clientIdMeta": "idem/clientId"}`. A client can check for it before relying on
 /// retries being deduplicated.
 pub const IDEMPOTENCY_EXTENSION: &str = "idem/idempotency";
 
@@ -102,6 +102,16 @@ pub const IDEMPOTENCY_EXTENSION: &str = "idem/idempotency";
 /// each other names the namespace from the authenticated principal instead
 /// ([`IdemServer::with_namespace`]), which wins over the header.
 pub const CLIENT_ID_HEADER: &str = "idem-client-id";
+
+/// The `_meta` entry of a `tools/call` request that names the client, as
+/// [`CLIENT_ID_HEADER`] does over HTTP, on every transport: a string of at most
+/// [`MAX_CLIENT_KEY_LEN`] bytes, e.g. `{"_meta": {"idem/clientId": "agent-7f3a…"}}`. Over stdio
+/// a server process serves one connection, and without it each process is a client of its own:
+/// a client that restarts the server (a crash, a restarted run) and sends the same id, turn id
+/// and arguments again is replayed the first process's result from a durable store, instead of
+/// running the tool again. Like the header, it is an identity the client claims; the
+/// [`IdemServer::with_namespace`] rule and the header win over it.
+pub const CLIENT_ID_META: &str = "idem/clientId";
 
 /// The longest turn id, client key or client id accepted, in bytes.
 pub const MAX_CLIENT_KEY_LEN: usize = 256;

@@ -16,7 +16,10 @@ use serde_json::Value;
 
 use super::identity::{self, NamespaceRule};
 use super::refuse;
-use super::{IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, MAX_CLIENT_KEY_LEN, TURN_ID_META, scope};
+use super::{
+    CLIENT_ID_META, IDEMPOTENCY_EXTENSION, IDEMPOTENCY_KEY_META, MAX_CLIENT_KEY_LEN, TURN_ID_META,
+    scope,
+};
 use crate::{Error, ToolInfo, Turn};
 
 /// Settings applied to the `Turn` of every call.
@@ -112,7 +115,7 @@ pub fn client_declares_idempotency(context: &RequestContext<RoleServer>) -> bool
 }
 
 /// The `_meta` entries idem reads; found among a call's arguments, they were misplaced.
-const META_ENTRIES: [&str; 2] = [IDEMPOTENCY_KEY_META, TURN_ID_META];
+const META_ENTRIES: [&str; 3] = [IDEMPOTENCY_KEY_META, TURN_ID_META, CLIENT_ID_META];
 
 impl<S: ServerHandler> IdemServer<S> {
     /// Wraps `inner`, whose tools are classified by `tools` (an `idem_tools::tools![…]` catalog).
@@ -363,7 +366,7 @@ fn misplaced(entry: &str) -> CallToolResult {
 }
 
 /// The string `_meta[name]` of the request, checked.
-fn meta_string(
+pub(super) fn meta_string(
     context: &RequestContext<RoleServer>,
     name: &str,
 ) -> Result<Option<String>, ErrorData> {
