@@ -344,41 +344,6 @@ async fn a_body_that_rolls_back_writes_then_overruns_its_lease_leaves_its_key_in
     cleanup(&store).await;
 }
 
-/// The same body, its call dropped by its caller while it runs: the key is marked interrupted
-/// in the background (the transaction was already over when the call was dropped).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_body_that_rolls_back_writes_then_is_dropped_leaves_its_key_interrupted() {
-    let Some(store) = setup("tx_rollback_dropped").await else {
-        return;
-    };
-    let turn = Turn::new("turn-rollback-dropped");
-    let cut = tokio::time::timeout(
-        SHORT_LEASE / 2,
-        misuse(&store, &turn, "rd", Ends::RollbackWriteThenOverrun),
-    )
-    .await;
-    assert!(cut.is_err(), "the caller gave up: {cut:?}");
-    assert_eq!(rows(&store, "rd").await, 1, "its own write committed");
-    let mut retry = None;
-    for _ in 0..50 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if postgres_common::ledger::record_state(&store, &turn, "rd")
-            .await
-            .is_some()
-        {
-            retry = Some(transfer(&store, &turn, "rd").await);
-            break;
-        }
-    }
-    let retry = retry.expect("the key was marked");
-    assert!(
-        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
-        "{retry:?}"
-    );
-    assert_eq!(rows(&store, "rd").await, 1, "the retry did not write again");
-    cleanup(&store).await;
-}
-
 /// A body that rolled the transaction back and wrote on its own, returning `Ok` on the last
 /// attempt its turn's budget allows: marking the key is not an attempt, so it is marked, and
 /// the error says so.

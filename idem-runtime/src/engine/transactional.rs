@@ -34,7 +34,6 @@ use std::future::poll_fn;
 use std::ops::{Deref, DerefMut};
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::telemetry::in_span;
@@ -56,7 +55,7 @@ use crate::store::postgres::tx::{self, raw};
 use crate::store::{Begin, BeginRequest, FirstResult, PostgresStore, Store, StoreFuture};
 
 mod ended;
-use ended::{Watched, committed, ended_by_the_tool, overran};
+use ended::{committed, ended_by_the_tool, overran};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
 /// its recorded result: see [the module documentation](self).
@@ -68,8 +67,8 @@ use ended::{Watched, committed, ended_by_the_tool, overran};
 /// statement's error rather than carry on (a savepoint begun after it fails, and `sqlx` rolls
 /// back the whole transaction): a body that ended the transaction gets
 /// [`Error::TransactionEnded`] and its key is kept interrupted (also when it then runs past
-/// its lease, or its call is dropped: idem asks the server whether the transaction was still
-/// open before it rolls it back).
+/// its lease: idem asks its connection whether the transaction was still open before it rolls
+/// it back).
 ///
 /// Only `Ok` results are recorded: an `Err` rolls the transaction back (a codec that records
 /// errors, [`Codec::ok_and_err`], is treated like [`Codec::ok_only`] here), and a retry runs
@@ -106,7 +105,6 @@ where
         }
     };
     let unsure = AtomicBool::new(false);
-    let watch = Mutex::new(None);
     let reply = store.reply_timeout();
     let mut asker = Charging {
         store: &store,
@@ -114,7 +112,6 @@ where
             conn: None,
             runtime: None,
             unsure: &unsure,
-            watch: &watch,
             reply,
         },
     };
@@ -184,11 +181,6 @@ where
     // tool's lease: a statement the server never answers must not hold the call forever.
     let ttl = ttl_of(granted.guard.report());
     let open = OpenUntilDropped(Arc::new(AtomicBool::new(true)));
-    // Dropped while the body runs, the call leaves its connection to `Watched::dropped`.
-    set(
-        &watch,
-        Some(Watched::new(&store, &call, &lease, ttl, duration)),
-    );
     let result = {
         let held =
             held::in_transaction_of(call.key, granted.caller, call.tool.name, open.0.clone());
@@ -201,7 +193,6 @@ where
         });
         in_span(span.clone(), tokio::time::timeout(duration, body)).await
     };
-    set(&watch, None);
     let leader = granted.leader.take();
     let guard = &mut granted.guard;
     let Ok(result) = result else {
@@ -209,7 +200,7 @@ where
         // connection, a statement perhaps on the wire, is closed — unless the body ended the
         // transaction itself before: then its claim committed as an interrupted call's record,
         // or what it ran afterwards committed on its own.
-        let ended = in_span(span.clone(), overran(&store, &lease, &mut tx, reply)).await;
+        let ended = in_span(span.clone(), overran(&store, &call, &lease, &mut tx, reply)).await;
         drop(tx);
         unsure.store(true, Ordering::Relaxed);
         drop(leader);
@@ -371,9 +362,6 @@ struct Checkout<'u> {
     runtime: Option<tokio::runtime::Handle>,
     /// Outside the struct, so that it can change while a transaction borrows the connection.
     unsure: &'u AtomicBool,
-    /// The call, while its body runs: dropped then, the connection goes to
-    /// [`Watched::dropped`].
-    watch: &'u Mutex<Option<Watched>>,
     /// How long the server has to answer the pool's check of the connection handed back.
     reply: std::time::Duration,
 }
@@ -400,20 +388,9 @@ impl Drop for Checkout<'_> {
         let Some(conn) = self.conn.take() else {
             return;
         };
-        if let Some(watched) = set(self.watch, None) {
-            return watched.dropped(conn, self.runtime.clone());
-        }
         let unsure = self.unsure.load(Ordering::Relaxed);
         give_back(conn, self.runtime.as_ref(), unsure, self.reply);
     }
-}
-
-/// Sets what `watch` holds; returns what it held.
-fn set(watch: &Mutex<Option<Watched>>, to: Option<Watched>) -> Option<Watched> {
-    let mut watched = watch
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    std::mem::replace(&mut *watched, to)
 }
 
 /// The call's [`PostgresStore`], or the error that says it has none.

@@ -127,7 +127,6 @@ pub(crate) struct Sql {
     renew: String,
     complete: String,
     completed_by: String,
-    claim_transaction: String,
     release: String,
     get: String,
     list: String,
@@ -189,13 +188,6 @@ impl Sql {
                 "{now} SELECT 1 FROM {{s}}idem_records AS r, c WHERE r.namespace = $1 \
                  AND r.key = $2 AND r.token = $3 AND r.state = 'completed' \
                  AND r.expires_at_ms > c.now"
-            )),
-            // Whether a transactional claim's transaction is over (its lock taken, for the
-            // statement only), and whether its claim committed.
-            claim_transaction: q(&format!(
-                "{now} SELECT pg_try_advisory_xact_lock($3), EXISTS (SELECT 1 \
-                 FROM {{s}}idem_records AS r WHERE r.namespace = $1 AND r.key = $2 \
-                 AND r.token = $3 AND r.state = 'completed' AND r.expires_at_ms > c.now) FROM c"
             )),
             release: q(&format!(
                 "{now} UPDATE {{s}}idem_records AS r SET expires_at_ms = 0 FROM c \

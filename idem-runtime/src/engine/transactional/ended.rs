@@ -9,16 +9,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, Postgres};
+use sqlx::PgConnection;
 
 use super::super::Call;
 use super::super::background;
 use super::super::call::{self, refuse};
 use super::super::guard::{Guard, ttl_of};
 use crate::stats::Outcome;
-use crate::store::postgres::conn::give_back;
-use crate::store::postgres::tx::{self, ClaimTx};
+use crate::store::postgres::tx;
 use crate::store::{Lease, PostgresStore};
 use crate::{Error, KeyKept};
 
@@ -69,99 +67,28 @@ pub(super) async fn ended_by_the_tool(
     refuse(guard, Outcome::ConfigError, error)
 }
 
-/// The body ran past its lease and was dropped, its connection left as it was: whether it had
-/// ended the transaction (`Some`: and whether its claim committed), asked before the
-/// connection's transaction is rolled back. The server also ends a session whose transaction
-/// sat idle for a whole lease, rolling everything back: the connection then says so.
+/// The body ran past its lease and was dropped, its transaction not yet rolled back: whether
+/// it had ended the transaction (`Some`: and whether its claim committed). The claim committed
+/// if the store says so; the body rolled the transaction back if its connection says the
+/// transaction is over (asked within a short bound: a statement of the body still running, a
+/// server that does not answer — frozen, or failed over — and a session the server ended say
+/// nothing, and the transaction is taken to roll back with the connection).
 pub(super) async fn overran(
     store: &PostgresStore,
+    call: &Call,
     lease: &Lease,
     conn: &mut PgConnection,
     reply: Duration,
 ) -> Option<bool> {
-    match store.claim_transaction(lease).await {
-        Ok(ClaimTx::Open) => None,
-        Ok(ClaimTx::Ended { committed: true }) => Some(true),
-        Ok(ClaimTx::Ended { committed: false }) => {
-            match tx::still_open(conn, lease.token, reply).await {
-                // A statement of the body still runs, outside the transaction: it ended it.
-                Err(sqlx::Error::Io(error)) if error.kind() == std::io::ErrorKind::TimedOut => {
-                    Some(false)
-                }
-                // The session is over: the server ended it, and the transaction with it.
-                Err(error) if crate::store::postgres::conn::unsure(&error) => None,
-                _ => Some(false),
-            }
-        }
-        Err(error) => {
-            tracing::warn!(target: "idem", key = %lease.key.short(), %error, "could not read \
-                whether a transactional tool that ran past its lease had ended its transaction; \
-                it is rolled back");
-            None
-        }
+    let bound = reply.min(OVERRUN_CHECK);
+    let rolled_back = matches!(tx::still_open(conn, lease.token, bound).await, Ok(false));
+    if committed(store, call, lease).await {
+        Some(true)
+    } else {
+        rolled_back.then_some(false)
     }
 }
 
-/// A transactional call whose body is running: what it takes to find out, if the call is
-/// dropped then, whether the body had ended the transaction.
-pub(super) struct Watched {
-    store: PostgresStore,
-    call: Call,
-    lease: Lease,
-    ttl: Duration,
-    duration: Duration,
-}
-
-impl Watched {
-    pub(super) fn new(
-        store: &PostgresStore,
-        call: &Call,
-        lease: &Lease,
-        ttl: Duration,
-        duration: Duration,
-    ) -> Watched {
-        Watched {
-            store: store.clone(),
-            call: call.clone(),
-            lease: lease.clone(),
-            ttl,
-            duration,
-        }
-    }
-
-    /// The call was dropped while its body ran, leaving `conn` as the body did (the
-    /// `ROLLBACK` of its transaction not yet sent). In a task: asks on another connection
-    /// whether the transaction is still open, then closes `conn` — rolling back whatever is —
-    /// and if the body had rolled the transaction back itself (what it ran afterwards
-    /// committed on its own), marks the key interrupted under a new claim. Outside any runtime
-    /// (and without `runtime`), the connection is closed and nothing is asked.
-    pub(super) fn dropped(
-        self,
-        conn: PoolConnection<Postgres>,
-        runtime: Option<tokio::runtime::Handle>,
-    ) {
-        let Some(runtime) = tokio::runtime::Handle::try_current().ok().or(runtime) else {
-            drop(conn.detach());
-            return;
-        };
-        let reply = self.store.reply_timeout();
-        runtime.spawn(async move {
-            let ended = self.store.claim_transaction(&self.lease).await;
-            give_back(conn, None, true, reply);
-            match ended {
-                Ok(ClaimTx::Ended { committed: false }) => {
-                    let marker = crate::replay::encode_interrupted(self.call.tool.name);
-                    let store: Arc<dyn crate::store::Store> = Arc::new(self.store);
-                    let (call, ttl, duration) = (self.call, self.ttl, self.duration);
-                    let marking =
-                        background::record_anew(store, call, marker.into(), ttl, duration, None);
-                    marking.await;
-                }
-                Ok(_) => {}
-                Err(error) => tracing::warn!(target: "idem", key = %self.lease.key.short(),
-                    %error, "could not read whether a transactional tool dropped mid-run had \
-                    ended its transaction; if it rolled it back, a retry runs it again"),
-            }
-        });
-    }
-}
+/// How long the connection of a body that ran past its lease has to say whether its transaction
+/// is still open.
+const OVERRUN_CHECK: Duration = Duration::from_millis(250);

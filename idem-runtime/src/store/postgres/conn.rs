@@ -140,34 +140,6 @@ impl PostgresStore {
         })
     }
 
-    /// An idle connection of the pool, if it has one now.
-    pub(crate) fn idle_conn(&self) -> Option<Conn> {
-        self.inner.pool.try_acquire().map(|conn| Conn {
-            conn: Some(conn),
-            runtime: tokio::runtime::Handle::try_current().ok(),
-            busy: false,
-            reply: self.inner.reply_timeout,
-        })
-    }
-
-    /// `request` on a connection of its own, outside the pool (opened and closed for it, each
-    /// step within the reply timeout): for a request that must not wait for the pool.
-    pub(crate) async fn apart<T>(
-        &self,
-        operation: &'static str,
-        request: impl AsyncFnOnce(&mut PgConnection) -> std::result::Result<T, sqlx::Error>,
-    ) -> Result<T> {
-        use sqlx::Connection as _;
-        let bound = self.inner.reply_timeout;
-        let options = self.inner.pool.connect_options();
-        let mut conn = within(bound, PgConnection::connect_with(&options))
-            .await
-            .map_err(|e| store_error(operation, e))?;
-        let answer = within(bound, request(&mut conn)).await;
-        drop(conn); // closes it
-        answer.map_err(|e| store_error(operation, e))
-    }
-
     /// `request` on a connection of the pool, answered within the reply timeout.
     pub(crate) async fn on_conn<T>(
         &self,

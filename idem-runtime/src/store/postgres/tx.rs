@@ -14,7 +14,7 @@ use std::time::Duration;
 use std::future::Future;
 use std::pin::Pin;
 
-use sqlx::{Connection as _, Executor as _, PgConnection, Postgres, Row as _, Transaction};
+use sqlx::{Connection as _, Executor as _, PgConnection, Postgres, Transaction};
 
 use super::conn::within;
 use super::ops::fenced;
@@ -58,13 +58,11 @@ impl PostgresStore {
     /// a statement of the body still running — waiting for a lock, say — when idem gave up on
     /// the call (its lease) and closed the connection is ended within [`CLIENT_CHECK_MS`]
     /// (PostgreSQL 14 and later: `client_connection_check_interval`), not when it finishes.
-    /// The transaction holds an advisory lock named by the claim's token for as long as it is
-    /// open, which another connection can test ([`claim_transaction`](Self::claim_transaction)).
     pub(crate) fn begin_and_claim(&self, claim: &TxClaim<'_>) -> String {
         let lease = claim.lease;
         format!(
             "BEGIN; SELECT set_config('idle_in_transaction_session_timeout', '{duration}', true), \
-             set_config('{CLAIM_SETTING}', '{token}', true), pg_advisory_xact_lock({token}), \
+             set_config('{CLAIM_SETTING}', '{token}', true), \
              CASE WHEN current_setting('server_version_num')::int >= 140000 THEN \
              set_config('client_connection_check_interval', '{CLIENT_CHECK_MS}', true) END; \
              SELECT {prefix}idem_claim({ns}, {key}, {tool}, {fp}, {marker}, {ttl}, {token}, \
@@ -105,33 +103,6 @@ impl PostgresStore {
         )
     }
 
-    /// Whether the transaction the claim made with `lease` opened is still open, asked on
-    /// another connection while the call's own connection is left as it is: its claim's lock
-    /// is held (open), or taken and let go at once (over), and if over, whether the claim
-    /// committed.
-    pub(crate) async fn claim_transaction(&self, lease: &Lease) -> Result<ClaimTx> {
-        let query = async |conn: &mut PgConnection| {
-            fenced(sqlx::query(&self.inner.sql.claim_transaction), lease)
-                .fetch_one(&mut *conn)
-                .await
-        };
-        let row = match self.idle_conn() {
-            Some(mut conn) => conn.run("get", self.inner.reply_timeout, query).await?,
-            // No idle connection (the call's own may be the pool's last): one of its own.
-            None => self.apart("get", query).await?,
-        };
-        let read = |i: usize| {
-            row.try_get::<bool, _>(i)
-                .map_err(|error| crate::Error::store("get", error))
-        };
-        let (ended, committed) = (read(0)?, read(1)?);
-        Ok(if ended {
-            ClaimTx::Ended { committed }
-        } else {
-            ClaimTx::Open
-        })
-    }
-
     /// Whether the claim made with `lease` committed: the tool's body ended the transaction
     /// the claim opened with a `COMMIT`, and the interrupted call's record the claim wrote
     /// stands (`idem_claim`).
@@ -145,17 +116,6 @@ impl PostgresStore {
             .await?;
         Ok(committed.is_some())
     }
-}
-
-/// Whether the transaction a transactional claim opened is still open, as another connection
-/// sees it ([`PostgresStore::claim_transaction`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ClaimTx {
-    /// Still open: it holds the claim's lock, and ends with everything in it.
-    Open,
-    /// Over: the tool's body ended it (or the server did). `committed`: the claim committed,
-    /// and the interrupted call's record it wrote stands.
-    Ended { committed: bool },
 }
 
 /// A transactional call's claim, as [`PostgresStore::begin_and_claim`] writes it.
