@@ -457,7 +457,7 @@ where
     R::Ok: ToolOk + Send + 'b,
     R::Err: ToolErr + Send + 'b,
     C: Records<R>,
-    F: AttachedBody<R> + 'b, // not `Send`? drop a MutexGuard or `Rc` before `.await`, or use tokio::sync::Mutex
+    F: AttachedBody<R> + 'b, // not Send? a MutexGuard/Rc held across .await, or a trait's async fn (write it -> impl Future + Send)
 {
     let mut digest = digest;
     digest.body_is(::std::any::type_name::<F>());
@@ -538,7 +538,7 @@ where
     R::Err: ToolErr + Send + 'static,
     C: Records<R>,
     // rustc reports a body that is not `Send` with its own message, which shows this line:
-    F: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
+    F: DetachedBody<R>, // not Send? MutexGuard/Rc across .await, or a trait async fn (-> impl Future + Send); borrows? attached
 {
     let mut digest = digest;
     digest.body_is(::std::any::type_name::<F>());

@@ -103,7 +103,7 @@ impl<S: Send + Sync + 'static> Owned<S> {
         R::Err: ToolErr + Send + 'static,
         C: Records<R>,
         F: FnOnce(Self) -> Fut,
-        Fut: DetachedBody<R>, // not `Send`? drop a MutexGuard or `Rc` before `.await`; borrows? write `attached`
+        Fut: DetachedBody<R>, // not Send? MutexGuard/Rc across .await, or a trait async fn (-> impl Future + Send); borrows? attached
     {
         *slot = Some(body(self));
         run_detached(digest, store, records, slot)
