@@ -105,3 +105,15 @@ async fn a_spawned_task_that_outlives_its_tool_no_longer_holds_its_key() {
     assert_eq!(follow_up.await.unwrap().unwrap(), 7);
     assert_eq!(NOTIFY_RUNS.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
+
+/// A task started with `tokio::spawn` does not inherit the turn: the error says to use
+/// `idem_tools::spawn`.
+#[tokio::test]
+async fn a_tool_called_from_a_plain_tokio_task_is_told_to_use_idem_spawn() {
+    let error = Turn::new("plain-spawn")
+        .scope(async { tokio::spawn(call_notify("ada".into())).await.unwrap() })
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::NoTurn { .. }), "{error:?}");
+    assert!(error.to_string().contains("idem_tools::spawn"), "{error}");
+}

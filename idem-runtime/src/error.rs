@@ -14,7 +14,9 @@ pub enum Error {
     /// A state-changing tool was called outside of a turn.
     #[error(
         "tool `{tool}` was called outside of a turn: wrap the agent loop in \
-         `idem_tools::Turn::new(turn_id).scope(async {{ ... }})` or pass a `&Turn` parameter"
+         `idem_tools::Turn::new(turn_id).scope(async {{ ... }})` or pass a `&Turn` parameter \
+         (a task started with `tokio::spawn` inside a turn does not inherit it: start it with \
+         `idem_tools::spawn`)"
     )]
     NoTurn {
         /// The tool's name.
