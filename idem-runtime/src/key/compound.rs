@@ -243,7 +243,17 @@ impl ser::SerializeMap for MapEncoder<'_> {
         let Some(start) = self.pending.take() else {
             return Err(EncodeError("map value serialized without a key".to_owned()));
         };
-        value.serialize(ValueSerializer::new(self.out))?;
+        let spans = self.out.spans.len();
+        match value.serialize(ValueSerializer::new(self.out)) {
+            Ok(()) => {}
+            Err(error) if error.is_ignored() => {
+                // Marked `ignored`: the entry, its key too, is left out (§4.3); so is the field
+                // of a `#[serde(flatten)]`ed struct, which serde writes as an entry.
+                self.out.rollback(start, spans);
+                return Ok(());
+            }
+            Err(error) => return Err(error),
+        }
         let span = Span::new(&self.out.bytes, start, self.out.len());
         self.out.spans.push(span);
         Ok(())

@@ -86,16 +86,17 @@ impl std::error::Error for EncodeError {}
 
 /// What a value marked [`ignored`](super::ignored) with no struct field around it says.
 const IGNORED_OUTSIDE_A_FIELD: &str = "a value marked `idem_tools::key::ignored` is left out of \
-    the key as a field of a struct; this one is not inside a struct field (mark the field \
-    itself, or leave the argument out with `ignore(..)`)";
+    the key with the struct field or map entry it is in; this one is not inside a struct field \
+    or map entry (mark a field of the argument's struct, or leave the argument out with \
+    `ignore(..)`)";
 
 impl EncodeError {
-    /// A marked value: the struct field around it is left out.
+    /// A marked value: the struct field or map entry around it is left out.
     fn ignored() -> Self {
         EncodeError(IGNORED_OUTSIDE_A_FIELD.to_owned())
     }
 
-    /// Whether this is a marked value, which the struct field around it leaves out.
+    /// Whether this is a marked value, which the struct field or map entry around it leaves out.
     pub(crate) fn is_ignored(&self) -> bool {
         self.0 == IGNORED_OUTSIDE_A_FIELD
     }
@@ -322,7 +323,7 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         value: &T,
     ) -> Result<(), EncodeError> {
         if name == IGNORED_MAGIC {
-            return Err(EncodeError::ignored()); // the struct field around it is left out (§4.3)
+            return Err(EncodeError::ignored()); // the field or entry around it is left out (§4.3)
         }
         // Transparent: a token struct's text keeps being written in full inside it (§4.5).
         let as_set = self.as_set || name == UNORDERED_MAGIC;

@@ -13,10 +13,11 @@ pub(crate) const IGNORED_MAGIC: &str = "$idem_tools::Ignored";
 /// `#[serde(serialize_with = "idem_tools::key::ignored")]`: every other serializer (JSON, the
 /// record of a result, …) writes the field as before.
 ///
-/// The key leaves out the field of a struct (or of an enum's struct variant) whose value this
-/// marks; a marked value anywhere else (an element of a sequence, a map's value, a newtype)
-/// leaves out the nearest struct field around it, and one with no struct field around it is an
-/// encoding error. (Key spec, §4.3.)
+/// The key leaves out the field of a struct (or of an enum's struct variant, or of a
+/// `#[serde(flatten)]`ed struct), or the entry of a map, whose value this marks; a marked value
+/// anywhere else (an element of a sequence, inside a newtype or an option) leaves out the
+/// nearest such field or entry around it, and one with none around it is an encoding error.
+/// (Key spec, §4.3.)
 ///
 /// ```
 /// # extern crate idem_tools_runtime as idem_tools;

@@ -361,12 +361,50 @@ fn a_value_marked_ignored_leaves_out_the_struct_field_around_it_or_is_refused() 
     struct To {
         to: &'static str,
     }
-    let notes = [("a", Marked("x"))].into_iter().collect();
-    assert_eq!(enc(&WithMap { to: "ann", notes }), enc(&To { to: "ann" }));
+    #[derive(Serialize)]
+    struct WithSeq {
+        to: &'static str,
+        notes: Vec<Marked>,
+    }
+    #[derive(Serialize)]
+    struct Flattened {
+        #[serde(flatten)]
+        inner: Inner,
+    }
+    #[derive(Serialize)]
+    struct Inner {
+        to: &'static str,
+        #[serde(serialize_with = "crate::key::ignored")]
+        memo: &'static str,
+    }
+    // A map's entry is left out, key and value.
+    let notes = [("a", Marked("x")), ("b", Marked("y"))]
+        .into_iter()
+        .collect();
+    let empty = std::collections::BTreeMap::new();
+    assert_eq!(
+        enc(&WithMap { to: "ann", notes }),
+        enc(&WithMap {
+            to: "ann",
+            notes: empty
+        })
+    );
+    // Inside a sequence: the struct field around it.
+    let notes = vec![Marked("x")];
+    assert_eq!(enc(&WithSeq { to: "ann", notes }), enc(&To { to: "ann" }));
+    // A field of a flattened struct, which serde writes as a map entry.
+    let inner = Inner {
+        to: "ann",
+        memo: "reworded",
+    };
+    assert_eq!(enc(&Flattened { inner }), enc(&To { to: "ann" }));
     let error = crate::key::encode_value(&Marked("x"))
         .unwrap_err()
         .to_string();
-    assert!(error.contains("not inside a struct field"), "{error}");
+    assert!(
+        error.contains("not inside a struct field or map entry"),
+        "{error}"
+    );
     let mut args = crate::key::ArgsDigest::new("tool");
     assert!(
         args.arg("memo", &Marked("x")).is_err(),
