@@ -69,7 +69,16 @@ async fn a_client_that_names_itself_is_recognised_by_a_new_connection() {
     let unnamed = restarted.call_tool(open(None)).await.unwrap();
     assert_ne!(unnamed.structured_content, opened.structured_content);
     assert_eq!(backend.tickets().len(), 3);
+    // The longest id a client may send names a namespace too (a digest of it), the same one
+    // on every connection.
+    let longest: &'static str = "c".repeat(256).leak();
+    let first = restarted.call_tool(open(Some(longest))).await.unwrap();
+    assert!(first.is_error != Some(true), "{first:?}");
+    let again = connect_to(&backend).await;
+    assert_eq!(again.call_tool(open(Some(longest))).await.unwrap(), first);
+    assert_eq!(backend.tickets().len(), 4);
     restarted.cancel().await.unwrap();
+    again.cancel().await.unwrap();
 }
 
 #[tokio::test]

@@ -39,9 +39,6 @@ enum Ends {
     CommitThenPanic,
     /// Runs past the lease in a statement, its transaction open (no misuse).
     Overrun,
-    /// `ROLLBACK`, inserts again outside any transaction (committed at once), then runs past
-    /// the lease.
-    RollbackWriteThenOverrun,
 }
 
 /// The lease of the calls that overrun it.
@@ -64,7 +61,7 @@ async fn misuse(
         async |conn: &mut PgConnection| -> Result<i64, Failure> {
             let id = insert(conn, &table, memo).await?;
             let end = match ends {
-                Ends::RollbackThenOk | Ends::RollbackWriteThenOverrun => "ROLLBACK".to_owned(),
+                Ends::RollbackThenOk => "ROLLBACK".to_owned(),
                 Ends::RollbackThenWrite => "ROLLBACK; BEGIN".to_owned(),
                 Ends::CommitThenWrite => "COMMIT; BEGIN".to_owned(),
                 Ends::CommitThenForge => {
@@ -84,11 +81,6 @@ async fn misuse(
                 }
                 Ends::CommitThenErr => Err(Failure::Tool("declined after its commit")),
                 Ends::CommitThenOverrun => {
-                    tokio::time::sleep(SHORT_LEASE * 2).await;
-                    Ok(id)
-                }
-                Ends::RollbackWriteThenOverrun => {
-                    insert(conn, &table, memo).await?;
                     tokio::time::sleep(SHORT_LEASE * 2).await;
                     Ok(id)
                 }
@@ -320,27 +312,6 @@ async fn a_body_that_overruns_its_lease_in_its_transaction_is_rolled_back_not_ma
         1,
         "the overrun's row was rolled back"
     );
-    cleanup(&store).await;
-}
-
-/// A body that rolled the transaction back and wrote on its own, then ran past its lease: what
-/// it wrote committed, so the key is marked interrupted — not left free for a retry to write it
-/// again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_body_that_rolls_back_writes_then_overruns_its_lease_leaves_its_key_interrupted() {
-    let Some(store) = setup("tx_rollback_overrun").await else {
-        return;
-    };
-    let turn = Turn::new("turn-rollback-overrun");
-    let result = misuse(&store, &turn, "ro", Ends::RollbackWriteThenOverrun).await;
-    assert!(ended(&result, false), "{result:?}");
-    assert_eq!(rows(&store, "ro").await, 1, "its own write committed");
-    let retry = transfer(&store, &turn, "ro").await;
-    assert!(
-        matches!(retry, Err(Failure::Idem(Error::Interrupted { .. }))),
-        "{retry:?}"
-    );
-    assert_eq!(rows(&store, "ro").await, 1, "the retry did not write again");
     cleanup(&store).await;
 }
 

@@ -57,12 +57,15 @@ pub(crate) fn namespace_of(
         return Ok(Some(namespace));
     }
     let parts = context.extensions.get::<http::request::Parts>();
-    let client = match parts {
+    let mut client = match parts {
         Some(parts) => header(parts, CLIENT_ID_HEADER)?,
         None => None,
     };
-    if let Some(client) = client.or(meta_string(context, CLIENT_ID_META)?) {
-        return Ok(Some(format!("mcp/client/{client}")));
+    if client.is_none() {
+        client = meta_string(context, CLIENT_ID_META)?;
+    }
+    if let Some(client) = client {
+        return Ok(Some(client_namespace(&client)));
     }
     let Some(parts) = parts else {
         return Ok(Some(connection.to_owned()));
@@ -74,6 +77,20 @@ pub(crate) fn namespace_of(
         }));
     }
     Ok(None)
+}
+
+/// The namespace of the client that names itself `client`: `mcp/client/` and the id, or, for an
+/// id too long for a namespace with that prefix, the hex of its BLAKE3 digest after
+/// `mcp/client/blake3:` (the same id, the same namespace).
+fn client_namespace(client: &str) -> String {
+    let namespace = format!("mcp/client/{client}");
+    if namespace.len() <= crate::turn::MAX_NAMESPACE_LEN {
+        return namespace;
+    }
+    format!(
+        "mcp/client/blake3:{}",
+        blake3::hash(client.as_bytes()).to_hex()
+    )
 }
 
 /// The value of header `name`, checked like a `_meta` key: visible ASCII, at most

@@ -110,7 +110,8 @@ pub const CLIENT_ID_HEADER: &str = "idem-client-id";
 /// a client that restarts the server (a crash, a restarted run) and sends the same id, turn id
 /// and arguments again is replayed the first process's result from a durable store, instead of
 /// running the tool again. Like the header, it is an identity the client claims; the
-/// [`IdemServer::with_namespace`] rule and the header win over it.
+/// [`IdemServer::with_namespace`] rule and the header win over it (a header present, this entry
+/// is not read).
 pub const CLIENT_ID_META: &str = "idem/clientId";
 
 /// The longest turn id, client key or client id accepted, in bytes.

@@ -55,7 +55,7 @@ use crate::store::postgres::tx::{self, raw};
 use crate::store::{Begin, BeginRequest, FirstResult, PostgresStore, Store, StoreFuture};
 
 mod ended;
-use ended::{committed, ended_by_the_tool, overran};
+use ended::{committed, ended_by_the_tool};
 
 /// Runs `body` at most once per key **inside one PostgreSQL transaction** with its claim and
 /// its recorded result: see [the module documentation](self).
@@ -66,9 +66,7 @@ use ended::{committed, ended_by_the_tool, overran};
 /// yourself (`conn.begin()` on it opens a savepoint, which is fine), and return a failed
 /// statement's error rather than carry on (a savepoint begun after it fails, and `sqlx` rolls
 /// back the whole transaction): a body that ended the transaction gets
-/// [`Error::TransactionEnded`] and its key is kept interrupted (also when it then runs past
-/// its lease: idem asks its connection whether the transaction was still open before it rolls
-/// it back).
+/// [`Error::TransactionEnded`] and its key is kept interrupted.
 ///
 /// Only `Ok` results are recorded: an `Err` rolls the transaction back (a codec that records
 /// errors, [`Codec::ok_and_err`], is treated like [`Codec::ok_only`] here), and a retry runs
@@ -88,9 +86,9 @@ use ended::{committed, ended_by_the_tool, overran};
 /// [`Error::CommitFailed`] if it could not be committed (the server refused it: nothing
 /// happened; or — when the connection dropped during `COMMIT`, the server ended the session, or
 /// did not answer within the store's reply timeout — the outcome is unknown: a retry finds
-/// out); [`Error::LeaseLost`] if the body ran past the tool's lease inside its transaction (it
-/// was stopped, and everything rolled back); [`Error::TransactionEnded`] if the body had ended
-/// the transaction itself.
+/// out); [`Error::LeaseLost`] if the body ran past the tool's lease (it was stopped, and its
+/// transaction rolled back); [`Error::TransactionEnded`] if the body had ended the transaction
+/// itself.
 pub async fn execute<T, E, F>(call: Call, codec: Codec<T, E>, body: F) -> Result<T, E>
 where
     T: Send,
@@ -198,17 +196,15 @@ where
     let Ok(result) = result else {
         // Still running at the end of its lease: dropped; the transaction rolls back, and the
         // connection, a statement perhaps on the wire, is closed — unless the body ended the
-        // transaction itself before: then its claim committed as an interrupted call's record,
-        // or what it ran afterwards committed on its own.
-        let ended = in_span(span.clone(), overran(&store, &call, &lease, &mut tx, reply)).await;
+        // transaction itself before: then its claim committed as an interrupted call's record.
+        // (Whether the body had rolled the transaction back cannot be asked now: dropping it
+        // may have queued a `ROLLBACK` of sqlx's own on the connection, a savepoint being
+        // begun, say.)
         drop(tx);
         unsure.store(true, Ordering::Relaxed);
         drop(leader);
-        if let Some(marked) = ended {
-            return codec.answered(
-                ended_by_the_tool(guard, &call, marked, duration).await,
-                None,
-            );
+        if in_span(span.clone(), committed(&store, &call, &lease)).await {
+            return codec.answered(ended_by_the_tool(guard, &call, true, duration).await, None);
         }
         let error = Error::LeaseLost {
             key: call.key.short(),

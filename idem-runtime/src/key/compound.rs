@@ -36,7 +36,9 @@ impl<'a> SeqEncoder<'a> {
 
     pub(crate) fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {
         let start = self.out.len();
-        value.serialize(ValueSerializer::new(self.out))?;
+        value
+            .serialize(ValueSerializer::new(self.out))
+            .map_err(|e| e.not_ignorable("an element of a sequence or tuple"))?;
         if self.set.is_some() {
             let span = Span::new(&self.out.bytes, start, self.out.len());
             self.out.spans.push(span);
@@ -237,6 +239,7 @@ impl ser::SerializeMap for MapEncoder<'_> {
         }
         self.pending = Some(self.out.len());
         key.serialize(ValueSerializer::new(self.out))
+            .map_err(|e| e.not_ignorable("a map's key"))
     }
 
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), EncodeError> {

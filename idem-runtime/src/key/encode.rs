@@ -100,6 +100,20 @@ impl EncodeError {
     pub(crate) fn is_ignored(&self) -> bool {
         self.0 == IGNORED_OUTSIDE_A_FIELD
     }
+
+    /// This error, where a marked value cannot be left out without leaving out more than it —
+    /// `inside` (an element of a sequence, a variant's content, a map's key) — and so must not
+    /// reach the struct field around it: an encoding error.
+    pub(crate) fn not_ignorable(self, inside: &str) -> Self {
+        if self.is_ignored() {
+            EncodeError(format!(
+                "a value marked `idem_tools::key::ignored` is {inside}, which the key cannot \
+                 leave out without what is around it: mark a field of a struct, or a map's value"
+            ))
+        } else {
+            self
+        }
+    }
 }
 
 impl ser::Error for EncodeError {
@@ -343,7 +357,9 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
     ) -> Result<(), EncodeError> {
         self.out.put_u8(tag::NEWTYPE_VARIANT);
         self.out.put_str(variant);
-        value.serialize(ValueSerializer::new(self.out))
+        value
+            .serialize(ValueSerializer::new(self.out))
+            .map_err(|e| e.not_ignorable("the content of an enum variant"))
     }
 
     fn serialize_seq(self, _len: Option<usize>) -> Result<SeqEncoder<'a>, EncodeError> {

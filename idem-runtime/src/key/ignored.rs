@@ -14,10 +14,10 @@ pub(crate) const IGNORED_MAGIC: &str = "$idem_tools::Ignored";
 /// record of a result, …) writes the field as before.
 ///
 /// The key leaves out the field of a struct (or of an enum's struct variant, or of a
-/// `#[serde(flatten)]`ed struct), or the entry of a map, whose value this marks; a marked value
-/// anywhere else (an element of a sequence, inside a newtype or an option) leaves out the
-/// nearest such field or entry around it, and one with none around it is an encoding error.
-/// (Key spec, §4.3.)
+/// `#[serde(flatten)]`ed struct), or the entry of a map, whose value this marks (also inside
+/// `Some` or a newtype struct). Anywhere else — an element of a sequence or tuple, the content
+/// of an enum variant, a map's key, a whole argument — it is an encoding error: the key never
+/// leaves out more than the marked value. (Key spec, §4.3.)
 ///
 /// ```
 /// # extern crate idem_tools_runtime as idem_tools;

@@ -389,9 +389,36 @@ fn a_value_marked_ignored_leaves_out_the_struct_field_around_it_or_is_refused() 
             notes: empty
         })
     );
-    // Inside a sequence: the struct field around it.
+    // Inside a sequence (or a tuple, a tuple struct, an enum variant, a map's key) it cannot
+    // be left out without what is around it: refused, not left out with the whole field.
     let notes = vec![Marked("x")];
-    assert_eq!(enc(&WithSeq { to: "ann", notes }), enc(&To { to: "ann" }));
+    let error = crate::key::encode_value(&WithSeq { to: "ann", notes }).unwrap_err();
+    assert!(
+        error.to_string().contains("an element of a sequence"),
+        "{error}"
+    );
+    #[derive(Serialize)]
+    struct Line(u64, Marked);
+    let error = crate::key::encode_value(&vec![Line(1, Marked("x"))]).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("an element of a sequence or tuple"),
+        "{error}"
+    );
+    #[derive(Serialize)]
+    enum Note {
+        Text(Marked),
+    }
+    let error = crate::key::encode_value(&To2 {
+        note: Note::Text(Marked("x")),
+    })
+    .unwrap_err();
+    assert!(error.to_string().contains("enum variant"), "{error}");
+    #[derive(Serialize)]
+    struct To2 {
+        note: Note,
+    }
     // A field of a flattened struct, which serde writes as a map entry.
     let inner = Inner {
         to: "ann",

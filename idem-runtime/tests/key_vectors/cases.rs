@@ -1043,19 +1043,6 @@ pub fn value_cases() -> Vec<ValueCase> {
             || enc(&Marked(Some(vec![2u8, 1]))),
         ),
         vc(
-            "ignored_inside_a_seq",
-            "a value marked ignored inside a sequence leaves out the struct field around it: \
-             the same encoding as To { to: \"ann\" }",
-            r#"NotesIgnored { to: "ann", notes: vec![Ignored("a")] }"#,
-            Some(json!({"to": "ann"})),
-            || {
-                enc(&NotesIgnored {
-                    to: "ann",
-                    notes: vec![Ignored("a")],
-                })
-            },
-        ),
-        vc(
             "newtype_named_like_token",
             "a newtype struct named $serde_json::private::Number is transparent: the string \
              \"5\", not the number 5",

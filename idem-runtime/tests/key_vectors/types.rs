@@ -272,13 +272,6 @@ struct CcIgnored<'a> {
     cc: Ignored<&'a str>,
 }
 
-/// A sequence of marked values: the struct field around it is left out.
-#[derive(Serialize)]
-struct NotesIgnored<'a> {
-    to: &'a str,
-    notes: Vec<Ignored<&'a str>>,
-}
-
 /// A newtype struct named like serde_json's number token: transparent like every newtype
 /// struct (§4.3); only a struct of that name is a token (§4.5).
 struct NamedLikeToken(&'static str);

@@ -9,14 +9,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use sqlx::PgConnection;
-
 use super::super::Call;
 use super::super::background;
 use super::super::call::{self, refuse};
 use super::super::guard::{Guard, ttl_of};
 use crate::stats::Outcome;
-use crate::store::postgres::tx;
 use crate::store::{Lease, PostgresStore};
 use crate::{Error, KeyKept};
 
@@ -66,29 +63,3 @@ pub(super) async fn ended_by_the_tool(
     };
     refuse(guard, Outcome::ConfigError, error)
 }
-
-/// The body ran past its lease and was dropped, its transaction not yet rolled back: whether
-/// it had ended the transaction (`Some`: and whether its claim committed). The claim committed
-/// if the store says so; the body rolled the transaction back if its connection says the
-/// transaction is over (asked within a short bound: a statement of the body still running, a
-/// server that does not answer — frozen, or failed over — and a session the server ended say
-/// nothing, and the transaction is taken to roll back with the connection).
-pub(super) async fn overran(
-    store: &PostgresStore,
-    call: &Call,
-    lease: &Lease,
-    conn: &mut PgConnection,
-    reply: Duration,
-) -> Option<bool> {
-    let bound = reply.min(OVERRUN_CHECK);
-    let rolled_back = matches!(tx::still_open(conn, lease.token, bound).await, Ok(false));
-    if committed(store, call, lease).await {
-        Some(true)
-    } else {
-        rolled_back.then_some(false)
-    }
-}
-
-/// How long the connection of a body that ran past its lease has to say whether its transaction
-/// is still open.
-const OVERRUN_CHECK: Duration = Duration::from_millis(250);
