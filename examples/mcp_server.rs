@@ -17,7 +17,11 @@
 //! sessions for protocols up to 2025-11-25; protocol 2026-07-28 is always stateless), and
 //! prints `listening on http://ADDR/mcp` on stderr (`--http 127.0.0.1:0` picks a port);
 //! `--stateless` turns HTTP sessions off; `--max-calls N` caps the changes of a turn;
-//! `--latency-ms N` makes `open_ticket` take that long (to let a client time out mid-call).
+//! `--latency-ms N` makes `open_ticket` take that long (to let a client time out mid-call);
+//! `--sqlite PATH` records results in a SQLite file instead of memory, so that a restarted
+//! server replays what the one before it ran to a client that names itself
+//! (`_meta["idem/clientId"]`; the example must be built with `--features rmcp,sqlite`; the
+//! help desk's own tickets stay in memory).
 //! `tests/mcp_server.rs` drives it in-process with rmcp's client, `tests/mcp_http.rs` over
 //! rmcp's HTTP service, and `tests/mcp-clients/` with the official Python SDK.
 
@@ -269,6 +273,8 @@ pub struct Options {
     pub max_calls: Option<u32>,
     /// `--latency-ms N`: how long `open_ticket` takes.
     pub latency: Duration,
+    /// `--sqlite PATH`: the SQLite file that keeps the records.
+    pub sqlite: Option<String>,
 }
 
 impl Options {
@@ -287,6 +293,7 @@ impl Options {
                     let n = value("--max-calls")?;
                     options.max_calls = Some(n.parse().map_err(|e| format!("--max-calls: {e}"))?);
                 }
+                "--sqlite" => options.sqlite = Some(value("--sqlite")?),
                 "--latency-ms" => {
                     let ms = value("--latency-ms")?;
                     let ms = ms.parse().map_err(|e| format!("--latency-ms: {e}"))?;
@@ -295,7 +302,7 @@ impl Options {
                 other => {
                     return Err(format!(
                         "unknown argument `{other}`; usage: mcp_server [--http ADDR] \
-                         [--stateless] [--max-calls N] [--latency-ms N]"
+                         [--stateless] [--max-calls N] [--latency-ms N] [--sqlite PATH]"
                     ));
                 }
             }
@@ -316,6 +323,20 @@ impl Options {
     }
 }
 
+/// Keeps the records in the SQLite file at `path` (the process's default store).
+#[cfg(feature = "sqlite")]
+fn use_sqlite(path: &str) -> Result<(), idem_tools::Error> {
+    idem_tools::set_default_store(Arc::new(idem_tools::SqliteStore::open(path)?))
+}
+
+/// `--sqlite` needs the `sqlite` feature.
+#[cfg(not(feature = "sqlite"))]
+fn use_sqlite(_: &str) -> Result<(), idem_tools::Error> {
+    Err(idem_tools::Error::Config(
+        "--sqlite: build the example with `--features rmcp,sqlite`".to_owned(),
+    ))
+}
+
 /// Serves stdio, or streamable HTTP with `--http`, until the client goes away (or forever).
 #[tokio::main]
 pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -331,6 +352,9 @@ pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .init();
     let options = Options::parse(std::env::args().skip(1))?;
+    if let Some(path) = &options.sqlite {
+        use_sqlite(path)?;
+    }
     let backend = Backend::with_latency(options.latency);
     let server = options.server(Arc::clone(&backend))?;
     let Some(addr) = &options.http else {

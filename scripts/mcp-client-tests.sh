@@ -26,7 +26,7 @@ clients() {
     work="$target/mcp-clients"
     mkdir -p "$work"
     echo "--- building the example server"
-    cargo build --example mcp_server --features rmcp
+    cargo build --example mcp_server --features rmcp,sqlite
     server="$target/debug/examples/mcp_server"
     export IDEM_MCP_SERVER="$server"
 

@@ -36,6 +36,7 @@ IDEM_EXTENSION = "idem/idempotency"
 TURN_ID = "idem/turnId"
 KEY = "idempotencyKey"
 CLIENT_ID_HEADER = "Idem-Client-Id"
+CLIENT_ID = "idem/clientId"
 
 TRANSPORTS = ["stdio-2025", "stdio-2026", "http-2025", "http-2025-stateless", "http-2026"]
 

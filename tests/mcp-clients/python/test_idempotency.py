@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
-from conftest import IDEM_EXTENSION, KEY, TURN_ID, for_a_model, text
+from conftest import CLIENT_ID, IDEM_EXTENSION, KEY, TURN_ID, for_a_model, text
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST, REQUEST_TIMEOUT
 
@@ -143,6 +143,30 @@ async def test_one_client_id_is_one_namespace_across_connections(start, transpor
             a.structured_content
         )
         assert len(await tickets(again)) == 1
+
+
+async def test_a_restarted_stdio_server_replays_to_a_client_that_names_itself(start, transport, tmp_path):
+    """Over stdio each connection is a server process of its own: a client that restarts it
+    (a crash, a restarted run) and names itself with `_meta["idem/clientId"]` is replayed what
+    the first process ran, from the SQLite file both use; one that does not name itself is a
+    new client, and the action runs again."""
+    server = start("--sqlite", str(tmp_path / "idem.db"))
+    if server.http:
+        pytest.skip("over HTTP the Idem-Client-Id header names the client")
+    named = {TURN_ID: "turn-restart", CLIENT_ID: "agent-7"}
+    async with server.client() as first:
+        a = await first.call_tool("open_ticket", {"title": "printer"}, meta=named)
+        assert not a.is_error, text(a)
+        assert len(await tickets(first)) == 1
+    async with server.client() as restarted:
+        b = await restarted.call_tool("open_ticket", {"title": "printer"}, meta=named)
+        assert b.structured_content == a.structured_content
+        # The help desk of this process opened nothing: the first process's result was replayed.
+        assert await tickets(restarted) == []
+        unnamed = {TURN_ID: "turn-restart"}
+        c = await restarted.call_tool("open_ticket", {"title": "printer"}, meta=unnamed)
+        assert not c.is_error, text(c)
+        assert len(await tickets(restarted)) == 1
 
 
 async def test_stateless_http_without_a_client_id_refuses_writes_and_serves_reads(start):
