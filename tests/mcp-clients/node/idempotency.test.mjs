@@ -4,7 +4,10 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 import { ErrorCode, McpError } from "@modelcontextprotocol/sdk/types.js";
-import { EXTENSION, KEY, TRANSPORTS, TURN_ID, forAModel, start, text, tickets } from "./support.mjs";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { CLIENT_ID, EXTENSION, KEY, TRANSPORTS, TURN_ID, forAModel, start, text, tickets } from "./support.mjs";
 
 const WRITES = ["close_ticket", "comment", "open_ticket"];
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -143,6 +146,25 @@ for (const transport of TRANSPORTS) {
           assert.deepEqual((await alice.callTool(open)).structuredContent, a.structuredContent);
           assert.equal((await tickets(alice)).length, 2);
         }));
+    }
+
+    if (transport === "stdio") {
+      test("a restarted stdio server replays to a client that names itself, and only to it", () => {
+        const db = join(mkdtempSync(join(tmpdir(), "idem-node-")), "idem.db");
+        return withServer(transport, ["--sqlite", db], async (server) => {
+          const named = { [TURN_ID]: "turn-restart", [CLIENT_ID]: "agent-7" };
+          const open = (meta) => ({ name: "open_ticket", arguments: { title: "printer" }, _meta: meta });
+          const first = await server.client();
+          const a = await first.callTool(open(named));
+          assert.equal((await tickets(first)).length, 1);
+          await first.close(); // the server process exits with its connection
+          const restarted = await server.client();
+          assert.deepEqual((await restarted.callTool(open(named))).structuredContent, a.structuredContent);
+          assert.equal((await tickets(restarted)).length, 0, "replayed, not run again");
+          await restarted.callTool(open({ [TURN_ID]: "turn-restart" }));
+          assert.equal((await tickets(restarted)).length, 1, "a client that names no one is new");
+        });
+      });
     }
 
     if (transport === "http-stateless") {

@@ -14,6 +14,7 @@ export const TRANSPORTS = ["stdio", "http", "http-stateless"];
 export const EXTENSION = "idem/idempotency";
 export const TURN_ID = "idem/turnId";
 export const KEY = "idempotencyKey";
+export const CLIENT_ID = "idem/clientId";
 
 export function serverBinary() {
   const path = process.env.IDEM_MCP_SERVER;
