@@ -109,9 +109,11 @@ impl Error {
     pub fn model_text(&self) -> String {
         match self {
             Error::BudgetExhausted { attempts, .. } => format!(
-                "This action was tried {} with these same arguments in this turn without \
-                 succeeding, so it will not be tried again in this turn. Stop retrying it: tell \
-                 the user that it failed.",
+                "This action was tried {} with these same arguments in this turn without a \
+                 result, so it will not be tried again in this turn. Stop retrying it. An \
+                 attempt that was cut off (a crash, a restart) may still have taken effect, so \
+                 do not assume it failed: check whether it happened (for example with a \
+                 read-only tool) before you tell the user.",
                 times(*attempts)
             ),
             Error::TurnBudgetExhausted { calls, .. } => format!(
@@ -191,8 +193,9 @@ impl Error {
                 .to_owned(),
             Error::ModelStepDiverged { .. } => "This conversation cannot go on: it was \
                  restarted, and the request now differs from the one the earlier run recorded. \
-                 Nothing more was done. Do not repeat the request: tell the user that the conversation \
-                 has to start again."
+                 Nothing more was done. The actions it already took stand and must not be done \
+                 again: tell the user that this request stopped part way, what is known to be \
+                 done, and that starting it over would repeat those actions."
                 .to_owned(),
             Error::TokenBudgetExhausted { .. } => "This turn used all the tokens it may, so \
                  the model was not asked again and nothing more was done. Stop: tell the user \
@@ -409,6 +412,32 @@ mod tests {
                 error.code()
             );
         }
+    }
+
+    /// Texts that tell the model what happened to an action that may have run claim no more
+    /// than is known: a spent per-key budget may hide an attempt cut off after it took effect
+    /// (a killed process), and a diverged restart must not send the user back to the start.
+    #[test]
+    fn texts_after_uncertain_attempts_do_not_claim_a_failure() {
+        let key = crate::Key::from_bytes([7; 32]).short();
+        let spent = Error::BudgetExhausted {
+            tool: "charge",
+            key,
+            attempts: 3,
+            limit: 3,
+        }
+        .model_text();
+        assert!(!spent.contains("tell the user that it failed"), "{spent}");
+        assert!(spent.contains("may still have taken effect"), "{spent}");
+        assert!(spent.contains("Stop retrying"), "{spent}");
+        let diverged = Error::ModelStepDiverged {
+            conversation: "planner".into(),
+            step: 1,
+            turn: "t".into(),
+        }
+        .model_text();
+        assert!(!diverged.contains("has to start again"), "{diverged}");
+        assert!(diverged.contains("must not be done again"), "{diverged}");
     }
 
     #[test]
