@@ -139,6 +139,7 @@ pub struct Conversation {
     turn: Turn,
     label: Arc<str>,
     lease: Option<Duration>,
+    ttl: Option<Duration>,
 }
 
 /// A conversation as named where it is used: its scope ([`scope`]) and its state there.
@@ -156,6 +157,7 @@ impl Turn {
             turn: self.clone(),
             label: Arc::from(label),
             lease: None,
+            ttl: None,
         }
     }
 
@@ -208,6 +210,23 @@ impl Conversation {
     #[must_use]
     pub fn with_lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// How long each recorded step is kept, if [`with_ttl`](Self::with_ttl) said (else the
+    /// default TTL).
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl
+    }
+
+    /// Keeps each recorded step (the model's answer, and the tool failures it was asked with)
+    /// for `ttl` instead of the default TTL (one day, [`DEFAULT_TTL`](crate::store::DEFAULT_TTL)).
+    /// A run restarted after its steps expired asks the model again, which may reword the
+    /// arguments of tool calls already made: keep the steps at least as long as the tools they
+    /// call keep their results (their `ttl`).
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = Some(ttl);
         self
     }
 
@@ -276,6 +295,9 @@ impl Conversation {
             .model_step(Arc::clone(&self.label), step);
         if let Some(lease) = self.lease {
             call_ = call_.with_lease(lease);
+        }
+        if let Some(ttl) = self.ttl {
+            call_ = call_.with_ttl(ttl);
         }
         // Only a step that is asked live reaches its body: a recorded one (by another run, too)
         // replays whatever this run's failures and the token cap say.

@@ -614,3 +614,34 @@ async fn a_run_restarted_with_the_same_turn_value_is_warned_about() {
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(warned[0].contains("new `Turn`"), "{warned:?}");
 }
+
+/// Recorded steps are kept a day by default; a conversation that keeps them longer
+/// (`with_ttl`, as long as the tools it calls keep theirs) replays them to a run restarted
+/// after that day, instead of asking the model again (which rewords).
+#[tokio::test]
+async fn steps_are_kept_as_long_as_the_conversation_says() {
+    use idem_tools_runtime::clock::ManualClock;
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let model = Model::default();
+    let week = Duration::from_secs(7 * 24 * 3600);
+    let ask = |label: &'static str, ttl: Option<Duration>| {
+        let chat = turn(&store).conversation(label);
+        let chat = match ttl {
+            Some(ttl) => chat.with_ttl(ttl),
+            None => chat,
+        };
+        let model = &model;
+        async move { chat.step("plan", model.ask("plan")).await.unwrap() }
+    };
+    let kept = ask("kept", Some(week)).await;
+    let default = ask("default", None).await;
+    clock.advance(Duration::from_secs(25 * 3600)); // the run is restarted a day later
+    assert_eq!(ask("kept", Some(week)).await, kept, "replayed");
+    assert_ne!(
+        ask("default", None).await,
+        default,
+        "expired after a day: asked again"
+    );
+    assert_eq!(model.calls(), 3);
+}

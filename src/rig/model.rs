@@ -77,12 +77,21 @@ impl RecordedModel {
     /// share its step counter: a restart that runs them in another order diverges.)
     #[must_use]
     pub fn with_conversation(mut self, label: &str) -> Self {
-        let lease = self.conversation.lease();
-        self.conversation = self
-            .conversation
-            .turn()
-            .conversation(label)
-            .with_lease(lease);
+        let (lease, ttl) = (self.conversation.lease(), self.conversation.ttl());
+        let conversation = self.conversation.turn().conversation(label);
+        self.conversation = match ttl {
+            Some(ttl) => conversation.with_lease(lease).with_ttl(ttl),
+            None => conversation.with_lease(lease),
+        };
+        self
+    }
+
+    /// Keeps each recorded step for `ttl` instead of a day ([`Conversation::with_ttl`]): at
+    /// least as long as the tools the agent calls keep their results, so that a run restarted
+    /// later replays the model's answers instead of asking again (which rewords).
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.conversation = self.conversation.with_ttl(ttl);
         self
     }
 

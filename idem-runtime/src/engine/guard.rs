@@ -89,7 +89,7 @@ impl Guard {
 
 /// How long the tool's result is kept.
 pub(super) fn ttl_of(report: &Reporter) -> std::time::Duration {
-    report.call().tool.record_ttl()
+    report.call().record_ttl()
 }
 
 impl Drop for Guard {

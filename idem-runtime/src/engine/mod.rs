@@ -109,6 +109,8 @@ pub struct Call {
     store: Option<Arc<dyn Store>>,
     /// The lease to claim the key for, instead of the tool's.
     lease: Option<std::time::Duration>,
+    /// How long to keep the result, instead of the tool's TTL.
+    ttl: Option<std::time::Duration>,
     /// How the key was made, for the error that refuses it when it was used with other
     /// arguments.
     origin: Origin,
@@ -148,6 +150,7 @@ impl Call {
             fingerprint,
             store: None,
             lease: None,
+            ttl: None,
             origin: Origin::Arguments(u32::MAX),
         }
     }
@@ -158,6 +161,22 @@ impl Call {
     pub fn with_lease(mut self, lease: std::time::Duration) -> Self {
         self.lease = Some(lease);
         self
+    }
+
+    /// Keeps the result for `ttl` (at most [`MAX_DURATION`](crate::store::MAX_DURATION))
+    /// instead of the tool's TTL.
+    #[must_use]
+    pub fn with_ttl(mut self, ttl: std::time::Duration) -> Self {
+        self.ttl = Some(ttl);
+        self
+    }
+
+    /// How long the result is kept: [`with_ttl`](Self::with_ttl)'s, else the tool's.
+    pub(crate) fn record_ttl(&self) -> std::time::Duration {
+        match self.ttl {
+            Some(ttl) => ttl.min(crate::store::MAX_DURATION),
+            None => self.tool.record_ttl(),
+        }
     }
 
     /// Uses `store` instead of the turn's or the process default.
@@ -241,7 +260,7 @@ impl Call {
             turn: self.turn.id(),
             fingerprint: &self.fingerprint,
             lease,
-            ttl: self.tool.record_ttl(),
+            ttl: self.record_ttl(),
             token,
             charge: self.turn.charge(self.tool),
         }
