@@ -99,6 +99,7 @@ async fn the_server_declares_the_idempotency_extension_with_its_meta_entries() {
     let settings = extensions.get(IDEMPOTENCY_EXTENSION).expect("declared");
     assert_eq!(settings["turnIdMeta"], TURN_ID_META);
     assert_eq!(settings["idempotencyKeyMeta"], IDEMPOTENCY_KEY_META);
+    assert_eq!(settings["clientIdMeta"], idem_tools::mcp::CLIENT_ID_META);
     assert!(
         info.capabilities.tools.is_some(),
         "the wrapped server's own capabilities"

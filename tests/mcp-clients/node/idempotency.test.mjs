@@ -32,7 +32,7 @@ for (const transport of TRANSPORTS) {
       withServer(transport, [], async (server) => {
         const client = await server.client();
         const extensions = client.getServerCapabilities().extensions ?? {};
-        assert.deepEqual(extensions[EXTENSION], { turnIdMeta: TURN_ID, idempotencyKeyMeta: KEY });
+        assert.deepEqual(extensions[EXTENSION], { turnIdMeta: TURN_ID, idempotencyKeyMeta: KEY, clientIdMeta: CLIENT_ID });
       }));
 
     test("a client that sends nothing is told no write is idempotent, and a plain retry acts twice", () =>

@@ -28,7 +28,11 @@ async def hints(client) -> dict[str, object]:
 async def test_the_server_declares_the_idempotency_extension(start):
     async with start().client() as client:
         extensions = client.server_capabilities.extensions or {}
-        assert extensions[IDEM_EXTENSION] == {"turnIdMeta": TURN_ID, "idempotencyKeyMeta": KEY}
+        assert extensions[IDEM_EXTENSION] == {
+            "turnIdMeta": TURN_ID,
+            "idempotencyKeyMeta": KEY,
+            "clientIdMeta": CLIENT_ID,
+        }
 
 
 async def test_a_client_that_sends_nothing_is_told_the_truth_by_the_hints(start):
