@@ -100,18 +100,31 @@ impl<'a> MapEncoder<'a> {
         }
         let (start, spans) = (self.out.len(), self.out.spans.len());
         put_text(self.out, tag::STR, key.as_bytes());
+        self.entry_value(start, spans, value)
+    }
+
+    /// Writes the value of the entry whose name (or key) begins at `start` (with `spans` spans
+    /// before it), and the entry's span; an entry whose value is marked `ignored` is left out,
+    /// its name too (§4.3) — so is the field of a `#[serde(flatten)]`ed struct, which serde
+    /// writes as a map entry.
+    fn entry_value<T: Serialize + ?Sized>(
+        &mut self,
+        start: usize,
+        spans: usize,
+        value: &T,
+    ) -> Result<(), EncodeError> {
         match value.serialize(ValueSerializer::new(self.out)) {
-            Ok(()) => {}
-            Err(error) if error.is_ignored() => {
-                // Marked `ignored`: the field is left out (§4.3).
-                self.out.rollback(start, spans);
-                return Ok(());
+            Ok(()) => {
+                let span = Span::new(&self.out.bytes, start, self.out.len());
+                self.out.spans.push(span);
+                Ok(())
             }
-            Err(error) => return Err(error),
+            Err(error) if error.is_ignored() => {
+                self.out.rollback(start, spans);
+                Ok(())
+            }
+            Err(error) => Err(error),
         }
-        let span = Span::new(&self.out.bytes, start, self.out.len());
-        self.out.spans.push(span);
-        Ok(())
     }
 
     fn finish(self) -> Result<(), EncodeError> {
@@ -247,19 +260,7 @@ impl ser::SerializeMap for MapEncoder<'_> {
             return Err(EncodeError("map value serialized without a key".to_owned()));
         };
         let spans = self.out.spans.len();
-        match value.serialize(ValueSerializer::new(self.out)) {
-            Ok(()) => {}
-            Err(error) if error.is_ignored() => {
-                // Marked `ignored`: the entry, its key too, is left out (§4.3); so is the field
-                // of a `#[serde(flatten)]`ed struct, which serde writes as an entry.
-                self.out.rollback(start, spans);
-                return Ok(());
-            }
-            Err(error) => return Err(error),
-        }
-        let span = Span::new(&self.out.bytes, start, self.out.len());
-        self.out.spans.push(span);
-        Ok(())
+        self.entry_value(start, spans, value)
     }
 
     fn serialize_entry<K: Serialize + ?Sized, V: Serialize + ?Sized>(
