@@ -56,6 +56,7 @@ pub static MODEL_STEP: ToolInfo = ToolInfo::idempotent("idem:model")
     .with_release_on_cancel()
     .with_lease(DEFAULT_STEP_LEASE);
 
+pub(crate) mod overlap;
 pub(crate) mod scope;
 pub mod tool_failure;
 
@@ -143,6 +144,7 @@ pub struct Conversation {
 }
 
 /// A conversation as named where it is used: its scope ([`scope`]) and its state there.
+#[derive(Clone)]
 struct Here {
     scope: Option<Key>,
     shared: Arc<Shared>,
@@ -248,8 +250,10 @@ impl Conversation {
     ///
     /// # Errors
     /// `call`'s own errors; [`Error::ModelStepDiverged`] if the step was recorded for another
-    /// request; [`Error::BudgetExhausted`] once this run's asks of the step all failed; any
-    /// error of a tool call ([`execute`]) converted with `E: From<Error>`.
+    /// request; [`Error::RunOverlap`] if another run of the turn has made a call since that
+    /// this run's model read as failed (see [`model_tool_call`](Self::model_tool_call));
+    /// [`Error::BudgetExhausted`] once this run's asks of the step all failed; any error of a
+    /// tool call ([`execute`]) converted with `E: From<Error>`.
     pub async fn step<Req, Resp, E, F>(&self, request: &Req, call: F) -> Result<Resp, E>
     where
         Req: Serialize + ?Sized,
@@ -304,7 +308,10 @@ impl Conversation {
         let limit = turn.model_step_attempts();
         let cap = turn.max_tokens().map(|limit| (limit, turn.clone()));
         let asked = AtomicBool::new(false);
-        let failures = here.calls().pending();
+        let (failures, doubted) = {
+            let calls = here.calls();
+            (calls.pending(), calls.doubted())
+        };
         if step == 0 {
             steps.first_request = request_digest(request);
         }
@@ -325,6 +332,14 @@ impl Conversation {
                     let turn = turn.id().to_owned();
                     return Err(E::from(Error::TokenBudgetExhausted { turn, spent, limit }));
                 }
+            }
+            if !doubted.is_empty() {
+                // The step is claimed: now a call another run made again since its model read
+                // it failed would tell a story this run's model does not read.
+                let after = step.saturating_sub(1);
+                overlap::outdated(self, after, &doubted)
+                    .await
+                    .map_err(E::from)?;
             }
             asked.store(true, Ordering::Relaxed);
             // Counted as failed until the model answers: an ask cut off by its caller (a

@@ -355,6 +355,29 @@ pub enum Error {
         turn: String,
     },
 
+    /// Another run of the turn runs at the same time as this one (an orchestrator resumed the
+    /// turn twice), and a call its model made after a step failed in one run and was made again
+    /// by the other: this run stopped rather than go on from an outcome the other run's model
+    /// does not read. Nothing was started.
+    #[error(
+        "another run of turn `{turn}` runs at the same time as this one: a call of tool `{tool}` \
+         made after step {step} of conversation `{conversation}` failed in one run and was made \
+         again by the other, so this run stopped before it told its model something the other \
+         run's model does not read (which could start the action again with reworded \
+         arguments); nothing was started. Resume a turn in one run at a time (a lock or a queue \
+         per turn id in the orchestrator); the other run goes on"
+    )]
+    RunOverlap {
+        /// The turn id.
+        turn: String,
+        /// The conversation's label.
+        conversation: String,
+        /// The step the call followed (0 for the first).
+        step: u32,
+        /// The tool that was called.
+        tool: String,
+    },
+
     /// The turn's model steps reported as many tokens as its cap allows; this step would have
     /// asked the model again.
     #[error(

@@ -72,6 +72,7 @@ impl From<Error> for ErrorData {
             | Error::CorruptRecord { .. }
             | Error::UnreadableRecord { .. }
             | Error::ModelStepDiverged { .. }
+            | Error::RunOverlap { .. }
             | Error::TokenBudgetExhausted { .. }
             | Error::ModelStepsExhausted { .. }
             | Error::Config(_) => None,

@@ -45,6 +45,7 @@ impl Error {
             Error::TransactionEnded { .. } => "transaction_ended",
             Error::CommitFailed { .. } => "commit_failed",
             Error::ModelStepDiverged { .. } => "model_step_diverged",
+            Error::RunOverlap { .. } => "run_overlap",
             Error::TokenBudgetExhausted { .. } => "token_budget_exhausted",
             Error::ModelStepsExhausted { .. } => "model_steps_exhausted",
             Error::Config(_) => "config",
@@ -74,7 +75,8 @@ impl Error {
             | Error::Interrupted { .. }
             | Error::NotReplayable { .. }
             | Error::TransactionEnded { .. }
-            | Error::CommitFailed { .. } => true,
+            | Error::CommitFailed { .. }
+            | Error::RunOverlap { .. } => true,
             Error::NoTurn { .. }
             | Error::Decode { .. }
             | Error::Encode { .. }
@@ -196,6 +198,11 @@ impl Error {
                  Nothing more was done. The actions it already took stand and must not be done \
                  again: tell the user that this request stopped part way, what is known to be \
                  done, and that starting it over would repeat those actions."
+                .to_owned(),
+            Error::RunOverlap { .. } => "This action was not started here: the same request \
+                 is being handled a second time, elsewhere, and that one decides this action. \
+                 Do not call it again, with these or other arguments: tell the user that this \
+                 request is already being handled and stop."
                 .to_owned(),
             Error::TokenBudgetExhausted { .. } => "This turn used all the tokens it may, so \
                  the model was not asked again and nothing more was done. Stop: tell the user \

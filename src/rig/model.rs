@@ -150,7 +150,7 @@ fn tokens(response: &CompletionResponse) -> Option<u64> {
 /// `Divergence`, a cap `Denied`; none is worth retrying in the same turn.
 fn report(error: &Error) -> ErrorReport {
     let kind = match error {
-        Error::ModelStepDiverged { .. } => ErrorKind::Divergence,
+        Error::ModelStepDiverged { .. } | Error::RunOverlap { .. } => ErrorKind::Divergence,
         Error::TokenBudgetExhausted { .. }
         | Error::ModelStepsExhausted { .. }
         | Error::BudgetExhausted { .. } => ErrorKind::Denied,

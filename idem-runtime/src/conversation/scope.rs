@@ -15,19 +15,23 @@
 //! [`Conversation::model_tool_call`]: crate::Conversation::model_tool_call
 
 use std::future::Future;
+use std::sync::Arc;
 
 use crate::Error;
 use crate::engine::{current_key, held};
 use crate::key::{ArgsDigest, Key};
 
 use super::MODEL_STEP;
+use super::overlap::Watch;
 
-/// The scope a call a model made opened, and the tool key held when it did (a tool's body
-/// entered since is a scope of its own, inside it).
-#[derive(Clone, Copy)]
+/// The scope a call a model made opened, the tool key held when it did (a tool's body entered
+/// since is a scope of its own, inside it), and what the call learns of the tool calls made in
+/// it.
+#[derive(Clone)]
 struct Within {
     scope: Key,
     held: Option<Key>,
+    watch: Arc<Watch>,
 }
 
 tokio::task_local! {
@@ -38,8 +42,8 @@ tokio::task_local! {
 /// `#[idempotent]` tool body running in this task, if any.
 pub(crate) fn current() -> Option<Key> {
     let held = held::innermost();
-    match WITHIN.try_with(|within| *within) {
-        Ok(within) if within.held == held.map(|(key, _)| key) => Some(within.scope),
+    match WITHIN.try_with(|within| (within.scope, within.held)) {
+        Ok((scope, within)) if within == held.map(|(key, _)| key) => Some(scope),
         _ => {
             let (key, called_in) = held?;
             Some(called_in.map_or(key, |outer| of_tool(outer, key)))
@@ -81,11 +85,22 @@ fn named(fill: impl FnOnce(&mut ArgsDigest) -> Result<(), Error>) -> Option<Key>
     Some(digest.finish("", "", MODEL_STEP.name, 0).0)
 }
 
-/// Runs `future` (a call a model made) in `scope`.
-pub(crate) async fn enter<F: Future>(scope: Key, future: F) -> F::Output {
+/// The watch of the call a model made that a tool call made in this task is made directly in
+/// (not inside another tool's body).
+pub(crate) fn watch() -> Option<Arc<Watch>> {
+    let (watch, held) = WITHIN
+        .try_with(|within| (Arc::clone(&within.watch), within.held))
+        .ok()?;
+    (held == current_key()).then_some(watch)
+}
+
+/// Runs `future` (a call a model made, told of the tool calls made in it through `watch`) in
+/// `scope`.
+pub(crate) async fn enter<F: Future>(scope: Key, watch: Arc<Watch>, future: F) -> F::Output {
     let within = Within {
         scope,
         held: current_key(),
+        watch,
     };
     WITHIN.scope(within, future).await
 }
@@ -96,7 +111,7 @@ pub(crate) struct Captured(Option<Within>);
 
 /// This task's call scope, to carry into a task it spawns.
 pub(crate) fn capture() -> Captured {
-    Captured(WITHIN.try_with(|within| *within).ok())
+    Captured(WITHIN.try_with(Within::clone).ok())
 }
 
 /// `future` in the call scope `captured` (the spawning task's).

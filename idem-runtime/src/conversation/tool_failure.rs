@@ -26,6 +26,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use super::MODEL_STEP;
+use super::overlap::{Released, Watch};
 use crate::key::{ArgsDigest, Key};
 use crate::replay::{OkOnly, Recorded, ResultCodec};
 use crate::store::{RecordState, default_store};
@@ -54,12 +55,19 @@ pub(super) struct ReadFailure {
     failure: Vec<u8>,
 }
 
+impl ReadFailure {
+    /// Whether it is the failure of the `order`-th call of `made`.
+    pub(super) fn is(&self, made: Key, order: u32) -> bool {
+        self.call == *made.as_bytes() && self.order == order
+    }
+}
+
 /// The calls a conversation's model made since its latest step, in this run.
 #[derive(Default)]
 pub(super) struct Calls {
     /// The latest step answered, and whether it was replayed: then the next step may be
     /// recorded already, with the failures of the calls made in between.
-    after: Option<(u32, bool)>,
+    pub(super) after: Option<(u32, bool)>,
     /// How many times each call (by tool and arguments) was made since the step.
     made: HashMap<Key, u32>,
     /// How many times the step's response asked for each call, where the caller said
@@ -70,6 +78,10 @@ pub(super) struct Calls {
     /// The failures recorded with the next step, once read (while replaying): that step's
     /// index, and its failures.
     recorded: Option<(u32, Arc<[ReadFailure]>)>,
+    /// The tool calls (keys and fingerprints) made in calls whose failure the model read since
+    /// the step, unless a later call made them again and succeeded: another run that has made
+    /// one since stops this run at the next step (`overlap`).
+    pub(super) doubted: Vec<Released>,
 }
 
 impl Calls {
@@ -84,6 +96,11 @@ impl Calls {
     /// The failures to record with the next step.
     pub(super) fn pending(&self) -> Vec<ReadFailure> {
         self.pending.clone()
+    }
+
+    /// The tool calls made in calls the model read as failed since the step.
+    pub(super) fn doubted(&self) -> Vec<Released> {
+        self.doubted.clone()
     }
 }
 
@@ -127,6 +144,15 @@ impl Conversation {
     /// wait ([`Turn::with_in_flight_wait`]; past it the call runs, and a warning is logged). If
     /// the store fails or does not answer within that wait, `call` runs as it would without
     /// this.
+    ///
+    /// Two runs of the turn at once (an orchestrator resumed it twice) are kept from reading
+    /// different outcomes of an `#[idempotent]` tool called directly in `call`: once the
+    /// tool's key is claimed, the next step is read again (a step another run asks is waited
+    /// for, up to the in-flight wait; a failure it records for this call is returned, the tool
+    /// not run; a step still asked after the wait fails the tool's call with
+    /// [`Error::RunOverlap`]), and a run whose model read the failure of a call that gave its
+    /// key back stops at its next step with [`Error::RunOverlap`] if another run has claimed
+    /// that key since.
     ///
     /// ```
     /// # extern crate idem_tools_runtime as idem_tools;
@@ -178,16 +204,29 @@ impl Conversation {
             return Err(failed);
         }
         // The call is a scope of its own: an agent it runs has conversations of the call's, and
-        // a call made inside it is not this conversation's.
+        // a call made inside it is not this conversation's. It watches the tool calls made in
+        // it, for another run of the turn (`overlap`).
         let within = super::scope::of_call(here.scope, &self.label, made, order, after.0);
-        let ran = match within {
-            Some(within) => super::scope::enter(within, call).await,
-            None => call.await,
+        let Some(within) = within else {
+            return call.await;
         };
+        let watch = Arc::new(Watch::new(self, &here, after, made, order));
+        let ran = super::scope::enter(within, Arc::clone(&watch), call).await;
+        if let Some(read) = watch.take_recorded()
+            && let Some(failed) = decode(&read.failure)
+        {
+            // Another run recorded this call's failure with the next step: so it failed here.
+            here.keep(after, read);
+            return Err(failed);
+        }
         let failed = match ran {
-            Ok(output) => return Ok(output),
+            Ok(output) => {
+                here.settle(after, &watch.keys());
+                return Ok(output);
+            }
             Err(failed) => failed,
         };
+        here.doubt(after, watch.released_calls());
         // Kept for the next step's record, unless it cannot be replayed as it is.
         let failed: Result<F, Infallible> = Ok(failed);
         if let Some(Recorded::Faithful(bytes)) =
@@ -262,9 +301,7 @@ impl Conversation {
                 read
             }
         };
-        let found = recorded
-            .iter()
-            .find(|read| read.call == *made.as_bytes() && read.order == order)?;
+        let found = recorded.iter().find(|read| read.is(made, order))?;
         Some(found.clone())
     }
 
@@ -274,7 +311,7 @@ impl Conversation {
     /// restarted a run that is still alive) is waited for, as its key would be, up to the
     /// turn's in-flight wait: the failures it records are the ones its model read. With them,
     /// whether the read is settled (the step recorded, or not claimed at all).
-    async fn read_failures(
+    pub(super) async fn read_failures(
         &self,
         scope: Option<Key>,
         step: u32,

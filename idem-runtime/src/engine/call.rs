@@ -22,6 +22,7 @@ use super::keeper::{self, Claim, Keeper};
 use super::report::Reporter;
 use super::telemetry::{self, CallSpan, in_span};
 use crate::Error;
+use crate::conversation::overlap::Watch;
 use crate::flight::{self, Leader, Role, Waited};
 use crate::replay::decode_panicked;
 use crate::stats::Outcome;
@@ -92,6 +93,8 @@ pub(super) struct Granted {
     /// Where the call was made (the held keys, the scope of conversations), taken in the
     /// caller's task: a detached body runs in a task of its own.
     pub(super) caller: held::Caller,
+    /// The watch of the call a model made that this call is made in, if any.
+    pub(super) watch: Option<Arc<Watch>>,
 }
 
 /// How [`ask`] asks the store: [`Claiming`] claims the key (every plain call); a
@@ -206,6 +209,13 @@ fn asking<'a, A: Asker>(
     async move {
         let call = guard.report().call().clone();
         let store = Arc::clone(call.store());
+        // A call a model made in a durable turn learns of the tool calls made in it.
+        let watch = (!call.is_model_step())
+            .then(crate::conversation::scope::watch)
+            .flatten();
+        if let Some(watch) = &watch {
+            watch.note(call.key, call.fingerprint);
+        }
         if held::holds(&call.key) {
             // Single-flight would make this call wait for the one it runs inside of.
             let error = Error::Reentrant {
@@ -316,6 +326,18 @@ fn asking<'a, A: Asker>(
                 leader,
                 runtime: tokio::runtime::Handle::try_current().ok(),
             })));
+            if let Some(watch) = &watch {
+                // Claimed: now another run of the turn that asks the model's next step is seen.
+                let check = watch.before_running(call.tool.name);
+                let checked = holding(&mut guard).keeper.run(check).await;
+                if let Err(error) | Ok(Err(error)) = checked {
+                    if let Phase::Running(holding) = guard.enter(Phase::Free) {
+                        let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime);
+                        background::release(Arc::clone(&store), lease, runtime);
+                    }
+                    return answered(refuse(&mut guard, Outcome::InFlight, error));
+                }
+            }
             None
         } else {
             Some(leader)
@@ -329,6 +351,7 @@ fn asking<'a, A: Asker>(
             leader,
             wait_until,
             caller: held::Caller::here(),
+            watch,
         }))
     }
 }
@@ -450,6 +473,7 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
         store,
         claim,
         caller,
+        watch,
         ..
     } = *granted;
     let duration = claim.duration;
@@ -473,7 +497,12 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
 
     // Record the result (or give the key back), publish it, report.
     let (bytes, ok) = match finished {
-        Finished::Release => return release_after_err(&mut guard, &store).await,
+        Finished::Release => {
+            if let Some(watch) = watch {
+                watch.released(call.key, call.fingerprint, call.store());
+            }
+            return release_after_err(&mut guard, &store).await;
+        }
         Finished::Record { bytes, ok } => (bytes, ok),
         // A model step that cannot be replayed is not worth keeping: it fails, and the model
         // is asked again (a restarted run could not continue from it).
