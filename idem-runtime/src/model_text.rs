@@ -346,6 +346,12 @@ pub(crate) fn every_error() -> Vec<Error> {
             step: 2,
             turn: "x".into(),
         },
+        Error::RunOverlap {
+            turn: "x".into(),
+            conversation: "c".into(),
+            step: 1,
+            tool: "t".into(),
+        },
         Error::TokenBudgetExhausted {
             turn: "x".into(),
             spent: 10,
