@@ -188,3 +188,24 @@ async fn a_call_cut_off_by_its_caller_whose_body_then_went_through_does_not_stop
     let next = a.step(&format!("after {read:?}"), model(1)).await;
     assert_eq!(next.expect("the step is asked"), "step 1: charge 500");
 }
+
+/// Two conversations of one run make the same call: the planner's fails, the writer's runs
+/// and goes through. That is no other run: the planner's next step is asked.
+#[tokio::test]
+async fn the_same_call_failing_for_one_agent_and_going_through_for_another_of_the_run_stops_nothing()
+ {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turn = Turn::new("conv-1/turn-1").with_store(Arc::clone(&store));
+    let (planner, writer) = (turn.conversation("planner"), turn.conversation("writer"));
+    planner
+        .step("plan", model(0))
+        .await
+        .expect("planner step 0");
+    writer.step("write", model(0)).await.expect("writer step 0");
+    let ran = AtomicU32::new(0);
+    let failed = asks_charge(&planner, &ran, true).await;
+    let charged = asks_charge(&writer, &ran, false).await;
+    assert_eq!(charged, Ok(500));
+    let next = planner.step(&format!("after {failed:?}"), model(1)).await;
+    assert_eq!(next.expect("the planner goes on"), "step 1: charge 500");
+}

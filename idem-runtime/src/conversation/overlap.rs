@@ -31,8 +31,8 @@ pub(super) struct Released {
 }
 
 impl Released {
-    fn is(&self, (key, fingerprint): &(Key, Fingerprint)) -> bool {
-        self.key == *key && self.fingerprint == *fingerprint
+    fn is(&self, key: Key, fingerprint: Fingerprint) -> bool {
+        self.key == key && self.fingerprint == fingerprint
     }
 }
 
@@ -46,8 +46,9 @@ pub(crate) struct Watch {
     /// The call (its tool and arguments, as the model sent them) and its order since the step.
     made: Key,
     order: u32,
-    /// The tool calls made in it: their keys and fingerprints.
-    keys: Mutex<Vec<(Key, Fingerprint)>>,
+    /// The tool calls made in it whose body ran and returned an `Ok`: their keys and
+    /// fingerprints.
+    executed: Mutex<Vec<(Key, Fingerprint)>>,
     /// Those whose body returned an `Err` that gave their key back.
     released: Mutex<Vec<Released>>,
     /// The failure another run recorded for this call with the next step, read once a tool
@@ -69,25 +70,23 @@ impl Watch {
             after,
             made,
             order,
-            keys: Mutex::new(Vec::new()),
+            executed: Mutex::new(Vec::new()),
             released: Mutex::new(Vec::new()),
             recorded: Mutex::new(None),
         }
     }
 
-    /// A tool call with `key` and `fingerprint` is made in the call.
-    pub(crate) fn note(&self, key: Key, fingerprint: Fingerprint) {
-        let mut keys = self.keys.lock().unwrap_or_else(PoisonError::into_inner);
-        if !keys.contains(&(key, fingerprint)) {
-            keys.push((key, fingerprint));
-        }
+    /// The tool call with `key` and `fingerprint`, made in the call, ran and returned an `Ok`.
+    pub(crate) fn executed(&self, key: Key, fingerprint: Fingerprint) {
+        let mut executed = self.executed.lock().unwrap_or_else(PoisonError::into_inner);
+        executed.push((key, fingerprint));
     }
 
     /// The tool call with `key` and `fingerprint`, made in the call, gave its key back after
     /// an `Err`: another run may make it since.
     pub(crate) fn released(&self, key: Key, fingerprint: Fingerprint, store: &Arc<dyn Store>) {
         let mut released = self.released.lock().unwrap_or_else(PoisonError::into_inner);
-        if !released.iter().any(|call| call.is(&(key, fingerprint))) {
+        if !released.iter().any(|call| call.is(key, fingerprint)) {
             let store = Arc::clone(store);
             released.push(Released {
                 key,
@@ -97,9 +96,9 @@ impl Watch {
         }
     }
 
-    /// The tool calls made in the call.
-    pub(super) fn keys(&self) -> Vec<(Key, Fingerprint)> {
-        self.keys
+    /// The tool calls made in the call that ran and returned an `Ok`.
+    pub(super) fn executed_calls(&self) -> Vec<(Key, Fingerprint)> {
+        self.executed
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -155,16 +154,6 @@ impl Watch {
 }
 
 impl Here {
-    /// The tool calls `keys` went through: they are no longer in doubt.
-    pub(super) fn settle(&self, after: (u32, bool), keys: &[(Key, Fingerprint)]) {
-        let mut calls = self.calls();
-        if calls.after == Some(after) {
-            calls
-                .doubted
-                .retain(|doubted| !keys.iter().any(|key| doubted.is(key)));
-        }
-    }
-
     /// The tool calls `released` were made in a call that the model read as failed.
     pub(super) fn doubt(&self, after: (u32, bool), released: Vec<Released>) {
         let mut calls = self.calls();
@@ -179,6 +168,27 @@ impl Here {
     }
 }
 
+impl super::Run {
+    /// The tool calls `keys` ran in this run and went through.
+    pub(super) fn went_through(&self, keys: Vec<(Key, Fingerprint)>) {
+        let mut went_through = self
+            .went_through
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        went_through.extend(keys);
+    }
+
+    /// Whether the tool call `released` ran again in this run since it failed, and went
+    /// through.
+    fn made_again(&self, released: &Released) -> bool {
+        let went_through = self
+            .went_through
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        went_through.contains(&(released.key, released.fingerprint))
+    }
+}
+
 /// Whether one of the tool calls in `doubted` — made after step `step` of `conversation`, and
 /// read as failed by its model — has been claimed since by another run, or has a result
 /// recorded: [`Error::RunOverlap`] if one has (or the store's error if it did not say).
@@ -190,6 +200,9 @@ pub(super) async fn outdated(
     let turn = &conversation.turn;
     let wait = turn.in_flight_wait();
     for call in doubted {
+        if turn.run().made_again(call) {
+            continue;
+        }
         let read = tokio::time::timeout(wait, call.store.get(turn.namespace(), &call.key)).await;
         let read = read.map_err(|_| Error::store("get", "no answer within the wait"))??;
         let Some(record) = read.filter(|record| record.fingerprint == call.fingerprint) else {

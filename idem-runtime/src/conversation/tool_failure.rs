@@ -221,7 +221,7 @@ impl Conversation {
         }
         let failed = match ran {
             Ok(output) => {
-                here.settle(after, &watch.keys());
+                self.turn.run().went_through(watch.executed_calls());
                 return Ok(output);
             }
             Err(failed) => failed,

@@ -213,9 +213,6 @@ fn asking<'a, A: Asker>(
         let watch = (!call.is_model_step())
             .then(crate::conversation::scope::watch)
             .flatten();
-        if let Some(watch) = &watch {
-            watch.note(call.key, call.fingerprint);
-        }
         if held::holds(&call.key) {
             // Single-flight would make this call wait for the one it runs inside of.
             let error = Error::Reentrant {
@@ -498,7 +495,7 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
     // Record the result (or give the key back), publish it, report.
     let (bytes, ok) = match finished {
         Finished::Release => {
-            if let Some(watch) = watch {
+            if let Some(watch) = &watch {
                 watch.released(call.key, call.fingerprint, call.store());
             }
             return release_after_err(&mut guard, &store).await;
@@ -526,6 +523,9 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
             (bytes, true)
         }
     };
+    if let Some(watch) = watch.filter(|_| ok) {
+        watch.executed(call.key, call.fingerprint);
+    }
     let Phase::Running(holding) = guard.enter(Phase::Free) else {
         unreachable!("the body ran under the claim");
     };
