@@ -365,7 +365,8 @@ pub enum Error {
          again by the other, so this run stopped before it told its model something the other \
          run's model does not read (which could start the action again with reworded \
          arguments); nothing was started. Resume a turn in one run at a time (a lock or a queue \
-         per turn id in the orchestrator); the other run goes on"
+         per turn id in the orchestrator): the other run goes on unless it was stopped too, \
+         and a run resumed alone replays what both did and goes on"
     )]
     RunOverlap {
         /// The turn id.

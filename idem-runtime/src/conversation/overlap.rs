@@ -8,11 +8,14 @@
 //! - a run's call claims its tool's key, then reads the conversation's next step
 //!   ([`Watch::before_running`]): a step another run is asking is waited for, and a failure it
 //!   recorded for this call is this call's too — the tool does not run;
-//! - a run that asks the next step claims it, then reads the keys of the calls its model read
-//!   as failed ([`outdated`]): a key another run claimed since, or recorded a result of, stops
-//!   this run before its model is asked ([`Error::RunOverlap`]), and gives the step back.
+//! - a run that asks the next step claims it, then reads the keys its tool calls gave back
+//!   after a failure since the step before ([`outdated`]): a key another run has claimed since
+//!   stops this run before its model is asked ([`Error::RunOverlap`]), and gives the step back.
+//!   A key the run itself ran again, and went through, is no sign of another run.
 
 use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::time::Instant;
 
 use super::Here;
 use super::tool_failure::ReadFailure;
@@ -21,8 +24,8 @@ use crate::replay::{self, RecordKind};
 use crate::store::{RecordState, Store};
 use crate::{Conversation, Error};
 
-/// A tool call whose `Err` gave its key back: its key and fingerprint, and the store that
-/// holds its key.
+/// A tool call that gave its key back after a failure (an `Err`, a panic, a cancelled call of
+/// a tool that may run again): its key and fingerprint, and the store that holds its key.
 #[derive(Clone)]
 pub(super) struct Released {
     key: Key,
@@ -30,27 +33,21 @@ pub(super) struct Released {
     store: Arc<dyn Store>,
 }
 
-impl Released {
-    fn is(&self, key: Key, fingerprint: Fingerprint) -> bool {
-        self.key == key && self.fingerprint == fingerprint
-    }
-}
-
 /// What a call a model made (through [`Conversation::model_tool_call`]) learns of the
-/// `#[idempotent]` tool calls made directly in it (not inside their bodies).
+/// `#[idempotent]` tool calls made directly in it (not inside their bodies), for its
+/// conversation and the call it is made in, if any.
 pub(crate) struct Watch {
     conversation: Conversation,
     here: Here,
     /// The step the call followed, and whether that step replayed.
     after: (u32, bool),
+    /// The end of the call's wait for another run that asks the next step.
+    give_up: Instant,
     /// The call (its tool and arguments, as the model sent them) and its order since the step.
     made: Key,
     order: u32,
-    /// The tool calls made in it whose body ran and returned an `Ok`: their keys and
-    /// fingerprints.
-    executed: Mutex<Vec<(Key, Fingerprint)>>,
-    /// Those whose body returned an `Err` that gave their key back.
-    released: Mutex<Vec<Released>>,
+    /// The watch of the call a model made that this call is made in (an agent run in a call).
+    outer: Option<Arc<Watch>>,
     /// The failure another run recorded for this call with the next step, read once a tool
     /// call's key was claimed: the tool did not run.
     recorded: Mutex<Option<ReadFailure>>,
@@ -60,7 +57,7 @@ impl Watch {
     pub(super) fn new(
         conversation: &Conversation,
         here: &Here,
-        after: (u32, bool),
+        (after, give_up): ((u32, bool), Instant),
         made: Key,
         order: u32,
     ) -> Watch {
@@ -68,48 +65,33 @@ impl Watch {
             conversation: conversation.clone(),
             here: here.clone(),
             after,
+            give_up,
             made,
             order,
-            executed: Mutex::new(Vec::new()),
-            released: Mutex::new(Vec::new()),
+            outer: super::scope::enclosing_watch(),
             recorded: Mutex::new(None),
         }
     }
 
-    /// The tool call with `key` and `fingerprint`, made in the call, ran and returned an `Ok`.
+    /// The tool call with `key` and `fingerprint`, made in the call, ran and went through.
     pub(crate) fn executed(&self, key: Key, fingerprint: Fingerprint) {
-        let mut executed = self.executed.lock().unwrap_or_else(PoisonError::into_inner);
-        executed.push((key, fingerprint));
+        let run = self.conversation.turn.run();
+        run.went_through(key, fingerprint);
     }
 
-    /// The tool call with `key` and `fingerprint`, made in the call, gave its key back after
-    /// an `Err`: another run may make it since.
+    /// The tool call with `key` and `fingerprint`, made in the call, gave its key back after a
+    /// failure: another run may make it since.
     pub(crate) fn released(&self, key: Key, fingerprint: Fingerprint, store: &Arc<dyn Store>) {
-        let mut released = self.released.lock().unwrap_or_else(PoisonError::into_inner);
-        if !released.iter().any(|call| call.is(key, fingerprint)) {
-            let store = Arc::clone(store);
-            released.push(Released {
+        let mut watch = Some(self);
+        while let Some(here) = watch {
+            let released = Released {
                 key,
                 fingerprint,
-                store,
-            });
+                store: Arc::clone(store),
+            };
+            here.here.doubt(here.after, released);
+            watch = here.outer.as_deref();
         }
-    }
-
-    /// The tool calls made in the call that ran and returned an `Ok`.
-    pub(super) fn executed_calls(&self) -> Vec<(Key, Fingerprint)> {
-        self.executed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
-    /// The tool calls made in the call that gave their key back after an `Err`.
-    pub(super) fn released_calls(&self) -> Vec<Released> {
-        self.released
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
     }
 
     /// The failure recorded by another run that answered the call instead of its tool.
@@ -122,10 +104,11 @@ impl Watch {
 
     /// Called once a tool call made in the call (of `tool`) has claimed its key, before the
     /// tool runs: reads the conversation's next step, waiting for another run that asks it (up
-    /// to the turn's in-flight wait). `Ok` if the tool may run: the step is not recorded, or
-    /// recorded without a failure of this call. An error if it must not — the step records a
-    /// failure of this call (kept for [`take_recorded`](Self::take_recorded)), another run
-    /// still asks it, or the store did not say.
+    /// to the turn's in-flight wait after the call began). `Ok` if the tool may run: the step
+    /// is not recorded, or recorded without a failure of this call. An error if it must not —
+    /// the step records a failure of this call (kept for
+    /// [`take_recorded`](Self::take_recorded)), another run still asks it, or the store did
+    /// not say.
     pub(crate) async fn before_running(&self, tool: &str) -> Result<(), Error> {
         if self.here.shared.steps.try_lock().is_err() {
             // This run asks a step of the conversation meanwhile (the call is made inside it):
@@ -135,7 +118,7 @@ impl Watch {
         let next = self.after.0 + 1;
         let (failures, settled) = self
             .conversation
-            .read_failures(self.here.scope, next)
+            .read_failures(self.here.scope, next, self.give_up)
             .await?;
         let failed = failures.iter().find(|read| read.is(self.made, self.order));
         if let Some(read) = failed {
@@ -154,32 +137,33 @@ impl Watch {
 }
 
 impl Here {
-    /// The tool calls `released` were made in a call that the model read as failed.
-    pub(super) fn doubt(&self, after: (u32, bool), released: Vec<Released>) {
+    /// The tool call `released` gave its key back after a failure, after the step `after`.
+    fn doubt(&self, after: (u32, bool), released: Released) {
         let mut calls = self.calls();
         if calls.after == Some(after) {
-            for call in released {
-                let known = calls.doubted.iter().any(|doubted| doubted.key == call.key);
-                if !known {
-                    calls.doubted.push(call);
-                }
+            let known = calls
+                .doubted
+                .iter()
+                .any(|doubted| doubted.key == released.key);
+            if !known {
+                calls.doubted.push(released);
             }
         }
     }
 }
 
 impl super::Run {
-    /// The tool calls `keys` ran in this run and went through.
-    pub(super) fn went_through(&self, keys: Vec<(Key, Fingerprint)>) {
+    /// The tool call with `key` and `fingerprint` ran in this run and went through.
+    fn went_through(&self, key: Key, fingerprint: Fingerprint) {
         let mut went_through = self
             .went_through
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        went_through.extend(keys);
+        went_through.insert((key, fingerprint));
     }
 
-    /// Whether the tool call `released` ran again in this run since it failed, and went
-    /// through.
+    /// Whether the tool call `released` ran in this run and went through (since it failed:
+    /// a call that went through is not made again).
     fn made_again(&self, released: &Released) -> bool {
         let went_through = self
             .went_through
@@ -189,9 +173,10 @@ impl super::Run {
     }
 }
 
-/// Whether one of the tool calls in `doubted` — made after step `step` of `conversation`, and
-/// read as failed by its model — has been claimed since by another run, or has a result
-/// recorded: [`Error::RunOverlap`] if one has (or the store's error if it did not say).
+/// Whether one of the tool calls in `doubted` — made after step `step` of `conversation`,
+/// which gave their key back after a failure — has been claimed since by another run: held,
+/// or recorded as anything but an `Err` (a result, or a marker of a call that went through or
+/// was cut off). [`Error::RunOverlap`] if one has (or the store's error if it did not say).
 pub(super) async fn outdated(
     conversation: &Conversation,
     step: u32,
@@ -208,15 +193,15 @@ pub(super) async fn outdated(
         let Some(record) = read.filter(|record| record.fingerprint == call.fingerprint) else {
             continue;
         };
-        let went_through = match (&record.state, &record.result) {
+        let claimed_since = match (&record.state, &record.result) {
             (RecordState::InProgress, _) => true,
-            (RecordState::Completed, Some(bytes)) => matches!(
-                replay::kind(bytes),
-                Ok(RecordKind::Ok | RecordKind::NotReplayable { .. })
-            ),
+            // A recorded `Err` is every run's failure: each reads it.
+            (RecordState::Completed, Some(bytes)) => {
+                !matches!(replay::kind(bytes), Ok(RecordKind::Err))
+            }
             (RecordState::Completed, None) => false,
         };
-        if went_through {
+        if claimed_since {
             return Err(Error::RunOverlap {
                 turn: turn.id().to_owned(),
                 conversation: conversation.label.to_string(),

@@ -94,6 +94,12 @@ pub(crate) fn watch() -> Option<Arc<Watch>> {
     (held == current_key()).then_some(watch)
 }
 
+/// The watch of the call a model made that this task runs in, if any (also inside the tools it
+/// called).
+pub(crate) fn enclosing_watch() -> Option<Arc<Watch>> {
+    WITHIN.try_with(|within| Arc::clone(&within.watch)).ok()
+}
+
 /// Runs `future` (a call a model made, told of the tool calls made in it through `watch`) in
 /// `scope`.
 pub(crate) async fn enter<F: Future>(scope: Key, watch: Arc<Watch>, future: F) -> F::Output {

@@ -22,6 +22,8 @@ use std::future::Future;
 use std::sync::{Arc, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -78,9 +80,9 @@ pub(super) struct Calls {
     /// The failures recorded with the next step, once read (while replaying): that step's
     /// index, and its failures.
     recorded: Option<(u32, Arc<[ReadFailure]>)>,
-    /// The tool calls (keys and fingerprints) made in calls whose failure the model read since
-    /// the step, unless a later call made them again and succeeded: another run that has made
-    /// one since stops this run at the next step (`overlap`).
+    /// The tool calls made in the model's calls since the step that gave their key back after
+    /// a failure: another run that has claimed one since stops this run at the next step
+    /// (`overlap`).
     pub(super) doubted: Vec<Released>,
 }
 
@@ -193,9 +195,11 @@ impl Conversation {
         let Some((order, after)) = here.count_call(made) else {
             return call.await;
         };
+        // One in-flight wait for another run asking the next step, however often it is read.
+        let give_up = tokio::time::Instant::now() + self.turn.in_flight_wait();
         if let (step, true) = after
             && let Some(read) = self
-                .recorded_failure(&here, after, step + 1, made, order)
+                .recorded_failure(&here, (after, give_up), step + 1, made, order)
                 .await
             && let Some(failed) = decode(&read.failure)
         {
@@ -210,7 +214,7 @@ impl Conversation {
         let Some(within) = within else {
             return call.await;
         };
-        let watch = Arc::new(Watch::new(self, &here, after, made, order));
+        let watch = Arc::new(Watch::new(self, &here, (after, give_up), made, order));
         let ran = super::scope::enter(within, Arc::clone(&watch), call).await;
         if let Some(read) = watch.take_recorded()
             && let Some(failed) = decode(&read.failure)
@@ -220,13 +224,9 @@ impl Conversation {
             return Err(failed);
         }
         let failed = match ran {
-            Ok(output) => {
-                self.turn.run().went_through(watch.executed_calls());
-                return Ok(output);
-            }
+            Ok(output) => return Ok(output),
             Err(failed) => failed,
         };
-        here.doubt(after, watch.released_calls());
         // Kept for the next step's record, unless it cannot be replayed as it is.
         let failed: Result<F, Infallible> = Ok(failed);
         if let Some(Recorded::Faithful(bytes)) =
@@ -281,7 +281,7 @@ impl Conversation {
     async fn recorded_failure(
         &self,
         here: &super::Here,
-        after: (u32, bool),
+        (after, give_up): ((u32, bool), Instant),
         next: u32,
         made: Key,
         order: u32,
@@ -293,7 +293,8 @@ impl Conversation {
         let recorded = match cached {
             Some(recorded) => recorded,
             None => {
-                let (read, settled) = self.read_failures(here.scope, next).await.ok()?;
+                let read = self.read_failures(here.scope, next, give_up).await;
+                let (read, settled) = read.ok()?;
                 let mut calls = here.calls();
                 if settled && calls.after == Some(after) {
                     calls.recorded = Some((next, Arc::clone(&read)));
@@ -308,19 +309,20 @@ impl Conversation {
     /// The failures recorded with step `step`: none if it is not recorded (or its record does
     /// not decode); an error if the store failed or did not answer within the turn's in-flight
     /// wait. A step that another run is asking (claimed, not recorded: an orchestrator
-    /// restarted a run that is still alive) is waited for, as its key would be, up to the
-    /// turn's in-flight wait: the failures it records are the ones its model read. With them,
-    /// whether the read is settled (the step recorded, or not claimed at all).
+    /// restarted a run that is still alive) is waited for, as its key would be, until
+    /// `give_up` (the turn's in-flight wait after the call began): the failures it records are
+    /// the ones its model read. With them, whether the read is settled (the step recorded, or
+    /// not claimed at all).
     pub(super) async fn read_failures(
         &self,
         scope: Option<Key>,
         step: u32,
+        give_up: Instant,
     ) -> Result<(Arc<[ReadFailure]>, bool), Error> {
         let key = self.step_key(scope, step)?;
         let turn = &self.turn;
         let store = turn.store().unwrap_or_else(|| default_store());
         let wait = turn.in_flight_wait();
-        let give_up = tokio::time::Instant::now() + wait;
         let mut pause = Duration::from_millis(5);
         let record = loop {
             let read = tokio::time::timeout(wait, store.get(turn.namespace(), &key)).await;

@@ -322,6 +322,7 @@ fn asking<'a, A: Asker>(
                 keeper,
                 leader,
                 runtime: tokio::runtime::Handle::try_current().ok(),
+                watch: watch.clone(),
             })));
             if let Some(watch) = &watch {
                 // Claimed: now another run of the turn that asks the model's next step is seen.

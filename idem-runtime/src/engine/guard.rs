@@ -10,6 +10,7 @@ use tokio::runtime::Handle;
 use super::background;
 use super::keeper::{Claim, Keeper};
 use super::report::Reporter;
+use crate::conversation::overlap::Watch;
 use crate::flight::Leader;
 use crate::stats::Outcome;
 use crate::store::{FirstResult, Store};
@@ -22,6 +23,8 @@ pub(super) struct Holding {
     /// The runtime the claim was made on: clean-up of a call dropped outside any runtime goes
     /// there.
     pub(super) runtime: Option<Handle>,
+    /// The watch of the call a model made that this call is made in, told of a key given back.
+    pub(super) watch: Option<Arc<Watch>>,
 }
 
 /// What the call holds (boxed: a call that replays never holds a claim, and its future stays
@@ -106,11 +109,13 @@ impl Drop for Guard {
             // The body panicked: give the key back, the panic propagates.
             Phase::Running(holding) if std::thread::panicking() => {
                 release(&holding);
+                tell_released(&holding, &report);
                 (Outcome::Panicked, holding)
             }
             // Dropped before the body first ran, or a tool that may simply run again.
             Phase::Running(holding) if !self.started || tool.release_on_cancel => {
                 release(&holding);
+                tell_released(&holding, &report);
                 (Outcome::Cancelled, holding)
             }
             // Dropped mid-run: the side effect may or may not have happened. Running it again
@@ -165,4 +170,13 @@ impl Drop for Guard {
 pub(super) fn release(holding: &Holding) {
     let store: Arc<dyn Store> = Arc::clone(holding.keeper.store());
     background::release(store, holding.claim.lease.clone(), holding.runtime.clone());
+}
+
+/// Tells the watch of the call a model made, if the call was made in one, that its key was
+/// given back.
+fn tell_released(holding: &Holding, report: &Reporter) {
+    if let Some(watch) = &holding.watch {
+        let call = report.call();
+        watch.released(call.key, call.fingerprint, holding.keeper.store());
+    }
 }
