@@ -209,10 +209,6 @@ fn asking<'a, A: Asker>(
     async move {
         let call = guard.report().call().clone();
         let store = Arc::clone(call.store());
-        // A call a model made in a durable turn learns of the tool calls made in it.
-        let watch = (!call.is_model_step())
-            .then(crate::conversation::scope::watch)
-            .flatten();
         if held::holds(&call.key) {
             // Single-flight would make this call wait for the one it runs inside of.
             let error = Error::Reentrant {
@@ -315,6 +311,10 @@ fn asking<'a, A: Asker>(
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         };
+        // A call a model made in a durable turn learns of the tool calls made in it.
+        let watch = (!call.is_model_step())
+            .then(crate::conversation::scope::watch)
+            .flatten();
         let leader = if A::CLAIMS {
             let keeper = Keeper::new(Arc::clone(&store), &claim);
             guard.enter(Phase::Running(Box::new(Holding {
@@ -326,8 +326,9 @@ fn asking<'a, A: Asker>(
             })));
             if let Some(watch) = &watch {
                 // Claimed: now another run of the turn that asks the model's next step is seen.
+                // Boxed, as every wait: a call made outside a model's call keeps a small future.
                 let check = watch.before_running(call.tool.name);
-                let checked = holding(&mut guard).keeper.run(check).await;
+                let checked = Box::pin(holding(&mut guard).keeper.run(check)).await;
                 if let Err(error) | Ok(Err(error)) = checked {
                     if let Phase::Running(holding) = guard.enter(Phase::Free) {
                         let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime);
