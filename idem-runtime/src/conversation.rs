@@ -29,7 +29,7 @@
 //! off once the model answered, while the answer is recorded, keeps it: the record lands in
 //! the background, and the step replays it.)
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -39,7 +39,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::engine::{Call, Codec, execute};
-use crate::key::{ArgsDigest, Fingerprint, Key};
+use crate::key::{ArgsDigest, Key};
 use crate::tool::ToolInfo;
 use crate::{Error, Turn};
 
@@ -72,10 +72,13 @@ pub(crate) struct Run {
     conversations: Mutex<HashMap<Named, Arc<Shared>>>,
     tokens: AtomicU64,
     latest: Mutex<HashMap<Option<Key>, Arc<str>>>,
-    /// The tool calls made in calls its models made that ran here and went through, by any
-    /// conversation: one of them that failed for a model before is no sign of another run
+    /// When this run last claimed each key, on its `clock`, once one of its tool calls gave a
+    /// key back after a failure: a key it claimed again since is no sign of another run
     /// (`overlap`).
-    went_through: Mutex<HashSet<(Key, Fingerprint)>>,
+    claims: Mutex<HashMap<Key, u64>>,
+    /// Ticks at each key given back and each claim after the first; 0 until a key is given
+    /// back (claims are not kept before).
+    clock: AtomicU64,
 }
 
 impl Run {

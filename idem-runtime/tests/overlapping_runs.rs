@@ -209,3 +209,25 @@ async fn the_same_call_failing_for_one_agent_and_going_through_for_another_of_th
     let next = planner.step(&format!("after {failed:?}"), model(1)).await;
     assert_eq!(next.expect("the planner goes on"), "step 1: charge 500");
 }
+
+/// A tool call made inside its conversation's own next step (the model's answer runs a tool
+/// while the model is asked): the step is this run's, held by this run — the call does not
+/// wait for it, and runs at once.
+#[tokio::test]
+async fn a_tool_call_made_inside_its_conversations_next_step_runs_at_once() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let chat = Turn::new("conv-1/turn-1")
+        .with_store(Arc::clone(&store))
+        .conversation("assistant");
+    chat.step("step 0", model(0)).await.expect("step 0");
+    let ran = AtomicU32::new(0);
+    let inner = chat.clone();
+    let answer = async {
+        let charged = asks_charge(&inner, &ran, false).await;
+        Ok::<_, Error>(format!("{charged:?}"))
+    };
+    let step = chat.step("answer while charging", answer);
+    let answered = tokio::time::timeout(Duration::from_secs(5), step).await;
+    assert_eq!(answered.expect("no wait").expect("a step"), "Ok(500)");
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}

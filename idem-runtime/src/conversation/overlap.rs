@@ -11,8 +11,11 @@
 //! - a run that asks the next step claims it, then reads the keys its tool calls gave back
 //!   after a failure since the step before ([`outdated`]): a key another run has claimed since
 //!   stops this run before its model is asked ([`Error::RunOverlap`]), and gives the step back.
-//!   A key the run itself ran again, and went through, is no sign of another run.
+//!   A key this run claimed again since — in any call of any of its conversations, inside
+//!   another tool, or in the application's own retry (the engine tells the run of every claim
+//!   once it has given a key back) — is no sign of another run.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::time::Instant;
@@ -31,6 +34,8 @@ pub(super) struct Released {
     key: Key,
     fingerprint: Fingerprint,
     store: Arc<dyn Store>,
+    /// When, on the run's clock.
+    at: u64,
 }
 
 /// What a call a model made (through [`Conversation::model_tool_call`]) learns of the
@@ -73,12 +78,6 @@ impl Watch {
         }
     }
 
-    /// The tool call with `key` and `fingerprint`, made in the call, ran and went through.
-    pub(crate) fn executed(&self, key: Key, fingerprint: Fingerprint) {
-        let run = self.conversation.turn.run();
-        run.went_through(key, fingerprint);
-    }
-
     /// The tool call with `key` and `fingerprint`, made in the call, gave its key back after a
     /// failure: another run may make it since.
     pub(crate) fn released(&self, key: Key, fingerprint: Fingerprint, store: &Arc<dyn Store>) {
@@ -88,6 +87,7 @@ impl Watch {
                 key,
                 fingerprint,
                 store: Arc::clone(store),
+                at: here.conversation.turn.run().tick(),
             };
             here.here.doubt(here.after, released);
             watch = here.outer.as_deref();
@@ -110,11 +110,7 @@ impl Watch {
     /// [`take_recorded`](Self::take_recorded)), another run still asks it, or the store did
     /// not say.
     pub(crate) async fn before_running(&self, tool: &str) -> Result<(), Error> {
-        if self.here.shared.steps.try_lock().is_err() {
-            // This run asks a step of the conversation meanwhile (the call is made inside it):
-            // no other run can be asking the next one.
-            return Ok(());
-        }
+        // (A call made inside the next step's own ask is in a scope of its own: no watch.)
         let next = self.after.0 + 1;
         let (failures, settled) = self
             .conversation
@@ -141,35 +137,35 @@ impl Here {
     fn doubt(&self, after: (u32, bool), released: Released) {
         let mut calls = self.calls();
         if calls.after == Some(after) {
-            let known = calls
-                .doubted
-                .iter()
-                .any(|doubted| doubted.key == released.key);
-            if !known {
-                calls.doubted.push(released);
-            }
+            // The latest time a key was given back is the one a later claim must follow.
+            calls.doubted.retain(|doubted| doubted.key != released.key);
+            calls.doubted.push(released);
         }
     }
 }
 
 impl super::Run {
-    /// The tool call with `key` and `fingerprint` ran in this run and went through.
-    fn went_through(&self, key: Key, fingerprint: Fingerprint) {
-        let mut went_through = self
-            .went_through
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        went_through.insert((key, fingerprint));
+    /// This run claimed `key` (the engine says so of every claim).
+    pub(crate) fn claimed(&self, key: Key) {
+        if self.clock.load(Ordering::SeqCst) == 0 {
+            return; // no key given back yet: no claim of this run needs telling apart
+        }
+        let at = self.tick();
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        claims.insert(key, at);
     }
 
-    /// Whether the tool call `released` ran in this run and went through (since it failed:
-    /// a call that went through is not made again).
+    /// The next tick of the run's clock.
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Whether this run claimed the key of `released` again since it was given back.
     fn made_again(&self, released: &Released) -> bool {
-        let went_through = self
-            .went_through
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        went_through.contains(&(released.key, released.fingerprint))
+        let claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        claims
+            .get(&released.key)
+            .is_some_and(|at| *at > released.at)
     }
 }
 

@@ -311,6 +311,7 @@ fn asking<'a, A: Asker>(
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
         };
+        call.turn.run().claimed(call.key);
         // A call a model made in a durable turn learns of the tool calls made in it.
         let watch = (!call.is_model_step())
             .then(crate::conversation::scope::watch)
@@ -525,9 +526,6 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
             (bytes, true)
         }
     };
-    if let Some(watch) = watch.filter(|_| ok) {
-        watch.executed(call.key, call.fingerprint);
-    }
     let Phase::Running(holding) = guard.enter(Phase::Free) else {
         unreachable!("the body ran under the claim");
     };
