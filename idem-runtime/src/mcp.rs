@@ -117,7 +117,7 @@ mod tests {
             .into_iter()
             .filter(Error::is_for_model)
             .collect();
-        assert_eq!(for_model.len(), 9);
+        assert_eq!(for_model.len(), 10);
         for error in for_model {
             let kind = error_kind(&error);
             let text = error.model_text();
