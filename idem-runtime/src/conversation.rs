@@ -72,10 +72,10 @@ pub(crate) struct Run {
     conversations: Mutex<HashMap<Named, Arc<Shared>>>,
     tokens: AtomicU64,
     latest: Mutex<HashMap<Option<Key>, Arc<str>>>,
-    /// When this run last claimed each key, on its `clock`, once one of its tool calls gave a
-    /// key back after a failure: a key it claimed again since is no sign of another run
-    /// (`overlap`).
-    claims: Mutex<HashMap<Key, u64>>,
+    /// The keys given back by calls its models made, and when this run claimed each again, on
+    /// its `clock` (none while it holds no claim of it): a key it claimed again since is no
+    /// sign of another run (`overlap`).
+    claims: Mutex<HashMap<Key, Option<u64>>>,
     /// Ticks at each key given back and each claim after the first; 0 until a key is given
     /// back (claims are not kept before).
     clock: AtomicU64,

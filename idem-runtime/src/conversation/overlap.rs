@@ -22,17 +22,17 @@ use tokio::time::Instant;
 
 use super::Here;
 use super::tool_failure::ReadFailure;
-use crate::key::{Fingerprint, Key};
+use crate::key::Key;
 use crate::replay::{self, RecordKind};
 use crate::store::{RecordState, Store};
 use crate::{Conversation, Error};
 
 /// A tool call that gave its key back after a failure (an `Err`, a panic, a cancelled call of
-/// a tool that may run again): its key and fingerprint, and the store that holds its key.
+/// a tool that may run again, a call refused once claimed): its key, and the store that holds
+/// it.
 #[derive(Clone)]
 pub(super) struct Released {
     key: Key,
-    fingerprint: Fingerprint,
     store: Arc<dyn Store>,
     /// When, on the run's clock.
     at: u64,
@@ -78,17 +78,18 @@ impl Watch {
         }
     }
 
-    /// The tool call with `key` and `fingerprint`, made in the call, gave its key back after a
-    /// failure: another run may make it since.
-    pub(crate) fn released(&self, key: Key, fingerprint: Fingerprint, store: &Arc<dyn Store>) {
+    /// The tool call with `key`, made in the call, gave its key back after a failure: another
+    /// run may make it since.
+    pub(crate) fn released(&self, key: Key, store: &Arc<dyn Store>) {
         let mut watch = Some(self);
         while let Some(here) = watch {
+            let run = here.conversation.turn.run();
             let released = Released {
                 key,
-                fingerprint,
                 store: Arc::clone(store),
-                at: here.conversation.turn.run().tick(),
+                at: run.tick(),
             };
+            run.watch_claims_of(key);
             here.here.doubt(here.after, released);
             watch = here.outer.as_deref();
         }
@@ -110,6 +111,17 @@ impl Watch {
     /// [`take_recorded`](Self::take_recorded)), another run still asks it, or the store did
     /// not say.
     pub(crate) async fn before_running(&self, tool: &str) -> Result<(), Error> {
+        // A call of a sub-agent is also the call of the model that runs it: each step after.
+        let mut watch = Some(self);
+        while let Some(here) = watch {
+            here.read_next_step(tool).await?;
+            watch = here.outer.as_deref();
+        }
+        Ok(())
+    }
+
+    /// [`before_running`](Self::before_running) for this watch's own conversation.
+    async fn read_next_step(&self, tool: &str) -> Result<(), Error> {
         // (A call made inside the next step's own ask is in a scope of its own: no watch.)
         let next = self.after.0 + 1;
         let (failures, settled) = self
@@ -145,14 +157,33 @@ impl Here {
 }
 
 impl super::Run {
+    /// Keeps when this run claims `key` next, from now on (it was just given back).
+    fn watch_claims_of(&self, key: Key) {
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        claims.insert(key, None);
+    }
+
     /// This run claimed `key` (the engine says so of every claim).
     pub(crate) fn claimed(&self, key: Key) {
         if self.clock.load(Ordering::SeqCst) == 0 {
-            return; // no key given back yet: no claim of this run needs telling apart
+            return; // no key given back in a model's call yet: no claim is watched
         }
         let at = self.tick();
         let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        claims.insert(key, at);
+        if let Some(claimed) = claims.get_mut(&key) {
+            *claimed = Some(at);
+        }
+    }
+
+    /// This run gave `key` back (the engine says so of every claim it gives back).
+    pub(crate) fn gave_back(&self, key: Key) {
+        if self.clock.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let mut claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(claimed) = claims.get_mut(&key) {
+            *claimed = None;
+        }
     }
 
     /// The next tick of the run's clock.
@@ -160,17 +191,17 @@ impl super::Run {
         self.clock.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    /// Whether this run claimed the key of `released` again since it was given back.
+    /// Whether this run holds, or kept, a claim of the key of `released` made since it was
+    /// given back.
     fn made_again(&self, released: &Released) -> bool {
         let claims = self.claims.lock().unwrap_or_else(PoisonError::into_inner);
-        claims
-            .get(&released.key)
-            .is_some_and(|at| *at > released.at)
+        matches!(claims.get(&released.key), Some(Some(at)) if *at > released.at)
     }
 }
 
 /// Whether one of the tool calls in `doubted` — made after step `step` of `conversation`,
-/// which gave their key back after a failure — has been claimed since by another run: held,
+/// which gave their key back after a failure — has been claimed since by another run of the
+/// turn (a claim of this run that it holds or kept does not count): held,
 /// or recorded as anything but an `Err` (a result, or a marker of a call that went through or
 /// was cut off). [`Error::RunOverlap`] if one has (or the store's error if it did not say).
 pub(super) async fn outdated(
@@ -186,7 +217,8 @@ pub(super) async fn outdated(
         }
         let read = tokio::time::timeout(wait, call.store.get(turn.namespace(), &call.key)).await;
         let read = read.map_err(|_| Error::store("get", "no answer within the wait"))??;
-        let Some(record) = read.filter(|record| record.fingerprint == call.fingerprint) else {
+        // A caller-supplied key may be another turn's too: that is no other run of this one.
+        let Some(record) = read.filter(|record| record.turn == turn.id()) else {
             continue;
         };
         let claimed_since = match (&record.state, &record.result) {

@@ -331,6 +331,8 @@ fn asking<'a, A: Asker>(
                 let check = watch.before_running(call.tool.name);
                 let checked = Box::pin(holding(&mut guard).keeper.run(check)).await;
                 if let Err(error) | Ok(Err(error)) = checked {
+                    call.turn.run().gave_back(call.key);
+                    watch.released(call.key, call.store());
                     if let Phase::Running(holding) = guard.enter(Phase::Free) {
                         let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime);
                         background::release(Arc::clone(&store), lease, runtime);
@@ -498,8 +500,9 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
     // Record the result (or give the key back), publish it, report.
     let (bytes, ok) = match finished {
         Finished::Release => {
+            call.turn.run().gave_back(call.key);
             if let Some(watch) = &watch {
-                watch.released(call.key, call.fingerprint, call.store());
+                watch.released(call.key, call.store());
             }
             return release_after_err(&mut guard, &store).await;
         }

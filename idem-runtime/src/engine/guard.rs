@@ -172,11 +172,12 @@ pub(super) fn release(holding: &Holding) {
     background::release(store, holding.claim.lease.clone(), holding.runtime.clone());
 }
 
-/// Tells the watch of the call a model made, if the call was made in one, that its key was
-/// given back.
+/// Tells the turn's run, and the watch of the call a model made if the call was made in one,
+/// that its key was given back.
 fn tell_released(holding: &Holding, report: &Reporter) {
+    let call = report.call();
+    call.turn.run().gave_back(call.key);
     if let Some(watch) = &holding.watch {
-        let call = report.call();
-        watch.released(call.key, call.fingerprint, holding.keeper.store());
+        watch.released(call.key, holding.keeper.store());
     }
 }

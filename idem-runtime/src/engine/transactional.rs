@@ -242,8 +242,11 @@ where
             }
             if open.is_err() {
                 unsure.store(true, Ordering::Relaxed);
-            } else if let Some(watch) = &granted.watch {
-                watch.released(call.key, call.fingerprint, call.store());
+            } else {
+                call.turn.run().gave_back(call.key);
+                if let Some(watch) = &granted.watch {
+                    watch.released(call.key, call.store());
+                }
             }
             drop(tx); // rolls back, the claim with the tool's writes
             guard.report().report(Outcome::Failed);
