@@ -74,11 +74,14 @@ tokio::task_local! {
 /// its count belongs to the turn that claimed it last, so its failures stop at the end of their
 /// turn, and in the next turn it is a new action again.
 ///
-/// A `Turn` value holds only settings. The counts belong to the turn's identity (namespace +
-/// id) and its keys, in the store, charged atomically with each claim: every `Turn` with the
-/// same identity shares them — in this process, and with a durable or shared store in every
-/// process and across restarts. Changing a setting never resets them. How many times a turn's
-/// calls were replayed or joined is in [`Turn::stats`].
+/// A `Turn` value holds settings, and one run of the turn: the counts belong to the turn's
+/// identity (namespace + id) and its keys, in the store, charged atomically with each claim:
+/// every `Turn` with the same identity shares them — in this process, and with a durable or
+/// shared store in every process and across restarts. Changing a setting never resets them.
+/// How many times a turn's calls were replayed or joined is in [`Turn::stats`]. The run is the
+/// value's and its clones' (its conversations' steps, which keys it gave back): a new value
+/// (`Turn::new` with the same id) is a new run, as a restarted process makes — so the tools of
+/// one run take its `Turn` (a clone, or [`Turn::current`]), not a `Turn::new` of their own.
 ///
 /// ```
 /// # extern crate idem_tools_runtime as idem_tools;
