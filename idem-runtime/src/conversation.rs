@@ -31,7 +31,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -100,6 +100,8 @@ impl Run {
 struct Shared {
     steps: tokio::sync::Mutex<Steps>,
     calls: Mutex<Calls>,
+    /// The step this run holds the claim of and asks, plus one (0: none).
+    asking: AtomicU32,
 }
 
 /// The steps of one conversation in this run.
@@ -348,6 +350,8 @@ impl Conversation {
                     .await
                     .map_err(E::from)?;
             }
+            // The step's claim is this run's: its calls meanwhile need not wait for the step.
+            let _asking = overlap::Asking::step(&here.shared.asking, step);
             asked.store(true, Ordering::Relaxed);
             // Counted as failed until the model answers: an ask cut off by its caller (a
             // timeout drops the step) is a failed ask too.

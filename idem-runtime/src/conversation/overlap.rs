@@ -15,13 +15,15 @@
 //!   another tool, or in the application's own retry (the engine tells the run of every claim
 //!   once it has given a key back) — is no sign of another run.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::Here;
 use super::tool_failure::ReadFailure;
+use crate::engine::Call;
 use crate::key::Key;
 use crate::replay::{self, RecordKind};
 use crate::store::{RecordState, Store};
@@ -33,7 +35,11 @@ use crate::{Conversation, Error};
 #[derive(Clone)]
 pub(super) struct Released {
     key: Key,
+    namespace: Arc<str>,
     store: Arc<dyn Store>,
+    /// Set once the store has the key back, if it is given back in the background (the call
+    /// was dropped): until then its record is still this run's claim.
+    releasing: Option<Arc<AtomicBool>>,
     /// When, on the run's clock.
     at: u64,
 }
@@ -78,15 +84,18 @@ impl Watch {
         }
     }
 
-    /// The tool call with `key`, made in the call, gave its key back after a failure: another
-    /// run may make it since.
-    pub(crate) fn released(&self, key: Key, store: &Arc<dyn Store>) {
+    /// The tool call `call`, made in the call, gave its key back after a failure (in the
+    /// background until `releasing` is set, if given): another run may make it since.
+    pub(crate) fn released(&self, call: &Call, releasing: Option<Arc<AtomicBool>>) {
+        let key = call.key();
         let mut watch = Some(self);
         while let Some(here) = watch {
             let run = here.conversation.turn.run();
             let released = Released {
                 key,
-                store: Arc::clone(store),
+                namespace: Arc::clone(call.namespace()),
+                store: Arc::clone(call.store()),
+                releasing: releasing.clone(),
                 at: run.tick(),
             };
             run.watch_claims_of(key);
@@ -124,6 +133,11 @@ impl Watch {
     async fn read_next_step(&self, tool: &str) -> Result<(), Error> {
         // (A call made inside the next step's own ask is in a scope of its own: no watch.)
         let next = self.after.0 + 1;
+        if self.here.shared.asking.load(Ordering::SeqCst) == next.saturating_add(1) {
+            // This run holds the next step's claim and asks it (a call made alongside): no
+            // other run can be asking it, nor record a failure there.
+            return Ok(());
+        }
         let (failures, settled) = self
             .conversation
             .read_failures(self.here.scope, next, self.give_up)
@@ -199,6 +213,22 @@ impl super::Run {
     }
 }
 
+/// Marks the step this run asks while it holds the step's claim.
+pub(super) struct Asking<'a>(&'a AtomicU32);
+
+impl<'a> Asking<'a> {
+    pub(super) fn step(asking: &'a AtomicU32, step: u32) -> Asking<'a> {
+        asking.store(step.saturating_add(1), Ordering::SeqCst);
+        Asking(asking)
+    }
+}
+
+impl Drop for Asking<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, Ordering::SeqCst);
+    }
+}
+
 /// Whether one of the tool calls in `doubted` — made after step `step` of `conversation`,
 /// which gave their key back after a failure — has been claimed since by another run of the
 /// turn (a claim of this run that it holds or kept does not count): held,
@@ -215,7 +245,15 @@ pub(super) async fn outdated(
         if turn.run().made_again(call) {
             continue;
         }
-        let read = tokio::time::timeout(wait, call.store.get(turn.namespace(), &call.key)).await;
+        if let Some(releasing) = &call.releasing {
+            // This run's own claim, still being given back: its record is not another run's.
+            let give_up = Instant::now() + wait;
+            while !releasing.load(Ordering::SeqCst) && Instant::now() < give_up {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        }
+        let read = call.store.get(&call.namespace, &call.key);
+        let read = tokio::time::timeout(wait, read).await;
         let read = read.map_err(|_| Error::store("get", "no answer within the wait"))??;
         // A caller-supplied key may be another turn's too: that is no other run of this one.
         let Some(record) = read.filter(|record| record.turn == turn.id()) else {

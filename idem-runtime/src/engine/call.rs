@@ -332,10 +332,12 @@ fn asking<'a, A: Asker>(
                 let checked = Box::pin(holding(&mut guard).keeper.run(check)).await;
                 if let Err(error) | Ok(Err(error)) = checked {
                     call.turn.run().gave_back(call.key);
-                    watch.released(call.key, call.store());
                     if let Phase::Running(holding) = guard.enter(Phase::Free) {
                         let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime);
-                        background::release(Arc::clone(&store), lease, runtime);
+                        let done = Arc::default();
+                        let given = Some(Arc::clone(&done));
+                        background::release_telling(Arc::clone(&store), lease, runtime, given);
+                        watch.released(&call, Some(done));
                     }
                     return answered(refuse(&mut guard, Outcome::InFlight, error));
                 }
@@ -502,7 +504,7 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
         Finished::Release => {
             call.turn.run().gave_back(call.key);
             if let Some(watch) = &watch {
-                watch.released(call.key, call.store());
+                watch.released(&call, None); // given back before the call answers
             }
             return release_after_err(&mut guard, &store).await;
         }

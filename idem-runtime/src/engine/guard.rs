@@ -108,14 +108,12 @@ impl Drop for Guard {
             Phase::Free => return,
             // The body panicked: give the key back, the panic propagates.
             Phase::Running(holding) if std::thread::panicking() => {
-                release(&holding);
-                tell_released(&holding, &report);
+                release_and_tell(&holding, &report);
                 (Outcome::Panicked, holding)
             }
             // Dropped before the body first ran, or a tool that may simply run again.
             Phase::Running(holding) if !self.started || tool.release_on_cancel => {
-                release(&holding);
-                tell_released(&holding, &report);
+                release_and_tell(&holding, &report);
                 (Outcome::Cancelled, holding)
             }
             // Dropped mid-run: the side effect may or may not have happened. Running it again
@@ -172,12 +170,16 @@ pub(super) fn release(holding: &Holding) {
     background::release(store, holding.claim.lease.clone(), holding.runtime.clone());
 }
 
-/// Tells the turn's run, and the watch of the call a model made if the call was made in one,
-/// that its key was given back.
-fn tell_released(holding: &Holding, report: &Reporter) {
+/// [`release`], and tells the turn's run — and the watch of the call a model made, if the call
+/// was made in one, with when the store has it back — that the key is given back.
+fn release_and_tell(holding: &Holding, report: &Reporter) {
     let call = report.call();
     call.turn.run().gave_back(call.key);
+    let done = holding.watch.as_ref().map(|_| Arc::default());
+    let store: Arc<dyn Store> = Arc::clone(holding.keeper.store());
+    let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime.clone());
+    background::release_telling(store, lease, runtime, done.clone());
     if let Some(watch) = &holding.watch {
-        watch.released(call.key, holding.keeper.store());
+        watch.released(call, done);
     }
 }

@@ -242,8 +242,13 @@ impl Call {
         self.key
     }
 
+    /// The namespace of its key (its turn's).
+    pub(crate) fn namespace(&self) -> &Arc<str> {
+        self.turn.namespace_arc()
+    }
+
     /// The store this call uses: its own, else its turn's, else the process default.
-    fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         match (&self.store, self.turn.store()) {
             (Some(store), _) | (None, Some(store)) => store,
             (None, None) => default_store(),

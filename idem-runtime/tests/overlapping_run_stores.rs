@@ -1,0 +1,236 @@
+//! Schedules found by a fourth review of the overlap handshake (`conversation/overlap.rs`), on
+//! a store that reads records by namespace and gives keys back over a network.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use idem_tools_runtime::engine::{Call, Codec, execute};
+use idem_tools_runtime::key::{ArgsDigest, Key};
+use idem_tools_runtime::store::{
+    Begin, BeginRequest, Lease, MemoryStore, Record, Store, StoreFuture,
+};
+use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Failed(String);
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Self {
+        Failed(error.model_text())
+    }
+}
+
+static CHARGE: ToolInfo = ToolInfo::idempotent("charge");
+static NOTIFY: ToolInfo = ToolInfo::idempotent("notify").with_release_on_cancel();
+
+const ID: &str = "conv-1/turn-1";
+
+fn call_of(tool: &'static ToolInfo, turn: &Turn, cents: u32) -> Call {
+    let mut args = ArgsDigest::new(tool.name);
+    args.arg("cents", &cents).expect("encodes");
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
+    Call::new(tool, turn, key, fingerprint)
+}
+
+async fn charge(turn: &Turn, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
+    execute(call_of(&CHARGE, turn, 500), Codec::ok_only(), async {
+        if fail {
+            Err(Failed("the card network timed out".into()))
+        } else {
+            ok.fetch_add(1, Ordering::SeqCst);
+            Ok(500)
+        }
+    })
+    .await
+}
+
+async fn model(step: u32) -> Result<String, Error> {
+    Ok(format!("step {step}: charge 500"))
+}
+
+fn turn_on(store: &Arc<dyn Store>) -> Turn {
+    Turn::new(ID).with_store(Arc::clone(store))
+}
+
+async fn stepped_on(turn: Turn) -> Conversation {
+    let chat = turn.conversation("assistant");
+    chat.step("step 0", model(0)).await.expect("step 0");
+    chat
+}
+
+async fn next_step(
+    a: &Conversation,
+    n: u32,
+    read: &impl std::fmt::Debug,
+) -> (Result<String, Error>, bool) {
+    let asked = AtomicBool::new(false);
+    let answer = async {
+        asked.store(true, Ordering::SeqCst);
+        model(n).await
+    };
+    let next = a.step(&format!("after {read:?}"), answer).await;
+    (next, asked.load(Ordering::SeqCst))
+}
+
+// ---------------------------------------------------------------------------------------------
+// (1) a model reads a failure of a call another run made
+// ---------------------------------------------------------------------------------------------
+
+/// Runs A and B on one store that reads a record by namespace and key (as `SqliteStore`,
+/// `RedisStore` and `PostgresStore` do; `MemoryStore` ignores the namespace, so it is wrapped
+/// here), each with its tools called on an edit of its run's `Turn` in a namespace of their
+/// own (`turn.with_namespace("tools")`). A's charge fails (key given back). B (steps replayed)
+/// charges, and it goes through. A's step 1 reads the key in the tool's namespace, finds B's
+/// charge, and stops.
+#[tokio::test]
+async fn a_charge_on_a_namespace_of_its_own_another_run_made_is_seen_by_the_next_step() {
+    let store: Arc<dyn Store> = Arc::new(Net {
+        inner: Arc::new(MemoryStore::new()),
+        slow_release: false,
+    });
+    let a = stepped_on(turn_on(&store)).await;
+    let ok = AtomicU32::new(0);
+    let tools_a = a.turn().clone().with_namespace("tools");
+    let read_a = a
+        .model_tool_call("charge", &500, charge(&tools_a, &ok, true))
+        .await;
+    assert!(read_a.is_err());
+
+    let b = turn_on(&store).conversation("assistant");
+    b.step("step 0", model(0)).await.expect("b replays step 0");
+    let tools_b = b.turn().clone().with_namespace("tools");
+    let read_b = b
+        .model_tool_call("charge", &500, charge(&tools_b, &ok, false))
+        .await;
+    assert_eq!(read_b, Ok(500));
+    assert_eq!(ok.load(Ordering::SeqCst), 1, "B's body charged");
+
+    let (next, asked) = next_step(&a, 1, &read_a).await;
+    assert!(
+        !asked,
+        "A's model was asked (step 1: {next:?}) reading {read_a:?}, while B charged"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (2)/(3) a lone run
+// ---------------------------------------------------------------------------------------------
+
+/// One run (in-flight wait 300 ms). After step 0 the model asks for a charge that the
+/// application runs in the background, alongside the conversation's next step, whose model
+/// takes 600 ms. The charge claims its key and finds the next step held by this very run: it
+/// runs at once.
+#[tokio::test]
+async fn a_lone_runs_background_call_alongside_its_own_next_step_is_not_refused() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turn = turn_on(&store).with_in_flight_wait(Duration::from_millis(300));
+    let a = stepped_on(turn).await;
+    let ok = AtomicU32::new(0);
+    let slow_step = a.step("step 1", async {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        model(1).await
+    });
+    let started = Instant::now();
+    let background = async {
+        tokio::time::sleep(Duration::from_millis(50)).await; // step 1 is being asked
+        let charged = a
+            .model_tool_call("charge", &500, charge(a.turn(), &ok, false))
+            .await;
+        (charged, started.elapsed())
+    };
+    let (next, (charged, took)) = tokio::join!(slow_step, background);
+    next.expect("step 1");
+    assert_eq!(
+        charged,
+        Ok(500),
+        "one run, no overlap: the charge was refused after {took:?}"
+    );
+    assert!(
+        took < Duration::from_millis(250),
+        "the charge waited {took:?} for its own run's step"
+    );
+}
+
+/// A `MemoryStore` as a store over a network behaves: `get` reads by namespace and key (as
+/// SQLite, Redis and Postgres do), and, if `slow_release`, `release` answers after a few
+/// milliseconds.
+struct Net {
+    inner: Arc<dyn Store>,
+    slow_release: bool,
+}
+
+impl Store for Net {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        self.inner.begin(req)
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        self.inner.renew(lease, duration)
+    }
+    fn complete<'a>(
+        &'a self,
+        lease: &'a Lease,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.complete(lease, result, ttl)
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        StoreFuture::new(async move {
+            if self.slow_release {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            self.inner.release(lease).await
+        })
+    }
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        StoreFuture::new(async move {
+            let record = self.inner.get(namespace, key).await?;
+            Ok(record.filter(|record| &*record.namespace == namespace))
+        })
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        self.inner.purge_expired()
+    }
+    fn list<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        self.inner.list(namespace, limit)
+    }
+    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        self.inner.remove(namespace, key)
+    }
+}
+
+/// One run, on a store whose `release` takes a few ms (a `MemoryStore` behind a network hop).
+/// After step 0 the model asks for `notify` (a `release_on_cancel` tool); its caller cuts it
+/// off by a timeout mid-body: the guard gives the key back in the background. The model reads
+/// the timeout and the next step is asked at once: it waits for its own claim to be given back
+/// before it reads the key, and goes on.
+#[tokio::test]
+async fn a_lone_run_whose_cancelled_call_is_still_being_given_back_is_not_stopped() {
+    let store: Arc<dyn Store> = Arc::new(Net {
+        inner: Arc::new(MemoryStore::new()),
+        slow_release: true,
+    });
+    let a = stepped_on(turn_on(&store)).await;
+    let turn = a.turn().clone();
+    let cut_off = async {
+        let slow = async {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            Ok::<u32, Failed>(1)
+        };
+        let call = execute(call_of(&NOTIFY, &turn, 500), Codec::ok_only(), slow);
+        match tokio::time::timeout(Duration::from_millis(20), call).await {
+            Ok(sent) => sent,
+            Err(_) => Err(Failed("notify timed out".into())),
+        }
+    };
+    let read = a.model_tool_call("notify", &500, cut_off).await;
+    assert!(read.is_err());
+    let (next, _) = next_step(&a, 1, &read).await;
+    assert!(next.is_ok(), "one run, no overlap: {next:?}");
+}
