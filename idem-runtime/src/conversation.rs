@@ -327,6 +327,8 @@ impl Conversation {
         let first_request = steps.first_request;
         let failed = &mut steps.failed;
         let body = async {
+            // The step's claim is this run's: its calls meanwhile need not wait for the step.
+            let _asking = overlap::Asking::step(&here.shared.asking, step);
             if *failed >= limit {
                 return Err(E::from(Error::BudgetExhausted {
                     tool: MODEL_STEP.name,
@@ -350,8 +352,6 @@ impl Conversation {
                     .await
                     .map_err(E::from)?;
             }
-            // The step's claim is this run's: its calls meanwhile need not wait for the step.
-            let _asking = overlap::Asking::step(&here.shared.asking, step);
             asked.store(true, Ordering::Relaxed);
             // Counted as failed until the model answers: an ask cut off by its caller (a
             // timeout drops the step) is a failed ask too.
@@ -373,7 +373,7 @@ impl Conversation {
         if !replayed && step > 0 && repeats_step_0() {
             restarted_in_place(turn, &self.label, step);
         }
-        here.calls().stepped(step, replayed);
+        here.calls().stepped(step, replayed, &doubted);
         turn.run().set_latest(here.scope, Arc::clone(&self.label));
         if let Some(spent) = tokens(&response) {
             turn.run().tokens.fetch_add(spent, Ordering::Relaxed);

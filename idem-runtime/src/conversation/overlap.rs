@@ -15,9 +15,8 @@
 //!   another tool, or in the application's own retry (the engine tells the run of every claim
 //!   once it has given a key back) — is no sign of another run.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
@@ -26,7 +25,7 @@ use super::tool_failure::ReadFailure;
 use crate::engine::Call;
 use crate::key::Key;
 use crate::replay::{self, RecordKind};
-use crate::store::{RecordState, Store};
+use crate::store::{Lease, RecordState, Store};
 use crate::{Conversation, Error};
 
 /// A tool call that gave its key back after a failure (an `Err`, a panic, a cancelled call of
@@ -35,11 +34,9 @@ use crate::{Conversation, Error};
 #[derive(Clone)]
 pub(super) struct Released {
     key: Key,
-    namespace: Arc<str>,
+    /// The claim given back (a record that still holds it is this run's).
+    lease: Lease,
     store: Arc<dyn Store>,
-    /// Set once the store has the key back, if it is given back in the background (the call
-    /// was dropped): until then its record is still this run's claim.
-    releasing: Option<Arc<AtomicBool>>,
     /// When, on the run's clock.
     at: u64,
 }
@@ -64,6 +61,13 @@ pub(crate) struct Watch {
     recorded: Mutex<Option<ReadFailure>>,
 }
 
+impl Released {
+    /// Whether `other` is the same give-back.
+    pub(super) fn same(&self, other: &Released) -> bool {
+        self.key == other.key && self.at == other.at
+    }
+}
+
 impl Watch {
     pub(super) fn new(
         conversation: &Conversation,
@@ -84,22 +88,21 @@ impl Watch {
         }
     }
 
-    /// The tool call `call`, made in the call, gave its key back after a failure (in the
-    /// background until `releasing` is set, if given): another run may make it since.
-    pub(crate) fn released(&self, call: &Call, releasing: Option<Arc<AtomicBool>>) {
+    /// The tool call `call`, made in the call, gives its claim `lease` back after a failure
+    /// (now, or in the background): another run may make it since.
+    pub(crate) fn released(&self, call: &Call, lease: &Lease) {
         let key = call.key();
         let mut watch = Some(self);
         while let Some(here) = watch {
             let run = here.conversation.turn.run();
             let released = Released {
                 key,
-                namespace: Arc::clone(call.namespace()),
+                lease: lease.clone(),
                 store: Arc::clone(call.store()),
-                releasing: releasing.clone(),
                 at: run.tick(),
             };
             run.watch_claims_of(key);
-            here.here.doubt(here.after, released);
+            here.here.doubt(released);
             watch = here.outer.as_deref();
         }
     }
@@ -132,15 +135,15 @@ impl Watch {
     /// [`before_running`](Self::before_running) for this watch's own conversation.
     async fn read_next_step(&self, tool: &str) -> Result<(), Error> {
         // (A call made inside the next step's own ask is in a scope of its own: no watch.)
-        let next = self.after.0 + 1;
-        if self.here.shared.asking.load(Ordering::SeqCst) == next.saturating_add(1) {
+        let next = self.after.0.saturating_add(1);
+        if self.here.asks(next) {
             // This run holds the next step's claim and asks it (a call made alongside): no
             // other run can be asking it, nor record a failure there.
             return Ok(());
         }
         let (failures, settled) = self
             .conversation
-            .read_failures(self.here.scope, next, self.give_up)
+            .read_failures(&self.here, next, self.give_up)
             .await?;
         let failed = failures.iter().find(|read| read.is(self.made, self.order));
         if let Some(read) = failed {
@@ -159,14 +162,19 @@ impl Watch {
 }
 
 impl Here {
-    /// The tool call `released` gave its key back after a failure, after the step `after`.
-    fn doubt(&self, after: (u32, bool), released: Released) {
+    /// Whether this run holds step `step` of the conversation and asks it.
+    pub(super) fn asks(&self, step: u32) -> bool {
+        self.shared.asking.load(Ordering::SeqCst) == step.saturating_add(1)
+    }
+
+    /// The tool call `released` gave its key back after a failure.
+    fn doubt(&self, released: Released) {
+        // Kept for the next step, also when the step after the call was asked meanwhile (a
+        // call alongside it): the failure is read by a later step then.
         let mut calls = self.calls();
-        if calls.after == Some(after) {
-            // The latest time a key was given back is the one a later claim must follow.
-            calls.doubted.retain(|doubted| doubted.key != released.key);
-            calls.doubted.push(released);
-        }
+        // The latest time a key was given back is the one a later claim must follow.
+        calls.doubted.retain(|doubted| doubted.key != released.key);
+        calls.doubted.push(released);
     }
 }
 
@@ -245,14 +253,12 @@ pub(super) async fn outdated(
         if turn.run().made_again(call) {
             continue;
         }
-        if let Some(releasing) = &call.releasing {
-            // This run's own claim, still being given back: its record is not another run's.
-            let give_up = Instant::now() + wait;
-            while !releasing.load(Ordering::SeqCst) && Instant::now() < give_up {
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        }
-        let read = call.store.get(&call.namespace, &call.key);
+        // This run's own claim may still be held (given back in the background, or not at
+        // all: the store failed): give it back first, so that what is read is not this run's.
+        // A claim another run holds, or a record, has another token: this changes nothing.
+        let release = call.store.release(&call.lease);
+        let _ = tokio::time::timeout(wait, release).await;
+        let read = call.store.get(&call.lease.namespace, &call.key);
         let read = tokio::time::timeout(wait, read).await;
         let read = read.map_err(|_| Error::store("get", "no answer within the wait"))??;
         // A caller-supplied key may be another turn's too: that is no other run of this one.

@@ -87,10 +87,16 @@ pub(super) struct Calls {
 }
 
 impl Calls {
-    /// Step `step` was answered (`replayed`: from its record): the calls start over.
-    pub(super) fn stepped(&mut self, step: u32, replayed: bool) {
+    /// Step `step` was answered (`replayed`: from its record), having checked the keys
+    /// `checked` gave back: the calls start over.
+    pub(super) fn stepped(&mut self, step: u32, replayed: bool, checked: &[Released]) {
+        // A key given back while the step was asked (a call alongside it) was not checked by
+        // it: the next step checks it.
+        let mut doubted = std::mem::take(&mut self.doubted);
+        doubted.retain(|doubted| !checked.iter().any(|seen| seen.same(doubted)));
         *self = Calls {
             after: Some((step, replayed)),
+            doubted,
             ..Calls::default()
         };
     }
@@ -293,7 +299,7 @@ impl Conversation {
         let recorded = match cached {
             Some(recorded) => recorded,
             None => {
-                let read = self.read_failures(here.scope, next, give_up).await;
+                let read = self.read_failures(here, next, give_up).await;
                 let (read, settled) = read.ok()?;
                 let mut calls = here.calls();
                 if settled && calls.after == Some(after) {
@@ -315,10 +321,11 @@ impl Conversation {
     /// not claimed at all).
     pub(super) async fn read_failures(
         &self,
-        scope: Option<Key>,
+        here: &super::Here,
         step: u32,
         give_up: Instant,
     ) -> Result<(Arc<[ReadFailure]>, bool), Error> {
+        let scope = here.scope;
         let key = self.step_key(scope, step)?;
         let turn = &self.turn;
         let store = turn.store().unwrap_or_else(|| default_store());
@@ -328,6 +335,11 @@ impl Conversation {
             let read = tokio::time::timeout(wait, store.get(turn.namespace(), &key)).await;
             let record = read.map_err(|_| Error::store("get", "no answer within the wait"))??;
             match record {
+                // This run holds the step and asks it (the call is made alongside): it records
+                // no failure of another run.
+                Some(r) if r.state == RecordState::InProgress && here.asks(step) => {
+                    return Ok((Arc::from([]), true));
+                }
                 Some(r) if r.state == RecordState::InProgress => {
                     let now = tokio::time::Instant::now();
                     if now >= give_up {

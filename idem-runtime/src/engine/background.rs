@@ -13,7 +13,6 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Waker};
 use std::time::Duration;
 
@@ -90,24 +89,6 @@ fn bounded(work: Work, what: &'static str, key: String) -> Work {
 /// Gives `lease` back. `LeaseLost` is expected (the claim never landed, or was taken over) and
 /// not worth a word.
 pub(super) fn release(store: Arc<dyn Store>, lease: Lease, runtime: Option<Handle>) {
-    release_telling(store, lease, runtime, None);
-}
-
-/// [`release`], setting `done` once the store answered (or the work was given up).
-pub(super) fn release_telling(
-    store: Arc<dyn Store>,
-    lease: Lease,
-    runtime: Option<Handle>,
-    done: Option<Arc<AtomicBool>>,
-) {
-    /// Sets its flag when dropped: when the work ends, however it ends.
-    struct Done(Arc<AtomicBool>);
-    impl Drop for Done {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-    let done = done.map(Done);
     fn said(lease: &Lease, answer: Result<(), Error>) {
         match answer {
             Ok(()) | Err(Error::LeaseLost { .. }) => {}
@@ -119,10 +100,7 @@ pub(super) fn release_telling(
         return said(&lease, answer);
     }
     let key = lease.key.short().to_string();
-    let work: Work = Box::pin(async move {
-        let _done = done;
-        said(&lease, store.release(&lease).await);
-    });
+    let work: Work = Box::pin(async move { said(&lease, store.release(&lease).await) });
     go(
         work,
         move |work| bounded(work, "release", key),

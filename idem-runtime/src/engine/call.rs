@@ -334,10 +334,8 @@ fn asking<'a, A: Asker>(
                     call.turn.run().gave_back(call.key);
                     if let Phase::Running(holding) = guard.enter(Phase::Free) {
                         let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime);
-                        let done = Arc::default();
-                        let given = Some(Arc::clone(&done));
-                        background::release_telling(Arc::clone(&store), lease, runtime, given);
-                        watch.released(&call, Some(done));
+                        watch.released(&call, &lease);
+                        background::release(Arc::clone(&store), lease, runtime);
                     }
                     return answered(refuse(&mut guard, Outcome::InFlight, error));
                 }
@@ -504,7 +502,7 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
         Finished::Release => {
             call.turn.run().gave_back(call.key);
             if let Some(watch) = &watch {
-                watch.released(&call, None); // given back before the call answers
+                watch.released(&call, &holding(&mut guard).claim.lease);
             }
             return release_after_err(&mut guard, &store).await;
         }

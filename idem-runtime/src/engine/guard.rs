@@ -171,15 +171,12 @@ pub(super) fn release(holding: &Holding) {
 }
 
 /// [`release`], and tells the turn's run — and the watch of the call a model made, if the call
-/// was made in one, with when the store has it back — that the key is given back.
+/// was made in one — that the key is given back.
 fn release_and_tell(holding: &Holding, report: &Reporter) {
     let call = report.call();
     call.turn.run().gave_back(call.key);
-    let done = holding.watch.as_ref().map(|_| Arc::default());
-    let store: Arc<dyn Store> = Arc::clone(holding.keeper.store());
-    let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime.clone());
-    background::release_telling(store, lease, runtime, done.clone());
     if let Some(watch) = &holding.watch {
-        watch.released(call, done);
+        watch.released(call, &holding.claim.lease);
     }
+    release(holding);
 }

@@ -242,11 +242,6 @@ impl Call {
         self.key
     }
 
-    /// The namespace of its key (its turn's).
-    pub(crate) fn namespace(&self) -> &Arc<str> {
-        self.turn.namespace_arc()
-    }
-
     /// The store this call uses: its own, else its turn's, else the process default.
     pub(crate) fn store(&self) -> &Arc<dyn Store> {
         match (&self.store, self.turn.store()) {

@@ -245,7 +245,7 @@ where
             } else {
                 call.turn.run().gave_back(call.key);
                 if let Some(watch) = &granted.watch {
-                    watch.released(&call, None);
+                    watch.released(&call, &lease);
                 }
             }
             drop(tx); // rolls back, the claim with the tool's writes
