@@ -273,3 +273,47 @@ async fn a_failure_read_alongside_the_runs_own_step_is_seen_by_the_step_after() 
         "A's model was asked (step 2: {next:?}) reading {read_a:?}, while B charged"
     );
 }
+
+/// One run (in-flight wait 1 s), on a `MemoryStore` whose `release` answers after 100 ms (a
+/// network hop). After step 0 the model asks for a charge; its body fails, the key is given
+/// back (the call waits for the release) and the model reads the failure. The application
+/// then asks step 1 and, alongside it, retries the same charge itself (same key: its own
+/// retry, e.g. a second conversation of the run or the app's retry loop).
+///
+/// Schedule: t=0 step 1 claims the step; `outdated` checks `made_again(charge)` — no claim
+/// since, so it goes on — and sends `release(old lease)`, which takes 100 ms. t=20 ms the
+/// retry claims the key (a fresh token: the old release does not touch it) and runs 300 ms.
+/// t=100 ms the release answers (lease lost, ignored); the step reads the key: in progress,
+/// this turn — `RunOverlap`. One run, no overlap: the step must go on. Before the release was
+/// added, `made_again` and the read were back to back (no await between them on this store).
+#[tokio::test]
+async fn a_lone_runs_retry_claimed_while_its_step_gives_back_the_old_claim_is_not_another_run() {
+    let store = net(Release::Slow(Duration::from_millis(100)));
+    let turn = Turn::new(ID)
+        .with_store(Arc::clone(&store))
+        .with_in_flight_wait(Duration::from_secs(1));
+    let a = stepped_on(turn).await;
+    let turn = a.turn().clone();
+    let failing = async { Err::<u32, Failed>(Failed("the card network said no".into())) };
+    let call = execute(call_of(&CHARGE, &turn, 500), Codec::ok_only(), failing);
+    let read = a.model_tool_call("charge", &500, call).await;
+    assert_eq!(read, Err(Failed("the card network said no".into())));
+    let ok = AtomicU32::new(0);
+    let step = next_step(&a, 1, &read);
+    let retry = async {
+        tokio::time::sleep(Duration::from_millis(20)).await; // step 1 is giving back
+        execute(call_of(&CHARGE, &turn, 500), Codec::ok_only(), async {
+            ok.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            Ok::<u32, Failed>(500)
+        })
+        .await
+    };
+    let ((next, asked), charged) = tokio::join!(step, retry);
+    assert_eq!(charged, Ok(500));
+    assert_eq!(ok.load(Ordering::SeqCst), 1);
+    assert!(
+        next.is_ok() && asked,
+        "one run, no overlap: step 1 {next:?}"
+    );
+}

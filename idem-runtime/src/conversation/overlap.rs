@@ -273,7 +273,8 @@ pub(super) async fn outdated(
             }
             (RecordState::Completed, None) => false,
         };
-        if claimed_since {
+        // Checked again: a claim of this run's own may have been made while the key was read.
+        if claimed_since && !turn.run().made_again(call) {
             return Err(Error::RunOverlap {
                 turn: turn.id().to_owned(),
                 conversation: conversation.label.to_string(),
