@@ -1,6 +1,9 @@
 //! Schedules found by a third review of the overlap handshake (`conversation/overlap.rs`):
 //! what counts as this run's own claim of a key, and which records are another run's.
 
+#[path = "overlap_common/mod.rs"]
+mod overlap_common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -10,7 +13,8 @@ use idem_tools_runtime::engine::{Call, Codec, execute};
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{MemoryStore, Store};
 use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
-use serde::{Deserialize, Serialize};
+
+use overlap_common::*;
 
 // --- net bytes allocated by this thread (for the memory test) --------------------------------
 
@@ -44,26 +48,7 @@ fn net() -> isize {
 
 // --- helpers ---------------------------------------------------------------------------------
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Failed(String);
-
-impl From<Error> for Failed {
-    fn from(error: Error) -> Self {
-        Failed(error.model_text())
-    }
-}
-
-static CHARGE: ToolInfo = ToolInfo::idempotent("charge");
 static CHECKOUT: ToolInfo = ToolInfo::idempotent("checkout");
-
-const ID: &str = "conv-1/turn-1";
-
-fn call_of(tool: &'static ToolInfo, turn: &Turn, cents: u32) -> Call {
-    let mut args = ArgsDigest::new(tool.name);
-    args.arg("cents", &cents).expect("encodes");
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    Call::new(tool, turn, key, fingerprint)
-}
 
 /// A call of `charge` with a caller-supplied key (`#[key] order`): the same key in every turn.
 fn keyed_call(turn: &Turn, order: &str, cents: u32) -> Call {
@@ -88,14 +73,6 @@ async fn charge_call(call: Call, ok: &AtomicU32, fail: bool) -> Result<u32, Fail
 
 async fn charge(turn: &Turn, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
     charge_call(call_of(&CHARGE, turn, 500), ok, fail).await
-}
-
-async fn model(step: u32) -> Result<String, Error> {
-    Ok(format!("step {step}: charge 500"))
-}
-
-fn turn_on(store: &Arc<dyn Store>) -> Turn {
-    Turn::new(ID).with_store(Arc::clone(store))
 }
 
 /// A first run asked step 0; runs `a` and `b` replay it.

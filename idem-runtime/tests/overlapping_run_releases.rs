@@ -2,42 +2,23 @@
 //! lone run on a store that gives keys back slowly, or fails to, is not stopped by its own
 //! claims; a call alongside the run's own step is seen by the step after.
 
+#[path = "overlap_common/mod.rs"]
+mod overlap_common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_tools_runtime::engine::{Call, Codec, execute};
-use idem_tools_runtime::key::{ArgsDigest, Key};
+use idem_tools_runtime::engine::{Codec, execute};
+use idem_tools_runtime::key::Key;
 use idem_tools_runtime::store::{
     Begin, BeginRequest, Lease, MemoryStore, Record, Store, StoreFuture,
 };
 use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Failed(String);
+use overlap_common::*;
 
-impl From<Error> for Failed {
-    fn from(error: Error) -> Self {
-        Failed(error.model_text())
-    }
-}
-
-static CHARGE: ToolInfo = ToolInfo::idempotent("charge");
 static NOTIFY: ToolInfo = ToolInfo::idempotent("notify").with_release_on_cancel();
-
-const ID: &str = "conv-1/turn-1";
-
-fn call_of(tool: &'static ToolInfo, turn: &Turn, cents: u32) -> Call {
-    let mut args = ArgsDigest::new(tool.name);
-    args.arg("cents", &cents).expect("encodes");
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    Call::new(tool, turn, key, fingerprint)
-}
-
-async fn model(step: u32) -> Result<String, Error> {
-    Ok(format!("step {step}: charge 500"))
-}
 
 async fn stepped_on(turn: Turn) -> Conversation {
     let chat = turn.conversation("assistant");

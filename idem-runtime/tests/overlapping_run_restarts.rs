@@ -2,36 +2,20 @@
 //! a lone run, and runs restarted one after another, are never stopped with `RunOverlap` by
 //! their own calls; and two runs at once still never tell their models different outcomes.
 
+#[path = "overlap_common/mod.rs"]
+mod overlap_common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_tools_runtime::engine::{Call, Codec, execute, spawn};
-use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{MemoryStore, Store};
 use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Failed(String);
+use overlap_common::*;
 
-impl From<Error> for Failed {
-    fn from(error: Error) -> Self {
-        Failed(error.model_text())
-    }
-}
-
-static CHARGE: ToolInfo = ToolInfo::idempotent("charge");
 static CHECKOUT: ToolInfo = ToolInfo::idempotent("checkout");
-
-const ID: &str = "conv-1/turn-1";
-
-fn call_of(tool: &'static ToolInfo, turn: &Turn, cents: u32) -> Call {
-    let mut args = ArgsDigest::new(tool.name);
-    args.arg("cents", &cents).expect("encodes");
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    Call::new(tool, turn, key, fingerprint)
-}
 
 async fn charge_call(call: Call, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
     execute(call, Codec::ok_only(), async {
@@ -47,14 +31,6 @@ async fn charge_call(call: Call, ok: &AtomicU32, fail: bool) -> Result<u32, Fail
 
 async fn charge(turn: &Turn, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
     charge_call(call_of(&CHARGE, turn, 500), ok, fail).await
-}
-
-async fn model(step: u32) -> Result<String, Error> {
-    Ok(format!("step {step}: charge 500"))
-}
-
-fn turn_on(store: &Arc<dyn Store>) -> Turn {
-    Turn::new(ID).with_store(Arc::clone(store))
 }
 
 /// A run whose step 0 is answered live.

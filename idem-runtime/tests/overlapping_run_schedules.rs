@@ -3,37 +3,21 @@
 //! went through (or may have) in another run, and no single run is stopped with `RunOverlap`
 //! for its own calls.
 
+#[path = "overlap_common/mod.rs"]
+mod overlap_common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_tools_runtime::engine::{Call, Codec, execute, execute_detached};
-use idem_tools_runtime::key::ArgsDigest;
+use idem_tools_runtime::engine::{Codec, execute, execute_detached};
 use idem_tools_runtime::store::{MemoryStore, Store};
 use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
-use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Failed(String);
+use overlap_common::*;
 
-impl From<Error> for Failed {
-    fn from(error: Error) -> Self {
-        Failed(error.model_text())
-    }
-}
-
-static CHARGE: ToolInfo = ToolInfo::idempotent("charge");
 static CHARGE_RC: ToolInfo = ToolInfo::idempotent("charge").with_release_on_cancel();
-
-const ID: &str = "conv-1/turn-1";
-
-fn call_of(tool: &'static ToolInfo, turn: &Turn, cents: u32) -> Call {
-    let mut args = ArgsDigest::new(tool.name);
-    args.arg("cents", &cents).expect("encodes");
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
-    Call::new(tool, turn, key, fingerprint)
-}
 
 /// `charge` whose body counts its runs in `ran` and, if it succeeds, in `ok`.
 async fn charge(
@@ -53,14 +37,6 @@ async fn charge(
         }
     })
     .await
-}
-
-async fn model(step: u32) -> Result<String, Error> {
-    Ok(format!("step {step}: charge 500"))
-}
-
-fn turn_on(store: &Arc<dyn Store>) -> Turn {
-    Turn::new(ID).with_store(Arc::clone(store))
 }
 
 /// A first run asked step 0; runs `a` and `b` (of the turns given) replay it.

@@ -3,6 +3,9 @@
 //! reading different outcomes: the run whose model read the failure could start the action
 //! again with reworded arguments.
 
+#[path = "overlap_common/mod.rs"]
+mod overlap_common;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
@@ -10,20 +13,9 @@ use std::time::Duration;
 use idem_tools_runtime::engine::{Call, Codec, execute, execute_detached};
 use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{MemoryStore, Store};
-use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
-use serde::{Deserialize, Serialize};
+use idem_tools_runtime::{Conversation, Error, Turn};
 
-/// What the model reads of a failed call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-struct Failed(String);
-
-impl From<Error> for Failed {
-    fn from(error: Error) -> Self {
-        Failed(error.model_text())
-    }
-}
-
-static CHARGE: ToolInfo = ToolInfo::idempotent("charge");
+use overlap_common::*;
 
 /// A call of the `#[idempotent]` tool `charge` for `cents` in `turn`, whose body counts its
 /// runs in `ran` and fails (the key given back) if `fail`.
@@ -47,11 +39,6 @@ async fn charge(turn: &Turn, cents: u32, ran: &AtomicU32, fail: bool) -> Result<
 async fn asks_charge(chat: &Conversation, ran: &AtomicU32, fail: bool) -> Result<u32, Failed> {
     let call = charge(chat.turn(), 500, ran, fail);
     chat.model_tool_call("charge", &500, call).await
-}
-
-/// What a scripted model answers at step `step`.
-async fn model(step: u32) -> Result<String, Error> {
-    Ok(format!("step {step}: charge 500"))
 }
 
 /// A first run asked step 0 and was cut off; two runs resumed at once replay it.
