@@ -7,7 +7,7 @@ mod overlap_common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use idem_tools_runtime::engine::{Call, Codec, execute};
 use idem_tools_runtime::key::ArgsDigest;
@@ -59,22 +59,6 @@ fn keyed_call(turn: &Turn, order: &str, cents: u32) -> Call {
     Call::new(&CHARGE, turn, key, fingerprint)
 }
 
-async fn charge_call(call: Call, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
-    execute(call, Codec::ok_only(), async {
-        if fail {
-            Err(Failed("the card network timed out".into()))
-        } else {
-            ok.fetch_add(1, Ordering::SeqCst);
-            Ok(500)
-        }
-    })
-    .await
-}
-
-async fn charge(turn: &Turn, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
-    charge_call(call_of(&CHARGE, turn, 500), ok, fail).await
-}
-
 /// A first run asked step 0; runs `a` and `b` replay it.
 async fn replayed(store: &Arc<dyn Store>) -> (Conversation, Conversation) {
     turn_on(store)
@@ -89,28 +73,6 @@ async fn replayed(store: &Arc<dyn Store>) -> (Conversation, Conversation) {
     a.step("step 0", model(0)).await.expect("a replays step 0");
     b.step("step 0", model(0)).await.expect("b replays step 0");
     (a, b)
-}
-
-/// A run whose step 0 is answered live.
-async fn stepped(turn: Turn) -> Conversation {
-    let chat = turn.conversation("assistant");
-    chat.step("step 0", model(0)).await.expect("step 0");
-    chat
-}
-
-/// The next step, with whether its model was asked.
-async fn next_step(
-    a: &Conversation,
-    n: u32,
-    read: &impl std::fmt::Debug,
-) -> (Result<String, Error>, bool) {
-    let asked = AtomicBool::new(false);
-    let answer = async {
-        asked.store(true, Ordering::SeqCst);
-        model(n).await
-    };
-    let next = a.step(&format!("after {read:?}"), answer).await;
-    (next, asked.load(Ordering::SeqCst))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -185,7 +147,7 @@ async fn a_failed_charge_inside_another_tool_hides_no_other_runs_charge() {
 #[tokio::test]
 async fn a_caller_key_another_turn_charged_does_not_stop_a_lone_run() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let a = stepped(turn_on(&store)).await;
+    let a = stepped_on(turn_on(&store)).await;
     let ok = AtomicU32::new(0);
     let first = a
         .model_tool_call(
@@ -213,7 +175,7 @@ async fn kept_for(calls: u32, fail_first: bool) -> isize {
     let turn = turn_on(&store)
         .with_max_model_steps(u32::MAX)
         .with_actions_per_tool(u32::MAX);
-    let a = stepped(turn.clone()).await;
+    let a = stepped_on(turn.clone()).await;
     let ok = AtomicU32::new(0);
     if fail_first {
         let failed = a

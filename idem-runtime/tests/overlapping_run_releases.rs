@@ -6,7 +6,7 @@
 mod overlap_common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_tools_runtime::engine::{Codec, execute};
@@ -14,31 +14,11 @@ use idem_tools_runtime::key::Key;
 use idem_tools_runtime::store::{
     Begin, BeginRequest, Lease, MemoryStore, Record, Store, StoreFuture,
 };
-use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
+use idem_tools_runtime::{Error, ToolInfo, Turn};
 
 use overlap_common::*;
 
 static NOTIFY: ToolInfo = ToolInfo::idempotent("notify").with_release_on_cancel();
-
-async fn stepped_on(turn: Turn) -> Conversation {
-    let chat = turn.conversation("assistant");
-    chat.step("step 0", model(0)).await.expect("step 0");
-    chat
-}
-
-async fn next_step(
-    a: &Conversation,
-    n: u32,
-    read: &impl std::fmt::Debug,
-) -> (Result<String, Error>, bool) {
-    let asked = AtomicBool::new(false);
-    let answer = async {
-        asked.store(true, Ordering::SeqCst);
-        model(n).await
-    };
-    let next = a.step(&format!("after {read:?}"), answer).await;
-    (next, asked.load(Ordering::SeqCst))
-}
 
 /// How the wrapped store's `release` behaves.
 #[derive(Clone, Copy)]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
-use idem_tools_runtime::engine::{Call, Codec, execute, spawn};
+use idem_tools_runtime::engine::{Codec, execute, spawn};
 use idem_tools_runtime::store::{MemoryStore, Store};
 use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
 
@@ -17,42 +17,11 @@ use overlap_common::*;
 
 static CHECKOUT: ToolInfo = ToolInfo::idempotent("checkout");
 
-async fn charge_call(call: Call, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
-    execute(call, Codec::ok_only(), async {
-        if fail {
-            Err(Failed("the card network timed out".into()))
-        } else {
-            ok.fetch_add(1, Ordering::SeqCst);
-            Ok(500)
-        }
-    })
-    .await
-}
-
-async fn charge(turn: &Turn, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
-    charge_call(call_of(&CHARGE, turn, 500), ok, fail).await
-}
-
 /// A run whose step 0 is answered live.
 async fn stepped(store: &Arc<dyn Store>) -> Conversation {
     let chat = turn_on(store).conversation("assistant");
     chat.step("step 0", model(0)).await.expect("step 0");
     chat
-}
-
-/// The next step, with whether its model was asked.
-async fn next_step(
-    a: &Conversation,
-    n: u32,
-    read: &impl std::fmt::Debug,
-) -> (Result<String, Error>, bool) {
-    let asked = AtomicBool::new(false);
-    let answer = async {
-        asked.store(true, Ordering::SeqCst);
-        model(n).await
-    };
-    let next = a.step(&format!("after {read:?}"), answer).await;
-    (next, asked.load(Ordering::SeqCst))
 }
 
 // ---------------------------------------------------------------------------------------------

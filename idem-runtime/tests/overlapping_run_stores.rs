@@ -5,51 +5,19 @@
 mod overlap_common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use idem_tools_runtime::ToolInfo;
 use idem_tools_runtime::engine::{Codec, execute};
 use idem_tools_runtime::key::Key;
 use idem_tools_runtime::store::{
     Begin, BeginRequest, Lease, MemoryStore, Record, Store, StoreFuture,
 };
-use idem_tools_runtime::{Conversation, Error, ToolInfo, Turn};
 
 use overlap_common::*;
 
 static NOTIFY: ToolInfo = ToolInfo::idempotent("notify").with_release_on_cancel();
-
-async fn charge(turn: &Turn, ok: &AtomicU32, fail: bool) -> Result<u32, Failed> {
-    execute(call_of(&CHARGE, turn, 500), Codec::ok_only(), async {
-        if fail {
-            Err(Failed("the card network timed out".into()))
-        } else {
-            ok.fetch_add(1, Ordering::SeqCst);
-            Ok(500)
-        }
-    })
-    .await
-}
-
-async fn stepped_on(turn: Turn) -> Conversation {
-    let chat = turn.conversation("assistant");
-    chat.step("step 0", model(0)).await.expect("step 0");
-    chat
-}
-
-async fn next_step(
-    a: &Conversation,
-    n: u32,
-    read: &impl std::fmt::Debug,
-) -> (Result<String, Error>, bool) {
-    let asked = AtomicBool::new(false);
-    let answer = async {
-        asked.store(true, Ordering::SeqCst);
-        model(n).await
-    };
-    let next = a.step(&format!("after {read:?}"), answer).await;
-    (next, asked.load(Ordering::SeqCst))
-}
 
 // ---------------------------------------------------------------------------------------------
 // (1) a model reads a failure of a call another run made
