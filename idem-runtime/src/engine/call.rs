@@ -468,32 +468,34 @@ impl Future for Detached {
     }
 }
 
-async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
+async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
+    // Borrowed from the box rather than moved out: the call's future (boxed too) stays small.
     let Granted {
-        mut guard,
+        guard,
         call,
         store,
         claim,
         caller,
         watch,
         ..
-    } = *granted;
+    } = &mut *granted;
+    let (call, store, watch) = (&*call, &*store, &*watch);
     let duration = claim.duration;
     let body = Scoped {
         body,
-        held: held::with(call.key, caller),
+        held: held::with(call.key, std::mem::take(caller)),
         turn: call.turn.clone(),
     };
     // The body is polled in the keeper's first poll, unless the lease ended already (then the
     // call answers `LeaseLost`, holding nothing). Dropped mid-run, the body goes before the
     // guard decides (it is a temporary of this `.await`): two bodies of one key never overlap.
     guard.start();
-    let finished = match holding(&mut guard).keeper.run(body).await {
+    let finished = match holding(guard).keeper.run(body).await {
         Ok(finished) => finished,
         Err(error) => {
             // The lease could not be kept: the body was dropped, and the key is not ours.
             guard.enter(Phase::Free);
-            return refuse(&mut guard, Outcome::LeaseLost, error);
+            return refuse(guard, Outcome::LeaseLost, error);
         }
     };
 
@@ -502,9 +504,9 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
         Finished::Release => {
             call.turn.run().gave_back(call.key);
             if let Some(watch) = &watch {
-                watch.released(&call, &holding(&mut guard).claim.lease);
+                watch.released(call, &holding(guard).claim.lease);
             }
-            return release_after_err(&mut guard, &store).await;
+            return release_after_err(guard, store).await;
         }
         Finished::Record { bytes, ok } => (bytes, ok),
         // A model step that cannot be replayed is not worth keeping: it fails, and the model
@@ -514,13 +516,13 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
                 unreachable!("the body ran under the claim");
             };
             let (lease, runtime) = (holding.claim.lease.clone(), holding.runtime.clone());
-            background::release(Arc::clone(&store), lease, runtime);
+            background::release(Arc::clone(store), lease, runtime);
             let error = Error::Encode {
                 tool: call.tool.name,
                 what: "the model's response".to_owned(),
                 message: reason,
             };
-            return refuse(&mut guard, Outcome::StoreError, error);
+            return refuse(guard, Outcome::StoreError, error);
         }
         Finished::Unreplayable { bytes, reason } => {
             tracing::error!(target: "idem", tool = call.tool.name, key = %call.key.short(),
@@ -541,7 +543,7 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
     });
     // Bounded by a lease: a store that does not answer by then is retried in the background.
     let give_up = Instant::now() + duration;
-    let answer = self::holding(&mut guard)
+    let answer = self::holding(guard)
         .keeper
         .during(store.complete(&lease, &bytes, ttl), give_up)
         .await;
@@ -579,7 +581,7 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
                 keeper, runtime, ..
             } = *holding;
             background::release(Arc::clone(keeper.store()), keeper.lease().clone(), runtime);
-            return refuse(&mut guard, outcome, error);
+            return refuse(guard, outcome, error);
         }
         Some(Err(error @ Error::LeaseLost { .. })) => {
             // The body finished past its lease without yielding (the keeper could neither renew
@@ -592,7 +594,15 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
                 leader, runtime, ..
             } = *holding;
             leader.publish(|| shared);
-            background::record_anew(store, call, bytes, ttl, duration, runtime).await;
+            background::record_anew(
+                Arc::clone(store),
+                call.clone(),
+                bytes,
+                ttl,
+                duration,
+                runtime,
+            )
+            .await;
         }
         failed => {
             let error = match failed {
@@ -610,7 +620,7 @@ async fn running(granted: Box<Granted>, body: Body<'_>) -> Answer {
                 ..
             } = *holding;
             let lingering = leader.linger(shared);
-            background::record(keeper, call, bytes, ttl, lingering, runtime);
+            background::record(keeper, call.clone(), bytes, ttl, lingering, runtime);
         }
     }
     Ok(())

@@ -79,6 +79,7 @@ pub(crate) fn holds(key: &Key) -> bool {
 /// was in — taken in the caller's task, as a detached body runs in a task of its own, where
 /// task-locals do not follow (a cycle through it would otherwise wait instead of being
 /// refused as re-entrant).
+#[derive(Default)]
 pub(crate) struct Caller {
     within: Option<Key>,
     outer: Option<Arc<Held>>,
