@@ -2,9 +2,9 @@
 
 use serde::Serialize;
 
-use super::encode::{encode_field, tag};
+use super::encode::{EncodeError, encode_field, tag};
 use super::hash::{self, ArgsOutput};
-use super::scratch::{ArgEntry, Pooled, Scratch, slice};
+use super::scratch::{ArgEntry, Pooled, Scratch, Span, slice};
 use super::{Fingerprint, Key, encode_error};
 use crate::Error;
 
@@ -71,10 +71,26 @@ impl ArgsDigest {
         value: &T,
         in_key: bool,
     ) -> Result<(), Error> {
-        let span = encode_field(&mut self.scratch, name, value)
-            .map_err(|e| encode_error(self.tool, format!("argument `{name}`"), e))?;
-        self.scratch.args.push(ArgEntry { span, in_key });
-        Ok(())
+        let encoded = encode_field(&mut self.scratch, name, value);
+        self.added(name, encoded, in_key)
+    }
+
+    /// Keeps an argument's entry, or makes its encoding's failure the call's error. Out of
+    /// [`add`](Self::add), which is compiled for each argument type, in a debug build.
+    #[cfg_attr(not(debug_assertions), inline)]
+    fn added(
+        &mut self,
+        name: &str,
+        encoded: Result<Span, EncodeError>,
+        in_key: bool,
+    ) -> Result<(), Error> {
+        match encoded {
+            Ok(span) => {
+                self.scratch.args.push(ArgEntry { span, in_key });
+                Ok(())
+            }
+            Err(e) => Err(encode_error(self.tool, format!("argument `{name}`"), e)),
+        }
     }
 
     /// An argument that is part of the key AND the fingerprint.

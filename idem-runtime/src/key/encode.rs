@@ -43,7 +43,7 @@ pub(crate) const LONG_TEXT: usize = 1024;
 
 /// Appends a string (`tag::STR`) or byte string (`tag::BYTES`) value:
 /// `tag ‖ uv(len) ‖ bytes` below [`LONG_TEXT`] bytes, `tag ‖ uv(len) ‖ BLAKE3(bytes)` from it on.
-#[inline]
+#[cfg_attr(not(debug_assertions), inline)]
 pub(crate) fn put_text(out: &mut Scratch, tag: u8, bytes: &[u8]) {
     if let Ok(len @ 0..0x80) = u8::try_from(bytes.len()) {
         // The common case, in one reservation: a tag, a one-byte length, the bytes.
@@ -131,16 +131,35 @@ pub(crate) fn encode_into<V: Serialize + ?Sized>(
     value.serialize(ValueSerializer::new(out))
 }
 
-/// Appends the entry `str(name) value` of a struct field or argument, returning its span; on
-/// error the buffer is restored.
+/// Appends the entry `str(name) value` of an argument, returning its span; on error the
+/// buffer is restored. Only the value's `serialize` is compiled for each argument type.
 pub(crate) fn encode_field<V: Serialize + ?Sized>(
     out: &mut Scratch,
     name: &str,
     value: &V,
 ) -> Result<Span, EncodeError> {
-    let (start, spans) = (out.len(), out.spans.len());
+    let start = field_start(out, name);
+    let encoded = value.serialize(ValueSerializer::new(out));
+    field_end(out, start, encoded)
+}
+
+/// Where an entry begins (the buffer's length and span count), its name appended.
+#[cfg_attr(not(debug_assertions), inline)]
+fn field_start(out: &mut Scratch, name: &str) -> (usize, usize) {
+    let start = (out.len(), out.spans.len());
     put_text(out, tag::STR, name.as_bytes());
-    match value.serialize(ValueSerializer::new(out)) {
+    start
+}
+
+/// The span of the entry begun at `start`, or the error its value's encoding failed with, the
+/// buffer restored.
+#[cfg_attr(not(debug_assertions), inline)]
+fn field_end(
+    out: &mut Scratch,
+    (start, spans): (usize, usize),
+    encoded: Result<(), EncodeError>,
+) -> Result<Span, EncodeError> {
+    match encoded {
         Ok(()) => Ok(Span::new(&out.bytes, start, out.len())),
         Err(e) => {
             out.rollback(start, spans);
@@ -149,7 +168,7 @@ pub(crate) fn encode_field<V: Serialize + ?Sized>(
     }
 }
 
-#[inline]
+#[cfg_attr(not(debug_assertions), inline)]
 pub(crate) fn put_int(out: &mut Scratch, negative: bool, magnitude: u128) {
     if let Ok(small @ 0..0x80) = u8::try_from(magnitude) {
         out.put(&[tag::INT, u8::from(negative), small]);
@@ -159,7 +178,7 @@ pub(crate) fn put_int(out: &mut Scratch, negative: bool, magnitude: u128) {
     out.put_uv(magnitude);
 }
 
-#[inline]
+#[cfg_attr(not(debug_assertions), inline)]
 pub(crate) fn put_float(out: &mut Scratch, v: f64) {
     let bits = if v.is_nan() {
         CANONICAL_NAN
@@ -182,7 +201,9 @@ pub(crate) struct ValueSerializer<'a> {
 }
 
 impl<'a> ValueSerializer<'a> {
-    #[inline]
+    // `inline` in optimized builds only, here and below: in a debug build, a crate with tools
+    // would compile a copy of each such function it calls (BENCHMARKS.md, "Compile cost").
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn new(out: &'a mut Scratch) -> Self {
         ValueSerializer {
             out,
@@ -200,13 +221,13 @@ impl<'a> ValueSerializer<'a> {
         }
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn int(self, negative: bool, magnitude: u128) -> Result<(), EncodeError> {
         put_int(self.out, negative, magnitude);
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn signed(self, v: i128) -> Result<(), EncodeError> {
         self.int(v < 0, v.unsigned_abs())
     }
@@ -223,44 +244,44 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
     type SerializeStruct = MapEncoder<'a>;
     type SerializeStructVariant = MapEncoder<'a>;
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_bool(self, v: bool) -> Result<(), EncodeError> {
         self.out.put_u8(if v { tag::TRUE } else { tag::FALSE });
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_i8(self, v: i8) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_i16(self, v: i16) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_i32(self, v: i32) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_i64(self, v: i64) -> Result<(), EncodeError> {
         self.signed(i128::from(v))
     }
     fn serialize_i128(self, v: i128) -> Result<(), EncodeError> {
         self.signed(v)
     }
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_u8(self, v: u8) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_u16(self, v: u16) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_u32(self, v: u32) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_u64(self, v: u64) -> Result<(), EncodeError> {
         self.int(false, u128::from(v))
     }
@@ -282,7 +303,7 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         self.serialize_str(v.encode_utf8(&mut buf))
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_str(self, v: &str) -> Result<(), EncodeError> {
         if self.verbatim {
             self.out.put_u8(tag::STR);
@@ -298,7 +319,7 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_none(self) -> Result<(), EncodeError> {
         self.out.put_u8(tag::NONE);
         Ok(())
@@ -309,7 +330,7 @@ impl<'a> ser::Serializer for ValueSerializer<'a> {
         value.serialize(ValueSerializer::new(self.out))
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_unit(self) -> Result<(), EncodeError> {
         self.out.put_u8(tag::UNIT);
         Ok(())

@@ -21,8 +21,10 @@ pub(crate) struct Span {
 }
 
 impl Span {
+    // `inline` in optimized builds only, here and below: in a debug build, a crate with tools
+    // would compile a copy of each such function it calls (BENCHMARKS.md, "Compile cost").
     /// The span `start..end` of `bytes`.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn new(bytes: &[u8], start: usize, end: usize) -> Span {
         let s = bytes.get(start..end).unwrap_or_default();
         let head = match s.first_chunk::<8>() {
@@ -50,7 +52,7 @@ impl Span {
     }
 
     /// Length in bytes.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn len(&self) -> usize {
         self.end - self.start
     }
@@ -82,7 +84,7 @@ pub(crate) struct Scratch {
 
 /// `bytes[span]`, or nothing if the span is out of range (it never is: spans are only made by
 /// the encoder, over bytes it wrote).
-#[inline]
+#[cfg_attr(not(debug_assertions), inline)]
 pub(crate) fn slice(bytes: &[u8], span: Span) -> &[u8] {
     bytes.get(span.start..span.end).unwrap_or_default()
 }
@@ -107,26 +109,26 @@ impl Scratch {
     }
 
     /// Number of bytes written so far.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn len(&self) -> usize {
         self.bytes.len()
     }
 
     /// Appends one byte.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn put_u8(&mut self, b: u8) {
         self.bytes.push(b);
     }
 
     /// Appends bytes.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn put(&mut self, b: &[u8]) {
         self.bytes.extend_from_slice(b);
     }
 
     /// Appends `uv(n)`: unsigned LEB128, 7 bits per byte, least significant group first, high
     /// bit set on every byte but the last; minimal (no trailing zero groups).
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn put_uv(&mut self, n: u128) {
         let mut n = n;
         while n >= 0x80 {
@@ -137,7 +139,7 @@ impl Scratch {
     }
 
     /// Appends `uv(len)`.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn put_len(&mut self, len: usize) {
         if len < 0x80 {
             self.bytes.push(len as u8);
@@ -148,7 +150,7 @@ impl Scratch {
     }
 
     /// Appends `str(s)` = `uv(byte length) ‖ UTF-8 bytes`.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(crate) fn put_str(&mut self, s: &str) {
         self.put_len(s.len());
         self.put(s.as_bytes());

@@ -16,16 +16,28 @@ fn verify_value<V: Serialize + DeserializeOwned>(
     tool: &'static str,
     recorded: &[u8],
 ) -> Result<Names, Error> {
-    let replayed: V = match de::decode_value(recorded) {
-        Ok(replayed) => replayed,
+    let mut again = Vec::with_capacity(recorded.len());
+    let replayed = match de::decode_value::<V>(recorded) {
+        Ok(replayed) => Ok(ser::encode_value(&replayed, &mut again)),
+        Err(e) => Err(e),
+    };
+    compared(tool, recorded, &again, replayed)
+}
+
+/// [`verify_value`]'s verdict, compiled once: `replayed` is the error decoding `recorded` failed
+/// with, or what encoding the decoded value (into `again`) gave.
+fn compared(
+    tool: &'static str,
+    recorded: &[u8],
+    again: &[u8],
+    replayed: Result<Result<Names, FormatError>, FormatError>,
+) -> Result<Names, Error> {
+    let names = match replayed {
+        Ok(Ok(names)) => names,
+        Ok(Err(e)) => return Err(encode_error(tool, e)),
         Err(e) => return Err(would_not_replay(tool, e)),
     };
-    let mut again = Vec::with_capacity(recorded.len());
-    let names = match ser::encode_value(&replayed, &mut again) {
-        Ok(names) => names,
-        Err(e) => return Err(encode_error(tool, e)),
-    };
-    same_value(tool, recorded, &again)?;
+    same_value(tool, recorded, again)?;
     Ok(names)
 }
 

@@ -63,8 +63,10 @@ impl<'de> Decoder<'de> {
         }
     }
 
+    // `inline` in optimized builds only, here and below: in a debug build, a crate with tools
+    // would compile a copy of each such function it calls (BENCHMARKS.md, "Compile cost").
     /// The next value's tag, read.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn tag(&mut self) -> Result<u8, FormatError> {
         match self.tag.take() {
             Some(t) => Ok(t),
@@ -73,7 +75,7 @@ impl<'de> Decoder<'de> {
     }
 
     /// The next value's tag, not read.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn peek_tag(&self) -> Result<u8, FormatError> {
         match self.tag {
             Some(t) => Ok(t),

@@ -89,8 +89,10 @@ impl serde::de::Error for FormatError {
     }
 }
 
+// `inline` in optimized builds only, here and below: in a debug build, a crate with tools
+// would compile a copy of each such function it calls (BENCHMARKS.md, "Compile cost").
 /// Appends `v` as an unsigned LEB128 varint.
-#[inline]
+#[cfg_attr(not(debug_assertions), inline)]
 pub(super) fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -109,14 +111,14 @@ pub(super) fn put_varint128(out: &mut Vec<u8>, mut v: u128) {
 }
 
 /// Appends a length-prefixed UTF-8 string without a tag (variant names, marker texts).
-#[inline]
+#[cfg_attr(not(debug_assertions), inline)]
 pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_varint(out, s.len() as u64);
     out.extend_from_slice(s.as_bytes());
 }
 
 /// Maps signed to unsigned so that small magnitudes stay short.
-#[inline]
+#[cfg_attr(not(debug_assertions), inline)]
 pub(super) fn zigzag(v: i64) -> u64 {
     ((v << 1) ^ (v >> 63)) as u64
 }
@@ -201,7 +203,7 @@ impl<'de> Reader<'de> {
     }
 
     /// The next byte, not consumed.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn peek(&self) -> Result<u8, FormatError> {
         self.input
             .get(self.pos)
@@ -210,7 +212,7 @@ impl<'de> Reader<'de> {
     }
 
     /// The next byte.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn byte(&mut self) -> Result<u8, FormatError> {
         let b = self.peek()?;
         self.pos += 1;
@@ -218,7 +220,7 @@ impl<'de> Reader<'de> {
     }
 
     /// The next `n` bytes.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn take(&mut self, n: usize) -> Result<&'de [u8], FormatError> {
         let end = self.pos.checked_add(n).ok_or_else(|| self.truncated())?;
         let bytes = self
@@ -237,7 +239,7 @@ impl<'de> Reader<'de> {
     }
 
     /// An unsigned varint of at most 64 bits.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn varint(&mut self) -> Result<u64, FormatError> {
         let first = self.byte()?;
         if first < 0x80 {
@@ -344,7 +346,7 @@ impl<'de> Reader<'de> {
     }
 
     /// A length-prefixed byte string.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn bytes(&mut self) -> Result<&'de [u8], FormatError> {
         let len = self.varint()?;
         let len = usize::try_from(len).map_err(|_| self.truncated())?;
@@ -352,7 +354,7 @@ impl<'de> Reader<'de> {
     }
 
     /// A length-prefixed UTF-8 string.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn str(&mut self) -> Result<&'de str, FormatError> {
         let at = self.pos;
         let bytes = self.bytes()?;
@@ -362,7 +364,7 @@ impl<'de> Reader<'de> {
 
     /// An element count, each element taking at least `min_size` bytes: a count the remaining
     /// input cannot hold is refused before anything is allocated for it.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn count(&mut self, min_size: usize) -> Result<usize, FormatError> {
         let at = self.pos;
         let n = self.varint()?;

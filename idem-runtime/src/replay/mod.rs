@@ -141,23 +141,12 @@ pub(crate) trait ResultCodec<T, E> {
         out: &mut Vec<u8>,
     ) -> Option<Result<Names, Error>>;
 
-    /// The bytes to record for `result` and the names its types passed, or `None` when the
-    /// result must not be recorded.
-    fn encode_named(
-        tool: &'static str,
-        result: &Result<T, E>,
-    ) -> Option<Result<(Vec<u8>, Names), Error>> {
-        let mut out = Vec::with_capacity(INITIAL_CAPACITY);
-        Some(match Self::encode_into(tool, result, &mut out)? {
-            Ok(names) => Ok((out, names)),
-            Err(e) => Err(e),
-        })
-    }
-
     /// The bytes to record for `result`, or `None` when the result must not be recorded.
     #[cfg(test)]
     fn encode(tool: &'static str, result: &Result<T, E>) -> Option<Result<Vec<u8>, Error>> {
-        Some(Self::encode_named(tool, result)?.map(|(bytes, _)| bytes))
+        let mut out = Vec::with_capacity(INITIAL_CAPACITY);
+        let names = Self::encode_into(tool, result, &mut out)?;
+        Some(names.map(|_| out))
     }
 
     /// Decodes a recorded result.
@@ -172,11 +161,9 @@ pub(crate) trait ResultCodec<T, E> {
     /// What to record for `result`: its bytes when they replay faithfully, else a
     /// not-replayable marker and the reason. `None` when the result must not be recorded.
     fn record(tool: &'static str, result: &Result<T, E>) -> Option<Recorded> {
-        Some(Recorded::checked(
-            tool,
-            Self::encode_named(tool, result)?,
-            Self::verify,
-        ))
+        let mut out = Vec::with_capacity(INITIAL_CAPACITY);
+        let names = Self::encode_into(tool, result, &mut out)?;
+        Some(Recorded::checked(tool, out, names, Self::verify))
     }
 }
 
@@ -195,22 +182,23 @@ pub(crate) enum Recorded {
 }
 
 impl Recorded {
-    /// What to record for a result `encoded` (its bytes and the names its types passed), once
-    /// `verify` says whether it replays as returned. Compiled once: the generic code passes
-    /// its encoding and its check.
+    /// What to record for a result encoded as `bytes` (`names`: the names its types passed, or
+    /// the error its encoding failed with), once `verify` says whether it replays as returned.
+    /// Compiled once: the generic code passes its encoding and its check.
     fn checked(
         tool: &'static str,
-        encoded: Result<(Vec<u8>, Names), Error>,
+        bytes: Vec<u8>,
+        names: Result<Names, Error>,
         verify: fn(&'static str, &[u8]) -> Result<Names, Error>,
     ) -> Recorded {
-        let checked = encoded
-            .and_then(|(bytes, names)| match bytes.len() {
+        let checked = names
+            .and_then(|names| match bytes.len() {
                 len if len > MAX_RECORD => {
                     Err(envelope::encode_error(tool, envelope::too_large(len)))
                 }
-                _ => Ok((bytes, names)),
+                _ => Ok(names),
             })
-            .and_then(|(bytes, names)| match verify(tool, &bytes)? {
+            .and_then(|names| match verify(tool, &bytes)? {
                 replayed if replayed == names => Ok(bytes),
                 _ => Err(envelope::encode_error(tool, ANOTHER_VARIANT)),
             });

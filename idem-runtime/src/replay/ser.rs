@@ -50,19 +50,21 @@ pub(super) struct Encoder<'o> {
 
 impl<'o> Encoder<'o> {
     /// Whether the sequence about to be written is the content of an `Unordered` marker.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn marked_set(&mut self) -> bool {
         self.set_at.take() == Some(self.out.len())
     }
 
     /// Writes the tag of a set or of a sequence and starts its body.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn sequence<'a>(&'a mut self, set: bool, len: Option<usize>) -> Compound<'a, 'o> {
         self.out.push(if set { tag::SET } else { tag::SEQ });
         self.compound(len)
     }
 
-    #[inline]
+    // `inline` in optimized builds only, here and below: in a debug build, a crate with tools
+    // would compile a copy of each such function it calls (BENCHMARKS.md, "Compile cost").
+    #[cfg_attr(not(debug_assertions), inline)]
     fn tagged_varint(&mut self, t: u8, v: u64) {
         self.out.push(t);
         put_varint(self.out, v);
@@ -72,7 +74,7 @@ impl<'o> Encoder<'o> {
     /// count (0 if unknown); [`Compound::finish`] rewrites it if the value produced a different
     /// number of elements, so a wrong `len` from a hand-written `Serialize` cannot corrupt the
     /// record.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn compound<'a>(&'a mut self, len: Option<usize>) -> Compound<'a, 'o> {
         let len_at = self.out.len();
         let announced = len.unwrap_or(0);
@@ -103,7 +105,7 @@ impl Compound<'_, '_> {
         value.serialize(&mut *self.enc)
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn finish(self) -> Result<(), FormatError> {
         if self.count != self.announced {
             let mut len = Vec::with_capacity(10);
@@ -131,31 +133,31 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         true
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_bool(self, v: bool) -> Result<(), FormatError> {
         self.out.push(if v { tag::TRUE } else { tag::FALSE });
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_i8(self, v: i8) -> Result<(), FormatError> {
         self.out.extend_from_slice(&[tag::I8, v.to_le_bytes()[0]]);
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_i16(self, v: i16) -> Result<(), FormatError> {
         self.tagged_varint(tag::I16, zigzag(i64::from(v)));
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_i32(self, v: i32) -> Result<(), FormatError> {
         self.tagged_varint(tag::I32, zigzag(i64::from(v)));
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_i64(self, v: i64) -> Result<(), FormatError> {
         self.tagged_varint(tag::I64, zigzag(v));
         Ok(())
@@ -167,25 +169,25 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_u8(self, v: u8) -> Result<(), FormatError> {
         self.out.extend_from_slice(&[tag::U8, v]);
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_u16(self, v: u16) -> Result<(), FormatError> {
         self.tagged_varint(tag::U16, u64::from(v));
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_u32(self, v: u32) -> Result<(), FormatError> {
         self.tagged_varint(tag::U32, u64::from(v));
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_u64(self, v: u64) -> Result<(), FormatError> {
         self.tagged_varint(tag::U64, v);
         Ok(())
@@ -197,41 +199,41 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_f32(self, v: f32) -> Result<(), FormatError> {
         self.out.push(tag::F32);
         self.out.extend_from_slice(&v.to_bits().to_le_bytes());
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_f64(self, v: f64) -> Result<(), FormatError> {
         self.out.push(tag::F64);
         self.out.extend_from_slice(&v.to_bits().to_le_bytes());
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_char(self, v: char) -> Result<(), FormatError> {
         self.tagged_varint(tag::CHAR, u64::from(u32::from(v)));
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_str(self, v: &str) -> Result<(), FormatError> {
         self.out.push(tag::STR);
         put_str(self.out, v);
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_bytes(self, v: &[u8]) -> Result<(), FormatError> {
         self.tagged_varint(tag::BYTES, v.len() as u64);
         self.out.extend_from_slice(v);
         Ok(())
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_none(self) -> Result<(), FormatError> {
         self.out.push(tag::NONE);
         Ok(())
@@ -243,7 +245,7 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         value.serialize(self)
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_unit(self) -> Result<(), FormatError> {
         self.out.push(tag::UNIT);
         Ok(())
@@ -254,7 +256,7 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         self.serialize_unit()
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_unit_variant(
         self,
         name: &'static str,
@@ -293,7 +295,7 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         value.serialize(self)
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_seq(self, len: Option<usize>) -> Result<Compound<'a, 'o>, FormatError> {
         let set = self.marked_set();
         Ok(self.sequence(set, len))
@@ -325,13 +327,13 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         Ok(self.compound(Some(len)))
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_map(self, len: Option<usize>) -> Result<Compound<'a, 'o>, FormatError> {
         self.out.push(tag::MAP);
         Ok(self.compound(len))
     }
 
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     fn serialize_struct(
         self,
         name: &'static str,

@@ -13,8 +13,10 @@ use crate::replay::head::{self, Head};
 use crate::replay::node;
 
 impl<'de> Decoder<'de> {
+    // `inline` in optimized builds only, here and below: in a debug build, a crate with tools
+    // would compile a copy of each such function it calls (BENCHMARKS.md, "Compile cost").
     /// The head of the next value.
-    #[inline]
+    #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn head(&mut self) -> Result<Head<'de>, FormatError> {
         let t = self.tag()?;
         head::read(&mut self.reader, t)
