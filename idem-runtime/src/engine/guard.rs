@@ -97,15 +97,18 @@ pub(super) fn ttl_of(report: &Reporter) -> std::time::Duration {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        if let Phase::Free = self.phase {
+            // Nothing held: the call has its answer, or was dropped while asking or waiting
+            // (its reporter, dropped with the guard, says cancelled or panicked).
+            return;
+        }
         let Some(mut report) = self.report.take() else {
             return; // the call had its answer
         };
         let tool = report.call().tool;
         let ttl = ttl_of(&report);
         let (outcome, holding) = match std::mem::replace(&mut self.phase, Phase::Free) {
-            // Nothing held: dropped while asking or waiting (the reporter says cancelled or
-            // panicked).
-            Phase::Free => return,
+            Phase::Free => return, // see above
             // The body panicked: give the key back, the panic propagates.
             Phase::Running(holding) if std::thread::panicking() => {
                 release_and_tell(&holding, &report);
