@@ -433,7 +433,9 @@ fn run_here(granted: Box<Granted>, body: Body<'_>) -> impl Future<Output = Answe
 /// the body off. A panic of the body propagates to the caller, if it still waits.
 pub(super) fn run_detached(granted: Box<Granted>, body: Body<'static>) -> Detached {
     match tokio::runtime::Handle::try_current() {
-        Ok(_) => Detached::Task(tokio::spawn(run_here(granted, body))),
+        // Boxed first: `spawn` moves its future by value several times on its way into the
+        // task, and a pointer is cheaper to move than the call's future.
+        Ok(_) => Detached::Task(tokio::spawn(run(granted, body))),
         Err(_) => Detached::Here(run(granted, body)),
     }
 }
