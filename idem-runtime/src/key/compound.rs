@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde::ser;
 
-use super::encode::{EncodeError, ValueSerializer, put_float, put_int, put_text, tag};
+use super::encode::{EncodeError, ValueSerializer, field_start, put_float, put_int, tag};
 use super::json::{self, JsonNumber, Token};
 use super::raw;
 use super::scratch::{Scratch, Span};
@@ -98,8 +98,7 @@ impl<'a> MapEncoder<'a> {
             *seen = true;
             return token_value(self.out, *token, value);
         }
-        let (start, spans) = (self.out.len(), self.out.spans.len());
-        put_text(self.out, tag::STR, key.as_bytes());
+        let (start, spans) = field_start(self.out, key);
         self.entry_value(start, spans, value)
     }
 

@@ -143,9 +143,10 @@ pub(crate) fn encode_field<V: Serialize + ?Sized>(
     field_end(out, start, encoded)
 }
 
-/// Where an entry begins (the buffer's length and span count), its name appended.
+/// Where an entry begins (the buffer's length and span count), its name appended: an
+/// argument's, or a struct field's or map entry's ([`MapEncoder`]).
 #[cfg_attr(not(debug_assertions), inline)]
-fn field_start(out: &mut Scratch, name: &str) -> (usize, usize) {
+pub(crate) fn field_start(out: &mut Scratch, name: &str) -> (usize, usize) {
     let start = (out.len(), out.spans.len());
     put_text(out, tag::STR, name.as_bytes());
     start
