@@ -4,41 +4,64 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::envelope::{Envelope, decode_error, encode_error, encode_record, marker_error, open};
-use super::format::{FormatError, marker};
+use super::format::{FormatError, marker, tri};
 use super::ser::Names;
 use super::{OkAndErr, OkOnly, ResultCodec, de, node, render, ser};
 use crate::Error;
 use crate::key::Key;
 
-/// Checks that `recorded` (one value) decodes into `V` and encodes back to the same value;
-/// returns the names the replayed value's types passed.
-fn verify_value<V: Serialize + DeserializeOwned>(
-    tool: &'static str,
+/// Decodes `recorded` (one value) into `V` and encodes that into `again`: the names its types
+/// passed, or the error decoding or encoding failed with. The only part of the fidelity check
+/// compiled for every result type; [`verify_value`] is the rest.
+type RoundTrip = fn(&[u8], &mut Vec<u8>) -> Result<Result<Names, FormatError>, FormatError>;
+
+/// A [`RoundTrip`] through `V`.
+fn round_trip<V: Serialize + DeserializeOwned>(
     recorded: &[u8],
-) -> Result<Names, Error> {
-    let mut again = Vec::with_capacity(recorded.len());
-    let replayed = match de::decode_value::<V>(recorded) {
-        Ok(replayed) => Ok(ser::encode_value(&replayed, &mut again)),
+    again: &mut Vec<u8>,
+) -> Result<Result<Names, FormatError>, FormatError> {
+    match de::decode_value::<V>(recorded) {
+        Ok(replayed) => Ok(ser::encode_value(&replayed, again)),
         Err(e) => Err(e),
-    };
-    compared(tool, recorded, &again, replayed)
+    }
 }
 
-/// [`verify_value`]'s verdict, compiled once: `replayed` is the error decoding `recorded` failed
-/// with, or what encoding the decoded value (into `again`) gave.
-fn compared(
+/// Checks that `recorded` (one value) decodes into its type and encodes back to the same value
+/// (`round_trip`); returns the names the replayed value's types passed.
+fn verify_value(
     tool: &'static str,
     recorded: &[u8],
-    again: &[u8],
-    replayed: Result<Result<Names, FormatError>, FormatError>,
+    round_trip: RoundTrip,
 ) -> Result<Names, Error> {
-    let names = match replayed {
+    let mut again = Vec::with_capacity(recorded.len());
+    let names = match round_trip(recorded, &mut again) {
         Ok(Ok(names)) => names,
         Ok(Err(e)) => return Err(encode_error(tool, e)),
         Err(e) => return Err(would_not_replay(tool, e)),
     };
-    same_value(tool, recorded, again)?;
+    same_value(tool, recorded, &again)?;
     Ok(names)
+}
+
+/// Checks a record just encoded ([`ResultCodec::verify`]): an `Ok` value through `ok`, an `Err`
+/// value through `err` (`None`: the tool records `Ok` results only); markers pass.
+fn verify_record(
+    tool: &'static str,
+    bytes: &[u8],
+    ok: RoundTrip,
+    err: Option<RoundTrip>,
+) -> Result<Names, Error> {
+    match open(bytes).map_err(|e| encode_error(tool, e))? {
+        Envelope::Ok(value) => verify_value(tool, value, ok),
+        Envelope::Err(value) => match err {
+            Some(err) => verify_value(tool, value, err),
+            None => Err(encode_error(
+                tool,
+                "this tool records `Ok` results only, in format version 1",
+            )),
+        },
+        Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(Names::default()),
+    }
 }
 
 /// The error of a record that does not decode into its type.
@@ -79,15 +102,19 @@ fn same_value(tool: &'static str, recorded: &[u8], again: &[u8]) -> Result<(), E
     ))
 }
 
-/// A record opened to decode it (the error names the tool and key). Compiled once, like
-/// [`opened_to_verify`]: the generic code only calls it.
-fn opened<'a>(tool: &'static str, key: &Key, bytes: &'a [u8]) -> Result<Envelope<'a>, Error> {
-    open(bytes).map_err(|e| decode_error(tool, key, e))
+/// The value of an `Ok` record, to decode; else the error the record answers with (a
+/// marker's), naming the tool and key. Compiled once: the generic code only calls it.
+fn ok_value<'a>(tool: &'static str, key: &Key, bytes: &'a [u8]) -> Result<&'a [u8], Error> {
+    match open(bytes) {
+        Ok(Envelope::Ok(value)) => Ok(value),
+        Ok(other) => Err(marker_error(tool, key, other)),
+        Err(e) => Err(decode_error(tool, key, e)),
+    }
 }
 
-/// A record just encoded, opened to verify it.
-fn opened_to_verify<'a>(tool: &'static str, bytes: &'a [u8]) -> Result<Envelope<'a>, Error> {
-    open(bytes).map_err(|e| encode_error(tool, e))
+/// A record opened to decode it (the error names the tool and key).
+fn opened<'a>(tool: &'static str, key: &Key, bytes: &'a [u8]) -> Result<Envelope<'a>, Error> {
+    open(bytes).map_err(|e| decode_error(tool, key, e))
 }
 
 impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
@@ -103,24 +130,17 @@ impl<T: Serialize + DeserializeOwned, E> ResultCodec<T, E> for OkOnly {
     }
 
     fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
-        match opened(tool, key, bytes)? {
-            Envelope::Ok(value) => match de::decode_value(value) {
+        match ok_value(tool, key, bytes) {
+            Ok(value) => match de::decode_value(value) {
                 Ok(value) => Ok(Ok(value)),
                 Err(e) => Err(decode_error(tool, key, e)),
             },
-            other => Err(marker_error(tool, key, other)),
+            Err(error) => Err(error),
         }
     }
 
     fn verify(tool: &'static str, bytes: &[u8]) -> Result<Names, Error> {
-        match opened_to_verify(tool, bytes)? {
-            Envelope::Ok(value) => verify_value::<T>(tool, value),
-            Envelope::Err(_) => Err(encode_error(
-                tool,
-                "this tool records `Ok` results only, in format version 1",
-            )),
-            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(Names::default()),
-        }
+        verify_record(tool, bytes, round_trip::<T>, None)
     }
 }
 
@@ -141,7 +161,7 @@ where
     }
 
     fn decode(tool: &'static str, key: &Key, bytes: &[u8]) -> Result<Result<T, E>, Error> {
-        match opened(tool, key, bytes)? {
+        match tri!(opened(tool, key, bytes)) {
             Envelope::Ok(value) => match de::decode_value(value) {
                 Ok(value) => Ok(Ok(value)),
                 Err(e) => Err(decode_error(tool, key, e)),
@@ -155,10 +175,6 @@ where
     }
 
     fn verify(tool: &'static str, bytes: &[u8]) -> Result<Names, Error> {
-        match opened_to_verify(tool, bytes)? {
-            Envelope::Ok(value) => verify_value::<T>(tool, value),
-            Envelope::Err(value) => verify_value::<E>(tool, value),
-            Envelope::NotReplayable { .. } | Envelope::Interrupted { .. } => Ok(Names::default()),
-        }
+        verify_record(tool, bytes, round_trip::<T>, Some(round_trip::<E>))
     }
 }

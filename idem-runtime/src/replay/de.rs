@@ -8,7 +8,7 @@ mod variant;
 
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
 
-use super::format::{FormatError, MAX_DEPTH, Reader, tag, tag_name};
+use super::format::{FormatError, MAX_DEPTH, Reader, tag, tag_name, tri};
 use super::head::{self, Head};
 use serde::de::value::BorrowedStrDeserializer;
 use variant::Variant;
@@ -102,52 +102,49 @@ impl<'de> Decoder<'de> {
         self.depth -= 1;
     }
 
+    // `matches!` rather than `is_err`, here and in `entries`: a call in a debug build, compiled
+    // once more for every visitor's value type.
+    #[allow(clippy::redundant_pattern_matching)]
     #[inline]
     fn seq<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
-        self.descend()?;
+        tri!(self.descend());
         let mut access = Elements {
             de: self,
             left: len,
         };
         let value = visitor.visit_seq(&mut access);
-        let left = access.left;
-        self.ascend();
-        let value = value?;
-        all_read(left, "elements")?;
-        Ok(value)
-    }
-
-    #[inline]
-    fn map<V: Visitor<'de>>(&mut self, len: usize, visitor: V) -> Result<V::Value, FormatError> {
-        self.entries(len, None, visitor)
+        match access.end(matches!(value, Err(_))) {
+            None => value,
+            Some(error) => Err(error),
+        }
     }
 
     /// The `len` entries of a map, or (`variant`) the one entry of a variant read as a map,
     /// offered to the visitor; every one must be read.
+    #[allow(clippy::redundant_pattern_matching)]
     fn entries<V: Visitor<'de>>(
         &mut self,
         len: usize,
         variant: Option<VariantEntry<'de>>,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        self.descend()?;
+        tri!(self.descend());
         let mut access = Entries {
             de: self,
             left: len,
             variant,
         };
         let value = visitor.visit_map(&mut access);
-        let read = all_entries_read(access.left, access.variant.is_some());
-        self.ascend();
-        let value = value?;
-        read?;
-        Ok(value)
+        match access.end(matches!(value, Err(_))) {
+            None => value,
+            Some(error) => Err(error),
+        }
     }
 
     /// The value after a `Some` (or a value recorded before its field became optional).
     #[inline]
     fn some<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        self.descend()?;
+        tri!(self.descend());
         let value = visitor.visit_some(&mut *self);
         self.ascend();
         value
@@ -155,7 +152,7 @@ impl<'de> Decoder<'de> {
 
     /// The value tagged `t`, as the type's visitor takes it.
     fn any_tagged<V: Visitor<'de>>(&mut self, t: u8, visitor: V) -> Result<V::Value, FormatError> {
-        match head::read(&mut self.reader, t)? {
+        match tri!(head::read(&mut self.reader, t)) {
             Head::None => visitor.visit_none(),
             Head::Some => self.some(visitor),
             Head::Unit => visitor.visit_unit(),
@@ -180,42 +177,17 @@ impl<'de> Decoder<'de> {
             Head::Bytes(v) => visitor.visit_borrowed_bytes(v),
             // A set reads as the sequence it was written as; the type decides what it holds.
             Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
-            Head::Map(len) => self.map(len, visitor),
-            Head::Variant(kind, name) => self.variant_as_map(kind, name, visitor),
+            Head::Map(len) => self.entries(len, None, visitor),
+            Head::Variant(kind, name) => self.entries(1, VariantEntry::as_map(kind, name), visitor),
         }
     }
-
-    /// A newtype, tuple or struct variant (`kind`) named `name`, read without its enum: as
-    /// JSON shows it, a one-entry map from the name to the content (through the same
-    /// [`Entries`] as a map, so that a visitor's `visit_map` is compiled once).
-    fn variant_as_map<V: Visitor<'de>>(
-        &mut self,
-        kind: u8,
-        name: &'de str,
-        visitor: V,
-    ) -> Result<V::Value, FormatError> {
-        let entry = VariantEntry {
-            kind,
-            name: Some(name),
-        };
-        self.entries(1, Some(entry), visitor)
-    }
 }
 
-/// The error for the entries of a map the type did not read to their end (`left` of them), or
-/// for a variant read as a map whose content it did not read (`variant_unread`).
-fn all_entries_read(left: usize, variant_unread: bool) -> Result<(), FormatError> {
-    if variant_unread {
-        return Err(FormatError::new("the content of a variant was not read"));
-    }
-    all_read(left, "entries")
-}
-
-/// The error for a collection the type did not read to its end.
-fn all_read(left: usize, what: &str) -> Result<(), FormatError> {
+/// The error for a collection the type did not read to its end (`left` of its `what`).
+fn unread(left: usize, what: &str) -> Option<FormatError> {
     match left {
-        0 => Ok(()),
-        left => Err(FormatError::new(format!(
+        0 => None,
+        left => Some(FormatError::new(format!(
             "the record holds {left} more {what} than the type reads"
         ))),
     }
@@ -235,19 +207,19 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
 
     #[inline]
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
-        let t = self.tag()?;
+        let t = tri!(self.tag());
         self.any_tagged(t, visitor)
     }
 
     #[inline]
     fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.peek_tag()? {
+        match tri!(self.peek_tag()) {
             tag::NONE => {
-                self.tag()?;
+                tri!(self.tag());
                 visitor.visit_none()
             }
             tag::SOME => {
-                self.tag()?;
+                tri!(self.tag());
                 self.some(visitor)
             }
             // A value recorded before a field became optional.
@@ -260,7 +232,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         _name: &'static str,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        self.descend()?;
+        tri!(self.descend());
         let value = visitor.visit_newtype_struct(&mut *self);
         self.ascend();
         value
@@ -272,7 +244,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        let t = self.tag()?;
+        let t = tri!(self.tag());
         let kind = match t {
             tag::UNIT_VARIANT | tag::NEWTYPE_VARIANT | tag::TUPLE_VARIANT | tag::STRUCT_VARIANT => {
                 t
@@ -287,8 +259,8 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
                 )));
             }
         };
-        let name = self.reader.str()?;
-        self.descend()?;
+        let name = tri!(self.reader.str());
+        tri!(self.descend());
         let value = visitor.visit_enum(Variant {
             de: &mut *self,
             kind,
@@ -358,6 +330,22 @@ struct Elements<'a, 'de> {
     left: usize,
 }
 
+impl Elements<'_, '_> {
+    /// Ends the sequence, one level up again: the error to answer instead of the value read,
+    /// if the type did not read every element and did not fail (`failed`: its error comes
+    /// first, it stopped reading because of it). Compiled once, so that the code compiled for
+    /// every visitor only picks between the value and this error.
+    #[cfg_attr(not(debug_assertions), inline)]
+    fn end(self, failed: bool) -> Option<FormatError> {
+        self.de.ascend();
+        if failed {
+            None
+        } else {
+            unread(self.left, "elements")
+        }
+    }
+}
+
 impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
     type Error = FormatError;
 
@@ -399,7 +387,31 @@ struct VariantEntry<'de> {
     name: Option<&'de str>,
 }
 
+impl<'de> VariantEntry<'de> {
+    /// A newtype, tuple or struct variant (`kind`) named `name`, read without its enum: as
+    /// JSON shows it, a one-entry map from the name to the content (read through the same
+    /// [`Entries`] as a map, so that a visitor's `visit_map` is compiled once).
+    fn as_map(kind: u8, name: &'de str) -> Option<Self> {
+        Some(VariantEntry {
+            kind,
+            name: Some(name),
+        })
+    }
+}
+
 impl<'de> Entries<'_, 'de> {
+    /// Ends the map, as [`Elements::end`] ends a sequence (a variant read as a map must have
+    /// its content read).
+    #[cfg_attr(not(debug_assertions), inline)]
+    fn end(self, failed: bool) -> Option<FormatError> {
+        self.de.ascend();
+        match (failed, self.variant) {
+            (true, _) => None,
+            (false, Some(_)) => Some(FormatError::new("the content of a variant was not read")),
+            (false, None) => unread(self.left, "entries"),
+        }
+    }
+
     /// The name of the variant read as this map, the first time it is asked for: its one key.
     fn variant_name(&mut self) -> Option<&'de str> {
         self.variant.as_mut()?.name.take()

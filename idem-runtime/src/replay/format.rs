@@ -59,6 +59,21 @@ pub(super) mod tag {
 /// `serde_json`: deeper input is refused rather than risking the stack.
 pub(super) const MAX_DEPTH: usize = 128;
 
+/// `?` for the code compiled once per type a crate records (the serde `Serializer`'s and
+/// `Deserializer`'s generic methods): the error is already a [`FormatError`], so the match is
+/// written out, where `?` would call `Try::branch` and `FromResidual::from_residual` — in a
+/// debug build, a copy of the latter for every value type, and some 15 lines of IR at each
+/// use (BENCHMARKS.md, "Compile cost"; `serde_json` has the same macro for the same reason).
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(value) => value,
+            Err(error) => return Err(error),
+        }
+    };
+}
+pub(super) use tri;
+
 /// What went wrong while encoding or decoding a value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct FormatError(pub(super) String);

@@ -3,7 +3,7 @@
 use serde::Serialize;
 use serde::ser;
 
-use super::format::{FormatError, put_str, put_varint, put_varint128, tag, zigzag, zigzag128};
+use super::format::{FormatError, put_str, put_varint, put_varint128, tag, tri, zigzag, zigzag128};
 use crate::key::sets::{UNORDERED_MAGIC, iterable_is_set};
 
 /// Appends the encoding of `value` to `out`; returns the names its types passed on the way.
@@ -16,7 +16,7 @@ pub(super) fn encode_value<T: Serialize + ?Sized>(
         set_at: None,
         names: Names::default(),
     };
-    value.serialize(&mut encoder)?;
+    tri!(value.serialize(&mut encoder));
     Ok(encoder.names)
 }
 
@@ -370,7 +370,7 @@ impl<'a, 'o> ser::Serializer for &'a mut Encoder<'o> {
         };
         let mut seq = self.sequence(set, len);
         for item in iter {
-            seq.element(&item)?;
+            tri!(seq.element(&item));
         }
         seq.finish()
     }

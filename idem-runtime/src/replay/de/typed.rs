@@ -7,8 +7,8 @@
 
 use serde::de::{self, Unexpected, Visitor};
 
-use super::Decoder;
-use crate::replay::format::{FormatError, tag};
+use super::{Decoder, VariantEntry};
+use crate::replay::format::{FormatError, tag, tri};
 use crate::replay::head::{self, Head};
 use crate::replay::node;
 
@@ -24,7 +24,7 @@ impl<'de> Decoder<'de> {
 
     /// An integer of up to 64 bits, at its recorded width (a visitor may take only its own).
     pub(super) fn integer<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.head()? {
+        match tri!(self.head()) {
             Head::U8(v) => visitor.visit_u8(v),
             Head::U16(v) => visitor.visit_u16(v),
             Head::U32(v) => visitor.visit_u32(v),
@@ -42,8 +42,8 @@ impl<'de> Decoder<'de> {
         &mut self,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        match self.peek_tag()? {
-            tag::U128 | tag::I128 => match self.head()? {
+        match tri!(self.peek_tag()) {
+            tag::U128 | tag::I128 => match tri!(self.head()) {
                 Head::U128(v) => visitor.visit_u128(v),
                 Head::I128(v) => visitor.visit_i128(v),
                 other => Err(invalid(other, &visitor)),
@@ -54,8 +54,8 @@ impl<'de> Decoder<'de> {
 
     /// A float, as its bits were recorded, or an integer.
     pub(super) fn float<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.peek_tag()? {
-            tag::F32 | tag::F64 => match self.head()? {
+        match tri!(self.peek_tag()) {
+            tag::F32 | tag::F64 => match tri!(self.head()) {
                 Head::F32(bits) => visitor.visit_f32(f32::from_bits(bits)),
                 Head::F64(bits) => visitor.visit_f64(f64::from_bits(bits)),
                 other => Err(invalid(other, &visitor)),
@@ -68,11 +68,28 @@ impl<'de> Decoder<'de> {
     /// text it is, which every visitor of text takes), or bytes (a visitor of text may take
     /// them).
     pub(super) fn text<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.head()? {
-            Head::Str(v) | Head::UnitVariant(v) => visitor.visit_borrowed_str(v),
-            Head::Char(v) => visitor.visit_str(char_text(v, &mut [0; 4])),
-            Head::Bytes(v) => visitor.visit_borrowed_bytes(v),
-            other => Err(invalid(other, &visitor)),
+        let mut buf = [0; 4];
+        match self.text_head(&mut buf, &visitor) {
+            Ok(Text::Borrowed(v)) => visitor.visit_borrowed_str(v),
+            Ok(Text::Char(v)) => visitor.visit_str(v),
+            Ok(Text::Bytes(v)) => visitor.visit_borrowed_bytes(v),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// What [`text`](Self::text) offers its visitor, read (compiled once: a crate's every
+    /// struct has a visitor of text, its fields' names); a char is written in `buf`.
+    #[cfg_attr(not(debug_assertions), inline)]
+    fn text_head<'b>(
+        &mut self,
+        buf: &'b mut [u8; 4],
+        expected: &dyn de::Expected,
+    ) -> Result<Text<'de, 'b>, FormatError> {
+        match tri!(self.head()) {
+            Head::Str(v) | Head::UnitVariant(v) => Ok(Text::Borrowed(v)),
+            Head::Char(v) => Ok(Text::Char(v.encode_utf8(buf))),
+            Head::Bytes(v) => Ok(Text::Bytes(v)),
+            other => Err(invalid(other, expected)),
         }
     }
 
@@ -81,7 +98,7 @@ impl<'de> Decoder<'de> {
         &mut self,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        match self.head()? {
+        match tri!(self.head()) {
             Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
             other => Err(invalid(other, &visitor)),
         }
@@ -89,25 +106,36 @@ impl<'de> Decoder<'de> {
 
     /// A map, or a newtype, tuple or struct variant read as `{name: content}`.
     pub(super) fn mapping<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.head()? {
-            Head::Map(len) => self.map(len, visitor),
-            Head::Variant(kind, name) => self.variant_as_map(kind, name, visitor),
+        match tri!(self.head()) {
+            Head::Map(len) => self.entries(len, None, visitor),
+            Head::Variant(kind, name) => self.entries(1, VariantEntry::as_map(kind, name), visitor),
             other => Err(invalid(other, &visitor)),
         }
     }
 
     /// A struct: a map of its fields, or a sequence of them (or a variant read as a map).
     pub(super) fn fields<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.head()? {
-            Head::Map(len) => self.map(len, visitor),
-            Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
-            Head::Variant(kind, name) => self.variant_as_map(kind, name, visitor),
-            other => Err(invalid(other, &visitor)),
+        match self.fields_head(&visitor) {
+            Ok(Fields::Map(len, variant)) => self.entries(len, variant, visitor),
+            Ok(Fields::Seq(len)) => self.seq(len, visitor),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// What [`fields`](Self::fields) offers its visitor, read (compiled once: a crate's every
+    /// struct has a visitor of fields).
+    #[cfg_attr(not(debug_assertions), inline)]
+    fn fields_head(&mut self, expected: &dyn de::Expected) -> Result<Fields<'de>, FormatError> {
+        match tri!(self.head()) {
+            Head::Map(len) => Ok(Fields::Map(len, None)),
+            Head::Seq(len) | Head::Set(len) => Ok(Fields::Seq(len)),
+            Head::Variant(kind, name) => Ok(Fields::Map(1, VariantEntry::as_map(kind, name))),
+            other => Err(invalid(other, expected)),
         }
     }
 
     pub(super) fn boolean<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.head()? {
+        match tri!(self.head()) {
             Head::Bool(v) => visitor.visit_bool(v),
             other => Err(invalid(other, &visitor)),
         }
@@ -118,7 +146,7 @@ impl<'de> Decoder<'de> {
         &mut self,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        match self.head()? {
+        match tri!(self.head()) {
             Head::Char(v) => visitor.visit_char(v),
             Head::Str(v) => visitor.visit_borrowed_str(v),
             other => Err(invalid(other, &visitor)),
@@ -127,7 +155,7 @@ impl<'de> Decoder<'de> {
 
     /// Bytes, or what `serde_bytes` also reads them from: a sequence, text.
     pub(super) fn bytes<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.head()? {
+        match tri!(self.head()) {
             Head::Bytes(v) => visitor.visit_borrowed_bytes(v),
             Head::Str(v) => visitor.visit_borrowed_str(v),
             Head::Seq(len) | Head::Set(len) => self.seq(len, visitor),
@@ -136,7 +164,7 @@ impl<'de> Decoder<'de> {
     }
 
     pub(super) fn unit<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        match self.head()? {
+        match tri!(self.head()) {
             Head::Unit => visitor.visit_unit(),
             other => Err(invalid(other, &visitor)),
         }
@@ -144,15 +172,24 @@ impl<'de> Decoder<'de> {
 
     /// Skips the value (read as a tree, which the visitor never sees).
     pub(super) fn ignored<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        let t = self.tag()?;
-        node::read_tagged(&mut self.reader, t, self.depth)?;
+        let t = tri!(self.tag());
+        tri!(node::read_tagged(&mut self.reader, t, self.depth));
         visitor.visit_unit()
     }
 }
 
-/// `c` as text, in `buf` (compiled once: the generic callers only pass it on).
-fn char_text(c: char, buf: &mut [u8; 4]) -> &str {
-    c.encode_utf8(buf)
+/// What a request for a struct reads: the entries of a map (or of a variant read as a map),
+/// or the elements of a sequence.
+enum Fields<'de> {
+    Map(usize, Option<VariantEntry<'de>>),
+    Seq(usize),
+}
+
+/// What a request for text reads: text borrowed from the record, a char's text, or bytes.
+enum Text<'de, 'b> {
+    Borrowed(&'de str),
+    Char(&'b str),
+    Bytes(&'de [u8]),
 }
 
 /// The error for a value of another kind than the type asked for (compiled once: the generic

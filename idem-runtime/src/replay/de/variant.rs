@@ -6,7 +6,7 @@ use serde::de::value::BorrowedStrDeserializer;
 use serde::de::{self, DeserializeSeed, Visitor};
 
 use super::Decoder;
-use crate::replay::format::{FormatError, tag, tag_name};
+use crate::replay::format::{FormatError, tag, tag_name, tri};
 
 /// A variant read by `deserialize_enum`.
 pub(super) struct Variant<'a, 'de> {
@@ -24,7 +24,7 @@ impl<'a, 'de> de::EnumAccess<'de> for Variant<'a, 'de> {
         seed: S,
     ) -> Result<(S::Value, Self), FormatError> {
         let name = BorrowedStrDeserializer::<FormatError>::new(self.name);
-        let value = seed.deserialize(name)?;
+        let value = tri!(seed.deserialize(name));
         Ok((value, self))
     }
 }
@@ -55,7 +55,7 @@ impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
         self,
         seed: S,
     ) -> Result<S::Value, FormatError> {
-        self.expect(tag::NEWTYPE_VARIANT)?;
+        tri!(self.expect(tag::NEWTYPE_VARIANT));
         seed.deserialize(&mut *self.de)
     }
 
@@ -64,8 +64,8 @@ impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
         _len: usize,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        self.expect(tag::TUPLE_VARIANT)?;
-        let len = self.de.reader.count(1)?;
+        tri!(self.expect(tag::TUPLE_VARIANT));
+        let len = tri!(self.de.reader.count(1));
         self.de.seq(len, visitor)
     }
 
@@ -74,9 +74,9 @@ impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
         _fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        self.expect(tag::STRUCT_VARIANT)?;
-        let len = self.de.reader.count(2)?;
-        self.de.map(len, visitor)
+        tri!(self.expect(tag::STRUCT_VARIANT));
+        let len = tri!(self.de.reader.count(2));
+        self.de.entries(len, None, visitor)
     }
 }
 

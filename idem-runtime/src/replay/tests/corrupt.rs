@@ -305,6 +305,32 @@ fn entries_a_type_does_not_read_are_a_decode_error() {
     );
 }
 
+/// A type that fails partway through a map or a sequence leaves the rest unread because of its
+/// error: that error is the one answered, not the entries or elements it did not reach.
+#[test]
+fn a_type_error_is_answered_before_what_it_left_unread() {
+    #[derive(Debug, Serialize, Deserialize)]
+    struct Pair {
+        a: u8,
+        b: u8,
+    }
+    let map = ok_record(BTreeMap::from([
+        ("a".to_owned(), "x".to_owned()),
+        ("b".to_owned(), "y".to_owned()),
+    ]));
+    let decoded = <OkOnly as ResultCodec<Pair, ()>>::decode(TOOL, &key(), &map);
+    assert!(
+        matches!(&decoded, Err(Error::Decode { message, .. }) if message.contains("invalid type") && !message.contains("more entries")),
+        "{decoded:?}"
+    );
+    let seq = ok_record(vec!["x".to_owned(), "y".to_owned()]);
+    let decoded = <OkOnly as ResultCodec<Vec<u8>, ()>>::decode(TOOL, &key(), &seq);
+    assert!(
+        matches!(&decoded, Err(Error::Decode { message, .. }) if message.contains("invalid type") && !message.contains("more elements")),
+        "{decoded:?}"
+    );
+}
+
 /// A field that reads nothing of its value (a `deserialize_with` that ignores its input).
 #[derive(Debug, Serialize, Deserialize)]
 struct ReadsNothing {
