@@ -9,8 +9,7 @@ mod variant;
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
 
 use super::format::{FormatError, MAX_DEPTH, Reader, tag, tag_name, tri};
-use super::head::{self, Head};
-use serde::de::value::BorrowedStrDeserializer;
+use super::head::Head;
 use variant::Variant;
 
 /// Decodes one value that must fill `bytes` exactly.
@@ -52,6 +51,11 @@ pub(super) struct Decoder<'de> {
     /// variant read as a map's value is a sequence or a map whose count follows the variant's
     /// name ([`Entries::next_value_seed`]).
     tag: Option<u8>,
+    /// The next value, when it is not in the input: a string, the name of a variant read as
+    /// the key of the one-entry map it is read as ([`Entries::next_key_seed`]), or as the
+    /// identifier of an enum's variant ([`Variant`]). Read through the same requests as a
+    /// value in the input, so that a key's visitor is compiled for this decoder alone.
+    name: Option<&'de str>,
 }
 
 impl<'de> Decoder<'de> {
@@ -60,6 +64,7 @@ impl<'de> Decoder<'de> {
             reader: Reader::new(input),
             depth: 0,
             tag: None,
+            name: None,
         }
     }
 
@@ -77,10 +82,36 @@ impl<'de> Decoder<'de> {
     /// The next value's tag, not read.
     #[cfg_attr(not(debug_assertions), inline)]
     fn peek_tag(&self) -> Result<u8, FormatError> {
+        if self.name.is_some() {
+            return Ok(tag::STR);
+        }
         match self.tag {
             Some(t) => Ok(t),
             None => self.reader.peek(),
         }
+    }
+
+    /// The kind and the name of the next value, a variant (a string names a unit variant, as
+    /// in JSON). Compiled once, like [`head`](Self::head).
+    fn variant_head(&mut self) -> Result<(u8, &'de str), FormatError> {
+        if let Some(name) = self.name.take() {
+            return Ok((tag::UNIT_VARIANT, name));
+        }
+        let kind = match self.tag()? {
+            t @ (tag::UNIT_VARIANT
+            | tag::NEWTYPE_VARIANT
+            | tag::TUPLE_VARIANT
+            | tag::STRUCT_VARIANT) => t,
+            tag::STR => tag::UNIT_VARIANT,
+            other => {
+                return Err(FormatError::new(format!(
+                    "expected an enum variant, found {} at byte {}",
+                    tag_name(other),
+                    self.reader.offset().saturating_sub(1)
+                )));
+            }
+        };
+        Ok((kind, self.reader.str()?))
     }
 
     /// One level deeper, within [`MAX_DEPTH`] (compiled once: the generic code only calls it).
@@ -150,9 +181,13 @@ impl<'de> Decoder<'de> {
         value
     }
 
-    /// The value tagged `t`, as the type's visitor takes it.
-    fn any_tagged<V: Visitor<'de>>(&mut self, t: u8, visitor: V) -> Result<V::Value, FormatError> {
-        match tri!(head::read(&mut self.reader, t)) {
+    /// The value `head` begins, as the type's visitor takes it.
+    fn any<V: Visitor<'de>>(
+        &mut self,
+        head: Head<'de>,
+        visitor: V,
+    ) -> Result<V::Value, FormatError> {
+        match head {
             Head::None => visitor.visit_none(),
             Head::Some => self.some(visitor),
             Head::Unit => visitor.visit_unit(),
@@ -207,8 +242,8 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
 
     #[inline]
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, FormatError> {
-        let t = tri!(self.tag());
-        self.any_tagged(t, visitor)
+        let head = tri!(self.head());
+        self.any(head, visitor)
     }
 
     #[inline]
@@ -244,22 +279,7 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        let t = tri!(self.tag());
-        let kind = match t {
-            tag::UNIT_VARIANT | tag::NEWTYPE_VARIANT | tag::TUPLE_VARIANT | tag::STRUCT_VARIANT => {
-                t
-            }
-            // A plain string names a unit variant, as in JSON.
-            tag::STR => tag::UNIT_VARIANT,
-            other => {
-                return Err(FormatError::new(format!(
-                    "expected an enum variant, found {} at byte {}",
-                    tag_name(other),
-                    self.reader.offset().saturating_sub(1)
-                )));
-            }
-        };
-        let name = tri!(self.reader.str());
+        let (kind, name) = tri!(self.variant_head());
         tri!(self.descend());
         let value = visitor.visit_enum(Variant {
             de: &mut *self,
@@ -405,6 +425,7 @@ impl<'de> Entries<'_, 'de> {
     #[cfg_attr(not(debug_assertions), inline)]
     fn end(self, failed: bool) -> Option<FormatError> {
         self.de.ascend();
+        self.de.name = None; // a key read, its value not: not the next value after the map
         match (failed, self.variant) {
             (true, _) => None,
             (false, Some(_)) => Some(FormatError::new("the content of a variant was not read")),
@@ -412,9 +433,29 @@ impl<'de> Entries<'_, 'de> {
         }
     }
 
-    /// The name of the variant read as this map, the first time it is asked for: its one key.
-    fn variant_name(&mut self) -> Option<&'de str> {
-        self.variant.as_mut()?.name.take()
+    /// Whether an entry is left: if so, it is counted read, and the name of the variant read
+    /// as this map, the first time, is the decoder's next value (the entry's key).
+    #[cfg_attr(not(debug_assertions), inline)]
+    fn next_key(&mut self) -> bool {
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        self.de.name = self
+            .variant
+            .as_mut()
+            .and_then(|variant| variant.name.take());
+        true
+    }
+
+    /// Readies the entry's value: a key that did not read the variant's name does not leave it
+    /// to be read as the value, and a variant's content has the tag of what it is.
+    #[cfg_attr(not(debug_assertions), inline)]
+    fn next_value(&mut self) {
+        self.de.name = None;
+        if let Some(variant) = self.variant.take() {
+            self.de.tag = variant::content_tag(variant.kind);
+        }
     }
 }
 
@@ -426,15 +467,10 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
         &mut self,
         seed: K,
     ) -> Result<Option<K::Value>, FormatError> {
-        if self.left == 0 {
+        if !self.next_key() {
             return Ok(None);
         }
-        self.left -= 1;
-        let key = match self.variant_name() {
-            Some(name) => seed.deserialize(BorrowedStrDeserializer::<FormatError>::new(name)),
-            None => seed.deserialize(&mut *self.de),
-        };
-        match key {
+        match seed.deserialize(&mut *self.de) {
             Ok(key) => Ok(Some(key)),
             Err(error) => Err(error),
         }
@@ -448,9 +484,7 @@ impl<'de> de::MapAccess<'de> for Entries<'_, 'de> {
         &mut self,
         seed: S,
     ) -> Result<S::Value, FormatError> {
-        if let Some(variant) = self.variant.take() {
-            self.de.tag = variant::content_tag(variant.kind);
-        }
+        self.next_value();
         let value = seed.deserialize(&mut *self.de);
         // A body the value did not read (a `deserialize_with` that reads nothing, an error
         // the type swallowed) is not offered to the next read: its count is.

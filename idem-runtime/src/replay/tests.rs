@@ -13,6 +13,7 @@ use crate::key::Key;
 
 mod corrupt;
 mod fidelity;
+mod names;
 mod order;
 mod props;
 mod rendering;

@@ -18,6 +18,9 @@ impl<'de> Decoder<'de> {
     /// The head of the next value.
     #[cfg_attr(not(debug_assertions), inline)]
     pub(super) fn head(&mut self) -> Result<Head<'de>, FormatError> {
+        if let Some(name) = self.name.take() {
+            return Ok(Head::Str(name));
+        }
         let t = self.tag()?;
         head::read(&mut self.reader, t)
     }
@@ -172,9 +175,19 @@ impl<'de> Decoder<'de> {
 
     /// Skips the value (read as a tree, which the visitor never sees).
     pub(super) fn ignored<V: Visitor<'de>>(&mut self, visitor: V) -> Result<V::Value, FormatError> {
-        let t = tri!(self.tag());
-        tri!(node::read_tagged(&mut self.reader, t, self.depth));
+        tri!(self.skip());
         visitor.visit_unit()
+    }
+}
+
+impl Decoder<'_> {
+    /// Skips the next value (compiled once: see [`ignored`](Self::ignored)).
+    fn skip(&mut self) -> Result<(), FormatError> {
+        if self.name.take().is_some() {
+            return Ok(());
+        }
+        let t = self.tag()?;
+        node::read_tagged(&mut self.reader, t, self.depth).map(drop)
     }
 }
 

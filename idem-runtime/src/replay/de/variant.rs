@@ -2,7 +2,6 @@
 //! guidance (`deserialize_any`, or a map or struct asked for), as JSON shows them:
 //! `{name: content}`.
 
-use serde::de::value::BorrowedStrDeserializer;
 use serde::de::{self, DeserializeSeed, Visitor};
 
 use super::Decoder;
@@ -23,14 +22,18 @@ impl<'a, 'de> de::EnumAccess<'de> for Variant<'a, 'de> {
         self,
         seed: S,
     ) -> Result<(S::Value, Self), FormatError> {
-        let name = BorrowedStrDeserializer::<FormatError>::new(self.name);
-        let value = tri!(seed.deserialize(name));
+        // Its name, read as a string, as the decoder's next value.
+        self.de.name = Some(self.name);
+        let value = tri!(seed.deserialize(&mut *self.de));
         Ok((value, self))
     }
 }
 
 impl<'de> Variant<'_, 'de> {
-    fn expect(&self, wanted: u8) -> Result<(), FormatError> {
+    /// Checks that the variant is of the kind the type reads (`wanted`), its name read (or
+    /// left unread by the type, then not offered as its content).
+    fn expect(&mut self, wanted: u8) -> Result<(), FormatError> {
+        self.de.name = None;
         if self.kind == wanted {
             Ok(())
         } else {
@@ -47,12 +50,12 @@ impl<'de> Variant<'_, 'de> {
 impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
     type Error = FormatError;
 
-    fn unit_variant(self) -> Result<(), FormatError> {
+    fn unit_variant(mut self) -> Result<(), FormatError> {
         self.expect(tag::UNIT_VARIANT)
     }
 
     fn newtype_variant_seed<S: DeserializeSeed<'de>>(
-        self,
+        mut self,
         seed: S,
     ) -> Result<S::Value, FormatError> {
         tri!(self.expect(tag::NEWTYPE_VARIANT));
@@ -60,7 +63,7 @@ impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
     }
 
     fn tuple_variant<V: Visitor<'de>>(
-        self,
+        mut self,
         _len: usize,
         visitor: V,
     ) -> Result<V::Value, FormatError> {
@@ -70,7 +73,7 @@ impl<'de> de::VariantAccess<'de> for Variant<'_, 'de> {
     }
 
     fn struct_variant<V: Visitor<'de>>(
-        self,
+        mut self,
         _fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, FormatError> {
