@@ -351,6 +351,16 @@ struct Elements<'a, 'de> {
 }
 
 impl Elements<'_, '_> {
+    /// Whether an element is left: if so, it is counted read.
+    #[cfg_attr(not(debug_assertions), inline)]
+    fn next(&mut self) -> bool {
+        if self.left == 0 {
+            return false;
+        }
+        self.left -= 1;
+        true
+    }
+
     /// Ends the sequence, one level up again: the error to answer instead of the value read,
     /// if the type did not read every element and did not fail (`failed`: its error comes
     /// first, it stopped reading because of it). Compiled once, so that the code compiled for
@@ -374,10 +384,9 @@ impl<'de> de::SeqAccess<'de> for Elements<'_, 'de> {
         &mut self,
         seed: S,
     ) -> Result<Option<S::Value>, FormatError> {
-        if self.left == 0 {
+        if !self.next() {
             return Ok(None);
         }
-        self.left -= 1;
         match seed.deserialize(&mut *self.de) {
             Ok(element) => Ok(Some(element)),
             Err(error) => Err(error),

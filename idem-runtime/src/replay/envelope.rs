@@ -95,27 +95,35 @@ pub(super) fn encode_error(tool: &'static str, message: impl ToString) -> Error 
 }
 
 /// Writes the envelope and `value` into `out`, emptied first; returns the names `value`'s types
-/// passed (see [`Names`]).
+/// passed (see [`Names`]). Only the encoding of the value is compiled for every result type.
 pub(super) fn encode_record<V: Serialize + ?Sized>(
     tool: &'static str,
     kind: u8,
     value: &V,
     out: &mut Vec<u8>,
 ) -> Result<Names, Error> {
-    out.clear();
-    out.extend_from_slice(&[VERSION, kind]);
-    // `match`, not `map_err` with a closure, here and in the generic code around it: each
-    // closure would compile `Result::map_err` once more for every result type.
-    match ser::encode_value(value, out) {
-        Ok(names) => Ok(names),
-        Err(e) => Err(failed_encoding(tool, out, e)),
-    }
+    start_record(kind, out);
+    let encoded = ser::encode_value(value, out);
+    encoded_record(tool, out, encoded)
 }
 
-/// The error of an encoding that failed, its partial output cleared.
-fn failed_encoding(tool: &'static str, out: &mut Vec<u8>, e: FormatError) -> Error {
+/// Empties `out` and writes the envelope of a record of `kind`.
+fn start_record(kind: u8, out: &mut Vec<u8>) {
     out.clear();
-    encode_error(tool, e)
+    out.extend_from_slice(&[VERSION, kind]);
+}
+
+/// What encoding a record's value gave: the names its types passed, or the error, its partial
+/// output cleared.
+fn encoded_record(
+    tool: &'static str,
+    out: &mut Vec<u8>,
+    encoded: Result<Names, FormatError>,
+) -> Result<Names, Error> {
+    encoded.map_err(|e| {
+        out.clear();
+        encode_error(tool, e)
+    })
 }
 
 /// The result of a marker or of an envelope its codec cannot hold.
