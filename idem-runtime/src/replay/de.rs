@@ -91,11 +91,13 @@ impl<'de> Decoder<'de> {
         }
     }
 
-    /// The kind and the name of the next value, a variant (a string names a unit variant, as
-    /// in JSON). Compiled once, like [`head`](Self::head).
-    fn variant_head(&mut self) -> Result<(u8, &'de str), FormatError> {
+    /// Enters the next value, a variant: its kind, its name (a string names a unit variant, as
+    /// in JSON), and whether its content is a level deeper — a variant read from the input is;
+    /// a name that is the next value ([`Decoder::name`], a key's) has no content. Compiled
+    /// once, like [`head`](Self::head); [`leave_variant`](Self::leave_variant) follows.
+    fn enter_variant(&mut self) -> Result<(u8, &'de str, bool), FormatError> {
         if let Some(name) = self.name.take() {
-            return Ok((tag::UNIT_VARIANT, name));
+            return Ok((tag::UNIT_VARIANT, name, false));
         }
         let kind = match self.tag()? {
             t @ (tag::UNIT_VARIANT
@@ -111,7 +113,19 @@ impl<'de> Decoder<'de> {
                 )));
             }
         };
-        Ok((kind, self.reader.str()?))
+        let name = self.reader.str()?;
+        self.descend()?;
+        Ok((kind, name, true))
+    }
+
+    /// After the type read the variant [`enter_variant`](Self::enter_variant) entered: a level
+    /// up if it went down, and the variant's name, if the type did not read it, is not the next
+    /// value.
+    fn leave_variant(&mut self, deeper: bool) {
+        self.name = None;
+        if deeper {
+            self.ascend();
+        }
     }
 
     /// One level deeper, within [`MAX_DEPTH`] (compiled once: the generic code only calls it).
@@ -279,14 +293,13 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de> {
         _variants: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, FormatError> {
-        let (kind, name) = tri!(self.variant_head());
-        tri!(self.descend());
+        let (kind, name, deeper) = tri!(self.enter_variant());
         let value = visitor.visit_enum(Variant {
             de: &mut *self,
             kind,
             name,
         });
-        self.ascend();
+        self.leave_variant(deeper);
         value
     }
 
@@ -434,7 +447,6 @@ impl<'de> Entries<'_, 'de> {
     #[cfg_attr(not(debug_assertions), inline)]
     fn end(self, failed: bool) -> Option<FormatError> {
         self.de.ascend();
-        self.de.name = None; // a key read, its value not: not the next value after the map
         match (failed, self.variant) {
             (true, _) => None,
             (false, Some(_)) => Some(FormatError::new("the content of a variant was not read")),

@@ -11,6 +11,7 @@ use super::format::{VERSION, marker, tag};
 use super::*;
 use crate::key::Key;
 
+mod as_json;
 mod corrupt;
 mod fidelity;
 mod names;

@@ -5,11 +5,14 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::de::{self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, VariantAccess};
-use serde::{Deserialize, Serialize};
+use serde::de::{
+    self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, SeqAccess, VariantAccess,
+};
+use serde::{Deserialize, Serialize, Serializer};
 
 use super::{TOOL, key, ok_record};
 use crate::Error;
+use crate::replay::format::{MAX_DEPTH, VERSION, marker, tag};
 use crate::replay::{OkOnly, ResultCodec};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -122,5 +125,93 @@ fn a_name_the_type_does_not_read_is_not_offered_as_the_content() {
     assert_eq!(
         decode::<Content<UNREAD_NAME>>(&a).expect("an enum"),
         Content(7)
+    );
+}
+
+/// Any unit variant, its name not read and no content asked for (which a unit variant allows).
+#[derive(Debug, PartialEq)]
+struct AnyUnit;
+
+impl Serialize for AnyUnit {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_unit_variant("E", 0, "A")
+    }
+}
+
+impl<'de> Deserialize<'de> for AnyUnit {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Unread;
+        impl<'de> de::Visitor<'de> for Unread {
+            type Value = AnyUnit;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a unit variant")
+            }
+            fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<AnyUnit, A::Error> {
+                data.variant_seed(Nothing).map(|_| AnyUnit)
+            }
+        }
+        deserializer.deserialize_enum("E", &["A"], Unread)
+    }
+}
+
+#[test]
+fn a_variant_name_the_type_never_reads_is_not_the_next_value() {
+    let decoded = decode::<(AnyUnit, u8)>(&ok_record((AnyUnit, 5u8)));
+    assert!(matches!(decoded, Ok((AnyUnit, 5))), "{decoded:?}");
+}
+
+/// A unit enum, as a map's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+enum K {
+    A,
+}
+
+/// A `BTreeMap<K, u8>` read inside `MAX_DEPTH - 1` one-element sequences.
+#[derive(Debug, PartialEq, Serialize)]
+struct Deep(BTreeMap<K, u8>);
+
+/// Reads a `BTreeMap<K, u8>` inside `.0` one-element sequences.
+struct Level(usize);
+
+impl<'de> DeserializeSeed<'de> for Level {
+    type Value = BTreeMap<K, u8>;
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        if self.0 == 0 {
+            return BTreeMap::deserialize(deserializer);
+        }
+        struct Outer(usize);
+        impl<'de> de::Visitor<'de> for Outer {
+            type Value = BTreeMap<K, u8>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                seq.next_element_seed(Level(self.0 - 1))?
+                    .ok_or_else(|| de::Error::custom("empty"))
+            }
+        }
+        deserializer.deserialize_seq(Outer(self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for Deep {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Level(MAX_DEPTH - 1).deserialize(deserializer).map(Deep)
+    }
+}
+
+/// A variant's name read as an enum (a map's key) is not a level deeper: it has no content.
+#[test]
+fn a_variant_name_read_as_an_enum_key_fits_at_the_depth_limit() {
+    let mut bytes = vec![VERSION, marker::OK];
+    for _ in 0..MAX_DEPTH - 1 {
+        bytes.extend_from_slice(&[tag::SEQ, 1]);
+    }
+    // `E::A(7)`, read as the map `{A: 7}` whose key is an enum.
+    bytes.extend_from_slice(&[tag::NEWTYPE_VARIANT, 1, b'A', tag::U8, 7]);
+    let decoded = decode::<Deep>(&bytes);
+    assert!(
+        matches!(&decoded, Ok(Deep(map)) if *map == BTreeMap::from([(K::A, 7)])),
+        "{decoded:?}"
     );
 }
