@@ -105,10 +105,9 @@ fn same_value(tool: &'static str, recorded: &[u8], again: &[u8]) -> Result<(), E
 /// The value of an `Ok` record, to decode; else the error the record answers with (a
 /// marker's), naming the tool and key. Compiled once: the generic code only calls it.
 fn ok_value<'a>(tool: &'static str, key: &Key, bytes: &'a [u8]) -> Result<&'a [u8], Error> {
-    match open(bytes) {
-        Ok(Envelope::Ok(value)) => Ok(value),
-        Ok(other) => Err(marker_error(tool, key, other)),
-        Err(e) => Err(decode_error(tool, key, e)),
+    match opened(tool, key, bytes)? {
+        Envelope::Ok(value) => Ok(value),
+        other => Err(marker_error(tool, key, other)),
     }
 }
 
