@@ -470,6 +470,53 @@ async fn a_panicking_tool_releases_the_key_and_the_panic_propagates() {
     assert_eq!(turn.stats().panicked, 1);
 }
 
+/// A call dropped while it waits, by a panic of its caller's (here a sibling in a `join!`), is
+/// reported `panicked`, once; the call it waited on goes on and executes.
+#[tokio::test]
+async fn a_call_dropped_by_its_callers_panic_while_it_waits_is_reported_panicked() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+    let running = Arc::new(tokio::sync::Notify::new());
+    let (finish, finished) = tokio::sync::oneshot::channel::<()>();
+    let leader = tokio::spawn(execute(
+        Call::new(&SEND, &turn, key, fp),
+        Codec::ok_only(),
+        {
+            let running = Arc::clone(&running);
+            async move {
+                running.notify_one();
+                let _ = finished.await;
+                Ok::<_, Error>("sent".to_owned())
+            }
+        },
+    ));
+    running.notified().await;
+    let follower = tokio::spawn({
+        let turn = turn.clone();
+        async move {
+            let call = execute(Call::new(&SEND, &turn, key, fp), Codec::ok_only(), async {
+                Ok::<_, Error>("sent again".to_owned())
+            });
+            let sibling = async {
+                tokio::task::yield_now().await;
+                panic!("the caller blew up");
+            };
+            let _: (Result<String, Error>, ()) = tokio::join!(call, sibling);
+        }
+    });
+    assert!(follower.await.unwrap_err().is_panic());
+    assert_eq!(
+        turn.stats().panicked,
+        1,
+        "the waiting call is reported panicked"
+    );
+    finish.send(()).unwrap();
+    assert_eq!(leader.await.unwrap().unwrap(), "sent");
+    let stats = turn.stats();
+    assert_eq!((stats.executed, stats.panicked, stats.cancelled), (1, 1, 0));
+}
+
 #[tokio::test]
 async fn a_completed_record_expires_after_its_ttl() {
     let clock = ManualClock::new(1_000_000);

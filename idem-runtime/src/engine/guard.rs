@@ -45,7 +45,8 @@ pub(super) enum Phase {
 }
 
 /// Owns the call's reporter and what it holds. Dropped before the call has an answer (its
-/// future dropped, or a panic unwinding), its `Drop` decides the outcome and the clean-up.
+/// future dropped, or a panic unwinding), its `Drop` decides the outcome and the clean-up: the
+/// one place outside `call.rs` that decides an outcome.
 pub(super) struct Guard {
     report: Option<Reporter>,
     phase: Phase,
@@ -97,14 +98,19 @@ pub(super) fn ttl_of(report: &Reporter) -> std::time::Duration {
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        let Some(mut report) = self.report.take() else {
+            return;
+        };
         if let Phase::Free = self.phase {
-            // Nothing held: the call has its answer, or was dropped while asking or waiting
-            // (its reporter, dropped with the guard, says cancelled or panicked).
+            // Nothing held: the call has its answer (reported already, so this reports
+            // nothing), or was dropped while asking or waiting, or a panic unwinds through it.
+            report.report(if std::thread::panicking() {
+                Outcome::Panicked
+            } else {
+                Outcome::Cancelled
+            });
             return;
         }
-        let Some(mut report) = self.report.take() else {
-            return; // the call had its answer
-        };
         let tool = report.call().tool;
         let ttl = ttl_of(&report);
         let (outcome, holding) = match std::mem::replace(&mut self.phase, Phase::Free) {

@@ -7,9 +7,9 @@ use crate::{Error, Turn};
 use super::Call;
 use super::telemetry::{self, CallSpan};
 
-/// Owns a call until its outcome is reported; a call dropped before that is reported as
-/// [`Outcome::Cancelled`] (or [`Outcome::Panicked`] while a panic unwinds), so every call yields
-/// exactly one event, one count, one outcome on its span and one end of its metrics.
+/// Owns a call until its outcome is reported, and reports it once: every call yields exactly
+/// one event, one count, one outcome on its span and one end of its metrics. Which outcome a
+/// call that ends early gets is the guard's to decide (`Guard`'s `Drop`), not this type's.
 pub(crate) struct Reporter {
     call: Call,
     done: bool,
@@ -84,17 +84,6 @@ impl Reporter {
         // Recorded after the event, so that a subscriber printing span fields with each event
         // prints the outcome and error once.
         telemetry::record_outcome(self.span.get(), outcome, error);
-    }
-}
-
-impl Drop for Reporter {
-    fn drop(&mut self) {
-        let outcome = if std::thread::panicking() {
-            Outcome::Panicked
-        } else {
-            Outcome::Cancelled
-        };
-        self.emit(outcome, None);
     }
 }
 
