@@ -28,12 +28,15 @@ pub enum Outcome {
     DecodeError,
     /// The caller dropped the call before it had an answer, while it was not running the tool
     /// itself: waiting for the store or for an identical call, or claimed but not yet started
-    /// (the key was given back) — or while it ran a `release_on_cancel` tool.
+    /// (the key was given back) — or while it ran a `release_on_cancel` tool. A panic
+    /// elsewhere in the caller's task (a sibling in a `join!`) that unwinds through the call
+    /// drops it the same way.
     Cancelled,
-    /// The tool panicked; the key was released and the panic propagated.
+    /// The tool's body panicked; the key was released and the panic propagated.
     Panicked,
-    /// The caller dropped the call while the tool ran: the key is kept as interrupted, and
-    /// retries are told the outcome is unknown.
+    /// The caller dropped the call while the tool ran (or a panic elsewhere in its task
+    /// unwound through it): the key is kept as interrupted, and retries are told the outcome
+    /// is unknown.
     Interrupted,
     /// The key was kept as interrupted by an earlier call: this one was told the outcome is
     /// unknown; nothing ran.

@@ -470,10 +470,10 @@ async fn a_panicking_tool_releases_the_key_and_the_panic_propagates() {
     assert_eq!(turn.stats().panicked, 1);
 }
 
-/// A call dropped while it waits, by a panic of its caller's (here a sibling in a `join!`), is
-/// reported `panicked`, once; the call it waited on goes on and executes.
+/// A call dropped while it waits by a panic of its caller's (here a sibling in a `join!`) is
+/// `cancelled`, once — the tool did not panic — and the call it waited on goes on and executes.
 #[tokio::test]
-async fn a_call_dropped_by_its_callers_panic_while_it_waits_is_reported_panicked() {
+async fn a_call_dropped_by_a_panic_of_its_callers_while_it_waits_is_cancelled() {
     let store = memory();
     let turn = turn("t", &store);
     let (key, fp) = digest(&SEND, &turn, "ada", "hello");
@@ -506,15 +506,55 @@ async fn a_call_dropped_by_its_callers_panic_while_it_waits_is_reported_panicked
         }
     });
     assert!(follower.await.unwrap_err().is_panic());
-    assert_eq!(
-        turn.stats().panicked,
-        1,
-        "the waiting call is reported panicked"
-    );
+    let stats = turn.stats();
+    assert_eq!((stats.cancelled, stats.panicked), (1, 0));
     finish.send(()).unwrap();
     assert_eq!(leader.await.unwrap().unwrap(), "sent");
     let stats = turn.stats();
-    assert_eq!((stats.executed, stats.panicked, stats.cancelled), (1, 1, 0));
+    assert_eq!((stats.executed, stats.cancelled, stats.panicked), (1, 1, 0));
+}
+
+/// A tool whose body runs when a panic elsewhere in its caller's task (parallel tool calls in a
+/// `join!`, one of them buggy) drops it is interrupted, not given back: it may have done its
+/// work, so a retry is told the outcome is unknown and does not run it again. (Its own panic
+/// gives the key back: `a_panicking_tool_releases_the_key_and_the_panic_propagates`.)
+#[tokio::test]
+async fn a_panic_beside_a_running_tool_interrupts_it_and_a_retry_does_not_run_it_again() {
+    let store = memory();
+    let turn = turn("t", &store);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let send = || {
+        let (turn, runs) = (turn.clone(), Arc::clone(&runs));
+        async move {
+            let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+            execute(
+                Call::new(&SEND, &turn, key, fp),
+                Codec::ok_only(),
+                async move {
+                    runs.fetch_add(1, Ordering::SeqCst); // the side effect
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok::<_, Error>("sent".to_owned())
+                },
+            )
+            .await
+        }
+    };
+    let buggy = async {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        panic!("a bug in another tool");
+    };
+    let task = tokio::spawn({
+        let send = send();
+        async move {
+            let _: (Result<String, Error>, ()) = tokio::join!(send, buggy);
+        }
+    });
+    assert!(task.await.unwrap_err().is_panic());
+    let retry = send().await;
+    assert!(matches!(retry, Err(Error::Interrupted { .. })), "{retry:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the body ran once");
+    let stats = turn.stats();
+    assert_eq!((stats.interrupted, stats.panicked), (1, 0));
 }
 
 #[tokio::test]

@@ -157,6 +157,38 @@ async fn a_holder_that_cannot_renew_is_dropped_before_another_process_can_claim(
     assert!(matches!(held, Err(Error::LeaseLost { .. })), "{held:?}");
 }
 
+/// A holder whose executor stalls past the trusted part of its lease — other work in the
+/// caller's task held the thread — but not past the lease renews when it is polled again, the
+/// store answering in place, and its body goes on: it runs once, and a retry replays it. (It
+/// was dropped at once: the call answered `LeaseLost`, the key was left to expire with the
+/// body's work done, and a retry ran the body again.)
+#[tokio::test(start_paused = true)]
+async fn a_holder_stalled_past_the_trusted_part_of_its_lease_renews_and_runs_once() {
+    static TOOL: ToolInfo = ToolInfo::idempotent("stalled").with_lease(Duration::from_millis(400));
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock(
+        tokio::time::Instant::now(),
+    ))));
+    let turn = Turn::new("t").with_store(store);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let send = || {
+        let runs = Arc::clone(&runs);
+        execute(call(&TOOL, &turn), Codec::ok_only(), async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok::<_, Error>(runs.load(Ordering::SeqCst))
+        })
+    };
+    // 320 ms pass at once, while the call is not polled: past the 298 ms trusted, not the 400.
+    let stall = async {
+        tokio::task::yield_now().await;
+        tokio::time::advance(Duration::from_millis(320)).await;
+    };
+    let (first, ()) = tokio::join!(send(), stall);
+    assert_eq!(first.unwrap(), 1, "the stalled holder finished its body");
+    assert_eq!(send().await.unwrap(), 1, "the retry replays");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
 /// The margin, for the shortest leases: a holder that cannot renew is dropped a whole quarter
 /// of its lease before another process can start the tool, with the claim made mid-millisecond
 /// (the store truncates it) and timers that fire on whole milliseconds. The gap between the

@@ -493,7 +493,8 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
     // guard decides (it is a temporary of this `.await`): two bodies of one key never overlap.
     guard.start();
     let finished = match holding(guard).keeper.run(body).await {
-        Ok(finished) => finished,
+        Ok(Ok(finished)) => finished,
+        Ok(Err(panic)) => panicked(guard, panic),
         Err(error) => {
             // The lease could not be kept: the body was dropped, and the key is not ours.
             guard.enter(Phase::Free);
@@ -642,15 +643,47 @@ impl Drop for Scoped<'_> {
     }
 }
 
-impl Future for Scoped<'_> {
-    type Output = Finished;
+/// A panic of the tool's body, caught where the body is polled.
+pub(super) type Panic = Box<dyn std::any::Any + Send>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Finished> {
+impl Future for Scoped<'_> {
+    /// How the body finished, or its panic: caught here, so that the call can tell the body's
+    /// own panic (the key is given back) from another's that drops the call while its body
+    /// runs (a sibling in the caller's `join!`: the body may have done its work).
+    type Output = Result<Finished, Panic>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Scoped { body, held, turn } = self.get_mut();
-        held::sync_scope(held.clone(), || {
-            turn.clone().sync_scope(|| body.as_mut().poll(cx))
-        })
+        poll_body(body.as_mut(), held, turn, cx)
     }
+}
+
+/// Polls a tool's body with the call's held keys and turn around it (its task-locals), and
+/// catches the body's own panic.
+pub(super) fn poll_body<F: Future + ?Sized>(
+    body: Pin<&mut F>,
+    held: &Held,
+    turn: &Turn,
+    cx: &mut Context<'_>,
+) -> Poll<Result<F::Output, Panic>> {
+    let polled = panic::catch_unwind(AssertUnwindSafe(|| {
+        held::sync_scope(held.clone(), || turn.clone().sync_scope(|| body.poll(cx)))
+    }));
+    match polled {
+        Ok(poll) => poll.map(Ok),
+        Err(panic) => Poll::Ready(Err(panic)),
+    }
+}
+
+/// The body panicked: the key is given back (a panic is a failure, like an `Err` that is not
+/// recorded), the call is reported `Panicked`, and the panic goes on to the caller.
+fn panicked(guard: &mut Guard, panic: Panic) -> ! {
+    if let Phase::Running(holding) = guard.enter(Phase::Free) {
+        guard::release_and_tell(&holding, guard.report());
+        guard.report().report(Outcome::Panicked);
+        drop(holding); // followers wake after the key was given back, and ask again
+    }
+    panic::resume_unwind(panic)
 }
 
 /// The claim the call holds.

@@ -103,23 +103,17 @@ impl Drop for Guard {
         };
         if let Phase::Free = self.phase {
             // Nothing held: the call has its answer (reported already, so this reports
-            // nothing), or was dropped while asking or waiting, or a panic unwinds through it.
-            report.report(if std::thread::panicking() {
-                Outcome::Panicked
-            } else {
-                Outcome::Cancelled
-            });
+            // nothing), or was dropped while asking or waiting.
+            report.report(Outcome::Cancelled);
             return;
         }
         let tool = report.call().tool;
         let ttl = ttl_of(&report);
         let (outcome, holding) = match std::mem::replace(&mut self.phase, Phase::Free) {
             Phase::Free => return, // see above
-            // The body panicked: give the key back, the panic propagates.
-            Phase::Running(holding) if std::thread::panicking() => {
-                release_and_tell(&holding, &report);
-                (Outcome::Panicked, holding)
-            }
+            // (The body's own panic is caught where it is polled, and answered there: a panic
+            // unwinding through the call here is another's — a sibling in the caller's
+            // `join!`, say — and drops the call like any caller that goes away.)
             // Dropped before the body first ran, or a tool that may simply run again.
             Phase::Running(holding) if !self.started || tool.release_on_cancel => {
                 release_and_tell(&holding, &report);
@@ -181,7 +175,7 @@ pub(super) fn release(holding: &Holding) {
 
 /// [`release`], and tells the turn's run — and the watch of the call a model made, if the call
 /// was made in one — that the key is given back.
-fn release_and_tell(holding: &Holding, report: &Reporter) {
+pub(super) fn release_and_tell(holding: &Holding, report: &Reporter) {
     let call = report.call();
     call.turn.run().gave_back(call.key);
     if let Some(watch) = &holding.watch {

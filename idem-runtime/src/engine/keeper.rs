@@ -178,6 +178,9 @@ impl Keeper {
             let mut work_polled = false;
             loop {
                 let now = Instant::now();
+                if at_the_end == AtTheEnd::Drop && !self.lost && now >= self.until {
+                    self.renew_at_the_end(cx, now);
+                }
                 if at_the_end == AtTheEnd::Drop && (self.lost || now >= self.until) {
                     tracing::error!(target: "idem", key = %self.lease.key.short(),
                         "the lease could not be renewed in time: the tool was stopped, since \
@@ -226,6 +229,22 @@ impl Keeper {
             }
         })
         .await
+    }
+
+    /// Past the trusted part of the lease but before the store's end of it — the keeper was not
+    /// polled in time (an executor stalled by other work in the caller's task) — one renewal
+    /// the store answers in place (memory, SQLite) saves the body: answered before the store's
+    /// end, the key is still this claim's, and the lease is trusted again from `now`. A store
+    /// that answers later cannot: the body is dropped at the trusted end all the same.
+    fn renew_at_the_end(&mut self, cx: &mut std::task::Context<'_>, now: Instant) {
+        if self.renewal.is_some() || now >= self.store_end {
+            return;
+        }
+        let mut renewal = self.start_renewal();
+        match renewal.as_mut().poll(cx) {
+            Poll::Ready(answer) => self.settle(answer),
+            Poll::Pending => self.renewal = Some(renewal),
+        }
     }
 
     /// Sends one renewal, bounded by the store's end of the lease (no answer after it can help).

@@ -32,6 +32,7 @@
 use std::any::Any;
 use std::future::poll_fn;
 use std::ops::{Deref, DerefMut};
+use std::panic;
 use std::pin::pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -184,13 +185,18 @@ where
             held::in_transaction_of(call.key, granted.caller, call.tool.name, open.0.clone());
         let turn = call.turn.clone();
         let mut body = pin!(body(&mut *tx));
-        let body = poll_fn(|cx| {
-            held::sync_scope(held.clone(), || {
-                turn.clone().sync_scope(|| body.as_mut().poll(cx))
-            })
-        });
+        // The body's own panic is caught, told from another's that drops the call.
+        let body = poll_fn(|cx| call::poll_body(body.as_mut(), &held, &turn, cx));
         in_span(span.clone(), tokio::time::timeout(duration, body)).await
     };
+    // The body panicked: reported, and the panic goes on to the caller; the transaction rolls
+    // back as it unwinds, the claim with it.
+    let result = result.map(|result| {
+        result.unwrap_or_else(|panic| {
+            granted.guard.report().report(Outcome::Panicked);
+            panic::resume_unwind(panic)
+        })
+    });
     let leader = granted.leader.take();
     let guard = &mut granted.guard;
     let Ok(result) = result else {
