@@ -500,8 +500,9 @@ impl std::fmt::Display for Mismatch {
         };
         match count {
             0 => f.write_str(
-                "a caller-supplied key must identify exactly one action; use a new key for a \
-                 new action",
+                "a caller-supplied key must identify exactly one action — the same arguments, \
+                 and for a tool with a `self_key` the same instance (its `self_key` is in the \
+                 fingerprint, not the key); use a new key for a new action",
             ),
             1 => write!(
                 f,
