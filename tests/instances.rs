@@ -233,6 +233,36 @@ async fn a_self_key_that_names_the_type_and_a_generic_function_still_run_per_typ
     assert_eq!((text.ok(), number.ok()), (Some(0), Some(1)));
 }
 
+// A function generic over a type it takes as an argument compiles (the parameter is in the
+// key: tests/ui/generic_not_in_key.rs is the one that is not) and is one tool: the same
+// argument replays, whatever the instantiation that asks; another argument runs.
+static STORED: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent]
+async fn store<T: serde::Serialize + Send + 'static>(items: Vec<T>) -> Result<String, Error> {
+    let run = STORED.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("stored {} items (run {run})", items.len()))
+}
+
+#[tokio::test]
+async fn a_generic_function_with_its_parameter_in_an_argument_replays_the_same_argument() {
+    let (first, retry, other, words) = turn("instances-generic-replay")
+        .scope(async {
+            (
+                store(vec![1_u8, 2]).await,
+                store(vec![1_u8, 2]).await,
+                store(vec![3_u8]).await,
+                store(vec!["a".to_owned()]).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&first), Some("stored 2 items (run 0)"));
+    assert_eq!(ok(&retry), Some("stored 2 items (run 0)"), "replayed");
+    assert_eq!(ok(&other), Some("stored 1 items (run 1)"));
+    assert_eq!(ok(&words), Some("stored 1 items (run 2)"));
+    assert_eq!(STORED.load(Ordering::SeqCst), 3);
+}
+
 // A `self_key` of the receiver's identity alone, as the README advises for a receiver that
 // carries one, does not tell the types apart: `Account::<Usd>` and `Account::<Eur>` of one
 // account share it. Found by a review: any `self_key` turned the check off, and the EUR call

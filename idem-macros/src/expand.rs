@@ -14,7 +14,7 @@ use crate::errors::{Errors, fail};
 use crate::owned;
 use crate::placement::{CUT_OFF, Run, Unchecked};
 use crate::receiver::{replace_self, self_binding};
-use crate::valid::{self, Plan};
+use crate::valid::{self, Plan, mentions};
 
 /// `#[idempotent(...)]`.
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -387,9 +387,11 @@ impl Body<'_> {
     /// that names the type (`Self`, or a parameter of the `#[tool_impl]` block) or is a
     /// constant (nothing of `self`: every type is one service, as the user says), but not for
     /// one of the receiver's identity alone (`self.account`: the same for two types). The
-    /// function's own generic arguments (its type parameters, `impl Trait` arguments) are
-    /// left out of the comparison at run time: those instantiations are one tool, told apart
-    /// by their arguments (`BodyType::same_tool`).
+    /// function's own generic arguments (its type and const parameters, `impl Trait`
+    /// arguments) are left out of the comparison at run time (`Instance::admits`): those
+    /// instantiations are one tool, told apart by their arguments, which `valid` makes sure of
+    /// for a named parameter — it must be in the type of an argument in the key
+    /// (`valid::generics_in_key`).
     fn instance(&self) -> TokenStream {
         let params = &self.options.impl_params;
         let per_type = self.options.self_key.as_ref().is_some_and(|self_key| {
@@ -409,15 +411,6 @@ impl Body<'_> {
         let (private, ret) = (self.private, self.ret);
         respan(quote!(#private::typed::<#ret, _>), ret.span())
     }
-}
-
-/// Whether `tokens` hold an identifier that is `wanted`.
-fn mentions(tokens: TokenStream, wanted: &dyn Fn(&Ident) -> bool) -> bool {
-    tokens.into_iter().any(|token| match token {
-        TokenTree::Ident(ident) => wanted(&ident),
-        TokenTree::Group(group) => mentions(group.stream(), wanted),
-        TokenTree::Punct(_) | TokenTree::Literal(_) => false,
-    })
 }
 
 /// The warning of a `&self` tool outside `#[tool_impl]`, which runs attached: a deprecated
