@@ -76,8 +76,10 @@
 /// # Requirements (each a compile error spanned at the offending tokens)
 ///
 /// - an `async fn` (free function, inherent or trait method: `&self`, `&mut self`,
-///   `self: Arc<Self>`; generics and `impl Trait` arguments are fine); a method with a receiver
-///   needs [`#[tool_impl]`](macro@tool_impl) on its `impl` block or a `name = "…"` (see
+///   `self: Arc<Self>`; generics and `impl Trait` arguments are fine, each type or const
+///   parameter in the type of an argument in the key, or its instantiations would share keys);
+///   a method with a receiver needs [`#[tool_impl]`](macro@tool_impl) on its `impl` block or
+///   a `name = "…"` (see
 ///   [the name](#the-name)), and says what of `self` identifies the action, `self_key = …` or
 ///   `same_service`, on itself or on its `#[tool_impl]` block (see
 ///   [the receiver](#the-receiver-in-the-key)); the name is one model APIs accept;

@@ -3,9 +3,10 @@
 //! and one name, so nothing of the type is in its key unless a `self_key` puts it there. A
 //! second type's call is refused (`Error::SharedAcrossTypes`) instead of replaying the first
 //! type's result — also with a `self_key` of the receiver's identity alone, which two types
-//! share; a `self_key` that names the type (`Self`, or a parameter of the `#[tool_impl]`
-//! block), and a function generic itself (its instantiations are one tool told apart by their
-//! arguments), go on working.
+//! share, or one computed without `self` (`tenant()`); a `self_key` that names the type
+//! (`Self`, or a parameter of the `#[tool_impl]` block) or is a literal (every type one
+//! service), and a function generic itself (its instantiations are one tool told apart by
+//! their arguments), go on working.
 #![allow(clippy::unused_async)]
 
 use std::marker::PhantomData;
@@ -233,6 +234,36 @@ async fn a_self_key_that_names_the_type_and_a_generic_function_still_run_per_typ
     assert_eq!((text.ok(), number.ok()), (Some(0), Some(1)));
 }
 
+// A function generic over a type it takes as an argument compiles (the parameter is in the
+// key: tests/ui/generic_not_in_key.rs is the one that is not) and is one tool: the same
+// argument replays, whatever the instantiation that asks; another argument runs.
+static STORED: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent]
+async fn store<T: serde::Serialize + Send + 'static>(items: Vec<T>) -> Result<String, Error> {
+    let run = STORED.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("stored {} items (run {run})", items.len()))
+}
+
+#[tokio::test]
+async fn a_generic_function_with_its_parameter_in_an_argument_replays_the_same_argument() {
+    let (first, retry, other, words) = turn("instances-generic-replay")
+        .scope(async {
+            (
+                store(vec![1_u8, 2]).await,
+                store(vec![1_u8, 2]).await,
+                store(vec![3_u8]).await,
+                store(vec!["a".to_owned()]).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&first), Some("stored 2 items (run 0)"));
+    assert_eq!(ok(&retry), Some("stored 2 items (run 0)"), "replayed");
+    assert_eq!(ok(&other), Some("stored 1 items (run 1)"));
+    assert_eq!(ok(&words), Some("stored 1 items (run 2)"));
+    assert_eq!(STORED.load(Ordering::SeqCst), 3);
+}
+
 // A `self_key` of the receiver's identity alone, as the README advises for a receiver that
 // carries one, does not tell the types apart: `Account::<Usd>` and `Account::<Eur>` of one
 // account share it. Found by a review: any `self_key` turned the check off, and the EUR call
@@ -330,7 +361,7 @@ async fn a_self_key_that_names_self_runs_per_type() {
     assert_eq!(ok(&email), Some("email posted hi"));
 }
 
-// A constant `self_key` says every type is one service (what `generic_same_service`'s error
+// A literal `self_key` says every type is one service (what `generic_same_service`'s error
 // suggests where no parameter changes what the tool does): the second type replays the
 // first's result, as asked.
 static POSTED: AtomicUsize = AtomicUsize::new(0);
@@ -348,7 +379,7 @@ impl<C: Currency> Ledger<C> {
 }
 
 #[tokio::test]
-async fn a_constant_self_key_makes_every_type_one_service() {
+async fn a_literal_self_key_makes_every_type_one_service() {
     let (usd, eur) = turn("instances-8")
         .scope(async {
             (
@@ -360,6 +391,64 @@ async fn a_constant_self_key_makes_every_type_one_service() {
     assert_eq!(ok(&usd), Some("posted entry 3"));
     assert_eq!(ok(&eur), Some("posted entry 3"), "{eur:?}");
     assert_eq!(POSTED.load(Ordering::SeqCst), 1);
+}
+
+// Only a literal says that: a `self_key` computed without `self` — a function's result, a
+// task-local read — is not a statement that every type is one service, and may be the same
+// for two. Found by a review: any `self_key` without `self` turned the check off, and
+// Paypal's charge got Stripe's receipt, never made.
+static TENANT_CHARGES: AtomicUsize = AtomicUsize::new(0);
+
+fn tenant() -> &'static str {
+    "acme"
+}
+
+trait TenantBilling: Sync {
+    #[idempotent(name = "tenant_charge", self_key = tenant(), attached)]
+    async fn charge(&self, cents: u64) -> Result<String, Error> {
+        TENANT_CHARGES.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("charged {cents} for {}", tenant()))
+    }
+}
+
+impl TenantBilling for Stripe {}
+impl TenantBilling for Paypal {}
+
+static TENANT_POSTS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Clone)]
+struct TenantLedger<C>(PhantomData<C>);
+
+#[tool_impl(self_key = tenant())]
+impl<C: Currency> TenantLedger<C> {
+    #[idempotent(attached)]
+    pub async fn post(&self, entry: u64) -> Result<String, Error> {
+        TENANT_POSTS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("posted entry {entry} in {}", C::CODE))
+    }
+}
+
+#[tokio::test]
+async fn a_self_key_computed_without_self_is_refused_for_a_second_type() {
+    let (stripe, paypal, usd, eur) = turn("instances-tenant")
+        .scope(async {
+            (
+                Stripe.charge(500).await,
+                Paypal.charge(500).await,
+                TenantLedger::<Usd>(PhantomData).post(3).await,
+                TenantLedger::<Eur>(PhantomData).post(3).await,
+            )
+        })
+        .await;
+    assert_eq!(ok(&stripe), Some("charged 500 for acme"));
+    assert!(
+        refused_as_shared(&paypal),
+        "not stripe's receipt: {paypal:?}"
+    );
+    assert_eq!(TENANT_CHARGES.load(Ordering::SeqCst), 1);
+    assert_eq!(ok(&usd), Some("posted entry 3 in USD"));
+    assert!(refused_as_shared(&eur), "not the USD entry: {eur:?}");
+    assert_eq!(TENANT_POSTS.load(Ordering::SeqCst), 1);
 }
 
 // A trait's default method that runs detached (`self: Arc<Self>`): the same check.

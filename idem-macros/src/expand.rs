@@ -14,7 +14,7 @@ use crate::errors::{Errors, fail};
 use crate::owned;
 use crate::placement::{CUT_OFF, Run, Unchecked};
 use crate::receiver::{replace_self, self_binding};
-use crate::valid::{self, Plan};
+use crate::valid::{self, Plan, mentions};
 
 /// `#[idempotent(...)]`.
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -383,19 +383,21 @@ impl Body<'_> {
     /// The instantiation the body is compiled for, checked at each call: one `static` slot
     /// serves every instantiation of a generic item — a trait's default method on each
     /// implementing type, a method of a generic `impl` block — under one name, so calls on two
-    /// types would share keys unless something of the type is in them. `None` for a `self_key`
-    /// that names the type (`Self`, or a parameter of the `#[tool_impl]` block) or is a
-    /// constant (nothing of `self`: every type is one service, as the user says), but not for
-    /// one of the receiver's identity alone (`self.account`: the same for two types). The
-    /// function's own generic arguments (its type parameters, `impl Trait` arguments) are
-    /// left out of the comparison at run time: those instantiations are one tool, told apart
-    /// by their arguments (`BodyType::same_tool`).
+    /// types would share keys unless something of the type is in them. Unchecked (`false`)
+    /// for a `self_key` that names the type (`Self`, or a parameter of the `#[tool_impl]`
+    /// block) or is a literal (`self_key = "ledger"`: every type is one service, as the user
+    /// says); checked for any other (`self.account`, the receiver's identity alone, the same
+    /// for two types; `tenant()` or a task-local read, which say nothing of the type either).
+    /// The function's own generic arguments (its type and const parameters, `impl Trait`
+    /// arguments) are left out of the comparison at run time (`Instance::admits`): those
+    /// instantiations are one tool, told apart by their arguments, which `valid` makes sure of
+    /// for a named parameter — it must be in the type of an argument in the key
+    /// (`valid::generics_in_key`).
     fn instance(&self) -> TokenStream {
         let params = &self.options.impl_params;
         let per_type = self.options.self_key.as_ref().is_some_and(|self_key| {
             let tokens = self_key.value.to_token_stream();
-            mentions(tokens.clone(), &|i| i == "Self" || params.contains(i))
-                || !mentions(tokens, &|i| i == "self")
+            mentions(tokens, &|i| i == "Self" || params.contains(i)) || is_literal(&self_key.value)
         });
         // Checked with the body's type, which the runner takes (`Digest::body_is`).
         let checked = !per_type;
@@ -411,13 +413,17 @@ impl Body<'_> {
     }
 }
 
-/// Whether `tokens` hold an identifier that is `wanted`.
-fn mentions(tokens: TokenStream, wanted: &dyn Fn(&Ident) -> bool) -> bool {
-    tokens.into_iter().any(|token| match token {
-        TokenTree::Ident(ident) => wanted(&ident),
-        TokenTree::Group(group) => mentions(group.stream(), wanted),
-        TokenTree::Punct(_) | TokenTree::Literal(_) => false,
-    })
+/// Whether `expr` is a literal (`"ledger"`, `7`), in parentheses or an invisible group or not:
+/// the one `self_key` that says every type is one service. Any other expression that does not
+/// name the type (`tenant()`, a task-local read, `self.account`) may be the same for two types
+/// without the user meaning it, so their calls are checked.
+fn is_literal(expr: &Expr) -> bool {
+    match expr {
+        Expr::Lit(_) => true,
+        Expr::Paren(inner) => is_literal(&inner.expr),
+        Expr::Group(inner) => is_literal(&inner.expr),
+        _ => false,
+    }
 }
 
 /// The warning of a `&self` tool outside `#[tool_impl]`, which runs attached: a deprecated

@@ -5,7 +5,7 @@ use proc_macro2::{TokenStream, TokenTree};
 use quote::ToTokens;
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{Attribute, FnArg, Ident, ItemFn, Type};
+use syn::{Attribute, FnArg, GenericParam, Ident, ItemFn, Type};
 
 use crate::ast::{Form, Role, ToolFn, first_type_arg, take_attrs};
 use crate::attr::{IdempotentOptions, ReadOnlyOptions};
@@ -43,6 +43,7 @@ pub(crate) fn idempotent(
     transaction(tool, options, errors);
     unique_names(tool, errors);
     skip_and_ignore(tool, options, errors);
+    generics_in_key(tool, options, errors);
     owned_ok(tool, errors);
     let run = placement::run(tool, options);
     if let Some(span) = options.release_on_cancel {
@@ -337,6 +338,86 @@ fn skip_and_ignore(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut 
             Some(p) => p.role = role,
         }
     }
+}
+
+/// Every type or const parameter of the function is in the type of an argument that enters
+/// the key (or in the `self_key`): one `static` slot serves all the instantiations of a
+/// generic function under one name, and the check at run time lets them share it, as one
+/// tool told apart by its arguments (`Instance::admits`). A parameter that no such argument
+/// mentions — only in the return type, a `skip`ped or `ignore`d argument, or nowhere — gives
+/// its instantiations one key: `create::<Team>("ada")` would replay `create::<User>("ada")`'s
+/// record. Read as tokens: `Vec<T>`, `&T`, `T::Id`, `[u8; N]` mention `T` and `N`. Lifetimes
+/// are not compared; an `impl Trait` argument is in its argument's type by construction; the
+/// parameters of a `#[tool_impl]` block are not the function's (see `tool_impl::generic`).
+fn generics_in_key(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Errors) {
+    let in_key: Vec<TokenStream> = tool
+        .params
+        .iter()
+        .filter(|p| matches!(p.role, Role::Key | Role::CallerKey))
+        .map(|p| p.ty.to_token_stream())
+        .chain(options.self_key.iter().map(|k| k.value.to_token_stream()))
+        .collect();
+    let function = tool.func.sig.ident.unraw();
+    for param in &tool.func.sig.generics.params {
+        let (ident, kind, one, other) = match param {
+            GenericParam::Type(t) => (&t.ident, "type", "User", "Team"),
+            GenericParam::Const(c) => (&c.ident, "const", "1", "64"),
+            GenericParam::Lifetime(_) => continue,
+        };
+        let is_it = |i: &Ident| i == ident;
+        if in_key.iter().any(|tokens| mentions(tokens.clone(), &is_it)) {
+            continue;
+        }
+        let fix = match param {
+            GenericParam::Const(c) => format!(
+                "take it as an argument instead (`{value}: {ty}`), which the key holds, or use \
+                 `{ident}` in the type of an argument in the key (`block: Block<{ident}>`)",
+                value = ident.unraw().to_string().to_lowercase(),
+                ty = c.ty.to_token_stream(),
+            ),
+            _ => format!(
+                "use `{ident}` in the type of an argument in the key (`value: {ident}`, \
+                 `items: Vec<{ident}>`), or write one tool per type, each with its own name"
+            ),
+        };
+        let set_aside: Vec<String> = tool
+            .params
+            .iter()
+            .filter(|p| mentions(p.ty.to_token_stream(), &is_it))
+            .filter_map(|p| {
+                let option = match p.role {
+                    Role::Skip => "skip",
+                    Role::Ignore => "ignore",
+                    _ => return None,
+                };
+                Some(format!("`{}`, in `{option}(..)`", p.name))
+            })
+            .collect();
+        let set_aside = if set_aside.is_empty() {
+            String::new()
+        } else {
+            format!(" (it is in the type of {})", set_aside.join(" and of "))
+        };
+        errors.at(
+            ident.span(),
+            format!(
+                "the {kind} parameter `{ident}` of `{function}` is not in its key: no argument \
+                 in the key has it in its type{set_aside}, so two calls of `{function}` with \
+                 the same arguments in one turn, one with `{ident} = {one}` and one with \
+                 `{ident} = {other}`, would share one idempotency key, and the second would \
+                 not run but replay the first one's result; {fix}"
+            ),
+        );
+    }
+}
+
+/// Whether `tokens` hold an identifier that is `wanted`.
+pub(crate) fn mentions(tokens: TokenStream, wanted: &dyn Fn(&Ident) -> bool) -> bool {
+    tokens.into_iter().any(|token| match token {
+        TokenTree::Ident(ident) => wanted(&ident),
+        TokenTree::Group(group) => mentions(group.stream(), wanted),
+        TokenTree::Punct(_) | TokenTree::Literal(_) => false,
+    })
 }
 
 /// `Result<&str, E>` cannot be replayed: the recorded value has nowhere to borrow from.

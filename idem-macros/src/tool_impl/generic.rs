@@ -46,7 +46,7 @@ pub(super) fn generic_same_service(
          `self_key = {example}` (an expression that names `{first}`, such as its associated \
          constant, alone or in a tuple with fields of `self`: one that does not name it is \
          taken to be the same for every `{first}`, and a second `{first}`'s call is refused \
-         at run time); if no `{first}` changes what the tool does, say so with a constant: \
+         at run time); if no `{first}` changes what the tool does, say so with a literal: \
          `self_key = \"{ty}\"`"
     );
     let methods = block.items.iter().filter_map(|item| match item {

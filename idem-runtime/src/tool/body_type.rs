@@ -79,7 +79,8 @@ impl Instance {
 
     /// Whether a body of type `other` is this tool: the same type name, or one that differs
     /// only in the function's own generic arguments (instantiations of a generic function are
-    /// one tool, told apart by their arguments).
+    /// one tool, told apart by their arguments: `#[idempotent]` refuses a type or const
+    /// parameter that is in no argument of the key).
     pub(crate) fn admits(&self, other: BodyType) -> bool {
         std::ptr::eq(self.body.name, other.name)
             || self.body.name == other.name
