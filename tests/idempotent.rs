@@ -911,3 +911,35 @@ async fn the_body_is_not_polled_on_replay() {
     assert_eq!(replayed.expect("the body ran again and hung"), 1);
     assert_eq!(RUNS.load(Ordering::SeqCst), 1);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Tools a `macro_rules!` macro writes, the parameter's name one of its fragments.
+
+static WRITTEN: AtomicUsize = AtomicUsize::new(0);
+
+/// A tool per invocation, named, with its parameter's name and type, by the caller.
+macro_rules! reserving_tool {
+    ($name:ident, $param:ident: $ty:ty) => {
+        #[idempotent]
+        async fn $name($param: $ty) -> Result<String, Error> {
+            WRITTEN.fetch_add(1, Ordering::SeqCst);
+            Ok(format!("reserved {}", $param))
+        }
+    };
+}
+
+reserving_tool!(reserve_room, room: u32);
+reserving_tool!(reserve_guest, guest: String);
+
+#[tokio::test]
+async fn a_tool_a_macro_writes_keys_and_replays_its_parameter() {
+    turn("macro-tools")
+        .scope(async {
+            assert_eq!(reserve_room(7).await.unwrap(), "reserved 7");
+            assert_eq!(reserve_room(7).await.unwrap(), "reserved 7");
+            assert_eq!(reserve_room(8).await.unwrap(), "reserved 8");
+            assert_eq!(reserve_guest("ada".into()).await.unwrap(), "reserved ada");
+            assert_eq!(WRITTEN.load(Ordering::SeqCst), 3, "the retry replayed");
+        })
+        .await;
+}

@@ -604,3 +604,44 @@ async fn a_client_handle_receiver_shares_keys_across_instances() {
         .await;
     assert_eq!(sent.load(Ordering::SeqCst), 1);
 }
+
+/// A tenant's account: its id is in the fingerprint of each call through `self_key`.
+#[derive(Clone)]
+struct Tenant {
+    id: String,
+}
+
+#[tool_impl(self_key = self.id)]
+impl Tenant {
+    #[idempotent]
+    pub async fn refund(&self, #[key] order: String, cents: u64) -> Result<String, Error> {
+        Ok(format!("{} refunded {cents} for {order}", self.id))
+    }
+}
+
+/// A caller-supplied key is the action's identity: the same key on another instance (its
+/// `self_key` is in the fingerprint, not the key) is another action, refused — and the
+/// refusal says so, to the developer and to the model, rather than "different arguments".
+#[tokio::test]
+async fn a_caller_key_reused_on_another_instance_is_refused_saying_so() {
+    let acme = Tenant { id: "acme".into() };
+    let globex = Tenant {
+        id: "globex".into(),
+    };
+    Turn::new("t")
+        .with_store(Arc::new(MemoryStore::new()))
+        .scope(async {
+            let first = acme.refund("order-1".into(), 500).await.unwrap();
+            assert_eq!(first, "acme refunded 500 for order-1");
+            let again = acme.refund("order-1".into(), 500).await.unwrap();
+            assert_eq!(again, first, "a retry replays");
+            let error = globex.refund("order-1".into(), 500).await.unwrap_err();
+            assert!(matches!(error, Error::PayloadMismatch { .. }), "{error:?}");
+            assert!(error.to_string().contains("the same instance"), "{error}");
+            assert!(
+                error.model_text().contains("another account or object"),
+                "{error:?}"
+            );
+        })
+        .await;
+}

@@ -495,15 +495,19 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
     }
 }
 
-/// Parameter `p`'s binding as the generated code reads it. A name the user wrote is read where
-/// the user wrote it but in the macro's expansion, so that lints about the user's code (clippy's
-/// `used_underscore_binding`) do not take the key's reading of a parameter for the user's (an
-/// `#[allow]` here would be an error under a user's `#![forbid]`); a pattern's `idem_argN` is
-/// the macro's own, and so is async-trait's `__argN` (resolved where the user wrote it, it is
-/// not found).
+/// Parameter `p`'s binding as the generated code reads it. A name the user wrote starting with
+/// `_` is read where the user wrote it but in the macro's expansion, so that clippy's
+/// `used_underscore_binding` does not take the key's reading of the parameter for the user's
+/// (an `#[allow]` here would be an error under a user's `#![forbid]`); any other name keeps its
+/// own hygiene, so that a parameter a `macro_rules!` macro names (`$param: $ty`) is found; a
+/// pattern's `idem_argN` is the macro's own, and so is async-trait's `__argN` (resolved where
+/// the user wrote it, it is not found).
 fn read_by_macro(p: &Param) -> Ident {
     let mut read = p.binding.clone();
-    if p.pattern.is_none() && crate::ast::async_trait_position(&p.binding).is_none() {
+    if p.pattern.is_none()
+        && p.binding.to_string().starts_with('_')
+        && crate::ast::async_trait_position(&p.binding).is_none()
+    {
         read.set_span(p.binding.span().resolved_at(Span::call_site()));
     }
     read
