@@ -98,15 +98,17 @@ pub(super) fn ttl_of(report: &Reporter) -> std::time::Duration {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        let Some(mut report) = self.report.take() else {
-            return;
-        };
         if let Phase::Free = self.phase {
             // Nothing held: the call has its answer (reported already, so this reports
             // nothing), or was dropped while asking or waiting.
-            report.report(Outcome::Cancelled);
+            if let Some(report) = &mut self.report {
+                report.report(Outcome::Cancelled);
+            }
             return;
         }
+        let Some(mut report) = self.report.take() else {
+            return;
+        };
         let tool = report.call().tool;
         let ttl = ttl_of(&report);
         let (outcome, holding) = match std::mem::replace(&mut self.phase, Phase::Free) {
