@@ -77,7 +77,7 @@
 ///
 /// - an `async fn` (free function, inherent or trait method: `&self`, `&mut self`,
 ///   `self: Arc<Self>`; generics and `impl Trait` arguments are fine, each type or const
-///   parameter in the type of an argument in the key, or its instantiations would share keys);
+///   parameter in the type of an argument (not only `T::Id`), or its instantiations would share keys);
 ///   a method with a receiver needs [`#[tool_impl]`](macro@tool_impl) on its `impl` block or
 ///   a `name = "…"` (see
 ///   [the name](#the-name)), and says what of `self` identifies the action, `self_key = …` or

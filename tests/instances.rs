@@ -721,3 +721,27 @@ async fn a_default_method_on_closures_runs_each_with_a_self_key_naming_self() {
     assert_eq!(ok(&paged), Some("paged about outage"));
     assert_eq!(ok(&emailed), Some("emailed about outage"));
 }
+
+// A negative number, or a tuple of literals, is a literal too.
+static SIGNED_POSTS: AtomicUsize = AtomicUsize::new(0);
+
+trait SignedLedger: Sync {
+    #[idempotent(name = "signed_post", self_key = (-1, "books"), attached)]
+    async fn post(&self, cents: u64) -> Result<String, Error> {
+        SIGNED_POSTS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("posted {cents}"))
+    }
+}
+
+impl SignedLedger for Stripe {}
+impl SignedLedger for Paypal {}
+
+#[tokio::test]
+async fn a_negative_literal_or_a_tuple_of_literals_makes_every_type_one_service() {
+    let (stripe, paypal) = turn("instances-signed")
+        .scope(async { (Stripe.post(5).await, Paypal.post(5).await) })
+        .await;
+    assert_eq!(ok(&stripe), Some("posted 5"));
+    assert_eq!(ok(&paypal), Some("posted 5"), "{paypal:?}");
+    assert_eq!(SIGNED_POSTS.load(Ordering::SeqCst), 1);
+}

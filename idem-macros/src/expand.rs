@@ -413,13 +413,16 @@ impl Body<'_> {
     }
 }
 
-/// Whether `expr` is a literal (`"ledger"`, `7`), in parentheses or an invisible group or not:
-/// the one `self_key` that says every type is one service. Any other expression that does not
+/// Whether `expr` is a literal (`"ledger"`, `7`, `-1`, a tuple of them), in parentheses or an
+/// invisible group or not: the one `self_key` that says every type is one service. Any other
+/// expression that does not
 /// name the type (`tenant()`, a task-local read, `self.account`) may be the same for two types
 /// without the user meaning it, so their calls are checked.
 fn is_literal(expr: &Expr) -> bool {
     match expr {
         Expr::Lit(_) => true,
+        Expr::Unary(unary) => matches!(unary.op, syn::UnOp::Neg(_)) && is_literal(&unary.expr),
+        Expr::Tuple(tuple) => !tuple.elems.is_empty() && tuple.elems.iter().all(is_literal),
         Expr::Paren(inner) => is_literal(&inner.expr),
         Expr::Group(inner) => is_literal(&inner.expr),
         _ => false,

@@ -157,6 +157,39 @@ async fn a_holder_that_cannot_renew_is_dropped_before_another_process_can_claim(
     assert!(matches!(held, Err(Error::LeaseLost { .. })), "{held:?}");
 }
 
+/// Calls `tool` on `store` — its body counts its runs, then sleeps `body` — beside `stall`,
+/// which keeps the call from being polled for a while (other work in the caller's task), then
+/// once more: asserts that the stalled call finished its body, the retry replayed, and the
+/// body ran once.
+async fn runs_once_beside_a_stall(
+    tool: &'static ToolInfo,
+    store: Arc<dyn Store>,
+    body: Duration,
+    stall: impl std::future::Future<Output = ()>,
+) {
+    let turn = Turn::new("t").with_store(store);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let send = || {
+        let runs = Arc::clone(&runs);
+        execute(call(tool, &turn), Codec::ok_only(), async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(body).await;
+            Ok::<_, Error>(runs.load(Ordering::SeqCst))
+        })
+    };
+    let (first, ()) = tokio::join!(send(), stall);
+    assert_eq!(first.unwrap(), 1, "the stalled holder finished its body");
+    assert_eq!(send().await.unwrap(), 1, "the retry replays");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
+
+/// A memory store on Tokio's clock.
+fn paused_memory() -> Arc<dyn Store> {
+    Arc::new(MemoryStore::with_clock(Arc::new(TokioClock(
+        tokio::time::Instant::now(),
+    ))))
+}
+
 /// A holder whose executor stalls past the trusted part of its lease — other work in the
 /// caller's task held the thread — but not past the lease renews when it is polled again, the
 /// store answering in place, and its body goes on: it runs once, and a retry replays it. (It
@@ -165,28 +198,32 @@ async fn a_holder_that_cannot_renew_is_dropped_before_another_process_can_claim(
 #[tokio::test(start_paused = true)]
 async fn a_holder_stalled_past_the_trusted_part_of_its_lease_renews_and_runs_once() {
     static TOOL: ToolInfo = ToolInfo::idempotent("stalled").with_lease(Duration::from_millis(400));
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock(
-        tokio::time::Instant::now(),
-    ))));
-    let turn = Turn::new("t").with_store(store);
-    let runs = Arc::new(AtomicUsize::new(0));
-    let send = || {
-        let runs = Arc::clone(&runs);
-        execute(call(&TOOL, &turn), Codec::ok_only(), async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            Ok::<_, Error>(runs.load(Ordering::SeqCst))
-        })
-    };
     // 320 ms pass at once, while the call is not polled: past the 298 ms trusted, not the 400.
     let stall = async {
         tokio::task::yield_now().await;
         tokio::time::advance(Duration::from_millis(320)).await;
     };
-    let (first, ()) = tokio::join!(send(), stall);
-    assert_eq!(first.unwrap(), 1, "the stalled holder finished its body");
-    assert_eq!(send().await.unwrap(), 1, "the retry replays");
-    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    runs_once_beside_a_stall(&TOOL, paused_memory(), Duration::from_millis(20), stall).await;
+}
+
+/// The same stall, with a renewal sent before it (at a quarter of the lease) that the store
+/// answered during it — a write queued to a store's own thread: the answer is taken at the end
+/// of the trusted part, and the body goes on and runs once. (It was not polled there: the body
+/// was dropped, and a retry ran it again.)
+#[tokio::test(start_paused = true)]
+async fn a_renewal_answered_while_its_holder_was_stalled_keeps_the_body() {
+    static TOOL: ToolInfo =
+        ToolInfo::idempotent("stalled_renewal").with_lease(Duration::from_millis(400));
+    let store: Arc<dyn Store> = Arc::new(FaultStore::new(paused_memory(), |op| match op {
+        Op::Renew => Fault::Delay(Duration::from_millis(20)),
+        _ => Fault::None,
+    }));
+    // The renewal goes out at 100 ms; from 105 ms to 320 ms the call is not polled.
+    let stall = async {
+        tokio::time::sleep(Duration::from_millis(105)).await;
+        tokio::time::advance(Duration::from_millis(215)).await;
+    };
+    runs_once_beside_a_stall(&TOOL, store, Duration::from_millis(250), stall).await;
 }
 
 /// The margin, for the shortest leases: a holder that cannot renew is dropped a whole quarter

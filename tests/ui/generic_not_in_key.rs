@@ -18,7 +18,8 @@ async fn alloc<const N: usize>(name: String) -> Result<usize, idem_tools::Error>
     Ok(N)
 }
 
-/// `T` is in an argument, but one left out of the key; `'a` is a lifetime, never compared.
+/// Fine: `T` is in an argument the author left out of the key, saying it does not identify
+/// the action (a client generic for tests, say); `'a` is a lifetime, never compared.
 #[idempotent(ignore(trace))]
 async fn parse<'a, T: std::str::FromStr + Serialize + DeserializeOwned + Send>(
     text: &'a str,
@@ -26,6 +27,57 @@ async fn parse<'a, T: std::str::FromStr + Serialize + DeserializeOwned + Send>(
 ) -> Result<String, idem_tools::Error> {
     let _ = trace;
     Ok(text.to_owned())
+}
+
+pub trait Entity: Send + Sync + 'static {
+    type Id: Serialize + Send + Sync;
+    const NAME: &'static str;
+}
+
+/// `T` only through its associated type, the same (`u64`) for every entity: `fetch::<Team>(1)`
+/// would replay `fetch::<User>(1)`; `<T as Entity>::Id` and `PhantomData<T>` alike.
+#[idempotent]
+async fn fetch<T: Entity>(id: T::Id) -> Result<String, idem_tools::Error> {
+    let _ = id;
+    Ok(T::NAME.to_owned())
+}
+
+#[idempotent]
+async fn fetch_qualified<T: Entity>(id: <T as Entity>::Id) -> Result<String, idem_tools::Error> {
+    let _ = id;
+    Ok(T::NAME.to_owned())
+}
+
+#[idempotent]
+async fn mark<T: Entity>(
+    kind: std::marker::PhantomData<T>,
+    id: u64,
+) -> Result<String, idem_tools::Error> {
+    let _ = (kind, id);
+    Ok(T::NAME.to_owned())
+}
+
+/// Fine: `E` is only the error type, which is not recorded (without `cache_errors`).
+#[idempotent]
+async fn lookup<E: From<idem_tools::Error> + Send + 'static>(id: u64) -> Result<u64, E> {
+    Ok(id)
+}
+
+/// With `cache_errors` the error is recorded: `E` must be in the key.
+#[derive(Serialize, serde::Deserialize)]
+pub struct Failure;
+
+impl From<idem_tools::Error> for Failure {
+    fn from(_: idem_tools::Error) -> Self {
+        Failure
+    }
+}
+
+#[idempotent(cache_errors)]
+async fn lookup_cached<E: From<idem_tools::Error> + Serialize + DeserializeOwned + Send + 'static>(
+    id: u64,
+) -> Result<u64, E> {
+    Ok(id)
 }
 
 #[derive(Serialize)]

@@ -204,11 +204,7 @@ impl Keeper {
                     }
                     self.renewal = Some(self.start_renewal());
                 }
-                if let Some(renewal) = &mut self.renewal
-                    && let Poll::Ready(answer) = renewal.as_mut().poll(cx)
-                {
-                    self.renewal = None;
-                    self.settle(answer);
+                if self.poll_renewal(cx) {
                     continue;
                 }
                 let mut wake = match (at_the_end, give_up) {
@@ -231,20 +227,35 @@ impl Keeper {
         .await
     }
 
-    /// Past the trusted part of the lease but before the store's end of it — the keeper was not
-    /// polled in time (an executor stalled by other work in the caller's task) — one renewal
-    /// the store answers in place (memory, SQLite) saves the body: answered before the store's
-    /// end, the key is still this claim's, and the lease is trusted again from `now`. A store
-    /// that answers later cannot: the body is dropped at the trusted end all the same.
+    /// Past the trusted part of the lease — the keeper was not polled in time (an executor
+    /// stalled by other work in the caller's task) — a renewal that has answered saves the
+    /// body: the one in flight, answered meanwhile, or, before the store's end of the lease, a
+    /// new one the store answers in place (memory, an idle SQLite). Answered before the store's
+    /// end, the key is still this claim's, and the lease is trusted again from when the renewal
+    /// was sent. A renewal not answered yet cannot: the body is dropped at the trusted end all
+    /// the same.
     fn renew_at_the_end(&mut self, cx: &mut std::task::Context<'_>, now: Instant) {
-        if self.renewal.is_some() || now >= self.store_end {
-            return;
+        if self.renewal.is_none() {
+            if now >= self.store_end {
+                return;
+            }
+            self.renewal = Some(self.start_renewal());
         }
-        let mut renewal = self.start_renewal();
-        match renewal.as_mut().poll(cx) {
-            Poll::Ready(answer) => self.settle(answer),
-            Poll::Pending => self.renewal = Some(renewal),
-        }
+        self.poll_renewal(cx);
+    }
+
+    /// Polls the renewal in flight, if any, and takes its answer into account: whether it
+    /// answered.
+    fn poll_renewal(&mut self, cx: &mut std::task::Context<'_>) -> bool {
+        let Some(renewal) = &mut self.renewal else {
+            return false;
+        };
+        let Poll::Ready(answer) = renewal.as_mut().poll(cx) else {
+            return false;
+        };
+        self.renewal = None;
+        self.settle(answer);
+        true
     }
 
     /// Sends one renewal, bounded by the store's end of the lease (no answer after it can help).
