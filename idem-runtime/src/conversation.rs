@@ -27,9 +27,10 @@
 //! by [`Turn::with_max_tokens`]. Asking a model has no side effect, so a step cut off by its
 //! caller while the model is asked gives its key back: a restarted run asks again. (One cut
 //! off once the model answered, while the answer is recorded, keeps it: the record lands in
-//! the background, and the step replays it. So does a step whose record's reply was lost:
-//! answer a step's error by asking the same step again, which replays what the store kept as a
-//! restarted run will, rather than by another path — docs/guarantees.md, "Known limits".)
+//! the background, and the step replays it: answer a step's error by asking the same step
+//! again, which replays what the store kept as a restarted run will, rather than by another
+//! path — docs/guarantees.md, "Known limits". A step whose record's reply was lost looks the
+//! record up, and answers it if it landed.)
 
 use std::collections::HashMap;
 use std::future::Future;

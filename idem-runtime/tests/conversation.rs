@@ -451,6 +451,35 @@ async fn a_step_that_cannot_be_recorded_fails_and_is_asked_again() {
     assert_eq!(replayed, answered);
 }
 
+/// A step whose answer was recorded though the store's reply to the record was lost answers
+/// it, once its claim is found no longer held and the record found: a restarted run replays
+/// that answer, as this run acted on it. (It failed: the run went another way — a backup
+/// conversation, say — and the restart took the recorded answer's way, two different
+/// actions.)
+#[tokio::test]
+async fn a_step_whose_record_landed_though_its_reply_was_lost_answers_it() {
+    use crate::fault_store::{Fault, FaultStore, Op};
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let lost = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let store: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&memory), {
+        let lost = Arc::clone(&lost);
+        move |op| match op {
+            Op::Complete if lost.swap(false, Ordering::SeqCst) => Fault::FailAfter,
+            _ => Fault::None,
+        }
+    }));
+    let model = Model::default();
+    let chat = turn(&store).conversation("assistant");
+    let answered = chat.step("plan", model.ask("plan")).await.unwrap();
+    assert_eq!(answered.text, "reply #0 to plan", "the first ask's answer");
+    let replayed = turn(&store)
+        .conversation("assistant")
+        .step("plan", model.ask("plan"))
+        .await
+        .unwrap();
+    assert_eq!(replayed, answered, "the restart replays what this run acted on");
+}
+
 /// A model response too large to record (over 64 MiB) fails its step with an error naming the
 /// limit, and the step is asked again; a record that large in the store is a decode error
 /// naming it too, never a panic.

@@ -553,11 +553,7 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
     let Phase::Recording { holding, .. } = guard.enter(Phase::Free) else {
         unreachable!("the result was being recorded");
     };
-    let outcome = if ok {
-        Outcome::Executed
-    } else {
-        Outcome::Failed
-    };
+    let outcome = outcome_of(ok);
     let shared = FirstResult {
         fingerprint: call.fingerprint,
         result: bytes.clone(),
@@ -569,9 +565,9 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
         }
         failed if call.is_model_step() => {
             // A model's answer is worth nothing to a restarted run unless it is recorded: the
-            // step fails (the key given back; a `complete` that did land is kept, fenced) and
-            // the model is asked again, rather than act on an answer a restart would not see —
-            // also when the lease was lost (another run may be asking the step).
+            // step fails (the key given back) and the model is asked again, rather than act on
+            // an answer a restart would not see — also when the lease was lost (another run
+            // may be asking the step).
             let error = match failed {
                 Some(Err(error)) => error,
                 _ => Error::store("complete", "no answer within the lease"),
@@ -581,9 +577,26 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
                 _ => Outcome::StoreError,
             };
             let Holding {
-                keeper, runtime, ..
+                keeper,
+                runtime,
+                leader,
+                ..
             } = *holding;
-            background::release(Arc::clone(keeper.store()), keeper.lease().clone(), runtime);
+            // But a lost reply may hide a record that landed, which a restart would replay
+            // while this run, told the step failed, went another way: the claim is given back
+            // first — fenced by its token, so a record still on its way can no longer land —
+            // and a claim found no longer held is looked up. Recorded, the step answers it.
+            let lease = keeper.lease().clone();
+            if !matches!(error, Error::LeaseLost { .. })
+                && let Some(Err(Error::LeaseLost { .. })) =
+                    bounded(store.release(&lease), duration).await
+                && landed(store, &lease, &shared, duration).await
+            {
+                leader.publish(|| shared);
+                guard.report().report(outcome_of(ok));
+                return Ok(());
+            }
+            background::release(Arc::clone(keeper.store()), lease, runtime);
             return refuse(guard, outcome, error);
         }
         Some(Err(error @ Error::LeaseLost { .. })) => {
@@ -627,6 +640,30 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
         }
     }
     Ok(())
+}
+
+/// A recorded result's outcome: `Executed` for an `Ok`, `Failed` for an `Err` (recorded with
+/// `cache_errors`).
+fn outcome_of(ok: bool) -> Outcome {
+    if ok {
+        Outcome::Executed
+    } else {
+        Outcome::Failed
+    }
+}
+
+/// Whether `lease`'s key holds `recorded` as its live result (a record whose reply was lost),
+/// as the store answers within `limit`.
+async fn landed(
+    store: &Arc<dyn Store>,
+    lease: &crate::store::Lease,
+    recorded: &FirstResult,
+    limit: Duration,
+) -> bool {
+    let read = bounded(store.get(&lease.namespace, &lease.key), limit).await;
+    matches!(read, Some(Ok(Some(record)))
+        if record.fingerprint == recorded.fingerprint
+            && record.result.as_deref() == Some(&recorded.result[..]))
 }
 
 /// The body, polled with the call's held keys and turn around it (in a detached call's task
