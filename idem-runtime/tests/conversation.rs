@@ -477,7 +477,10 @@ async fn a_step_whose_record_landed_though_its_reply_was_lost_answers_it() {
         .step("plan", model.ask("plan"))
         .await
         .unwrap();
-    assert_eq!(replayed, answered, "the restart replays what this run acted on");
+    assert_eq!(
+        replayed, answered,
+        "the restart replays what this run acted on"
+    );
 }
 
 /// A model response too large to record (over 64 MiB) fails its step with an error naming the

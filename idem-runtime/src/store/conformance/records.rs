@@ -310,6 +310,23 @@ pub async fn complete_is_idempotent(h: &impl Harness) {
         is_lease_lost(&foreign),
         "complete_is_idempotent: another token is refused, got {foreign:?}"
     );
+    // A release by the lease that completed the key (a model step whose record's reply was
+    // lost gives its claim back, then looks for the record): refused, the record kept.
+    let release = store.release(&token).await;
+    assert!(
+        is_lease_lost(&release),
+        "complete_is_idempotent: a release after the complete is refused, got {release:?}"
+    );
+    let kept = store
+        .get(NS, &key)
+        .await
+        .expect("get")
+        .and_then(|r| r.result);
+    assert_eq!(
+        kept.as_deref(),
+        Some(&b"first"[..]),
+        "complete_is_idempotent: a release after the complete keeps the record"
+    );
 }
 
 /// A lease, budget window and TTL of `Duration::MAX` are taken (as
