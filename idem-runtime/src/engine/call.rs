@@ -583,14 +583,11 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
                 ..
             } = *holding;
             // But a lost reply may hide a record that landed, which a restart would replay
-            // while this run, told the step failed, went another way: the claim is given back
-            // first — fenced by its token, so a record still on its way can no longer land —
-            // and a claim found no longer held is looked up. Recorded, the step answers it.
+            // while this run, told the step failed, went another way: `landed` looks (boxed:
+            // a rare path, kept out of every call's future). Recorded, the step answers it.
             let lease = keeper.lease().clone();
             if !matches!(error, Error::LeaseLost { .. })
-                && let Some(Err(Error::LeaseLost { .. })) =
-                    bounded(store.release(&lease), duration).await
-                && landed(store, &lease, &shared, duration).await
+                && Box::pin(landed(store, &lease, &shared, duration)).await
             {
                 leader.publish(|| shared);
                 guard.report().report(outcome_of(ok));
@@ -652,14 +649,20 @@ fn outcome_of(ok: bool) -> Outcome {
     }
 }
 
-/// Whether `lease`'s key holds `recorded` as its live result (a record whose reply was lost),
-/// as the store answers within `limit`.
+/// Whether `lease`'s key holds `recorded` as its live result though the store's reply to the
+/// record was lost, as the store answers within `limit` each time: the lease is given back
+/// first — fenced, so a record still on its way can no longer land — and only a claim found no
+/// longer held is looked up.
 async fn landed(
     store: &Arc<dyn Store>,
     lease: &crate::store::Lease,
     recorded: &FirstResult,
     limit: Duration,
 ) -> bool {
+    let released = bounded(store.release(lease), limit).await;
+    if !matches!(released, Some(Err(Error::LeaseLost { .. }))) {
+        return false;
+    }
     let read = bounded(store.get(&lease.namespace, &lease.key), limit).await;
     matches!(read, Some(Ok(Some(record)))
         if record.fingerprint == recorded.fingerprint
