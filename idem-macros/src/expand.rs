@@ -392,7 +392,7 @@ impl Body<'_> {
     /// arguments) are left out of the comparison at run time (`Instance::admits`): those
     /// instantiations are one tool, told apart by their arguments, which `valid` makes sure of
     /// for a named parameter — it must be in the type of an argument in the key
-    /// (`valid::generics_in_key`).
+    /// (`valid::generics::in_key`).
     fn instance(&self) -> TokenStream {
         let params = &self.options.impl_params;
         let per_type = self.options.self_key.as_ref().is_some_and(|self_key| {
