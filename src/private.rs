@@ -9,7 +9,7 @@ pub use ::core::module_path;
 use std::pin::Pin;
 
 pub use ::core::clone::Clone;
-pub use ::core::convert::{AsRef, From};
+pub use ::core::convert::{AsRef, From, identity};
 pub use ::core::option::Option::{self, None, Some};
 pub use ::core::result::Result::{self, Err, Ok};
 pub use ::std::sync::{Arc, LazyLock};

@@ -930,6 +930,7 @@ macro_rules! reserving_tool {
 
 reserving_tool!(reserve_room, room: u32);
 reserving_tool!(reserve_guest, guest: String);
+reserving_tool!(reserve_underscored, _slot: u32);
 
 #[tokio::test]
 async fn a_tool_a_macro_writes_keys_and_replays_its_parameter() {
@@ -939,7 +940,28 @@ async fn a_tool_a_macro_writes_keys_and_replays_its_parameter() {
             assert_eq!(reserve_room(7).await.unwrap(), "reserved 7");
             assert_eq!(reserve_room(8).await.unwrap(), "reserved 8");
             assert_eq!(reserve_guest("ada".into()).await.unwrap(), "reserved ada");
-            assert_eq!(WRITTEN.load(Ordering::SeqCst), 3, "the retry replayed");
+            assert_eq!(reserve_underscored(9).await.unwrap(), "reserved 9");
+            assert_eq!(reserve_underscored(9).await.unwrap(), "reserved 9");
+            assert_eq!(WRITTEN.load(Ordering::SeqCst), 4, "the retries replayed");
         })
         .await;
+}
+
+/// A parameter whose name starts with `_`, bound again in the body by the macro: its name is in
+/// the key as written (the key did not change when it was).
+#[idempotent]
+async fn tag_order(_order: u64, mut label: String) -> Result<String, Error> {
+    label.push('!');
+    Ok(format!("{label} {}", key()))
+}
+
+#[tokio::test]
+async fn an_underscored_parameter_is_in_the_key_by_its_name() {
+    let t = turn("underscored");
+    let tagged = t.clone().scope(tag_order(7, "gift".into())).await.unwrap();
+    let mut digest = idem_tools::key::ArgsDigest::new("tag_order");
+    digest.arg("_order", &7_u64).unwrap();
+    digest.arg("label", "gift").unwrap();
+    let (expected, _) = digest.finish(t.namespace(), t.id(), "tag_order", 0);
+    assert_eq!(tagged, format!("gift! {}", expected.to_hex()));
 }

@@ -77,7 +77,8 @@ pub(crate) enum Role {
 pub(crate) struct Param {
     /// Its role; [`Role::Key`] or [`Role::Turn`] until the options are applied.
     pub role: Role,
-    /// The name in the key: the identifier, or `argN` for a pattern.
+    /// The name in the key: the identifier, or `argN` for a pattern (not for a name starting
+    /// with `_`, bound again in the body like one).
     pub name: String,
     /// The variable holding the argument.
     pub binding: Ident,
@@ -127,6 +128,24 @@ impl ToolFn {
             let key_attrs = take_attrs(&mut typed.attrs, "key");
             let tx_attrs = take_attrs(&mut typed.attrs, "transaction");
             let (name, binding, pattern) = match &*typed.pat {
+                // A name starting with `_` is bound again in the body, as a pattern is: the key
+                // reads the macro's own `idem_argN`, so that clippy's `used_underscore_binding`
+                // does not take that reading for the user's, and the name keeps its hygiene (a
+                // parameter a `macro_rules!` macro names is found). In the key, its name.
+                Pat::Ident(PatIdent {
+                    by_ref: None,
+                    subpat: None,
+                    ident,
+                    ..
+                }) if ident.to_string().starts_with('_')
+                    && async_trait_position(ident).is_none() =>
+                {
+                    (
+                        ident.unraw().to_string(),
+                        format_ident!("idem_arg{}", position, span = Span::mixed_site()),
+                        Some((*typed.pat).clone()),
+                    )
+                }
                 Pat::Ident(PatIdent {
                     by_ref: None,
                     subpat: None,

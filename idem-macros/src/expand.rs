@@ -5,7 +5,9 @@ use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{AttrStyle, Expr, FnArg, Ident, ItemFn, Stmt, Type, parse_quote, parse_quote_spanned};
+use syn::{
+    AttrStyle, Expr, FnArg, Ident, ItemFn, Pat, Stmt, Type, parse_quote, parse_quote_spanned,
+};
 
 use crate::ast::{Form, Param, Role, ToolFn};
 use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
@@ -158,7 +160,12 @@ impl Body<'_> {
         let args = params.iter().filter_map(|p| arg(private, &digest, p));
         let patterns = params.iter().filter_map(|p| {
             let (binding, pattern) = (&p.binding, p.pattern.as_ref()?);
-            Some(quote!(let #pattern = #binding;))
+            Some(match pattern {
+                // A name starting with `_`, through a call: clippy's
+                // `no_effect_underscore_binding` takes that for an effect.
+                Pat::Ident(_) => quote!(let #pattern = #private::identity(#binding);),
+                _ => quote!(let #pattern = #binding;),
+            })
         });
         let store = match &options.store {
             Some(store) => {
@@ -346,7 +353,7 @@ impl Body<'_> {
                         .params
                         .iter()
                         .filter(|p| p.role != Role::Ignore)
-                        .map(read_by_macro);
+                        .map(|p| &p.binding);
                     let boxed = respan(quote!(#private::boxed::<#ret, _>), at);
                     let mut block = Group::new(
                         proc_macro2::Delimiter::Brace,
@@ -467,7 +474,6 @@ fn self_key_arg(private: &TokenStream, digest: &Ident, self_key: &Located<Expr>)
 /// The statement adding parameter `p` to the digest, if it is in the key or the fingerprint.
 fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> {
     let (binding, name, at) = (&p.binding, &p.name, p.span());
-    let read = read_by_macro(p);
     let path = respan(private.clone(), at);
     match p.role {
         Role::Key => {
@@ -482,13 +488,13 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
             // the error points there, with no macro backtrace. (A type named like the
             // parameter, for the note to say `skip(<its name>)`, cost rustc a trait selection
             // per parameter: 2.8% of its instructions for a crate of two-argument tools.)
-            let value = quote_spanned!(binding.span()=> &#read);
+            let value = quote_spanned!(binding.span()=> &#binding);
             Some(quote_spanned! {at=>
                 #path::key_arg::<_>(&mut #digest, #name, #value);
             })
         }
         Role::Skip => Some(quote_spanned! {at=>
-            (&#path::Skip(&#read)).skip_arg(&mut #digest, #name);
+            (&#path::Skip(&#binding)).skip_arg(&mut #digest, #name);
         }),
         // The binding as written: an error about its type points at it.
         Role::CallerKey => Some(quote_spanned! {at=>
@@ -496,24 +502,6 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
         }),
         Role::Turn | Role::Ignore | Role::Transaction => None,
     }
-}
-
-/// Parameter `p`'s binding as the generated code reads it. A name the user wrote starting with
-/// `_` is read where the user wrote it but in the macro's expansion, so that clippy's
-/// `used_underscore_binding` does not take the key's reading of the parameter for the user's
-/// (an `#[allow]` here would be an error under a user's `#![forbid]`); any other name keeps its
-/// own hygiene, so that a parameter a `macro_rules!` macro names (`$param: $ty`) is found; a
-/// pattern's `idem_argN` is the macro's own, and so is async-trait's `__argN` (resolved where
-/// the user wrote it, it is not found).
-fn read_by_macro(p: &Param) -> Ident {
-    let mut read = p.binding.clone();
-    if p.pattern.is_none()
-        && p.binding.to_string().starts_with('_')
-        && crate::ast::async_trait_position(&p.binding).is_none()
-    {
-        read.set_span(p.binding.span().resolved_at(Span::call_site()));
-    }
-    read
 }
 
 /// Takes the `#[transaction]` parameter out of the signature: the engine passes it, callers
