@@ -39,7 +39,10 @@ pub fn call_key(turn: &Turn, params: &CallToolRequestParams) -> Result<Key, Erro
 }
 
 /// `params` with `turn`'s id and the call's key ([`call_key`]) in its `_meta`; a key the
-/// caller already put there is kept.
+/// caller already put there is kept. The key covers every argument as written here, and a
+/// server honours it over its own: a field the server leaves out of its key (a memo) counts in
+/// this one, so a retry must repeat it. Against an idem server, the turn id alone lets the
+/// server derive the key (docs/guarantees.md, "Known limits").
 ///
 /// # Errors
 /// [`Error::Encode`] if the arguments cannot be encoded.
