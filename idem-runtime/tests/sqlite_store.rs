@@ -819,3 +819,30 @@ async fn a_version_5_claim_has_no_holder_and_keeps_its_lease() {
         idem_tools_runtime::store::holder::Holder::this_process_text()
     );
 }
+
+/// A file at this build's schema opens, and answers reads, while another process holds its
+/// write lock (a long write): opening takes no lock unless there is something to migrate. (It
+/// took the lock to read the version, and failed after the busy timeout with "database is
+/// locked": the CLI's `list`, and an agent restarted during another's write.)
+#[tokio::test]
+async fn a_current_file_opens_and_reads_while_another_process_holds_the_write_lock() {
+    let dir = TempDir::new("open-locked");
+    let clock = ManualClock::new(1_000_000);
+    let store = open(&dir.db(), &clock);
+    let k = key(3);
+    let lease = claim(&store, &k, LEASE).await;
+    store.complete(&lease, b"kept", TTL).await.unwrap();
+    drop(store);
+    let writer = rusqlite::Connection::open(dir.db()).unwrap();
+    writer.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let started = std::time::Instant::now();
+    let reopened = open(&dir.db(), &clock);
+    let record = reopened.get(NS, &k).await.unwrap().expect("the record");
+    assert_eq!(record.result.as_deref(), Some(&b"kept"[..]));
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "opened and read at once, not after the busy timeout: {:?}",
+        started.elapsed()
+    );
+    writer.execute_batch("ROLLBACK").unwrap();
+}

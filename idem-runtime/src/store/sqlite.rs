@@ -134,9 +134,10 @@ const STATE_COMPLETED: &str = "completed";
 /// - The thread runs what it is sent in **batches**: whatever is queued when it gets to them,
 ///   in order, with the writes of a batch in one transaction (group commit), each answered once
 ///   its batch committed: concurrent first executions share transactions. Across processes it
-///   waits for the write lock up to [`DEFAULT_BUSY_TIMEOUT`]
+///   waits for the write lock up to [`DEFAULT_BUSY_TIMEOUT`] a batch
 ///   ([`with_busy_timeout`](Self::with_busy_timeout); then the call fails closed with
-///   [`Error::Store`] and the tool is not run). It also checkpoints the WAL (writes never do:
+///   [`Error::Store`] and the tool is not run): a call queued behind a batch that waits starts
+///   its own wait when that one gives up, so it may wait up to about twice that. It also checkpoints the WAL (writes never do:
 ///   a checkpoint syncs the file) and sweeps expired records, every 512 writes. The admin
 ///   methods (`get`, `list`, `remove`, `purge_expired`) always run there.
 ///
@@ -186,7 +187,8 @@ impl SqliteStore {
     /// build's version.
     ///
     /// This blocks on file I/O: call it at start-up, not inside a hot async path. Processes
-    /// opening one file at once wait for each other, for up to [`DEFAULT_BUSY_TIMEOUT`].
+    /// opening one file at once wait for each other, for up to [`DEFAULT_BUSY_TIMEOUT`] (a file
+    /// already at this build's schema takes no write lock to open).
     ///
     /// # Errors
     /// [`Error::Store`] if the file cannot be opened, is not a database, or stays locked by

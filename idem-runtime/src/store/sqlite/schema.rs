@@ -135,9 +135,17 @@ fn retry_while_busy<T>(
 
 /// Brings the schema to [`SCHEMA_VERSION`], under the write lock so that processes opening the
 /// same file at once migrate it once. Each step is idempotent and the version is written in
-/// the same transaction, so an interrupted migration is simply done again.
+/// the same transaction, so an interrupted migration is simply done again. A file already at
+/// this version is read without the write lock (the version is committed with the schema it
+/// names): a store opens, and the CLI reads, while another process holds the lock for a write.
 fn migrate(conn: &mut Connection, path: Option<&Path>) -> Result<()> {
     let fail = |e: rusqlite::Error| Error::store("migrate", e);
+    let current: i64 = conn
+        .pragma_query_value(None, "user_version", |row| row.get(0))
+        .map_err(fail)?;
+    if current == SCHEMA_VERSION {
+        return Ok(());
+    }
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(fail)?;
