@@ -238,10 +238,9 @@ fn mismatch_message(differs: Mismatch) -> String {
     let (count, names) = (names.len(), names.join(", "));
     let (differ, them) = match count {
         0 => {
-            return "This idempotency key already belongs to a different action (other \
-                    arguments, or the same arguments for another account or object this tool \
-                    acts for; done, or still running), so this call was refused and nothing \
-                    was done. Do not repeat this call with that key: for this action, use a new \
+            return "This idempotency key already belongs to an action with different \
+                    arguments, or one for another account or object this tool acts for (done, \
+                    or still running), so this call was refused and nothing was done. Do not repeat this call with that key: for this action, use a new \
                     idempotency key (only a call with that action's exact arguments gets its \
                     result)."
                 .to_owned();
