@@ -440,26 +440,41 @@ async fn with_release_on_cancel_a_call_cancelled_mid_run_releases_the_key() {
     assert_eq!(turn.stats().cancelled, 1);
 }
 
+/// A call of `send_message` whose body counts its runs in `runs` (its side effect), then does
+/// `rest`, and answers "sent".
+fn counted_send<F>(
+    turn: &Turn,
+    runs: &Arc<AtomicUsize>,
+    rest: F,
+) -> impl Future<Output = Result<String, Error>> + Send + 'static
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let (turn, runs) = (turn.clone(), Arc::clone(runs));
+    async move {
+        let (key, fp) = digest(&SEND, &turn, "ada", "hello");
+        execute(
+            Call::new(&SEND, &turn, key, fp),
+            Codec::ok_only(),
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                rest.await;
+                Ok::<_, Error>("sent".to_owned())
+            },
+        )
+        .await
+    }
+}
+
 #[tokio::test]
 async fn a_panicking_tool_releases_the_key_and_the_panic_propagates() {
     let store = memory();
     let turn = turn("t", &store);
     let runs = Arc::new(AtomicUsize::new(0));
     let call = |panic: bool| {
-        let (turn, runs) = (turn.clone(), Arc::clone(&runs));
-        async move {
-            let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-            execute(
-                Call::new(&SEND, &turn, key, fp),
-                Codec::ok_only(),
-                async move {
-                    runs.fetch_add(1, Ordering::SeqCst);
-                    assert!(!panic, "tool blew up");
-                    Ok::<_, Error>("sent".to_owned())
-                },
-            )
-            .await
-        }
+        counted_send(&turn, &runs, async move {
+            assert!(!panic, "tool blew up");
+        })
     };
     let panicked = tokio::spawn(call(true)).await.unwrap_err();
     assert!(panicked.is_panic());
@@ -523,22 +538,7 @@ async fn a_panic_beside_a_running_tool_interrupts_it_and_a_retry_does_not_run_it
     let store = memory();
     let turn = turn("t", &store);
     let runs = Arc::new(AtomicUsize::new(0));
-    let send = || {
-        let (turn, runs) = (turn.clone(), Arc::clone(&runs));
-        async move {
-            let (key, fp) = digest(&SEND, &turn, "ada", "hello");
-            execute(
-                Call::new(&SEND, &turn, key, fp),
-                Codec::ok_only(),
-                async move {
-                    runs.fetch_add(1, Ordering::SeqCst); // the side effect
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    Ok::<_, Error>("sent".to_owned())
-                },
-            )
-            .await
-        }
-    };
+    let send = || counted_send(&turn, &runs, tokio::time::sleep(Duration::from_millis(50)));
     let buggy = async {
         tokio::time::sleep(Duration::from_millis(10)).await;
         panic!("a bug in another tool");

@@ -295,13 +295,15 @@ pub async fn complete_is_idempotent(h: &impl Harness) {
         .complete(&token, b"second", lease)
         .await
         .expect("complete_is_idempotent: a repeated complete by its own lease succeeds");
-    let kept = store
-        .get(NS, &key)
-        .await
-        .expect("get")
-        .and_then(|r| r.result);
+    let kept = async || {
+        store
+            .get(NS, &key)
+            .await
+            .expect("get")
+            .and_then(|r| r.result)
+    };
     assert_eq!(
-        kept.as_deref(),
+        kept().await.as_deref(),
         Some(&b"first"[..]),
         "complete_is_idempotent: the recorded result is unchanged"
     );
@@ -317,13 +319,8 @@ pub async fn complete_is_idempotent(h: &impl Harness) {
         is_lease_lost(&release),
         "complete_is_idempotent: a release after the complete is refused, got {release:?}"
     );
-    let kept = store
-        .get(NS, &key)
-        .await
-        .expect("get")
-        .and_then(|r| r.result);
     assert_eq!(
-        kept.as_deref(),
+        kept().await.as_deref(),
         Some(&b"first"[..]),
         "complete_is_idempotent: a release after the complete keeps the record"
     );
