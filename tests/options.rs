@@ -126,9 +126,12 @@ async fn a_ttl_past_the_longest_is_kept_max_duration() {
     let [record] = &records[..] else {
         panic!("one record: {records:?}")
     };
+    // The expiry counts from the completion, the creation from the claim: the body's time, a
+    // millisecond or so on a busy machine, is between them.
     let kept = Duration::from_millis(record.expires_at_ms - record.created_at_ms);
+    let minute = Duration::from_secs(60);
     assert!(
-        kept <= MAX_DURATION && kept + Duration::from_secs(60) >= MAX_DURATION,
+        kept <= MAX_DURATION + minute && kept + minute >= MAX_DURATION,
         "{kept:?}"
     );
 }
