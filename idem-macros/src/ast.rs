@@ -1,14 +1,54 @@
 //! The input model: what an annotated function is made of, read from its tokens with no
 //! judgement. The rules live in [`crate::valid`], the generated code in [`crate::expand`].
 
-use proc_macro2::Span;
+use proc_macro2::{Span, TokenStream};
 use quote::format_ident;
 use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, Expr, ExprAsync, FnArg, GenericArgument, Ident, ItemFn, Pat, PatIdent,
-    PathArguments, Receiver, ReturnType, Stmt, Type, TypeParamBound,
+    Attribute, Block, Expr, ExprAsync, FnArg, GenericArgument, Ident, Item, ItemFn, Pat, PatIdent,
+    PathArguments, Receiver, ReturnType, Signature, Stmt, Type, TypeParamBound, Visibility, braced,
 };
+
+/// A function item whose body, if it is an `async fn`'s, is kept as tokens
+/// ([`verbatim_body`]): the macros emit it as written, and parsing it into statements only to
+/// print them again was most of their time for a tool with a body of any length. A function
+/// that is not `async` is parsed whole, for [`async_trait_form`] to read.
+pub(crate) struct LazyFn(pub ItemFn);
+
+impl Parse for LazyFn {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        let sig: Signature = input.parse()?;
+        let content;
+        let brace_token = braced!(content in input);
+        attrs.extend(content.call(Attribute::parse_inner)?);
+        let stmts = if sig.asyncness.is_some() {
+            vec![Stmt::Item(Item::Verbatim(content.parse::<TokenStream>()?))]
+        } else {
+            content.call(Block::parse_within)?
+        };
+        Ok(LazyFn(ItemFn {
+            attrs,
+            vis,
+            sig,
+            block: Box::new(Block { brace_token, stmts }),
+        }))
+    }
+}
+
+/// The statements of a body [`LazyFn`] kept as tokens, parsed (for a rewrite that must tell
+/// expressions from items); a body parsed already is returned as it is.
+pub(crate) fn parsed_body(stmts: Vec<Stmt>) -> syn::Result<Vec<Stmt>> {
+    match stmts.as_slice() {
+        [Stmt::Item(Item::Verbatim(tokens))] => {
+            syn::parse::Parser::parse2(Block::parse_within, tokens.clone())
+        }
+        _ => Ok(stmts),
+    }
+}
 
 /// An `#[idempotent]` function, `#[key]` and `#[transaction]` attributes taken off its
 /// parameters.

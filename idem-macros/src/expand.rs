@@ -9,7 +9,7 @@ use syn::{
     AttrStyle, Expr, FnArg, Ident, ItemFn, Pat, Stmt, Type, parse_quote, parse_quote_spanned,
 };
 
-use crate::ast::{Form, Param, Role, ToolFn};
+use crate::ast::{Form, LazyFn, Param, Role, ToolFn, parsed_body};
 use crate::attr::{IdempotentOptions, Located, ReadOnlyOptions};
 use crate::descriptor::{idempotent_info, own_descriptor, read_only_info};
 use crate::errors::{Errors, fail};
@@ -22,7 +22,7 @@ use crate::valid::{self, Plan, mentions};
 pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let options = IdempotentOptions::parse(args, &mut errors);
-    let Ok(func) = syn::parse2::<ItemFn>(item.clone()) else {
+    let Ok(LazyFn(func)) = syn::parse2::<LazyFn>(item.clone()) else {
         errors.at(
             Span::call_site(),
             "`#[idempotent]` applies to an `async fn` with a body (a function or a method)",
@@ -58,6 +58,13 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         Form::NoReturn | Form::NotAsync => return fail(errors, func.into_token_stream()),
     };
     if plan.run == Run::OnClone {
+        body = match parsed_body(body) {
+            Ok(body) => body,
+            Err(error) => {
+                errors.push(error);
+                return fail(errors, func.into_token_stream());
+            }
+        };
         replace_self(&mut body);
     }
     // A detached function (no receiver) returns its call's future instead of awaiting it in
@@ -534,7 +541,7 @@ fn rename_patterns(params: &[Param], func: &mut ItemFn) {
 pub(crate) fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let options = ReadOnlyOptions::parse(args, &mut errors);
-    let Ok(mut func) = syn::parse2::<ItemFn>(item.clone()) else {
+    let Ok(LazyFn(mut func)) = syn::parse2::<LazyFn>(item.clone()) else {
         errors.at(
             Span::call_site(),
             "`#[read_only]` applies to a function or a method with a body",
