@@ -9,7 +9,7 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, params};
 
 use super::row::{self, Held, Seen};
-use super::statements::{ATTEMPTS, CLAIM, COUNT_ACTION, FREE_ABANDONED, SEEN, TURN_COUNT};
+use super::statements::{ATTEMPTS, CLAIM, COUNT_ACTION, FREE_ABANDONED, TURN_COUNT};
 use super::worker::{Done, Worker};
 use super::{sql_ms, sql_token};
 use crate::clock::duration_ms;
@@ -98,13 +98,7 @@ pub(super) fn refused_by_key(attempts: u32, charge: &Charge) -> Option<Begin> {
 impl Worker<'_> {
     /// What `begin` learns of the request's key.
     fn seen(&mut self, req: &BeginRequest<'_>) -> rusqlite::Result<Result<Seen>> {
-        row::seen(
-            &mut *self.conn.prepare_cached(SEEN)?,
-            req.namespace,
-            req.turn,
-            req.key,
-            self.now,
-        )
+        row::seen(self.conn, req.namespace, req.turn, req.key, self.now)
     }
 
     /// A live claim's answer: [`Begin::InFlight`] while its holder may run; `None` once a

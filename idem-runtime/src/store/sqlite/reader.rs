@@ -15,7 +15,6 @@ use std::time::Duration;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use super::row::{self, Seen};
-use super::statements::SEEN;
 use crate::Result;
 use crate::key::Key;
 
@@ -50,9 +49,7 @@ impl Readers {
         now: u64,
     ) -> Option<Result<Seen>> {
         let conn = self.take()?;
-        let read = conn
-            .prepare_cached(SEEN)
-            .and_then(|mut stmt| row::seen(&mut stmt, namespace, turn, key, now));
+        let read = row::seen(&conn, namespace, turn, key, now);
         match read {
             Ok(seen) => {
                 self.put(conn);

@@ -1,8 +1,9 @@
 //! Reading `idem_records` rows: every column checked, a malformed row an error, never a panic.
 
 use rusqlite::types::ValueRef;
-use rusqlite::{Connection, OptionalExtension, Statement, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
+use super::statements::{LIVE, SEEN};
 use super::{STATE_COMPLETED, STATE_IN_PROGRESS};
 use crate::key::{Fingerprint, Key};
 use crate::store::{Begin, Bytes, FirstResult, Record, RecordState};
@@ -226,9 +227,10 @@ impl Held {
     }
 }
 
-/// Reads a row selected with [`SEEN`](super::statements::SEEN) as of `now`, for `namespace` and
-/// `turn`. Only a live record has to be well formed: an expired one is overwritten by the next
-/// claim. A row of another namespace holds no count for this one, and if live, cannot be this
+/// Reads a row selected with [`SEEN`] (`whole`) or [`LIVE`] as of `now`, for `namespace` and
+/// `turn`; `None` when the row is read with [`LIVE`] and it does not settle `begin`'s answer.
+/// Only a live record has to be well formed: an expired one is overwritten by the next claim. A
+/// row of another namespace holds no count for this one, and if live, cannot be this
 /// namespace's record (keys commit to their namespace: it was written by hand); a row of another
 /// turn holds no count for this one either.
 fn read_seen(
@@ -236,12 +238,13 @@ fn read_seen(
     namespace: &str,
     turn: &str,
     now: u64,
-) -> Result<Seen, Corrupt> {
+    whole: bool,
+) -> Result<Option<Seen>, Corrupt> {
     let expires_at_ms = required(integer(row, 3, "expires_at_ms")?, "expires_at_ms")?;
     let live = u64::try_from(expires_at_ms).is_ok_and(|at| at > now);
-    match row.get_ref(8) {
+    match row.get_ref(4) {
         Ok(ValueRef::Text(ns)) if ns == namespace.as_bytes() => {}
-        Ok(ValueRef::Text(_)) if !live => return Ok(Seen::Free { attempts: 0 }),
+        Ok(ValueRef::Text(_)) if !live => return Ok(Some(Seen::Free { attempts: 0 })),
         Ok(ValueRef::Text(ns)) => {
             return Err(Corrupt(format!(
                 "the key's live record is in namespace {:?}",
@@ -251,21 +254,24 @@ fn read_seen(
         _ => return Err(Corrupt("column `namespace` is not text".to_owned())),
     }
     if !live {
+        if !whole {
+            return Ok(None);
+        }
         match row.get_ref(9) {
             Ok(ValueRef::Text(of)) if of == turn.as_bytes() => {}
-            Ok(ValueRef::Text(_)) => return Ok(Seen::Free { attempts: 0 }),
+            Ok(ValueRef::Text(_)) => return Ok(Some(Seen::Free { attempts: 0 })),
             _ => return Err(Corrupt("column `turn` is not text".to_owned())),
         }
-        let attempts = required(integer(row, 5, "attempts")?, "attempts")?;
-        let window_end = required(integer(row, 6, "attempts_expire_ms")?, "attempts_expire_ms")?;
-        return Ok(Seen::Free {
+        let attempts = required(integer(row, 7, "attempts")?, "attempts")?;
+        let window_end = required(integer(row, 8, "attempts_expire_ms")?, "attempts_expire_ms")?;
+        return Ok(Some(Seen::Free {
             attempts: live_attempts(attempts, window_end, now),
-        });
+        }));
     }
     // Not needed to answer, but a record whose columns do not hold what they should is
     // refused whole, as `get` refuses it.
     timestamp(
-        required(integer(row, 7, "created_at_ms")?, "created_at_ms")?,
+        required(integer(row, 5, "created_at_ms")?, "created_at_ms")?,
         "created_at_ms",
     )?;
     let fingerprint = match row.get_ref(1) {
@@ -279,8 +285,9 @@ fn read_seen(
         _ => return Err(Corrupt("column `state` is not text".to_owned())),
     };
     match state {
+        b"in_progress" if !whole => Ok(None),
         b"in_progress" => {
-            let Some(token) = integer(row, 4, "token")? else {
+            let Some(token) = integer(row, 6, "token")? else {
                 return Err(Corrupt("in progress without a lease token".to_owned()));
             };
             let holder = match row.get_ref(10) {
@@ -288,17 +295,17 @@ fn read_seen(
                 // Not a holder this build wrote: never proof of anything.
                 _ => None,
             };
-            Ok(Seen::Held(Held {
+            Ok(Some(Seen::Held(Held {
                 fingerprint,
                 token,
                 holder,
-            }))
+            })))
         }
         b"completed" => match row.get_ref(2) {
-            Ok(ValueRef::Blob(result)) => Ok(Seen::Live(Begin::Completed(FirstResult {
+            Ok(ValueRef::Blob(result)) => Ok(Some(Seen::Live(Begin::Completed(FirstResult {
                 fingerprint,
                 result: Bytes::copy_from_slice(result),
-            }))),
+            })))),
             _ => Err(Corrupt("completed without a result".to_owned())),
         },
         other => Err(Corrupt(format!(
@@ -308,21 +315,33 @@ fn read_seen(
     }
 }
 
-/// What `begin` of turn `turn` learns from `key`'s row (none: free, never claimed), with
-/// `seen`, a statement of [`SEEN`](super::statements::SEEN).
+/// What `begin` of turn `turn` learns from `key`'s row (none: free, never claimed), read on
+/// `conn`: the columns of a live record first ([`LIVE`], a replay's read), and the whole row
+/// ([`SEEN`]) only if they do not settle it.
 pub(super) fn seen(
-    seen: &mut Statement<'_>,
+    conn: &Connection,
     namespace: &str,
     turn: &str,
     key: &Key,
     now: u64,
 ) -> rusqlite::Result<Result<Seen>> {
-    let found = seen
-        .query_row([key.as_bytes().as_slice()], |row| {
-            Ok(read_seen(row, namespace, turn, now))
-        })
-        .optional()?;
-    Ok(found
-        .unwrap_or(Ok(Seen::Free { attempts: 0 }))
-        .map_err(corrupt(key)))
+    let read = |sql: &str, whole: bool| {
+        conn.prepare_cached(sql)?
+            .query_row([key.as_bytes().as_slice()], |row| {
+                Ok(read_seen(row, namespace, turn, now, whole))
+            })
+            .optional()
+    };
+    let found = match read(LIVE, false)? {
+        Some(Ok(None)) => read(SEEN, true)?,
+        found => found,
+    };
+    Ok(match found {
+        None => Ok(Seen::Free { attempts: 0 }),
+        Some(Ok(Some(seen))) => Ok(seen),
+        // A whole row always settles it.
+        Some(Ok(None)) => Err(Corrupt("the key's row could not be read whole".to_owned())),
+        Some(Err(corrupt)) => Err(corrupt),
+    }
+    .map_err(corrupt(key)))
 }

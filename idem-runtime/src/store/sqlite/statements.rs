@@ -13,10 +13,16 @@ pub(super) const SAVEPOINT: &str = "SAVEPOINT idem_claim";
 pub(super) const ROLLBACK_TO_SAVEPOINT: &str = "ROLLBACK TO idem_claim";
 pub(super) const RELEASE_SAVEPOINT: &str = "RELEASE idem_claim";
 
+/// What a replay reads of a key's row: the columns that answer a live record (in the order
+/// [`SEEN`] starts with). A row this does not settle (a claim, an expired row) is read again
+/// with [`SEEN`]. Parameter: key.
+pub(super) const LIVE: &str = "SELECT state, fingerprint, result, expires_at_ms, namespace, \
+     created_at_ms FROM idem_records WHERE key = ?1";
+
 /// What `begin` reads of a key's row: enough to answer a live record and to charge a claim,
 /// the namespace and turn the row belongs to, and who holds a claim. Parameter: key.
-pub(super) const SEEN: &str = "SELECT state, fingerprint, result, expires_at_ms, token, \
-     attempts, attempts_expire_ms, created_at_ms, namespace, turn, holder FROM idem_records \
+pub(super) const SEEN: &str = "SELECT state, fingerprint, result, expires_at_ms, namespace, \
+     created_at_ms, token, attempts, attempts_expire_ms, turn, holder FROM idem_records \
      WHERE key = ?1";
 
 /// A claim in one statement: insert the key's row, or take over a row whose record is no
