@@ -504,7 +504,7 @@ pub mod store {
     pub use idem_tools_runtime::store::{
         Begin, BeginRequest, Bytes, Charge, DEFAULT_BUDGET_WINDOW, DEFAULT_LEASE, DEFAULT_TTL,
         Exhausted, FirstResult, Lease, LeaseToken, MAX_DURATION, MAX_LEASE, MIN_LEASE, Record,
-        RecordState, Store, StoreFuture, budget,
+        RecordState, Removed, Store, StoreFuture, budget,
     };
 }
 

@@ -127,8 +127,9 @@ pub enum Command {
         /// The key: 64 hex digits, or an unambiguous prefix of at least 4.
         key: String,
     },
-    /// Delete one record and its key's attempt count, whatever its state: the next identical
-    /// call runs the tool (the turn's count of started actions is kept).
+    /// Delete one record and its key's attempt count, whatever its state, if the key still holds
+    /// the record shown: the next identical call runs the tool (the turn's count of started
+    /// actions is kept).
     Remove {
         /// The key: 64 hex digits, or an unambiguous prefix of at least 4.
         key: String,

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use common::{
-    SEND, SHORT_LIVED, TempDir, call, claim, idem, idem_on_terminal, key_of, listed_keys,
-    open_sqlite as open, run_as_printed, short, turn,
+    Prompted, SEND, SHORT_LIVED, TempDir, call, claim, idem, idem_on_terminal, idem_prompted,
+    key_of, listed_keys, open_sqlite as open, run_as_printed, short, turn,
 };
 use idem_tools_runtime::Error;
 use idem_tools_runtime::clock::ManualClock;
-use idem_tools_runtime::store::{RecordState, SqliteStore, Store};
+use idem_tools_runtime::key::Key;
+use idem_tools_runtime::store::{Lease, LeaseToken, RecordState, SqliteStore, Store};
 
 #[tokio::test]
 async fn remove_needs_yes_without_a_terminal_then_the_tool_runs_again() {
@@ -102,6 +103,76 @@ async fn remove_releases_a_stuck_claim() {
     assert_eq!(runs.load(Ordering::SeqCst), 1);
     let record = store.get("", &key).await.unwrap().expect("recorded now");
     assert_eq!(record.state, RecordState::Completed);
+}
+
+/// A key claimed in a fresh file (a lease of `lease_ms`) and `idem remove` asking whether to
+/// remove it: the directory, the store, the key and its claim's token, the waiting process.
+async fn remove_asking(
+    label: &str,
+    lease_ms: u64,
+) -> (TempDir, Arc<dyn Store>, (Key, LeaseToken), Prompted) {
+    let dir = TempDir::new(label);
+    let db = dir.file("idem.db");
+    let store = open(&db);
+    let t = turn("turn-1", "");
+    let claimed = claim(&*store, &SEND, &t, "a@x", Duration::from_millis(lease_ms)).await;
+    let asking = idem_prompted(&["--sqlite", &db, "remove", &short(&claimed.0)], "[y/N]");
+    (dir, store, claimed, asking)
+}
+
+/// What the operator confirmed is what is removed: a stuck claim that completes while `remove`
+/// waits for the answer is kept (removing it would run the tool again on the next retry).
+#[tokio::test]
+async fn remove_keeps_a_record_that_changed_while_it_asked() {
+    let (_dir, store, (key, token), asking) = remove_asking("changed", 600_000).await;
+    assert!(
+        asking.shown().contains("the in-progress record"),
+        "{}",
+        asking.shown()
+    );
+    // The holder was slow, not gone: it records its result before the operator answers.
+    let lease = Lease {
+        namespace: Arc::from(""),
+        key,
+        token,
+    };
+    store
+        .complete(&lease, b"sent", Duration::from_secs(3600))
+        .await
+        .unwrap();
+
+    let refused = asking.answer("y\n").expect_code(1);
+    assert!(
+        refused.stderr.contains("not removed: key") && refused.stderr.contains("changed since"),
+        "{}",
+        refused.stderr
+    );
+    let kept = store.get("", &key).await.unwrap().expect("kept");
+    assert_eq!(kept.state, RecordState::Completed);
+    assert_eq!(kept.result.as_deref(), Some(&b"sent"[..]));
+}
+
+/// A stuck claim whose lease runs out while `remove` asks is still the claim shown: removed
+/// (its attempt count with it), and said so.
+#[tokio::test]
+async fn remove_of_a_claim_that_expired_while_it_asked_removes_it() {
+    let (_dir, store, _, asking) = remove_asking("expired", 300).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+
+    let removed = asking.answer("y\n").expect_code(0);
+    assert!(
+        removed
+            .stdout
+            .contains("its lease had run out since it was shown"),
+        "{}",
+        removed.stdout
+    );
+    let ran = store.list(Some(""), 10).await.unwrap();
+    assert!(ran.is_empty(), "{ran:?}");
+    let t = turn("turn-1", "");
+    let attempts = claim(&*store, &SEND, &t, "a@x", Duration::from_secs(60)).await;
+    let record = store.get("", &attempts.0).await.unwrap().expect("claimed");
+    assert_eq!(record.attempts, 1, "its attempt count was deleted with it");
 }
 
 #[tokio::test]

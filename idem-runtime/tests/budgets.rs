@@ -216,6 +216,12 @@ impl Store for Handle {
     ) -> idem_tools_runtime::store::StoreFuture<'a, bool> {
         self.0.remove(namespace, key)
     }
+    fn remove_shown<'a>(
+        &'a self,
+        shown: &'a idem_tools_runtime::store::Record,
+    ) -> idem_tools_runtime::store::StoreFuture<'a, idem_tools_runtime::store::Removed> {
+        self.0.remove_shown(shown)
+    }
 }
 
 #[tokio::test]

@@ -13,7 +13,7 @@ use crate::fault_store::{Fault, FaultStore, Op};
 use idem_tools_runtime::clock::Clock;
 use idem_tools_runtime::key::{ArgsDigest, Fingerprint};
 use idem_tools_runtime::store::{
-    Begin, BeginRequest, Lease, MemoryStore, Record, Store, StoreFuture,
+    Begin, BeginRequest, Lease, MemoryStore, Record, Removed, Store, StoreFuture,
 };
 use idem_tools_runtime::{Call, Codec, Error, Key, ToolInfo, Turn, execute};
 
@@ -65,6 +65,9 @@ impl Store for Process {
     }
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         self.0.remove(namespace, key)
+    }
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        self.0.remove_shown(shown)
     }
 }
 

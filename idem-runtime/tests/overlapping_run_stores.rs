@@ -12,7 +12,7 @@ use idem_tools_runtime::ToolInfo;
 use idem_tools_runtime::engine::{Codec, execute};
 use idem_tools_runtime::key::Key;
 use idem_tools_runtime::store::{
-    Begin, BeginRequest, Lease, MemoryStore, Record, Store, StoreFuture,
+    Begin, BeginRequest, Lease, MemoryStore, Record, Removed, Store, StoreFuture,
 };
 
 use overlap_common::*;
@@ -147,6 +147,9 @@ impl Store for Net {
     }
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         self.inner.remove(namespace, key)
+    }
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        self.inner.remove_shown(shown)
     }
 }
 

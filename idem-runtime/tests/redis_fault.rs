@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use idem_tools_runtime::key::{ArgsDigest, Key};
 use idem_tools_runtime::store::{
-    Begin, BeginRequest, Lease, Record, RedisStore, Store, StoreFuture,
+    Begin, BeginRequest, Lease, Record, RedisStore, Removed, Store, StoreFuture,
 };
 use idem_tools_runtime::{Call, Error, Stats, ToolInfo, Turn, execute};
 use redis_common::{PrivateServer, redis_url};
@@ -118,6 +118,9 @@ impl Store for Acknowledged {
     }
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         self.inner.remove(namespace, key)
+    }
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        self.inner.remove_shown(shown)
     }
 }
 

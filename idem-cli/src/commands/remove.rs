@@ -1,6 +1,7 @@
 //! `idem remove KEY`: delete one record and its key's attempt count, after confirmation.
 
 use idem_tools_runtime::Store;
+use idem_tools_runtime::store::Removed;
 use serde_json::json;
 
 use super::show::namespace_flag;
@@ -65,15 +66,36 @@ pub async fn remove(
             return Err(CliError::refused("not removed"));
         }
     }
-    if !store.remove(&namespace, &key).await? {
-        return Err(CliError::not_found(format!(
-            "key {key} was gone before it could be removed (it expired, or someone else removed \
-             it)"
-        )));
-    }
+    // The record shown is removed only if the key still holds it: one that completed or was
+    // claimed again meanwhile is not what the operator confirmed.
+    let live = match &found {
+        Found::Record(record) => match store.remove_shown(record).await? {
+            Removed::Deleted { live } => live,
+            Removed::Changed => {
+                return Err(CliError::refused(format!(
+                    "not removed: key {key} changed since it was shown (its claim completed, or \
+                     the key was claimed again); look at it again: {reopen} show {key}{}",
+                    namespace_flag(&namespace)
+                )));
+            }
+            Removed::Gone => return Err(gone(&key)),
+        },
+        Found::Corrupt { .. } => {
+            if !store.remove(&namespace, &key).await? {
+                return Err(gone(&key));
+            }
+            true
+        }
+    };
+    let expired = if live {
+        ""
+    } else {
+        " (its lease had run out since it was shown)"
+    };
     if json {
         let value = json!({
             "removed": true,
+            "live": live,
             "namespace": namespace,
             "key": key.to_hex(),
             "state": state.map(State::as_str),
@@ -89,8 +111,15 @@ pub async fn remove(
         Found::Corrupt { .. } => String::new(),
     };
     Ok(format!(
-        "removed {what}\ndeleted: the record and the key's attempt count{attempts}; kept: the \
-         turn's count of started actions\n{next}\n"
+        "removed {what}{expired}\ndeleted: the record and the key's attempt count{attempts}; \
+         kept: the turn's count of started actions\n{next}\n"
+    ))
+}
+
+/// The key had nothing left to remove.
+fn gone(key: &impl std::fmt::Display) -> CliError {
+    CliError::not_found(format!(
+        "key {key} was gone before it could be removed (it expired, or someone else removed it)"
     ))
 }
 

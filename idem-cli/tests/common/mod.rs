@@ -127,8 +127,20 @@ pub fn short_bench(store_args: &[&str]) -> Value {
 
 /// Runs `idem` with `args` on a new pseudo-terminal as stdin, typing `typed` into it.
 pub fn idem_on_terminal(args: &[&str], typed: &str) -> Run {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
     use std::io::Write;
+
+    let (mut master, slave) = terminal();
+    master.write_all(typed.as_bytes()).expect("typing");
+    let output = idem_command(args)
+        .stdin(Stdio::from(slave))
+        .output()
+        .expect("the idem binary runs");
+    Run::from_output(output)
+}
+
+/// A pseudo-terminal: its master side (what is typed) and its slave side (a process's stdin).
+fn terminal() -> (std::fs::File, std::fs::File) {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 
     let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("a pseudo-terminal");
     grantpt(&master).expect("grantpt");
@@ -139,13 +151,70 @@ pub fn idem_on_terminal(args: &[&str], typed: &str) -> Run {
         .write(true)
         .open(name.to_str().expect("a UTF-8 device path"))
         .expect("the terminal's slave side");
-    let mut master = std::fs::File::from(master);
-    master.write_all(typed.as_bytes()).expect("typing");
-    let output = idem_command(args)
+    (std::fs::File::from(master), slave)
+}
+
+/// Runs `idem` with `args` on a terminal and waits until its standard error ends with
+/// `prompt` (it waits for an answer); [`Prompted::answer`] types the answer.
+pub fn idem_prompted(args: &[&str], prompt: &str) -> Prompted {
+    use std::io::Read;
+
+    let (master, slave) = terminal();
+    let mut child = idem_command(args)
         .stdin(Stdio::from(slave))
-        .output()
+        .spawn()
         .expect("the idem binary runs");
-    Run::from_output(output)
+    let mut stderr = child.stderr.take().expect("piped");
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !String::from_utf8_lossy(&seen)
+        .trim_end()
+        .ends_with(prompt.trim_end())
+    {
+        assert!(std::time::Instant::now() < deadline, "no prompt: {seen:?}");
+        let mut byte = [0; 1];
+        match stderr.read(&mut byte).expect("reading stderr") {
+            0 => panic!(
+                "idem exited before prompting: {}",
+                String::from_utf8_lossy(&seen)
+            ),
+            _ => seen.push(byte[0]),
+        }
+    }
+    Prompted {
+        child,
+        master,
+        stderr,
+        seen,
+    }
+}
+
+/// An `idem` waiting for an answer on its terminal.
+pub struct Prompted {
+    child: std::process::Child,
+    master: std::fs::File,
+    stderr: std::process::ChildStderr,
+    seen: Vec<u8>,
+}
+
+impl Prompted {
+    /// What it wrote to standard error so far: what it asks.
+    pub fn shown(&self) -> String {
+        String::from_utf8_lossy(&self.seen).into_owned()
+    }
+
+    /// Types `typed` and waits for the process to end.
+    pub fn answer(mut self, typed: &str) -> Run {
+        use std::io::{Read, Write};
+
+        self.master.write_all(typed.as_bytes()).expect("typing");
+        self.stderr
+            .read_to_end(&mut self.seen)
+            .expect("reading stderr");
+        let mut output = self.child.wait_with_output().expect("idem ends");
+        output.stderr = self.seen;
+        Run::from_output(output)
+    }
 }
 
 #[allow(unused_imports)] // not every test binary sharing this module makes files

@@ -11,7 +11,7 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashMap;
 
 use super::budget::{self, CounterId};
-use super::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
+use super::{Begin, BeginRequest, Lease, Record, Removed, Store, StoreFuture};
 use crate::Error;
 use crate::clock::{Clock, MonotonicClock, duration_ms};
 use crate::key::Key;
@@ -347,5 +347,10 @@ impl Store for MemoryStore {
         let now = self.clock.now_ms();
         let removed = self.shard(key).remove_at(key, now).unwrap_or(false);
         StoreFuture::ready(Ok(removed))
+    }
+
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        let now = self.clock.now_ms();
+        StoreFuture::ready(Ok(self.shard(&shown.key).remove_shown(shown, now)))
     }
 }

@@ -58,7 +58,10 @@
 //! 8. **Admin.** `get` and `list` show live records only (with their attempt counts and the id
 //!    of the turn that claimed them); `list_turn` shows a turn's live records in the order they
 //!    were claimed; `remove` deletes a key's record and its attempt count, whatever its state;
-//!    `purge_expired` deletes what has expired ([`conformance::admin_list_and_remove`],
+//!    `remove_shown` does so only if the key still holds the record shown (the same claim in
+//!    the same state); `purge_expired` deletes what has expired
+//!    ([`conformance::admin_list_and_remove`],
+//!    [`conformance::remove_shown_deletes_only_what_was_shown`],
 //!    [`conformance::records_carry_their_turn`], [`conformance::purge_deletes_expired_records`]).
 //! 9. **Bytes.** Results are stored byte for byte, a mebibyte and more
 //!    ([`conformance::large_results_round_trip`]); a record the backend cannot parse is an
@@ -93,7 +96,7 @@ pub use bytes::Bytes;
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
-pub use record::{Begin, Exhausted, FirstResult, Record, RecordState, in_claim_order};
+pub use record::{Begin, Exhausted, FirstResult, Record, RecordState, Removed, in_claim_order};
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
 
@@ -355,6 +358,14 @@ pub trait Store: std::any::Any + Send + Sync + 'static {
     /// Admin: deletes a key's record and its attempt count, whatever its state; returns
     /// whether a live record existed. The turn's count of started actions is kept.
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool>;
+
+    /// Admin: deletes `shown` — a record as [`get`](Store::get) or [`list`](Store::list)
+    /// showed it — with its key's attempt count, if the key still holds that record: the same
+    /// claim (its claim time) in the same state, whatever its lease did meanwhile. A record
+    /// that changed since (the claim completed, or the key was claimed again) is kept, so that
+    /// an operator's confirmation never deletes a record they were not shown. The turn's
+    /// count of started actions is kept.
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed>;
 }
 
 static DEFAULT_STORE: OnceLock<Arc<dyn Store>> = OnceLock::new();

@@ -132,6 +132,7 @@ pub(crate) struct Sql {
     list: String,
     list_turn: String,
     remove: String,
+    remove_shown: String,
     purge_records: String,
     purge_budgets: String,
 }
@@ -210,6 +211,14 @@ impl Sql {
             remove: q(
                 "DELETE FROM {s}idem_records WHERE namespace = $1 AND key = $2 \
                  RETURNING expires_at_ms > {s}idem_now_ms()",
+            ),
+            // The `EXISTS` sees the statement's snapshot: the row, if the `DELETE` took it.
+            remove_shown: q(
+                "WITH deleted AS (DELETE FROM {s}idem_records WHERE namespace = $1 AND key = $2 \
+                 AND state = $3 AND created_at_ms = $4 \
+                 RETURNING expires_at_ms > {s}idem_now_ms() AS live) \
+                 SELECT (SELECT live FROM deleted), \
+                 EXISTS (SELECT 1 FROM {s}idem_records WHERE namespace = $1 AND key = $2)",
             ),
             purge_records: q(&format!(
                 "{now}, doomed AS (SELECT r.namespace, r.key FROM {{s}}idem_records AS r, c \

@@ -53,6 +53,22 @@ pub struct Record {
     pub expires_at_ms: u64,
 }
 
+/// What [`Store::remove_shown`](super::Store::remove_shown) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removed {
+    /// The record shown was deleted, with its key's attempt count; `live`: whether it was
+    /// still live (a lease can run out between showing and removing).
+    Deleted {
+        /// Whether the record was live when deleted.
+        live: bool,
+    },
+    /// The key holds another record than the one shown (the claim completed, or the key was
+    /// claimed again): kept.
+    Changed,
+    /// Nothing is stored for the key any more.
+    Gone,
+}
+
 /// Why [`Store::begin`](super::Store::begin) refused a claim: a budget is spent. Nothing was
 /// claimed or counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -34,46 +34,39 @@ const MAX_DURATION_MS: u64 = super::MAX_DURATION.as_secs() * 1000;
 /// Keys asked for per `SCAN` step of [`Store::list`](super::Store::list).
 const SCAN_COUNT: usize = 500;
 
-/// The Lua scripts, one per state transition, each prefixed with `prelude.lua` (and
-/// `counts.lua` for those that charge a turn's count).
-struct Scripts {
-    begin: Script,
-    turn: Script,
-    get: Script,
-    complete: Script,
-    renew: Script,
-    release: Script,
-    remove: Script,
-}
-
 macro_rules! lua {
     ($($file:literal),+) => {
         concat!(include_str!("redis/prelude.lua"), $(include_str!($file)),+)
     };
 }
 
-const LUA: [&str; 7] = [
-    lua!("redis/counts.lua", "redis/begin.lua"),
-    lua!("redis/counts.lua", "redis/turn.lua"),
-    lua!("redis/get.lua"),
-    lua!("redis/complete.lua"),
-    lua!("redis/renew.lua"),
-    lua!("redis/release.lua"),
-    lua!("redis/remove.lua"),
-];
+/// The Lua scripts, one per state transition, each prefixed with `prelude.lua` (and
+/// `counts.lua` for those that charge a turn's count): their code ([`LUA`]) and [`SCRIPTS`],
+/// named, from one list.
+macro_rules! scripts {
+    ($($name:ident: $($file:literal),+;)+) => {
+        struct Scripts {
+            $($name: Script,)+
+        }
 
-static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| {
-    let [begin, turn, get, complete, renew, release, remove] = LUA.map(Script::new);
-    Scripts {
-        begin,
-        turn,
-        get,
-        complete,
-        renew,
-        release,
-        remove,
-    }
-});
+        const LUA: &[&str] = &[$(lua!($($file),+)),+];
+
+        static SCRIPTS: LazyLock<Scripts> = LazyLock::new(|| Scripts {
+            $($name: Script::new(lua!($($file),+)),)+
+        });
+    };
+}
+
+scripts! {
+    begin: "redis/counts.lua", "redis/begin.lua";
+    turn: "redis/counts.lua", "redis/turn.lua";
+    get: "redis/get.lua";
+    complete: "redis/complete.lua";
+    renew: "redis/renew.lua";
+    release: "redis/release.lua";
+    remove: "redis/remove.lua";
+    remove_shown: "redis/remove_shown.lua";
+}
 
 /// A dedup store in Redis: one store for many worker processes and hosts.
 ///

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idem_tools_runtime::Error;
 use idem_tools_runtime::key::Key;
-use idem_tools_runtime::store::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
+use idem_tools_runtime::store::{Begin, BeginRequest, Lease, Record, Removed, Store, StoreFuture};
 
 /// A store operation, as [`FaultStore`] plans faults for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -188,5 +188,8 @@ impl Store for FaultStore {
     }
     fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
         self.wrap(Op::Admin, move || self.inner.remove(namespace, key))
+    }
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        self.wrap(Op::Admin, move || self.inner.remove_shown(shown))
     }
 }

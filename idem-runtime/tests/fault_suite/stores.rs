@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idem_tools_runtime::clock::Clock;
 use idem_tools_runtime::store::{
-    Begin, BeginRequest, Lease, Record, RecordState, Store, StoreFuture,
+    Begin, BeginRequest, Lease, Record, RecordState, Removed, Store, StoreFuture,
 };
 use idem_tools_runtime::{Error, Key};
 
@@ -67,6 +67,11 @@ macro_rules! forward {
     (@one $t:path, remove) => {
         fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
             $t(move || self.inner.remove(namespace, key))
+        }
+    };
+    (@one $t:path, remove_shown) => {
+        fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+            $t(move || self.inner.remove_shown(shown))
         }
     };
 }
@@ -136,7 +141,7 @@ impl Store for Observed {
             }
         })
     }
-    forward!(passed; begin renew release get purge_expired list remove);
+    forward!(passed; begin renew release get purge_expired list remove remove_shown);
 }
 
 /// Sits where the engine meets the store (above the injected faults) and tells the ledger
@@ -181,7 +186,7 @@ impl Store for Renewals {
             result
         })
     }
-    forward!(passed; begin complete release get purge_expired list remove);
+    forward!(passed; begin complete release get purge_expired list remove remove_shown);
 }
 
 /// A broken store for the harness's self-test: it forgets completions, turning `begin` of a
@@ -208,7 +213,7 @@ impl Store for Forgetful {
             self.inner.begin(req).await
         })
     }
-    forward!(passed; renew complete release get purge_expired list remove);
+    forward!(passed; renew complete release get purge_expired list remove remove_shown);
 }
 
 thread_local! {
@@ -251,7 +256,7 @@ fn slowed<'a, T: Send + 'a>(op: impl FnOnce() -> StoreFuture<'a, T>) -> StoreFut
 }
 
 impl Store for SlowReplies {
-    forward!(slowed; begin renew complete release get purge_expired list remove);
+    forward!(slowed; begin renew complete release get purge_expired list remove remove_shown);
 }
 
 /// A store whose operations take effect when first polled, like a network store's (the memory
@@ -276,7 +281,7 @@ fn on_first_poll<'a, T: Send + 'a>(
 }
 
 impl Store for Lazy {
-    forward!(on_first_poll; begin renew complete release get purge_expired list remove);
+    forward!(on_first_poll; begin renew complete release get purge_expired list remove remove_shown);
 }
 
 /// A store whose every operation returns `Pending` once (waking itself) before it runs: each
@@ -311,5 +316,5 @@ fn yield_then<'a, T: Send + 'a>(call: impl FnOnce() -> StoreFuture<'a, T>) -> St
 }
 
 impl Store for YieldOnce {
-    forward!(yield_then; begin renew complete release get purge_expired list remove);
+    forward!(yield_then; begin renew complete release get purge_expired list remove remove_shown);
 }

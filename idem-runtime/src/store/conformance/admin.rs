@@ -1,11 +1,12 @@
 //! What operators and large results need: list, remove, purge, big and corrupt records.
 
 use std::collections::HashSet;
+use std::time::Duration;
 
 use super::{Harness, NS, advance, claim, fingerprint, fresh_key, lease_of, request};
 use crate::Error;
 use crate::key::Key;
-use crate::store::{Begin, BeginRequest, LeaseToken};
+use crate::store::{Begin, BeginRequest, LeaseToken, RecordState, Removed};
 
 /// list shows live records (filtered by namespace); remove deletes one.
 pub async fn admin_list_and_remove(h: &impl Harness) {
@@ -53,6 +54,77 @@ pub async fn admin_list_and_remove(h: &impl Harness) {
     assert_eq!(
         store.list(Some(&namespace), 100).await.expect("list").len(),
         2
+    );
+}
+
+/// `remove_shown` deletes the record an operator was shown and nothing else: a claim that
+/// completed since, or a key claimed again, is kept; a claim whose lease ran out since is still
+/// the one shown.
+pub async fn remove_shown_deletes_only_what_was_shown(h: &impl Harness) {
+    let store = h.store();
+    let lease = h.short() * 4;
+    let fp = fingerprint("shown");
+    let shown = async |key: &Key| {
+        let found = store.get(NS, key).await.expect("remove_shown: get");
+        found.expect("remove_shown: the record to show")
+    };
+
+    // Shown in progress, completed before the removal: kept.
+    let key = fresh_key("shown completed");
+    let token = claim(&*store, &key, &fp, lease).await;
+    let in_progress = shown(&key).await;
+    store
+        .complete(&token, b"sent", lease)
+        .await
+        .expect("remove_shown: complete");
+    let removed = store
+        .remove_shown(&in_progress)
+        .await
+        .expect("remove_shown");
+    assert_eq!(
+        removed,
+        Removed::Changed,
+        "remove_shown: a claim that completed"
+    );
+    let completed = shown(&key).await;
+    assert_eq!(completed.result.as_deref(), Some(&b"sent"[..]), "kept");
+    // Shown completed: deleted, then gone.
+    let removed = store.remove_shown(&completed).await.expect("remove_shown");
+    assert_eq!(removed, Removed::Deleted { live: true });
+    assert_eq!(store.get(NS, &key).await.expect("get"), None);
+    let removed = store.remove_shown(&completed).await.expect("remove_shown");
+    assert_eq!(removed, Removed::Gone, "remove_shown: twice");
+
+    // Shown in progress, given back and claimed again: the new claim is kept.
+    let key = fresh_key("shown claimed again");
+    let token = claim(&*store, &key, &fp, lease).await;
+    let first = shown(&key).await;
+    store.release(&token).await.expect("remove_shown: release");
+    advance(h, Duration::from_millis(5)).await;
+    claim(&*store, &key, &fp, lease).await;
+    let removed = store.remove_shown(&first).await.expect("remove_shown");
+    assert_eq!(
+        removed,
+        Removed::Changed,
+        "remove_shown: a key claimed again"
+    );
+    assert_eq!(shown(&key).await.state, RecordState::InProgress, "kept");
+
+    // Shown in progress, its lease run out: still the claim shown, deleted with its count.
+    let key = fresh_key("shown expired");
+    claim(&*store, &key, &fp, h.short()).await;
+    let stuck = shown(&key).await;
+    advance(h, h.short() * 2).await;
+    let removed = store.remove_shown(&stuck).await.expect("remove_shown");
+    let expected = Removed::Deleted { live: false };
+    assert!(
+        removed == expected || (h.expires_by_itself() && removed == Removed::Gone),
+        "remove_shown: a claim whose lease ran out, got {removed:?}"
+    );
+    let req = request(&key, &fp, lease);
+    assert!(
+        matches!(store.begin(req).await, Ok(Begin::Claimed)),
+        "remove_shown: the key is free"
     );
 }
 

@@ -60,7 +60,7 @@ pub use actions::{
 };
 pub use admin::{
     admin_list_and_remove, corrupt_records_are_errors, large_results_round_trip,
-    purge_deletes_expired_records,
+    purge_deletes_expired_records, remove_shown_deletes_only_what_was_shown,
 };
 pub use budgets::{
     budget_caps_the_turn, budget_counts_claims_per_key, budget_counts_expire,
@@ -121,6 +121,7 @@ pub async fn run_all(h: &impl Harness) {
     fingerprint_is_kept(h).await;
     concurrent_begins_claim_once(h).await;
     admin_list_and_remove(h).await;
+    remove_shown_deletes_only_what_was_shown(h).await;
     purge_deletes_expired_records(h).await;
     large_results_round_trip(h).await;
     corrupt_records_are_errors(h).await;

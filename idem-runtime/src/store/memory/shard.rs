@@ -14,7 +14,7 @@ use slab::Slab;
 
 use super::names::Names;
 use crate::key::{Fingerprint, Key};
-use crate::store::{Begin, Bytes, FirstResult, Lease, LeaseToken, Record, RecordState};
+use crate::store::{Begin, Bytes, FirstResult, Lease, LeaseToken, Record, RecordState, Removed};
 
 /// A shard sweeps once it holds this many entries, at the least.
 const MIN_SWEEP: usize = 32;
@@ -263,6 +263,21 @@ impl Shard {
         let live = self.get(i).is_live(now);
         self.remove(key);
         Some(live)
+    }
+
+    /// Deletes the entry of `shown`'s key if it holds that record: the same claim in the same
+    /// state ([`Store::remove_shown`](crate::store::Store::remove_shown)).
+    pub(super) fn remove_shown(&mut self, shown: &Record, now: u64) -> Removed {
+        let Some(i) = self.find(&shown.key) else {
+            return Removed::Gone;
+        };
+        let entry = self.get(i);
+        if entry.created_at_ms != shown.created_at_ms || entry.state() != shown.state {
+            return Removed::Changed;
+        }
+        let live = entry.is_live(now);
+        self.remove(&shown.key);
+        Removed::Deleted { live }
     }
 
     fn remove(&mut self, key: &Key) {

@@ -13,7 +13,7 @@ use super::row::{self, Corrupt, corrupt};
 use super::schema::LOCK_TIMEOUT;
 use super::{PostgresStore, sql_ms, sql_token};
 use crate::key::Key;
-use crate::store::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
+use crate::store::{Begin, BeginRequest, Lease, Record, Removed, Store, StoreFuture};
 use crate::{Error, Result};
 
 /// Expired rows deleted per statement by `purge_expired` and by housekeeping.
@@ -303,6 +303,30 @@ impl Store for PostgresStore {
                 .transpose()
                 .map_err(|e| store_error("remove", e))?;
             Ok(live.unwrap_or(false))
+        })
+    }
+
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        entered(async move {
+            let row = self
+                .on_conn("remove", async |conn| {
+                    sqlx::query(&self.inner.sql.remove_shown)
+                        .bind(&shown.namespace)
+                        .bind(shown.key.as_bytes().as_slice())
+                        .bind(shown.state.as_str())
+                        .bind(i64::try_from(shown.created_at_ms).unwrap_or(i64::MAX))
+                        .fetch_one(conn)
+                        .await
+                })
+                .await?;
+            let read = || -> std::result::Result<(Option<bool>, bool), sqlx::Error> {
+                Ok((row.try_get(0)?, row.try_get(1)?))
+            };
+            Ok(match read().map_err(|e| store_error("remove", e))? {
+                (Some(live), _) => Removed::Deleted { live },
+                (None, true) => Removed::Changed,
+                (None, false) => Removed::Gone,
+            })
         })
     }
 }

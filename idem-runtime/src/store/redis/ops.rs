@@ -13,7 +13,7 @@ use super::layout::{TurnKey, parse_record_key, record_pattern};
 use super::reply::unexpected;
 use super::{RedisStore, SCAN_COUNT, SCRIPTS, script_ms};
 use crate::key::Key;
-use crate::store::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
+use crate::store::{Begin, BeginRequest, Lease, Record, Removed, Store, StoreFuture};
 use crate::{Error, Result};
 
 impl RedisStore {
@@ -265,6 +265,23 @@ impl Store for RedisStore {
             cmd.arg(record_key);
             match self.eval("remove", &SCRIPTS.remove, &cmd).await? {
                 Value::Int(n) => Ok(n == 1),
+                other => Err(unexpected("remove", &other)),
+            }
+        })
+    }
+
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        StoreFuture::new(async move {
+            let record_key = self.record_key(&shown.namespace, &shown.key);
+            let mut cmd = call::evalsha(&SCRIPTS.remove_shown, 1, 3, record_key.len() + 40);
+            cmd.arg(record_key)
+                .arg(shown.state.as_str())
+                .arg(shown.created_at_ms);
+            match self.eval("remove", &SCRIPTS.remove_shown, &cmd).await? {
+                Value::Int(2) => Ok(Removed::Deleted { live: true }),
+                Value::Int(1) => Ok(Removed::Deleted { live: false }),
+                Value::Int(0) => Ok(Removed::Changed),
+                Value::Int(-1) => Ok(Removed::Gone),
                 other => Err(unexpected("remove", &other)),
             }
         })

@@ -7,13 +7,13 @@ use rusqlite::{OptionalExtension, params};
 
 use super::claim::{OwnedBegin, refused_by_key};
 use super::row::{COLUMNS, Corrupt, Seen, corrupt, read_row, select};
-use super::statements::{COMPLETE, COMPLETED_BY, RELEASE, RENEW};
+use super::statements::{COMPLETE, COMPLETED_BY, HAS_ROW, RELEASE, REMOVE_SHOWN, RENEW};
 use super::thread::Job;
 use super::worker::Worker;
 use super::{SqliteStore, sql_ms, sql_token};
 use crate::clock::duration_ms;
 use crate::key::Key;
-use crate::store::{Begin, BeginRequest, Lease, Record, Store, StoreFuture};
+use crate::store::{Begin, BeginRequest, Lease, Record, Removed, Store, StoreFuture};
 use crate::{Error, Result};
 
 /// `Ok` if a statement guarded by the lease token changed a row, else [`Error::LeaseLost`].
@@ -347,6 +347,37 @@ impl Store for SqliteStore {
                 .prepare_cached("DELETE FROM idem_records WHERE key = ?2 AND namespace = ?1")?
                 .execute(params![namespace, owned.as_bytes().as_slice()])?;
             Ok(Ok(live))
+        })
+        .boxed()
+    }
+
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        let (namespace, key) = (shown.namespace.clone(), shown.key);
+        let (state, created) = (shown.state.as_str(), sql_ms(shown.created_at_ms));
+        self.submit("remove", true, false, Some(&key), move |worker| {
+            let (now, key) = (sql_ms(worker.now), key.as_bytes().as_slice());
+            worker.writing()?;
+            let deleted: Option<bool> = worker
+                .conn
+                .prepare_cached(REMOVE_SHOWN)?
+                .query_row(params![namespace, key, state, created, now], |row| {
+                    row.get(0)
+                })
+                .optional()?;
+            if let Some(live) = deleted {
+                return Ok(Ok(Removed::Deleted { live }));
+            }
+            let has_row = worker
+                .conn
+                .prepare_cached(HAS_ROW)?
+                .query_row(params![namespace, key], |_| Ok(()))
+                .optional()?
+                .is_some();
+            Ok(Ok(if has_row {
+                Removed::Changed
+            } else {
+                Removed::Gone
+            }))
         })
         .boxed()
     }
