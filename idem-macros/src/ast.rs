@@ -1,20 +1,23 @@
 //! The input model: what an annotated function is made of, read from its tokens with no
 //! judgement. The rules live in [`crate::valid`], the generated code in [`crate::expand`].
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Delimiter, Group, Span, TokenStream, TokenTree};
 use quote::format_ident;
 use syn::ext::IdentExt;
-use syn::parse::{Parse, ParseStream};
+use syn::parse::discouraged::Speculative;
+use syn::parse::{Parse, ParseStream, Parser};
 use syn::spanned::Spanned;
 use syn::{
-    Attribute, Block, Expr, ExprAsync, FnArg, GenericArgument, Ident, Item, ItemFn, Pat, PatIdent,
-    PathArguments, Receiver, ReturnType, Signature, Stmt, Type, TypeParamBound, Visibility, braced,
+    Attribute, Block, Expr, ExprAsync, FnArg, GenericArgument, Ident, ImplItem, ImplItemFn, Item,
+    ItemFn, ItemImpl, Pat, PatIdent, PathArguments, Receiver, ReturnType, Signature, Stmt, Token,
+    Type, TypeParamBound, Visibility, braced, token,
 };
 
-/// A function item whose body, if it is an `async fn`'s, is kept as tokens
-/// ([`verbatim_body`]): the macros emit it as written, and parsing it into statements only to
-/// print them again was most of their time for a tool with a body of any length. A function
-/// that is not `async` is parsed whole, for [`async_trait_form`] to read.
+/// A function item whose body, if it is an `async fn`'s, is kept as tokens (one verbatim
+/// statement; [`parsed_body`] parses it where needed): the macros emit it as written, and
+/// parsing it into statements only to print them again was most of their time for a tool with
+/// a body of any length. A function that is not `async` is parsed whole, for
+/// [`async_trait_form`] to read.
 pub(crate) struct LazyFn(pub ItemFn);
 
 impl Parse for LazyFn {
@@ -36,6 +39,76 @@ impl Parse for LazyFn {
             sig,
             block: Box::new(Block { brace_token, stmts }),
         }))
+    }
+}
+
+/// An `impl` block whose methods' bodies are kept as tokens, as [`LazyFn`] keeps a function's:
+/// `#[tool_impl]` reads the block's header and its methods' attributes and signatures only
+/// (each method's own `#[idempotent]` reads it again as a [`LazyFn`]).
+pub(crate) struct LazyImpl(pub ItemImpl);
+
+impl Parse for LazyImpl {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        // The header (attributes, generics, trait, type, `where`) is what comes before the
+        // last group, the braces of the items: parsed as an `impl` with none.
+        let mut header = TokenStream::new();
+        let items = loop {
+            let token: TokenTree = input.parse()?;
+            match token {
+                TokenTree::Group(group)
+                    if input.is_empty() && group.delimiter() == Delimiter::Brace =>
+                {
+                    break group;
+                }
+                token => header.extend([token]),
+            }
+        };
+        header.extend([TokenTree::Group(Group::new(
+            Delimiter::Brace,
+            TokenStream::new(),
+        ))]);
+        let mut block: ItemImpl = syn::parse2(header)?;
+        block.brace_token = token::Brace(items.delim_span());
+        let read_items = |input: ParseStream<'_>| {
+            block.attrs.extend(input.call(Attribute::parse_inner)?);
+            while !input.is_empty() {
+                block.items.push(lazy_item(input)?);
+            }
+            Ok(())
+        };
+        read_items.parse2(items.stream())?;
+        Ok(LazyImpl(block))
+    }
+}
+
+/// One item of an `impl` block: a method with its body as tokens, or any other item, parsed.
+fn lazy_item(input: ParseStream<'_>) -> syn::Result<ImplItem> {
+    let ahead = input.fork();
+    let method = || -> syn::Result<ImplItemFn> {
+        let attrs = ahead.call(Attribute::parse_outer)?;
+        let vis: Visibility = ahead.parse()?;
+        let defaultness: Option<Token![default]> = ahead.parse()?;
+        let sig: Signature = ahead.parse()?;
+        let content;
+        let brace_token = braced!(content in ahead);
+        let body: TokenStream = content.parse()?;
+        Ok(ImplItemFn {
+            attrs,
+            vis,
+            defaultness,
+            sig,
+            block: Block {
+                brace_token,
+                stmts: vec![Stmt::Item(Item::Verbatim(body))],
+            },
+        })
+    };
+    match method() {
+        Ok(method) => {
+            input.advance_to(&ahead);
+            Ok(ImplItem::Fn(method))
+        }
+        Err(_) => input.parse(),
     }
 }
 

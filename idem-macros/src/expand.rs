@@ -60,10 +60,8 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     if plan.run == Run::OnClone {
         body = match parsed_body(body) {
             Ok(body) => body,
-            Err(error) => {
-                errors.push(error);
-                return fail(errors, func.into_token_stream());
-            }
+            // A syntax error: the function as written, for rustc to report it once, itself.
+            Err(_) => return fail(errors, func.into_token_stream()),
         };
         replace_self(&mut body);
     }

@@ -11,6 +11,7 @@ use quote::{ToTokens, format_ident, quote};
 use syn::ext::IdentExt;
 use syn::{Attribute, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, parse_quote};
 
+use crate::ast::LazyImpl;
 use crate::attr::{
     IMPL_GENERIC_OPTION, IMPL_OPTION, IdempotentOptions, ImplOptions, ReadOnlyOptions,
 };
@@ -32,8 +33,8 @@ use header::{inherent_header, type_and_const_params};
 pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     let options = ImplOptions::parse(args, &mut errors);
-    let mut block = match syn::parse2::<ItemImpl>(item.clone()) {
-        Ok(block) => block,
+    let mut block = match syn::parse2::<LazyImpl>(item.clone()) {
+        Ok(LazyImpl(block)) => block,
         Err(_) => {
             let hint = if syn::parse2::<syn::ItemFn>(item.clone()).is_ok() {
                 "; on a function, `#[idempotent]` or `#[read_only]` alone emits its descriptor"

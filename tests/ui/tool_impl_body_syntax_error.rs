@@ -1,0 +1,17 @@
+//! A syntax error in a method's body under `#[tool_impl]` is rustc's to report, once, at the
+//! tokens: the block's methods are read without their bodies, kept as written.
+use idem_tools::{idempotent, tool_impl};
+
+#[derive(Clone)]
+pub struct Mailer;
+
+#[tool_impl(same_service)]
+impl Mailer {
+    #[idempotent]
+    pub async fn send_message(&self, to: String) -> Result<u32, idem_tools::Error> {
+        let n = to.len() +;
+        Ok(n as u32)
+    }
+}
+
+fn main() {}
