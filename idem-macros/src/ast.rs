@@ -42,7 +42,8 @@ impl Parse for LazyFn {
     }
 }
 
-/// An `impl` block whose methods' bodies are kept as tokens, as [`LazyFn`] keeps a function's:
+/// An `impl` block whose `async` methods' bodies are kept as tokens, as [`LazyFn`] keeps a
+/// function's:
 /// `#[tool_impl]` reads the block's header and its methods' attributes and signatures only
 /// (each method's own `#[idempotent]` reads it again as a [`LazyFn`]).
 pub(crate) struct LazyImpl(pub ItemImpl);
@@ -91,16 +92,22 @@ fn lazy_item(input: ParseStream<'_>) -> syn::Result<ImplItem> {
         let sig: Signature = ahead.parse()?;
         let content;
         let brace_token = braced!(content in ahead);
-        let body: TokenStream = content.parse()?;
+        // A method that is not `async` is parsed whole, as [`LazyFn`] parses a function: its
+        // body may be the `#[async_trait]` form, which placement reads.
+        let (attrs, stmts) = if sig.asyncness.is_some() {
+            let body = content.parse::<TokenStream>()?;
+            (attrs, vec![Stmt::Item(Item::Verbatim(body))])
+        } else {
+            let mut attrs = attrs;
+            attrs.extend(content.call(Attribute::parse_inner)?);
+            (attrs, content.call(Block::parse_within)?)
+        };
         Ok(ImplItemFn {
             attrs,
             vis,
             defaultness,
             sig,
-            block: Block {
-                brace_token,
-                stmts: vec![Stmt::Item(Item::Verbatim(body))],
-            },
+            block: Block { brace_token, stmts },
         })
     };
     match method() {

@@ -1,4 +1,4 @@
-//! A syntax error in a tool's body is rustc's to report, once, at the tokens, as in any
+//! A syntax error inside a tool's body is rustc's to report, once, at the tokens, as in any
 //! function: the macro keeps an `async fn`'s body as tokens (it emits it as written) and has
 //! nothing to say about it.
 use idem_tools::idempotent;

@@ -78,4 +78,18 @@ impl Payments for Billing {
     }
 }
 
+/// And with `#[async_trait]` above `#[tool_impl]`, which then reads the methods it wrote.
+struct Ledger {
+    entries: AtomicU64,
+}
+
+#[async_trait::async_trait]
+#[tool_impl(same_service)]
+impl Payments for Ledger {
+    #[idempotent]
+    async fn pay(&self, cents: u64) -> Result<u64, idem_tools::Error> {
+        Ok(self.entries.fetch_add(cents, Ordering::SeqCst))
+    }
+}
+
 fn main() {}

@@ -1,5 +1,6 @@
-//! A syntax error in a method's body under `#[tool_impl]` is rustc's to report, once, at the
-//! tokens: the block's methods are read without their bodies, kept as written.
+//! A syntax error inside a method's body under `#[tool_impl]` is rustc's to report, once, at
+//! the tokens: the block's methods are read without their bodies, kept as written, and a body
+//! the `self` rewrite cannot parse is left as written too.
 use idem_tools::{idempotent, tool_impl};
 
 #[derive(Clone)]
