@@ -25,27 +25,38 @@ impl Parse for LazyFn {
         let mut attrs = input.call(Attribute::parse_outer)?;
         let vis: Visibility = input.parse()?;
         let sig: Signature = input.parse()?;
-        let content;
-        let brace_token = braced!(content in input);
-        attrs.extend(content.call(Attribute::parse_inner)?);
-        let stmts = if sig.asyncness.is_some() {
-            vec![Stmt::Item(Item::Verbatim(content.parse::<TokenStream>()?))]
-        } else {
-            content.call(Block::parse_within)?
-        };
+        let block = Box::new(lazy_block(input, &sig, &mut attrs)?);
         Ok(LazyFn(ItemFn {
             attrs,
             vis,
             sig,
-            block: Box::new(Block { brace_token, stmts }),
+            block,
         }))
     }
 }
 
+/// The braces of a function with signature `sig`: an `async` one's statements as tokens (one
+/// verbatim statement), another's parsed; the body's inner attributes go to `attrs`, as syn
+/// keeps them.
+fn lazy_block(
+    input: ParseStream<'_>,
+    sig: &Signature,
+    attrs: &mut Vec<Attribute>,
+) -> syn::Result<Block> {
+    let content;
+    let brace_token = braced!(content in input);
+    attrs.extend(content.call(Attribute::parse_inner)?);
+    let stmts = if sig.asyncness.is_some() {
+        vec![Stmt::Item(Item::Verbatim(content.parse()?))]
+    } else {
+        content.call(Block::parse_within)?
+    };
+    Ok(Block { brace_token, stmts })
+}
+
 /// An `impl` block whose `async` methods' bodies are kept as tokens, as [`LazyFn`] keeps a
-/// function's:
-/// `#[tool_impl]` reads the block's header and its methods' attributes and signatures only
-/// (each method's own `#[idempotent]` reads it again as a [`LazyFn`]).
+/// function's: `#[tool_impl]` reads the block's header and its methods' attributes and
+/// signatures only (each method's own `#[idempotent]` reads it again as a [`LazyFn`]).
 pub(crate) struct LazyImpl(pub ItemImpl);
 
 impl Parse for LazyImpl {
@@ -86,28 +97,19 @@ impl Parse for LazyImpl {
 fn lazy_item(input: ParseStream<'_>) -> syn::Result<ImplItem> {
     let ahead = input.fork();
     let method = || -> syn::Result<ImplItemFn> {
-        let attrs = ahead.call(Attribute::parse_outer)?;
+        let mut attrs = ahead.call(Attribute::parse_outer)?;
         let vis: Visibility = ahead.parse()?;
         let defaultness: Option<Token![default]> = ahead.parse()?;
         let sig: Signature = ahead.parse()?;
-        let content;
-        let brace_token = braced!(content in ahead);
-        // A method that is not `async` is parsed whole, as [`LazyFn`] parses a function: its
-        // body may be the `#[async_trait]` form, which placement reads.
-        let (attrs, stmts) = if sig.asyncness.is_some() {
-            let body = content.parse::<TokenStream>()?;
-            (attrs, vec![Stmt::Item(Item::Verbatim(body))])
-        } else {
-            let mut attrs = attrs;
-            attrs.extend(content.call(Attribute::parse_inner)?);
-            (attrs, content.call(Block::parse_within)?)
-        };
+        // A method that is not `async` is parsed whole: its body may be the `#[async_trait]`
+        // form, which placement reads.
+        let block = lazy_block(&ahead, &sig, &mut attrs)?;
         Ok(ImplItemFn {
             attrs,
             vis,
             defaultness,
             sig,
-            block: Block { brace_token, stmts },
+            block,
         })
     };
     match method() {
@@ -123,9 +125,7 @@ fn lazy_item(input: ParseStream<'_>) -> syn::Result<ImplItem> {
 /// expressions from items); a body parsed already is returned as it is.
 pub(crate) fn parsed_body(stmts: Vec<Stmt>) -> syn::Result<Vec<Stmt>> {
     match stmts.as_slice() {
-        [Stmt::Item(Item::Verbatim(tokens))] => {
-            syn::parse::Parser::parse2(Block::parse_within, tokens.clone())
-        }
+        [Stmt::Item(Item::Verbatim(tokens))] => Block::parse_within.parse2(tokens.clone()),
         _ => Ok(stmts),
     }
 }
