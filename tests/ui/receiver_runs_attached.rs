@@ -92,4 +92,19 @@ impl Payments for Ledger {
     }
 }
 
+/// A block's inner `#![allow(deprecated)]` governs its warning as an outer one does: none here.
+struct Quiet {
+    count: AtomicU64,
+}
+
+#[tool_impl(same_service)]
+impl Quiet {
+    #![allow(deprecated)]
+
+    #[idempotent]
+    pub async fn bump(&self, by: u64) -> Result<u64, idem_tools::Error> {
+        Ok(self.count.fetch_add(by, Ordering::SeqCst))
+    }
+}
+
 fn main() {}

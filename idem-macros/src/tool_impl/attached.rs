@@ -7,7 +7,7 @@ use proc_macro2::TokenStream;
 use quote::{ToTokens, format_ident, quote};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
-use syn::{Attribute, Ident, ImplItem, ImplItemFn, ItemFn, ItemImpl};
+use syn::{AttrStyle, Attribute, Ident, ImplItem, ImplItemFn, ItemFn, ItemImpl};
 
 use super::{attr_args, classified};
 use crate::ast::ToolFn;
@@ -42,8 +42,17 @@ pub(super) fn warning(block: &ItemImpl, type_name: &Ident) -> TokenStream {
         krate = krate.or(options.krate);
     }
     let private = private_path(krate.as_ref());
-    // The block's own `#[allow(deprecated)]` (or any lint attribute) governs the warning too.
-    let lints: Vec<&Attribute> = block.attrs.iter().filter(|a| is_lint(a)).collect();
+    // The block's own `#[allow(deprecated)]` (or any lint attribute, written outside the
+    // block or inside it, `#![allow(..)]`) governs the warning too, written on it.
+    let lints: Vec<Attribute> = block
+        .attrs
+        .iter()
+        .filter(|a| is_lint(a))
+        .map(|a| Attribute {
+            style: AttrStyle::Outer,
+            ..a.clone()
+        })
+        .collect();
     let ty = type_name.unraw();
     let at = block.self_ty.span();
     let mut out = TokenStream::new();
