@@ -93,6 +93,7 @@ async fn remove_releases_a_stuck_claim() {
     assert_eq!(listed_keys(&listed.stdout), [short(&key)]);
     let json = idem(&["--sqlite", &db, "--json", "remove", &short(&key), "-y"]).expect_code(0);
     assert_eq!(json.json()["removed"], true);
+    assert_eq!(json.json()["live"], true, "its lease had ten minutes to go");
     assert_eq!(json.json()["key"], key.to_hex());
 
     // The released key is free: the retry runs the tool instead of waiting for the dead caller.
