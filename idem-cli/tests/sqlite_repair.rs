@@ -153,6 +153,37 @@ async fn remove_keeps_a_record_that_changed_while_it_asked() {
     assert_eq!(kept.result.as_deref(), Some(&b"sent"[..]));
 }
 
+/// A claim its call gives back while `remove` asks left no record: nothing is removed, the
+/// operator is told so (exit 1), and the key's attempt count stays.
+#[tokio::test]
+async fn remove_of_a_claim_given_back_while_it_asked_removes_nothing() {
+    let (_dir, store, (key, token), asking) = remove_asking("given back", 600_000).await;
+    let lease = Lease {
+        namespace: Arc::from(""),
+        key,
+        token,
+    };
+    store.release(&lease).await.unwrap();
+
+    let refused = asking.answer("y\n").expect_code(1);
+    assert!(
+        refused.stderr.contains("holds no record to remove")
+            && refused.stderr.contains("given back")
+            && !refused.stdout.contains("removed"),
+        "{}\n{}",
+        refused.stdout,
+        refused.stderr
+    );
+    let t = turn("turn-1", "");
+    let again = claim(&*store, &SEND, &t, "a@x", Duration::from_secs(60)).await;
+    assert_eq!(again.0, key);
+    let record = store.get("", &key).await.unwrap().expect("claimed");
+    assert_eq!(
+        record.attempts, 2,
+        "the attempt count of the claim given back is kept"
+    );
+}
+
 /// A stuck claim whose lease runs out while `remove` asks is still the claim shown: removed
 /// (its attempt count with it), and said so.
 #[tokio::test]

@@ -119,7 +119,8 @@ pub async fn remove(
 /// The key had nothing left to remove.
 fn gone(key: &impl std::fmt::Display) -> CliError {
     CliError::not_found(format!(
-        "key {key} was gone before it could be removed (it expired, or someone else removed it)"
+        "key {key} holds no record to remove any more (its claim was given back, it expired, \
+         or someone else removed it); nothing was deleted"
     ))
 }
 

@@ -363,8 +363,9 @@ pub trait Store: std::any::Any + Send + Sync + 'static {
     /// showed it — with its key's attempt count, if the key still holds that record: the same
     /// claim (its claim time) in the same state, whatever its lease did meanwhile. A record
     /// that changed since (the claim completed, or the key was claimed again) is kept, so that
-    /// an operator's confirmation never deletes a record they were not shown. The turn's
-    /// count of started actions is kept.
+    /// an operator's confirmation never deletes a record they were not shown; a claim given
+    /// back since ([`release`](Store::release)) left no record, and its attempt count is kept
+    /// ([`Removed::Gone`]). The turn's count of started actions is kept.
     fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed>;
 }
 

@@ -212,13 +212,15 @@ impl Sql {
                 "DELETE FROM {s}idem_records WHERE namespace = $1 AND key = $2 \
                  RETURNING expires_at_ms > {s}idem_now_ms()",
             ),
-            // The `EXISTS` sees the statement's snapshot: the row, if the `DELETE` took it.
+            // The `EXISTS` sees the statement's snapshot: the row, if the `DELETE` took it. A
+            // claim given back (expiry 0) holds no record, only its attempt count, which stays.
             remove_shown: q(
                 "WITH deleted AS (DELETE FROM {s}idem_records WHERE namespace = $1 AND key = $2 \
-                 AND state = $3 AND created_at_ms = $4 \
+                 AND state = $3 AND created_at_ms = $4 AND expires_at_ms <> 0 \
                  RETURNING expires_at_ms > {s}idem_now_ms() AS live) \
                  SELECT (SELECT live FROM deleted), \
-                 EXISTS (SELECT 1 FROM {s}idem_records WHERE namespace = $1 AND key = $2)",
+                 EXISTS (SELECT 1 FROM {s}idem_records WHERE namespace = $1 AND key = $2 \
+                 AND expires_at_ms <> 0)",
             ),
             purge_records: q(&format!(
                 "{now}, doomed AS (SELECT r.namespace, r.key FROM {{s}}idem_records AS r, c \

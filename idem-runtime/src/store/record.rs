@@ -65,7 +65,8 @@ pub enum Removed {
     /// The key holds another record than the one shown (the claim completed, or the key was
     /// claimed again): kept.
     Changed,
-    /// Nothing is stored for the key any more.
+    /// The key holds no record any more: nothing is stored for it, or only the attempt count
+    /// of a claim that was given back (kept).
     Gone,
 }
 

@@ -58,8 +58,9 @@ pub async fn admin_list_and_remove(h: &impl Harness) {
 }
 
 /// `remove_shown` deletes the record an operator was shown and nothing else: a claim that
-/// completed since, or a key claimed again, is kept; a claim whose lease ran out since is still
-/// the one shown.
+/// completed since, or a key claimed again, is kept; a claim given back since leaves nothing
+/// to remove (its attempt count stays); a claim whose lease ran out since is still the one
+/// shown.
 pub async fn remove_shown_deletes_only_what_was_shown(h: &impl Harness) {
     let store = h.store();
     let lease = h.short() * 4;
@@ -94,6 +95,22 @@ pub async fn remove_shown_deletes_only_what_was_shown(h: &impl Harness) {
     assert_eq!(store.get(NS, &key).await.expect("get"), None);
     let removed = store.remove_shown(&completed).await.expect("remove_shown");
     assert_eq!(removed, Removed::Gone, "remove_shown: twice");
+
+    // Shown in progress, then given back: no record is left to remove, and the attempt count
+    // the claim left is kept (a claim that ended is not a stuck one).
+    let key = fresh_key("shown given back");
+    let token = claim(&*store, &key, &fp, lease).await;
+    let given_back = shown(&key).await;
+    store.release(&token).await.expect("remove_shown: release");
+    let removed = store.remove_shown(&given_back).await.expect("remove_shown");
+    assert_eq!(removed, Removed::Gone, "remove_shown: a claim given back");
+    advance(h, Duration::from_millis(5)).await;
+    claim(&*store, &key, &fp, lease).await;
+    assert_eq!(
+        shown(&key).await.attempts,
+        2,
+        "remove_shown: the count of a claim given back is kept"
+    );
 
     // Shown in progress, given back and claimed again: the new claim is kept.
     let key = fresh_key("shown claimed again");

@@ -248,9 +248,11 @@ impl Shard {
         self.entries[i as usize].expires_at_ms = expires_at_ms;
     }
 
-    /// Drops the record at `i`, and its entry if no count is left either.
+    /// Drops the record at `i` (its expiry 0: given back, not run out), and its entry if no
+    /// count is left either.
     pub(super) fn release(&mut self, i: u32, now: u64) {
         self.set_body(i, Body::Empty);
+        self.entries[i as usize].expires_at_ms = 0;
         if !self.get(i).alive(now) {
             let key = self.get(i).key;
             self.remove(&key);
@@ -272,8 +274,16 @@ impl Shard {
             return Removed::Gone;
         };
         let entry = self.get(i);
-        if entry.created_at_ms != shown.created_at_ms || entry.state() != shown.state {
+        if entry.created_at_ms != shown.created_at_ms {
             return Removed::Changed;
+        }
+        match entry.body {
+            // Given back: no record is left, only the attempt count, which stays.
+            Body::Empty if entry.expires_at_ms == 0 => return Removed::Gone,
+            // Run out and swept: what is left of the record shown.
+            Body::Empty => {}
+            _ if entry.state() != shown.state => return Removed::Changed,
+            _ => {}
         }
         let live = entry.is_live(now);
         self.remove(&shown.key);

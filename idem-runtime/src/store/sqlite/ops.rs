@@ -7,7 +7,7 @@ use rusqlite::{OptionalExtension, params};
 
 use super::claim::{OwnedBegin, refused_by_key};
 use super::row::{COLUMNS, Corrupt, Seen, corrupt, read_row, select};
-use super::statements::{COMPLETE, COMPLETED_BY, HAS_ROW, RELEASE, REMOVE_SHOWN, RENEW};
+use super::statements::{COMPLETE, COMPLETED_BY, HAS_RECORD, RELEASE, REMOVE_SHOWN, RENEW};
 use super::thread::Job;
 use super::worker::Worker;
 use super::{SqliteStore, sql_ms, sql_token};
@@ -367,13 +367,13 @@ impl Store for SqliteStore {
             if let Some(live) = deleted {
                 return Ok(Ok(Removed::Deleted { live }));
             }
-            let has_row = worker
+            let has_record = worker
                 .conn
-                .prepare_cached(HAS_ROW)?
+                .prepare_cached(HAS_RECORD)?
                 .query_row(params![namespace, key], |_| Ok(()))
                 .optional()?
                 .is_some();
-            Ok(Ok(if has_row {
+            Ok(Ok(if has_record {
                 Removed::Changed
             } else {
                 Removed::Gone

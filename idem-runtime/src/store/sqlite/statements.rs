@@ -91,10 +91,14 @@ pub(super) const RELEASE: &str = "UPDATE idem_records SET expires_at_ms = 0 WHER
      AND namespace = ?1 AND token = ?3 AND state = 'in_progress' AND expires_at_ms > ?4";
 
 /// Deletes the record an operator was shown, if the key still holds it: the same claim (its
-/// claim time) in the same state; answers whether it was live. Parameters: namespace, key,
-/// state, claim time, now.
+/// claim time) in the same state, not given back since (expiry 0: only its attempt count is
+/// left, and stays); answers whether it was live. Parameters: namespace, key, state, claim
+/// time, now.
 pub(super) const REMOVE_SHOWN: &str = "DELETE FROM idem_records WHERE key = ?2 \
-     AND namespace = ?1 AND state = ?3 AND created_at_ms = ?4 RETURNING expires_at_ms > ?5";
+     AND namespace = ?1 AND state = ?3 AND created_at_ms = ?4 AND expires_at_ms <> 0 \
+     RETURNING expires_at_ms > ?5";
 
-/// Whether a key has a row, live or not. Parameters: namespace, key.
-pub(super) const HAS_ROW: &str = "SELECT 1 FROM idem_records WHERE key = ?2 AND namespace = ?1";
+/// Whether a key holds a record, live or not (a claim given back holds none). Parameters:
+/// namespace, key.
+pub(super) const HAS_RECORD: &str = "SELECT 1 FROM idem_records WHERE key = ?2 \
+     AND namespace = ?1 AND expires_at_ms <> 0";
