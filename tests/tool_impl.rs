@@ -283,3 +283,50 @@ async fn the_methods_still_dedup() {
     assert_eq!(Desk::platform(), if cfg!(unix) { "unix" } else { "other" });
     assert_eq!(store.len(), 7);
 }
+
+/// `Clone`: its `&self` tools run on a clone of the receiver. A format string cannot name
+/// `self` there (refused, `tests/ui/self_in_format_string.rs`); the two ways the error offers
+/// both compile, keep the receiver in the output and dedup.
+#[derive(Clone, Debug, Default)]
+struct Describer {
+    name: &'static str,
+    runs: Arc<AtomicUsize>,
+}
+
+#[tool_impl(same_service)]
+impl Describer {
+    /// On a clone: `self` passed as an argument.
+    #[idempotent]
+    async fn describe(&self, n: u64) -> Result<String, Error> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("{me}:{n}", me = self.name))
+    }
+
+    /// On the borrowed receiver: `self` named inside the string.
+    #[idempotent(attached)]
+    async fn describe_attached(&self, n: u64) -> Result<String, Error> {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        let shown = format!("{self:?}");
+        Ok(format!("{n}:{}", shown.contains("\"ada\"")))
+    }
+}
+
+#[tokio::test]
+async fn a_receiver_in_a_format_string_the_ways_the_error_offers() {
+    let describer = Describer {
+        name: "ada",
+        ..Describer::default()
+    };
+    Turn::new("conv-1/turn-1")
+        .with_store(Arc::new(MemoryStore::new()))
+        .scope(async {
+            assert_eq!(describer.describe(1).await?, "ada:1");
+            assert_eq!(describer.describe(1).await?, "ada:1"); // replayed
+            assert_eq!(describer.describe_attached(2).await?, "2:true");
+            assert_eq!(describer.describe_attached(2).await?, "2:true"); // replayed
+            Ok::<_, Error>(())
+        })
+        .await
+        .unwrap();
+    assert_eq!(describer.runs.load(Ordering::SeqCst), 2);
+}

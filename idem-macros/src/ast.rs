@@ -36,8 +36,8 @@ impl Parse for LazyFn {
 }
 
 /// The braces of a function with signature `sig`: an `async` one's statements as tokens (one
-/// verbatim statement), another's parsed; the body's inner attributes go to `attrs`, as syn
-/// keeps them.
+/// verbatim statement), another's parsed (as tokens too if they do not parse); the body's inner
+/// attributes go to `attrs`, as syn keeps them.
 fn lazy_block(
     input: ParseStream<'_>,
     sig: &Signature,
@@ -46,11 +46,14 @@ fn lazy_block(
     let content;
     let brace_token = braced!(content in input);
     attrs.extend(content.call(Attribute::parse_inner)?);
-    let stmts = if sig.asyncness.is_some() {
-        vec![Stmt::Item(Item::Verbatim(content.parse()?))]
-    } else {
-        content.call(Block::parse_within)?
-    };
+    let tokens: TokenStream = content.parse()?;
+    // A body that does not parse is kept as written too: its syntax error is rustc's to report,
+    // at its tokens (`#[async_trait]`'s bodies, read for their form, always parse).
+    let stmts = match sig.asyncness {
+        None => Block::parse_within.parse2(tokens.clone()).ok(),
+        Some(_) => None,
+    }
+    .unwrap_or_else(|| vec![Stmt::Item(Item::Verbatim(tokens))]);
     Ok(Block { brace_token, stmts })
 }
 

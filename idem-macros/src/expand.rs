@@ -60,10 +60,32 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     if plan.run == Run::OnClone {
         body = match parsed_body(body) {
             Ok(body) => body,
-            // A syntax error: the function as written, for rustc to report it once, itself.
-            Err(_) => return fail(errors, func.into_token_stream()),
+            // Never the function as written alone: it would compile, and run, without idem.
+            Err(error) => {
+                errors.at(
+                    error.span(),
+                    format_args!(
+                        "`#[idempotent]` reads this body to run it on a clone of `self` and \
+                         could not: {error}. If rustc reports no error here, the body uses \
+                         syntax idem cannot read yet: write `#[idempotent(attached)]` to run \
+                         it as written, on the borrowed receiver"
+                    ),
+                );
+                return fail(errors, func.into_token_stream());
+            }
         };
-        replace_self(&mut body);
+        for capture in replace_self(&mut body) {
+            errors.at(
+                capture,
+                "this format string names `self`, but the body runs on a clone of the \
+                 receiver, which a name inside a string cannot reach: pass it as an argument \
+                 (`format!(\"{:?}\", self)`, `format!(\"{me:?}\", me = self)`), or write \
+                 `#[idempotent(attached)]` to run the body on the borrowed receiver",
+            );
+        }
+        if errors.any() {
+            return fail(errors, func.into_token_stream());
+        }
     }
     // A detached function (no receiver) returns its call's future instead of awaiting it in
     // an `async fn` of its own: one future per tool, the body's, instead of two nested ones.

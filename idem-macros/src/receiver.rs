@@ -4,7 +4,7 @@
 //! inside macro invocations too, and must leave alone the `self` of nested items and
 //! `self::` paths.
 
-use proc_macro2::{Group, Ident, Span, TokenStream, TokenTree};
+use proc_macro2::{Group, Ident, Literal, Span, TokenStream, TokenTree};
 use syn::visit_mut::{self, VisitMut};
 use syn::{Expr, ExprPath, Item, Macro, Stmt};
 
@@ -14,14 +14,22 @@ pub(crate) fn self_binding() -> Ident {
 }
 
 /// Rewrites `self` in `stmts` into [`self_binding`], each keeping its location (so errors
-/// still point at the `self` the user wrote).
-pub(crate) fn replace_self(stmts: &mut [Stmt]) {
+/// still point at the `self` the user wrote). Returns the string literals in macro inputs that
+/// capture `self` by name (`"{self:?}"`): a format string's implicit capture resolves where the
+/// literal was written, so it cannot be rewritten and would name the real receiver.
+pub(crate) fn replace_self(stmts: &mut [Stmt]) -> Vec<Span> {
+    let mut rewrite = ReplaceSelf::default();
     for stmt in stmts {
-        ReplaceSelf.visit_stmt_mut(stmt);
+        rewrite.visit_stmt_mut(stmt);
     }
+    rewrite.captures
 }
 
-struct ReplaceSelf;
+#[derive(Default)]
+struct ReplaceSelf {
+    /// Format strings that capture `self` by name.
+    captures: Vec<Span>,
+}
 
 impl VisitMut for ReplaceSelf {
     fn visit_expr_mut(&mut self, expr: &mut Expr) {
@@ -60,13 +68,15 @@ impl VisitMut for ReplaceSelf {
         // Whether a `self` inside a macro's input is the receiver cannot be known in general.
         // When the input defines a function, its `self` is more likely that function's own.
         if !contains_fn(mac.tokens.clone()) {
-            mac.tokens = replace_in_tokens(std::mem::take(&mut mac.tokens));
+            let tokens = std::mem::take(&mut mac.tokens);
+            mac.tokens = replace_in_tokens(tokens, &mut self.captures);
         }
     }
 }
 
-/// `self` tokens replaced, except in `self::…` paths.
-fn replace_in_tokens(tokens: TokenStream) -> TokenStream {
+/// `self` tokens replaced, except in `self::…` paths; string literals that capture `self` by
+/// name go to `captures`.
+fn replace_in_tokens(tokens: TokenStream, captures: &mut Vec<Span>) -> TokenStream {
     let tokens: Vec<TokenTree> = tokens.into_iter().collect();
     let mut out = Vec::with_capacity(tokens.len());
     for (i, token) in tokens.iter().enumerate() {
@@ -75,14 +85,49 @@ fn replace_in_tokens(tokens: TokenStream) -> TokenStream {
                 TokenTree::Ident(located(ident.span()))
             }
             TokenTree::Group(group) => {
-                let mut new = Group::new(group.delimiter(), replace_in_tokens(group.stream()));
+                let stream = replace_in_tokens(group.stream(), captures);
+                let mut new = Group::new(group.delimiter(), stream);
                 new.set_span(group.span());
                 TokenTree::Group(new)
+            }
+            TokenTree::Literal(literal) => {
+                if captures_self(literal) {
+                    captures.push(literal.span());
+                }
+                TokenTree::Literal(literal.clone())
             }
             other => other.clone(),
         });
     }
     out.into_iter().collect()
+}
+
+/// Whether `literal` is a string whose format arguments name `self` (`{self}`, `{self:?}`);
+/// `{{self}}` is text.
+fn captures_self(literal: &Literal) -> bool {
+    let text = literal.to_string();
+    // A string or a raw string (not a byte or C string, which no format macro takes).
+    let string = text.starts_with('"') || text.starts_with("r\"") || text.starts_with("r#");
+    if !string || !text.contains("self") {
+        return false;
+    }
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '{' {
+            continue;
+        }
+        if chars.next_if_eq(&'{').is_some() {
+            continue;
+        }
+        let name: String = chars
+            .by_ref()
+            .take_while(|&c| c != '}' && c != ':')
+            .collect();
+        if name.trim() == "self" {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether `rest` starts with `::`.
@@ -116,7 +161,7 @@ mod tests {
 
     fn rewrite(block: TokenStream) -> String {
         let mut block: Block = syn::parse2(block).unwrap();
-        replace_self(&mut block.stmts);
+        assert!(replace_self(&mut block.stmts).is_empty());
         quote!(#block).to_string()
     }
 
@@ -153,5 +198,25 @@ mod tests {
         assert_eq!(out.matches("idem_self").count(), 1, "{out}");
         assert_eq!(out.matches("self . 0").count(), 1, "{out}");
         assert!(out.contains("fn method (& self)"), "{out}");
+    }
+
+    #[test]
+    fn format_strings_that_capture_self_by_name_are_found() {
+        let mut block: Block = syn::parse2(quote!({
+            let a = format!("{self:?} {n}");
+            println!("{}", format!("{ self }"));
+            let b = format!("{{self}} {} {selfish} {n:?}", self.id);
+            let c = "{self}";
+            let d = write!(out, r#"{self}"#);
+            let e = format!(b"{self}");
+            a
+        }))
+        .unwrap();
+        let found = replace_self(&mut block.stmts);
+        assert_eq!(
+            found.len(),
+            3,
+            "only the three format strings naming `self`"
+        );
     }
 }

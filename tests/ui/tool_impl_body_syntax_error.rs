@@ -1,6 +1,8 @@
-//! A syntax error inside a method's body under `#[tool_impl]` is rustc's to report, once, at
-//! the tokens: the block's methods are read without their bodies, kept as written, and a body
-//! the `self` rewrite cannot parse is left as written too.
+//! A syntax error inside a method's body under `#[tool_impl]` is rustc's to report, at the
+//! tokens: the block's methods are read without their bodies, kept as written. A body the
+//! `self` rewrite (a method run on a clone of its receiver) cannot parse is refused too, at the
+//! same tokens, and never emitted alone: syntax idem cannot read yet would otherwise compile,
+//! and run, without idem.
 use idem_tools::{idempotent, tool_impl};
 
 #[derive(Clone)]
