@@ -600,9 +600,13 @@ impl<'de> Deserialize<'de> for PanicsOnDeserialize {
     }
 }
 
-/// Calls a tool returning what `make` makes three times, attached or detached; returns the
-/// answers and how many times the body ran.
-async fn thrice<T, F>(detached: bool, make: F) -> (Vec<Result<T, Error>>, usize)
+/// Calls a tool returning what `make` makes three times, attached or detached, recorded by
+/// `codec`; returns the answers and how many times the body ran.
+async fn thrice<T, F>(
+    detached: bool,
+    codec: Codec<T, Error>,
+    make: F,
+) -> (Vec<Result<T, Error>>, usize)
 where
     T: Serialize + serde::de::DeserializeOwned + Send + 'static,
     F: Fn() -> T + Send + Sync + 'static,
@@ -620,9 +624,9 @@ where
             Ok::<_, Error>(make())
         };
         let answer = if detached {
-            execute_detached(call, Codec::ok_only(), body).await
+            execute_detached(call, codec, body).await
         } else {
-            execute(call, Codec::ok_only(), body).await
+            execute(call, codec, body).await
         };
         answers.push(answer);
     }
@@ -647,7 +651,7 @@ async fn a_result_whose_serialize_panics_never_makes_the_tool_run_again() {
     // The panic is caught where the result is recorded: before, it unwound out of the body as
     // the body's own, the key was given back, and every retry ran the tool again.
     for detached in [false, true] {
-        let (answers, runs) = thrice(detached, || PanicsOnSerialize).await;
+        let (answers, runs) = thrice(detached, Codec::ok_only(), || PanicsOnSerialize).await;
         assert_eq!(
             runs, 1,
             "detached {detached}: the tool ran again: {answers:?}"
@@ -659,7 +663,26 @@ async fn a_result_whose_serialize_panics_never_makes_the_tool_run_again() {
 #[tokio::test]
 async fn a_result_whose_deserialize_panics_never_makes_the_tool_run_again() {
     for detached in [false, true] {
-        let (answers, runs) = thrice(detached, || PanicsOnDeserialize("X-1".to_owned())).await;
+        let (answers, runs) = thrice(detached, Codec::ok_only(), || {
+            PanicsOnDeserialize("X-1".to_owned())
+        })
+        .await;
+        assert_eq!(
+            runs, 1,
+            "detached {detached}: the tool ran again: {answers:?}"
+        );
+        told_it_ran(&answers);
+    }
+}
+
+#[tokio::test]
+async fn a_not_recording_check_that_panics_never_makes_the_tool_run_again() {
+    // The check (an in-band failure, such as MCP's `isError`) runs after the body did: its
+    // panic was taken for the body's, the key given back, and a retry ran the tool again
+    // (found by a schedule-hunting helper).
+    let codec = Codec::<u64, Error>::ok_only().not_recording(|_| panic!("the check has a bug"));
+    for detached in [false, true] {
+        let (answers, runs) = thrice(detached, codec, || 7).await;
         assert_eq!(
             runs, 1,
             "detached {detached}: the tool ran again: {answers:?}"

@@ -140,13 +140,12 @@ impl<T, E> Codec<T, E> {
 
     /// What the engine does with `result`.
     pub(super) fn finished(&self, tool: &'static str, result: &Result<T, E>) -> Finished {
-        if let (Ok(value), Some(failed)) = (result, self.unrecorded)
-            && failed(value)
-        {
-            return Finished::Release;
-        }
-        let record = self.record;
-        match guarded(tool, &mut || record(tool, result)) {
+        let (record, unrecorded) = (self.record, self.unrecorded);
+        let recorded = guarded(tool, &mut || match (result, unrecorded) {
+            (Ok(value), Some(failed)) if failed(value) => None,
+            _ => record(tool, result),
+        });
+        match recorded {
             None => Finished::Release,
             Some(Recorded::Faithful(bytes)) => Finished::Record {
                 bytes: bytes.into(),
@@ -160,9 +159,10 @@ impl<T, E> Codec<T, E> {
     }
 }
 
-/// `record()`, or, if the result's `Serialize` or `Deserialize` panicked, a not-replayable
-/// marker: the panic is not the body's, which ran, so the key must not be given back for a
-/// retry to run it again. Compiled once.
+/// `record()`, or, if it panicked (the result's `Serialize` or `Deserialize`, or the
+/// [`not_recording`](Codec::not_recording) check), a not-replayable marker: the panic is not
+/// the body's, which ran, so the key must not be given back for a retry to run it again.
+/// Compiled once.
 fn guarded(tool: &'static str, record: &mut dyn FnMut() -> Option<Recorded>) -> Option<Recorded> {
     match panic::catch_unwind(AssertUnwindSafe(record)) {
         Ok(recorded) => recorded,
