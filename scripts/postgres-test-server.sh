@@ -22,6 +22,7 @@
 #   scripts/postgres-test-server.sh promote DIR  promote the standby in DIR to a primary
 #   scripts/postgres-test-server.sh freeze DIR   SIGSTOP its postmaster and every process of it:
 #                                                connections stay open and nothing answers
+#   scripts/postgres-test-server.sh thaw DIR     SIGCONT them: what was sent meanwhile runs
 #   scripts/postgres-test-server.sh kill DIR     SIGKILL them all (a host that dies)
 #
 # CI:   scripts/postgres-test-server.sh run cargo test --workspace --all-features
@@ -247,11 +248,14 @@ case "${1:-}" in
     freeze)
         signal_server "${2:?usage: $0 freeze DIR}" STOP
         ;;
+    thaw)
+        signal_server "${2:?usage: $0 thaw DIR}" CONT
+        ;;
     kill)
         signal_server "${2:?usage: $0 kill DIR}" KILL
         ;;
     *)
-        sed -n '2,32p' "$0" >&2
+        sed -n '2,33p' "$0" >&2
         exit 2
         ;;
 esac

@@ -109,21 +109,45 @@ pub(super) fn release(store: Arc<dyn Store>, lease: Lease, runtime: Option<Handl
     );
 }
 
-/// Gives back the claim a `begin` may have made though the call has no claim — its answer was
-/// lost, or its caller stopped waiting — trying again while the store does not answer (a
-/// failover, a partition), until `until`: the end of the lease such a claim would have, when
-/// the store frees the key itself. `LeaseLost` (nothing landed, or it was taken over) ends it.
+/// Gives back the claim a `begin` (or the renewal of a claim) may have made though the call
+/// holds no claim — its answer was lost, or its caller stopped waiting — trying again while
+/// the store does not answer (a failover, a partition, a frozen server). A request the store
+/// held while it did not answer can land when it answers again, and a claim then starts its
+/// lease from there: so the attempts go on past `until` (the end of the lease such a claim
+/// would have had if it landed at once) while the store does not answer, for at most
+/// [`LATE_REQUESTS`] more; and a first answer after the store did not answer is confirmed by
+/// one more attempt. `Ok` ends it; so does `LeaseLost` (nothing held with this token, or it
+/// was taken over), once confirmed.
 pub(super) fn give_back(store: Arc<dyn Store>, lease: Lease, until: Instant) {
     let work: Work = Box::pin(async move {
         let mut backoff = FIRST_GIVE_BACK_STEP;
+        // Whether an attempt went unanswered since the last answer.
+        let mut unanswered = false;
         loop {
-            let step = (Instant::now() + BOUND).min(until);
+            let step = Instant::now() + BOUND;
             let failed = match tokio::time::timeout_at(step, store.release(&lease)).await {
-                Ok(Ok(()) | Err(Error::LeaseLost { .. })) => return,
-                Ok(Err(error)) => error.to_string(),
-                Err(_) => "no answer".to_owned(),
+                Ok(Ok(())) => return,
+                Ok(Err(Error::LeaseLost { .. })) if !unanswered => return,
+                Ok(Err(Error::LeaseLost { .. })) => {
+                    // The store answers again; a request it held may land right after.
+                    unanswered = false;
+                    "nothing to give back yet, once the store answered again".to_owned()
+                }
+                Ok(Err(error)) => {
+                    unanswered = true;
+                    error.to_string()
+                }
+                Err(_) => {
+                    unanswered = true;
+                    "no answer".to_owned()
+                }
             };
-            if Instant::now() + backoff >= until {
+            let last = if unanswered {
+                until + LATE_REQUESTS
+            } else {
+                until.max(Instant::now() + backoff)
+            };
+            if Instant::now() + backoff > last {
                 tracing::warn!(target: "idem", key = %lease.key.short(), error = %failed,
                     "could not give the key back; it is freed when its lease ends");
                 return;
@@ -136,6 +160,9 @@ pub(super) fn give_back(store: Arc<dyn Store>, lease: Lease, until: Instant) {
     });
     go(work, |work| work, "give a key back", None);
 }
+
+/// How long after the end of its lease [`give_back`] still tries a store that does not answer.
+const LATE_REQUESTS: Duration = Duration::from_secs(15 * 60);
 
 /// The first pause, and the longest, between two attempts of [`give_back`].
 const FIRST_GIVE_BACK_STEP: Duration = Duration::from_millis(50);

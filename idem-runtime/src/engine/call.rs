@@ -496,8 +496,13 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
         Ok(Ok(finished)) => finished,
         Ok(Err(panic)) => panicked(guard, panic),
         Err(error) => {
-            // The lease could not be kept: the body was dropped, and the key is not ours.
-            guard.enter(Phase::Free);
+            // The lease could not be kept: the body was dropped, and the key is not ours. A
+            // renewal the store held while it did not answer may still land and hold the key
+            // for nobody: given back (with this claim's token, so only if it is still ours).
+            if let Phase::Running(holding) = guard.enter(Phase::Free) {
+                let until = Instant::now() + duration;
+                background::give_back(Arc::clone(store), holding.claim.lease.clone(), until);
+            }
             return refuse(guard, Outcome::LeaseLost, error);
         }
     };

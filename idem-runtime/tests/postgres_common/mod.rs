@@ -103,6 +103,29 @@ impl OwnServer {
         }
     }
 
+    /// Freezes it (SIGSTOP): connections stay open, nothing answers, what is sent is kept.
+    #[allow(dead_code)] // not every test binary freezes one
+    pub fn freeze(&self) {
+        self.script("freeze");
+    }
+
+    /// Thaws it (SIGCONT): what was sent while it was frozen runs now.
+    #[allow(dead_code)] // not every test binary freezes one
+    pub fn thaw(&self) {
+        self.script("thaw");
+    }
+
+    /// Runs the server script's `command` on it.
+    fn script(&self, command: &str) {
+        let status = Command::new("bash")
+            .arg(server_script())
+            .arg(command)
+            .arg(&self.dir)
+            .status()
+            .expect("run the server script");
+        assert!(status.success(), "the server script's {command} failed");
+    }
+
     /// Restarts it (connections are cut; data and port stay).
     pub fn restart(&self) {
         let status = Command::new("bash")

@@ -9,6 +9,7 @@
 #[path = "../postgres_common/mod.rs"]
 mod postgres_common;
 
+mod late_requests;
 mod lost_begin;
 mod setup;
 mod transactional;
