@@ -8,12 +8,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::PostgresStore;
-use idem_tools_runtime::{Call, Codec, Error, ToolInfo, Turn, execute};
+use idem_tools_runtime::{Codec, Error, ToolInfo, Turn, execute};
 
 use crate::postgres_common::{OwnServer, postgres_url, unique_schema};
-use crate::setup::{LOCK, REPLY};
+use crate::setup::{LOCK, REPLY, call, turn};
 
 /// A server of the test's own and a store on it (replies bounded as in the other tests).
 async fn frozen_server(tag: &str) -> Option<(OwnServer, PostgresStore)> {
@@ -29,20 +28,6 @@ async fn frozen_server(tag: &str) -> Option<(OwnServer, PostgresStore)> {
         .await
         .expect("open the store");
     Some((server, store))
-}
-
-fn turn(store: &PostgresStore) -> Turn {
-    Turn::new("late")
-        .with_in_flight_wait(Duration::from_secs(1))
-        .with_actions_per_tool(u32::MAX)
-        .with_store(Arc::new(store.clone()))
-}
-
-fn call(tool: &'static ToolInfo, turn: &Turn, memo: &str) -> Call {
-    let mut args = ArgsDigest::new(tool.name);
-    args.arg("memo", memo).expect("a string encodes");
-    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, 1);
-    Call::new(tool, turn, key, fingerprint)
 }
 
 /// Calls `memo`'s key of `tool` until it runs (its body counts in `runs`), or `within` ends:

@@ -141,7 +141,7 @@ pub fn turn(store: &PostgresStore) -> Turn {
         .with_store(Arc::new(store.clone()))
 }
 
-fn call(tool: &'static ToolInfo, turn: &Turn, memo: &str) -> Call {
+pub fn call(tool: &'static ToolInfo, turn: &Turn, memo: &str) -> Call {
     let mut args = ArgsDigest::new(tool.name);
     args.arg("memo", memo).expect("a string encodes");
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, 1);
