@@ -111,43 +111,41 @@ pub(super) fn release(store: Arc<dyn Store>, lease: Lease, runtime: Option<Handl
 
 /// Gives back the claim a `begin` (or the renewal of a claim) may have made though the call
 /// holds no claim — its answer was lost, or its caller stopped waiting — trying again while
-/// the store does not answer (a failover, a partition, a frozen server). A request the store
-/// held while it did not answer can land when it answers again, and a claim then starts its
-/// lease from there: so the attempts go on past `until` (the end of the lease such a claim
-/// would have had if it landed at once) while the store does not answer, for at most
-/// [`LATE_REQUESTS`] more; and a first answer after the store did not answer is confirmed by
-/// one more attempt. `Ok` ends it; so does `LeaseLost` (nothing held with this token, or it
+/// the store does not answer (a failover, a partition, a frozen server), until `until`: the end
+/// of the lease such a claim would have, when the store frees the key itself. A request a
+/// store kept while it did not answer (a frozen server) can run when it answers again, and a
+/// claim then starts its lease from there: so after an attempt the store did not answer, the
+/// attempts go on for one more `lease` past `until`, and the first answer after is confirmed
+/// by one more attempt. `Ok` ends it; so does `LeaseLost` (nothing held with this token, or it
 /// was taken over), once confirmed.
-pub(super) fn give_back(store: Arc<dyn Store>, lease: Lease, until: Instant) {
+pub(super) fn give_back(store: Arc<dyn Store>, lease: Lease, until: Instant, duration: Duration) {
     let work: Work = Box::pin(async move {
         let mut backoff = FIRST_GIVE_BACK_STEP;
-        // Whether an attempt went unanswered since the last answer.
-        let mut unanswered = false;
+        // Whether an attempt went unanswered since the last answer, and whether one ever did.
+        let (mut unanswered, mut late) = (false, until);
         loop {
-            let step = Instant::now() + BOUND;
+            let step = (Instant::now() + BOUND).min(late);
             let failed = match tokio::time::timeout_at(step, store.release(&lease)).await {
                 Ok(Ok(())) => return,
                 Ok(Err(Error::LeaseLost { .. })) if !unanswered => return,
                 Ok(Err(Error::LeaseLost { .. })) => {
-                    // The store answers again; a request it held may land right after.
+                    // The store answers again: a request it kept may run right after.
                     unanswered = false;
+                    late = late.max(Instant::now() + GIVE_BACK_STEP * 2);
                     "nothing to give back yet, once the store answered again".to_owned()
                 }
                 Ok(Err(error)) => {
-                    unanswered = true;
+                    if did_not_answer(&error) {
+                        (unanswered, late) = (true, until + duration);
+                    }
                     error.to_string()
                 }
                 Err(_) => {
-                    unanswered = true;
+                    (unanswered, late) = (true, until + duration);
                     "no answer".to_owned()
                 }
             };
-            let last = if unanswered {
-                until + LATE_REQUESTS
-            } else {
-                until.max(Instant::now() + backoff)
-            };
-            if Instant::now() + backoff > last {
+            if Instant::now() + backoff >= late {
                 tracing::warn!(target: "idem", key = %lease.key.short(), error = %failed,
                     "could not give the key back; it is freed when its lease ends");
                 return;
@@ -161,8 +159,21 @@ pub(super) fn give_back(store: Arc<dyn Store>, lease: Lease, until: Instant) {
     go(work, |work| work, "give a key back", None);
 }
 
-/// How long after the end of its lease [`give_back`] still tries a store that does not answer.
-const LATE_REQUESTS: Duration = Duration::from_secs(15 * 60);
+/// Whether `error` says the store did not answer (a request it keeps may still run), rather
+/// than that it answered with a failure.
+fn did_not_answer(error: &Error) -> bool {
+    let Error::Store { source, .. } = error else {
+        return false;
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(error) = cause {
+        if crate::store::did_not_answer(error) {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
 
 /// The first pause, and the longest, between two attempts of [`give_back`].
 const FIRST_GIVE_BACK_STEP: Duration = Duration::from_millis(50);

@@ -380,7 +380,8 @@ fn begin<'a, A: Asker>(
             fn drop(&mut self) {
                 if let Some((store, claim)) = self.0 {
                     let until = claim.sent + claim.duration;
-                    background::give_back(Arc::clone(store), claim.lease.clone(), until);
+                    let lease = claim.lease.clone();
+                    background::give_back(Arc::clone(store), lease, until, claim.duration);
                 }
             }
         }
@@ -500,8 +501,8 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
             // renewal the store held while it did not answer may still land and hold the key
             // for nobody: given back (with this claim's token, so only if it is still ours).
             if let Phase::Running(holding) = guard.enter(Phase::Free) {
-                let until = Instant::now() + duration;
-                background::give_back(Arc::clone(store), holding.claim.lease.clone(), until);
+                let (lease, until) = (holding.claim.lease.clone(), Instant::now() + duration);
+                background::give_back(Arc::clone(store), lease, until, duration);
             }
             return refuse(guard, Outcome::LeaseLost, error);
         }

@@ -390,3 +390,25 @@ pub fn set_default_store(store: Arc<dyn Store>) -> Result<()> {
         )
     })
 }
+
+/// Whether `error`, a cause of a store's failure, says the store did not answer in time (so a
+/// request it keeps may still run later), rather than that it answered with a failure.
+pub(crate) fn did_not_answer(error: &(dyn std::error::Error + 'static)) -> bool {
+    if let Some(io) = error.downcast_ref::<std::io::Error>() {
+        return io.kind() == std::io::ErrorKind::TimedOut;
+    }
+    #[cfg(feature = "postgres")]
+    if error.is::<postgres::conn::Unanswered>()
+        || matches!(
+            error.downcast_ref::<sqlx::Error>(),
+            Some(sqlx::Error::PoolTimedOut)
+        )
+    {
+        return true;
+    }
+    #[cfg(feature = "redis")]
+    if let Some(redis) = error.downcast_ref::<::redis::RedisError>() {
+        return redis.is_timeout();
+    }
+    false
+}
