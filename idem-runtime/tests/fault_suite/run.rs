@@ -273,12 +273,13 @@ async fn run(schedule: &Schedule, backend: Backend, settle: Settle) -> Verdict {
     // task that holds it end together, so both are read after the wait. (Paused time would
     // fire every timer of a leaked task instead: no patience.) A key given back while the
     // store keeps failing releases is retried until the lease of the claim it may hold would
-    // end, as documented: with a lasting release fault, the patience is the longest lease.
+    // end, and one lease more after an attempt the store did not answer (a hang), as
+    // documented: with a lasting release fault, the patience is two of the longest leases.
     let lasting_release = faults.iter().any(|f| f.op == Op::Release && f.repeat > 0);
     let wait = if settle.leases.is_some() {
         Duration::ZERO
     } else if lasting_release {
-        LONGEST_LEASE + Duration::from_secs(1)
+        LONGEST_LEASE * 2 + Duration::from_secs(1)
     } else {
         Duration::from_secs(2)
     };
