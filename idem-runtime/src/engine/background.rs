@@ -117,9 +117,16 @@ pub(super) fn release(store: Arc<dyn Store>, lease: Lease, runtime: Option<Handl
 /// claim then starts its lease from there: so after an attempt the store did not answer, the
 /// attempts go on for one more `lease` past `until`, and the first answer after is confirmed
 /// by one more attempt. `Ok` ends it; so does `LeaseLost` (nothing held with this token, or it
-/// was taken over), once confirmed.
-pub(super) fn give_back(store: Arc<dyn Store>, lease: Lease, until: Instant, duration: Duration) {
+/// was taken over), once confirmed. The first attempt waits for the start of `when`.
+pub(super) fn give_back(
+    store: Arc<dyn Store>,
+    lease: Lease,
+    when: std::ops::Range<Instant>,
+    duration: Duration,
+) {
+    let std::ops::Range { start, end: until } = when;
     let work: Work = Box::pin(async move {
+        tokio::time::sleep_until(start).await;
         let mut backoff = FIRST_GIVE_BACK_STEP;
         // Whether an attempt went unanswered since the last answer, and whether one ever did.
         let (mut unanswered, mut late) = (false, until);

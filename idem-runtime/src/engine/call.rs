@@ -380,8 +380,8 @@ fn begin<'a, A: Asker>(
             fn drop(&mut self) {
                 if let Some((store, claim)) = self.0 {
                     let until = claim.sent + claim.duration;
-                    let lease = claim.lease.clone();
-                    background::give_back(Arc::clone(store), lease, until, claim.duration);
+                    let (lease, now) = (claim.lease.clone(), Instant::now());
+                    background::give_back(Arc::clone(store), lease, now..until, claim.duration);
                 }
             }
         }
@@ -498,11 +498,14 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
         Ok(Err(panic)) => panicked(guard, panic),
         Err(error) => {
             // The lease could not be kept: the body was dropped, and the key is not ours. A
-            // renewal the store held while it did not answer may still land and hold the key
-            // for nobody: given back (with this claim's token, so only if it is still ours).
+            // renewal the store kept while it did not answer may still land and hold the key
+            // for nobody: given back (with this claim's token, so only if it is still ours)
+            // once the lease it trusted would have ended, not sooner — the quarter of a lease
+            // left between a holder that cannot renew and the next stays whole.
             if let Phase::Running(holding) = guard.enter(Phase::Free) {
-                let (lease, until) = (holding.claim.lease.clone(), Instant::now() + duration);
-                background::give_back(Arc::clone(store), lease, until, duration);
+                let (lease, ended) = (holding.claim.lease.clone(), Instant::now() + duration / 4);
+                let when = ended..ended + duration;
+                background::give_back(Arc::clone(store), lease, when, duration);
             }
             return refuse(guard, Outcome::LeaseLost, error);
         }
