@@ -128,7 +128,7 @@ pub(super) fn give_back(
     let work: Work = Box::pin(async move {
         tokio::time::sleep_until(start).await;
         let mut backoff = FIRST_GIVE_BACK_STEP;
-        // Whether an attempt went unanswered since the last answer, and whether one ever did.
+        // Whether an attempt went unanswered since the last answer, and when the attempts end.
         let (mut unanswered, mut late) = (false, until);
         loop {
             let step = (Instant::now() + BOUND).min(late);
@@ -142,7 +142,7 @@ pub(super) fn give_back(
                     "nothing to give back yet, once the store answered again".to_owned()
                 }
                 Ok(Err(error)) => {
-                    if did_not_answer(&error) {
+                    if crate::store::did_not_answer(&error) {
                         (unanswered, late) = (true, until + duration);
                     }
                     error.to_string()
@@ -164,22 +164,6 @@ pub(super) fn give_back(
         }
     });
     go(work, |work| work, "give a key back", None);
-}
-
-/// Whether `error` says the store did not answer (a request it keeps may still run), rather
-/// than that it answered with a failure.
-fn did_not_answer(error: &Error) -> bool {
-    let Error::Store { source, .. } = error else {
-        return false;
-    };
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
-    while let Some(error) = cause {
-        if crate::store::did_not_answer(error) {
-            return true;
-        }
-        cause = error.source();
-    }
-    false
 }
 
 /// The first pause, and the longest, between two attempts of [`give_back`].

@@ -391,24 +391,36 @@ pub fn set_default_store(store: Arc<dyn Store>) -> Result<()> {
     })
 }
 
-/// Whether `error`, a cause of a store's failure, says the store did not answer in time (so a
-/// request it keeps may still run later), rather than that it answered with a failure.
-pub(crate) fn did_not_answer(error: &(dyn std::error::Error + 'static)) -> bool {
-    if let Some(io) = error.downcast_ref::<std::io::Error>() {
-        return io.kind() == std::io::ErrorKind::TimedOut;
-    }
-    #[cfg(feature = "postgres")]
-    if error.is::<postgres::conn::Unanswered>()
-        || matches!(
-            error.downcast_ref::<sqlx::Error>(),
-            Some(sqlx::Error::PoolTimedOut)
-        )
-    {
-        return true;
-    }
-    #[cfg(feature = "redis")]
-    if let Some(redis) = error.downcast_ref::<::redis::RedisError>() {
-        return redis.is_timeout();
+/// Whether `error` says the store did not answer in time (so a request it keeps may still run
+/// later), rather than that it answered with a failure: a cause of a [`Error::Store`] is a
+/// timeout of the store's client (an I/O timeout, PostgreSQL's reply or pool timeout, Redis's).
+pub(crate) fn did_not_answer(error: &crate::Error) -> bool {
+    let crate::Error::Store { source, .. } = error else {
+        return false;
+    };
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source.as_ref());
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        #[cfg(feature = "postgres")]
+        if error.is::<postgres::conn::Unanswered>()
+            || matches!(
+                error.downcast_ref::<sqlx::Error>(),
+                Some(sqlx::Error::PoolTimedOut)
+            )
+        {
+            return true;
+        }
+        #[cfg(feature = "redis")]
+        if let Some(redis) = error.downcast_ref::<::redis::RedisError>()
+            && redis.is_timeout()
+        {
+            return true;
+        }
+        cause = error.source();
     }
     false
 }
