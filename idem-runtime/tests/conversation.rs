@@ -352,6 +352,125 @@ async fn a_step_cut_off_by_its_caller_is_asked_again_by_the_restarted_run() {
     assert_eq!(reply.text, "reply #0 to plan");
 }
 
+/// A step cut off by its caller while its answer is being recorded (the record goes on in the
+/// background) and asked again by the same run waits for the record: it is not handed the
+/// answer before the store has it. Here the process dies before the record lands; had the run
+/// acted on the answer, the restarted run would ask the model again and act on another one
+/// (a reworded tool call: a second action). Found by a review: the single-flight registry
+/// handed the unrecorded answer to the second ask.
+#[test]
+fn an_answer_recorded_in_the_background_is_not_acted_on_before_it_lands() {
+    use crate::fault_store::{Fault, FaultStore, Op};
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    // The first process: its store takes a record two seconds after it is sent.
+    let slow: Arc<dyn Store> = Arc::new(FaultStore::new(Arc::clone(&memory), |op| match op {
+        Op::Complete => Fault::Delay(Duration::from_secs(2)),
+        _ => Fault::None,
+    }));
+    let asked_again = runtime().block_on(async {
+        let chat = turn(&slow)
+            .conversation("assistant")
+            .with_lease(Duration::from_millis(500));
+        let cut = tokio::time::timeout(
+            Duration::from_millis(100),
+            chat.step("plan", model.ask("plan")),
+        )
+        .await;
+        assert!(
+            cut.is_err(),
+            "cut off while its answer was recorded: {cut:?}"
+        );
+        tokio::time::timeout(
+            Duration::from_millis(300),
+            chat.step("plan", model.ask("plan")),
+        )
+        .await
+        // The process dies here: its runtime, and the record on its way, are gone.
+    });
+    assert!(
+        asked_again.is_err(),
+        "the second ask waited for the record instead of taking the answer: {asked_again:?}"
+    );
+    assert_eq!(model.calls(), 1);
+    let restarted = runtime().block_on(async {
+        tokio::time::sleep(Duration::from_millis(600)).await; // the dead run's lease ends
+        turn(&memory)
+            .conversation("assistant")
+            .step("plan", model.ask("plan"))
+            .await
+            .unwrap()
+    });
+    assert_eq!(
+        restarted.text, "reply #1 to plan",
+        "nobody acted on reply #0"
+    );
+}
+
+/// Two runs of one turn at once: A's store records slowly and cannot renew (a partition), A's
+/// step is cut off while its answer is recorded, and A asks it again. A's lease ends, B asks
+/// the step and records its answer; A's background record then finds its lease gone. Both
+/// runs act on the one recorded answer (A's second ask fails or replays it; before, A was
+/// handed its unrecorded answer and acted on another answer than B and every restart).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_runs_never_act_on_two_answers_of_a_step_recorded_in_the_background() {
+    use crate::fault_store::{Fault, FaultStore, Op};
+    let memory: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let model = Model::default();
+    let partitioned: Arc<dyn Store> =
+        Arc::new(FaultStore::new(Arc::clone(&memory), |op| match op {
+            Op::Complete => Fault::Delay(Duration::from_secs(1)),
+            Op::Renew => Fault::FailBefore,
+            _ => Fault::None,
+        }));
+    let lease = Duration::from_millis(300);
+    let chat_a = turn(&partitioned)
+        .conversation("assistant")
+        .with_lease(lease);
+    let cut = tokio::time::timeout(
+        Duration::from_millis(50),
+        chat_a.step("plan", model.ask("plan")),
+    )
+    .await;
+    assert!(
+        cut.is_err(),
+        "cut off while its answer was recorded: {cut:?}"
+    );
+    let a_acts_on = chat_a.step("plan", model.ask("plan")).await;
+
+    tokio::time::sleep(Duration::from_millis(400)).await; // A's lease has ended
+    let b_acts_on = turn(&memory)
+        .conversation("assistant")
+        .with_lease(lease)
+        .step("plan", model.ask("plan"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await; // A's record has been tried
+    let recorded = turn(&memory)
+        .conversation("assistant")
+        .step("plan", async {
+            Ok::<_, Error>(Reply {
+                text: "not asked".into(),
+                tokens: 0,
+            })
+        })
+        .await
+        .unwrap();
+    assert_eq!(b_acts_on, recorded);
+    if let Ok(a_acts_on) = a_acts_on {
+        assert_eq!(
+            a_acts_on, recorded,
+            "A acted on another answer than the turn's"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_runs_of_one_turn_at_once_ask_the_model_once() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());

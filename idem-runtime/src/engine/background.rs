@@ -215,7 +215,7 @@ pub(super) fn record(
     call: super::Call,
     bytes: Bytes,
     ttl: Duration,
-    lingering: Lingering,
+    lingering: Option<Lingering>,
     runtime: Option<Handle>,
 ) {
     let duration = keeper.duration();

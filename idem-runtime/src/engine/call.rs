@@ -642,7 +642,7 @@ async fn running(mut granted: Box<Granted>, body: Body<'_>) -> Answer {
                 ..
             } = *holding;
             let lingering = leader.linger(shared);
-            background::record(keeper, call.clone(), bytes, ttl, lingering, runtime);
+            background::record(keeper, call.clone(), bytes, ttl, Some(lingering), runtime);
         }
     }
     Ok(())

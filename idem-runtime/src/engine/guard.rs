@@ -151,7 +151,14 @@ impl Drop for Guard {
                     fingerprint,
                     result: bytes.clone(),
                 };
-                let lingering = leader.linger(shared);
+                // A model step's answer is acted on only once recorded: callers here wait
+                // for the store (the step in flight) instead of taking it unrecorded.
+                let lingering = if report.call().is_model_step() {
+                    drop(leader);
+                    None
+                } else {
+                    Some(leader.linger(shared))
+                };
                 report.report(if ok {
                     Outcome::Executed
                 } else {

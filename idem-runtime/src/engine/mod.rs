@@ -208,7 +208,7 @@ impl Call {
     }
 
     /// Whether this call is a model step of a conversation.
-    fn is_model_step(&self) -> bool {
+    pub(crate) fn is_model_step(&self) -> bool {
         matches!(self.origin, Origin::Step { .. })
     }
 
