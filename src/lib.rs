@@ -463,19 +463,54 @@ pub use idem_tools_runtime::store::{RedisStore, redis::RedisStoreBuilder};
 pub use idem_tools_runtime::{
     Call, Codec, Conversation, Error, Key, KeyKept, MemoryStore, Mismatch, Outcome, Result, Stats,
     Store, ToolInfo, ToolKind, Turn, Unkeyed, current_key, default_store, execute,
-    execute_detached, set_default_store, spawn, stats,
+    execute_detached, set_default_store, stats,
 };
 pub use idem_tools_runtime::{clock, key};
+
+/// Spawns `future` on the current Tokio runtime *inside this task's turn and tool calls*: in
+/// the new task, [`Turn::current`] is this task's turn, [`current_key`] this task's key, and a
+/// tool called there with a key a caller holds fails at once with [`Error::Reentrant`] instead
+/// of waiting for itself. Inside an MCP tool call routed by an `IdemServer` (feature `rmcp`),
+/// the client's idempotency key goes with it, if no tool of the call has used it yet: the
+/// first `#[idempotent]` tool the new task calls is keyed by it. `tokio::spawn` carries none
+/// of these (task-locals do not follow a spawn): use this for work a tool, or a handler, hands
+/// to a task of its own.
+///
+/// ```
+/// use idem_tools::{Turn, spawn};
+///
+/// # #[tokio::main(flavor = "current_thread")] async fn main() {
+/// Turn::new("turn-1")
+///     .scope(async {
+///         let id = spawn(async { Turn::current().map(|t| t.id().to_owned()) }).await.unwrap();
+///         assert_eq!(id.as_deref(), Some("turn-1"));
+///     })
+///     .await;
+/// # }
+/// ```
+///
+/// # Panics
+/// Outside a Tokio runtime, as `tokio::spawn` does.
+pub fn spawn<F>(future: F) -> tokio::task::JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    #[cfg(feature = "rmcp")]
+    let future = mcp::carry_routed_key(future);
+    idem_tools_runtime::spawn(future)
+}
 
 pub mod engine {
     //! The engine, for tools written by hand: [`execute`] and [`execute_detached`] run a body
     //! at most once per key, as `#[idempotent]` does, and `transactional` inside a PostgreSQL
     //! transaction (feature `postgres`); [`telemetry`] names the span fields and metrics.
+    pub use crate::spawn;
     #[cfg(feature = "postgres")]
     #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
     pub use idem_tools_runtime::engine::transactional;
     pub use idem_tools_runtime::engine::{
-        Call, Codec, ToolResult, current_key, execute, execute_detached, spawn, telemetry,
+        Call, Codec, ToolResult, current_key, execute, execute_detached, telemetry,
     };
 }
 

@@ -87,7 +87,10 @@ impl Post {
     }
 
     /// Sends it; the status, the session id the response names, and the JSON-RPC message.
-    async fn send(self, service: &mut Service) -> (StatusCode, Option<String>, Value) {
+    async fn send<S: rmcp::ServerHandler + Send + 'static>(
+        self,
+        service: &mut StreamableHttpService<S, LocalSessionManager>,
+    ) -> (StatusCode, Option<String>, Value) {
         let mut request = Request::post("http://localhost/mcp")
             .header("host", "localhost")
             .header("accept", "application/json, text/event-stream")
@@ -346,4 +349,43 @@ async fn on_2026_07_28_the_hints_follow_the_capabilities_each_request_declares()
             assert_eq!(*hint, declared || read_only, "{declared}: {tool}");
         }
     }
+}
+
+/// One `IdemServer` given to rmcp's HTTP service for every session and request (`move ||
+/// Ok(Arc::clone(&server))`, rather than `IdemServer::factory`): once a session has opened on
+/// it, a stateless write from a client that names itself nowhere is still refused (it ran, and
+/// a second such client was replayed the first one's result, in the server's own namespace),
+/// and a second session is refused at its `initialize`. (Found by a review.)
+#[tokio::test]
+async fn a_server_shared_by_every_request_never_runs_an_unnamed_write() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let server = Arc::new(session(Arc::clone(&backend)).unwrap());
+    let mut service = StreamableHttpService::new(
+        move || Ok(Arc::clone(&server)),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default()
+            .with_json_response(true)
+            .with_sse_keep_alive(None),
+    );
+    let init = || {
+        Post::request(
+            V2025,
+            "initialize",
+            json!({"protocolVersion": V2025, "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}),
+        )
+    };
+    let (_, session, opened) = init().send(&mut service).await;
+    assert!(session.is_some(), "{opened}");
+    for _ in 0..2 {
+        let (_, _, refused) = open(V2026, "x", "t").send(&mut service).await;
+        assert_eq!(refused["error"]["code"], -32600, "{refused}");
+    }
+    assert!(backend.tickets().is_empty(), "no unnamed write ran");
+    let (_, _, second) = init().send(&mut service).await;
+    let message = second["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("already serves another client"),
+        "{second}"
+    );
 }

@@ -342,3 +342,35 @@ async fn an_idempotency_key_among_the_arguments_is_refused_and_nothing_runs() {
     assert!(backend.tickets().is_empty());
     client.cancel().await.unwrap();
 }
+
+/// A `#[read_only]` tool is served whatever `_meta` the call carries: a turn id or client id
+/// idem could not use for a write is no reason to refuse a read it has nothing to do with.
+/// (Found by a review: such a read was refused with `-32602`.)
+#[tokio::test]
+async fn a_read_with_meta_idem_could_not_use_is_served() {
+    use idem_tools::mcp::CLIENT_ID_META;
+    use rmcp::model::RequestMetaObject;
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    for (entry, value) in [
+        (TURN_ID_META, json!(7)),
+        (CLIENT_ID_META, json!("x".repeat(300))),
+    ] {
+        let mut list = call("list_tickets", json!({}), &[]);
+        let mut meta = RequestMetaObject::default();
+        meta.insert(entry.to_owned(), value.clone());
+        list.meta = Some(meta.clone());
+        let listed = client.call_tool(list).await;
+        assert!(
+            listed.as_ref().is_ok_and(|r| !is_error(r)),
+            "{entry}: {listed:?}"
+        );
+        // A write with the same `_meta` is still refused.
+        let mut open = call("open_ticket", json!({"title": "x"}), &[]);
+        open.meta = Some(meta);
+        assert!(client.call_tool(open).await.is_err(), "{entry}");
+    }
+    assert_eq!(backend.reads(), 2);
+    assert!(backend.tickets().is_empty());
+    client.cancel().await.unwrap();
+}

@@ -339,3 +339,126 @@ async fn an_idempotency_key_argument_that_the_tool_declares_is_its_own() {
     assert_eq!(text(&result), "blue");
     client.cancel().await.unwrap();
 }
+
+/// One `IdemServer` shared by two connections (an `Arc` served on each, which rmcp allows):
+/// its calls are deduplicated in the server's one namespace, so the second client would be
+/// replayed the first one's results. The second connection is refused at its `initialize`,
+/// saying what to do; the first goes on. (Found by a review: bob was handed alice's ticket.)
+#[tokio::test]
+async fn a_server_shared_by_two_connections_refuses_the_second() {
+    use idem_tools::mcp::IdemServer;
+    use rmcp::ServiceExt;
+    use rmcp::model::ClientConfig;
+    async fn connect_shared(
+        server: &Arc<IdemServer<mcp_support::example::Desk>>,
+    ) -> Result<mcp_support::Client, String> {
+        let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+        let server = Arc::clone(server);
+        let served = tokio::spawn(async move {
+            match server.serve(server_io).await {
+                Ok(running) => {
+                    let _ = running.waiting().await;
+                    Ok(())
+                }
+                Err(error) => Err(error.to_string()),
+            }
+        });
+        match ClientConfig::default().serve(client_io).await {
+            Ok(client) => Ok(client),
+            Err(error) => Err(format!("{error}; the server: {:?}", served.await)),
+        }
+    }
+    let backend = Backend::with_latency(Duration::ZERO);
+    let server = Arc::new(session(Arc::clone(&backend)).unwrap());
+    let alice = connect_shared(&server).await.expect("the first connection");
+    let Err(refused) = connect_shared(&server).await else {
+        panic!("the second connection was served");
+    };
+    assert!(
+        refused.contains("already serves another client") && refused.contains("factory"),
+        "{refused}"
+    );
+    let open = call(
+        "open_ticket",
+        json!({"title": "printer"}),
+        &[(TURN_ID_META, "turn-1")],
+    );
+    let opened = alice.call_tool(open).await.unwrap();
+    assert!(!is_error(&opened), "{}", text(&opened));
+    assert_eq!(backend.tickets().len(), 1);
+    alice.cancel().await.unwrap();
+}
+
+/// The client's key reaches the `#[idempotent]` tool a handler hands to a task of its own with
+/// `idem_tools::spawn`, as it reaches one the handler awaits: the same key sent in two turns
+/// with the same arguments is one action. (Found by a review: `spawn` carried the turn but not
+/// the key, and the second turn acted again.)
+#[tokio::test]
+async fn the_client_key_reaches_a_tool_spawned_with_idems_spawn() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use idem_tools::idempotent;
+    use idem_tools::mcp::{IdemServer, ToolError};
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::schemars::JsonSchema;
+    use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+
+    static RUNS: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
+
+    #[idempotent]
+    async fn create(title: String, spawned: bool) -> Result<String, ToolError> {
+        RUNS[usize::from(spawned)].fetch_add(1, Ordering::SeqCst);
+        Ok(format!("created {title}"))
+    }
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    struct Open {
+        title: String,
+    }
+
+    #[derive(Clone)]
+    struct Desk {
+        tool_router: ToolRouter<Desk>,
+    }
+
+    #[tool_router]
+    impl Desk {
+        #[tool(description = "open")]
+        async fn open(&self, Parameters(p): Parameters<Open>) -> Result<String, ToolError> {
+            create(p.title, false).await
+        }
+
+        #[tool(description = "open, in a task of its own")]
+        async fn open_spawned(&self, Parameters(p): Parameters<Open>) -> Result<String, ToolError> {
+            idem_tools::spawn(create(p.title, true))
+                .await
+                .map_err(|e| ToolError::new(e.to_string()))?
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl ServerHandler for Desk {}
+
+    for (tool, spawned) in [("open", false), ("open_spawned", true)] {
+        let desk = Desk {
+            tool_router: Desk::tool_router(),
+        };
+        let client = connect(IdemServer::new(desk, &[]).unwrap()).await;
+        for turn in ["t1", "t2"] {
+            let meta = [(IDEMPOTENCY_KEY_META, "job-1"), (TURN_ID_META, turn)];
+            let result = client
+                .call_tool(call(tool, json!({"title": "a"}), &meta))
+                .await
+                .unwrap();
+            assert!(!is_error(&result), "{}", text(&result));
+        }
+        client.cancel().await.unwrap();
+        assert_eq!(
+            RUNS[usize::from(spawned)].load(Ordering::SeqCst),
+            1,
+            "{tool}"
+        );
+    }
+}

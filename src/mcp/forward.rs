@@ -97,8 +97,9 @@ impl<S: ServerHandler> ServerHandler for IdemServer<S> {
         request: InitializeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<InitializeResult, ErrorData> {
+        // One `IdemServer` serves one client: its namespace is its own (see `mark_initialized`).
+        self.mark_initialized()?;
         let mut result = self.inner().initialize(request, context).await?;
-        self.mark_initialized();
         declare(&mut result.capabilities);
         Ok(result)
     }

@@ -70,13 +70,11 @@ pub(crate) fn namespace_of(
     let Some(parts) = parts else {
         return Ok(Some(connection.to_owned()));
     };
-    if session_bound {
-        return Ok(Some(match header(parts, SESSION_HEADER)? {
-            Some(session) => format!("mcp/session/{session}"),
-            None => connection.to_owned(),
-        }));
+    // An HTTP request without a session header is stateless, whoever else this server serves.
+    match header(parts, SESSION_HEADER)? {
+        Some(session) if session_bound => Ok(Some(format!("mcp/session/{session}"))),
+        _ => Ok(None),
     }
-    Ok(None)
 }
 
 /// The namespace of the client that names itself `client`: `mcp/client/` and the id, or, for an

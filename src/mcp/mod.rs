@@ -70,7 +70,7 @@ pub use idem_tools_runtime::mcp::{error_kind, is_for_model, model_message};
 pub use result::{Json, ToolError};
 pub use server::{IdemServer, client_declares_idempotency};
 
-pub(crate) use scope::take_routed_key;
+pub(crate) use scope::{carry_routed_key, take_routed_key};
 
 /// The `_meta` entry of a `tools/call` request that carries the turn id: a string, e.g.
 /// `{"_meta": {"idem/turnId": "conv-42/turn-7"}}`. Calls with one turn id share its keys and

@@ -23,6 +23,12 @@ pub(crate) fn take_routed_key() -> Option<String> {
     CALLER_KEY.try_with(Cell::take).ok().flatten()
 }
 
+/// `future` with the caller key of the MCP call running in this task, taken from it: the
+/// first `#[idempotent]` tool that `future` calls gets it (`idem_tools::spawn` carries it so).
+pub(crate) fn carry_routed_key<F: Future>(future: F) -> impl Future<Output = F::Output> {
+    with_caller_key(take_routed_key(), future)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,9 +247,24 @@ impl<S: ServerHandler> IdemServer<S> {
         tool
     }
 
-    /// Records that this server answered an `initialize`, so serves one session.
-    pub(crate) fn mark_initialized(&self) {
-        self.initialized.store(true, Ordering::Relaxed);
+    /// Records that this server answers an `initialize`, so serves one connection or session;
+    /// refuses a second one. The calls of a connection not made over HTTP are deduplicated in
+    /// the server's own namespace, so one server shared by two connections (an
+    /// `Arc<IdemServer<_>>` served on each, which rmcp allows) would replay one client's
+    /// results to the other: the second connection is refused instead, at its `initialize`.
+    pub(crate) fn mark_initialized(&self) -> Result<(), ErrorData> {
+        if self.initialized.swap(true, Ordering::Relaxed) {
+            tracing::error!(target: "idem", connection = %self.connection,
+                "refused an `initialize`: this IdemServer already serves a client");
+            return Err(ErrorData::invalid_request(
+                "this MCP server instance already serves another client: an idem server \
+                 (IdemServer) serves one connection or session, whose calls it deduplicates \
+                 apart from other clients'; make a new IdemServer for each connection \
+                 (IdemServer::factory makes one per call)",
+                None,
+            ));
+        }
+        Ok(())
     }
 
     /// The turn of one call, from its `_meta` and its namespace; `None` if nothing names the
@@ -308,13 +323,18 @@ impl<S: ServerHandler> IdemServer<S> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let writes = self
-            .tool_info(&request.name)
-            .is_some_and(|info| !info.read_only_hint());
+        let info = self.tool_info(&request.name);
+        let writes = info.is_some_and(|info| !info.read_only_hint());
         if writes && let Some(entry) = self.misplaced_meta(&request) {
             return Ok(CallToolResponse::from(misplaced(entry)));
         }
-        let Some(CallTurn { turn, key, unnamed }) = self.turn_of(&context)? else {
+        let turn = match self.turn_of(&context) {
+            // A read-only tool uses neither a turn nor a namespace: `_meta` or a client id that
+            // idem could not use for a write does not keep it from being served.
+            Err(_) if info.is_some_and(ToolInfo::read_only_hint) => None,
+            turn => turn?,
+        };
+        let Some(CallTurn { turn, key, unnamed }) = turn else {
             if writes {
                 return Err(refuse::no_client_identity(&request.name));
             }
