@@ -95,6 +95,10 @@ pub enum Error {
         key: ShortKey,
         /// Where the key came from, and so which arguments can differ.
         differs: Mismatch,
+        /// How many calls of this run (this [`Turn`](crate::Turn) value) were refused for
+        /// reusing this key with other arguments, this one included: from the second on, the
+        /// model is told to stop ([`model_text`](Error::model_text)).
+        refused: u32,
     },
 
     /// Another call with this key (in this process or another) is still running after the

@@ -160,6 +160,7 @@ mod tests {
             tool: "t",
             key: key(),
             differs: Mismatch::Unkeyed(crate::Unkeyed::new(skipped, present)),
+            refused: 1,
         };
         let one = model_message(&mismatch(&["client", "memo"], 0b10)).unwrap();
         assert!(one.contains("except that \"memo\" differs"), "{one}");
@@ -178,6 +179,7 @@ mod tests {
             tool: "t",
             key: key(),
             differs: Mismatch::CallerKey,
+            refused: 1,
         })
         .unwrap();
         assert!(caller.contains("use a new idempotency key"), "{caller}");
@@ -189,6 +191,7 @@ mod tests {
             tool: "t",
             key: key(),
             differs: Mismatch::CallerKey,
+            refused: 1,
         });
         assert_eq!(data.code, ErrorCode::INVALID_PARAMS);
     }

@@ -132,7 +132,9 @@ impl Error {
                  was done, and that you are stuck.",
                 actions(*calls)
             ),
-            Error::PayloadMismatch { differs, .. } => mismatch_message(*differs),
+            Error::PayloadMismatch {
+                differs, refused, ..
+            } => mismatch_message(*differs, *refused),
             Error::InFlight { free_within, .. } => format!(
                 "The same action, with these same arguments, is still running from an earlier \
                  call. Wait {}, then call it again with the same arguments to get its result; \
@@ -230,19 +232,33 @@ fn seconds(wait: std::time::Duration) -> String {
 /// One error of every kind, for the tests of the texts a model reads.
 /// What a model reads when a key is reused with other arguments: which arguments differ, and
 /// what it can do (in the words of a tool call: no Rust API).
-fn mismatch_message(differs: Mismatch) -> String {
+/// The text of a key reused with other arguments, refused `refused` times in this run: from
+/// the second refusal on, the model is told to stop (a model that lost the earlier arguments,
+/// restarted from the top, rewords again and again).
+fn mismatch_message(differs: Mismatch, refused: u32) -> String {
     let names: Vec<String> = match differs {
         Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
         Mismatch::CallerKey => Vec::new(),
     };
     let (count, names) = (names.len(), names.join(", "));
+    let again = refused > 1;
     let (differ, them) = match count {
+        0 if again => {
+            return format!(
+                "This idempotency key was refused {} in this turn: it belongs to an action \
+                 with different arguments, or for another account or object this tool acts \
+                 for (done, or still running). Nothing was done. Stop repeating calls with this \
+                 key; for a new action, use a new idempotency key, else tell the user what was \
+                 done.",
+                times(refused)
+            );
+        }
         0 => {
             return "This idempotency key already belongs to an action with different \
                     arguments, or one for another account or object this tool acts for (done, \
-                    or still running), so this call was refused and nothing was done. Do not repeat this call with that key: for this action, use a new \
-                    idempotency key (only a call with that action's exact arguments gets its \
-                    result)."
+                    or still running), so this call was refused and nothing was done. Do not \
+                    repeat this call with that key: for this action, use a new idempotency key \
+                    (only a call with that action's exact arguments gets its result)."
                 .to_owned();
         }
         1 => (format!("{names} differs"), format!("the earlier {names}")),
@@ -251,12 +267,23 @@ fn mismatch_message(differs: Mismatch) -> String {
             "the earlier values of those".to_owned(),
         ),
     };
+    if again {
+        return format!(
+            "This call was refused {} in this turn and nothing was done: this tool already did \
+             this action in this turn (or is doing it), and {differ}, which does not make it \
+             another action. Stop calling this tool for this action: it was done (or is being \
+             done) with {them}; tell the user what was done. For another action, change the arguments \
+             that say what the action is.",
+            times(refused)
+        );
+    }
     format!(
         "This tool already did this action in this turn (or is doing it): that call had the \
          same arguments except that {differ}, which does not make it another action. So this \
          call was refused and nothing was done; the earlier call stands. To get its result, \
-         call it again with {them}; for another action, change the arguments that say what \
-         the action is, or wait for the next turn."
+         call it again with {them}; if you do not know them, do not call it again for this \
+         action: it was done (or is being done). For another action, change the arguments that say what the \
+         action is, or wait for the next turn."
     )
 }
 
@@ -287,6 +314,7 @@ pub(crate) fn every_error() -> Vec<Error> {
             tool: "t",
             key: key(),
             differs: crate::error::Mismatch::CallerKey,
+            refused: 1,
         },
         Error::InFlight {
             tool: "t",
@@ -424,6 +452,49 @@ mod tests {
                 "{}: says what to do next: {text}",
                 error.code()
             );
+        }
+    }
+
+    /// A model that rewords an argument the key leaves out, and lost the earlier value (a run
+    /// restarted from the top), is told how to leave the loop at once, and to stop from the
+    /// second refusal of the key in its run on.
+    #[test]
+    fn a_key_refused_again_in_a_run_tells_the_model_to_stop() {
+        let key = crate::Key::from_bytes([7; 32]).short();
+        let memo = Mismatch::Unkeyed(crate::Unkeyed::new(&["memo"], 0b1));
+        let text = |differs, refused| {
+            Error::PayloadMismatch {
+                tool: "charge",
+                key,
+                differs,
+                refused,
+            }
+            .model_text()
+        };
+        let first = text(memo, 1);
+        assert!(
+            first.contains("call it again with the earlier \"memo\"")
+                && first.contains("if you do not know them, do not call it again"),
+            "{first}"
+        );
+        for (differs, stop) in [
+            (memo, "Stop calling this tool for this action"),
+            (Mismatch::CallerKey, "Stop repeating calls with this key"),
+        ] {
+            for (refused, count) in [(2, "twice"), (7, "7 times")] {
+                let again = text(differs, refused);
+                assert!(
+                    again.contains(stop)
+                        && again.contains(count)
+                        && again.contains("tell the user"),
+                    "{again}"
+                );
+                assert!(!again.contains("call it again"), "{again}");
+                let again = again.replace("idempotency key", "");
+                for marker in RUST_API_MARKERS {
+                    assert!(!again.contains(marker), "{marker:?} in {again}");
+                }
+            }
         }
     }
 

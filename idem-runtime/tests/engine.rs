@@ -834,6 +834,51 @@ async fn a_key_reused_with_other_arguments_is_a_payload_mismatch() {
     assert_eq!(turn.stats().payload_mismatch, 1);
 }
 
+/// A model that loops on a refused call — rewording an argument the key leaves out, as a run
+/// restarted from the top does once it lost the earlier value — is told to stop from the second
+/// refusal of the key in its run on; each run (a new `Turn` value) counts its own, each key
+/// its own. (Found by a trial adoption: a rewording loop was refused forever and never told
+/// to stop, 656,000 calls in 30 s.)
+#[tokio::test]
+async fn a_run_refused_a_key_again_is_told_to_stop() {
+    let store = memory();
+    let run = |order: &'static str, body: &'static str, turn: &Turn| {
+        let mut args = ArgsDigest::new(SEND.name);
+        args.caller_key(order);
+        args.arg("body", body).unwrap();
+        let (key, fp) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+        execute(
+            Call::new(&SEND, turn, key, fp),
+            Codec::ok_only(),
+            async move { Ok::<_, Error>(body.to_owned()) },
+        )
+    };
+    let refused = |answer: Result<String, Error>| match answer {
+        Err(error @ Error::PayloadMismatch { refused, .. }) => (refused, error.model_text()),
+        other => panic!("{other:?}"),
+    };
+    let first_run = turn("t", &store);
+    run("order-1", "first", &first_run).await.unwrap();
+    run("order-2", "first", &first_run).await.unwrap();
+    let (once, text) = refused(run("order-1", "reworded", &first_run).await);
+    assert_eq!(once, 1);
+    assert!(!text.contains("Stop"), "{text}");
+    for n in 2..=4 {
+        let (count, text) = refused(run("order-1", "reworded again", &first_run).await);
+        assert_eq!(count, n);
+        assert!(
+            text.contains("Stop repeating calls with this key"),
+            "{text}"
+        );
+    }
+    let (other_key, _) = refused(run("order-2", "reworded", &first_run).await);
+    assert_eq!(other_key, 1, "each key counts its own");
+    let restarted = turn("t", &store);
+    let (anew, _) = refused(run("order-1", "reworded", &restarted).await);
+    assert_eq!(anew, 1, "a new run counts its own");
+    assert_eq!(run("order-1", "first", &restarted).await.unwrap(), "first");
+}
+
 #[tokio::test]
 async fn a_corrupt_record_is_a_decode_error_not_a_panic() {
     let store = memory();

@@ -234,7 +234,13 @@ impl Call {
                 };
             }
         };
-        Error::PayloadMismatch { tool, key, differs }
+        let refused = self.turn.run().refused(self.key);
+        Error::PayloadMismatch {
+            tool,
+            key,
+            differs,
+            refused,
+        }
     }
 
     /// The call's key.
