@@ -215,7 +215,10 @@ impl Turn {
     /// ([`Conversation::step_counting`](crate::Conversation::step_counting); default: no cap):
     /// once this run's steps reported `limit`, a step that would ask the model is refused
     /// ([`Error::TokenBudgetExhausted`]) while recorded steps still replay. A restarted run
-    /// counts the tokens of the steps it replays, so the cap holds across restarts.
+    /// counts the tokens of the steps it replays, so the cap holds across restarts — except
+    /// for the steps of an agent run inside a tool call that replays: the tool's recorded
+    /// result answers, its agent's steps are not replayed, and their tokens are not counted
+    /// again (see docs/adopting.md, durable turns).
     pub fn with_max_tokens(self, limit: u64) -> Self {
         self.edit(|t| t.max_tokens = Some(limit))
     }
