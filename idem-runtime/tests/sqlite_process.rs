@@ -209,8 +209,61 @@ fn child() {
             };
             println!("ANSWER {kind}");
         }
+        "step_asked_then_hang" => {
+            // A durable turn: step 0, the model's `send_email` fails, and step 1 is being
+            // asked (claimed) when the parent kills the process.
+            let store = open(&db);
+            runtime.block_on(async {
+                let turn = Turn::new(TURN_ID).with_store(store);
+                let chat = turn.conversation("assistant");
+                chat.step("mail Ada", async {
+                    Ok::<_, Error>("send_email".to_owned())
+                })
+                .await
+                .unwrap();
+                let read = chat
+                    .model_tool_call("send_email", "ada", mail(&turn, false))
+                    .await;
+                let _ = chat
+                    .step(&format!("after {read:?}"), async {
+                        println!("ASKING");
+                        std::future::pending::<Result<String, Error>>().await
+                    })
+                    .await;
+            });
+        }
         other => panic!("unknown child mode {other}"),
     }
+}
+
+/// A failure as the model reads it (a durable turn records it).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Failed(String);
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Self {
+        Failed(error.model_text())
+    }
+}
+
+/// The `send_email` a durable turn's model calls: fails while the mail server is down.
+async fn mail(turn: &Turn, up: bool) -> Result<String, Failed> {
+    let mut args = ArgsDigest::new(SEND.name);
+    args.arg("to", "ada")?;
+    let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+    let body = async move {
+        if up {
+            Ok("sent".to_owned())
+        } else {
+            Err(Failed("the mail server timed out".to_owned()))
+        }
+    };
+    execute(
+        Call::new(&SEND, turn, key, fingerprint),
+        Codec::ok_only(),
+        body,
+    )
+    .await
 }
 
 /// A child running `mode` on `dir`'s database, side-effect log and go-file.
@@ -398,4 +451,53 @@ fn the_budget_holds_across_restarted_processes() {
         3,
         "each attempt ran in its own process: {runs:?}"
     );
+}
+
+/// A durable turn killed (SIGKILL) while it asks its model the next step, and restarted: the
+/// restarted run replays the recorded step and makes its tool call at once — it neither waits
+/// out the dead run's claim of the next step (5 s, the step's lease) nor, with an in-flight
+/// wait shorter than that lease, is told another run handles its call (`RunOverlap`): SQLite
+/// knows the process is gone. (Found by a review: the call read the next step with `get`,
+/// which showed the dead run's claim as live.)
+#[tokio::test]
+async fn a_durable_turn_restarted_after_a_kill_does_not_wait_for_the_dead_runs_step() {
+    for in_flight_wait in [None, Some(Duration::from_secs(3))] {
+        let dir = TempDir::new("durable-kill");
+        let mut child = kid("step_asked_then_hang", &dir);
+        child.expect("ASKING");
+        child.kill();
+
+        let mut turn = Turn::new(TURN_ID).with_store(open(&dir.db()));
+        if let Some(wait) = in_flight_wait {
+            turn = turn.with_in_flight_wait(wait);
+        }
+        let chat = turn.conversation("assistant");
+        let replayed = chat
+            .step("mail Ada", async { Ok::<_, Error>("not asked".to_owned()) })
+            .await
+            .unwrap();
+        assert_eq!(replayed, "send_email");
+        let started = Instant::now();
+        // The mail server is up now; the killed run's model never read the failure (step 1
+        // was not recorded), so the call runs.
+        let read = chat
+            .model_tool_call("send_email", "ada", mail(&turn, true))
+            .await;
+        assert_eq!(read.unwrap(), "sent", "{in_flight_wait:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{in_flight_wait:?}: the call waited {:?} for a step held by a dead process",
+            started.elapsed()
+        );
+        let next = chat
+            .step("after the mail", async {
+                Ok::<_, Error>("done".to_owned())
+            })
+            .await;
+        assert_eq!(
+            next.unwrap(),
+            "done",
+            "the restarted run asks step 1 itself"
+        );
+    }
 }

@@ -755,6 +755,12 @@ async fn a_claim_is_freed_at_once_only_when_its_holder_is_certainly_gone() {
         )
         .unwrap();
         drop(conn);
+        // `get` says what `begin` will do: take the claim over at once, or leave it held.
+        let shown = store.get(NS, &k).await.unwrap().unwrap();
+        assert_eq!(shown.holder_gone, gone, "{case}: get");
+        let listed = store.list(Some(NS), 1_000).await.unwrap();
+        let listed = listed.iter().find(|r| r.key == k).unwrap();
+        assert_eq!(listed.holder_gone, gone, "{case}: list");
         // Every other case through the claim charged to counts of actions (a transaction).
         let second = fp(2);
         let mut request = req(&k, &second, LEASE);

@@ -340,6 +340,9 @@ impl Conversation {
                 Some(r) if r.state == RecordState::InProgress && here.asks(step) => {
                     return Ok((Arc::from([]), true));
                 }
+                // A dead run's claim (SQLite knows its process is gone): it will record
+                // nothing, and this run's next step takes it over.
+                Some(r) if r.state == RecordState::InProgress && r.holder_gone => break None,
                 Some(r) if r.state == RecordState::InProgress => {
                     let now = tokio::time::Instant::now();
                     if now >= give_up {

@@ -51,6 +51,12 @@ pub struct Record {
     /// When the record stops counting: the lease's end while in progress, the TTL's end once
     /// completed (ms since the Unix epoch). A record is live while `now < expires_at_ms`.
     pub expires_at_ms: u64,
+    /// In progress, and the store knows its holder is gone for good with nothing of it left to
+    /// land: the next [`begin`](super::Store::begin) takes the key over at once, and the claim
+    /// will never be completed. SQLite says so of a claim whose process is certainly gone on
+    /// this host; the network stores, where a gone holder's last request may still be on its
+    /// way, never do (their `begin` frees such a claim after a reply timeout).
+    pub holder_gone: bool,
 }
 
 /// What [`Store::remove_shown`](super::Store::remove_shown) did.

@@ -360,6 +360,8 @@ impl Shard {
             attempts: entry.live_attempts(now),
             created_at_ms: entry.created_at_ms,
             expires_at_ms: entry.expires_at_ms,
+            // A claim of this process's: its holder is here, or the store is gone with it.
+            holder_gone: false,
         })
     }
 

@@ -62,6 +62,7 @@ pub(super) fn read(row: &PgRow) -> Result<Record, Corrupt> {
         },
         created_at_ms: ms(get(row, 6, "created_at_ms")?, "created_at_ms")?,
         expires_at_ms: ms(get(row, 7, "expires_at_ms")?, "expires_at_ms")?,
+        holder_gone: false,
     })
 }
 

@@ -237,6 +237,7 @@ pub(super) fn decode_record(
         attempts: u32::try_from(millis(att, "att")?).unwrap_or(u32::MAX),
         created_at_ms: millis(created, "created")?,
         expires_at_ms: millis(exp, "exp")?,
+        holder_gone: false,
     })
 }
 

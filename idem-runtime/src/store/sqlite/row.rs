@@ -11,7 +11,7 @@ use crate::{Error, Result};
 
 /// The columns [`read_row`] expects, in order.
 pub(super) const COLUMNS: &str = "namespace, key, tool, state, fingerprint, result, \
-     created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms, turn";
+     created_at_ms, expires_at_ms, token, attempts, attempts_expire_ms, turn, holder";
 
 /// A row as read, before validation.
 #[derive(Clone)]
@@ -28,6 +28,8 @@ pub(super) struct Row {
     pub(super) attempts: i64,
     pub(super) attempts_expire_ms: i64,
     pub(super) turn: String,
+    /// The holder's process, encoded, if written as text.
+    pub(super) holder: Option<String>,
 }
 
 /// Whatever is wrong with a row; becomes [`Error::CorruptRecord`].
@@ -92,6 +94,11 @@ pub(super) fn read_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<Result<Row, 
                 "attempts_expire_ms",
             )?,
             turn: text(row, 11, "turn")?,
+            holder: match row.get_ref(12) {
+                Ok(ValueRef::Text(text)) => Some(String::from_utf8_lossy(text).into_owned()),
+                // Not a holder this build wrote: never proof of anything.
+                _ => None,
+            },
         })
     };
     Ok(read())
@@ -165,6 +172,8 @@ impl Row {
             attempts,
             created_at_ms: timestamp(self.created_at_ms, "created_at_ms")?,
             expires_at_ms: timestamp(self.expires_at_ms, "expires_at_ms")?,
+            holder_gone: state == RecordState::InProgress
+                && crate::store::holder::Holder::text_is_gone(self.holder.as_deref()),
         })
     }
 }
