@@ -745,3 +745,60 @@ async fn a_negative_literal_or_a_tuple_of_literals_makes_every_type_one_service(
     assert_eq!(ok(&paypal), Some("posted 5"), "{paypal:?}");
     assert_eq!(SIGNED_POSTS.load(Ordering::SeqCst), 1);
 }
+
+/// A trait-per-tool framework's generic adapter, as docs/adopting.md describes it: one tool,
+/// `Idem__call`, for every type it wraps, told apart by a `self_key` that names the type
+/// parameter — each type's call runs, none is refused, each replays its own result.
+mod generic_adapter {
+    use super::*;
+
+    pub trait Tool: Send + Sync + 'static {
+        fn run(&self, to: &str) -> String;
+    }
+
+    pub struct Sms;
+    pub struct Fax;
+
+    impl Tool for Sms {
+        fn run(&self, to: &str) -> String {
+            format!("sms to {to}")
+        }
+    }
+
+    impl Tool for Fax {
+        fn run(&self, to: &str) -> String {
+            format!("fax to {to}")
+        }
+    }
+
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    pub struct Idem<T>(pub T);
+
+    #[tool_impl(self_key = std::any::type_name::<T>())]
+    impl<T: Tool> Idem<T> {
+        #[idempotent(attached)]
+        pub async fn call(&self, to: String) -> Result<String, Error> {
+            RUNS.fetch_add(1, Ordering::SeqCst);
+            Ok(self.0.run(&to))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_self_key_naming_the_type_parameter_tells_the_wrapped_tools_apart() {
+        let turn = turn("adapter");
+        let (sms, fax) = (Idem(Sms), Idem(Fax));
+        turn.scope(async {
+            for _ in 0..2 {
+                let (a, b) = (sms.call("ada".into()).await, fax.call("ada".into()).await);
+                assert_eq!((ok(&a), ok(&b)), (Some("sms to ada"), Some("fax to ada")));
+            }
+        })
+        .await;
+        assert_eq!(
+            RUNS.load(Ordering::SeqCst),
+            2,
+            "each ran once, then replayed"
+        );
+    }
+}

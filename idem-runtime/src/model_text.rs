@@ -137,8 +137,8 @@ impl Error {
             } => mismatch_message(*differs, *refused),
             Error::InFlight { free_within, .. } => format!(
                 "The same action, with these same arguments, is still running from an earlier \
-                 call. Wait {}, then call it again with the same arguments to get its result; \
-                 do not change the arguments.",
+                 call. Wait a little (up to {}), then call it again with the same arguments to get \
+                 its result; do not change the arguments.",
                 seconds(*free_within)
             ),
             Error::LeaseLost { .. } => "This call of the action was stopped before its result \
@@ -229,11 +229,9 @@ fn seconds(wait: std::time::Duration) -> String {
     }
 }
 
-/// One error of every kind, for the tests of the texts a model reads.
-/// What a model reads when a key is reused with other arguments: which arguments differ, and
-/// what it can do (in the words of a tool call: no Rust API).
-/// The text of a key reused with other arguments, refused `refused` times in this run: from
-/// the second refusal on, the model is told to stop (a model that lost the earlier arguments,
+/// What a model reads when a key is reused with other arguments, refused `refused` times in
+/// this run: which arguments differ, and what it can do (in the words of a tool call: no Rust
+/// API); from the second refusal on, to stop (a model that lost the earlier arguments,
 /// restarted from the top, rewords again and again).
 fn mismatch_message(differs: Mismatch, refused: u32) -> String {
     let names: Vec<String> = match differs {
@@ -287,6 +285,7 @@ fn mismatch_message(differs: Mismatch, refused: u32) -> String {
     )
 }
 
+/// One error of every kind, for the tests of the texts a model reads.
 #[cfg(test)]
 pub(crate) fn every_error() -> Vec<Error> {
     let key = || crate::Key::from_bytes([1; 32]).short();
