@@ -462,3 +462,29 @@ async fn the_client_key_reaches_a_tool_spawned_with_idems_spawn() {
         );
     }
 }
+
+/// A client that keeps sending its key with other arguments (a model rewording on every
+/// retry) is refused each time, and from the second refusal on told to stop — though each
+/// `tools/call` runs in a `Turn` of its own. (Found by a trial adoption: the first refusal's
+/// text, forever.)
+#[tokio::test]
+async fn a_client_that_keeps_reusing_its_key_is_told_to_stop() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    let keyed = |title: &str| {
+        call(
+            "open_ticket",
+            json!({ "title": title }),
+            &[(IDEMPOTENCY_KEY_META, "key-stop"), (TURN_ID_META, "turn-1")],
+        )
+    };
+    assert!(!is_error(&client.call_tool(keyed("one")).await.unwrap()));
+    let first = text(&client.call_tool(keyed("two")).await.unwrap());
+    assert!(!first.contains("Stop"), "{first}");
+    for title in ["three", "four"] {
+        let again = text(&client.call_tool(keyed(title)).await.unwrap());
+        assert!(again.contains("Stop repeating calls with this key"), "{again}");
+    }
+    assert_eq!(backend.tickets().len(), 1);
+    client.cancel().await.unwrap();
+}

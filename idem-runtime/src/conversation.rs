@@ -68,8 +68,8 @@ use tool_failure::{Calls, StepRecord};
 /// A conversation's name in a run: its scope ([`scope`]) and its label.
 type Named = (Option<Key>, Arc<str>);
 
-/// One run of a turn: its conversations, the tokens its steps reported, which conversation of
-/// each scope answered a step last, and the calls refused for reusing a key.
+/// One run of a turn: its conversations, the tokens its steps reported, and which conversation
+/// of each scope answered a step last.
 #[derive(Default)]
 pub(crate) struct Run {
     conversations: Mutex<HashMap<Named, Arc<Shared>>>,
@@ -82,20 +82,9 @@ pub(crate) struct Run {
     /// Ticks at each key given back and each claim after the first; 0 until a key is given
     /// back (claims are not kept before).
     clock: AtomicU64,
-    /// How many of its calls were refused for reusing each key with other arguments.
-    refusals: Mutex<HashMap<Key, u32>>,
 }
 
 impl Run {
-    /// Counts a call of this run refused for reusing `key` with other arguments: how many
-    /// were, this one included.
-    pub(crate) fn refused(&self, key: Key) -> u32 {
-        let mut refusals = self.refusals.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = refusals.entry(key).or_insert(0);
-        *count = count.saturating_add(1);
-        *count
-    }
-
     /// The label of the conversation of `scope` that answered a step last.
     fn latest(&self, scope: Option<Key>) -> Option<Arc<str>> {
         let latest = self.latest.lock().unwrap_or_else(PoisonError::into_inner);

@@ -95,9 +95,9 @@ pub enum Error {
         key: ShortKey,
         /// Where the key came from, and so which arguments can differ.
         differs: Mismatch,
-        /// How many calls of this run (this [`Turn`](crate::Turn) value) were refused for
-        /// reusing this key with other arguments, this one included: from the second on, the
-        /// model is told to stop ([`model_text`](Error::model_text)).
+        /// How many calls this process refused for reusing this key with other arguments,
+        /// this one included (the key names its turn: every run of the turn here counts):
+        /// from the second on, the model is told to stop ([`model_text`](Error::model_text)).
         refused: u32,
     },
 

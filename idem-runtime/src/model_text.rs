@@ -243,7 +243,7 @@ fn mismatch_message(differs: Mismatch, refused: u32) -> String {
     let (differ, them) = match count {
         0 if again => {
             return format!(
-                "This idempotency key was refused {} in this turn: it belongs to an action \
+                "This idempotency key was refused {} already: it belongs to an action \
                  with different arguments, or for another account or object this tool acts \
                  for (done, or still running). Nothing was done. Stop repeating calls with this \
                  key; for a new action, use a new idempotency key, else tell the user what was \
@@ -267,7 +267,7 @@ fn mismatch_message(differs: Mismatch, refused: u32) -> String {
     };
     if again {
         return format!(
-            "This call was refused {} in this turn and nothing was done: this tool already did \
+            "This call was refused {} and nothing was done: this tool already did \
              this action in this turn (or is doing it), and {differ}, which does not make it \
              another action. Stop calling this tool for this action: it was done (or is being \
              done) with {them}; tell the user what was done. For another action, change the arguments \

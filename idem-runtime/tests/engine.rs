@@ -836,11 +836,12 @@ async fn a_key_reused_with_other_arguments_is_a_payload_mismatch() {
 
 /// A model that loops on a refused call — rewording an argument the key leaves out, as a run
 /// restarted from the top does once it lost the earlier value — is told to stop from the second
-/// refusal of the key in its run on; each run (a new `Turn` value) counts its own, each key
-/// its own. (Found by a trial adoption: a rewording loop was refused forever and never told
-/// to stop, 656,000 calls in 30 s.)
+/// refusal of the key on, in every run of the turn in this process (a new `Turn` value each
+/// time, as an MCP server makes one per call); each key counts its own, and another turn's
+/// key is another key. (Found by a trial adoption: a rewording loop was refused forever and
+/// never told to stop, 656,000 calls in 30 s.)
 #[tokio::test]
-async fn a_run_refused_a_key_again_is_told_to_stop() {
+async fn a_key_refused_again_is_told_to_stop() {
     let store = memory();
     let run = |order: &'static str, body: &'static str, turn: &Turn| {
         let mut args = ArgsDigest::new(SEND.name);
@@ -874,9 +875,16 @@ async fn a_run_refused_a_key_again_is_told_to_stop() {
     let (other_key, _) = refused(run("order-2", "reworded", &first_run).await);
     assert_eq!(other_key, 1, "each key counts its own");
     let restarted = turn("t", &store);
-    let (anew, _) = refused(run("order-1", "reworded", &restarted).await);
-    assert_eq!(anew, 1, "a new run counts its own");
+    let (again, _) = refused(run("order-1", "reworded", &restarted).await);
+    assert_eq!(again, 5, "a new run of the turn goes on counting");
     assert_eq!(run("order-1", "first", &restarted).await.unwrap(), "first");
+    let next_turn = turn("t2", &store);
+    // A caller's key spans turns: the same arguments replay in the next.
+    assert_eq!(run("order-1", "first", &next_turn).await.unwrap(), "first");
+    let other = turn("t3", &store).with_namespace("other");
+    run("order-1", "first", &other).await.unwrap();
+    let (anew, _) = refused(run("order-1", "reworded", &other).await);
+    assert_eq!(anew, 1, "another namespace's key counts its own");
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ mod call;
 mod guard;
 pub(crate) mod held;
 mod keeper;
+mod refusals;
 mod report;
 pub mod telemetry;
 #[cfg(feature = "postgres")]
@@ -234,7 +235,7 @@ impl Call {
                 };
             }
         };
-        let refused = self.turn.run().refused(self.key);
+        let refused = refusals::count(self.key);
         Error::PayloadMismatch {
             tool,
             key,
