@@ -471,8 +471,8 @@ pub use idem_tools_runtime::{clock, key};
 /// the new task, [`Turn::current`] is this task's turn, [`current_key`] this task's key, and a
 /// tool called there with a key a caller holds fails at once with [`Error::Reentrant`] instead
 /// of waiting for itself. Inside an MCP tool call routed by an `IdemServer` (feature `rmcp`),
-/// the client's idempotency key goes with it, if no tool of the call has used it yet: the
-/// first `#[idempotent]` tool the new task calls is keyed by it. `tokio::spawn` carries none
+/// the client's idempotency key is shared with it: whichever `#[idempotent]` tool of the call
+/// runs first, here or in the new task, is keyed by it. `tokio::spawn` carries none
 /// of these (task-locals do not follow a spawn): use this for work a tool, or a handler, hands
 /// to a task of its own.
 ///

@@ -389,3 +389,46 @@ async fn a_server_shared_by_every_request_never_runs_an_unnamed_write() {
         "{second}"
     );
 }
+
+/// The shared server of `a_server_shared_by_every_request_never_runs_an_unnamed_write`: once
+/// alice's session initialized it, a stateless 2026-07-28 request — which rmcp hands to the
+/// same server and whose `Mcp-Session-Id` it never checks — naming alice's session is not
+/// taken for her session (it was, and replayed her ticket; found by a review). With `factory`
+/// the same forged request is refused too
+/// (`with_sessions_each_session_is_a_namespace_and_a_forged_session_header_is_not`).
+#[tokio::test]
+async fn a_shared_server_never_takes_a_forged_session_header_for_a_session() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let server = Arc::new(session(Arc::clone(&backend)).unwrap());
+    let mut service = StreamableHttpService::new(
+        move || Ok(Arc::clone(&server)),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default()
+            .with_json_response(true)
+            .with_sse_keep_alive(None),
+    );
+    let init = Post::request(
+        V2025,
+        "initialize",
+        json!({"protocolVersion": V2025, "capabilities": {},
+               "clientInfo": {"name": "alice", "version": "0"}}),
+    );
+    let (_, alice, opened) = init.send(&mut service).await;
+    let alice = alice.unwrap_or_else(|| panic!("a session: {opened}"));
+    let mut initialized = Post::request(V2025, "notifications/initialized", json!({}));
+    initialized.body = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    initialized
+        .header("mcp-session-id", &alice)
+        .send(&mut service)
+        .await;
+    let mine = open(V2025, "same", "turn-1").header("mcp-session-id", &alice);
+    let (_, _, first) = mine.send(&mut service).await;
+    result(&first);
+    assert_eq!(backend.tickets().len(), 1);
+    let forged = open(V2026, "same", "turn-1").header("mcp-session-id", &alice);
+    let (_, _, forged) = forged.send(&mut service).await;
+    assert_eq!(
+        forged["error"]["code"], -32600,
+        "a stateless request naming alice's session was served as hers: {forged}"
+    );
+}

@@ -374,3 +374,56 @@ async fn a_read_with_meta_idem_could_not_use_is_served() {
     assert!(backend.tickets().is_empty());
     client.cancel().await.unwrap();
 }
+
+/// A tool the server serves but the catalog given to `IdemServer::new` leaves out is served as
+/// the wrapped server serves it — no hints, and deduplicated only by the `#[idempotent]` code it
+/// runs (here the method itself is) — and the server says so in its log, once per tool (found
+/// by a trial adoption: a plain `#[tool]` write left out of `tools![…]` ran again on every
+/// retry without a word).
+#[tokio::test]
+async fn a_tool_left_out_of_the_catalog_is_logged_once() {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Log(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Log {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let backend = Backend::with_latency(Duration::ZERO);
+    // `open_ticket` is left out.
+    let server = IdemServer::new(Desk::new(Arc::clone(&backend)), &TOOLS[1..]).unwrap();
+    let client = example_client(server).await;
+    for _ in 0..2 {
+        let open = call("open_ticket", json!({"title": "x"}), &[(TURN_ID_META, "t")]);
+        assert!(!is_error(&client.call_tool(open).await.unwrap()));
+    }
+    assert_eq!(
+        backend.tickets().len(),
+        1,
+        "its own #[idempotent] still deduplicates"
+    );
+    client.cancel().await.unwrap();
+    let text = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(
+        text.matches("MCP tool `open_ticket` is not in the idem catalog")
+            .count(),
+        1,
+        "{text}"
+    );
+}
+
+async fn example_client(server: IdemServer<Desk>) -> mcp_support::Client {
+    mcp_support::connect(server).await
+}

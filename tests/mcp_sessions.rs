@@ -483,8 +483,100 @@ async fn a_client_that_keeps_reusing_its_key_is_told_to_stop() {
     assert!(!first.contains("Stop"), "{first}");
     for title in ["three", "four"] {
         let again = text(&client.call_tool(keyed(title)).await.unwrap());
-        assert!(again.contains("Stop repeating calls with this key"), "{again}");
+        assert!(
+            again.contains("Stop repeating calls with this key"),
+            "{again}"
+        );
     }
     assert_eq!(backend.tickets().len(), 1);
     client.cancel().await.unwrap();
+}
+
+/// A handler that hands unrelated work to `idem_tools::spawn` first, then runs its own tool:
+/// the tool still gets the client's key (the two tasks share it; whichever tool runs first
+/// takes it). (Found by a review of the change that made `spawn` carry the key: it moved the
+/// key into the first task spawned.)
+#[tokio::test]
+async fn an_unrelated_spawn_does_not_take_the_client_key_from_the_handlers_tool() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use idem_tools::idempotent;
+    use idem_tools::mcp::{IdemServer, ToolError};
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::schemars::JsonSchema;
+    use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+
+    #[idempotent]
+    async fn create_logged(title: String) -> Result<String, ToolError> {
+        RUNS.fetch_add(1, Ordering::SeqCst);
+        Ok(format!("created {title}"))
+    }
+
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    struct Open {
+        title: String,
+    }
+
+    #[derive(Clone)]
+    struct Desk {
+        tool_router: ToolRouter<Desk>,
+    }
+
+    #[tool_router]
+    impl Desk {
+        #[tool(description = "open, after handing an audit line to a task of its own")]
+        async fn open_audited(&self, Parameters(p): Parameters<Open>) -> Result<String, ToolError> {
+            // Unrelated background work, spawned the way the docs say (it keeps the turn).
+            let audit = idem_tools::spawn(async { tokio::task::yield_now().await });
+            let created = create_logged(p.title).await;
+            let _ = audit.await;
+            created
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl ServerHandler for Desk {}
+
+    let desk = Desk {
+        tool_router: Desk::tool_router(),
+    };
+    let client = connect(IdemServer::new(desk, &[]).unwrap()).await;
+    for turn in ["t1", "t2"] {
+        let meta = [(IDEMPOTENCY_KEY_META, "job-audited"), (TURN_ID_META, turn)];
+        let result = client
+            .call_tool(call("open_audited", json!({"title": "a"}), &meta))
+            .await
+            .unwrap();
+        assert!(!is_error(&result), "{}", text(&result));
+    }
+    client.cancel().await.unwrap();
+    assert_eq!(
+        RUNS.load(Ordering::SeqCst),
+        1,
+        "the client's key went to the unrelated spawned task: the tool ran once per turn"
+    );
+}
+
+/// The application's namespace rule refusing a caller refuses its reads too (only `_meta` or a
+/// client id idem cannot use is no reason to refuse a read). (Found by a review.)
+#[tokio::test]
+async fn a_namespace_rule_that_refuses_a_caller_refuses_its_reads_too() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let refusing = session(Arc::clone(&backend))
+        .unwrap()
+        .with_namespace(|_| Err(rmcp::ErrorData::invalid_request("who are you?", None)));
+    let anonymous = connect(refusing).await;
+    let listed = anonymous
+        .call_tool(call("list_tickets", json!({}), &[(TURN_ID_META, "turn-1")]))
+        .await;
+    anonymous.cancel().await.unwrap();
+    assert!(
+        matches!(&listed, Err(ServiceError::McpError(e)) if e.message == "who are you?"),
+        "the rule refused the caller, yet its read was served: {listed:?}"
+    );
+    assert_eq!(backend.reads(), 0, "list_tickets ran for a refused caller");
 }

@@ -21,6 +21,7 @@
 //!    [`no_client_identity`](super::refuse::no_client_identity)) rather than run with no
 //!    deduplication.
 
+use rmcp::model::ProtocolVersion;
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 
@@ -70,9 +71,13 @@ pub(crate) fn namespace_of(
     let Some(parts) = parts else {
         return Ok(Some(connection.to_owned()));
     };
-    // An HTTP request without a session header is stateless, whoever else this server serves.
+    // An HTTP request without a session header is stateless, whoever else this server serves,
+    // and so is one of protocol 2026-07-28 or later, whose session header rmcp never checks.
+    let stateless = context
+        .protocol_version()
+        .is_some_and(|version| version.as_str() >= ProtocolVersion::V_2026_07_28.as_str());
     match header(parts, SESSION_HEADER)? {
-        Some(session) if session_bound => Ok(Some(format!("mcp/session/{session}"))),
+        Some(session) if session_bound && !stateless => Ok(Some(format!("mcp/session/{session}"))),
         _ => Ok(None),
     }
 }

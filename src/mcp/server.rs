@@ -268,19 +268,34 @@ impl<S: ServerHandler> IdemServer<S> {
     }
 
     /// The turn of one call, from its `_meta` and its namespace; `None` if nothing names the
-    /// namespace.
-    fn turn_of(&self, context: &RequestContext<RoleServer>) -> Result<Option<CallTurn>, ErrorData> {
-        let Some(namespace) = identity::namespace_of(
+    /// namespace. For a `read_only` tool, which uses neither, only the namespace rule's own
+    /// refusal is an error: `_meta` or a client id idem could not use for a write is no reason
+    /// to refuse a read.
+    fn turn_of(
+        &self,
+        context: &RequestContext<RoleServer>,
+        read_only: bool,
+    ) -> Result<Option<CallTurn>, ErrorData> {
+        let named = identity::namespace_of(
             context,
             self.namespace.as_deref(),
             &self.connection,
             self.initialized.load(Ordering::Relaxed),
-        )?
-        else {
-            return Ok(None);
+        );
+        let namespace = match named {
+            Ok(Some(namespace)) => namespace,
+            Ok(None) => return Ok(None),
+            Err(_) if read_only && self.namespace.is_none() => return Ok(None),
+            Err(error) => return Err(error),
         };
-        let turn_id = meta_string(context, TURN_ID_META)?;
-        let key = meta_string(context, IDEMPOTENCY_KEY_META)?;
+        let (turn_id, key) = match (
+            meta_string(context, TURN_ID_META),
+            meta_string(context, IDEMPOTENCY_KEY_META),
+        ) {
+            (Ok(turn_id), Ok(key)) => (turn_id, key),
+            _ if read_only => return Ok(None),
+            (Err(error), _) | (_, Err(error)) => return Err(error),
+        };
         let unnamed = turn_id.is_none() && key.is_none();
         let turn_id = match (turn_id, &key) {
             (Some(id), _) => id,
@@ -324,17 +339,15 @@ impl<S: ServerHandler> IdemServer<S> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let info = self.tool_info(&request.name);
+        if info.is_none() {
+            warn_uncatalogued(&request.name);
+        }
         let writes = info.is_some_and(|info| !info.read_only_hint());
         if writes && let Some(entry) = self.misplaced_meta(&request) {
             return Ok(CallToolResponse::from(misplaced(entry)));
         }
-        let turn = match self.turn_of(&context) {
-            // A read-only tool uses neither a turn nor a namespace: `_meta` or a client id that
-            // idem could not use for a write does not keep it from being served.
-            Err(_) if info.is_some_and(ToolInfo::read_only_hint) => None,
-            turn => turn?,
-        };
-        let Some(CallTurn { turn, key, unnamed }) = turn else {
+        let read_only = info.is_some_and(ToolInfo::read_only_hint);
+        let Some(CallTurn { turn, key, unnamed }) = self.turn_of(&context, read_only)? else {
             if writes {
                 return Err(refuse::no_client_identity(&request.name));
             }
@@ -372,6 +385,25 @@ impl<S: ServerHandler> IdemServer<S> {
             list.cache_scope = Some(CacheScope::Private);
         }
         list
+    }
+}
+
+/// Logs, once per tool name in this process, a call of a tool that is not in the catalog: it is
+/// served as the wrapped server serves it, with no classification (no hints) and no
+/// deduplication of its own — a write left out of `tools![…]` by mistake runs again on every
+/// retry. (A handler that calls `#[idempotent]` functions itself is deduplicated by them.)
+fn warn_uncatalogued(tool: &str) {
+    static WARNED: std::sync::Mutex<std::collections::BTreeSet<String>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let mut warned = WARNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if warned.len() < 1024 && warned.insert(tool.to_owned()) {
+        tracing::warn!(target: "idem", tool,
+            "MCP tool `{tool}` is not in the idem catalog given to IdemServer::new: it is served \
+             with no hints, and only #[idempotent] code it runs is deduplicated (a plain write \
+             runs again on every retry); add it to `tools![...]`, as #[idempotent] or \
+             #[read_only]");
     }
 }
 
