@@ -95,6 +95,9 @@ pub enum Error {
         key: ShortKey,
         /// Where the key came from, and so which arguments can differ.
         differs: Mismatch,
+        /// Whether the call that holds the key is still running (its result not recorded
+        /// yet): it may still fail and give the key back.
+        running: bool,
         /// How many calls this process refused for reusing this key with other arguments,
         /// this one included (the key names its turn: every run of the turn here counts):
         /// from the second on, the model is told to stop ([`model_text`](Error::model_text)).

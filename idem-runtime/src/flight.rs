@@ -1,4 +1,7 @@
 //! Single-flight: identical calls running at the same time in this process share one execution.
+//! A call of a key in flight with other arguments (another fingerprint) does not wait for a
+//! result it could not take: it asks the store itself, which answers it at once (the key held
+//! by a call with other arguments, or recorded).
 //!
 //! The leader of a key registers a bare marker; the shared state (a [`Notify`] and the result
 //! slot) is allocated only when a second caller arrives, so an uncontended call pays one map
@@ -12,7 +15,7 @@ use hashbrown::hash_map::Entry;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::key::Key;
+use crate::key::{Fingerprint, Key};
 use crate::store::FirstResult;
 
 const SHARDS: usize = 16;
@@ -25,8 +28,8 @@ pub(crate) type Shared = FirstResult;
 type FlightId = (usize, Key);
 
 enum Slot {
-    /// Led, and nobody waits yet.
-    Leading,
+    /// Led by a call of these arguments, and nobody waits yet.
+    Leading(Fingerprint),
     /// Led, with followers waiting on the flight.
     Watched(Arc<Flight>),
     /// Finished: the result stays here while it is recorded in the background.
@@ -34,6 +37,8 @@ enum Slot {
 }
 
 struct Flight {
+    /// The leader's arguments.
+    fingerprint: Fingerprint,
     state: Mutex<State>,
     notify: Notify,
 }
@@ -69,20 +74,31 @@ pub(crate) enum Role {
     Done(Shared),
 }
 
-/// Joins the flight for `key` in `store_id`, leading it if nobody does.
-pub(crate) fn join(store_id: usize, key: Key) -> Role {
+/// Joins the flight for `key` in `store_id` as a call of the arguments `fingerprint`, leading
+/// it if nobody does; a call of other arguments than the leader's leads apart
+/// ([`Leader`] of no flight: it asks the store alone).
+pub(crate) fn join(store_id: usize, key: Key, fingerprint: Fingerprint) -> Role {
     let id = (store_id, key);
     let mut flights = shard(&id);
     match flights.entry(id) {
         Entry::Vacant(vacant) => {
-            vacant.insert(Slot::Leading);
-            Role::Leader(Leader { id, done: false })
+            vacant.insert(Slot::Leading(fingerprint));
+            Role::Leader(Leader {
+                id,
+                done: false,
+                registered: true,
+            })
         }
         Entry::Occupied(mut occupied) => match occupied.get_mut() {
             Slot::Lingering(shared) => Role::Done(shared.clone()),
+            Slot::Watched(flight) if flight.fingerprint != fingerprint => {
+                Role::Leader(Leader::apart(id))
+            }
             Slot::Watched(flight) => Role::Follower(Follower(Arc::clone(flight))),
-            slot @ Slot::Leading => {
+            Slot::Leading(led) if *led != fingerprint => Role::Leader(Leader::apart(id)),
+            slot @ Slot::Leading(_) => {
                 let flight = Arc::new(Flight {
+                    fingerprint,
                     state: Mutex::new(State::Running),
                     notify: Notify::new(),
                 });
@@ -98,13 +114,28 @@ pub(crate) fn join(store_id: usize, key: Key) -> Role {
 pub(crate) struct Leader {
     id: FlightId,
     done: bool,
+    /// Whether it leads the key's flight; one apart leads none (publishing, lingering and
+    /// dropping it leave the flight alone).
+    registered: bool,
 }
 
 impl Leader {
+    /// A leader of no flight, for a call of other arguments than the flight's.
+    fn apart(id: FlightId) -> Leader {
+        Leader {
+            id,
+            done: true,
+            registered: false,
+        }
+    }
+
     /// Hands the recorded result to every follower and ends the flight (`result` is only
     /// called, to pack the result for sharing, when somebody waits).
     pub(crate) fn publish(mut self, result: impl FnOnce() -> Shared) {
         self.done = true;
+        if !self.registered {
+            return;
+        }
         let slot = shard(&self.id).remove(&self.id);
         if let Some(Slot::Watched(flight)) = slot {
             *lock(&flight.state) = State::Done(result());
@@ -115,8 +146,11 @@ impl Leader {
     /// Hands the result to every follower, and keeps handing it to new callers until the
     /// returned [`Lingering`] is dropped (the result is being recorded in the background).
     pub(crate) fn linger(mut self, shared: Shared) -> Lingering {
+        if !self.registered {
+            return Lingering { id: None };
+        }
         self.finish(State::Done(shared.clone()), Some(shared));
-        Lingering { id: self.id }
+        Lingering { id: Some(self.id) }
     }
 
     fn finish(&mut self, state: State, linger: Option<Shared>) {
@@ -144,14 +178,16 @@ impl Drop for Leader {
 
 /// A finished flight whose result is still offered to new callers.
 pub(crate) struct Lingering {
-    id: FlightId,
+    /// The flight, if its leader led one.
+    id: Option<FlightId>,
 }
 
 impl Drop for Lingering {
     fn drop(&mut self) {
-        let mut flights = shard(&self.id);
-        if matches!(flights.get(&self.id), Some(Slot::Lingering(_))) {
-            flights.remove(&self.id);
+        let Some(id) = self.id else { return };
+        let mut flights = shard(&id);
+        if matches!(flights.get(&id), Some(Slot::Lingering(_))) {
+            flights.remove(&id);
         }
     }
 }

@@ -160,6 +160,7 @@ mod tests {
             tool: "t",
             key: key(),
             differs: Mismatch::Unkeyed(crate::Unkeyed::new(skipped, present)),
+            running: false,
             refused: 1,
         };
         let one = model_message(&mismatch(&["client", "memo"], 0b10)).unwrap();
@@ -179,6 +180,7 @@ mod tests {
             tool: "t",
             key: key(),
             differs: Mismatch::CallerKey,
+            running: false,
             refused: 1,
         })
         .unwrap();
@@ -191,6 +193,7 @@ mod tests {
             tool: "t",
             key: key(),
             differs: Mismatch::CallerKey,
+            running: false,
             refused: 1,
         });
         assert_eq!(data.code, ErrorCode::INVALID_PARAMS);

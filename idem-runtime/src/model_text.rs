@@ -133,8 +133,11 @@ impl Error {
                 actions(*calls)
             ),
             Error::PayloadMismatch {
-                differs, refused, ..
-            } => mismatch_message(*differs, *refused),
+                differs,
+                running,
+                refused,
+                ..
+            } => mismatch_message(*differs, *running, *refused),
             Error::InFlight { free_within, .. } => format!(
                 "The same action, with these same arguments, is still running from an earlier \
                  call. Wait a little (up to {}), then call it again with the same arguments to get \
@@ -229,11 +232,12 @@ fn seconds(wait: std::time::Duration) -> String {
     }
 }
 
-/// What a model reads when a key is reused with other arguments, refused `refused` times in
-/// this run: which arguments differ, and what it can do (in the words of a tool call: no Rust
-/// API); from the second refusal on, to stop (a model that lost the earlier arguments,
-/// restarted from the top, rewords again and again).
-fn mismatch_message(differs: Mismatch, refused: u32) -> String {
+/// What a model reads when a key is reused with other arguments, by a call still `running` or
+/// recorded, refused `refused` times in this process: which arguments differ, and what it can
+/// do (in the words of a tool call: no Rust API); from the second refusal of a recorded action
+/// on, to stop (a model that lost the earlier arguments, restarted from the top, rewords again
+/// and again). A running call may still fail and give the key back: it is waited for.
+fn mismatch_message(differs: Mismatch, running: bool, refused: u32) -> String {
     let names: Vec<String> = match differs {
         Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
         Mismatch::CallerKey => Vec::new(),
@@ -241,22 +245,28 @@ fn mismatch_message(differs: Mismatch, refused: u32) -> String {
     let (count, names) = (names.len(), names.join(", "));
     let again = refused > 1;
     let (differ, them) = match count {
+        0 if running => {
+            return "This idempotency key belongs to an action with different arguments, or for \
+                    another account or object this tool acts for, that is still running, so \
+                    this call was refused and nothing was done. Do not repeat this call with \
+                    that key: for this action, use a new idempotency key."
+                .to_owned();
+        }
         0 if again => {
             return format!(
-                "This idempotency key was refused {} already: it belongs to an action \
-                 with different arguments, or for another account or object this tool acts \
-                 for (done, or still running). Nothing was done. Stop repeating calls with this \
-                 key; for a new action, use a new idempotency key, else tell the user what was \
-                 done.",
+                "This idempotency key was refused {} already: it belongs to an action with \
+                 different arguments, or for another account or object this tool acts for, \
+                 that was done. Nothing was done now. Stop repeating calls with this key; for \
+                 a new action, use a new idempotency key, else tell the user what was done.",
                 times(refused)
             );
         }
         0 => {
             return "This idempotency key already belongs to an action with different \
-                    arguments, or one for another account or object this tool acts for (done, \
-                    or still running), so this call was refused and nothing was done. Do not \
-                    repeat this call with that key: for this action, use a new idempotency key \
-                    (only a call with that action's exact arguments gets its result)."
+                    arguments, or one for another account or object this tool acts for, that \
+                    was done, so this call was refused and nothing was done. Do not repeat \
+                    this call with that key: for this action, use a new idempotency key (only \
+                    a call with that action's exact arguments gets its result)."
                 .to_owned();
         }
         1 => (format!("{names} differs"), format!("the earlier {names}")),
@@ -265,23 +275,31 @@ fn mismatch_message(differs: Mismatch, refused: u32) -> String {
             "the earlier values of those".to_owned(),
         ),
     };
+    if running {
+        return format!(
+            "This action is still running in this turn, from an earlier call of this tool \
+             that had the same arguments except that {differ}, which does not make it another \
+             action. So this call was refused and nothing was done. Wait a little, then call \
+             it again with {them} to get its result; if you do not know them, wait, then check \
+             whether it happened (for example with a read-only tool) before you do it again."
+        );
+    }
     if again {
         return format!(
-            "This call was refused {} and nothing was done: this tool already did \
-             this action in this turn (or is doing it), and {differ}, which does not make it \
-             another action. Stop calling this tool for this action: it was done (or is being \
-             done) with {them}; tell the user what was done. For another action, change the arguments \
-             that say what the action is.",
+            "This call was refused {} and nothing was done: this tool already did this action \
+             in this turn, and {differ}, which does not make it another action. Stop calling \
+             this tool for this action: it was done with {them}; tell the user what was done. \
+             For another action, change the arguments that say what the action is.",
             times(refused)
         );
     }
     format!(
-        "This tool already did this action in this turn (or is doing it): that call had the \
-         same arguments except that {differ}, which does not make it another action. So this \
-         call was refused and nothing was done; the earlier call stands. To get its result, \
-         call it again with {them}; if you do not know them, do not call it again for this \
-         action: it was done (or is being done). For another action, change the arguments that say what the \
-         action is, or wait for the next turn."
+        "This tool already did this action in this turn: that call had the same arguments \
+         except that {differ}, which does not make it another action. So this call was refused \
+         and nothing was done; the earlier call stands. To get its result, call it again with \
+         {them}; if you do not know them, do not call it again for this action: it was done. \
+         For another action, change the arguments that say what the action is, or wait for \
+         the next turn."
     )
 }
 
@@ -313,6 +331,7 @@ pub(crate) fn every_error() -> Vec<Error> {
             tool: "t",
             key: key(),
             differs: crate::error::Mismatch::CallerKey,
+            running: false,
             refused: 1,
         },
         Error::InFlight {
@@ -466,10 +485,29 @@ mod tests {
                 tool: "charge",
                 key,
                 differs,
+                running: false,
                 refused,
             }
             .model_text()
         };
+        // A call still running may fail and give the key back: never "stop", never "done".
+        for differs in [memo, Mismatch::CallerKey] {
+            for refused in [1, 2, 9] {
+                let running = Error::PayloadMismatch {
+                    tool: "charge",
+                    key,
+                    differs,
+                    running: true,
+                    refused,
+                }
+                .model_text();
+                assert!(
+                    running.contains("running") && !running.contains("Stop"),
+                    "{running}"
+                );
+                assert!(!running.contains("it was done") && !running.contains("tell the user"));
+            }
+        }
         let first = text(memo, 1);
         assert!(
             first.contains("call it again with the earlier \"memo\"")

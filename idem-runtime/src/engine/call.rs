@@ -236,7 +236,7 @@ fn asking<'a, A: Asker>(
         };
         let wait_until = wait_until.unwrap_or_else(|| Instant::now() + call.turn.in_flight_wait());
         let (leader, claim) = 'ask: loop {
-            let leader = match flight::join(store_id(&store), call.key) {
+            let leader = match flight::join(store_id(&store), call.key, call.fingerprint) {
                 Role::Done(shared) => {
                     return answered(recorded(&mut guard, &call, shared, Outcome::Joined, decode));
                 }
@@ -279,7 +279,7 @@ fn asking<'a, A: Asker>(
                         None
                     }
                     Ok(Begin::Completed(first)) if first.fingerprint != call.fingerprint => {
-                        Some(mismatch(&mut guard, &call, &first.fingerprint))
+                        Some(mismatch(&mut guard, &call, &first.fingerprint, false))
                     }
                     Ok(Begin::Completed(first)) => {
                         leader.publish(|| first.clone());
@@ -292,7 +292,7 @@ fn asking<'a, A: Asker>(
                         ));
                     }
                     Ok(Begin::InFlight { fingerprint }) if fingerprint != call.fingerprint => {
-                        Some(mismatch(&mut guard, &call, &fingerprint))
+                        Some(mismatch(&mut guard, &call, &fingerprint, true))
                     }
                     Ok(Begin::InFlight { .. }) => None,
                     Ok(Begin::Refused(exhausted)) => {
@@ -782,7 +782,7 @@ pub(super) fn recorded(
     decode: Decode<'_>,
 ) -> Answer {
     if first.fingerprint != call.fingerprint {
-        return mismatch(guard, call, &first.fingerprint);
+        return mismatch(guard, call, &first.fingerprint, false);
     }
     // The decoder answers a marker with its error: the outcome says which. A `Deserialize`
     // that panics (it validates what an earlier version recorded) is a decode error: the
@@ -811,9 +811,15 @@ pub(super) fn refuse(guard: &mut Guard, outcome: Outcome, error: Error) -> Answe
     Err(error)
 }
 
-/// Refuses `call`, whose key was used before with the fingerprint `recorded`.
-pub(super) fn mismatch(guard: &mut Guard, call: &Call, recorded: &crate::Fingerprint) -> Answer {
-    let error = call.mismatch(recorded);
+/// Refuses `call`, whose key was used before with the fingerprint `recorded`, by a call
+/// still `running` or recorded.
+pub(super) fn mismatch(
+    guard: &mut Guard,
+    call: &Call,
+    recorded: &crate::Fingerprint,
+    running: bool,
+) -> Answer {
+    let error = call.mismatch(recorded, running);
     let outcome = match error {
         Error::NameClash { .. } => Outcome::ConfigError,
         _ => Outcome::PayloadMismatch,

@@ -213,10 +213,11 @@ impl Call {
         matches!(self.origin, Origin::Step { .. })
     }
 
-    /// The error for this call's key used before with the fingerprint `recorded`: by a call
-    /// with other arguments — or, for a tool whose fingerprints are marked, by another tool of
-    /// the same name (the same arguments under another mark).
-    fn mismatch(&self, recorded: &Fingerprint) -> Error {
+    /// The error for this call's key used before with the fingerprint `recorded` (by a call
+    /// still `running`, or recorded): by a call with other arguments — or, for a tool whose
+    /// fingerprints are marked, by another tool of the same name (the same arguments under
+    /// another mark).
+    fn mismatch(&self, recorded: &Fingerprint, running: bool) -> Error {
         let (tool, key) = (self.tool.name, self.key.short());
         let marked = matches!(self.origin, Origin::Tool(_) | Origin::CallerKey);
         if marked && recorded.same_arguments(&self.fingerprint) {
@@ -240,6 +241,7 @@ impl Call {
             tool,
             key,
             differs,
+            running,
             refused,
         }
     }
