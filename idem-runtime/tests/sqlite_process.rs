@@ -232,6 +232,24 @@ fn child() {
                     .await;
             });
         }
+        "complete_then_exit" => {
+            // Holds a claim until the parent says go, records its result and
+            // exits at once (no reaping by anyone but the parent, later).
+            let go = env_path(GO_ENV);
+            let store = open(&db);
+            let result = runtime.block_on(call(&SEND, &store, Duration::ZERO, "ada", async {
+                println!("CLAIMED");
+                let deadline = Instant::now() + CHILD_TIMEOUT;
+                while !go.exists() {
+                    assert!(Instant::now() < deadline, "the parent never said go");
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                Ok(format!("receipt from {pid}"))
+            }));
+            assert!(result.is_ok(), "{result:?}");
+            // Recorded: the process ends right away.
+            std::process::exit(0);
+        }
         other => panic!("unknown child mode {other}"),
     }
 }
@@ -500,4 +518,102 @@ async fn a_durable_turn_restarted_after_a_kill_does_not_wait_for_the_dead_runs_s
             "the restarted run asks step 1 itself"
         );
     }
+}
+
+/// `Record::holder_gone` is found after the row is read (SQLite `get` reads the row, then
+/// looks the holder up in `/proc`), outside any lock the holder needs to record, so the claim
+/// is read again before it is said to be gone (found by a review, which saw false "gone"
+/// within 36 to 207 runs of this loop before that). A holder that records its result and exits between the two is reported
+/// as a claim still in progress whose process is gone: `read_failures` then takes the step as
+/// never recorded (and caches that as settled), though it was — the restarted run acts
+/// without the failures the dead run's model read, and its next step replays that model's
+/// answer. Here a child holds a key, records it and exits, while the parent reads the key in
+/// a loop (with other threads keeping the CPUs busy, as on a loaded host): any read that says
+/// "in progress, holder gone" of a record its holder went on to complete is false.
+#[test]
+fn a_holder_that_records_then_exits_is_never_read_as_gone() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let spin = Arc::new(AtomicBool::new(true));
+    let spinners: Vec<_> = (0..3)
+        .map(|_| {
+            let spin = Arc::clone(&spin);
+            std::thread::spawn(move || {
+                let mut x = 0u64;
+                while spin.load(Ordering::Relaxed) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    std::hint::black_box(x);
+                }
+            })
+        })
+        .collect();
+    let turn = Turn::new(TURN_ID);
+    let mut args = ArgsDigest::new(SEND.name);
+    args.arg("to", "ada").unwrap();
+    let (key, _) = args.finish(turn.namespace(), turn.id(), SEND.name, SEND.version);
+    let namespace = turn.namespace().to_owned();
+    let (mut false_gone, mut iterations) = (0usize, 0usize);
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(6) && false_gone == 0 {
+        iterations += 1;
+        let dir = TempDir::new("holder-toctou");
+        let mut child = kid("complete_then_exit", &dir);
+        child.expect("CLAIMED");
+        let store = open(&dir.db());
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(AtomicUsize::new(0));
+        let reader = {
+            let (store, stop, seen, namespace) = (
+                Arc::clone(&store),
+                Arc::clone(&stop),
+                Arc::clone(&seen),
+                namespace.clone(),
+            );
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async {
+                    while !stop.load(Ordering::SeqCst) {
+                        if let Ok(Some(record)) = store.get(&namespace, &key).await
+                            && record.state == RecordState::InProgress
+                            && record.holder_gone
+                        {
+                            seen.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            })
+        };
+        std::thread::sleep(Duration::from_millis(2));
+        std::fs::write(dir.path("go"), b"go").unwrap();
+        child.finish(); // recorded, exited (and reaped only now)
+        stop.store(true, Ordering::SeqCst);
+        reader.join().unwrap();
+        let record = block_on(store.get(&namespace, &key)).unwrap();
+        assert_eq!(
+            record.map(|r| r.state),
+            Some(RecordState::Completed),
+            "the child recorded its result"
+        );
+        false_gone += seen.load(Ordering::SeqCst);
+    }
+    spin.store(false, Ordering::Relaxed);
+    for spinner in spinners {
+        spinner.join().unwrap();
+    }
+    assert_eq!(
+        false_gone, 0,
+        "in {iterations} runs, {false_gone} reads said the claim was in progress and its holder \
+         gone, though the holder was alive when the row was read and went on to record it"
+    );
+}
+
+/// `future`'s output, on a runtime of its own.
+fn block_on<F: Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
 }

@@ -172,6 +172,8 @@ impl Row {
             attempts,
             created_at_ms: timestamp(self.created_at_ms, "created_at_ms")?,
             expires_at_ms: timestamp(self.expires_at_ms, "expires_at_ms")?,
+            // Found gone here; the caller reads the claim again (`still_held`) before it
+            // says so.
             holder_gone: state == RecordState::InProgress
                 && crate::store::holder::Holder::text_is_gone(self.holder.as_deref()),
         })
@@ -183,6 +185,27 @@ pub(super) fn corrupt(key: &Key) -> impl FnOnce(Corrupt) -> Error + '_ {
         key: key.short(),
         message,
     }
+}
+
+/// Whether the claim of `key` with lease token `token` is still there, unchanged: asked after
+/// its holder was found gone. A holder that completed the claim and exited between the read of
+/// its row and the look at its process would otherwise be taken for one that died holding it;
+/// once the holder is gone, what this read shows is final. A read that fails says no.
+pub(super) fn still_held(
+    conn: &Connection,
+    namespace: &str,
+    key: &[u8],
+    token: Option<i64>,
+) -> bool {
+    let read = conn
+        .prepare_cached("SELECT state, token FROM idem_records WHERE key = ?2 AND namespace = ?1")
+        .and_then(|mut stmt| {
+            stmt.query_row(params![namespace, key], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, Option<i64>>(1)?))
+            })
+            .optional()
+        });
+    matches!(read, Ok(Some((state, now_token))) if state == STATE_IN_PROGRESS && now_token == token)
 }
 
 /// The row for a key, live or not (an inner `Err` for a row that cannot be parsed).
