@@ -351,6 +351,21 @@ async fn on_2026_07_28_the_hints_follow_the_capabilities_each_request_declares()
     }
 }
 
+/// rmcp's HTTP service (with sessions) over one `IdemServer` shared by every session and
+/// request, as rmcp's examples build a service of a handler that is not made per session.
+fn shared_service(
+    backend: &Arc<Backend>,
+) -> StreamableHttpService<Arc<IdemServer<Desk>>, LocalSessionManager> {
+    let server = Arc::new(session(Arc::clone(backend)).unwrap());
+    StreamableHttpService::new(
+        move || Ok(Arc::clone(&server)),
+        LocalSessionManager::default().into(),
+        StreamableHttpServerConfig::default()
+            .with_json_response(true)
+            .with_sse_keep_alive(None),
+    )
+}
+
 /// One `IdemServer` given to rmcp's HTTP service for every session and request (`move ||
 /// Ok(Arc::clone(&server))`, rather than `IdemServer::factory`): once a session has opened on
 /// it, a stateless write from a client that names itself nowhere is still refused (it ran, and
@@ -359,14 +374,7 @@ async fn on_2026_07_28_the_hints_follow_the_capabilities_each_request_declares()
 #[tokio::test]
 async fn a_server_shared_by_every_request_never_runs_an_unnamed_write() {
     let backend = Backend::with_latency(Duration::ZERO);
-    let server = Arc::new(session(Arc::clone(&backend)).unwrap());
-    let mut service = StreamableHttpService::new(
-        move || Ok(Arc::clone(&server)),
-        LocalSessionManager::default().into(),
-        StreamableHttpServerConfig::default()
-            .with_json_response(true)
-            .with_sse_keep_alive(None),
-    );
+    let mut service = shared_service(&backend);
     let init = || {
         Post::request(
             V2025,
@@ -399,14 +407,7 @@ async fn a_server_shared_by_every_request_never_runs_an_unnamed_write() {
 #[tokio::test]
 async fn a_shared_server_never_takes_a_forged_session_header_for_a_session() {
     let backend = Backend::with_latency(Duration::ZERO);
-    let server = Arc::new(session(Arc::clone(&backend)).unwrap());
-    let mut service = StreamableHttpService::new(
-        move || Ok(Arc::clone(&server)),
-        LocalSessionManager::default().into(),
-        StreamableHttpServerConfig::default()
-            .with_json_response(true)
-            .with_sse_keep_alive(None),
-    );
+    let mut service = shared_service(&backend);
     let init = Post::request(
         V2025,
         "initialize",

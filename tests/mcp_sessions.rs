@@ -389,80 +389,6 @@ async fn a_server_shared_by_two_connections_refuses_the_second() {
     alice.cancel().await.unwrap();
 }
 
-/// The client's key reaches the `#[idempotent]` tool a handler hands to a task of its own with
-/// `idem_tools::spawn`, as it reaches one the handler awaits: the same key sent in two turns
-/// with the same arguments is one action. (Found by a review: `spawn` carried the turn but not
-/// the key, and the second turn acted again.)
-#[tokio::test]
-async fn the_client_key_reaches_a_tool_spawned_with_idems_spawn() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    use idem_tools::idempotent;
-    use idem_tools::mcp::{IdemServer, ToolError};
-    use rmcp::handler::server::router::tool::ToolRouter;
-    use rmcp::handler::server::wrapper::Parameters;
-    use rmcp::schemars::JsonSchema;
-    use rmcp::{ServerHandler, tool, tool_handler, tool_router};
-
-    static RUNS: [AtomicUsize; 2] = [const { AtomicUsize::new(0) }; 2];
-
-    #[idempotent]
-    async fn create(title: String, spawned: bool) -> Result<String, ToolError> {
-        RUNS[usize::from(spawned)].fetch_add(1, Ordering::SeqCst);
-        Ok(format!("created {title}"))
-    }
-
-    #[derive(serde::Deserialize, JsonSchema)]
-    #[schemars(crate = "rmcp::schemars")]
-    struct Open {
-        title: String,
-    }
-
-    #[derive(Clone)]
-    struct Desk {
-        tool_router: ToolRouter<Desk>,
-    }
-
-    #[tool_router]
-    impl Desk {
-        #[tool(description = "open")]
-        async fn open(&self, Parameters(p): Parameters<Open>) -> Result<String, ToolError> {
-            create(p.title, false).await
-        }
-
-        #[tool(description = "open, in a task of its own")]
-        async fn open_spawned(&self, Parameters(p): Parameters<Open>) -> Result<String, ToolError> {
-            idem_tools::spawn(create(p.title, true))
-                .await
-                .map_err(|e| ToolError::new(e.to_string()))?
-        }
-    }
-
-    #[tool_handler(router = self.tool_router)]
-    impl ServerHandler for Desk {}
-
-    for (tool, spawned) in [("open", false), ("open_spawned", true)] {
-        let desk = Desk {
-            tool_router: Desk::tool_router(),
-        };
-        let client = connect(IdemServer::new(desk, &[]).unwrap()).await;
-        for turn in ["t1", "t2"] {
-            let meta = [(IDEMPOTENCY_KEY_META, "job-1"), (TURN_ID_META, turn)];
-            let result = client
-                .call_tool(call(tool, json!({"title": "a"}), &meta))
-                .await
-                .unwrap();
-            assert!(!is_error(&result), "{}", text(&result));
-        }
-        client.cancel().await.unwrap();
-        assert_eq!(
-            RUNS[usize::from(spawned)].load(Ordering::SeqCst),
-            1,
-            "{tool}"
-        );
-    }
-}
-
 /// A client that keeps sending its key with other arguments (a model rewording on every
 /// retry) is refused each time, and from the second refusal on told to stop — though each
 /// `tools/call` runs in a `Turn` of its own. (Found by a trial adoption: the first refusal's
@@ -492,26 +418,27 @@ async fn a_client_that_keeps_reusing_its_key_is_told_to_stop() {
     client.cancel().await.unwrap();
 }
 
-/// A handler that hands unrelated work to `idem_tools::spawn` first, then runs its own tool:
-/// the tool still gets the client's key (the two tasks share it; whichever tool runs first
-/// takes it). (Found by a review of the change that made `spawn` carry the key: it moved the
-/// key into the first task spawned.)
-#[tokio::test]
-async fn an_unrelated_spawn_does_not_take_the_client_key_from_the_handlers_tool() {
+/// The client's key and `idem_tools::spawn`: a handler that hands its tool call to a task of
+/// its own, or spawns unrelated work before running its tool itself.
+mod spawned {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use idem_tools::idempotent;
-    use idem_tools::mcp::{IdemServer, ToolError};
+    use idem_tools::mcp::{IDEMPOTENCY_KEY_META, IdemServer, TURN_ID_META, ToolError};
     use rmcp::handler::server::router::tool::ToolRouter;
     use rmcp::handler::server::wrapper::Parameters;
     use rmcp::schemars::JsonSchema;
     use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+    use serde_json::json;
 
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    use crate::mcp_support::{call, connect, is_error, text};
+
+    /// The runs of `create` for each tool below.
+    static RUNS: [AtomicUsize; 3] = [const { AtomicUsize::new(0) }; 3];
 
     #[idempotent]
-    async fn create_logged(title: String) -> Result<String, ToolError> {
-        RUNS.fetch_add(1, Ordering::SeqCst);
+    async fn create(title: String, by: usize) -> Result<String, ToolError> {
+        RUNS[by].fetch_add(1, Ordering::SeqCst);
         Ok(format!("created {title}"))
     }
 
@@ -528,11 +455,23 @@ async fn an_unrelated_spawn_does_not_take_the_client_key_from_the_handlers_tool(
 
     #[tool_router]
     impl Desk {
+        #[tool(description = "open")]
+        async fn open(&self, Parameters(p): Parameters<Open>) -> Result<String, ToolError> {
+            create(p.title, 0).await
+        }
+
+        #[tool(description = "open, in a task of its own")]
+        async fn open_spawned(&self, Parameters(p): Parameters<Open>) -> Result<String, ToolError> {
+            idem_tools::spawn(create(p.title, 1))
+                .await
+                .map_err(|e| ToolError::new(e.to_string()))?
+        }
+
         #[tool(description = "open, after handing an audit line to a task of its own")]
         async fn open_audited(&self, Parameters(p): Parameters<Open>) -> Result<String, ToolError> {
             // Unrelated background work, spawned the way the docs say (it keeps the turn).
             let audit = idem_tools::spawn(async { tokio::task::yield_now().await });
-            let created = create_logged(p.title).await;
+            let created = create(p.title, 2).await;
             let _ = audit.await;
             created
         }
@@ -541,24 +480,42 @@ async fn an_unrelated_spawn_does_not_take_the_client_key_from_the_handlers_tool(
     #[tool_handler(router = self.tool_router)]
     impl ServerHandler for Desk {}
 
-    let desk = Desk {
-        tool_router: Desk::tool_router(),
-    };
-    let client = connect(IdemServer::new(desk, &[]).unwrap()).await;
-    for turn in ["t1", "t2"] {
-        let meta = [(IDEMPOTENCY_KEY_META, "job-audited"), (TURN_ID_META, turn)];
-        let result = client
-            .call_tool(call("open_audited", json!({"title": "a"}), &meta))
-            .await
-            .unwrap();
-        assert!(!is_error(&result), "{}", text(&result));
+    /// Calls `tool` with the key `job` in two turns, the same arguments: how often it ran.
+    async fn runs_of(tool: &'static str, by: usize, job: &str) -> usize {
+        let desk = Desk {
+            tool_router: Desk::tool_router(),
+        };
+        let client = connect(IdemServer::new(desk, &[]).unwrap()).await;
+        for turn in ["t1", "t2"] {
+            let meta = [(IDEMPOTENCY_KEY_META, job), (TURN_ID_META, turn)];
+            let result = client
+                .call_tool(call(tool, json!({"title": "a"}), &meta))
+                .await
+                .unwrap();
+            assert!(!is_error(&result), "{}", text(&result));
+        }
+        client.cancel().await.unwrap();
+        RUNS[by].load(Ordering::SeqCst)
     }
-    client.cancel().await.unwrap();
-    assert_eq!(
-        RUNS.load(Ordering::SeqCst),
-        1,
-        "the client's key went to the unrelated spawned task: the tool ran once per turn"
-    );
+
+    /// The client's key reaches the `#[idempotent]` tool a handler hands to a task of its own
+    /// with `idem_tools::spawn`, as it reaches one the handler awaits: the same key sent in two
+    /// turns with the same arguments is one action. (Found by a review: `spawn` carried the
+    /// turn but not the key, and the second turn acted again.)
+    #[tokio::test]
+    async fn the_client_key_reaches_a_tool_spawned_with_idems_spawn() {
+        assert_eq!(runs_of("open", 0, "job-1").await, 1);
+        assert_eq!(runs_of("open_spawned", 1, "job-2").await, 1);
+    }
+
+    /// A handler that hands unrelated work to `idem_tools::spawn` first, then runs its own
+    /// tool: the tool still gets the client's key (the tasks share it; whichever tool runs
+    /// first takes it). (Found by a review of the change that made `spawn` carry the key: it
+    /// moved the key into the first task spawned.)
+    #[tokio::test]
+    async fn an_unrelated_spawn_does_not_take_the_client_key_from_the_handlers_tool() {
+        assert_eq!(runs_of("open_audited", 2, "job-3").await, 1);
+    }
 }
 
 /// The application's namespace rule refusing a caller refuses its reads too (only `_meta` or a
