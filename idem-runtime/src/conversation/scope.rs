@@ -7,8 +7,9 @@
 //! So a conversation is named by its label **within a scope**: none for the turn's own
 //! conversations; inside a call a model made ([`Conversation::model_tool_call`]), that call —
 //! its conversation, tool, arguments, order and step; inside an `#[idempotent]` tool's body,
-//! the tool's key and the scope it was called in (two calls of one key, a failure and its
-//! retry, are two scopes). The scope is in the key of each step of a conversation that has one,
+//! the tool's key and the scope it was called in (an application's retry of the key, made
+//! where the failed call was made, is the same scope: its agent goes on from the steps the
+//! failed attempt recorded). The scope is in the key of each step of a conversation that has one,
 //! so an agent's steps in one call never meet those of another call (or of the same label
 //! outside). It follows a detached tool's body into its task, with the tool's key.
 //!
