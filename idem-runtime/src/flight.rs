@@ -83,19 +83,15 @@ pub(crate) fn join(store_id: usize, key: Key, fingerprint: Fingerprint) -> Role 
     match flights.entry(id) {
         Entry::Vacant(vacant) => {
             vacant.insert(Slot::Leading(fingerprint));
-            Role::Leader(Leader {
-                id,
-                done: false,
-                registered: true,
-            })
+            Role::Leader(Leader { flight: Some(id) })
         }
         Entry::Occupied(mut occupied) => match occupied.get_mut() {
             Slot::Lingering(shared) => Role::Done(shared.clone()),
             Slot::Watched(flight) if flight.fingerprint != fingerprint => {
-                Role::Leader(Leader::apart(id))
+                Role::Leader(Leader { flight: None })
             }
             Slot::Watched(flight) => Role::Follower(Follower(Arc::clone(flight))),
-            Slot::Leading(led) if *led != fingerprint => Role::Leader(Leader::apart(id)),
+            Slot::Leading(led) if *led != fingerprint => Role::Leader(Leader { flight: None }),
             slot @ Slot::Leading(_) => {
                 let flight = Arc::new(Flight {
                     fingerprint,
@@ -112,31 +108,17 @@ pub(crate) fn join(store_id: usize, key: Key, fingerprint: Fingerprint) -> Role 
 /// The call that talks to the store for everyone waiting on the same key. Dropping it without
 /// [`Leader::publish`] sends the followers back to try again (one of them leads next).
 pub(crate) struct Leader {
-    id: FlightId,
-    done: bool,
-    /// Whether it leads the key's flight; one apart leads none (publishing, lingering and
-    /// dropping it leave the flight alone).
-    registered: bool,
+    /// The flight it leads, until it ends it; none for a call apart (of other arguments than
+    /// the flight's), whose publishing, lingering and dropping leave the flight alone.
+    flight: Option<FlightId>,
 }
 
 impl Leader {
-    /// A leader of no flight, for a call of other arguments than the flight's.
-    fn apart(id: FlightId) -> Leader {
-        Leader {
-            id,
-            done: true,
-            registered: false,
-        }
-    }
-
     /// Hands the recorded result to every follower and ends the flight (`result` is only
     /// called, to pack the result for sharing, when somebody waits).
     pub(crate) fn publish(mut self, result: impl FnOnce() -> Shared) {
-        self.done = true;
-        if !self.registered {
-            return;
-        }
-        let slot = shard(&self.id).remove(&self.id);
+        let Some(id) = self.flight.take() else { return };
+        let slot = shard(&id).remove(&id);
         if let Some(Slot::Watched(flight)) = slot {
             *lock(&flight.state) = State::Done(result());
             flight.notify.notify_waiters();
@@ -146,32 +128,32 @@ impl Leader {
     /// Hands the result to every follower, and keeps handing it to new callers until the
     /// returned [`Lingering`] is dropped (the result is being recorded in the background).
     pub(crate) fn linger(mut self, shared: Shared) -> Lingering {
-        if !self.registered {
-            return Lingering { id: None };
+        let id = self.flight.take();
+        if let Some(id) = id {
+            finish(id, State::Done(shared.clone()), Some(shared));
         }
-        self.finish(State::Done(shared.clone()), Some(shared));
-        Lingering { id: Some(self.id) }
+        Lingering { id }
     }
+}
 
-    fn finish(&mut self, state: State, linger: Option<Shared>) {
-        self.done = true;
-        let mut flights = shard(&self.id);
-        let slot = match linger {
-            Some(shared) => flights.insert(self.id, Slot::Lingering(shared)),
-            None => flights.remove(&self.id),
-        };
-        drop(flights);
-        if let Some(Slot::Watched(flight)) = slot {
-            *lock(&flight.state) = state;
-            flight.notify.notify_waiters();
-        }
+/// Ends the flight `id` with `state` for its followers, its slot left to `linger` if given.
+fn finish(id: FlightId, state: State, linger: Option<Shared>) {
+    let mut flights = shard(&id);
+    let slot = match linger {
+        Some(shared) => flights.insert(id, Slot::Lingering(shared)),
+        None => flights.remove(&id),
+    };
+    drop(flights);
+    if let Some(Slot::Watched(flight)) = slot {
+        *lock(&flight.state) = state;
+        flight.notify.notify_waiters();
     }
 }
 
 impl Drop for Leader {
     fn drop(&mut self) {
-        if !self.done {
-            self.finish(State::Abandoned, None);
+        if let Some(id) = self.flight.take() {
+            finish(id, State::Abandoned, None);
         }
     }
 }
