@@ -6,7 +6,7 @@ use std::time::Duration;
 use rusqlite::{OptionalExtension, params};
 
 use super::claim::{OwnedBegin, refused_by_key};
-use super::row::{COLUMNS, Corrupt, Seen, corrupt, read_row, select, still_held};
+use super::row::{COLUMNS, Corrupt, Seen, corrupt, read_row, select};
 use super::statements::{COMPLETE, COMPLETED_BY, HAS_RECORD, RELEASE, REMOVE_SHOWN, RENEW};
 use super::thread::Job;
 use super::worker::Worker;
@@ -105,34 +105,19 @@ fn listed(
     let mut stmt = worker.conn.prepare_cached(sql)?;
     let rows = stmt.query_map(params, read_row)?;
     let mut out = Vec::new();
-    // The records whose holder was found gone, with their tokens: read again below.
-    let mut gone = Vec::new();
     for row in rows {
-        let (namespace, key, token, record) = match row? {
+        let (namespace, key, record) = match row? {
             Ok(row) => (
                 row.namespace.clone(),
                 hex::encode(&row.key),
-                row.token,
-                row.into_record(now),
+                row.into_record(now, worker.conn),
             ),
-            Err(corrupt) => (String::new(), String::new(), None, Err(corrupt)),
+            Err(corrupt) => (String::new(), String::new(), Err(corrupt)),
         };
         match record {
-            Ok(record) => {
-                if record.holder_gone {
-                    gone.push((out.len(), token));
-                }
-                out.push(record);
-            }
+            Ok(record) => out.push(record),
             Err(Corrupt(message)) => tracing::warn!(target: "idem", namespace, key,
                 message, "skipping a corrupt SQLite record; remove it with `remove`"),
-        }
-    }
-    drop(stmt);
-    for (i, token) in gone {
-        if let Some(record) = out.get_mut(i) {
-            record.holder_gone =
-                still_held(worker.conn, &record.namespace, record.key.as_bytes(), token);
         }
     }
     Ok(Ok(out))
@@ -277,16 +262,10 @@ impl Store for SqliteStore {
         self.submit("get", false, true, None, move |worker| {
             let now = worker.now;
             Ok(match select(worker.conn, &namespace, &key)? {
-                Ok(Some(row)) if row.is_live(now) => {
-                    let token = row.token;
-                    row.into_record(now)
-                        .map_err(corrupt(&key))
-                        .map(|mut record| {
-                            record.holder_gone = record.holder_gone
-                                && still_held(worker.conn, &namespace, key.as_bytes(), token);
-                            Some(record)
-                        })
-                }
+                Ok(Some(row)) if row.is_live(now) => row
+                    .into_record(now, worker.conn)
+                    .map(Some)
+                    .map_err(corrupt(&key)),
                 Ok(_) => Ok(None),
                 Err(corrupt) => Err(corrupt),
             })

@@ -129,8 +129,10 @@ impl Row {
         live_attempts(self.attempts, self.attempts_expire_ms, now)
     }
 
-    /// Validates the row into a [`Record`], with its attempt count as live at `now`.
-    pub(super) fn into_record(self, now: u64) -> Result<Record, Corrupt> {
+    /// Validates the row into a [`Record`], with its attempt count as live at `now`; a claim
+    /// whose holder is found gone is read again on `conn` before it is said to be
+    /// ([`still_held`]).
+    pub(super) fn into_record(self, now: u64, conn: &Connection) -> Result<Record, Corrupt> {
         let attempts = self.live_attempts(now);
         let key = <[u8; 32]>::try_from(self.key.as_slice())
             .map(Key::from_bytes)
@@ -158,6 +160,9 @@ impl Row {
             }
             other => return Err(Corrupt(format!("unknown state {other:?}"))),
         };
+        let holder_gone = state == RecordState::InProgress
+            && crate::store::holder::Holder::text_is_gone(self.holder.as_deref())
+            && still_held(conn, &self.namespace, &self.key, self.token);
         Ok(Record {
             namespace: self.namespace,
             key,
@@ -172,10 +177,7 @@ impl Row {
             attempts,
             created_at_ms: timestamp(self.created_at_ms, "created_at_ms")?,
             expires_at_ms: timestamp(self.expires_at_ms, "expires_at_ms")?,
-            // Found gone here; the caller reads the claim again (`still_held`) before it
-            // says so.
-            holder_gone: state == RecordState::InProgress
-                && crate::store::holder::Holder::text_is_gone(self.holder.as_deref()),
+            holder_gone,
         })
     }
 }
@@ -191,12 +193,7 @@ pub(super) fn corrupt(key: &Key) -> impl FnOnce(Corrupt) -> Error + '_ {
 /// its holder was found gone. A holder that completed the claim and exited between the read of
 /// its row and the look at its process would otherwise be taken for one that died holding it;
 /// once the holder is gone, what this read shows is final. A read that fails says no.
-pub(super) fn still_held(
-    conn: &Connection,
-    namespace: &str,
-    key: &[u8],
-    token: Option<i64>,
-) -> bool {
+fn still_held(conn: &Connection, namespace: &str, key: &[u8], token: Option<i64>) -> bool {
     let read = conn
         .prepare_cached("SELECT state, token FROM idem_records WHERE key = ?2 AND namespace = ?1")
         .and_then(|mut stmt| {
