@@ -480,12 +480,12 @@ mod tests {
     fn a_key_refused_again_in_a_run_tells_the_model_to_stop() {
         let key = crate::Key::from_bytes([7; 32]).short();
         let memo = Mismatch::Unkeyed(crate::Unkeyed::new(&["memo"], 0b1));
-        let text = |differs, refused| {
+        let text = |differs, running, refused| {
             Error::PayloadMismatch {
                 tool: "charge",
                 key,
                 differs,
-                running: false,
+                running,
                 refused,
             }
             .model_text()
@@ -493,14 +493,7 @@ mod tests {
         // A call still running may fail and give the key back: never "stop", never "done".
         for differs in [memo, Mismatch::CallerKey] {
             for refused in [1, 2, 9] {
-                let running = Error::PayloadMismatch {
-                    tool: "charge",
-                    key,
-                    differs,
-                    running: true,
-                    refused,
-                }
-                .model_text();
+                let running = text(differs, true, refused);
                 assert!(
                     running.contains("running") && !running.contains("Stop"),
                     "{running}"
@@ -508,7 +501,7 @@ mod tests {
                 assert!(!running.contains("it was done") && !running.contains("tell the user"));
             }
         }
-        let first = text(memo, 1);
+        let first = text(memo, false, 1);
         assert!(
             first.contains("call it again with the earlier \"memo\"")
                 && first.contains("if you do not know them, do not call it again"),
@@ -519,7 +512,7 @@ mod tests {
             (Mismatch::CallerKey, "Stop repeating calls with this key"),
         ] {
             for (refused, count) in [(2, "twice"), (7, "7 times")] {
-                let again = text(differs, refused);
+                let again = text(differs, false, refused);
                 assert!(
                     again.contains(stop)
                         && again.contains(count)

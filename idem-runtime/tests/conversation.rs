@@ -352,6 +352,20 @@ async fn a_step_cut_off_by_its_caller_is_asked_again_by_the_restarted_run() {
     assert_eq!(reply.text, "reply #0 to plan");
 }
 
+/// Asks `chat`'s step "plan" and cuts it off after `after`, which the model answers within,
+/// so that its answer is being recorded (on a store slow to take it).
+async fn cut_off_while_recorded(
+    chat: &idem_tools_runtime::Conversation,
+    model: &Model,
+    after: Duration,
+) {
+    let cut = tokio::time::timeout(after, chat.step("plan", model.ask("plan"))).await;
+    assert!(
+        cut.is_err(),
+        "cut off while its answer was recorded: {cut:?}"
+    );
+}
+
 /// A step cut off by its caller while its answer is being recorded (the record goes on in the
 /// background) and asked again by the same run waits for the record: it is not handed the
 /// answer before the store has it. Here the process dies before the record lands; had the run
@@ -378,15 +392,7 @@ fn an_answer_recorded_in_the_background_is_not_acted_on_before_it_lands() {
         let chat = turn(&slow)
             .conversation("assistant")
             .with_lease(Duration::from_millis(500));
-        let cut = tokio::time::timeout(
-            Duration::from_millis(100),
-            chat.step("plan", model.ask("plan")),
-        )
-        .await;
-        assert!(
-            cut.is_err(),
-            "cut off while its answer was recorded: {cut:?}"
-        );
+        cut_off_while_recorded(&chat, &model, Duration::from_millis(100)).await;
         tokio::time::timeout(
             Duration::from_millis(300),
             chat.step("plan", model.ask("plan")),
@@ -433,15 +439,7 @@ async fn two_runs_never_act_on_two_answers_of_a_step_recorded_in_the_background(
     let chat_a = turn(&partitioned)
         .conversation("assistant")
         .with_lease(lease);
-    let cut = tokio::time::timeout(
-        Duration::from_millis(50),
-        chat_a.step("plan", model.ask("plan")),
-    )
-    .await;
-    assert!(
-        cut.is_err(),
-        "cut off while its answer was recorded: {cut:?}"
-    );
+    cut_off_while_recorded(&chat_a, &model, Duration::from_millis(50)).await;
     let a_acts_on = chat_a.step("plan", model.ask("plan")).await;
 
     tokio::time::sleep(Duration::from_millis(400)).await; // A's lease has ended
