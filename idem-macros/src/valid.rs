@@ -44,6 +44,7 @@ pub(crate) fn idempotent(
     transaction(tool, options, errors);
     unique_names(tool, errors);
     skip_and_ignore(tool, options, errors);
+    written_through(tool, errors);
     generics::in_key(tool, options, errors);
     owned_ok(tool, errors);
     let run = placement::run(tool, options);
@@ -143,6 +144,33 @@ fn conflicting(attrs: &mut Vec<Attribute>, other: &str, this: &str, errors: &mut
             format!(
                 "`#[{other}]` and `#[{this}]` cannot both apply: a tool either changes state \
                  (`#[idempotent]`) or only reads (`#[read_only]`); keep one"
+            ),
+        );
+    }
+}
+
+/// No `&mut` argument in the key: a replay returns the first call's result but does not redo
+/// what the body wrote through it. A handle the body only uses (a client, a connection) is
+/// `ignore`d or `skip`ped, which says so; the `#[transaction]` connection is the engine's.
+fn written_through(tool: &ToolFn, errors: &mut Errors) {
+    for param in &tool.params {
+        let Type::Reference(reference) = &param.ty else {
+            continue;
+        };
+        let in_key = param.role == Role::Key && param.tx_attrs.is_empty();
+        if reference.mutability.is_none() || !in_key {
+            continue;
+        }
+        let name = &param.name;
+        errors.spanned(
+            reference,
+            format!(
+                "an `#[idempotent]` tool cannot take `{name}` by `&mut`: a retry answered from \
+                 the record returns the first call's result without running the body, so what \
+                 the body wrote through `{name}` would be missing while the call reports \
+                 success; return what the tool produces in its result instead, or, for a \
+                 handle the body only uses (a client, a connection), leave it out of the key \
+                 with `ignore({name})`"
             ),
         );
     }
