@@ -249,7 +249,7 @@ pub enum Error {
     },
 
     /// The key's record was made by another tool of the same name: its fingerprint carries
-    /// another tool's mark ([`ToolSlot::own`](crate::tool::ToolSlot::own)). Two services
+    /// another tool's mark (docs/key-spec.md, §5). Two services
     /// sharing a store and namespace with a tool of one name each, or a generic item's code
     /// compiled for another type in another process, would otherwise replay each other's
     /// results.
@@ -257,10 +257,12 @@ pub enum Error {
         "tool `{tool}` was called with key {key}, whose record was made by another tool of \
          the same name — one defined elsewhere (another module or crate, another service \
          sharing this store and namespace), the same generic code compiled for another type, \
-         or this tool before it moved to another module — so this call was refused and nothing \
-         ran: give each tool its own `#[idempotent(name = \"…\")]`, each service its own \
-         namespace (`Turn::with_namespace`), or a generic item's tool a `self_key` that names \
-         the type"
+         or this tool before it moved to another module or its crate was renamed — so this call \
+         was refused and nothing ran now (the earlier call may have done the action): give each \
+         tool its own `#[idempotent(name = \"…\")]`, each service its own namespace \
+         (`Turn::with_namespace`), or a generic item's tool a `self_key` that names the type; \
+         if this tool moved, its retries of calls recorded before the move are refused until \
+         those records expire (`idem remove KEY` deletes one)"
     )]
     NameClash {
         /// The tool's name.

@@ -181,8 +181,12 @@ impl Error {
                  inside its own run, with the same arguments, and would have waited for itself \
                  forever. {UNAVAILABLE}"
             ),
+            Error::NameClash { .. } => "This action was not run now, but an earlier call with \
+                 the same arguments was made by an older build or another part of the \
+                 application, so it may already have been done. Do not call it again: tell the user that this \
+                 action may or may not have been done and needs checking by a person."
+                .to_owned(),
             Error::DuplicateTool { .. }
-            | Error::NameClash { .. }
             | Error::SharedAcrossTypes { .. }
             | Error::Config(_) => {
                 format!(
@@ -552,6 +556,15 @@ mod tests {
         .model_text();
         assert!(!diverged.contains("has to start again"), "{diverged}");
         assert!(diverged.contains("must not be done again"), "{diverged}");
+        // Another tool's record under this key (a tool that moved, another service): an
+        // earlier call may have done the action.
+        let clash = Error::NameClash {
+            tool: "charge",
+            key,
+        }
+        .model_text();
+        assert!(!clash.contains("nothing was done"), "{clash}");
+        assert!(clash.contains("may already have been done"), "{clash}");
     }
 
     #[test]

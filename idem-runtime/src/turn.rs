@@ -324,7 +324,7 @@ impl Turn {
     /// Runs `future` with this turn as [`Turn::current`].
     ///
     /// The turn is task-local: it does not follow work into `tokio::spawn`ed tasks. Spawn with
-    /// [`engine::spawn`](crate::engine::spawn) instead (it carries the turn and the tool calls
+    /// `idem_tools::spawn` instead (it carries the turn and the tool calls
     /// around it), enter the turn again there, or pass the `Turn`.
     pub fn scope<F: Future>(self, future: F) -> impl Future<Output = F::Output> {
         CURRENT_TURN.scope(self, future)

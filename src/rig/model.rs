@@ -36,7 +36,7 @@ use crate::{Conversation, Error, Turn};
 /// the tool is registered with [`tool`](super::tool)), and its next request is the same again;
 /// it goes on live from the first step that was not recorded. A run whose request differs from the recorded one at a
 /// step (the prompt, the tools or a tool's result changed) fails with a report of rig's kind
-/// [`Divergence`](ErrorKind::Divergence) before the model is asked: it never goes on with
+/// `ErrorKind::Divergence` before the model is asked: it never goes on with
 /// another conversation's responses. The tokens a response reports (`usage.total_tokens`, or
 /// input and output) count against [`Turn::with_max_tokens`].
 ///

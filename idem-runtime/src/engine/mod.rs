@@ -123,7 +123,7 @@ enum Origin {
     /// From the arguments; bit `i` set when the tool's `skipped[i]` is in the fingerprint.
     Arguments(u32),
     /// From the arguments of an `#[idempotent]` tool, whose fingerprint is marked as the
-    /// tool's ([`ToolSlot::own`](crate::tool::ToolSlot::own)); bits as for `Arguments`.
+    /// tool's (docs/key-spec.md, §5); bits as for `Arguments`.
     Tool(u32),
     /// Supplied by the caller.
     CallerKey,
@@ -188,7 +188,7 @@ impl Call {
     }
 
     /// Says how the key of an `#[idempotent]` tool's call was made (its fingerprint marked as
-    /// the tool's, [`ToolSlot::own`](crate::tool::ToolSlot::own)), for the error of a key used
+    /// the tool's: docs/key-spec.md, §5), for the error of a key used
     /// before by other arguments ([`Error::PayloadMismatch`]) or another tool
     /// ([`Error::NameClash`]): `Some(bits)` when it was derived from the arguments, bit `i` set
     /// when the tool's [`skipped`](ToolInfo::skipped)`[i]` is in the fingerprint; `None` when

@@ -116,7 +116,7 @@ impl Fingerprint {
     }
 
     /// This fingerprint of a call's arguments, its last 8 bytes replaced by `mark`, which says
-    /// which tool made the call ([`ToolSlot::own`](crate::tool::ToolSlot::own)): its first 24
+    /// which tool made the call (docs/key-spec.md, §5): its first 24
     /// bytes still tell two calls' arguments apart ([`same_arguments`](Self::same_arguments)).
     #[must_use]
     pub fn marked(self, mark: &[u8; 8]) -> Fingerprint {
