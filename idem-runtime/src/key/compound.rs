@@ -150,7 +150,10 @@ fn token_value<T: Serialize + ?Sized>(
     value: &T,
 ) -> Result<(), EncodeError> {
     let start = out.len();
-    value.serialize(ValueSerializer::verbatim(out))?;
+    // A marked text is not the field's whole content: the token stands for a value.
+    value
+        .serialize(ValueSerializer::verbatim(out))
+        .map_err(|error| error.not_ignorable(&format!("the text of `{}`", token.name())))?;
     let text = string_at(&out.bytes, start)
         .ok_or_else(|| EncodeError(format!("the field of `{}` must be a string", token.name())))?;
     match token {

@@ -437,4 +437,36 @@ fn a_value_marked_ignored_leaves_out_the_struct_field_around_it_or_is_refused() 
         args.arg("memo", &Marked("x")).is_err(),
         "a whole argument: `ignore(..)`"
     );
+    // The text of a serde_json token (a number, a raw value) is the value the token stands
+    // for: marked, it cannot be left out without its field, whose value would be lost.
+    for token in [super::json::NUMBER_TOKEN, super::json::RAW_VALUE_TOKEN] {
+        struct Tok(&'static str, Option<Marked>);
+        impl Serialize for Tok {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeStruct;
+                let mut st = s.serialize_struct(self.0, 1)?;
+                match &self.1 {
+                    Some(marked) => st.serialize_field(self.0, &Some(marked))?,
+                    None => st.serialize_field(self.0, "5")?,
+                }
+                st.end()
+            }
+        }
+        #[derive(Serialize)]
+        struct Amount {
+            a: Tok,
+            b: u8,
+        }
+        let plain = Amount {
+            a: Tok(token, None),
+            b: 1,
+        };
+        assert!(crate::key::encode_value(&plain).is_ok(), "{token}");
+        let marked = Amount {
+            a: Tok(token, Some(Marked("5"))),
+            b: 1,
+        };
+        let error = crate::key::encode_value(&marked).unwrap_err().to_string();
+        assert!(error.contains(&format!("the text of `{token}`")), "{error}");
+    }
 }
