@@ -10,9 +10,14 @@ pub(crate) const UNORDERED_MAGIC: &str = "$idem_tools::Unordered";
 /// set (its elements sorted by their encoding), so `Unordered(vec![a, b])` and
 /// `Unordered(vec![b, a])` give the same key.
 ///
-/// For every other serializer (JSON, …) it is transparent: it serializes and deserializes exactly
-/// like the inner collection. A result recorded for replay marks it as a set too, so it may
-/// replay in another order (a plain `Vec` may not).
+/// For every other serializer (JSON, …) it serializes the collection's elements as a sequence,
+/// in iteration order: around a sequence or a set that is exactly the inner collection's own
+/// form, and it deserializes like the inner collection. Around a map it is a sequence of
+/// `[key, value]` pairs and around an `Option` a sequence of zero or one element, which the map
+/// or `Option` does not read back: use it on sequences and sets (a map's key does not depend on
+/// its order anyway). A result recorded for replay marks it as a set too, so it may replay in
+/// another order (a plain `Vec` may not); a result that would not read back is refused on its
+/// retry (`Error::NotReplayable`), never replayed wrong.
 ///
 /// ```
 /// # extern crate idem_tools_runtime as idem_tools;
