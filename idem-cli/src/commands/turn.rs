@@ -22,6 +22,13 @@ pub fn outcome(record: &Record) -> &'static str {
     }
 }
 
+/// Said under every table: a call that failed gave its key back, and the stores keep no record
+/// of it to list.
+const GIVEN_BACK: &str = "note: a call that failed and gave its key back (an error, a panic, \
+                          a cancelled call) leaves no record, so it is not listed; its \
+                          attempts still count against the turn's budget, and its tool's logs \
+                          carry its key";
+
 /// `idem turn ID`: a table of up to `limit` live records of turn `turn` in `namespace`, oldest
 /// claim first (a note on stderr when there may be more), or a JSON array (each record as
 /// `list --json` shows it, with `turn` and `outcome`).
@@ -64,6 +71,8 @@ pub async fn turn(
             records.len()
         );
     }
+    // What the table cannot show: the question it answers is often "did it happen?".
+    eprintln!("{GIVEN_BACK}");
     if records.is_empty() {
         return Ok(format!(
             "no live records of turn {turn:?} in namespace {namespace:?}\n"

@@ -14,6 +14,11 @@ pub fn check_turn_view(store: &[&str], p: &Prepared, extra: &Key) {
     };
     let shown = run(&["turn", "turn-1"]).expect_code(0);
     assert_no_debug_text(&shown);
+    assert!(
+        shown.stderr.contains("gave its key back") && shown.stderr.contains("not listed"),
+        "the table says what it cannot show: {}",
+        shown.stderr
+    );
     let table = table_rows(&shown.stdout);
     assert_eq!(
         table.first().map(|h| h.join(" ")).as_deref(),
