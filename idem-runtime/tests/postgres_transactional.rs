@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use idem_tools_runtime::engine::transactional;
+use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{MemoryStore, PostgresStore, RecordState, Store};
 use idem_tools_runtime::turn::{MAX_NAMESPACE_LEN, MAX_TURN_ID_LEN};
-use idem_tools_runtime::{Codec, Error, Outcome, Turn};
+use idem_tools_runtime::{Call, Codec, Error, Outcome, ToolInfo, Turn};
 use postgres_common::ledger::{call, insert, ledger, record_state, rows, setup, transfer};
-use postgres_common::{Cut, Failure, cleanup, postgres_url, proxy};
+use postgres_common::{Cut, Failure, cleanup, postgres_url, proxy, unique_schema};
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -542,6 +544,79 @@ async fn hostile_namespaces_and_turn_ids_are_literals() {
     let Some(store) = setup("tx_hostile").await else {
         return;
     };
+    hostile_literals(&store).await;
+    cleanup(&store).await;
+}
+
+/// A tool whose name holds what an escaper could get wrong.
+static ODD_TOOL: ToolInfo = ToolInfo::idempotent("o'brien\\'s $$tool$$ E'\\x27' 🦀");
+
+/// The same literals on a server whose DBA set `backslash_quote = off` (a quote written `\'`
+/// is refused: every transactional call with a quote in its namespace failed at `BEGIN`) and
+/// `standard_conforming_strings = off` (backslashes in plain literals are escapes), and a tool
+/// name of such pieces too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn literals_mean_themselves_under_every_quoting_setting() {
+    let Some(url) = postgres_url("tx_quoting") else {
+        return;
+    };
+    let options = url.parse::<PgConnectOptions>().expect("a URL").options([
+        ("backslash_quote", "off"),
+        ("standard_conforming_strings", "off"),
+    ]);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_lazy_with(options);
+    let store = PostgresStore::builder()
+        .schema(unique_schema("tx_quoting"))
+        .from_pool(pool)
+        .await
+        .expect("opens");
+    let setting: String = sqlx::query_scalar("SHOW backslash_quote")
+        .fetch_one(store.pool())
+        .await
+        .expect("show");
+    assert_eq!(setting, "off");
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {} (id bigserial PRIMARY KEY, memo text NOT NULL)",
+        ledger(&store)
+    ))
+    .execute(store.pool())
+    .await
+    .expect("create the ledger");
+    hostile_literals(&store).await;
+    // A tool whose name is hostile too.
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let turn = Turn::new("o'brien\\' $$ 🦀").with_namespace("it''s \\\\ $q$");
+    let odd = async || {
+        let mut args = ArgsDigest::new(ODD_TOOL.name);
+        args.arg("memo", "odd").expect("a string encodes");
+        let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), ODD_TOOL.name, 1);
+        let call = Call::new(&ODD_TOOL, &turn, key, fingerprint).with_store(&shared);
+        transactional::execute(call, Codec::ok_only(), async |conn: &mut PgConnection| {
+            insert(conn, &table, "odd").await
+        })
+        .await
+    };
+    let first = odd().await.expect("runs");
+    assert_eq!(odd().await.expect("replays"), first);
+    assert_eq!(rows(&store, "odd").await, 1);
+    let records = store
+        .list_turn(turn.namespace(), turn.id(), 10)
+        .await
+        .expect("list");
+    assert!(
+        records.len() == 1 && records[0].tool == ODD_TOOL.name,
+        "{records:?}"
+    );
+    cleanup(&store).await;
+}
+
+/// Every hostile namespace and turn id, each in a transactional call that runs once and
+/// replays.
+async fn hostile_literals(store: &PostgresStore) {
+    let store = store.clone();
     let (namespaces, turns) = (
         hostile_strings(40, 0x9e37_79b9, MAX_NAMESPACE_LEN),
         hostile_strings(40, 0x85eb_ca6b, MAX_TURN_ID_LEN),
@@ -585,7 +660,6 @@ async fn hostile_namespaces_and_turn_ids_are_literals() {
         Err(Failure::Idem(Error::Config(_)))
     ));
     assert_eq!(rows(&store, "long").await, 0);
-    cleanup(&store).await;
 }
 
 /// The longest in-flight wait (what `Duration::MAX` is taken as) is a lock timeout PostgreSQL

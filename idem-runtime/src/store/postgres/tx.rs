@@ -3,10 +3,11 @@
 //!
 //! They travel in the simple query protocol (several statements, one round trip), which takes
 //! no parameters: every value is spelled as a literal — bytes as hex digits
-//! (`decode('…', 'hex')`), numbers in decimal, text as an escape string (`E'…'`, its
-//! backslashes and quotes escaped, which means the same whatever `standard_conforming_strings`
-//! says) — so no text from a caller reaches the statement as SQL. (Not `convert_from` of hex:
-//! it made each claim cost milliseconds on the server.)
+//! (`decode('…', 'hex')`), numbers in decimal, text as an escape string (`E'…'`, each
+//! backslash doubled and each quote doubled, `''`, which means the same whatever
+//! `standard_conforming_strings` and `backslash_quote` say: a quote written `\'` is refused
+//! under `backslash_quote = off`) — so no text from a caller reaches the statement as SQL.
+//! (Not `convert_from` of hex: it made each claim cost milliseconds on the server.)
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -33,14 +34,17 @@ fn bytea(bytes: &[u8]) -> String {
     out
 }
 
-/// `text` as an escape-string literal.
+/// `text` as an escape-string literal: backslashes doubled (an escape string reads them as
+/// escapes whatever `standard_conforming_strings` says) and quotes doubled (never `\'`, which a
+/// server with `backslash_quote = off` refuses). A NUL, which PostgreSQL's text cannot hold, is
+/// left as it is: the server refuses the statement, as it refuses such text as a parameter.
 fn text(text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 3);
     out.push_str("E'");
     for c in text.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("\\'"),
+            '\'' => out.push_str("''"),
             c => out.push(c),
         }
     }
@@ -208,7 +212,7 @@ mod tests {
     #[test]
     fn literals_are_hex_digits_only() {
         assert_eq!(bytea(b"\x00'\xff"), "decode('0027ff', 'hex')");
-        assert_eq!(text("a'; DROP TABLE x; --"), r"E'a\'; DROP TABLE x; --'");
-        assert_eq!(text(r"\'"), r"E'\\\''");
+        assert_eq!(text("a'; DROP TABLE x; --"), r"E'a''; DROP TABLE x; --'");
+        assert_eq!(text(r"\'"), r"E'\\'''");
     }
 }
