@@ -49,7 +49,7 @@ use super::{Call, Codec, held};
 use crate::Error;
 use crate::stats::Outcome;
 use crate::store::postgres::begin::Answer as Charged;
-use crate::store::postgres::conn::{ended_the_session, give_back, unsure as unsure_after};
+use crate::store::postgres::conn::{acquire, ended_the_session, give_back, unsure as unsure_after};
 use crate::store::postgres::ops::{is_code, lock_timed_out};
 use crate::store::postgres::schema::{CLAIM_GONE, KEY_IS_LIVE, LOCK_TIMEOUT};
 use crate::store::postgres::tx::{self, raw};
@@ -323,12 +323,9 @@ impl Asker for Charging<'_, '_> {
     ) -> StoreFuture<'a, Begin> {
         StoreFuture::new(async move {
             if self.conn.conn.is_none() {
-                let acquired = self
-                    .store
-                    .pool()
-                    .acquire()
-                    .await
-                    .map_err(|e| Error::store("begin", e))?;
+                // Waited for at most the reply timeout, whatever the pool's acquire timeout.
+                let reply = self.store.reply_timeout();
+                let acquired = acquire(self.store.pool(), "begin", reply).await?;
                 self.conn.conn = Some(acquired);
                 self.conn.runtime = tokio::runtime::Handle::try_current().ok();
             }

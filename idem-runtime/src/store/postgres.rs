@@ -259,9 +259,10 @@ impl PostgresStore {
     /// connections, and idem's tables (created or migrated here) live in its database.
     ///
     /// The pool's settings stay the application's; `test_before_acquire(false)` saves a round
-    /// trip per call. The store bounds its own requests and sheds the connections that stop
-    /// answering ([`PostgresStoreBuilder::reply_timeout`]); the application's own queries on the
-    /// pool are `sqlx`'s.
+    /// trip per call. The store bounds its own requests, and its waits for a connection of the
+    /// pool (whatever the pool's acquire timeout), and sheds the connections that stop answering
+    /// ([`PostgresStoreBuilder::reply_timeout`]); the application's own queries on the pool are
+    /// `sqlx`'s.
     ///
     /// # Errors
     /// As [`PostgresStore::connect`].

@@ -17,7 +17,7 @@ mod transactional;
 use std::time::{Duration, Instant};
 
 use idem_tools_runtime::Error;
-use setup::{Frozen, LOCK, Pool, REPLY, plain};
+use setup::{Frozen, LOCK, Pool, REPLY, pay, plain};
 
 /// The longest a call may take when the server stops answering: the claim's lock wait and the
 /// reply timeout, with room for a loaded machine.
@@ -95,4 +95,57 @@ async fn plain_calls_on_frozen_connections_end_and_the_connect_pool_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_calls_on_frozen_connections_end_and_an_application_pool_recovers() {
     plain_calls_end_and_the_store_recovers(Pool::App).await;
+}
+
+/// The server stops answering — its open connections and new ones alike (the forwarder holds
+/// new connections unanswered) — under an application's pool whose acquire timeout is
+/// `sqlx`'s default (30 s): every call, plain or transactional, still fails closed within
+/// [`BOUND`] (a call waited for a connection as long as the pool let it), and the store answers
+/// again once the server does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_waits_for_a_connection_at_most_the_reply_timeout_whatever_the_pool_says() {
+    let Some(frozen) = Frozen::setup("frozen_acquire", Pool::AppSlowAcquire).await else {
+        return;
+    };
+    let warm = wave(&frozen, "warm", 8).await;
+    assert!(warm.iter().all(|(a, _)| a.is_ok()), "{warm:?}");
+    frozen.forwarder.freeze();
+    let payments = (0..4).map(|i| {
+        let store = frozen.store.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let answer =
+                tokio::time::timeout(Duration::from_secs(60), pay(&store, &format!("p{i}")))
+                    .await
+                    .expect("the call ends");
+            (answer, started.elapsed())
+        })
+    });
+    let payments: Vec<_> = payments.collect();
+    // Twice as many calls as the pool has connections: most of them need a new one.
+    for round in 0..2 {
+        for (answer, took) in wave(&frozen, &format!("frozen-{round}"), 8).await {
+            assert!(took <= BOUND, "a plain call took {took:?}: {answer:?}");
+            assert!(matches!(answer, Err(Error::Store { .. })), "{answer:?}");
+        }
+    }
+    for payment in payments {
+        let (answer, took) = payment.await.expect("the call's task");
+        assert!(
+            took <= BOUND,
+            "a transactional call took {took:?}: {answer:?}"
+        );
+        assert!(answer.is_err(), "{answer:?}");
+    }
+    frozen.forwarder.thaw();
+    let mut recovered = false;
+    for round in 0..20 {
+        let again = wave(&frozen, &format!("thawed-{round}"), 8).await;
+        if again.iter().all(|(a, _)| a.is_ok()) {
+            recovered = true;
+            break;
+        }
+    }
+    assert!(recovered, "the store answers every call again");
+    frozen.cleanup().await;
 }

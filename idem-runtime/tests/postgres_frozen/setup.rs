@@ -26,6 +26,9 @@ pub enum Pool {
     /// An application's pool handed to `from_pool` (`test_before_acquire(false)`, as its
     /// rustdoc recommends).
     App,
+    /// An application's pool that waits for a connection as long as `sqlx` does by default
+    /// (30 s): the store's reply timeout, not the pool's acquire timeout, bounds its calls.
+    AppSlowAcquire,
 }
 
 /// A store whose connections go through a forwarder to the test server.
@@ -61,10 +64,14 @@ impl Frozen {
                 let url = url.replace(&format!(":{port}/"), &format!(":{}/", forwarder.port()));
                 builder.max_connections(4).connect(&url).await
             }
-            Pool::App => {
+            Pool::App | Pool::AppSlowAcquire => {
+                let acquire = match pool {
+                    Pool::AppSlowAcquire => Duration::from_secs(30),
+                    _ => Duration::from_secs(1),
+                };
                 let pool = PgPoolOptions::new()
                     .max_connections(4)
-                    .acquire_timeout(Duration::from_secs(1))
+                    .acquire_timeout(acquire)
                     .test_before_acquire(false)
                     .connect_lazy_with(through);
                 builder.from_pool(pool).await

@@ -77,7 +77,8 @@ impl PostgresStoreBuilder {
     /// connection of the pool, waiting forever: past this bound the operation fails with
     /// [`Error::Store`], the connection is closed rather than returned to the pool, and the
     /// next call opens a new one, to whatever host the address names by then. The pool's own
-    /// check of a connection handed back (a round trip) gets the same bound. Keep it well above
+    /// check of a connection handed back (a round trip) gets the same bound, and so does each
+    /// wait for a connection of the pool, whatever the pool's acquire timeout. Keep it well above
     /// the server's slowest answer to a healthy request (from 1 ms to [`MAX_TIMEOUT`]).
     #[must_use]
     pub fn reply_timeout(mut self, timeout: Duration) -> Self {

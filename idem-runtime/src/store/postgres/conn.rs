@@ -37,6 +37,38 @@ impl fmt::Display for Unanswered {
 
 impl std::error::Error for Unanswered {}
 
+/// No connection of the pool within the bound: the pool's own acquire timeout (`sqlx`'s
+/// default is 30 s, and an application's pool keeps its own) is not what bounds a call.
+#[derive(Debug)]
+pub(crate) struct NoConnection(pub(crate) Duration);
+
+impl fmt::Display for NoConnection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no connection of the pool within {:?}: the PostgreSQL server does not answer (a \
+             frozen or overloaded server, or one cut off by the network), or every connection of \
+             the pool is in use (raise PostgresStoreBuilder::reply_timeout, or the pool's size)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for NoConnection {}
+
+/// A connection of `pool` for `operation`, waited for at most `bound` (else [`NoConnection`]),
+/// whatever the pool's acquire timeout.
+pub(crate) async fn acquire(
+    pool: &sqlx::PgPool,
+    operation: &'static str,
+    bound: Duration,
+) -> Result<PoolConnection<Postgres>> {
+    match tokio::time::timeout(bound, pool.acquire()).await {
+        Ok(acquired) => acquired.map_err(|e| store_error(operation, e)),
+        Err(_) => Err(Error::store(operation, NoConnection(bound))),
+    }
+}
+
 /// [`Unanswered`] as `sqlx`'s error, for the steps of a transactional call that handle `sqlx`'s.
 pub(crate) fn unanswered(bound: Duration) -> sqlx::Error {
     sqlx::Error::Io(std::io::Error::new(
@@ -124,14 +156,10 @@ impl PostgresStore {
         self.inner.reply_timeout
     }
 
-    /// A connection of the pool (waited for at most the pool's acquire timeout).
+    /// A connection of the pool, waited for at most the reply timeout (or the pool's acquire
+    /// timeout, if shorter).
     pub(crate) async fn conn(&self, operation: &'static str) -> Result<Conn> {
-        let conn = self
-            .inner
-            .pool
-            .acquire()
-            .await
-            .map_err(|e| store_error(operation, e))?;
+        let conn = acquire(&self.inner.pool, operation, self.inner.reply_timeout).await?;
         Ok(Conn {
             conn: Some(conn),
             runtime: tokio::runtime::Handle::try_current().ok(),
