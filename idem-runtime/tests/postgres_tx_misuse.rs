@@ -637,3 +637,46 @@ async fn a_statement_waiting_on_a_lock_past_the_lease_is_ended_with_its_call() {
     drop(holder);
     cleanup(&store).await;
 }
+
+/// A body that resets every setting of its session (`RESET ALL`, legal inside a transaction)
+/// ends nothing: its call commits and replays; and one that does so and then fails rolls back
+/// with its key free, so a retry runs. (`RESET ALL` clears idem's setting of the claim too: the
+/// call was taken for one whose body ended the transaction, nothing was recorded and the key
+/// was kept interrupted, every retry refused, though the body's rows were rolled back.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_resets_its_settings_ends_nothing() {
+    let Some(store) = setup("tx_reset_all").await else {
+        return;
+    };
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let reset_then = async |turn: &Turn, memo: &str, fail: bool| -> Result<i64, Failure> {
+        transactional::execute(
+            call(turn, &shared, memo),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                let id = insert(conn, &table, memo).await?;
+                sqlx::raw_sql("RESET ALL").execute(&mut *conn).await?;
+                if fail {
+                    return Err(Failure::Tool("declined after RESET ALL"));
+                }
+                Ok(id)
+            },
+        )
+        .await
+    };
+    let turn = Turn::new("turn-reset-all");
+    let first = reset_then(&turn, "ok", false).await;
+    let id = first.expect("the call commits");
+    assert_eq!(reset_then(&turn, "ok", false).await.expect("replays"), id);
+    assert_eq!(transfer(&store, &turn, "ok").await.expect("replays"), id);
+    assert_eq!(rows(&store, "ok").await, 1);
+
+    let failed = reset_then(&turn, "err", true).await;
+    assert!(matches!(failed, Err(Failure::Tool(_))), "{failed:?}");
+    assert_eq!(rows(&store, "err").await, 0, "rolled back");
+    let retry = transfer(&store, &turn, "err").await;
+    assert!(retry.is_ok(), "the key was left free: {retry:?}");
+    assert_eq!(rows(&store, "err").await, 1);
+    cleanup(&store).await;
+}

@@ -236,7 +236,7 @@ where
         Finished::Record { ok: false, .. } | Finished::Release => {
             // The body may have ended the transaction before its `Err`: then its writes (and
             // the claim) may have committed, and the key must not be left to expire.
-            let open = tx::still_open(&mut tx, lease.token, reply).await;
+            let open = store.still_open(&mut tx, &lease, reply).await;
             drop(leader); // followers ask again, after the rollback was queued
             if let Ok(false) = open {
                 close(tx);

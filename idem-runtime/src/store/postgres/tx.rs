@@ -21,7 +21,7 @@ use super::conn::within;
 use super::ops::fenced;
 use super::{PostgresStore, sql_ms, sql_token};
 use crate::Result;
-use crate::store::{Lease, LeaseToken};
+use crate::store::Lease;
 
 /// `bytes` as a `bytea` literal.
 fn bytea(bytes: &[u8]) -> String {
@@ -88,23 +88,45 @@ impl PostgresStore {
 
     /// The record of `result` under `lease`, `COMMIT`, and a new (empty) transaction for the
     /// connection's `Transaction` to roll back when it is dropped. The record is made only
-    /// inside the transaction its claim opened ([`CLAIM_SETTING`] holding the claim's token,
-    /// which a `COMMIT` or `ROLLBACK` of the tool's ends): otherwise — the setting gone, or
-    /// holding anything else — a number is read from [`ENDED`], which fails, so that neither
-    /// the record nor the `COMMIT` runs, not even of a transaction the tool began itself
-    /// afterwards ([`ended_by_the_tool`]).
+    /// inside the transaction its claim opened ([`own_transaction`]):
+    /// otherwise a number is read from [`ENDED`], which fails, so that neither the record nor
+    /// the `COMMIT` runs, not even of a transaction the tool began itself afterwards
+    /// ([`ended_by_the_tool`]).
     pub(crate) fn record_and_commit(&self, lease: &Lease, result: &[u8], ttl: Duration) -> String {
         format!(
             "SELECT {prefix}idem_record({ns}, {key}, {token}, {result}, {ttl}) \
-             WHERE (CASE WHEN current_setting('{CLAIM_SETTING}', true) = '{token}' THEN '0' \
-             ELSE '{ENDED}' END)::bigint = 0; COMMIT; BEGIN",
+             WHERE (CASE WHEN {own} THEN '0' ELSE '{ENDED}' END)::bigint = 0; COMMIT; BEGIN",
             prefix = self.inner.sql.prefix,
             ns = text(&lease.namespace),
             key = bytea(lease.key.as_bytes()),
             token = sql_token(lease.token),
             result = bytea(result),
             ttl = sql_ms(ttl),
+            own = own_transaction(
+                &self.inner.sql.prefix,
+                &text(&lease.namespace),
+                &bytea(lease.key.as_bytes()),
+                &sql_token(lease.token).to_string(),
+            ),
         )
+    }
+
+    /// Asks whether the transaction the claim made with `lease` opened is still open on `conn`
+    /// (the tool's body may have ended it), answered within `bound`.
+    pub(crate) async fn still_open(
+        &self,
+        conn: &mut PgConnection,
+        lease: &Lease,
+        bound: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        // Parameters, not literals: one statement text per store, prepared once.
+        let own = own_transaction(&self.inner.sql.prefix, "$1", "$2", "$3::bigint");
+        let sql = format!("SELECT {own}");
+        let query = sqlx::query_scalar(&sql)
+            .bind(&*lease.namespace)
+            .bind(lease.key.as_bytes().as_slice())
+            .bind(sql_token(lease.token));
+        within(bound, query.fetch_one(conn)).await
     }
 
     /// Whether the claim made with `lease` committed: the tool's body ended the transaction
@@ -168,16 +190,20 @@ pub(crate) fn ended_by_the_tool(recorded: &Result<u64, sqlx::Error>) -> bool {
     }
 }
 
-/// Asks whether the transaction the claim made with `token` opened is still open on `conn`
-/// (the tool's body may have ended it), answered within `bound`.
-pub(crate) async fn still_open(
-    conn: &mut PgConnection,
-    token: LeaseToken,
-    bound: Duration,
-) -> Result<bool, sqlx::Error> {
-    let sql = format!("SELECT current_setting('{CLAIM_SETTING}', true)");
-    let setting: Option<String> = within(bound, sqlx::query_scalar(&sql).fetch_one(conn)).await?;
-    Ok(setting.as_deref() == Some(sql_token(token).to_string().as_str()))
+/// A condition that holds inside the transaction the claim of the key `ns`, `key` with `token`
+/// (each spelled as SQL) opened, and in no other: [`CLAIM_SETTING`] holds the claim's token (a
+/// `COMMIT` or `ROLLBACK` of the tool's ends it) or — the setting gone though the transaction
+/// is not, as after a `RESET ALL` of the tool's — the claim's row is this transaction's own
+/// write (its `xmin` is the transaction's id: the claim is the transaction's first write, at
+/// its top level). The row is read only when the setting does not answer (`CASE` keeps the
+/// order): a call pays nothing for it, and never an extra round trip.
+fn own_transaction(prefix: &str, ns: &str, key: &str, token: &str) -> String {
+    format!(
+        "CASE WHEN current_setting('{CLAIM_SETTING}', true) = ({token})::text THEN true \
+         ELSE EXISTS (SELECT 1 FROM {prefix}idem_records AS r WHERE r.namespace = {ns} \
+         AND r.key = {key} AND r.token = {token} \
+         AND r.xmin = (txid_current_if_assigned() % 4294967296)::text::xid) END"
+    )
 }
 
 /// Runs `sql` (several statements, the simple query protocol) on `conn`, answered within
