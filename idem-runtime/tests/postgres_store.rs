@@ -649,3 +649,77 @@ async fn the_longest_timeouts_are_taken() {
         cleanup(&store).await;
     }
 }
+
+/// Schema names are identifiers of the user's choosing, whatever they hold: `$$` (which quotes
+/// the bodies of idem's functions: a name holding it ended a body early, and the store could
+/// not be opened), a tag of idem's own, quotes and backslashes. Each store opens, answers a
+/// plain and a transactional call, and opens again (its migration done).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_named_with_dollar_quotes_and_quotes_open_and_serve_calls() {
+    use std::sync::Arc;
+
+    use idem_tools_runtime::engine::transactional;
+    use idem_tools_runtime::{Codec, Turn};
+    use postgres_common::Failure;
+    use postgres_common::ledger::call;
+    use sqlx::PgConnection;
+
+    let Some(url) = postgres_url("odd_schema_names") else {
+        return;
+    };
+    let unique = postgres_common::unique_schema("odd");
+    for (i, odd) in ["a$$b", "$$", "$idem0$x$idem1$", "o'brien\\", "d\"q$x$"]
+        .iter()
+        .enumerate()
+    {
+        let name = format!("{odd}{unique}");
+        let opened = PostgresStore::builder()
+            .schema(name.as_str())
+            .connect(&url)
+            .await;
+        let store = opened.unwrap_or_else(|e| panic!("schema {name:?}: {e}"));
+        let quoted = format!("\"{}\"", name.replace('"', "\"\""));
+        let table = format!("{quoted}.ledger");
+        sqlx::raw_sql(&format!(
+            "CREATE TABLE {table} (id bigserial PRIMARY KEY, memo text NOT NULL)"
+        ))
+        .execute(store.pool())
+        .await
+        .expect("create the ledger");
+        let shared: Arc<dyn Store> = Arc::new(store.clone());
+        let turn = Turn::new(format!("odd-{i}"));
+        let pay = async || {
+            transactional::execute(
+                call(&turn, &shared, "odd"),
+                Codec::ok_only(),
+                async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                    Ok(sqlx::query_scalar(&format!(
+                        "INSERT INTO {table} (memo) VALUES ('odd') RETURNING id"
+                    ))
+                    .fetch_one(&mut *conn)
+                    .await?)
+                },
+            )
+            .await
+        };
+        let first = pay()
+            .await
+            .unwrap_or_else(|e| panic!("schema {name:?}: {e:?}"));
+        assert_eq!(pay().await.expect("replays"), first, "schema {name:?}");
+        let plain =
+            idem_tools_runtime::execute(call(&turn, &shared, "plain"), Codec::ok_only(), async {
+                Ok::<i64, idem_tools_runtime::Error>(7)
+            })
+            .await;
+        assert_eq!(plain.expect("a plain call"), 7, "schema {name:?}");
+        PostgresStore::builder()
+            .schema(name.as_str())
+            .connect(&url)
+            .await
+            .unwrap_or_else(|e| panic!("schema {name:?} again: {e}"));
+        sqlx::raw_sql(&format!("DROP SCHEMA {quoted} CASCADE"))
+            .execute(store.pool())
+            .await
+            .expect("drop the schema");
+    }
+}

@@ -157,7 +157,8 @@ async fn migrate_now(conn: &mut PgConnection, schema: Option<&str>, prefix: &str
             }
             let v4 = qualify(SCHEMA_V4, prefix);
             tx.execute(v4.as_str()).await.map_err(fail)?;
-            let functions = qualify(super::functions::FUNCTIONS, prefix);
+            let functions = super::functions::FUNCTIONS.replace("$$", &dollar_tag(prefix));
+            let functions = qualify(&functions, prefix);
             tx.execute(functions.as_str()).await.map_err(fail)?;
             sqlx::query(&qualify("DELETE FROM {s}idem_schema", prefix))
                 .execute(&mut *tx)
@@ -215,6 +216,16 @@ async fn existing_version_now(conn: &mut PgConnection, prefix: &str) -> Result<O
         .await
         .and_then(|row| row.try_get(0))
         .map_err(|e| Error::store("open", e))
+}
+
+/// The tag that quotes the functions' bodies (written `$$` in
+/// [`FUNCTIONS`](super::functions::FUNCTIONS)), which hold the schema's prefix: one the prefix
+/// does not hold, so that a schema named with `$$` in it does not end a body early.
+fn dollar_tag(prefix: &str) -> String {
+    (0u32..)
+        .map(|n| format!("$idem{n}$"))
+        .find(|tag| !prefix.contains(tag.as_str()))
+        .unwrap_or_else(|| unreachable!("a prefix holds finitely many tags"))
 }
 
 /// `name` as a quoted SQL identifier.
