@@ -51,7 +51,8 @@ impl PostgresStoreBuilder {
     }
 
     /// How long [`connect`](Self::connect) waits for a connection (default 5 s; at most
-    /// [`MAX_TIMEOUT`], which a longer one is taken as).
+    /// [`MAX_TIMEOUT`], which a longer one is taken as), and opening a store on any pool
+    /// ([`from_pool`](Self::from_pool)) waits for its first (or the reply timeout, if longer).
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout.min(MAX_TIMEOUT);
@@ -158,8 +159,11 @@ impl PostgresStoreBuilder {
 
     /// The store on `pool`, and a connection of it (the server reached).
     async fn store(self, pool: PgPool) -> Result<(PostgresStore, Conn)> {
+        // The server may still be starting: opening waits for a connection as long as the
+        // connect timeout allows, not only a reply timeout (as `connect`'s own pool did).
+        let bound = self.connect_timeout.max(self.reply_timeout);
         let store = PostgresStore::new(pool, self.schema, self.lock_timeout, self.reply_timeout);
-        let conn = store.conn("open").await?;
+        let conn = store.conn_within("open", bound).await?;
         Ok((store, conn))
     }
 

@@ -159,7 +159,17 @@ impl PostgresStore {
     /// A connection of the pool, waited for at most the reply timeout (or the pool's acquire
     /// timeout, if shorter).
     pub(crate) async fn conn(&self, operation: &'static str) -> Result<Conn> {
-        let conn = acquire(&self.inner.pool, operation, self.inner.reply_timeout).await?;
+        self.conn_within(operation, self.inner.reply_timeout).await
+    }
+
+    /// A connection of the pool, waited for at most `bound` (or the pool's acquire timeout, if
+    /// shorter).
+    pub(crate) async fn conn_within(
+        &self,
+        operation: &'static str,
+        bound: Duration,
+    ) -> Result<Conn> {
+        let conn = acquire(&self.inner.pool, operation, bound).await?;
         Ok(Conn {
             conn: Some(conn),
             runtime: tokio::runtime::Handle::try_current().ok(),
