@@ -106,9 +106,12 @@ scripts! {
 ///
 /// Each turn has a hash at `<prefix>:<namespace>:t:{<turn counter id in hex>}`
 /// ([`TurnIdentity::turn_counter`](super::budget::TurnIdentity::turn_counter)), written by the
-/// claims that start a new action: its count of started actions (`n`, `exp`; for turns with
+/// claims that start a new action: its count of started actions (`n`, `ne`; for turns with
 /// `max_calls`), each tool's (`a<tool>`, `e<tool>`), its index of records (a field `k` + the
-/// key's 32 bytes per action it started, worth the claim time) and `x`, how long the hash is
+/// key's 32 bytes per action it started, worth the claim time), on a Cluster where the turn's
+/// hash and the record are in different slots the token of the claim that charged each action
+/// (`c` + the key's 32 bytes, so that a charge or a refund the cluster client sends again,
+/// after a dropped connection lost its reply, is not made twice) and `x`, how long the hash is
 /// kept: at least the budget window, the lease and the TTL past the turn's last new action, so
 /// that the index names its records as long as they live, unless a tool ran, or was retried, for
 /// longer than the budget window. [`Store::list_turn`](super::Store::list_turn) reads the index
@@ -137,6 +140,14 @@ scripts! {
 /// concurrent call in the same turn may see a count one too high; a count whose own reply is
 /// lost stays counted. On a standalone server (and when the turn's hash shares the record's
 /// slot, as a namespace hash tag makes it) the claim script does it all, atomically.
+///
+/// The cluster client sends a script again when its connection drops before the reply came
+/// (`retries`), so a script may run twice for one call. Each answers the second run as it
+/// answered the first: a claim that finds its own token on the key answers "claimed" (not
+/// "running": the call would never learn that it holds the key, which would stay held by
+/// nobody for its lease), and a turn's charge or refund made with the claim's token is not made
+/// again (it counted one action twice, or gave one back twice and let the turn past its cap)
+/// (`tests/redis_cluster_resends.rs`). A standalone server's connection does not send again.
 ///
 /// A slot left half-migrated (`MIGRATING` on its master, `IMPORTING` on another, as a
 /// resharding leaves it mid-way): a script call naming one key is served, by the source or,

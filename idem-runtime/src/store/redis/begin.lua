@@ -14,6 +14,8 @@
 --       was charged already), 'retry' (claim only a retry: a new action replies 'f0'),
 --       [6] turn id, [7] the key (32 bytes), [8] the claiming process (`store::holder`; ''
 --       where it cannot be named).
+-- A live claim with the token ARGV[1] is this call's own (its request sent again: a Cluster
+-- client resends a script whose reply was lost): answered as the claim was ('c', or 'n').
 -- Replies one string (one value for the client to parse), its first byte saying what follows:
 -- 'c' claimed (a retry, or a new action) | 'n' claimed a retry in mode 'claim' (the turn's
 -- charge is to be given back) | 'f' .. attempts (free) | 'd' .. fp .. res (completed)
@@ -51,6 +53,14 @@ if f[1] then
     if not f[5] then
       return 'xfield `tok` is missing'
     end
+    if f[5] == ARGV[1] then
+      -- This call's own claim, asked for again: a Cluster client resends a script whose reply
+      -- its dropped connection lost. The answer is the claim's (its count is `att` - 1 before).
+      if ARGV[5] == 'claim' and (tonumber(f[7]) or 0) > 1 then
+        return 'n'
+      end
+      return 'c'
+    end
     return 'r' .. fp .. f[5] .. ' ' .. (f[10] or '')
   end
   if (tonumber(f[8]) or 0) > now and f[9] == ARGV[6] then
@@ -74,7 +84,7 @@ if mode == 'check' or (mode == 'retry' and att == 0) then
 end
 if KEYS[2] and att == 0 then
   local refused = charge_turn(KEYS[2], ARGV[3], ARGV[7], tonumber(turn_cap),
-    tonumber(tool_cap), tonumber(window), tonumber(keep))
+    tonumber(tool_cap), tonumber(window), tonumber(keep), nil)
   if refused then
     return refused
   end

@@ -188,7 +188,7 @@ impl RedisStore {
         turn_key: TurnKey<'_>,
         req: &BeginRequest<'_>,
     ) -> Result<TurnCharge> {
-        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 8, 220 + req.tool.len());
+        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 9, 240 + req.tool.len());
         cmd.arg(turn_key)
             .arg("charge")
             .arg(req.tool)
@@ -197,7 +197,8 @@ impl RedisStore {
             .arg(cap(req.charge.max_tool_actions))
             .arg(script_ms(req.charge.window))
             .arg(kept(req))
-            .arg(script_ms(req.lease));
+            .arg(script_ms(req.lease))
+            .arg(Token(req.token.0));
         let (just_charged, value) = match self.eval("begin", &SCRIPTS.turn, &cmd).await? {
             ::redis::Value::BulkString(ok) if ok == b"ok" => return Ok(TurnCharge::Counted),
             ::redis::Value::BulkString(mut reply) if reply.first() == Some(&b'd') => {
@@ -226,7 +227,7 @@ impl RedisStore {
     /// Gives back a new action counted by [`charge_turn`](Self::charge_turn) that was not
     /// claimed as one.
     async fn refund_turn(&self, turn_key: TurnKey<'_>, req: &BeginRequest<'_>) {
-        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 7, 200 + req.tool.len());
+        let mut cmd = call::evalsha(&SCRIPTS.turn, 1, 9, 240 + req.tool.len());
         cmd.arg(turn_key)
             .arg("refund")
             .arg(req.tool)
@@ -234,7 +235,9 @@ impl RedisStore {
             .arg(cap(req.charge.max_calls))
             .arg(cap(req.charge.max_tool_actions))
             .arg(0)
-            .arg(0);
+            .arg(0)
+            .arg(0)
+            .arg(Token(req.token.0));
         if let Err(error) = self.eval("begin", &SCRIPTS.turn, &cmd).await {
             tracing::warn!(target: "idem", key = %req.key.short(), %error,
                 "could not give back a turn's count whose claim did not happen; the turn \

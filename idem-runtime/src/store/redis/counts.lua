@@ -1,7 +1,10 @@
 -- A turn's hash (begin.lua with KEYS[2], and turn.lua): its count of started actions (`n`,
--- live until `exp`), each tool's (`a` .. tool name, live until `e` .. tool name), the index of
--- its records (`k` .. the 32 bytes of a key: when the turn started that action, in ms), and
--- `x`, when the hash itself expires: no sooner than the records it names (see `index`).
+-- live until `ne`), each tool's (`a` .. tool name, live until `e` .. tool name; no `e` field
+-- is another's, as the turn's expiry is `ne`), the index of its records (`k` .. the 32 bytes of
+-- a key: when the turn started that action, in ms), on a Cluster whose turn hash is in another
+-- slot than the record the token of the charge that counted each action (`c` .. the key's 32
+-- bytes: a charge or refund sent again finds it), and `x`, when the hash itself expires: no
+-- sooner than the records it names (see `index`).
 
 -- Whether a redis.pcall failed (the key holds another type).
 local function failed(reply)
@@ -19,13 +22,18 @@ end
 -- Charges a new action of tool `tool` (and its key, 32 bytes) to the turn's hash at k:
 -- refused by the turn's cap (`max_calls`, a number or nil) replies 't' .. calls, by the tool's
 -- (`max_tool`) 'a' .. actions; else counts it in each capped count (live `window` ms from now),
--- indexes the key, keeps the hash at least `keep` ms from now, and replies nil.
+-- indexes the key, keeps the hash at least `keep` ms from now, and replies nil. With a `token`
+-- (the claim's, when the charge is a request of its own), the charge is written with it, and
+-- one this token made already is not made again (replies nil).
 -- Commands: HMGET, then HSET and PEXPIREAT.
-local function charge_turn(k, tool, key, max_calls, max_tool, window, keep)
-  local f = redis.pcall('HMGET', k, 'n', 'exp', 'a' .. tool, 'e' .. tool, 'x')
+local function charge_turn(k, tool, key, max_calls, max_tool, window, keep, token)
+  local f = redis.pcall('HMGET', k, 'n', 'ne', 'a' .. tool, 'e' .. tool, 'x', 'c' .. key)
   local wrong = failed(f)
   if wrong then
     f = {}
+  end
+  if token and f[6] == token then
+    return nil
   end
   local calls, actions = live(f, 1), live(f, 3)
   if max_calls and calls >= max_calls then
@@ -40,9 +48,12 @@ local function charge_turn(k, tool, key, max_calls, max_tool, window, keep)
   local window_end = ms(now + window)
   local kept = math.max(tonumber(f[5]) or 0, now + keep)
   local fields = {'k' .. key, ms(now), 'x', ms(kept)}
+  if token then
+    table.insert(fields, 'c' .. key); table.insert(fields, token)
+  end
   if max_calls then
     table.insert(fields, 'n'); table.insert(fields, ms(calls + 1))
-    table.insert(fields, 'exp'); table.insert(fields, window_end)
+    table.insert(fields, 'ne'); table.insert(fields, window_end)
   end
   if max_tool then
     table.insert(fields, 'a' .. tool); table.insert(fields, ms(actions + 1))
