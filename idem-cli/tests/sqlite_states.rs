@@ -386,3 +386,63 @@ async fn a_result_this_idem_cannot_read_is_unreadable_not_completed() {
         removed.stdout
     );
 }
+
+/// `show` of a claim whose process is gone (it exited, or was killed, while its tool ran) says
+/// so, and that the next call takes the key at once; not that a caller runs the tool and the
+/// claim frees itself when its lease ends. Found by a review of the SQLite store.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn show_says_when_the_process_that_claimed_a_key_is_gone() {
+    use idem_tools_runtime::key::Fingerprint;
+    use idem_tools_runtime::store::holder::Holder;
+    let dir = TempDir::new("states-gone");
+    let db = dir.file("idem.db");
+    let store = open(&db);
+    let key = Key::from_bytes([7; 32]);
+    let fp = Fingerprint::from_bytes([1; 32]);
+    claim_key(
+        &*store,
+        "",
+        "send_email",
+        &key,
+        &fp,
+        Duration::from_secs(600),
+    )
+    .await;
+    // The claim's holder made a process that has exited: this one's identity, with the pid and
+    // start time of a child that ran and was reaped.
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).expect("its stat");
+    let start = stat[stat.rfind(')').expect("stat's command") + 1..]
+        .split_whitespace()
+        .nth(19)
+        .expect("its start time")
+        .to_owned();
+    child.wait().expect("reaped");
+    let me = Holder::this_process().expect("this process").encode();
+    let mut parts: Vec<String> = me.split(':').map(str::to_owned).collect();
+    parts[4] = child.id().to_string();
+    parts[5] = start;
+    let gone = parts.join(":");
+    assert!(Holder::text_is_gone(Some(&gone)), "{gone}");
+    rusqlite::Connection::open(&db)
+        .expect("open")
+        .execute("UPDATE idem_records SET holder = ?1", [&gone])
+        .expect("the holder is gone");
+    let shown = idem(&["--sqlite", &db, "show", &key.to_hex()]).expect_code(0);
+    assert!(
+        shown
+            .stdout
+            .contains("the process that claimed the key is gone")
+            && shown.stdout.contains("claims it again at once"),
+        "{}",
+        shown.stdout
+    );
+    assert!(
+        !shown.stdout.contains("a caller holds the claim"),
+        "{}",
+        shown.stdout
+    );
+}

@@ -100,11 +100,18 @@ fn describe(record: &Record, now: u64, reopen: &str) -> String {
     );
     let result = record.result.as_deref().map(render).unwrap_or_default();
     let _ = match state {
+        State::InProgress if record.holder_gone => writeln!(
+            out,
+            "result       none: the process that claimed the key is gone (it exited or was \
+             killed while the tool ran)\n\nThe next call of this key claims it again at once \
+             and runs the tool: check whether the action took effect before that process died."
+        ),
         State::InProgress => writeln!(
             out,
             "result       none yet: a caller holds the claim and is running the tool\n\n\
-             If that caller crashed, the claim frees itself when the lease ends; to free it \
-             now:\n  {remove}"
+             If that caller crashed, the claim frees itself when the lease ends (on a store that \
+             names the claiming process, as SQLite, Redis and PostgreSQL do, the next call \
+             takes it at once once that process is gone); to free it now:\n  {remove}"
         ),
         State::Completed => writeln!(out, "result\n{result}"),
         State::Failed => writeln!(

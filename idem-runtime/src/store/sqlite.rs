@@ -94,7 +94,7 @@ const STATE_COMPLETED: &str = "completed";
 /// the per-key budget itself) and a completion (one `UPDATE`): two writes, each one WAL append
 /// of one b-tree page, on the calling thread when the store is idle and shared with the other
 /// writes queued at the same time when it is not (see *How it runs*). A lease renewal (every
-/// `lease / 3` while the tool runs) is one more write. Writes commit without `fsync`
+/// `lease / 4` while the tool runs) is one more write. Writes commit without `fsync`
 /// (`synchronous = NORMAL`). BENCHMARKS.md has the numbers, next to hand-written SQL on the
 /// same file.
 ///
@@ -182,6 +182,44 @@ pub struct SqliteStore {
     path: Option<PathBuf>,
 }
 
+/// `path` made absolute (against the working directory now), so that the connections the store
+/// opens later reach this file even if the process changes its working directory; a URI
+/// (`file:…`), `:memory:` and the empty path (SQLite's private databases) are taken as they are.
+fn file_path(path: &Path) -> Result<PathBuf> {
+    let special = path
+        .to_str()
+        .is_some_and(|text| text.is_empty() || text == ":memory:" || text.starts_with("file:"));
+    if special {
+        return Ok(path.to_owned());
+    }
+    std::path::absolute(path).map_err(|e| Error::store("open", e))
+}
+
+/// Refuses a file with several names (hard links): SQLite keeps the write-ahead log and the
+/// lock index next to the name it opened, so two names of one file are two databases to it,
+/// and two processes could each claim one key.
+fn one_name(path: &Path) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(metadata) = std::fs::metadata(path)
+            && metadata.nlink() > 1
+        {
+            return Err(Error::Config(format!(
+                "{} has {} names (hard links): SQLite keeps its write-ahead log and lock index \
+                 next to the name a process opens, so two names of one file are two databases \
+                 to it, and two processes could both run one action; give the file one name \
+                 (into a container, mount the directory that holds it, not the file)",
+                path.display(),
+                metadata.nlink()
+            )));
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating it if needed) the database at `path`, migrating its schema to this
     /// build's version.
@@ -195,9 +233,10 @@ impl SqliteStore {
     /// another connection for longer than that; and
     /// [`Error::Config`] if it was written by a newer version of idem.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore> {
-        let path = path.as_ref();
-        let conn = Connection::open(path).map_err(|e| Error::store("open", e))?;
-        Self::start(conn, Some(path.to_owned()))
+        let path = file_path(path.as_ref())?;
+        let conn = Connection::open(&path).map_err(|e| Error::store("open", e))?;
+        one_name(&path)?;
+        Self::start(conn, Some(path))
     }
 
     /// Opens the idem database at `path` only if it exists and already holds idem's schema:
@@ -208,21 +247,21 @@ impl SqliteStore {
     /// [`Error::Store`] if the file does not exist, cannot be opened or is not a database;
     /// [`Error::Config`] if it has no idem schema or was written by a newer version of idem.
     pub fn open_existing(path: impl AsRef<Path>) -> Result<SqliteStore> {
-        let path = path.as_ref();
+        let path = file_path(path.as_ref())?;
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
-        let conn = Connection::open_with_flags(path, flags).map_err(|e| Error::store("open", e))?;
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |row| row.get(0))
-            .map_err(|e| Error::store("open", e))?;
-        if version == 0 {
+        let conn =
+            Connection::open_with_flags(&path, flags).map_err(|e| Error::store("open", e))?;
+        one_name(&path)?;
+        // Nothing is written (not even the switch to WAL) before the file is known to be idem's.
+        if !schema::is_idem(&conn)? {
             return Err(Error::Config(format!(
                 "{} is not an idem database (it has no idem schema): check the path",
                 path.display()
             )));
         }
-        Self::start(conn, Some(path.to_owned()))
+        Self::start(conn, Some(path))
     }
 
     /// A private database in memory: durable for nothing, but handy in tests of code that

@@ -133,6 +133,17 @@ fn retry_while_busy<T>(
     }
 }
 
+/// Whether the database holds idem's records table (of any schema version), read without
+/// writing anything.
+pub(super) fn is_idem(conn: &Connection) -> Result<bool> {
+    conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'idem_records')",
+        [],
+        |row| row.get(0),
+    )
+    .map_err(|e| Error::store("open", e))
+}
+
 /// Brings the schema to [`SCHEMA_VERSION`], under the write lock so that processes opening the
 /// same file at once migrate it once. Each step is idempotent and the version is written in
 /// the same transaction, so an interrupted migration is simply done again. A file already at
