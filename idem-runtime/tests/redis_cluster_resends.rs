@@ -436,3 +436,92 @@ async fn a_tool_named_xp_keeps_its_own_count_window() {
     }
     cleanup(&url, &prefix).await;
 }
+
+/// Duplicates of one new action on the multi-step path (the same key, charged by each; one
+/// claims): each loser gives its own charge back, so the turn counts one action. Before each
+/// charge was noted under its own token, only the last charger's refund matched, and the turn
+/// counted the losers' charges too (no reply lost). `lose_replies`: the charges' replies are
+/// lost, and each is sent again: it finds its own charge, not another duplicate's.
+async fn duplicates_charge_one_action(lose_replies: bool) {
+    let Some(urls) = cluster_urls("duplicates_charge_one_action") else {
+        return;
+    };
+    let _one_at_a_time = FREEZER.lock().await;
+    let prefix = unique_prefix("resent-duplicates");
+    let connect = || async {
+        RedisStore::builder()
+            .prefix(&prefix)
+            .connect_cluster(&urls)
+            .await
+            .expect("connect to the cluster")
+    };
+    let stores = [connect().await, connect().await, connect().await];
+    let (namespace, turn) = ("plain", "turn-duplicates");
+    let keys = keys_apart(&stores[0], &urls, namespace, turn, 3).await;
+    let turn_master = master_of(&urls, &stores[0].turn_key(namespace, turn)).await;
+    let turn_node = Node::of(&turn_master).await;
+    let mut admin = raw(&turn_master).await;
+    let fp = fingerprint("duplicates");
+    let charge = Charge {
+        turn: TurnIdentity::new(namespace, turn),
+        max_attempts: 3,
+        max_calls: Some(3),
+        ..Charge::unlimited()
+    };
+    turn_node.freeze();
+    let duplicate = |i: usize| {
+        let (store, key, fp) = (&stores[i], &keys[0], &fp);
+        async move {
+            tokio::time::sleep(Duration::from_millis(100 * i as u64)).await;
+            store.begin(request(namespace, key, fp, turn, charge)).await
+        }
+    };
+    let choreography = async {
+        tokio::time::sleep(Duration::from_millis(600)).await; // all checked; charges wait
+        if lose_replies {
+            let kill = tokio::spawn(async move {
+                redis::cmd("CLIENT")
+                    .arg("KILL")
+                    .arg("TYPE")
+                    .arg("normal")
+                    .arg("SKIPME")
+                    .arg("yes")
+                    .query_async::<redis::Value>(&mut admin)
+                    .await
+            });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            turn_node.thaw(); // the charges run, their replies are lost, each is sent again
+            let _ = kill.await;
+        } else {
+            turn_node.thaw();
+        }
+    };
+    let (a, b, c, ()) = tokio::join!(duplicate(0), duplicate(1), duplicate(2), choreography);
+    let answers = [a, b, c];
+    let counted = turn_count(&stores[0], &urls, namespace, turn).await;
+    let second = stores[0]
+        .begin(request(namespace, &keys[1], &fp, turn, charge))
+        .await;
+    let third = stores[0]
+        .begin(request(namespace, &keys[2], &fp, turn, charge))
+        .await;
+    cleanup_cluster(&urls, &prefix).await;
+    let claimed = answers
+        .iter()
+        .filter(|answer| matches!(answer, Ok(Begin::Claimed)))
+        .count();
+    assert_eq!(claimed, 1, "one duplicate claims: {answers:?}");
+    assert_eq!(counted, 1, "one action started, counted once");
+    assert!(matches!(second, Ok(Begin::Claimed)), "cap 3: {second:?}");
+    assert!(matches!(third, Ok(Begin::Claimed)), "cap 3: {third:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_duplicate_that_loses_gives_its_own_charge_back() {
+    duplicates_charge_one_action(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_whose_charges_are_sent_again_count_one_action() {
+    duplicates_charge_one_action(true).await;
+}

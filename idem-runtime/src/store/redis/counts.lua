@@ -2,9 +2,10 @@
 -- live until `ne`), each tool's (`a` .. tool name, live until `e` .. tool name; no `e` field
 -- is another's, as the turn's expiry is `ne`), the index of its records (`k` .. the 32 bytes of
 -- a key: when the turn started that action, in ms), on a Cluster whose turn hash is in another
--- slot than the record the token of the charge that counted each action (`c` .. the key's 32
--- bytes: a charge or refund sent again finds it), and `x`, when the hash itself expires: no
--- sooner than the records it names (see `index`).
+-- slot than the record each charge that counted an action (`c` .. the key's 32 bytes .. the
+-- claim's token: '1' while counted, '' once given back; a charge or refund sent again finds
+-- its own, whatever duplicates of the call charged meanwhile), and `x`, when the hash itself
+-- expires: no sooner than the records it names (see `index`).
 
 -- Whether a redis.pcall failed (the key holds another type).
 local function failed(reply)
@@ -23,16 +24,17 @@ end
 -- refused by the turn's cap (`max_calls`, a number or nil) replies 't' .. calls, by the tool's
 -- (`max_tool`) 'a' .. actions; else counts it in each capped count (live `window` ms from now),
 -- indexes the key, keeps the hash at least `keep` ms from now, and replies nil. With a `token`
--- (the claim's, when the charge is a request of its own), the charge is written with it, and
+-- (the claim's, when the charge is a request of its own), the charge is noted under it, and
 -- one this token made already is not made again (replies nil).
 -- Commands: HMGET, then HSET and PEXPIREAT.
 local function charge_turn(k, tool, key, max_calls, max_tool, window, keep, token)
-  local f = redis.pcall('HMGET', k, 'n', 'ne', 'a' .. tool, 'e' .. tool, 'x', 'c' .. key)
+  local charged = 'c' .. key .. (token or '')
+  local f = redis.pcall('HMGET', k, 'n', 'ne', 'a' .. tool, 'e' .. tool, 'x', charged)
   local wrong = failed(f)
   if wrong then
     f = {}
   end
-  if token and f[6] == token then
+  if token and f[6] then
     return nil
   end
   local calls, actions = live(f, 1), live(f, 3)
@@ -49,7 +51,7 @@ local function charge_turn(k, tool, key, max_calls, max_tool, window, keep, toke
   local kept = math.max(tonumber(f[5]) or 0, now + keep)
   local fields = {'k' .. key, ms(now), 'x', ms(kept)}
   if token then
-    table.insert(fields, 'c' .. key); table.insert(fields, token)
+    table.insert(fields, charged); table.insert(fields, '1')
   end
   if max_calls then
     table.insert(fields, 'n'); table.insert(fields, ms(calls + 1))

@@ -13,12 +13,12 @@
 -- turn). Replies 'ok'.
 local max_calls, max_tool = tonumber(ARGV[4]), tonumber(ARGV[5])
 if ARGV[1] == 'refund' then
-  local f = redis.pcall('HMGET', KEYS[1], 'n', 'ne', 'a' .. ARGV[2], 'e' .. ARGV[2],
-    'c' .. ARGV[3])
-  if failed(f) or f[5] ~= ARGV[9] then
+  local charged = 'c' .. ARGV[3] .. ARGV[9]
+  local f = redis.pcall('HMGET', KEYS[1], 'n', 'ne', 'a' .. ARGV[2], 'e' .. ARGV[2], charged)
+  if failed(f) or f[5] ~= '1' then
     return 'ok'
   end
-  local fields = {'c' .. ARGV[3], ''}
+  local fields = {charged, ''}
   if max_calls and live(f, 1) > 0 then
     table.insert(fields, 'n'); table.insert(fields, ms(live(f, 1) - 1))
   end
