@@ -154,13 +154,12 @@ fn conflicting(attrs: &mut Vec<Attribute>, other: &str, this: &str, errors: &mut
 /// `ignore`d or `skip`ped, which says so; the `#[transaction]` connection is the engine's.
 fn written_through(tool: &ToolFn, errors: &mut Errors) {
     for param in &tool.params {
-        let Type::Reference(reference) = &param.ty else {
-            continue;
-        };
-        let in_key = param.role == Role::Key && param.tx_attrs.is_empty();
-        if reference.mutability.is_none() || !in_key {
+        if param.role != Role::Key || !param.tx_attrs.is_empty() {
             continue;
         }
+        let Some(reference) = mutable_reference(&param.ty) else {
+            continue;
+        };
         let name = &param.name;
         errors.spanned(
             reference,
@@ -173,6 +172,37 @@ fn written_through(tool: &ToolFn, errors: &mut Errors) {
                  with `ignore({name})`"
             ),
         );
+    }
+}
+
+/// The first `&mut` anywhere in `ty` (`&mut T`, `Option<&mut T>`, `(&mut T, u8)`, a type a
+/// `macro_rules!` passed in). A type alias hides one: the macro sees only the alias's name.
+fn mutable_reference(ty: &Type) -> Option<&syn::TypeReference> {
+    match ty {
+        Type::Reference(reference) if reference.mutability.is_some() => Some(reference),
+        Type::Reference(reference) => mutable_reference(&reference.elem),
+        Type::Paren(inner) => mutable_reference(&inner.elem),
+        Type::Group(inner) => mutable_reference(&inner.elem),
+        Type::Array(inner) => mutable_reference(&inner.elem),
+        Type::Slice(inner) => mutable_reference(&inner.elem),
+        Type::Tuple(tuple) => tuple.elems.iter().find_map(mutable_reference),
+        Type::Path(path) => path
+            .qself
+            .iter()
+            .map(|qself| &*qself.ty)
+            .find_map(mutable_reference)
+            .or_else(|| {
+                path.path.segments.iter().find_map(|segment| {
+                    let syn::PathArguments::AngleBracketed(arguments) = &segment.arguments else {
+                        return None;
+                    };
+                    arguments.args.iter().find_map(|argument| match argument {
+                        syn::GenericArgument::Type(ty) => mutable_reference(ty),
+                        _ => None,
+                    })
+                })
+            }),
+        _ => None,
     }
 }
 

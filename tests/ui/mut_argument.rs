@@ -30,4 +30,24 @@ async fn send(client: &mut Smtp, to: String) -> Result<String, idem_tools::Error
     Ok(to)
 }
 
+// Inside an `Option`, a tuple or parentheses: refused.
+#[allow(unused_parens)]
+#[idempotent]
+async fn maybe(buf: Option<&mut Vec<u8>>, pair: (&mut Vec<u8>, u8), paren: (&mut u8)) -> Result<u8, idem_tools::Error> {
+    let _ = (buf, pair, paren);
+    Ok(0)
+}
+
+// A type a `macro_rules!` passed in: refused.
+macro_rules! tool_taking {
+    ($t:ty) => {
+        #[idempotent]
+        async fn generated(buf: $t) -> Result<u8, idem_tools::Error> {
+            let _ = buf;
+            Ok(0)
+        }
+    };
+}
+tool_taking!(&mut Vec<u8>);
+
 fn main() {}
