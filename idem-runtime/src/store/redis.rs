@@ -109,8 +109,8 @@ scripts! {
 /// claims that start a new action: its count of started actions (`n`, `ne`; for turns with
 /// `max_calls`), each tool's (`a<tool>`, `e<tool>`), its index of records (a field `k` + the
 /// key's 32 bytes per action it started, worth the claim time), on a Cluster where the turn's
-/// hash and the record are in different slots each charge of a claim (`c` + the key's 32 bytes
-/// + the claim's token: `1` while counted, empty once given back, so that a charge or a refund
+/// hash and the record are in different slots each charge of a claim (`c`, the key's 32 bytes
+/// and the claim's token: `1` while counted, empty once given back, so that a charge or a refund
 /// the cluster client sends again, after a dropped connection lost its reply, is not made twice,
 /// whatever duplicates of the call charged meanwhile) and `x`, how long the hash is
 /// kept: at least the budget window, the lease and the TTL past the turn's last new action, so
