@@ -525,3 +525,94 @@ async fn each_duplicate_that_loses_gives_its_own_charge_back() {
 async fn duplicates_whose_charges_are_sent_again_count_one_action() {
     duplicates_charge_one_action(true).await;
 }
+
+/// On the multi-step path, a claim that finds another turn's claim whose process is gone gives
+/// its charge back, frees that claim and begins again with the same token: the second pass's
+/// charge is made again (it was taken for one sent twice, and the action claimed uncounted: a
+/// turn capped at 1 started a second one). Found by a review of the resend fix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_frees_a_gone_processs_claim_counts_its_action() {
+    use idem_tools_runtime::store::holder::Holder;
+    let Some(urls) = cluster_urls("a_call_that_frees_a_gone_processs_claim") else {
+        return;
+    };
+    let _one_at_a_time = FREEZER.lock().await;
+    // This process's holder text with another start time: a process that is gone.
+    let gone = {
+        let text = Holder::this_process_text().expect("this process can be named (/proc)");
+        let (head, start) = text.rsplit_once(':').expect("a holder text");
+        format!("{head}:{}", start.parse::<u64>().expect("a start time") + 1)
+    };
+    assert!(Holder::text_is_gone(Some(&gone)), "{gone}");
+    let prefix = unique_prefix("resent-abandoned");
+    let store = RedisStore::builder()
+        .prefix(&prefix)
+        .response_timeout(Duration::from_secs(10))
+        .connect_cluster(&urls)
+        .await
+        .expect("connect to the cluster");
+    let (namespace, turn) = ("plain", "turn-abandoned");
+    let keys = keys_apart(&store, &urls, namespace, turn, 2).await;
+    let record_key = store.redis_key(namespace, &keys[0]);
+    let record_master = master_of(&urls, &record_key).await;
+    let turn_node = Node::of(&master_of(&urls, &store.turn_key(namespace, turn)).await).await;
+    let record_node = Node::of(&record_master).await;
+    let mut record_conn = raw(&record_master).await;
+    let fp = fingerprint("abandoned");
+    let charge = Charge {
+        turn: TurnIdentity::new(namespace, turn),
+        max_attempts: 3,
+        max_calls: Some(1),
+        ..Charge::unlimited()
+    };
+    turn_node.freeze();
+    let begin = store.begin(request(namespace, &keys[0], &fp, turn, charge));
+    let choreography = async {
+        tokio::time::sleep(Duration::from_millis(300)).await; // checked; the charge waits
+        // A claim of the key by another turn (a caller key), whose process is gone.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after the epoch")
+            .as_millis();
+        let () = redis::cmd("HSET")
+            .arg(&record_key)
+            .arg("exp")
+            .arg((now + 1500).to_string())
+            .arg("state")
+            .arg("in_progress")
+            .arg("fp")
+            .arg(fingerprint("other").as_bytes().as_slice())
+            .arg("tok")
+            .arg("4242")
+            .arg("created")
+            .arg(now.to_string())
+            .arg("tool")
+            .arg("send")
+            .arg("turn")
+            .arg("another-turn")
+            .arg("hold")
+            .arg(&gone)
+            .query_async(&mut record_conn)
+            .await
+            .expect("HSET");
+        record_node.freeze();
+        turn_node.thaw(); // the charge runs; the claim waits at the record's master
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        turn_node.freeze();
+        record_node.thaw(); // the claim finds the gone process's claim; the refund waits
+        tokio::time::sleep(Duration::from_millis(1500)).await; // that claim's grace ends
+        turn_node.thaw(); // refund, the claim freed, a second pass: check, charge, claim
+    };
+    let (answer, ()) = tokio::join!(begin, choreography);
+    let counted = turn_count(&store, &urls, namespace, turn).await;
+    let second = store
+        .begin(request(namespace, &keys[1], &fp, turn, charge))
+        .await;
+    cleanup_cluster(&urls, &prefix).await;
+    assert!(matches!(answer, Ok(Begin::Claimed)), "{answer:?}");
+    assert_eq!(counted, 1, "the action claimed is counted");
+    assert!(
+        !matches!(second, Ok(Begin::Claimed)),
+        "a turn capped at 1 started a second action: {second:?}"
+    );
+}

@@ -25,7 +25,8 @@ end
 -- (`max_tool`) 'a' .. actions; else counts it in each capped count (live `window` ms from now),
 -- indexes the key, keeps the hash at least `keep` ms from now, and replies nil. With a `token`
 -- (the claim's, when the charge is a request of its own), the charge is noted under it, and
--- one this token made already is not made again (replies nil).
+-- one this token made and did not give back is not made again (replies nil): a charge given
+-- back ('') is made again by the same call's second pass (after a gone process's claim).
 -- Commands: HMGET, then HSET and PEXPIREAT.
 local function charge_turn(k, tool, key, max_calls, max_tool, window, keep, token)
   local charged = 'c' .. key .. (token or '')
@@ -34,7 +35,7 @@ local function charge_turn(k, tool, key, max_calls, max_tool, window, keep, toke
   if wrong then
     f = {}
   end
-  if token and f[6] then
+  if token and f[6] == '1' then
     return nil
   end
   local calls, actions = live(f, 1), live(f, 3)
