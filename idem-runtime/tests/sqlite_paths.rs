@@ -85,8 +85,27 @@ fn a_file_with_two_names_is_refused() {
             assert!(message.contains("2 names (hard links)"), "{message}");
         }
     }
+    // Named by a URI too.
+    let uri = format!("file:{}?cache=private", dir.file("other-name.db"));
+    let Err(Error::Config(message)) = SqliteStore::open(&uri) else {
+        panic!("{uri}: a file with two names was opened");
+    };
+    assert!(message.contains("2 names (hard links)"), "{message}");
     std::fs::remove_file(dir.path("other-name.db")).expect("unlink");
     SqliteStore::open(dir.path("idem.db")).expect("one name again: opens");
+    SqliteStore::open(format!("file://localhost{}", dir.file("idem.db"))).expect("a URI: opens");
+}
+
+/// A `file:` URI naming a relative path is refused (each connection the store opens later
+/// would resolve it against the working directory of its time); one naming a memory database
+/// opens.
+#[test]
+fn a_uri_naming_a_relative_path_is_refused() {
+    let Err(Error::Config(message)) = SqliteStore::open("file:idem.db?cache=shared") else {
+        panic!("a relative URI was opened");
+    };
+    assert!(message.contains("names a relative path"), "{message}");
+    SqliteStore::open("file:paths-memory?mode=memory&cache=shared").expect("a memory database");
 }
 
 /// The inspecting open (the CLI's) refuses another application's database without writing to

@@ -109,9 +109,10 @@ fn describe(record: &Record, now: u64, reopen: &str) -> String {
         State::InProgress => writeln!(
             out,
             "result       none yet: a caller holds the claim and is running the tool\n\n\
-             If that caller crashed, the claim frees itself when the lease ends (on a store that \
-             names the claiming process, as SQLite, Redis and PostgreSQL do, the next call \
-             takes it at once once that process is gone); to free it now:\n  {remove}"
+             If that caller crashed, the claim frees itself when the lease ends, or sooner \
+             where the store can tell that the claiming process is gone (on SQLite at the next \
+             call; on Redis and PostgreSQL a reply timeout after a call finds it); to free it \
+             now:\n  {remove}"
         ),
         State::Completed => writeln!(out, "result\n{result}"),
         State::Failed => writeln!(

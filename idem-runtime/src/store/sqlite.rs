@@ -183,16 +183,70 @@ pub struct SqliteStore {
 }
 
 /// `path` made absolute (against the working directory now), so that the connections the store
-/// opens later reach this file even if the process changes its working directory; a URI
-/// (`file:…`), `:memory:` and the empty path (SQLite's private databases) are taken as they are.
+/// opens later reach this file even if the process changes its working directory. `:memory:`,
+/// the empty path (SQLite's private databases) and a `file:` URI naming an absolute path or a
+/// memory database are taken as they are; a URI naming a relative path is refused (SQLite would
+/// resolve it again for each connection).
 fn file_path(path: &Path) -> Result<PathBuf> {
-    let special = path
-        .to_str()
-        .is_some_and(|text| text.is_empty() || text == ":memory:" || text.starts_with("file:"));
-    if special {
+    let Some(text) = path.to_str() else {
+        return std::path::absolute(path).map_err(|e| Error::store("open", e));
+    };
+    if text.is_empty() || text == ":memory:" {
+        return Ok(path.to_owned());
+    }
+    if let Some(uri) = text.strip_prefix("file:") {
+        if uri_file(uri).is_some_and(|file| file.is_relative()) {
+            return Err(Error::Config(format!(
+                "the SQLite URI {text} names a relative path, which each connection the store \
+                 opens would resolve against the working directory of its time: write an \
+                 absolute one (`file:/srv/agents/idem.db?…`), or a plain path"
+            )));
+        }
         return Ok(path.to_owned());
     }
     std::path::absolute(path).map_err(|e| Error::store("open", e))
+}
+
+/// The file a `file:` URI (given without its scheme) names: its path, percent-decoded, after an
+/// empty or `localhost` authority; `None` for a memory database or another host.
+fn uri_file(uri: &str) -> Option<PathBuf> {
+    let (file, query) = uri.split_once('?').unwrap_or((uri, ""));
+    let file = file.split('#').next().unwrap_or_default();
+    if file == ":memory:" || query.split('&').any(|param| param == "mode=memory") {
+        return None;
+    }
+    let file = match file.strip_prefix("//") {
+        Some(rest) => {
+            let (authority, path) = rest.find('/').map_or((rest, ""), |at| rest.split_at(at));
+            if !authority.is_empty() && authority != "localhost" {
+                return None;
+            }
+            path
+        }
+        None => file,
+    };
+    let bytes = file.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok());
+        match escaped {
+            Some(byte) => {
+                decoded.push(byte);
+                i += 3;
+            }
+            None => {
+                decoded.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    Some(PathBuf::from(
+        String::from_utf8_lossy(&decoded).into_owned(),
+    ))
 }
 
 /// Refuses a file with several names (hard links): SQLite keeps the write-ahead log and the
@@ -202,16 +256,22 @@ fn one_name(path: &Path) -> Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt;
-        if let Ok(metadata) = std::fs::metadata(path)
-            && metadata.nlink() > 1
-        {
+        let file = match path.to_str().and_then(|text| text.strip_prefix("file:")) {
+            Some(uri) => uri_file(uri),
+            None => Some(path.to_owned()),
+        };
+        let links = file
+            .and_then(|file| std::fs::metadata(file).ok())
+            .map_or(1, |metadata| metadata.nlink());
+        if links > 1 {
             return Err(Error::Config(format!(
-                "{} has {} names (hard links): SQLite keeps its write-ahead log and lock index \
-                 next to the name a process opens, so two names of one file are two databases \
-                 to it, and two processes could both run one action; give the file one name \
-                 (into a container, mount the directory that holds it, not the file)",
-                path.display(),
-                metadata.nlink()
+                "{} has {links} names (hard links): SQLite keeps its write-ahead log and lock \
+                 index next to the name a process opens, so two names of one file are two \
+                 databases to it, and two processes could both run one action; give the file \
+                 one name (into a container, mount the directory that holds it, not the file; \
+                 a hard link is no backup of a live database either, it is the same file: copy \
+                 it with `sqlite3 FILE \".backup COPY\"` or `VACUUM INTO`)",
+                path.display()
             )));
         }
     }
