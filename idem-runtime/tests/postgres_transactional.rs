@@ -14,7 +14,9 @@ use idem_tools_runtime::key::ArgsDigest;
 use idem_tools_runtime::store::{MemoryStore, PostgresStore, RecordState, Store};
 use idem_tools_runtime::turn::{MAX_NAMESPACE_LEN, MAX_TURN_ID_LEN};
 use idem_tools_runtime::{Call, Codec, Error, Outcome, ToolInfo, Turn};
-use postgres_common::ledger::{call, insert, ledger, record_state, rows, setup, transfer};
+use postgres_common::ledger::{
+    call, create_ledger, insert, ledger, record_state, rows, setup, transfer,
+};
 use postgres_common::{Cut, Failure, cleanup, postgres_url, proxy, unique_schema};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{Connection, PgConnection};
@@ -80,13 +82,7 @@ async fn a_panic_rolls_back_and_the_connection_goes_back_clean() {
         .connect(&url)
         .await
         .expect("connect");
-    sqlx::raw_sql(&format!(
-        "CREATE TABLE {} (id bigserial PRIMARY KEY, memo text NOT NULL)",
-        ledger(&store)
-    ))
-    .execute(store.pool())
-    .await
-    .expect("create the ledger");
+    create_ledger(&store).await;
     let turn = Turn::new("turn-panic");
     let shared: Arc<dyn Store> = Arc::new(store.clone());
     let table = ledger(&store);
@@ -577,13 +573,7 @@ async fn literals_mean_themselves_under_every_quoting_setting() {
         .await
         .expect("show");
     assert_eq!(setting, "off");
-    sqlx::raw_sql(&format!(
-        "CREATE TABLE {} (id bigserial PRIMARY KEY, memo text NOT NULL)",
-        ledger(&store)
-    ))
-    .execute(store.pool())
-    .await
-    .expect("create the ledger");
+    create_ledger(&store).await;
     hostile_literals(&store).await;
     // A tool whose name is hostile too.
     let shared: Arc<dyn Store> = Arc::new(store.clone());

@@ -106,24 +106,32 @@ async fn master_of(urls: &[String], redis_key: &str) -> String {
     panic!("no master serves {redis_key}");
 }
 
+/// Sends `CLIENT KILL` of every normal connection but `admin`'s, from a task: it waits behind
+/// a frozen server's queued requests, and kills their connections once they ran.
+fn kill_connections(
+    mut admin: redis::aio::MultiplexedConnection,
+) -> tokio::task::JoinHandle<redis::RedisResult<redis::Value>> {
+    tokio::spawn(async move {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async::<redis::Value>(&mut admin)
+            .await
+    })
+}
+
 /// Runs `work` while the master at `url` loses the reply of the request `work` sends it first:
 /// frozen, the request queued, `CLIENT KILL` of every normal connection queued behind it, thawed.
 async fn losing_a_reply<T>(url: &str, work: impl Future<Output = T>) -> T {
     let node = Node::of(url).await;
-    let mut admin = raw(url).await;
+    let admin = raw(url).await;
     node.freeze();
     let choreography = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let kill = tokio::spawn(async move {
-            redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("normal")
-                .arg("SKIPME")
-                .arg("yes")
-                .query_async::<redis::Value>(&mut admin)
-                .await
-        });
+        let kill = kill_connections(admin);
         tokio::time::sleep(Duration::from_millis(300)).await;
         node.thaw();
         let _ = kill.await;
@@ -328,7 +336,7 @@ async fn a_refund_sent_again_gives_its_action_back_once() {
     let keys = keys_apart(&a, &urls, namespace, turn, 3).await;
     let turn_node = Node::of(&master_of(&urls, &a.turn_key(namespace, turn)).await).await;
     let record_node = Node::of(&master_of(&urls, &a.redis_key(namespace, &keys[0])).await).await;
-    let mut admin = raw(&master_of(&urls, &a.turn_key(namespace, turn)).await).await;
+    let admin = raw(&master_of(&urls, &a.turn_key(namespace, turn)).await).await;
     let fp = fingerprint("refund");
     let charge = Charge {
         turn: TurnIdentity::new(namespace, turn),
@@ -351,16 +359,7 @@ async fn a_refund_sent_again_gives_its_action_back_once() {
         turn_node.freeze();
         record_node.thaw(); // one claims; the other finds it and its refund waits
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let kill = tokio::spawn(async move {
-            redis::cmd("CLIENT")
-                .arg("KILL")
-                .arg("TYPE")
-                .arg("normal")
-                .arg("SKIPME")
-                .arg("yes")
-                .query_async::<redis::Value>(&mut admin)
-                .await
-        });
+        let kill = kill_connections(admin);
         tokio::time::sleep(Duration::from_millis(300)).await;
         turn_node.thaw(); // the refund runs, its reply is lost, it is sent again
         let _ = kill.await;
@@ -460,7 +459,7 @@ async fn duplicates_charge_one_action(lose_replies: bool) {
     let keys = keys_apart(&stores[0], &urls, namespace, turn, 3).await;
     let turn_master = master_of(&urls, &stores[0].turn_key(namespace, turn)).await;
     let turn_node = Node::of(&turn_master).await;
-    let mut admin = raw(&turn_master).await;
+    let admin = raw(&turn_master).await;
     let fp = fingerprint("duplicates");
     let charge = Charge {
         turn: TurnIdentity::new(namespace, turn),
@@ -479,16 +478,7 @@ async fn duplicates_charge_one_action(lose_replies: bool) {
     let choreography = async {
         tokio::time::sleep(Duration::from_millis(600)).await; // all checked; charges wait
         if lose_replies {
-            let kill = tokio::spawn(async move {
-                redis::cmd("CLIENT")
-                    .arg("KILL")
-                    .arg("TYPE")
-                    .arg("normal")
-                    .arg("SKIPME")
-                    .arg("yes")
-                    .query_async::<redis::Value>(&mut admin)
-                    .await
-            });
+            let kill = kill_connections(admin);
             tokio::time::sleep(Duration::from_millis(300)).await;
             turn_node.thaw(); // the charges run, their replies are lost, each is sent again
             let _ = kill.await;

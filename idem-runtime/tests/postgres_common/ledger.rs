@@ -18,14 +18,19 @@ pub static TRANSFER: ToolInfo = ToolInfo::idempotent("transfer");
 pub async fn setup(tag: &str) -> Option<PostgresStore> {
     let url = postgres_url(tag)?;
     let store = store(&url, tag).await;
-    let schema = store.schema().expect("a test schema");
+    create_ledger(&store).await;
+    Some(store)
+}
+
+/// Creates the application's table ([`ledger`]) next to idem's, in the store's schema.
+pub async fn create_ledger(store: &PostgresStore) {
     sqlx::raw_sql(&format!(
-        "CREATE TABLE \"{schema}\".ledger (id bigserial PRIMARY KEY, memo text NOT NULL)"
+        "CREATE TABLE {} (id bigserial PRIMARY KEY, memo text NOT NULL)",
+        ledger(store)
     ))
     .execute(store.pool())
     .await
     .expect("create the ledger");
-    Some(store)
 }
 
 pub fn ledger(store: &PostgresStore) -> String {

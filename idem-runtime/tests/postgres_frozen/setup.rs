@@ -12,6 +12,7 @@ use idem_tools_runtime::{Call, Codec, Error, ToolInfo, Turn};
 use sqlx::PgConnection;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
+pub use crate::postgres_common::ledger::{create_ledger, ledger};
 use crate::postgres_common::{Failure, postgres_url, unique_schema};
 
 /// The stores' lock timeout and reply timeout in these tests.
@@ -78,13 +79,7 @@ impl Frozen {
             }
         }
         .expect("open the store");
-        sqlx::raw_sql(&format!(
-            "CREATE TABLE {} (id bigserial PRIMARY KEY, memo text NOT NULL)",
-            ledger(&store)
-        ))
-        .execute(store.pool())
-        .await
-        .expect("create the ledger");
+        create_ledger(&store).await;
         Some(Frozen {
             forwarder,
             server,
@@ -124,11 +119,6 @@ impl Frozen {
 }
 
 use sqlx::Connection as _;
-
-/// The application's table next to idem's.
-pub fn ledger(store: &PostgresStore) -> String {
-    format!("\"{}\".ledger", store.schema().expect("a test schema"))
-}
 
 /// A plain tool with a 10 s lease.
 pub static SEND: ToolInfo = ToolInfo::idempotent("send").with_lease(Duration::from_secs(10));
