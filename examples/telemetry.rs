@@ -3,8 +3,8 @@
 //! Each call of an `#[idempotent]` tool runs inside a span named `idem.tool_call` (exported to
 //! OpenTelemetry under the tool's name), the tool's own spans nest under it, and the call ends
 //! with one `tool call` event. Here a `fmt` subscriber prints them, with a line when each span
-//! closes; in production a `tracing-opentelemetry` layer ships the same spans (see the
-//! README's "Observability" section).
+//! closes; in production a `tracing-opentelemetry` layer ships the same spans (see
+//! docs/observability.md).
 
 use std::sync::Arc;
 
