@@ -461,8 +461,8 @@ pub use idem_tools_runtime::store::{PostgresStore, postgres::PostgresStoreBuilde
 #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
 pub use idem_tools_runtime::store::{RedisStore, redis::RedisStoreBuilder};
 pub use idem_tools_runtime::{
-    Call, Codec, Conversation, Error, Key, KeyKept, MemoryStore, Mismatch, Outcome, Result, Stats,
-    Store, ToolInfo, ToolKind, Turn, Unkeyed, current_key, default_store, execute,
+    Call, Codec, Conversation, Earlier, Error, Key, KeyKept, MemoryStore, Mismatch, Outcome,
+    Result, Stats, Store, ToolInfo, ToolKind, Turn, Unkeyed, current_key, default_store, execute,
     execute_detached, set_default_store, stats,
 };
 pub use idem_tools_runtime::{clock, key};

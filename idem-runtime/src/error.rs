@@ -98,6 +98,10 @@ pub enum Error {
         /// Whether the call that holds the key is still running (its result not recorded
         /// yet): it may still fail and give the key back.
         running: bool,
+        /// What the record of the call that holds the key says became of its action, when it
+        /// is not `running` ([`Earlier::Done`] while it runs): the model is told the action was
+        /// done only if it was.
+        earlier: Earlier,
         /// How many calls this process refused for reusing this key with other arguments,
         /// this one included (the key names its turn: every run of the turn here counts):
         /// from the second on, the model is told to stop ([`model_text`](Error::model_text)).
@@ -459,6 +463,21 @@ pub enum Mismatch {
     /// The key was derived from the arguments: one of these, in the fingerprint but not in the
     /// key (`skip(..)`), differs.
     Unkeyed(Unkeyed),
+}
+
+/// What became of the earlier call that holds a key reused with other arguments
+/// ([`Error::PayloadMismatch`]'s `earlier`), as its record says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Earlier {
+    /// It finished and its result is recorded (or it finished and its result cannot be
+    /// replayed): the action was done.
+    Done,
+    /// It failed and its `Err` is recorded (`cache_errors`): the action was not done, and its
+    /// failure answers every call with its exact arguments.
+    Failed,
+    /// It was cut off before it finished (its key is kept interrupted): the action may or may
+    /// not have taken effect.
+    Interrupted,
 }
 
 /// The arguments of a call that are in its fingerprint but not in its key: those of a tool's

@@ -24,7 +24,7 @@ pub mod turn;
 
 pub use conversation::Conversation;
 pub use engine::{Call, Codec, current_key, execute, execute_detached, spawn};
-pub use error::{Error, KeyKept, Mismatch, Result, Unkeyed};
+pub use error::{Earlier, Error, KeyKept, Mismatch, Result, Unkeyed};
 pub use key::{Fingerprint, Key};
 pub use stats::{Outcome, Stats, stats};
 #[cfg(feature = "postgres")]

@@ -161,6 +161,7 @@ mod tests {
             key: key(),
             differs: Mismatch::Unkeyed(crate::Unkeyed::new(skipped, present)),
             running: false,
+            earlier: crate::Earlier::Done,
             refused: 1,
         };
         let one = model_message(&mismatch(&["client", "memo"], 0b10)).unwrap();
@@ -181,6 +182,7 @@ mod tests {
             key: key(),
             differs: Mismatch::CallerKey,
             running: false,
+            earlier: crate::Earlier::Done,
             refused: 1,
         })
         .unwrap();
@@ -194,6 +196,7 @@ mod tests {
             key: key(),
             differs: Mismatch::CallerKey,
             running: false,
+            earlier: crate::Earlier::Done,
             refused: 1,
         });
         assert_eq!(data.code, ErrorCode::INVALID_PARAMS);

@@ -8,7 +8,7 @@
 //! no key and no store. An integration gives the model this text, never the `Display` one
 //! (over MCP, `From<Error> for rmcp::ErrorData`; in rig's agent loop, `idem_tools::rig`).
 
-use crate::error::{Error, Mismatch, actions, times};
+use crate::error::{Earlier, Error, Mismatch, actions, times};
 
 /// What a model is told to do about a failure of the application rather than of its call.
 const UNAVAILABLE: &str = "The problem is in the application, not in your call: do not call \
@@ -135,9 +135,10 @@ impl Error {
             Error::PayloadMismatch {
                 differs,
                 running,
+                earlier,
                 refused,
                 ..
-            } => mismatch_message(*differs, *running, *refused),
+            } => mismatch_message(*differs, *running, *earlier, *refused),
             Error::InFlight { free_within, .. } => format!(
                 "The same action, with these same arguments, is still running from an earlier \
                  call. Wait a little (up to {}), then call it again with the same arguments to get \
@@ -237,11 +238,16 @@ fn seconds(wait: std::time::Duration) -> String {
 }
 
 /// What a model reads when a key is reused with other arguments, by a call still `running` or
-/// recorded, refused `refused` times in this process: which arguments differ, and what it can
-/// do (in the words of a tool call: no Rust API); from the second refusal of a recorded action
-/// on, to stop (a model that lost the earlier arguments, restarted from the top, rewords again
-/// and again). A running call may still fail and give the key back: it is waited for.
-fn mismatch_message(differs: Mismatch, running: bool, refused: u32) -> String {
+/// recorded (its action then `earlier`: done, failed or cut off), refused `refused` times in
+/// this process: which arguments differ, and what it can do (in the words of a tool call: no
+/// Rust API); from the second refusal of a recorded action on, to stop (a model that lost the
+/// earlier arguments, restarted from the top, rewords again and again). A running call may
+/// still fail and give the key back: it is waited for. An action is said to be done only if
+/// its record says so.
+fn mismatch_message(differs: Mismatch, running: bool, earlier: Earlier, refused: u32) -> String {
+    if !running && earlier != Earlier::Done {
+        return undone_mismatch_message(differs, earlier, refused);
+    }
     let names: Vec<String> = match differs {
         Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
         Mismatch::CallerKey => Vec::new(),
@@ -307,6 +313,52 @@ fn mismatch_message(differs: Mismatch, running: bool, refused: u32) -> String {
     )
 }
 
+/// [`mismatch_message`] for a recorded action that failed or was cut off: never "done".
+fn undone_mismatch_message(differs: Mismatch, earlier: Earlier, refused: u32) -> String {
+    let (became, next) = match earlier {
+        Earlier::Failed => (
+            "failed, and its failure is recorded: it will not be tried again in this turn",
+            "tell the user that it failed",
+        ),
+        _ => (
+            "was interrupted before it finished, so it may or may not have taken effect",
+            "check whether it happened (for example with a read-only tool), or tell the user \
+             that it may or may not have been done",
+        ),
+    };
+    let names: Vec<String> = match differs {
+        Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
+        Mismatch::CallerKey => Vec::new(),
+    };
+    let stop = if refused > 1 {
+        format!(
+            " This call was refused {} for it: stop calling this tool for this action.",
+            times(refused)
+        )
+    } else {
+        String::new()
+    };
+    let earlier_call = match names.len() {
+        0 => "An earlier call with this idempotency key, for an action with different \
+              arguments or for another account or object this tool acts for,"
+            .to_owned(),
+        1 => format!(
+            "An earlier call of this tool in this turn, with the same arguments except that {} \
+             differs (which does not make it another action),",
+            names[0]
+        ),
+        _ => format!(
+            "An earlier call of this tool in this turn, with the same arguments except that one \
+             of {} differs (which does not make it another action),",
+            names.join(", ")
+        ),
+    };
+    format!(
+        "{earlier_call} {became}. So this call was refused and nothing was done now.{stop} Do \
+         not say that the action was done: {next}."
+    )
+}
+
 /// One error of every kind, for the tests of the texts a model reads.
 #[cfg(test)]
 pub(crate) fn every_error() -> Vec<Error> {
@@ -336,6 +388,7 @@ pub(crate) fn every_error() -> Vec<Error> {
             key: key(),
             differs: crate::error::Mismatch::CallerKey,
             running: false,
+            earlier: Earlier::Done,
             refused: 1,
         },
         Error::InFlight {
@@ -490,6 +543,7 @@ mod tests {
                 key,
                 differs,
                 running,
+                earlier: Earlier::Done,
                 refused,
             }
             .model_text()
@@ -527,6 +581,49 @@ mod tests {
                 let again = again.replace("idempotency key", "");
                 for marker in RUST_API_MARKERS {
                     assert!(!again.contains(marker), "{marker:?} in {again}");
+                }
+            }
+        }
+    }
+
+    /// A key reused with other arguments whose record holds a failure (`cache_errors`) or the
+    /// marker of a call cut off is never said to be done (before: "This tool already did this
+    /// action … it was done", and from the second refusal "tell the user what was done": a
+    /// declined charge reported as made; found by a review of reworded retries).
+    #[test]
+    fn a_reused_key_whose_action_failed_or_was_cut_off_is_not_called_done() {
+        let key = crate::Key::from_bytes([7; 32]).short();
+        let memo = Mismatch::Unkeyed(crate::Unkeyed::new(&["memo"], 0b1));
+        for differs in [memo, Mismatch::CallerKey] {
+            for (earlier, says) in [
+                (Earlier::Failed, "tell the user that it failed"),
+                (Earlier::Interrupted, "may or may not have taken effect"),
+            ] {
+                for refused in [1, 2, 5] {
+                    let text = Error::PayloadMismatch {
+                        tool: "charge",
+                        key,
+                        differs,
+                        running: false,
+                        earlier,
+                        refused,
+                    }
+                    .model_text();
+                    assert!(text.contains(says), "{text}");
+                    assert!(text.contains("nothing was done now"), "{text}");
+                    for claim in ["already did", "it was done", "stands", "what was done"] {
+                        assert!(!text.contains(claim), "{claim:?} in {text}");
+                    }
+                    assert_eq!(
+                        text.contains("stop calling this tool"),
+                        refused > 1,
+                        "{text}"
+                    );
+                    assert!(!text.contains("  ") && !text.contains('\n'), "{text:?}");
+                    let text = text.replace("idempotency key", "");
+                    for marker in RUST_API_MARKERS {
+                        assert!(!text.contains(marker), "{marker:?} in {text}");
+                    }
                 }
             }
         }

@@ -151,3 +151,98 @@ async fn a_reworded_call_of_a_key_running_here_is_a_mismatch_at_once() {
         Ok(value) => panic!("ran: {value}"),
     }
 }
+
+/// The texts that say the earlier call's action was done ("already did this action", "it was
+/// done", "the earlier call stands").
+fn says_it_was_done(text: &str) -> bool {
+    [
+        "already did this action",
+        "it was done",
+        "earlier call stands",
+    ]
+    .iter()
+    .any(|claim| text.contains(claim))
+}
+
+/// An attached call cut off mid-run leaves its key interrupted (the action may or may not have
+/// taken effect). A reworded retry (the memo, left out of the key, differs) is the same action:
+/// it must not be told that the action was done — the model would tell the user a charge went
+/// through that may never have happened — but that its outcome is unknown.
+#[tokio::test]
+async fn a_reworded_call_of_an_interrupted_action_is_not_told_it_was_done() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turn = Turn::new("interrupted").with_store(Arc::clone(&store));
+    let cut_off = tokio::time::timeout(
+        Duration::from_millis(50),
+        execute(call(&turn, "acct-1", "x"), Codec::ok_only(), async {
+            std::future::pending::<()>().await;
+            Ok::<_, Error>("charged (x)".to_owned())
+        }),
+    )
+    .await;
+    assert!(cut_off.is_err(), "the caller gave up mid-run");
+    // The same arguments: told the outcome is unknown.
+    let same = charge(&turn, "acct-1", "x").await;
+    assert!(matches!(same, Err(Error::Interrupted { .. })), "{same:?}");
+    // Reworded, once then again (the second refusal of the key is where a model is told to
+    // stop and tell the user "what was done").
+    for _ in 0..2 {
+        let reworded = charge(&turn, "acct-1", "reworded").await;
+        let text = match &reworded {
+            Err(error) => error.model_text(),
+            Ok(value) => panic!("ran the interrupted action again: {value}"),
+        };
+        assert!(
+            !says_it_was_done(&text) && text.contains("may or may not have taken effect"),
+            "a reworded call of an interrupted action ({reworded:?}) reads: {text}"
+        );
+    }
+}
+
+/// `cache_errors`: the first call's `Err` (the card was declined) is recorded. A reworded retry
+/// (the memo, left out of the key, differs) must not be told that the action was done: the
+/// model would tell the user the charge went through.
+#[tokio::test]
+async fn a_reworded_call_of_an_action_that_failed_is_not_told_it_was_done() {
+    static CACHED: ToolInfo = ToolInfo::idempotent("charge_cached")
+        .with_skipped(&["memo"])
+        .with_cache_errors();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turn = Turn::new("declined").with_store(Arc::clone(&store));
+    let charge = |memo: &'static str| {
+        let mut args = ArgsDigest::new(CACHED.name);
+        args.arg("account", "acct-1").unwrap();
+        args.fingerprint_arg("memo", memo).unwrap();
+        let (key, fp) = args.finish(turn.namespace(), turn.id(), CACHED.name, CACHED.version);
+        let call = Call::new(&CACHED, &turn, key, fp).with_unkeyed(Some(0b1));
+        execute(call, Codec::ok_and_err(), async {
+            Err::<String, _>(Declined("the card was declined".to_owned()))
+        })
+    };
+    let first = charge("x").await;
+    assert_eq!(first, Err(Declined("the card was declined".to_owned())));
+    // The same arguments replay the failure.
+    assert_eq!(charge("x").await, first);
+    for _ in 0..2 {
+        let reworded = charge("reworded").await;
+        let text = match &reworded {
+            Err(Declined(text)) => text.clone(),
+            Ok(value) => panic!("ran the failed action again: {value}"),
+        };
+        assert!(
+            !says_it_was_done(&text),
+            "a reworded call of an action that failed ({reworded:?}) reads: {text}"
+        );
+    }
+}
+
+/// A tool's own error, recorded with `cache_errors`; idem's errors are given as their model
+/// text.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Declined(String);
+
+impl From<Error> for Declined {
+    fn from(error: Error) -> Self {
+        Declined(error.model_text())
+    }
+}

@@ -23,6 +23,7 @@ use super::report::Reporter;
 use super::telemetry::{self, CallSpan, in_span};
 use crate::Error;
 use crate::conversation::overlap::Watch;
+use crate::error::Earlier;
 use crate::flight::{self, Leader, Role, Waited};
 use crate::replay::decode_panicked;
 use crate::stats::Outcome;
@@ -279,7 +280,7 @@ fn asking<'a, A: Asker>(
                         None
                     }
                     Ok(Begin::Completed(first)) if first.fingerprint != call.fingerprint => {
-                        Some(mismatch(&mut guard, &call, &first.fingerprint, false))
+                        Some(mismatch_recorded(&mut guard, &call, &first))
                     }
                     Ok(Begin::Completed(first)) => {
                         leader.publish(|| first.clone());
@@ -291,9 +292,9 @@ fn asking<'a, A: Asker>(
                             decode,
                         ));
                     }
-                    Ok(Begin::InFlight { fingerprint }) if fingerprint != call.fingerprint => {
-                        Some(mismatch(&mut guard, &call, &fingerprint, true))
-                    }
+                    Ok(Begin::InFlight { fingerprint }) if fingerprint != call.fingerprint => Some(
+                        mismatch(&mut guard, &call, &fingerprint, true, Earlier::Done),
+                    ),
                     Ok(Begin::InFlight { .. }) => None,
                     Ok(Begin::Refused(exhausted)) => {
                         Some(over_budget(&mut guard, &call, exhausted))
@@ -782,7 +783,7 @@ pub(super) fn recorded(
     decode: Decode<'_>,
 ) -> Answer {
     if first.fingerprint != call.fingerprint {
-        return mismatch(guard, call, &first.fingerprint, false);
+        return mismatch_recorded(guard, call, &first);
     }
     // The decoder answers a marker with its error: the outcome says which. A `Deserialize`
     // that panics (it validates what an earlier version recorded) is a decode error: the
@@ -812,19 +813,35 @@ pub(super) fn refuse(guard: &mut Guard, outcome: Outcome, error: Error) -> Answe
 }
 
 /// Refuses `call`, whose key was used before with the fingerprint `recorded`, by a call
-/// still `running` or recorded.
+/// still `running` or recorded (its action then `earlier`).
 pub(super) fn mismatch(
     guard: &mut Guard,
     call: &Call,
     recorded: &crate::Fingerprint,
     running: bool,
+    earlier: Earlier,
 ) -> Answer {
-    let error = call.mismatch(recorded, running);
+    let error = call.mismatch(recorded, running, earlier);
     let outcome = match error {
         Error::NameClash { .. } => Outcome::ConfigError,
         _ => Outcome::PayloadMismatch,
     };
     refuse(guard, outcome, error)
+}
+
+/// Refuses `call`, whose key holds `first`, recorded for other arguments: saying what the
+/// record holds — a result, a recorded `Err`, or the marker of a call cut off — so that a model
+/// is never told an action was done that failed or may not have happened.
+pub(super) fn mismatch_recorded(guard: &mut Guard, call: &Call, first: &FirstResult) -> Answer {
+    use crate::replay::{RecordKind, kind};
+    let earlier = match kind(&first.result) {
+        Ok(RecordKind::Err) => Earlier::Failed,
+        Ok(RecordKind::Interrupted) => Earlier::Interrupted,
+        // A result, or one that cannot be replayed: the action ran to its end. A record that
+        // does not open says nothing more; the refusal stands as it was.
+        Ok(RecordKind::Ok | RecordKind::NotReplayable { .. }) | Err(_) => Earlier::Done,
+    };
+    mismatch(guard, call, &first.fingerprint, false, earlier)
 }
 
 pub(super) fn in_flight(guard: &mut Guard, call: &Call, wait_until: Instant) -> Answer {

@@ -25,7 +25,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::Error;
-use crate::error::{Mismatch, Unkeyed};
+use crate::error::{Earlier, Mismatch, Unkeyed};
 use crate::flight;
 use crate::key::{Fingerprint, Key};
 use crate::store::{BeginRequest, Lease, LeaseToken, Store, default_store};
@@ -217,7 +217,7 @@ impl Call {
     /// still `running`, or recorded): by a call with other arguments — or, for a tool whose
     /// fingerprints are marked, by another tool of the same name (the same arguments under
     /// another mark).
-    fn mismatch(&self, recorded: &Fingerprint, running: bool) -> Error {
+    fn mismatch(&self, recorded: &Fingerprint, running: bool, earlier: Earlier) -> Error {
         let (tool, key) = (self.tool.name, self.key.short());
         let marked = matches!(self.origin, Origin::Tool(_) | Origin::CallerKey);
         if marked && recorded.same_arguments(&self.fingerprint) {
@@ -242,6 +242,7 @@ impl Call {
             key,
             differs,
             running,
+            earlier,
             refused,
         }
     }
