@@ -246,3 +246,65 @@ impl From<Error> for Declined {
         Declined(error.model_text())
     }
 }
+
+/// `cache_errors` with an error type whose record does not replay as it was returned (two
+/// untagged variants that serialize alike): the failure is recorded as "ran, result not
+/// replayable", and a retry with the same arguments reads "This action already ran … the
+/// action is done" — of a charge that was declined. Either such an `Err` is not cached (its
+/// key given back, as without `cache_errors`: a retry runs it again), or the marker says the
+/// action failed, which needs a marker kind the record format does not have (found by a review
+/// of reworded retries).
+#[tokio::test]
+#[ignore = "a not-replayable marker does not say whether the call failed: fix by not caching such an Err, or by a marker kind of its own"]
+async fn a_failure_that_cannot_be_replayed_is_not_called_done() {
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Declined {
+        text: String,
+    }
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    struct Refused {
+        text: String,
+    }
+    /// Untagged: `Card` replays as `Idem`, a type of another name (the check refuses it).
+    #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+    #[serde(untagged)]
+    enum Lossy {
+        Idem(Refused),
+        Card(Declined),
+    }
+    impl From<Error> for Lossy {
+        fn from(error: Error) -> Self {
+            Lossy::Idem(Refused {
+                text: error.model_text(),
+            })
+        }
+    }
+    static LOSSY: ToolInfo = ToolInfo::idempotent("charge_lossy").with_cache_errors();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turn = Turn::new("lossy").with_store(Arc::clone(&store));
+    let charge = || {
+        let mut args = ArgsDigest::new(LOSSY.name);
+        args.arg("account", "acct-1").unwrap();
+        let (key, fp) = args.finish(turn.namespace(), turn.id(), LOSSY.name, LOSSY.version);
+        execute(
+            Call::new(&LOSSY, &turn, key, fp),
+            Codec::ok_and_err(),
+            async {
+                Err::<String, _>(Lossy::Card(Declined {
+                    text: "the card was declined".to_owned(),
+                }))
+            },
+        )
+    };
+    let first = charge().await;
+    assert!(matches!(&first, Err(Lossy::Card(_))), "{first:?}");
+    let retry = charge().await;
+    let text = match &retry {
+        Err(Lossy::Card(Declined { text }) | Lossy::Idem(Refused { text })) => text.clone(),
+        Ok(value) => panic!("{value}"),
+    };
+    assert!(
+        !text.contains("the action is done"),
+        "a retry of a declined charge reads: {text}"
+    );
+}
