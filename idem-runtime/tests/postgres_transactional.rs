@@ -69,6 +69,62 @@ async fn an_err_rolls_back_the_rows_and_the_claim_and_a_retry_runs_afresh() {
     cleanup(&store).await;
 }
 
+/// A tool with `cache_errors` whose `Err` would not replay as returned (two untagged variants
+/// that serialize alike): its `Err` was recorded as a not-replayable marker, and the body's
+/// rows committed with it, though the tool failed. It rolls back like every `Err`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_err_that_would_not_replay_rolls_back_too() {
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Declined {
+        text: String,
+    }
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    struct Refused {
+        text: String,
+    }
+    /// Untagged: `Card` replays as `Idem`, a type of another name (the check refuses it).
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    #[serde(untagged)]
+    enum Lossy {
+        Idem(Refused),
+        Card(Declined),
+    }
+    impl From<Error> for Lossy {
+        fn from(error: Error) -> Self {
+            Lossy::Idem(Refused {
+                text: error.to_string(),
+            })
+        }
+    }
+    let Some(store) = setup("tx_lossy_err").await else {
+        return;
+    };
+    let turn = Turn::new("turn-lossy-err");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let failed = transactional::execute(
+        call(&turn, &shared, "l"),
+        Codec::ok_and_err(),
+        async |conn: &mut PgConnection| -> Result<i64, Lossy> {
+            insert(conn, &table, "l").await.expect("inserts");
+            Err(Lossy::Card(Declined {
+                text: "declined".to_owned(),
+            }))
+        },
+    )
+    .await;
+    assert!(matches!(failed, Err(Lossy::Card(_))), "{failed:?}");
+    assert_eq!(rows(&store, "l").await, 0, "the row was rolled back");
+    assert_eq!(
+        record_state(&store, &turn, "l").await,
+        None,
+        "so was the claim"
+    );
+    transfer(&store, &turn, "l").await.expect("the retry runs");
+    assert_eq!(rows(&store, "l").await, 1);
+    cleanup(&store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_panic_rolls_back_and_the_connection_goes_back_clean() {
     let Some(url) = postgres_url("tx_panic") else {

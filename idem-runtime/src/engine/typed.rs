@@ -151,12 +151,26 @@ impl<T, E> Codec<T, E> {
                 bytes: bytes.into(),
                 ok: result.is_ok(),
             },
+            // An `Err` that would not replay as returned is not recorded: a marker would tell a
+            // retry that the tool ran, and a model that the action was done.
+            Some(Recorded::Unreplayable { error, .. }) if result.is_err() => {
+                unreplayable_err(tool, &error)
+            }
             Some(Recorded::Unreplayable { bytes, error }) => Finished::Unreplayable {
                 bytes: bytes.into(),
                 reason: error.to_string(),
             },
         }
     }
+}
+
+/// What the engine does with an `Err` (of a tool with `cache_errors`) whose record would not
+/// replay as returned (`error` says why): give the key back, as without `cache_errors`, so that
+/// a retry runs the tool again rather than being told it ran. Compiled once.
+fn unreplayable_err(tool: &'static str, error: &Error) -> Finished {
+    tracing::warn!(target: "idem", tool, %error, "the tool's `Err` would not replay as it was \
+        returned, so it is not recorded: its key is given back and a retry runs the tool again");
+    Finished::Release
 }
 
 /// `record()`, or, if it panicked (the result's `Serialize` or `Deserialize`, or the
