@@ -468,13 +468,13 @@ pub use idem_tools_runtime::{
 pub use idem_tools_runtime::{clock, key};
 
 /// Spawns `future` on the current Tokio runtime *inside this task's turn and tool calls*: in
-/// the new task, [`Turn::current`] is this task's turn, [`current_key`] this task's key, and a
-/// tool called there with a key a caller holds fails at once with [`Error::Reentrant`] instead
-/// of waiting for itself. Inside an MCP tool call routed by an `IdemServer` (feature `rmcp`),
-/// the client's idempotency key is shared with it: whichever `#[idempotent]` tool of the call
-/// runs first, here or in the new task, is keyed by it. `tokio::spawn` carries none
-/// of these (task-locals do not follow a spawn): use this for work a tool, or a handler, hands
-/// to a task of its own.
+/// the new task, [`Turn::current`] is this task's turn, [`current_key`] this task's key while
+/// its tool runs, and a tool called there with a key a caller holds fails at once with
+/// [`Error::Reentrant`] instead of waiting for itself. Inside an MCP tool call routed by an
+/// `IdemServer` (feature `rmcp`), the client's idempotency key is shared with it: whichever
+/// `#[idempotent]` tool of the call runs first, here or in the new task, is keyed by it.
+/// `tokio::spawn` carries none of these (task-locals do not follow a spawn): use this for work
+/// a tool, or a handler, hands to a task of its own.
 ///
 /// ```
 /// use idem_tools::{Turn, spawn};

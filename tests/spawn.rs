@@ -117,3 +117,39 @@ async fn a_tool_called_from_a_plain_tokio_task_is_told_to_use_idem_spawn() {
     assert!(matches!(error, Error::NoTurn { .. }), "{error:?}");
     assert!(error.to_string().contains("idem_tools::spawn"), "{error}");
 }
+
+static LATER_KEY: std::sync::Mutex<Option<tokio::task::JoinHandle<Option<idem_tools::Key>>>> =
+    std::sync::Mutex::new(None);
+
+/// Hands a task of its own a request to send once the tool is over (a follow-up notice): the
+/// task reads the key an `Idempotency-Key` header would carry when it sends it.
+#[idempotent]
+async fn charge_then_notify(cents: u64) -> Result<u64, Error> {
+    let later = idem_tools::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        current_key()
+    });
+    *LATER_KEY.lock().unwrap() = Some(later);
+    Ok(cents)
+}
+
+/// `current_key()` is "the key of the `#[idempotent]` tool running in this task": a task the
+/// tool spawned that outlives it runs no tool, and a request it sends then is another request
+/// than the tool's. Handed the finished tool's key, the `IdempotencyKey` middleware sends it
+/// as that request's `Idempotency-Key`, and an API that deduplicates by the key answers the
+/// new request with the tool's response.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_task_that_outlives_its_tool_has_no_current_key() {
+    let turn = Turn::new("outlived-key");
+    assert_eq!(turn.scope(charge_then_notify(500)).await.unwrap(), 500);
+    let later = LATER_KEY
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the tool spawned its follow-up");
+    assert_eq!(
+        later.await.unwrap(),
+        None,
+        "the tool is over: no tool runs in the task"
+    );
+}

@@ -19,7 +19,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use crate::Error;
-use crate::engine::{current_key, held};
+use crate::engine::held;
 use crate::key::{ArgsDigest, Key};
 
 use super::MODEL_STEP;
@@ -92,7 +92,7 @@ pub(crate) fn watch() -> Option<Arc<Watch>> {
     let (watch, held) = WITHIN
         .try_with(|within| (Arc::clone(&within.watch), within.held))
         .ok()?;
-    (held == current_key()).then_some(watch)
+    (held == held::innermost_key()).then_some(watch)
 }
 
 /// The watch of the call a model made that this task runs in, if any (also inside the tools it
@@ -106,7 +106,7 @@ pub(crate) fn enclosing_watch() -> Option<Arc<Watch>> {
 pub(crate) async fn enter<F: Future>(scope: Key, watch: Arc<Watch>, future: F) -> F::Output {
     let within = Within {
         scope,
-        held: current_key(),
+        held: held::innermost_key(),
         watch,
     };
     WITHIN.scope(within, future).await

@@ -42,7 +42,10 @@ impl Held {
     }
 }
 
-/// The key of the `#[idempotent]` tool running in this task, if any.
+/// The key of the `#[idempotent]` tool running in this task, if any. In a task the tool
+/// handed work to ([`spawn`](crate::spawn)), the tool's key while it runs; once it is over, the
+/// task runs no tool (`None`, or the key of a tool that called it and still runs): a request the
+/// task sends then is not the tool's, and must not carry its key.
 ///
 /// Forward it to downstream APIs that deduplicate (an `Idempotency-Key` HTTP header, a message
 /// id): that closes the one window idem cannot close alone, a crash after the side effect and
@@ -66,6 +69,14 @@ impl Held {
 /// # Ok(()) }
 /// ```
 pub fn current_key() -> Option<Key> {
+    HELD.try_with(|held| held.running().next().map(|held| held.key))
+        .ok()
+        .flatten()
+}
+
+/// The key of the innermost tool this task runs in, or was spawned from, whether or not its
+/// body still runs: what names the scope of conversations made here.
+pub(crate) fn innermost_key() -> Option<Key> {
     HELD.try_with(|held| held.key).ok()
 }
 

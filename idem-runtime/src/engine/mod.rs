@@ -61,10 +61,10 @@ pub fn flights_registered() -> usize {
 }
 
 /// Spawns `future` on the current Tokio runtime *inside this task's turn and tool calls*: in
-/// the new task, [`Turn::current`] is this task's turn, [`current_key`] this task's key, and a
-/// tool called there with a key a caller holds fails at once with [`Error::Reentrant`] instead
-/// of waiting for itself. `tokio::spawn` carries none of these (task-locals do not follow a
-/// spawn): use this for work a tool hands to a task of its own.
+/// the new task, [`Turn::current`] is this task's turn, [`current_key`] this task's key while
+/// its tool runs, and a tool called there with a key a caller holds fails at once with
+/// [`Error::Reentrant`] instead of waiting for itself. `tokio::spawn` carries none of these
+/// (task-locals do not follow a spawn): use this for work a tool hands to a task of its own.
 ///
 /// ```
 /// # extern crate idem_tools_runtime as idem_tools;
