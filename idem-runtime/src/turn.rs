@@ -171,7 +171,8 @@ impl Turn {
     /// Caps the new actions this turn may start, whatever their tools (default: no cap): past
     /// it, a call that would start a new action is refused, while a retry of an action already
     /// started is still run (within its key's budget), joined or replayed. Retries and calls
-    /// refused by a budget do not count.
+    /// refused by a budget do not count. The count is kept in the store each call uses, with
+    /// its claim: a tool with a store of its own (`store = …`) is capped apart there.
     pub fn with_max_calls(self, limit: u32) -> Self {
         self.edit(|t| t.max_calls = Some(limit))
     }
