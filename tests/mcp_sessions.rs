@@ -340,6 +340,25 @@ async fn an_idempotency_key_argument_that_the_tool_declares_is_its_own() {
     client.cancel().await.unwrap();
 }
 
+/// A tool that declares `idempotencyKey` as an argument of its own declares nothing else idem
+/// reads: a turn id put among its arguments as well (where it does nothing, and each retry
+/// would be a new action) is still refused. (Found by a review: the first entry found, the
+/// declared `idempotencyKey`, hid the misplaced turn id, and the call ran with no turn.)
+#[tokio::test]
+async fn a_misplaced_turn_id_is_refused_beside_a_declared_idempotency_key_argument() {
+    let server = idem_tools::mcp::IdemServer::new(till::Till::new(), till::TOOLS).unwrap();
+    let client = connect(server).await;
+    let tag = call(
+        "tag",
+        json!({ IDEMPOTENCY_KEY_META: "blue", TURN_ID_META: "turn-1" }),
+        &[],
+    );
+    let result = client.call_tool(tag).await.unwrap();
+    assert!(is_error(&result), "ran: {}", text(&result));
+    assert!(text(&result).contains(TURN_ID_META), "{}", text(&result));
+    client.cancel().await.unwrap();
+}
+
 /// One `IdemServer` shared by two connections (an `Arc` served on each, which rmcp allows):
 /// its calls are deduplicated in the server's one namespace, so the second client would be
 /// replayed the first one's results. The second connection is refused at its `initialize`,

@@ -318,18 +318,18 @@ impl<S: ServerHandler> IdemServer<S> {
     }
 
     /// A `_meta` entry idem reads that the call put among its `arguments` instead, if the
-    /// tool's input schema does not declare it.
+    /// tool's input schema does not declare it. Each entry is checked: one the tool declares
+    /// (its own `idempotencyKey` argument) hides no other.
     fn misplaced_meta(&self, request: &CallToolRequestParams) -> Option<&'static str> {
         let arguments = request.arguments.as_ref()?;
-        let found = META_ENTRIES
+        let mut found = META_ENTRIES
             .into_iter()
-            .find(|name| arguments.contains_key(*name))?;
+            .filter(|name| arguments.contains_key(*name))
+            .peekable();
+        found.peek()?;
         let schema = self.inner.get_tool(&request.name)?.input_schema;
-        let declared = schema
-            .get("properties")
-            .and_then(Value::as_object)
-            .is_some_and(|properties| properties.contains_key(found));
-        (!declared).then_some(found)
+        let properties = schema.get("properties").and_then(Value::as_object);
+        found.find(|name| !properties.is_some_and(|properties| properties.contains_key(*name)))
     }
 
     /// `tools/call`: the routed call, in its turn (see [`IdemServer`]).
