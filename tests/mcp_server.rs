@@ -343,6 +343,27 @@ async fn an_idempotency_key_among_the_arguments_is_refused_and_nothing_runs() {
     client.cancel().await.unwrap();
 }
 
+/// A client that puts the whole `_meta` object among the arguments (a framework that passes
+/// everything it is given as arguments) sends its turn id where it does nothing: every retry
+/// would be a new action. It is refused like a turn id among the arguments, and nothing runs.
+#[tokio::test]
+async fn a_meta_object_among_the_arguments_is_refused_and_nothing_runs() {
+    let backend = Backend::with_latency(Duration::ZERO);
+    let client = connect_to(&backend).await;
+    for entry in [TURN_ID_META, IDEMPOTENCY_KEY_META] {
+        let args = json!({"title": "t", "_meta": { entry: "t1" }});
+        for _ in 0..2 {
+            let open = call("open_ticket", args.clone(), &[]);
+            let refused = client.call_tool(open).await.unwrap();
+            assert!(is_error(&refused), "ran: {}", text(&refused));
+            assert!(text(&refused).contains(entry), "{}", text(&refused));
+            assert!(!text(&refused).contains('`'), "worded for a model");
+        }
+    }
+    assert!(backend.tickets().is_empty(), "nothing ran");
+    client.cancel().await.unwrap();
+}
+
 /// A `#[read_only]` tool is served whatever `_meta` the call carries: a turn id or client id
 /// idem could not use for a write is no reason to refuse a read it has nothing to do with.
 /// (Found by a review: such a read was refused with `-32602`.)

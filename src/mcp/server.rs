@@ -320,16 +320,32 @@ impl<S: ServerHandler> IdemServer<S> {
     /// A `_meta` entry idem reads that the call put among its `arguments` instead, if the
     /// tool's input schema does not declare it. Each entry is checked: one the tool declares
     /// (its own `idempotencyKey` argument) hides no other.
+    ///
+    /// A `_meta` object among the arguments (a client that passed the whole request as its
+    /// arguments) holding one of them counts too, unless the schema declares `_meta`.
     fn misplaced_meta(&self, request: &CallToolRequestParams) -> Option<&'static str> {
         let arguments = request.arguments.as_ref()?;
+        let nested = arguments.get("_meta").and_then(Value::as_object);
         let mut found = META_ENTRIES
             .into_iter()
-            .filter(|name| arguments.contains_key(*name))
+            .filter_map(|name| {
+                if arguments.contains_key(name) {
+                    Some((name, name))
+                } else if nested.is_some_and(|meta| meta.contains_key(name)) {
+                    Some((name, "_meta"))
+                } else {
+                    None
+                }
+            })
             .peekable();
         found.peek()?;
         let schema = self.inner.get_tool(&request.name)?.input_schema;
         let properties = schema.get("properties").and_then(Value::as_object);
-        found.find(|name| !properties.is_some_and(|properties| properties.contains_key(*name)))
+        found
+            .find(|(_, argument)| {
+                !properties.is_some_and(|properties| properties.contains_key(*argument))
+            })
+            .map(|(name, _)| name)
     }
 
     /// `tools/call`: the routed call, in its turn (see [`IdemServer`]).
