@@ -556,3 +556,104 @@ async fn a_namespace_rule_that_refuses_a_caller_refuses_its_reads_too() {
     );
     assert_eq!(backend.reads(), 0, "list_tickets ran for a refused caller");
 }
+
+/// A `cache_errors` tool records its `Err`s, and a tool's `Err` can be an idem refusal of a
+/// call it makes: one that says the action is still running, to wait and call again. Recorded,
+/// that refusal is what every later call of the tool gets back, long after the action it waited
+/// for finished — the model is told "wait, call again" for the record's whole TTL. (Found by a
+/// review. A fix keeps such refusals, which say nothing about the tool's own outcome, out of
+/// the record — the engine must tell them from the tool's own errors, which `E: From<Error>`
+/// alone does not; until then it is ignored.)
+mod relay {
+    use std::time::Duration;
+
+    use idem_tools::idempotent;
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::model::{CallToolResult, ContentBlock};
+    use rmcp::schemars::JsonSchema;
+    use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
+    use serde::{Deserialize, Serialize};
+
+    /// The action both calls of `forward` share: it takes a while.
+    #[idempotent]
+    async fn deliver(parcel: u32) -> Result<u32, idem_tools::Error> {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok(parcel)
+    }
+
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    pub struct Forward {
+        pub route: u32,
+        pub parcel: u32,
+    }
+
+    #[derive(Clone)]
+    pub struct Relay {
+        tool_router: ToolRouter<Relay>,
+    }
+
+    #[idem_tools::tool_impl(same_service)]
+    #[tool_router]
+    impl Relay {
+        pub fn new() -> Self {
+            Relay {
+                tool_router: Self::tool_router(),
+            }
+        }
+
+        #[idempotent(cache_errors)]
+        #[tool(description = "Forward a parcel on a route")]
+        async fn forward(
+            &self,
+            Parameters(Forward { route, parcel }): Parameters<Forward>,
+        ) -> Result<CallToolResult, ErrorData> {
+            let delivered = deliver(parcel).await?;
+            Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "parcel {delivered} on route {route}"
+            ))]))
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl ServerHandler for Relay {}
+
+    pub const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Relay::forward];
+}
+
+#[tokio::test]
+#[ignore = "cache_errors records a nested idem refusal (in flight) as the tool's own error and replays it for its TTL; the engine cannot yet tell the two apart"]
+async fn a_cached_error_is_never_a_refusal_that_said_to_call_again() {
+    let server = idem_tools::mcp::IdemServer::new(relay::Relay::new(), relay::TOOLS)
+        .unwrap()
+        .with_turn(|turn| turn.with_in_flight_wait(Duration::from_millis(50)));
+    let client = connect(server).await;
+    let forward = |route: u32| {
+        call(
+            "forward",
+            json!({ "route": route, "parcel": 7 }),
+            &[(TURN_ID_META, "turn-relay")],
+        )
+    };
+    // Route 2 reaches `deliver(7)` while route 1's call of it runs, waits 50 ms, and is told
+    // that the action is still running: wait, then call again.
+    let (first, second) = tokio::join!(client.call_tool(forward(1)), async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        client.call_tool(forward(2)).await
+    });
+    assert_eq!(text(&first.unwrap()), "parcel 7 on route 1");
+    let second = second.unwrap();
+    assert!(is_error(&second), "{}", text(&second));
+    assert!(text(&second).contains("call it again"), "{}", text(&second));
+    // It did: `deliver(7)` has long finished, and the call again gets the parcel.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let again = client.call_tool(forward(2)).await.unwrap();
+    assert!(
+        !is_error(&again),
+        "the refusal was replayed: {}",
+        text(&again)
+    );
+    assert_eq!(text(&again), "parcel 7 on route 2");
+    client.cancel().await.unwrap();
+}
