@@ -575,10 +575,10 @@ mod relay {
     use rmcp::{ErrorData, ServerHandler, tool, tool_handler, tool_router};
     use serde::{Deserialize, Serialize};
 
-    /// The action both calls of `forward` share: it takes a while.
+    /// The action the calls of `forward` and `send` share: it takes 50 ms per parcel number.
     #[idempotent]
     async fn deliver(parcel: u32) -> Result<u32, idem_tools::Error> {
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        tokio::time::sleep(Duration::from_millis(50 * u64::from(parcel))).await;
         Ok(parcel)
     }
 
@@ -614,12 +614,25 @@ mod relay {
                 "parcel {delivered} on route {route}"
             ))]))
         }
+
+        /// `forward` without `cache_errors`.
+        #[idempotent]
+        #[tool(description = "Send a parcel on a route")]
+        async fn send(
+            &self,
+            Parameters(Forward { route, parcel }): Parameters<Forward>,
+        ) -> Result<CallToolResult, ErrorData> {
+            let delivered = deliver(parcel).await?;
+            Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "parcel {delivered} on route {route}"
+            ))]))
+        }
     }
 
     #[tool_handler(router = self.tool_router)]
     impl ServerHandler for Relay {}
 
-    pub const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Relay::forward];
+    pub const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Relay::forward, Relay::send];
 }
 
 #[tokio::test]
@@ -632,21 +645,21 @@ async fn a_cached_error_is_never_a_refusal_that_said_to_call_again() {
     let forward = |route: u32| {
         call(
             "forward",
-            json!({ "route": route, "parcel": 7 }),
+            json!({ "route": route, "parcel": 6 }),
             &[(TURN_ID_META, "turn-relay")],
         )
     };
-    // Route 2 reaches `deliver(7)` while route 1's call of it runs, waits 50 ms, and is told
-    // that the action is still running: wait, then call again.
+    // Route 2 reaches `deliver(6)` (300 ms) while route 1's call of it runs, waits 50 ms, and
+    // is told that the action is still running: wait, then call again.
     let (first, second) = tokio::join!(client.call_tool(forward(1)), async {
         tokio::time::sleep(Duration::from_millis(30)).await;
         client.call_tool(forward(2)).await
     });
-    assert_eq!(text(&first.unwrap()), "parcel 7 on route 1");
+    assert_eq!(text(&first.unwrap()), "parcel 6 on route 1");
     let second = second.unwrap();
     assert!(is_error(&second), "{}", text(&second));
     assert!(text(&second).contains("call it again"), "{}", text(&second));
-    // It did: `deliver(7)` has long finished, and the call again gets the parcel.
+    // It did: `deliver(6)` has long finished, and the call again gets the parcel.
     tokio::time::sleep(Duration::from_millis(400)).await;
     let again = client.call_tool(forward(2)).await.unwrap();
     assert!(
@@ -654,6 +667,48 @@ async fn a_cached_error_is_never_a_refusal_that_said_to_call_again() {
         "the refusal was replayed: {}",
         text(&again)
     );
-    assert_eq!(text(&again), "parcel 7 on route 2");
+    assert_eq!(text(&again), "parcel 6 on route 2");
+    client.cancel().await.unwrap();
+}
+
+/// A tool whose call of another `#[idempotent]` tool is refused as still running (an action
+/// of the turn that another call started) fails with that refusal, which tells the model to
+/// wait and call again; each call again is one more attempt of the tool's own key, and the
+/// third spends its budget: the model, which did as it was told, is then told that the action
+/// "will not be tried again in this turn", also once the action it waited for has finished.
+/// (Found by a review; the same cause as the test above: the engine takes a refusal of a
+/// call the body made for the body's own failure. Waiting for another holder is no attempt
+/// (docs/adopting.md, "TTL and budgets"); a fix counts no attempt, and records nothing, for a
+/// body that failed with such a refusal.)
+#[tokio::test]
+#[ignore = "a nested call's in-flight refusal is counted as an attempt of the calling tool, whose budget the model's calls again then spend"]
+async fn waiting_as_told_for_a_nested_action_never_spends_the_callers_budget() {
+    let server = idem_tools::mcp::IdemServer::new(relay::Relay::new(), relay::TOOLS)
+        .unwrap()
+        .with_turn(|turn| turn.with_in_flight_wait(Duration::from_millis(50)));
+    let client = connect(server).await;
+    let send = |route: u32| {
+        call(
+            "send",
+            json!({ "route": route, "parcel": 20 }),
+            &[(TURN_ID_META, "turn-send")],
+        )
+    };
+    // Route 1 runs `deliver(20)` for a second; route 2 is told, three times, to call again.
+    let first = tokio::spawn({
+        let peer = client.peer().clone();
+        let send = send(1);
+        async move { peer.call_tool(send).await }
+    });
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    for _ in 0..3 {
+        let told = client.call_tool(send(2)).await.unwrap();
+        assert!(is_error(&told), "{}", text(&told));
+        assert!(text(&told).contains("call it again"), "{}", text(&told));
+    }
+    assert_eq!(text(&first.await.unwrap().unwrap()), "parcel 20 on route 1");
+    let again = client.call_tool(send(2)).await.unwrap();
+    assert!(!is_error(&again), "{}", text(&again));
+    assert_eq!(text(&again), "parcel 20 on route 2");
     client.cancel().await.unwrap();
 }
