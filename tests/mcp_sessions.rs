@@ -712,3 +712,106 @@ async fn waiting_as_told_for_a_nested_action_never_spends_the_callers_budget() {
     assert_eq!(text(&again), "parcel 20 on route 2");
     client.cancel().await.unwrap();
 }
+
+/// A client's `idempotencyKey` names one action across turns (docs/adopting.md, "Agents in
+/// Python or TypeScript": a job id, say), and the docs ask for the turn id with it. A tool it
+/// keys that calls another `#[idempotent]` tool — `checkout` charging through `charge_order`,
+/// then failing to ship — is retried with the key in the next turn (the user said "try again"):
+/// `checkout` runs again, as it failed, but `charge_order` is keyed by the new turn and charges the
+/// order a second time. With the key alone (no turn id, so the turn is the key's own) the
+/// charge is replayed. (Found by a review. A fix keys the calls a keyed call makes by the
+/// key's own scope rather than the turn's, while the turn still counts its new actions;
+/// which keys those are is a design decision, so it is ignored for now.)
+mod shop {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    use idem_tools::idempotent;
+    use idem_tools::mcp::ToolError;
+    use rmcp::handler::server::router::tool::ToolRouter;
+    use rmcp::handler::server::wrapper::Parameters;
+    use rmcp::schemars::JsonSchema;
+    use rmcp::{ServerHandler, tool, tool_handler, tool_router};
+    use serde::{Deserialize, Serialize};
+
+    pub static CHARGES: AtomicU64 = AtomicU64::new(0);
+    pub static SHIPPING_DOWN: AtomicBool = AtomicBool::new(true);
+
+    #[idempotent]
+    async fn charge_order(order: u64, cents: u64) -> Result<u64, idem_tools::Error> {
+        let _ = order; // in the key: which order is charged
+        CHARGES.fetch_add(1, Ordering::SeqCst);
+        Ok(cents)
+    }
+
+    #[derive(Serialize, Deserialize, JsonSchema)]
+    #[schemars(crate = "rmcp::schemars")]
+    pub struct Order {
+        pub order: u64,
+        pub cents: u64,
+    }
+
+    #[derive(Clone)]
+    pub struct Shop {
+        tool_router: ToolRouter<Shop>,
+    }
+
+    #[idem_tools::tool_impl(same_service)]
+    #[tool_router]
+    impl Shop {
+        pub fn new() -> Self {
+            Shop {
+                tool_router: Self::tool_router(),
+            }
+        }
+
+        #[idempotent]
+        #[tool(description = "Charge an order, then ship it")]
+        async fn checkout(
+            &self,
+            Parameters(Order { order, cents }): Parameters<Order>,
+        ) -> Result<String, ToolError> {
+            let charged = charge_order(order, cents).await?;
+            if SHIPPING_DOWN.load(Ordering::SeqCst) {
+                return Err(ToolError::new("Shipping is down: try again later."));
+            }
+            Ok(format!("order {order}: charged {charged}, shipped"))
+        }
+    }
+
+    #[tool_handler(router = self.tool_router)]
+    impl ServerHandler for Shop {}
+
+    pub const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Shop::checkout];
+}
+
+#[tokio::test]
+#[ignore = "the calls a client-keyed tool makes are keyed by the turn, so a retry of the key in the next turn runs them again"]
+async fn a_client_key_retried_in_the_next_turn_does_not_repeat_what_its_tool_did() {
+    use std::sync::atomic::Ordering;
+    let server = idem_tools::mcp::IdemServer::new(shop::Shop::new(), shop::TOOLS).unwrap();
+    let client = connect(server).await;
+    let checkout = |turn: &'static str| {
+        call(
+            "checkout",
+            json!({ "order": 42, "cents": 500 }),
+            &[(IDEMPOTENCY_KEY_META, "order-42"), (TURN_ID_META, turn)],
+        )
+    };
+    let failed = client.call_tool(checkout("msg-1")).await.unwrap();
+    assert!(is_error(&failed), "{}", text(&failed));
+    assert_eq!(
+        shop::CHARGES.load(Ordering::SeqCst),
+        1,
+        "charged, not shipped"
+    );
+    // The next user message: "try again". Shipping is back.
+    shop::SHIPPING_DOWN.store(false, Ordering::SeqCst);
+    let shipped = client.call_tool(checkout("msg-2")).await.unwrap();
+    assert_eq!(text(&shipped), "order 42: charged 500, shipped");
+    assert_eq!(
+        shop::CHARGES.load(Ordering::SeqCst),
+        1,
+        "the order was charged twice under one idempotency key"
+    );
+    client.cancel().await.unwrap();
+}
