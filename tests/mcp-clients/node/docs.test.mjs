@@ -3,6 +3,7 @@
 
 import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, writeFileSync, rmSync } from "node:fs";
+import { randomUUID } from "node:crypto";
 import { dirname, join } from "node:path";
 import { test } from "node:test";
 import { fileURLToPath } from "node:url";
@@ -22,6 +23,7 @@ test("the documented agent retries a timed-out call and it runs once, across a r
   const dir = mkdtempSync(join(here, ".docs-"));
   const file = join(dir, "agent.mjs");
   writeFileSync(file, docsExample("typescript"));
+  process.env.AGENT_ID = randomUUID(); // the agent's configuration
   const server = await start("http", "--latency-ms", "500");
   try {
     const agent = await import(file);
@@ -50,6 +52,19 @@ test("the documented agent retries a timed-out call and it runs once, across a r
       assert.equal(again.structuredContent.id, 1);
     } finally {
       await reconnected.close();
+    }
+    // Restarted (the module loaded again, as a new agent process would), the agent is still the
+    // same client: its retry is replayed. An id made at each start would open a second ticket.
+    const restartedFile = join(dir, "restarted.mjs");
+    writeFileSync(restartedFile, docsExample("typescript"));
+    const restarted = await import(restartedFile);
+    const again = await restarted.connect(server.url);
+    try {
+      await restarted.call(again, "conv-42/msg-7", "open_ticket", { title: "x" });
+      const listed = await restarted.call(again, "conv-42/msg-7", "list_tickets", {});
+      assert.equal(listed.structuredContent.tickets.length, 1, "no second ticket after a restart");
+    } finally {
+      await again.close();
     }
   } finally {
     await server.close();

@@ -4,6 +4,7 @@ against the example server over streamable HTTP (the SDK's default, protocol 202
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ def docs_example(language: str) -> str:
 
 
 @pytest.mark.parametrize("transport", ["http-2026"])
-async def test_the_documented_agent_retries_a_timed_out_call_and_it_runs_once(start):
+async def test_the_documented_agent_retries_a_timed_out_call_and_it_runs_once(start, monkeypatch):
+    monkeypatch.setenv("AGENT_ID", str(uuid.uuid4()))  # the agent's configuration
     agent: dict = {}
     exec(compile(docs_example("python"), "docs/adopting.md", "exec"), agent)  # noqa: S102
     server = start("--latency-ms", "500")
@@ -45,3 +47,12 @@ async def test_the_documented_agent_retries_a_timed_out_call_and_it_runs_once(st
         assert again.structured_content == opened.structured_content
         listed = await agent["call"](client, "conv-42/msg-7", "list_tickets", {})
         assert len(listed.structured_content["tickets"]) == 1
+    # Restarted (the module run again, as a new agent process would), the agent is still the
+    # same client: its retry replays. An id made at each start would open a second ticket.
+    restarted: dict = {}
+    exec(compile(docs_example("python"), "docs/adopting.md", "exec"), restarted)  # noqa: S102
+    async with restarted["connect"](server.url) as client:
+        again = await restarted["call"](client, "conv-42/msg-7", "open_ticket", {"title": "x"})
+        assert again.structured_content == opened.structured_content
+        listed = await restarted["call"](client, "conv-42/msg-7", "list_tickets", {})
+        assert len(listed.structured_content["tickets"]) == 1, "no second ticket after a restart"
