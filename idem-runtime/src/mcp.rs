@@ -5,8 +5,10 @@
 //! * **A tool result the model reads** (`isError: true`): the errors that say something true
 //!   about the action and what to do next ([`Error::is_for_model`]) — [`Error::BudgetExhausted`],
 //!   [`Error::TurnBudgetExhausted`], [`Error::ToolBudgetExhausted`], [`Error::PayloadMismatch`],
-//!   [`Error::InFlight`],
-//!   [`Error::Interrupted`] and [`Error::NotReplayable`]. Their text ([`model_message`],
+//!   [`Error::InFlight`], [`Error::Interrupted`], [`Error::NotReplayable`],
+//!   [`Error::LeaseLost`] (the call was stopped before its result was recorded: the action may
+//!   or may not have taken effect, and the model must not call it again blindly),
+//!   [`Error::TransactionEnded`], [`Error::CommitFailed`] and [`Error::RunOverlap`]. Their text ([`model_message`],
 //!   [`Error::model_text`]) is written for a model: it names no Rust API.
 //! * **A protocol error** (JSON-RPC `error`): everything else — a missing turn, a store that is
 //!   down, a record that does not decode, a duplicate tool name. These are the server's
@@ -117,7 +119,7 @@ mod tests {
             .into_iter()
             .filter(Error::is_for_model)
             .collect();
-        assert_eq!(for_model.len(), 10);
+        assert_eq!(for_model.len(), 11);
         for error in for_model {
             let kind = error_kind(&error);
             let text = error.model_text();
@@ -126,6 +128,21 @@ mod tests {
             assert_eq!(data.message, text, "{kind}");
             assert_eq!(data.data.unwrap()["idem"]["error"], kind);
         }
+    }
+
+    /// A call stopped before its result was recorded (its lease lost) may have acted: the
+    /// model reads that, as a tool result, rather than a protocol error telling the developer
+    /// to raise a lease (a client that retries protocol errors would run it again).
+    #[test]
+    fn a_call_that_lost_its_lease_is_a_result_the_model_reads() {
+        let data = ErrorData::from(Error::LeaseLost { key: key() });
+        assert!(is_for_model(&data));
+        assert!(
+            data.message.contains("may or may not have taken effect"),
+            "{}",
+            data.message
+        );
+        assert!(!data.message.contains("lease"), "{}", data.message);
     }
 
     #[test]

@@ -59,7 +59,11 @@ impl Error {
     /// it reused a key ([`PayloadMismatch`](Error::PayloadMismatch)), the same call is still
     /// running ([`InFlight`](Error::InFlight)), an earlier one was cut off
     /// ([`Interrupted`](Error::Interrupted)) or cannot be shown again
-    /// ([`NotReplayable`](Error::NotReplayable)) — rather than a failure of the application
+    /// ([`NotReplayable`](Error::NotReplayable)), this one was stopped before its result was
+    /// recorded ([`LeaseLost`](Error::LeaseLost)), a transactional tool's outcome is what its
+    /// text says ([`TransactionEnded`](Error::TransactionEnded),
+    /// [`CommitFailed`](Error::CommitFailed)), or another run of the turn acts at once
+    /// ([`RunOverlap`](Error::RunOverlap)) — rather than a failure of the application
     /// (no turn, a store that is down, a bad record, a configuration mistake).
     ///
     /// Over MCP the first kind is a tool result and the second a protocol error. Every error
@@ -74,6 +78,7 @@ impl Error {
             | Error::InFlight { .. }
             | Error::Interrupted { .. }
             | Error::NotReplayable { .. }
+            | Error::LeaseLost { .. }
             | Error::TransactionEnded { .. }
             | Error::CommitFailed { .. }
             | Error::RunOverlap { .. } => true,
@@ -82,7 +87,6 @@ impl Error {
             | Error::Encode { .. }
             | Error::Store { .. }
             | Error::Reentrant { .. }
-            | Error::LeaseLost { .. }
             | Error::CorruptRecord { .. }
             | Error::UnreadableRecord { .. }
             | Error::DuplicateTool { .. }
