@@ -220,6 +220,60 @@ async fn a_caller_that_times_out_mid_body_rolls_back_and_is_never_interrupted() 
     cleanup(&store).await;
 }
 
+/// A caller that gives up while its body reads a `COPY … TO STDOUT` (a statement whose rows
+/// `sqlx` does not count as an answer it still owes): the call rolls back, and the connection
+/// does not go back to the pool with the rest of that answer unread — else every later query
+/// on it would read the answer of the query before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_gives_up_mid_copy_leaves_no_connection_answering_late() {
+    let Some(url) = postgres_url("tx_copy_out") else {
+        return;
+    };
+    // One connection: the next query runs on the one the call used.
+    let store = PostgresStore::builder()
+        .schema(unique_schema("tx_copy_out"))
+        .max_connections(1)
+        .connect(&url)
+        .await
+        .expect("connect");
+    create_ledger(&store).await;
+    let turn = Turn::new("turn-copy-out");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let cut = tokio::time::timeout(
+        Duration::from_millis(500),
+        transactional::execute(
+            call(&turn, &shared, "copy"),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                let id = insert(conn, &table, "copy").await?;
+                let _rows = conn
+                    .copy_out_raw("COPY (SELECT g FROM generate_series(1, 1000) g) TO STDOUT")
+                    .await?;
+                std::future::pending::<()>().await;
+                Ok(id)
+            },
+        ),
+    )
+    .await;
+    assert!(cut.is_err(), "the caller gave up");
+    // A statement the server refuses is refused (not answered by the tail of another answer).
+    let refused = sqlx::raw_sql("SELECT 1 / 0").execute(store.pool()).await;
+    assert!(refused.is_err(), "1 / 0 answered {refused:?}");
+    for n in 1..=3_i64 {
+        let answer = sqlx::query_scalar::<_, i64>(&format!("SELECT {n}::bigint"))
+            .fetch_one(store.pool())
+            .await;
+        assert_eq!(answer.ok(), Some(n), "query {n} got its own answer");
+    }
+    assert_eq!(rows(&store, "copy").await, 0, "rolled back");
+    transfer(&store, &turn, "copy")
+        .await
+        .expect("the retry runs");
+    assert_eq!(rows(&store, "copy").await, 1);
+    cleanup(&store).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_concurrent_duplicate_waits_for_the_transaction_and_replays_its_result() {
     let Some(store) = setup("tx_dup").await else {

@@ -180,6 +180,11 @@ where
     // tool's lease: a statement the server never answers must not hold the call forever.
     let ttl = ttl_of(granted.guard.report());
     let open = OpenUntilDropped(Arc::new(AtomicBool::new(true)));
+    // A body dropped mid-statement (its caller gave up, it panicked) may leave an answer on the
+    // wire that `sqlx` does not know it owes (a `COPY … TO STDOUT` it was reading): pooled, the
+    // connection would hand that answer's tail to the next query. Until the body returns, the
+    // connection is closed rather than pooled.
+    unsure.store(true, Ordering::Relaxed);
     let result = {
         let held =
             held::in_transaction_of(call.key, granted.caller, call.tool.name, open.0.clone());
@@ -189,8 +194,12 @@ where
         let body = poll_fn(|cx| call::poll_body(body.as_mut(), &held, &turn, cx));
         in_span(span.clone(), tokio::time::timeout(duration, body)).await
     };
+    if let Ok(Ok(_)) = &result {
+        // The body returned: whatever it left unread, the next statement reads (or fails on).
+        unsure.store(false, Ordering::Relaxed);
+    }
     // The body panicked: reported, and the panic goes on to the caller; the transaction rolls
-    // back as it unwinds, the claim with it.
+    // back as it unwinds, the claim with it (and the connection is closed).
     let result = result.map(|result| {
         result.unwrap_or_else(|panic| {
             granted.guard.report().report(Outcome::Panicked);
