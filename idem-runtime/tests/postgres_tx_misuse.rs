@@ -509,6 +509,41 @@ async fn a_body_that_commits_then_fails_on_a_pool_of_one_leaves_its_key_interrup
     cleanup(&store).await;
 }
 
+/// On a pool of one connection, a body that commits and then returns `Ok`, `Err`, or overruns
+/// its lease is told what happened — its claim committed (`KeyKept::Committed`) — at once: the
+/// call's own connection, which it closes anyway, is not kept while it asks whether the claim
+/// committed (it waited for the pool's only connection twice, a reply timeout each, then said
+/// the claim was rolled back and the key not kept — or, for the overrun, `LeaseLost` — though
+/// the claim had committed and every retry is refused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_commits_on_a_pool_of_one_is_told_its_claim_committed() {
+    let Some(store) = setup("tx_end_pool_of_one_told").await else {
+        return;
+    };
+    let url = postgres_common::postgres_url("tx_end_pool_of_one_told").expect("a server");
+    let one = PostgresStore::builder()
+        .schema(store.schema().expect("a schema"))
+        .max_connections(1)
+        .connect_timeout(Duration::from_secs(1))
+        .connect(&url)
+        .await
+        .expect("connect");
+    let turn = Turn::new("turn-pool-of-one-told");
+    for (memo, ends) in [
+        ("t-ok", Ends::CommitThenOk),
+        ("t-err", Ends::CommitThenErr),
+        ("t-overrun", Ends::CommitThenOverrun),
+    ] {
+        let started = tokio::time::Instant::now();
+        let result = misuse(&one, &turn, memo, ends).await;
+        let took = started.elapsed();
+        assert!(ended(&result, true), "{memo}: {result:?}");
+        assert!(took < Duration::from_secs(3), "{memo}: took {took:?}");
+        the_commit_stands_and_a_retry_is_refused(&store, &turn, memo).await;
+    }
+    cleanup(&store).await;
+}
+
 /// The server ends the session (an operator's `pg_terminate_backend`, a shutdown) while the
 /// record-and-commit runs: a `FATAL` error, which can come after the `COMMIT` as well as
 /// before, so the call says the outcome is unknown — not that nothing was committed — and a

@@ -217,6 +217,9 @@ where
         // begun, say.)
         drop(tx);
         unsure.store(true, Ordering::Relaxed);
+        // Closed now, not when the call returns: asking whether the claim committed needs a
+        // connection of the pool, and this one may be its last.
+        asker.conn.hang_up();
         drop(leader);
         if in_span(span.clone(), committed(&store, &call, &lease)).await {
             return codec.answered(ended_by_the_tool(guard, &call, true, duration).await, None);
@@ -249,6 +252,7 @@ where
             drop(leader); // followers ask again, after the rollback was queued
             if let Ok(false) = open {
                 close(tx);
+                asker.conn.hang_up(); // the pool's last connection, perhaps: see below
                 let marked = in_span(span, committed(&store, &call, &lease)).await;
                 return codec.answered(
                     ended_by_the_tool(guard, &call, marked, duration).await,
@@ -273,6 +277,9 @@ where
     if tx::ended_by_the_tool(&recorded) {
         drop(leader);
         close(tx); // and with it what the body wrote after ending the transaction
+        // Closed now, not when the call returns: asking whether the claim committed, and
+        // marking the key, need connections of the pool, and this one may be its last.
+        asker.conn.hang_up();
         let marked = in_span(span, committed(&store, &call, &lease)).await;
         return codec.answered(
             ended_by_the_tool(guard, &call, marked, duration).await,
@@ -393,6 +400,16 @@ impl DerefMut for Checkout<'_> {
         self.conn
             .as_deref_mut()
             .unwrap_or_else(|| unreachable!("the connection stays until the call ends"))
+    }
+}
+
+impl Checkout<'_> {
+    /// Closes the connection now (its transaction was dropped, its state is not to be trusted),
+    /// freeing its place in the pool for what the call still has to ask.
+    fn hang_up(&mut self) {
+        if let Some(conn) = self.conn.take() {
+            give_back(conn, self.runtime.as_ref(), true, self.reply);
+        }
     }
 }
 
