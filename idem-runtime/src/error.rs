@@ -478,6 +478,9 @@ pub enum Earlier {
     /// It was cut off before it finished (its key is kept interrupted): the action may or may
     /// not have taken effect.
     Interrupted,
+    /// Its record cannot be read (damaged, or written by a newer version of idem): whether the
+    /// action was done is not known.
+    Unknown,
 }
 
 /// The arguments of a call that are in its fingerprint but not in its key: those of a tool's

@@ -242,7 +242,7 @@ fn seconds(wait: std::time::Duration) -> String {
 }
 
 /// What a model reads when a key is reused with other arguments, by a call still `running` or
-/// recorded (its action then `earlier`: done, failed or cut off), refused `refused` times in
+/// recorded (its action then `earlier`: done, failed, cut off or unknown), refused `refused` times in
 /// this process: which arguments differ, and what it can do (in the words of a tool call: no
 /// Rust API); from the second refusal of a recorded action on, to stop (a model that lost the
 /// earlier arguments, restarted from the top, rewords again and again). A running call may
@@ -317,12 +317,17 @@ fn mismatch_message(differs: Mismatch, running: bool, earlier: Earlier, refused:
     )
 }
 
-/// [`mismatch_message`] for a recorded action that failed or was cut off: never "done".
+/// [`mismatch_message`] for a recorded action that failed, was cut off, or whose record cannot be
+/// read: never "done".
 fn undone_mismatch_message(differs: Mismatch, earlier: Earlier, refused: u32) -> String {
     let (became, next) = match earlier {
         Earlier::Failed => (
             "failed, and its failure is recorded: it will not be tried again in this turn",
             "tell the user that it failed",
+        ),
+        Earlier::Unknown => (
+            "left a record that is damaged, so whether it took effect is not known",
+            "tell the user that this action needs checking by a person",
         ),
         _ => (
             "was interrupted before it finished, so it may or may not have taken effect",
@@ -590,8 +595,8 @@ mod tests {
         }
     }
 
-    /// A key reused with other arguments whose record holds a failure (`cache_errors`) or the
-    /// marker of a call cut off is never said to be done (before: "This tool already did this
+    /// A key reused with other arguments whose record holds a failure (`cache_errors`), the
+    /// marker of a call cut off, or nothing readable is never said to be done (before: "This tool already did this
     /// action … it was done", and from the second refusal "tell the user what was done": a
     /// declined charge reported as made; found by a review of reworded retries).
     #[test]
@@ -602,6 +607,7 @@ mod tests {
             for (earlier, says) in [
                 (Earlier::Failed, "tell the user that it failed"),
                 (Earlier::Interrupted, "may or may not have taken effect"),
+                (Earlier::Unknown, "whether it took effect is not known"),
             ] {
                 for refused in [1, 2, 5] {
                     let text = Error::PayloadMismatch {

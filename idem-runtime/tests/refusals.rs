@@ -314,3 +314,55 @@ async fn a_failure_that_cannot_be_replayed_is_not_called_done() {
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(turn.stats().get(Outcome::Failed), 2);
 }
+
+/// A record that cannot be read (damaged, or written by a newer version of idem) says nothing
+/// of what became of its action (it may be a newer idem's record of a failure). A reworded call
+/// of it (the memo, left out of the key, differs) was told "This tool already did this action …
+/// it was done": a model would tell the user that a charge went through that may have failed or
+/// never happened (found by a review of the reworded-retry fixes).
+#[tokio::test]
+async fn a_reworded_call_of_an_unreadable_record_is_not_told_it_was_done() {
+    use idem_tools_runtime::store::{Begin, BeginRequest, Charge, LeaseToken};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turn = Turn::new("unreadable").with_store(Arc::clone(&store));
+    let key = call(&turn, "acct-1", "x").key();
+    let fp = fp_of(&turn, "acct-1", "x");
+    let request = BeginRequest {
+        namespace: turn.namespace(),
+        key: &key,
+        tool: CHARGE.name,
+        turn: turn.id(),
+        fingerprint: &fp,
+        lease: Duration::from_secs(30),
+        ttl: Duration::from_secs(60),
+        token: LeaseToken::generate(),
+        charge: Charge::unlimited(),
+    };
+    let lease = request.lease();
+    let claimed = store.begin(request).await.unwrap();
+    assert!(matches!(claimed, Begin::Claimed), "{claimed:?}");
+    store
+        .complete(
+            &lease,
+            b"not a record idem can read",
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let same = charge(&turn, "acct-1", "x").await;
+    assert!(
+        same.is_err(),
+        "ran the action of an unreadable record again: {same:?}"
+    );
+    for _ in 0..2 {
+        let reworded = charge(&turn, "acct-1", "reworded").await;
+        let text = match &reworded {
+            Err(error) => error.model_text(),
+            Ok(value) => panic!("ran the action of an unreadable record again: {value}"),
+        };
+        assert!(
+            !says_it_was_done(&text) && !text.contains("what was done"),
+            "a reworded call of an unreadable record ({reworded:?}) reads: {text}"
+        );
+    }
+}

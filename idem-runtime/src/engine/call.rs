@@ -830,16 +830,17 @@ pub(super) fn mismatch(
 }
 
 /// Refuses `call`, whose key holds `first`, recorded for other arguments: saying what the
-/// record holds — a result, a recorded `Err`, or the marker of a call cut off — so that a model
-/// is never told an action was done that failed or may not have happened.
+/// record holds — a result, a recorded `Err`, the marker of a call cut off, or nothing readable
+/// — so that a model is never told an action was done that failed or may not have happened.
 pub(super) fn mismatch_recorded(guard: &mut Guard, call: &Call, first: &FirstResult) -> Answer {
     use crate::replay::{RecordKind, kind};
     let earlier = match kind(&first.result) {
         Ok(RecordKind::Err) => Earlier::Failed,
         Ok(RecordKind::Interrupted) => Earlier::Interrupted,
-        // A result, or one that cannot be replayed: the action ran to its end. A record that
-        // does not open says nothing more; the refusal stands as it was.
-        Ok(RecordKind::Ok | RecordKind::NotReplayable { .. }) | Err(_) => Earlier::Done,
+        // A result, or one that cannot be replayed: the action ran to its end.
+        Ok(RecordKind::Ok | RecordKind::NotReplayable { .. }) => Earlier::Done,
+        // A record that does not open (damaged, or a newer idem's) says nothing of the action.
+        Err(_) => Earlier::Unknown,
     };
     mismatch(guard, call, &first.fingerprint, false, earlier)
 }
