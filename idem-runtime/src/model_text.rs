@@ -159,9 +159,15 @@ impl Error {
                  or may not have taken effect. Do not call it again blindly: check whether it \
                  happened (for example with a read-only tool), or tell the user."
                 .to_owned(),
-            Error::NotReplayable { .. } | Error::Decode { .. } => "This action already ran with \
-                 these arguments, but its result cannot be shown again. Do not call it again: \
-                 the action is done."
+            Error::NotReplayable { .. } => "This action already ran with these arguments, but \
+                 its result cannot be shown again. Do not call it again: the action is done."
+                .to_owned(),
+            // The record may hold a result, a failure (of a build that recorded failures), or
+            // be a newer build's: it says nothing the model may pass on as done.
+            Error::Decode { .. } => "An earlier call of this action with these same arguments \
+                 left a record that cannot be read back, so it is not known whether the action \
+                 succeeded or failed; it was not run now. Do not call it again: tell the user \
+                 that this action needs checking by a person."
                 .to_owned(),
             Error::CorruptRecord { .. } | Error::UnreadableRecord { .. } => "The record of this \
                  action is damaged, so it is not known whether the action already ran; it was \

@@ -366,3 +366,38 @@ async fn a_reworded_call_of_an_unreadable_record_is_not_told_it_was_done() {
         );
     }
 }
+
+/// A failure recorded with `cache_errors` that a later build cannot decode (`cache_errors`
+/// removed, or the error type changed): a retry with the same arguments read "This action
+/// already ran … the action is done" of a charge that was declined. A record that cannot be
+/// decoded says no more than that an earlier call left it.
+#[tokio::test]
+async fn a_failure_recorded_that_cannot_be_decoded_is_not_called_done() {
+    static CACHED: ToolInfo = ToolInfo::idempotent("charge_redeployed").with_cache_errors();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let turn = Turn::new("redeployed").with_store(Arc::clone(&store));
+    let call = || {
+        let mut args = ArgsDigest::new(CACHED.name);
+        args.arg("account", "acct-1").unwrap();
+        let (key, fp) = args.finish(turn.namespace(), turn.id(), CACHED.name, CACHED.version);
+        Call::new(&CACHED, &turn, key, fp)
+    };
+    let first = execute(call(), Codec::ok_and_err(), async {
+        Err::<String, _>(Declined("the card was declined".to_owned()))
+    })
+    .await;
+    assert_eq!(first, Err(Declined("the card was declined".to_owned())));
+    // The next build records `Ok` results only: the recorded `Err` does not decode.
+    let retry = execute(call(), Codec::ok_only(), async {
+        Ok::<_, Error>("charged".to_owned())
+    })
+    .await;
+    let text = match &retry {
+        Err(error) => error.model_text(),
+        Ok(value) => panic!("ran the failed action again: {value}"),
+    };
+    assert!(
+        !says_it_was_done(&text) && !text.contains("the action is done"),
+        "a retry of a declined charge ({retry:?}) reads: {text}"
+    );
+}
