@@ -345,6 +345,9 @@ fn undone_mismatch_message(differs: Mismatch, earlier: Earlier, refused: u32) ->
         Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
         Mismatch::CallerKey => Vec::new(),
     };
+    if names.is_empty() {
+        return undone_caller_key_message(earlier, refused);
+    }
     let stop = if refused > 1 {
         format!(
             " This call was refused {} for it: stop calling this tool for this action.",
@@ -354,9 +357,6 @@ fn undone_mismatch_message(differs: Mismatch, earlier: Earlier, refused: u32) ->
         String::new()
     };
     let earlier_call = match names.len() {
-        0 => "An earlier call with this idempotency key, for an action with different \
-              arguments or for another account or object this tool acts for,"
-            .to_owned(),
         1 => format!(
             "An earlier call of this tool in this turn, with the same arguments except that {} \
              differs (which does not make it another action),",
@@ -371,6 +371,39 @@ fn undone_mismatch_message(differs: Mismatch, earlier: Earlier, refused: u32) ->
     format!(
         "{earlier_call} {became}. So this call was refused and nothing was done now.{stop} Do \
          not say that the action was done: {next}."
+    )
+}
+
+/// [`undone_mismatch_message`] for a key the caller supplied: it may name another action than
+/// this call's, and outlives the turn, so the model is told of that earlier action without
+/// being told that this one failed, and how to make this one (a new key).
+fn undone_caller_key_message(earlier: Earlier, refused: u32) -> String {
+    let (became, same) = match earlier {
+        Earlier::Failed => ("failed, and its failure is kept for this key", ""),
+        Earlier::Unknown => (
+            "left a record that is damaged, so whether it took effect is not known",
+            " If this call is for that same action, tell the user that it needs checking by a \
+             person instead.",
+        ),
+        _ => (
+            "was interrupted before it finished, so it may or may not have taken effect",
+            " If this call is for that same action, first check whether it happened (for \
+             example with a read-only tool).",
+        ),
+    };
+    let stop = if refused > 1 {
+        format!(
+            " This idempotency key was refused {} already: stop repeating calls with it.",
+            times(refused)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "An earlier call with this idempotency key, for an action with different arguments or \
+         for another account or object this tool acts for, {became}. So this call was refused \
+         and nothing was done now.{stop} Do not say that any action was done. Do not repeat \
+         this call with that key: for this action, use a new idempotency key.{same}"
     )
 }
 
@@ -602,14 +635,15 @@ mod tests {
     }
 
     /// A key reused with other arguments whose record holds a failure (`cache_errors`), the
-    /// marker of a call cut off, or nothing readable is never said to be done (before: "This tool already did this
-    /// action … it was done", and from the second refusal "tell the user what was done": a
-    /// declined charge reported as made; found by a review of reworded retries).
+    /// marker of a call cut off, or nothing readable is never said to be done (before: "This
+    /// tool already did this action … it was done", and from the second refusal "tell the user
+    /// what was done": a declined charge reported as made; found by a review of reworded
+    /// retries). A caller's key: the test below.
     #[test]
     fn a_reused_key_whose_action_failed_or_was_cut_off_is_not_called_done() {
         let key = crate::Key::from_bytes([7; 32]).short();
         let memo = Mismatch::Unkeyed(crate::Unkeyed::new(&["memo"], 0b1));
-        for differs in [memo, Mismatch::CallerKey] {
+        for differs in [memo] {
             for (earlier, says) in [
                 (Earlier::Failed, "tell the user that it failed"),
                 (Earlier::Interrupted, "may or may not have taken effect"),
@@ -640,6 +674,46 @@ mod tests {
                     for marker in RUST_API_MARKERS {
                         assert!(!text.contains(marker), "{marker:?} in {text}");
                     }
+                }
+            }
+        }
+    }
+
+    /// A key the caller supplied (MCP's `idempotencyKey`, a `#[key]` argument) outlives the turn
+    /// and may name another action than the reworded call's: when its earlier action failed,
+    /// was cut off or left a damaged record, the model was told "it will not be tried again in
+    /// this turn" and to "tell the user that it failed" (this call's action, never tried), and
+    /// not that a new key makes this action (found by a review of the reworded-retry fixes).
+    #[test]
+    fn a_caller_key_whose_earlier_action_did_not_finish_points_to_a_new_key() {
+        let key = crate::Key::from_bytes([7; 32]).short();
+        for earlier in [Earlier::Failed, Earlier::Interrupted, Earlier::Unknown] {
+            for refused in [1, 2, 5] {
+                let text = Error::PayloadMismatch {
+                    tool: "charge",
+                    key,
+                    differs: Mismatch::CallerKey,
+                    running: false,
+                    earlier,
+                    refused,
+                }
+                .model_text();
+                assert!(text.contains("use a new idempotency key"), "{text}");
+                assert!(text.contains("nothing was done now"), "{text}");
+                for claim in [
+                    "in this turn",
+                    "tell the user that it failed",
+                    "stop calling this tool",
+                    "already did",
+                    "it was done",
+                ] {
+                    assert!(!text.contains(claim), "{claim:?} in {text}");
+                }
+                assert_eq!(text.contains("stop repeating calls"), refused > 1, "{text}");
+                assert!(!text.contains("  ") && !text.contains('\n'), "{text:?}");
+                let text = text.replace("idempotency key", "");
+                for marker in RUST_API_MARKERS {
+                    assert!(!text.contains(marker), "{marker:?} in {text}");
                 }
             }
         }
