@@ -153,3 +153,50 @@ async fn a_spawned_task_that_outlives_its_tool_has_no_current_key() {
         "the tool is over: no tool runs in the task"
     );
 }
+
+static NESTED_LATER: std::sync::Mutex<Option<tokio::task::JoinHandle<Option<idem_tools::Key>>>> =
+    std::sync::Mutex::new(None);
+
+/// Called by `place_order`: hands a task of its own a request to send once it is over.
+#[idempotent]
+async fn charge_in_order(cents: u64) -> Result<u64, Error> {
+    let later = idem_tools::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        current_key()
+    });
+    *NESTED_LATER.lock().unwrap() = Some(later);
+    Ok(cents)
+}
+
+/// Calls `charge_in_order`, and is still running when the task that tool spawned sends its
+/// request.
+#[idempotent]
+async fn place_order(cents: u64) -> Result<(u64, String, Option<String>), Error> {
+    let own = current_key().expect("the outer tool has its key").to_hex();
+    let charged = charge_in_order(cents).await?;
+    let later = NESTED_LATER
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the inner tool spawned its follow-up");
+    let seen = later.await.expect("the task ran");
+    Ok((charged, own, seen.map(|key| key.to_hex())))
+}
+
+/// The same, one tool deeper: a task the inner tool spawned that outlives it runs no tool
+/// either, though the outer tool still runs. It must not report the outer tool's key: the
+/// outer tool sends its own requests with it, and an API that deduplicates by the key alone
+/// would answer the task's request with the outer tool's response (and a retry of the outer
+/// tool replays the inner one, so the task's request is never sent again: the key closes no
+/// window for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_outlives_a_nested_tool_has_no_current_key() {
+    let turn = Turn::new("outlived-nested-key");
+    let (charged, outer, seen) = turn.scope(place_order(500)).await.unwrap();
+    assert_eq!(charged, 500);
+    assert_eq!(
+        seen, None,
+        "the inner tool is over: no tool runs in the task it spawned (the outer tool's key is \
+         {outer})"
+    );
+}

@@ -44,8 +44,9 @@ impl Held {
 
 /// The key of the `#[idempotent]` tool running in this task, if any. In a task the tool
 /// handed work to ([`spawn`](crate::spawn)), the tool's key while it runs; once it is over, the
-/// task runs no tool (`None`, or the key of a tool that called it and still runs): a request the
-/// task sends then is not the tool's, and must not carry its key.
+/// task runs no tool (`None`, even while a tool that called that tool still runs): a request
+/// the task sends then is neither tool's, and must not carry a key either sends its own
+/// requests with.
 ///
 /// Forward it to downstream APIs that deduplicate (an `Idempotency-Key` HTTP header, a message
 /// id): that closes the one window idem cannot close alone, a crash after the side effect and
@@ -69,7 +70,9 @@ impl Held {
 /// # Ok(()) }
 /// ```
 pub fn current_key() -> Option<Key> {
-    HELD.try_with(|held| held.running().next().map(|held| held.key))
+    // The innermost tool only: a task spawned from a tool's body that outlives it runs no tool,
+    // whatever still runs around that tool.
+    HELD.try_with(|held| held.runs().then_some(held.key))
         .ok()
         .flatten()
 }
