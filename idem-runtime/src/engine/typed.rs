@@ -175,8 +175,9 @@ fn unreplayable_err(tool: &'static str, error: &Error) -> Finished {
 
 /// `record()`, or, if it panicked (the result's `Serialize` or `Deserialize`, or the
 /// [`not_recording`](Codec::not_recording) check), a not-replayable marker: the panic is not
-/// the body's, which ran, so the key must not be given back for a retry to run it again.
-/// Compiled once.
+/// the body's, which ran, so the key of an `Ok` must not be given back for a retry to run it
+/// again (an `Err`'s is, as every `Err` that is not recorded: [`Codec::finished`]). Compiled
+/// once.
 fn guarded(tool: &'static str, record: &mut dyn FnMut() -> Option<Recorded>) -> Option<Recorded> {
     match panic::catch_unwind(AssertUnwindSafe(record)) {
         Ok(recorded) => recorded,
