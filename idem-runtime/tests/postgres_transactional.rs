@@ -834,3 +834,337 @@ fn a_call_dropped_outside_its_runtime_rolls_back_without_a_panic() {
         cleanup(&store).await;
     });
 }
+
+/// The server process of the connection a body runs on.
+async fn backend(conn: &mut PgConnection) -> Result<i32, Failure> {
+    Ok(sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *conn)
+        .await?)
+}
+
+/// A store of one connection, in a schema of its own, with the ledger.
+async fn pool_of_one(url: &str, tag: &str) -> PostgresStore {
+    let store = PostgresStore::builder()
+        .schema(unique_schema(tag))
+        .max_connections(1)
+        .connect(url)
+        .await
+        .expect("connect");
+    create_ledger(&store).await;
+    store
+}
+
+/// Calls that return (`Ok` or `Err`) give their connection back to the pool: on a pool of one,
+/// fifty of them run on one server process. A body that panics, a caller that gives up and a
+/// body that overruns its lease close it (the next call runs on a new one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_that_return_keep_their_connection_and_cut_off_ones_close_it() {
+    let Some(url) = postgres_url("tx_pooled") else {
+        return;
+    };
+    let store = pool_of_one(&url, "tx_pooled").await;
+    let turn = Turn::new("turn-pooled");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let pids = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    for n in 0..50 {
+        let memo = format!("p{n}");
+        let fails = n % 2 == 1;
+        // A turn each: a turn's budget allows a handful of calls of a tool.
+        let turn = Turn::new(format!("turn-pooled-{n}"));
+        let answer = transactional::execute(
+            call(&turn, &shared, &memo),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                let pid = backend(conn).await?;
+                pids.lock().unwrap().insert(pid);
+                let id = insert(conn, &table, &memo).await?;
+                if fails {
+                    return Err(Failure::Tool("declined"));
+                }
+                Ok(id)
+            },
+        )
+        .await;
+        assert_eq!(answer.is_ok(), !fails, "{memo}: {answer:?}");
+    }
+    let pids = pids.into_inner().unwrap();
+    assert_eq!(pids.len(), 1, "one connection for fifty calls: {pids:?}");
+    let first = *pids.iter().next().unwrap();
+    let next_pid = async || -> i32 {
+        sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(store.pool())
+            .await
+            .expect("a query")
+    };
+    assert_eq!(next_pid().await, first, "still pooled");
+
+    // Cut off by its caller: closed.
+    let cut = tokio::time::timeout(
+        Duration::from_millis(300),
+        transactional::execute(
+            call(&turn, &shared, "cut"),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                insert(conn, &table, "cut").await?;
+                std::future::pending().await
+            },
+        ),
+    )
+    .await;
+    assert!(cut.is_err());
+    let after_cut = next_pid().await;
+    assert_ne!(after_cut, first, "the cut-off call's connection was closed");
+
+    // Overran its lease: closed.
+    let overran = transactional::execute(
+        call(&turn, &shared, "overrun").with_lease(Duration::from_millis(300)),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            insert(conn, &table, "overrun").await?;
+            std::future::pending().await
+        },
+    )
+    .await;
+    assert!(
+        matches!(overran, Err(Failure::Idem(Error::LeaseLost { .. }))),
+        "{overran:?}"
+    );
+    let after_overrun = next_pid().await;
+    assert_ne!(
+        after_overrun, after_cut,
+        "the overrun call's connection was closed"
+    );
+
+    // Panicked: closed.
+    let (store2, turn2, table2) = (store.clone(), turn.clone(), table.clone());
+    let panicked = tokio::spawn(async move {
+        let shared: Arc<dyn Store> = Arc::new(store2);
+        transactional::execute(
+            call(&turn2, &shared, "panics"),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                insert(conn, &table2, "panics").await?;
+                panic!("the tool panics");
+            },
+        )
+        .await
+    })
+    .await;
+    assert!(panicked.is_err_and(|e| e.is_panic()));
+    assert_ne!(
+        next_pid().await,
+        after_overrun,
+        "the panicked call's connection was closed"
+    );
+    assert_eq!(rows(&store, "cut").await + rows(&store, "overrun").await, 0);
+    assert_eq!(rows(&store, "panics").await, 0);
+    cleanup(&store).await;
+}
+
+/// On a pool of one, a call whose caller gives up mid-body closes the pool's only connection:
+/// the next call gets a new one at once, every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_of_one_serves_the_next_call_at_once_after_a_caller_gives_up() {
+    let Some(url) = postgres_url("tx_one_cut") else {
+        return;
+    };
+    let store = pool_of_one(&url, "tx_one_cut").await;
+    let turn = Turn::new("turn-one-cut");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    for n in 0..5 {
+        let memo = format!("c{n}");
+        let cut = tokio::time::timeout(
+            Duration::from_millis(200),
+            transactional::execute(
+                call(&turn, &shared, &memo),
+                Codec::ok_only(),
+                async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                    insert(conn, &table, &memo).await?;
+                    std::future::pending().await
+                },
+            ),
+        )
+        .await;
+        assert!(cut.is_err(), "the caller gave up");
+        let started = tokio::time::Instant::now();
+        let next = transfer(&store, &turn, &memo).await;
+        let took = started.elapsed();
+        assert!(next.is_ok(), "{memo}: {next:?}");
+        assert!(took < Duration::from_secs(1), "{memo}: took {took:?}");
+        assert_eq!(rows(&store, &memo).await, 1);
+    }
+    cleanup(&store).await;
+}
+
+/// A body that drops a `COPY … TO STDOUT` midway and then returns: the call does not say its
+/// result was committed unless it was, an `Err` rolls back, and the pool's only connection
+/// answers each later query with its own answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_drops_a_copy_midway_and_returns_leaves_no_connection_answering_late() {
+    let Some(url) = postgres_url("tx_copy_dropped") else {
+        return;
+    };
+    let store = pool_of_one(&url, "tx_copy_dropped").await;
+    let turn = Turn::new("turn-copy-dropped");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    for (memo, fails) in [("copy-ok", false), ("copy-err", true)] {
+        let answer = transactional::execute(
+            call(&turn, &shared, memo),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                let id = insert(conn, &table, memo).await?;
+                // Begun (its first answer read), then dropped with its rows unread.
+                let copy = conn
+                    .copy_out_raw("COPY (SELECT g FROM generate_series(1, 1000) g) TO STDOUT")
+                    .await?;
+                drop(copy);
+                if fails {
+                    return Err(Failure::Tool("declined"));
+                }
+                Ok(id)
+            },
+        )
+        .await;
+        let refused = sqlx::raw_sql("SELECT 1 / 0").execute(store.pool()).await;
+        assert!(refused.is_err(), "{memo}: 1 / 0 answered {refused:?}");
+        for n in 1..=3_i64 {
+            let got = sqlx::query_scalar::<_, i64>(&format!("SELECT {n}::bigint"))
+                .fetch_one(store.pool())
+                .await;
+            assert_eq!(got.ok(), Some(n), "{memo}: query {n} got its own answer");
+        }
+        if fails {
+            assert!(matches!(answer, Err(Failure::Tool(_))), "{answer:?}");
+            assert_eq!(rows(&store, memo).await, 0, "rolled back");
+        } else if answer.is_ok() {
+            assert_eq!(rows(&store, memo).await, 1, "told Ok: committed");
+        } else {
+            assert!(
+                matches!(answer, Err(Failure::Idem(Error::CommitFailed { .. }))),
+                "{answer:?}"
+            );
+        }
+        let retry = transfer(&store, &turn, memo).await;
+        assert!(
+            retry.is_ok(),
+            "{memo}: the retry replays or runs: {retry:?}"
+        );
+        assert_eq!(rows(&store, memo).await, 1, "{memo}: exactly once");
+    }
+    cleanup(&store).await;
+}
+
+/// A call whose pool keeps a connection open (`min_connections`: closing one spawns the pool's
+/// refill on the runtime), dropped mid-body outside its runtime, and one dropped as its runtime
+/// shuts down: the connection is closed (the call rolls back) without a panic.
+#[test]
+fn a_call_closing_its_connection_as_its_runtime_goes_away_does_not_panic() {
+    let Some(url) = postgres_url("tx_closed_outside") else {
+        return;
+    };
+    let schema = unique_schema("tx_closed_outside");
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    };
+    let connect = async |url: &str, schema: &str| {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .min_connections(1)
+            .max_connections(2)
+            .connect(url)
+            .await
+            .expect("a pool");
+        PostgresStore::builder()
+            .schema(schema)
+            .from_pool(pool)
+            .await
+            .expect("a store")
+    };
+    // Dropped outside its runtime, which goes on.
+    let first = runtime();
+    let store = first.block_on(connect(&url, &schema));
+    first.block_on(create_ledger(&store));
+    let turn = Turn::new("turn-closed-outside");
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let table = ledger(&store);
+    let mut cut = Box::pin(transactional::execute(
+        call(&turn, &shared, "o"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            insert(conn, &table, "o").await?;
+            std::future::pending().await
+        },
+    ));
+    first.block_on(async {
+        let waited = tokio::time::timeout(
+            Duration::from_millis(300),
+            std::future::poll_fn(|cx| cut.as_mut().poll(cx)),
+        )
+        .await;
+        assert!(waited.is_err(), "the body was still running");
+    });
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(cut)));
+    assert!(
+        dropped.is_ok(),
+        "dropping the call outside its runtime panicked"
+    );
+    first.block_on(async {
+        assert_eq!(rows(&store, "o").await, 0, "rolled back");
+    });
+
+    // Dropped as its runtime shuts down (a task of it), and after it did (kept by the caller).
+    let second = runtime();
+    let store = second.block_on(connect(&url, &schema));
+    let shared: Arc<dyn Store> = Arc::new(store.clone());
+    let (turn2, table2, shared2) = (turn.clone(), table.clone(), shared.clone());
+    let task = second.spawn(async move {
+        transactional::execute(
+            call(&turn2, &shared2, "s"),
+            Codec::ok_only(),
+            async |conn: &mut PgConnection| -> Result<i64, Failure> {
+                insert(conn, &table2, "s").await?;
+                std::future::pending().await
+            },
+        )
+        .await
+    });
+    let mut kept = Box::pin(transactional::execute(
+        call(&turn, &shared, "k"),
+        Codec::ok_only(),
+        async |conn: &mut PgConnection| -> Result<i64, Failure> {
+            insert(conn, &table, "k").await?;
+            std::future::pending().await
+        },
+    ));
+    second.block_on(async {
+        let waited = tokio::time::timeout(
+            Duration::from_millis(300),
+            std::future::poll_fn(|cx| kept.as_mut().poll(cx)),
+        )
+        .await;
+        assert!(waited.is_err(), "the body was still running");
+    });
+    let shut = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(second)));
+    assert!(shut.is_ok(), "shutting the runtime down panicked");
+    drop(task);
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(kept)));
+    assert!(
+        dropped.is_ok(),
+        "dropping the call after its runtime shut down panicked"
+    );
+    drop((store, shared));
+
+    first.block_on(async {
+        let store = connect(&url, &schema).await;
+        for memo in ["s", "k"] {
+            assert_eq!(rows(&store, memo).await, 0, "{memo}: rolled back");
+        }
+        cleanup(&store).await;
+    });
+}
