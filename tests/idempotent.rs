@@ -1013,3 +1013,60 @@ async fn an_underscored_parameter_is_in_the_key_by_its_name() {
     let (expected, _) = digest.finish(t.namespace(), t.id(), "tag_order", 0);
     assert_eq!(tagged, format!("gift! {}", expected.to_hex()));
 }
+
+// ---------------------------------------------------------------------------------------------
+// An `Err` that is a refusal of a call the body made.
+
+/// The error of `relay`: recorded with `cache_errors`.
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct RelayError(String);
+
+impl From<Error> for RelayError {
+    fn from(error: Error) -> Self {
+        RelayError(error.model_text())
+    }
+}
+
+static RELAYED: AtomicUsize = AtomicUsize::new(0);
+
+/// The action `relay`'s calls share: 300 ms.
+#[idempotent]
+async fn deliver_parcel(parcel: u32) -> Result<u32, Error> {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Ok(parcel)
+}
+
+#[idempotent(cache_errors)]
+async fn relay(route: u32, parcel: u32) -> Result<String, RelayError> {
+    RELAYED.fetch_add(1, Ordering::SeqCst);
+    let parcel = deliver_parcel(parcel).await?;
+    Ok(format!("parcel {parcel} on route {route}"))
+}
+
+/// A `cache_errors` tool whose call of another tool is refused as still running (the turn's
+/// in-flight wait ended) fails with that refusal, which says "wait, then call again". It was
+/// recorded as the tool's own error, and every call again got it back for the record's TTL,
+/// long after the action it waited for had finished. An `Err` of a body that a call it made
+/// was refused in is not recorded: the call again runs the tool, which gets the action's result.
+#[tokio::test]
+async fn a_refusal_of_a_call_the_body_made_is_not_recorded_as_its_error() {
+    let t = Turn::new("relay-refusal")
+        .with_store(Arc::new(MemoryStore::new()))
+        .with_in_flight_wait(Duration::from_millis(50));
+    t.scope(async {
+        let (first, second) = tokio::join!(relay(1, 6), async {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            relay(2, 6).await
+        });
+        assert_eq!(first.unwrap(), "parcel 6 on route 1");
+        let RelayError(refusal) = second.unwrap_err();
+        assert!(refusal.contains("call it again"), "{refusal}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            relay(2, 6).await.expect("the call again runs the tool"),
+            "parcel 6 on route 2"
+        );
+    })
+    .await;
+    assert_eq!(RELAYED.load(Ordering::SeqCst), 3);
+}

@@ -560,10 +560,9 @@ async fn a_namespace_rule_that_refuses_a_caller_refuses_its_reads_too() {
 /// A `cache_errors` tool records its `Err`s, and a tool's `Err` can be an idem refusal of a
 /// call it makes: one that says the action is still running, to wait and call again. Recorded,
 /// that refusal is what every later call of the tool gets back, long after the action it waited
-/// for finished — the model is told "wait, call again" for the record's whole TTL. (Found by a
-/// review. A fix keeps such refusals, which say nothing about the tool's own outcome, out of
-/// the record — the engine must tell them from the tool's own errors, which `E: From<Error>`
-/// alone does not; until then it is ignored.)
+/// for finished — the model was told "wait, call again" for the record's whole TTL (found by a
+/// review). An `Err` of a body whose call of a tool idem refused is not recorded: its key is
+/// given back, and the call again runs the tool, which now gets the shared action's result.
 mod relay {
     use std::time::Duration;
 
@@ -636,7 +635,6 @@ mod relay {
 }
 
 #[tokio::test]
-#[ignore = "cache_errors records a nested idem refusal (in flight) as the tool's own error and replays it for its TTL; the engine cannot yet tell the two apart"]
 async fn a_cached_error_is_never_a_refusal_that_said_to_call_again() {
     let server = idem_tools::mcp::IdemServer::new(relay::Relay::new(), relay::TOOLS)
         .unwrap()

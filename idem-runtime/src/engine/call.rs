@@ -704,7 +704,16 @@ impl Future for Scoped<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Scoped { body, held, turn } = self.get_mut();
-        poll_body(body.as_mut(), held, turn, cx)
+        poll_body(body.as_mut(), held, turn, cx).map(|polled| {
+            polled.map(|finished| match finished {
+                // An `Err` of a body that a call it made was refused in may be that refusal
+                // ("still running: call again", a store that is down), not the tool's own
+                // failure: recorded (`cache_errors`), it would answer every retry for the TTL.
+                // Not recorded, its key is given back, as for every `Err` without it.
+                Finished::Record { ok: false, .. } if held.refused_a_call() => Finished::Release,
+                finished => finished,
+            })
+        })
     }
 }
 

@@ -15,25 +15,57 @@ pub(crate) struct Held {
     key: Key,
     /// The scope of conversations where the tool was called (`conversation::scope`).
     within: Option<Key>,
-    /// Whether the tool still runs (its body, or for a transactional tool its transaction): a
-    /// task the body spawned (`idem_tools::spawn`), or a detached tool it called, may outlive
-    /// it, and then no longer holds its key.
-    running: Arc<AtomicBool>,
+    /// Whether the tool still runs, and whether idem refused a call it made.
+    state: Arc<State>,
     /// If the tool is transactional, its body runs inside its transaction, open while
     /// `running` says so: the tool's name.
     transaction: Option<&'static str>,
     outer: Option<Arc<Held>>,
 }
 
+/// What a tool's call shares with the tasks its body runs in and hands work to.
+#[derive(Debug)]
+pub(crate) struct State {
+    /// Whether the tool still runs (its body, or for a transactional tool its transaction): a
+    /// task the body spawned (`idem_tools::spawn`), or a detached tool it called, may outlive
+    /// it, and then no longer holds its key.
+    running: AtomicBool,
+    /// Whether idem refused or failed a call of an `#[idempotent]` tool that this tool made
+    /// (its body, or a task it handed work to): an `Err` of the body may then be that refusal
+    /// ("still running: call again"), which is not the tool's own failure to record.
+    refused: AtomicBool,
+}
+
+impl State {
+    /// A tool that runs, with no call refused yet.
+    pub(crate) fn running() -> Arc<State> {
+        Arc::new(State {
+            running: AtomicBool::new(true),
+            refused: AtomicBool::new(false),
+        })
+    }
+
+    /// The tool's body finished, or was dropped (for a transactional tool: its transaction
+    /// ended): it no longer holds its key.
+    pub(crate) fn end(&self) {
+        self.running.store(false, Ordering::Release);
+    }
+}
+
 impl Held {
     /// Whether the tool that holds this key still runs.
     fn runs(&self) -> bool {
-        self.running.load(Ordering::Acquire)
+        self.state.running.load(Ordering::Acquire)
     }
 
     /// The tool's body finished, or was dropped: it no longer holds its key.
     pub(crate) fn end(&self) {
-        self.running.store(false, Ordering::Release);
+        self.state.end();
+    }
+
+    /// Whether idem refused or failed a call this tool made while it ran ([`refused`]).
+    pub(crate) fn refused_a_call(&self) -> bool {
+        self.state.refused.load(Ordering::Acquire)
     }
 
     /// This key and its callers', innermost first: those of tools that still run.
@@ -83,6 +115,17 @@ pub(crate) fn innermost_key() -> Option<Key> {
     HELD.try_with(|held| held.key).ok()
 }
 
+/// A call of an `#[idempotent]` tool made in this task was refused or failed by idem (its
+/// caller gets an [`Error`](crate::Error)): noted for the tool running here, if any, whose body
+/// may return that error as its own.
+pub(crate) fn refused() {
+    let _ = HELD.try_with(|held| {
+        if held.runs() {
+            held.state.refused.store(true, Ordering::Release);
+        }
+    });
+}
+
 /// Whether this task (or a tool that called it) holds `key`: the tool holding it still runs.
 pub(crate) fn holds(key: &Key) -> bool {
     HELD.try_with(|held| held.running().any(|held| held.key == *key))
@@ -114,7 +157,7 @@ pub(crate) fn with(key: Key, caller: Caller) -> Held {
     Held {
         key,
         within: caller.within,
-        running: Arc::new(AtomicBool::new(true)),
+        state: State::running(),
         transaction: None,
         outer: caller.outer,
     }
@@ -127,12 +170,12 @@ pub(crate) fn in_transaction_of(
     key: Key,
     caller: Caller,
     tool: &'static str,
-    open: Arc<AtomicBool>,
+    open: Arc<State>,
 ) -> Held {
     Held {
         key,
         within: caller.within,
-        running: open,
+        state: open,
         transaction: Some(tool),
         outer: caller.outer,
     }

@@ -179,7 +179,7 @@ where
     // Step 4: the body, with the call's held keys and turn around each poll, for at most the
     // tool's lease: a statement the server never answers must not hold the call forever.
     let ttl = ttl_of(granted.guard.report());
-    let open = OpenUntilDropped(Arc::new(AtomicBool::new(true)));
+    let open = OpenUntilDropped(held::State::running());
     // A body dropped mid-statement (its caller gave up, it panicked) may leave an answer on the
     // wire that `sqlx` does not know it owes (a `COPY … TO STDOUT` it was reading): pooled, the
     // connection would hand that answer's tail to the next query. Until the body returns, the
@@ -312,11 +312,11 @@ where
 /// Whether the call's transaction is still open, for the tools its body calls (refused while it
 /// is: `held::transaction`): over when dropped, at every return of [`execute`] and when its
 /// future is dropped.
-struct OpenUntilDropped(Arc<AtomicBool>);
+struct OpenUntilDropped(Arc<held::State>);
 
 impl Drop for OpenUntilDropped {
     fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+        self.0.end();
     }
 }
 

@@ -387,7 +387,11 @@ impl<T, E> Codec<T, E> {
             (Ok(()), None) => Err((self.error)(Error::Config(
                 "the engine answered before the tool's result was known".to_owned(),
             ))),
-            (Err(error), _) => Err((self.error)(error)),
+            (Err(error), _) => {
+                // The tool running here (if this call was made in one) may return it as its own.
+                super::held::refused();
+                Err((self.error)(error))
+            }
         }
     }
 }
