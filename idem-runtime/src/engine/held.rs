@@ -17,8 +17,8 @@ pub(crate) struct Held {
     within: Option<Key>,
     /// Whether the tool still runs, and whether idem refused a call it made.
     state: Arc<State>,
-    /// If the tool is transactional, its body runs inside its transaction, open while
-    /// `running` says so: the tool's name.
+    /// If the tool is transactional, its body runs inside its transaction, open while `state`
+    /// says the tool runs: the tool's name.
     transaction: Option<&'static str>,
     outer: Option<Arc<Held>>,
 }
