@@ -1070,3 +1070,45 @@ async fn a_refusal_of_a_call_the_body_made_is_not_recorded_as_its_error() {
     .await;
     assert_eq!(RELAYED.load(Ordering::SeqCst), 3);
 }
+
+static RELAYED_ON: AtomicUsize = AtomicUsize::new(0);
+
+/// A plain tool between `relay_on` and the action: its `Err` is that of the call it made.
+#[idempotent]
+async fn hand_over(route: u32, parcel: u32) -> Result<u32, Error> {
+    let _ = route;
+    deliver_parcel(parcel).await
+}
+
+#[idempotent(cache_errors)]
+async fn relay_on(route: u32, parcel: u32) -> Result<String, RelayError> {
+    RELAYED_ON.fetch_add(1, Ordering::SeqCst);
+    let parcel = hand_over(route, parcel).await?;
+    Ok(format!("parcel {parcel} on route {route}"))
+}
+
+/// The refusal is made in a tool the body called, which returns it as its own `Err` (given
+/// back: it records no `Err`s, and idem refused a call it made): the body gets it as that
+/// tool's `Err`, not as idem's answer to its own call, and must not record it either.
+#[tokio::test]
+async fn a_refusal_returned_by_a_tool_the_body_called_is_not_recorded_as_its_error() {
+    let t = Turn::new("relay-on-refusal")
+        .with_store(Arc::new(MemoryStore::new()))
+        .with_in_flight_wait(Duration::from_millis(50));
+    t.scope(async {
+        let (first, second) = tokio::join!(relay_on(1, 8), async {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            relay_on(2, 8).await
+        });
+        assert_eq!(first.unwrap(), "parcel 8 on route 1");
+        let RelayError(refusal) = second.unwrap_err();
+        assert!(refusal.contains("call it again"), "{refusal}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            relay_on(2, 8).await.expect("the call again runs the tool"),
+            "parcel 8 on route 2"
+        );
+    })
+    .await;
+    assert_eq!(RELAYED_ON.load(Ordering::SeqCst), 3);
+}

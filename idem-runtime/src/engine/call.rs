@@ -709,8 +709,12 @@ impl Future for Scoped<'_> {
                 // An `Err` of a body that a call it made was refused in may be that refusal
                 // ("still running: call again", a store that is down), not the tool's own
                 // failure: recorded (`cache_errors`), it would answer every retry for the TTL.
-                // Not recorded, its key is given back, as for every `Err` without it.
-                Finished::Record { ok: false, .. } if held.refused_a_call() => Finished::Release,
+                // Not recorded, its key is given back, as for every `Err` without it. Its
+                // caller gets it as this tool's `Err`, not as idem's answer: told too.
+                Finished::Record { ok: false, .. } | Finished::Release if held.refused_a_call() => {
+                    held.refusal_to_caller();
+                    Finished::Release
+                }
                 finished => finished,
             })
         })

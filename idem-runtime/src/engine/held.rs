@@ -68,6 +68,15 @@ impl Held {
         self.state.refused.load(Ordering::Acquire)
     }
 
+    /// An `Err` of this tool's body, in which idem refused a call it made, may be that refusal:
+    /// its caller (the tool whose body, or task it handed work to, made this call, if it still
+    /// runs) gets it as this tool's `Err`, and may return it as its own in turn.
+    pub(crate) fn refusal_to_caller(&self) {
+        if let Some(outer) = self.outer.as_deref().filter(|outer| outer.runs()) {
+            outer.state.refused.store(true, Ordering::Release);
+        }
+    }
+
     /// This key and its callers', innermost first: those of tools that still run.
     fn running(&self) -> impl Iterator<Item = &Held> {
         std::iter::successors(Some(self), |held| held.outer.as_deref()).filter(|held| held.runs())
