@@ -351,9 +351,14 @@ impl Conversation {
                 // The step is claimed: now a call another run made again since its model read
                 // it failed would tell a story this run's model does not read.
                 let after = step.saturating_sub(1);
+                // Refused (another run made a call again) or not known (the store did not
+                // answer): a tool that runs the conversation must not record it as its `Err`.
                 overlap::outdated(self, after, &doubted)
                     .await
-                    .map_err(E::from)?;
+                    .map_err(|error| {
+                        crate::engine::held::refused();
+                        E::from(error)
+                    })?;
             }
             asked.store(true, Ordering::Relaxed);
             // Counted as failed until the model answers: an ask cut off by its caller (a

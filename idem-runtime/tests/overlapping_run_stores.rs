@@ -5,15 +5,15 @@
 mod overlap_common;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use idem_tools_runtime::ToolInfo;
 use idem_tools_runtime::engine::{Codec, execute};
 use idem_tools_runtime::key::Key;
 use idem_tools_runtime::store::{
     Begin, BeginRequest, Lease, MemoryStore, Record, Removed, Store, StoreFuture,
 };
+use idem_tools_runtime::{Error, ToolInfo, Turn};
 
 use overlap_common::*;
 
@@ -181,4 +181,97 @@ async fn a_lone_run_whose_cancelled_call_is_still_being_given_back_is_not_stoppe
     assert!(read.is_err());
     let (next, _) = next_step(&a, 1, &read).await;
     assert!(next.is_ok(), "one run, no overlap: {next:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A tool that runs the conversation, and records its `Err`s
+// ---------------------------------------------------------------------------------------------
+
+/// A `MemoryStore` whose `get` fails while `down`.
+struct Flaky {
+    inner: MemoryStore,
+    down: AtomicBool,
+}
+
+impl Store for Flaky {
+    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
+        self.inner.begin(req)
+    }
+    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
+        self.inner.renew(lease, duration)
+    }
+    fn complete<'a>(
+        &'a self,
+        lease: &'a Lease,
+        result: &'a [u8],
+        ttl: Duration,
+    ) -> StoreFuture<'a, ()> {
+        self.inner.complete(lease, result, ttl)
+    }
+    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
+        self.inner.release(lease)
+    }
+    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        if self.down.load(Ordering::SeqCst) {
+            return StoreFuture::new(async { Err(Error::store("get", "the store is down")) });
+        }
+        self.inner.get(namespace, key)
+    }
+    fn purge_expired(&self) -> StoreFuture<'_, u64> {
+        self.inner.purge_expired()
+    }
+    fn list<'a>(
+        &'a self,
+        namespace: Option<&'a str>,
+        limit: usize,
+    ) -> StoreFuture<'a, Vec<Record>> {
+        self.inner.list(namespace, limit)
+    }
+    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
+        self.inner.remove(namespace, key)
+    }
+    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
+        self.inner.remove_shown(shown)
+    }
+}
+
+static AGENT: ToolInfo = ToolInfo::idempotent("agent");
+
+/// A call of `agent` (`cache_errors`), whose body runs a conversation: step 0, a charge that
+/// fails, step 1 — read while the store's `get` is down if `down`.
+async fn agent(turn: &Turn, store: &Flaky, down: bool) -> Result<String, Failed> {
+    let ok = AtomicU32::new(0);
+    execute(call_of(&AGENT, turn, 1), Codec::ok_and_err(), async {
+        let chat = turn.conversation("assistant");
+        chat.step("step 0", model(0)).await?;
+        let read = chat
+            .model_tool_call("charge", &500, charge(turn, &ok, true))
+            .await;
+        store.down.store(down, Ordering::SeqCst);
+        let next = chat.step(&format!("after {read:?}"), model(1)).await;
+        store.down.store(false, Ordering::SeqCst);
+        Ok(next?)
+    })
+    .await
+}
+
+/// The step after a failed call reads the call's key first (`overlap::outdated`); the store
+/// did not answer that read, and the step failed with the store's error, which says nothing of
+/// the tool that runs the conversation. A `cache_errors` tool returning it does not record it:
+/// the call again, the store up, runs the tool.
+#[tokio::test]
+async fn a_store_error_of_a_step_is_not_recorded_by_the_tool_that_runs_the_conversation() {
+    let flaky = Arc::new(Flaky {
+        inner: MemoryStore::new(),
+        down: AtomicBool::new(false),
+    });
+    let store: Arc<dyn Store> = flaky.clone();
+    let turn = turn_on(&store);
+    let Failed(down) = agent(&turn, &flaky, true).await.unwrap_err();
+    assert!(down.contains("call it again"), "{down}");
+    assert_eq!(
+        agent(&turn, &flaky, false).await,
+        Ok("step 1: charge 500".to_owned()),
+        "the call again runs the tool"
+    );
 }

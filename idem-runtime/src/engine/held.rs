@@ -125,8 +125,8 @@ pub(crate) fn innermost_key() -> Option<Key> {
 }
 
 /// A call of an `#[idempotent]` tool made in this task was refused or failed by idem (its
-/// caller gets an [`Error`](crate::Error)): noted for the tool running here, if any, whose body
-/// may return that error as its own.
+/// caller gets an [`Error`](crate::Error)), or a conversation's step was before its model was
+/// asked: noted for the tool running here, if any, whose body may return that error as its own.
 pub(crate) fn refused() {
     let _ = HELD.try_with(|held| {
         if held.runs() {
