@@ -1112,3 +1112,84 @@ async fn a_refusal_returned_by_a_tool_the_body_called_is_not_recorded_as_its_err
     .await;
     assert_eq!(RELAYED_ON.load(Ordering::SeqCst), 3);
 }
+
+static RELAYED_SPAWNED: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent(cache_errors)]
+async fn relay_spawned(route: u32, parcel: u32) -> Result<String, RelayError> {
+    RELAYED_SPAWNED.fetch_add(1, Ordering::SeqCst);
+    let delivered = idem_tools::spawn(deliver_parcel(parcel));
+    let parcel = delivered.await.expect("the task ran")?;
+    Ok(format!("parcel {parcel} on route {route}"))
+}
+
+/// The call refused is made in a task the body handed it to (`idem_tools::spawn`): the body
+/// returns that refusal, and does not record it either.
+#[tokio::test]
+async fn a_refusal_of_a_call_made_in_a_task_the_body_spawned_is_not_recorded_as_its_error() {
+    let t = Turn::new("relay-spawned-refusal")
+        .with_store(Arc::new(MemoryStore::new()))
+        .with_in_flight_wait(Duration::from_millis(50));
+    t.scope(async {
+        let (first, second) = tokio::join!(relay_spawned(1, 9), async {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            relay_spawned(2, 9).await
+        });
+        assert_eq!(first.unwrap(), "parcel 9 on route 1");
+        let RelayError(refusal) = second.unwrap_err();
+        assert!(refusal.contains("call it again"), "{refusal}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        assert_eq!(
+            relay_spawned(2, 9)
+                .await
+                .expect("the call again runs the tool"),
+            "parcel 9 on route 2"
+        );
+    })
+    .await;
+    assert_eq!(RELAYED_SPAWNED.load(Ordering::SeqCst), 3);
+}
+
+static DECLINED: AtomicUsize = AtomicUsize::new(0);
+
+/// Fails, always: its `Err` is its own, recorded.
+#[idempotent(cache_errors)]
+#[allow(clippy::unused_async)]
+async fn decline(card: u32) -> Result<u32, RelayError> {
+    DECLINED.fetch_add(1, Ordering::SeqCst);
+    Err(RelayError(format!("card {card} declined")))
+}
+
+/// Calls `decline` beside a call of `deliver_parcel` that may be refused.
+#[idempotent]
+async fn pay_beside(card: u32, parcel: u32) -> Result<String, Error> {
+    let (delivered, declined) = tokio::join!(deliver_parcel(parcel), decline(card));
+    Ok(format!("{:?} {:?}", delivered.is_ok(), declined.is_ok()))
+}
+
+/// A refusal of a call made beside a tool's (in the caller's body) is not that tool's: its
+/// own `Err` is recorded, and replayed.
+#[tokio::test]
+async fn a_refusal_beside_a_tool_does_not_keep_its_own_err_from_being_recorded() {
+    let t = Turn::new("pay-beside-refusal")
+        .with_store(Arc::new(MemoryStore::new()))
+        .with_in_flight_wait(Duration::from_millis(50));
+    t.scope(async {
+        let (first, second) = tokio::join!(pay_beside(1, 10), async {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            pay_beside(2, 10).await
+        });
+        assert_eq!(first.unwrap(), "true false");
+        assert_eq!(second.unwrap(), "false false", "the delivery was refused");
+        assert_eq!(
+            decline(2).await,
+            Err(RelayError("card 2 declined".to_owned()))
+        );
+    })
+    .await;
+    assert_eq!(
+        DECLINED.load(Ordering::SeqCst),
+        2,
+        "each card's decline is replayed"
+    );
+}
