@@ -31,10 +31,7 @@ static NOTIFY: ToolInfo = ToolInfo::idempotent("notify").with_release_on_cancel(
 /// charge, and stops.
 #[tokio::test]
 async fn a_charge_on_a_namespace_of_its_own_another_run_made_is_seen_by_the_next_step() {
-    let store: Arc<dyn Store> = Arc::new(Net {
-        inner: Arc::new(MemoryStore::new()),
-        slow_release: false,
-    });
+    let store: Arc<dyn Store> = Arc::new(Net::new(false));
     let a = stepped_on(turn_on(&store)).await;
     let ok = AtomicU32::new(0);
     let tools_a = a.turn().clone().with_namespace("tools");
@@ -99,11 +96,22 @@ async fn a_lone_runs_background_call_alongside_its_own_next_step_is_not_refused(
 }
 
 /// A `MemoryStore` as a store over a network behaves: `get` reads by namespace and key (as
-/// SQLite, Redis and Postgres do), and, if `slow_release`, `release` answers after a few
-/// milliseconds.
+/// SQLite, Redis and Postgres do), and fails while `down`; if `slow_release`, `release`
+/// answers after a few milliseconds.
 struct Net {
     inner: Arc<dyn Store>,
     slow_release: bool,
+    down: AtomicBool,
+}
+
+impl Net {
+    fn new(slow_release: bool) -> Net {
+        Net {
+            inner: Arc::new(MemoryStore::new()),
+            slow_release,
+            down: AtomicBool::new(false),
+        }
+    }
 }
 
 impl Store for Net {
@@ -130,6 +138,9 @@ impl Store for Net {
         })
     }
     fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
+        if self.down.load(Ordering::SeqCst) {
+            return StoreFuture::new(async { Err(Error::store("get", "the store is down")) });
+        }
         StoreFuture::new(async move {
             let record = self.inner.get(namespace, key).await?;
             Ok(record.filter(|record| &*record.namespace == namespace))
@@ -160,10 +171,7 @@ impl Store for Net {
 /// before it reads the key, and goes on.
 #[tokio::test]
 async fn a_lone_run_whose_cancelled_call_is_still_being_given_back_is_not_stopped() {
-    let store: Arc<dyn Store> = Arc::new(Net {
-        inner: Arc::new(MemoryStore::new()),
-        slow_release: true,
-    });
+    let store: Arc<dyn Store> = Arc::new(Net::new(true));
     let a = stepped_on(turn_on(&store)).await;
     let turn = a.turn().clone();
     let cut_off = async {
@@ -187,59 +195,11 @@ async fn a_lone_run_whose_cancelled_call_is_still_being_given_back_is_not_stoppe
 // A tool that runs the conversation, and records its `Err`s
 // ---------------------------------------------------------------------------------------------
 
-/// A `MemoryStore` whose `get` fails while `down`.
-struct Flaky {
-    inner: MemoryStore,
-    down: AtomicBool,
-}
-
-impl Store for Flaky {
-    fn begin<'a>(&'a self, req: BeginRequest<'a>) -> StoreFuture<'a, Begin> {
-        self.inner.begin(req)
-    }
-    fn renew<'a>(&'a self, lease: &'a Lease, duration: Duration) -> StoreFuture<'a, ()> {
-        self.inner.renew(lease, duration)
-    }
-    fn complete<'a>(
-        &'a self,
-        lease: &'a Lease,
-        result: &'a [u8],
-        ttl: Duration,
-    ) -> StoreFuture<'a, ()> {
-        self.inner.complete(lease, result, ttl)
-    }
-    fn release<'a>(&'a self, lease: &'a Lease) -> StoreFuture<'a, ()> {
-        self.inner.release(lease)
-    }
-    fn get<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, Option<Record>> {
-        if self.down.load(Ordering::SeqCst) {
-            return StoreFuture::new(async { Err(Error::store("get", "the store is down")) });
-        }
-        self.inner.get(namespace, key)
-    }
-    fn purge_expired(&self) -> StoreFuture<'_, u64> {
-        self.inner.purge_expired()
-    }
-    fn list<'a>(
-        &'a self,
-        namespace: Option<&'a str>,
-        limit: usize,
-    ) -> StoreFuture<'a, Vec<Record>> {
-        self.inner.list(namespace, limit)
-    }
-    fn remove<'a>(&'a self, namespace: &'a str, key: &'a Key) -> StoreFuture<'a, bool> {
-        self.inner.remove(namespace, key)
-    }
-    fn remove_shown<'a>(&'a self, shown: &'a Record) -> StoreFuture<'a, Removed> {
-        self.inner.remove_shown(shown)
-    }
-}
-
 static AGENT: ToolInfo = ToolInfo::idempotent("agent");
 
 /// A call of `agent` (`cache_errors`), whose body runs a conversation: step 0, a charge that
 /// fails, step 1 — read while the store's `get` is down if `down`.
-async fn agent(turn: &Turn, store: &Flaky, down: bool) -> Result<String, Failed> {
+async fn agent(turn: &Turn, store: &Net, down: bool) -> Result<String, Failed> {
     let ok = AtomicU32::new(0);
     execute(call_of(&AGENT, turn, 1), Codec::ok_and_err(), async {
         let chat = turn.conversation("assistant");
@@ -261,10 +221,7 @@ async fn agent(turn: &Turn, store: &Flaky, down: bool) -> Result<String, Failed>
 /// the call again, the store up, runs the tool.
 #[tokio::test]
 async fn a_store_error_of_a_step_is_not_recorded_by_the_tool_that_runs_the_conversation() {
-    let flaky = Arc::new(Flaky {
-        inner: MemoryStore::new(),
-        down: AtomicBool::new(false),
-    });
+    let flaky = Arc::new(Net::new(false));
     let store: Arc<dyn Store> = flaky.clone();
     let turn = turn_on(&store);
     let Failed(down) = agent(&turn, &flaky, true).await.unwrap_err();
