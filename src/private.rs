@@ -152,6 +152,8 @@ pub struct Digest {
     args: Result<ArgsDigest, Error>,
     /// Bit `i` set: the tool's `skipped[i]` is in the fingerprint (it is `Serialize`).
     fingerprinted: u32,
+    /// The `#[key]` parameter, whose value is the key.
+    key_argument: Option<&'static str>,
 }
 
 impl Digest {
@@ -188,6 +190,7 @@ impl Digest {
             turn,
             args: Ok(ArgsDigest::new(tool.name)),
             fingerprinted: 0,
+            key_argument: None,
         }
     }
 
@@ -213,8 +216,9 @@ impl Digest {
         }
     }
 
-    /// A `#[key]` parameter.
-    pub fn caller_key<K: CallerKey + ?Sized>(&mut self, key: &K) {
+    /// The `#[key]` parameter `name`.
+    pub fn caller_key<K: CallerKey + ?Sized>(&mut self, name: &'static str, key: &K) {
+        self.key_argument = Some(name);
         if let Some(args) = self.args() {
             args.caller_key(key.as_ref());
         }
@@ -310,7 +314,11 @@ fn prepare(digest: Digest, store: Option<Arc<dyn Store>>) -> Result<Call, Error>
     let unkeyed = (!args.has_caller_key()).then_some(fingerprinted);
     let (key, fingerprint) = args.finish(turn.namespace(), turn.id(), tool.name, tool.version);
     let fingerprint = slot.own(fingerprint);
-    let call = Call::in_turn(tool, turn, key, fingerprint).with_unkeyed(unkeyed);
+    let call = Call::in_turn(tool, turn, key, fingerprint);
+    let call = match digest.key_argument {
+        Some(name) => call.with_key_argument(name),
+        None => call.with_unkeyed(unkeyed),
+    };
     Ok(match store {
         Some(store) => call.with_store(&store),
         None => call,

@@ -275,7 +275,7 @@ async fn a_caller_key_spans_turns_and_rejects_another_payload() {
         .scope(refund("req-1", 100, "b".into()))
         .await
         .unwrap_err();
-    let caller_key = Mismatch::CallerKey;
+    let caller_key = Mismatch::KeyArgument("request_id");
     assert!(
         matches!(error, Error::PayloadMismatch { differs, .. } if differs == caller_key),
         "{error}"

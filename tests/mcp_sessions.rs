@@ -411,7 +411,9 @@ async fn a_server_shared_by_two_connections_refuses_the_second() {
 /// A client that keeps sending its key with other arguments (a model rewording on every
 /// retry) is refused each time, and from the second refusal on told to stop — though each
 /// `tools/call` runs in a `Turn` of its own. (Found by a trial adoption: the first refusal's
-/// text, forever.)
+/// text, forever.) The key is the application's, not the model's: the model is not told to
+/// send a new one (it was told to "use a new idempotency key", and might make up an argument
+/// for it), but to tell the user.
 #[tokio::test]
 async fn a_client_that_keeps_reusing_its_key_is_told_to_stop() {
     let backend = Backend::with_latency(Duration::ZERO);
@@ -425,13 +427,21 @@ async fn a_client_that_keeps_reusing_its_key_is_told_to_stop() {
     };
     assert!(!is_error(&client.call_tool(keyed("one")).await.unwrap()));
     let first = text(&client.call_tool(keyed("two")).await.unwrap());
-    assert!(!first.contains("Stop"), "{first}");
+    assert!(!first.contains("stop repeating"), "{first}");
     for title in ["three", "four"] {
         let again = text(&client.call_tool(keyed(title)).await.unwrap());
+        assert!(again.contains("stop repeating it"), "{again}");
+    }
+    for text in [
+        &first,
+        &text(&client.call_tool(keyed("five")).await.unwrap()),
+    ] {
+        assert!(text.contains("not one of your arguments"), "{text}");
         assert!(
-            again.contains("Stop repeating calls with this key"),
-            "{again}"
+            text.contains("application reused an idempotency key"),
+            "{text}"
         );
+        assert!(!text.contains("new idempotency key"), "{text}");
     }
     assert_eq!(backend.tickets().len(), 1);
     client.cancel().await.unwrap();

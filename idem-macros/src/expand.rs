@@ -525,7 +525,7 @@ fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> 
         }),
         // The binding as written: an error about its type points at it.
         Role::CallerKey => Some(quote_spanned! {at=>
-            #digest.caller_key(&#binding);
+            #digest.caller_key(#name, &#binding);
         }),
         Role::Turn | Role::Ignore | Role::Transaction => None,
     }

@@ -457,9 +457,13 @@ pub enum KeyKept {
 /// ([`Error::PayloadMismatch`]), as far as idem can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mismatch {
-    /// The key was supplied by the caller (`#[key]`, MCP's `_meta["idempotencyKey"]`): any
-    /// argument may differ.
-    CallerKey,
+    /// The key is this argument of the call (`#[key]`), which the model sets: any other
+    /// argument may differ, and a new action needs a new value of it.
+    KeyArgument(&'static str),
+    /// The key was supplied by the application calling the tool (MCP's
+    /// `_meta["idempotencyKey"]`), not by the model: any argument may differ, and the model
+    /// cannot give a new key.
+    ClientKey,
     /// The key was derived from the arguments: one of these, in the fingerprint but not in the
     /// key (`skip(..)`), differs.
     Unkeyed(Unkeyed),
@@ -525,16 +529,27 @@ impl Unkeyed {
 
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const ONE_ACTION: &str = "must identify exactly one action — the same arguments, and \
+             for a tool with a `self_key` the same instance (its `self_key` is in the \
+             fingerprint, not the key)";
         let (names, count) = match self {
             Mismatch::Unkeyed(unkeyed) => unkeyed.listed(),
-            Mismatch::CallerKey => (String::new(), 0),
+            Mismatch::KeyArgument(name) => {
+                return write!(
+                    f,
+                    "the `#[key]` argument `{name}` {ONE_ACTION}; a new action needs a new `{name}`"
+                );
+            }
+            Mismatch::ClientKey => {
+                return write!(
+                    f,
+                    "a key the application supplied (MCP's `_meta[\"idempotencyKey\"]`) \
+                     {ONE_ACTION}; the application must send a new key for a new action"
+                );
+            }
         };
         match count {
-            0 => f.write_str(
-                "a caller-supplied key must identify exactly one action — the same arguments, \
-                 and for a tool with a `self_key` the same instance (its `self_key` is in the \
-                 fingerprint, not the key); use a new key for a new action",
-            ),
+            0 => write!(f, "a key {ONE_ACTION}; use a new key for a new action"),
             1 => write!(
                 f,
                 "every argument in the key is the same, and {names}, which is in `skip(..)` (in \

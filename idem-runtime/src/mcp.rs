@@ -197,13 +197,14 @@ mod tests {
         let caller = model_message(&Error::PayloadMismatch {
             tool: "t",
             key: key(),
-            differs: Mismatch::CallerKey,
+            differs: Mismatch::ClientKey,
             running: false,
             earlier: crate::Earlier::Done,
             refused: 1,
         })
         .unwrap();
-        assert!(caller.contains("use a new idempotency key"), "{caller}");
+        assert!(caller.contains("not one of your arguments"), "{caller}");
+        assert!(!caller.contains("new idempotency key"), "{caller}");
     }
 
     #[test]
@@ -211,7 +212,7 @@ mod tests {
         let data = ErrorData::from(Error::PayloadMismatch {
             tool: "t",
             key: key(),
-            differs: Mismatch::CallerKey,
+            differs: Mismatch::ClientKey,
             running: false,
             earlier: crate::Earlier::Done,
             refused: 1,

@@ -255,40 +255,23 @@ fn seconds(wait: std::time::Duration) -> String {
 /// still fail and give the key back: it is waited for. An action is said to be done only if
 /// its record says so.
 fn mismatch_message(differs: Mismatch, running: bool, earlier: Earlier, refused: u32) -> String {
-    if !running && earlier != Earlier::Done {
-        return undone_mismatch_message(differs, earlier, refused);
-    }
     let names: Vec<String> = match differs {
         Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
-        Mismatch::CallerKey => Vec::new(),
+        Mismatch::KeyArgument(name) => {
+            return caller_key_message(Some(name), running, earlier, refused);
+        }
+        Mismatch::ClientKey => Vec::new(),
     };
+    if names.is_empty() {
+        // A key the application made: from the arguments, no argument of the call can differ.
+        return caller_key_message(None, running, earlier, refused);
+    }
+    if !running && earlier != Earlier::Done {
+        return undone_mismatch_message(&names, earlier, refused);
+    }
     let (count, names) = (names.len(), names.join(", "));
     let again = refused > 1;
     let (differ, them) = match count {
-        0 if running => {
-            return "This idempotency key belongs to an action with different arguments, or for \
-                    another account or object this tool acts for, that is still running, so \
-                    this call was refused and nothing was done. Do not repeat this call with \
-                    that key: for this action, use a new idempotency key."
-                .to_owned();
-        }
-        0 if again => {
-            return format!(
-                "This idempotency key was refused {} already: it belongs to an action with \
-                 different arguments, or for another account or object this tool acts for, \
-                 that was done. Nothing was done now. Stop repeating calls with this key; for \
-                 a new action, use a new idempotency key, else tell the user what was done.",
-                times(refused)
-            );
-        }
-        0 => {
-            return "This idempotency key already belongs to an action with different \
-                    arguments, or one for another account or object this tool acts for, that \
-                    was done, so this call was refused and nothing was done. Do not repeat \
-                    this call with that key: for this action, use a new idempotency key (only \
-                    a call with that action's exact arguments gets its result)."
-                .to_owned();
-        }
         1 => (format!("{names} differs"), format!("the earlier {names}")),
         _ => (
             format!("one of {names} differs"),
@@ -325,7 +308,7 @@ fn mismatch_message(differs: Mismatch, running: bool, earlier: Earlier, refused:
 
 /// [`mismatch_message`] for a recorded action that failed, was cut off, or whose record cannot be
 /// read: never "done".
-fn undone_mismatch_message(differs: Mismatch, earlier: Earlier, refused: u32) -> String {
+fn undone_mismatch_message(names: &[String], earlier: Earlier, refused: u32) -> String {
     let (became, next) = match earlier {
         Earlier::Failed => (
             "failed, and its failure is recorded: it will not be tried again in this turn",
@@ -341,13 +324,6 @@ fn undone_mismatch_message(differs: Mismatch, earlier: Earlier, refused: u32) ->
              that it may or may not have been done",
         ),
     };
-    let names: Vec<String> = match differs {
-        Mismatch::Unkeyed(unkeyed) => unkeyed.names().map(|n| format!("\"{n}\"")).collect(),
-        Mismatch::CallerKey => Vec::new(),
-    };
-    if names.is_empty() {
-        return undone_caller_key_message(earlier, refused);
-    }
     let stop = if refused > 1 {
         format!(
             " This call was refused {} for it: stop calling this tool for this action.",
@@ -374,16 +350,72 @@ fn undone_mismatch_message(differs: Mismatch, earlier: Earlier, refused: u32) ->
     )
 }
 
-/// [`undone_mismatch_message`] for a key the caller supplied: it may name another action than
-/// this call's, and outlives the turn, so the model is told of that earlier action without
-/// being told that this one failed, and how to make this one (a new key).
-fn undone_caller_key_message(earlier: Earlier, refused: u32) -> String {
+/// [`mismatch_message`] for a key the caller supplied: the model's argument `param` (`#[key]`),
+/// or, with `None`, a key the application sent that the model cannot change (MCP's
+/// `idempotencyKey`). Such a key outlives the turn and may name another action than this
+/// call's, so the model is told of that earlier action (done only if its record says so),
+/// never that this one failed, and how a new action gets made: a new value of its argument, or,
+/// for the application's key, by the application (the model tells the user).
+fn caller_key_message(
+    param: Option<&str>,
+    running: bool,
+    earlier: Earlier,
+    refused: u32,
+) -> String {
+    let (this_key, that_key) = match param {
+        Some(name) => (
+            format!("The \"{name}\" of this call"),
+            format!("that \"{name}\""),
+        ),
+        None => (
+            "The idempotency key the application sent with this call (it is not one of your \
+             arguments)"
+                .to_owned(),
+            "that idempotency key".to_owned(),
+        ),
+    };
+    // What makes this call's action, if it is another one.
+    let new_action = match param {
+        Some(name) => format!("for another action, call again with a new \"{name}\""),
+        None => "if this is another action, tell the user that it was not done because the \
+                 application reused an idempotency key"
+            .to_owned(),
+    };
+    let other = "an action with different arguments, or for another account or object this \
+                 tool acts for,";
+    if running {
+        // That action may still fail and give the key back: nothing final is said.
+        let another = match param {
+            Some(_) => &new_action,
+            None => "if it is another action, wait a little, then call again",
+        };
+        return format!(
+            "{this_key} belongs to {other} that is still running, so this call was refused and \
+             nothing was done. If this call repeats that action, wait, then check whether it \
+             happened (for example with a read-only tool) before you do it again; {another}."
+        );
+    }
+    let stop = if refused > 1 {
+        format!(
+            " This call was refused {} for {that_key} already: stop repeating it.",
+            times(refused)
+        )
+    } else {
+        String::new()
+    };
+    if earlier == Earlier::Done {
+        return format!(
+            "{this_key} already belongs to {other} that was done, so this call was refused and \
+             nothing was done now.{stop} If this call repeats that action, it was done: do not \
+             do it again, tell the user what was done; {new_action}."
+        );
+    }
     let (became, same) = match earlier {
-        Earlier::Failed => ("failed, and its failure is kept for this key", ""),
+        Earlier::Failed => ("failed, and its failure is kept", ""),
         Earlier::Unknown => (
             "left a record that is damaged, so whether it took effect is not known",
             " If this call is for that same action, tell the user that it needs checking by a \
-             person instead.",
+             person.",
         ),
         _ => (
             "was interrupted before it finished, so it may or may not have taken effect",
@@ -391,19 +423,14 @@ fn undone_caller_key_message(earlier: Earlier, refused: u32) -> String {
              example with a read-only tool).",
         ),
     };
-    let stop = if refused > 1 {
-        format!(
-            " This idempotency key was refused {} already: stop repeating calls with it.",
-            times(refused)
-        )
-    } else {
-        String::new()
+    let with_it = match param {
+        Some(_) => format!(" with {that_key}"),
+        None => String::new(),
     };
     format!(
-        "An earlier call with this idempotency key, for an action with different arguments or \
-         for another account or object this tool acts for, {became}. So this call was refused \
-         and nothing was done now.{stop} Do not say that any action was done. Do not repeat \
-         this call with that key: for this action, use a new idempotency key.{same}"
+        "{this_key} was used before by {other} which {became}. So this call was refused and \
+         nothing was done now.{stop} Do not say that any action was done. Do not repeat this \
+         call{with_it}: {new_action}.{same}"
     )
 }
 
@@ -434,7 +461,7 @@ pub(crate) fn every_error() -> Vec<Error> {
         Error::PayloadMismatch {
             tool: "t",
             key: key(),
-            differs: crate::error::Mismatch::CallerKey,
+            differs: crate::error::Mismatch::ClientKey,
             running: false,
             earlier: Earlier::Done,
             refused: 1,
@@ -538,6 +565,31 @@ mod tests {
         "key ",
     ];
 
+    /// What a model reads for a key of `charge` reused with other arguments.
+    fn mismatch_text(differs: Mismatch, running: bool, earlier: Earlier, refused: u32) -> String {
+        let key = crate::Key::from_bytes([7; 32]).short();
+        let tool = "charge";
+        let error = Error::PayloadMismatch {
+            tool,
+            key,
+            differs,
+            running,
+            earlier,
+            refused,
+        };
+        error.model_text()
+    }
+
+    /// One line with single spaces, and no Rust API ("idempotency key" is the model's own word
+    /// for a key it passes).
+    fn assert_worded_for_a_model(text: &str) {
+        assert!(!text.contains("  ") && !text.contains('\n'), "{text:?}");
+        let text = text.replace("idempotency key", "");
+        for marker in RUST_API_MARKERS {
+            assert!(!text.contains(marker), "{marker:?} in {text}");
+        }
+    }
+
     #[test]
     fn every_text_is_one_line_with_single_spaces() {
         for error in every_error() {
@@ -583,21 +635,12 @@ mod tests {
     /// second refusal of the key in its run on.
     #[test]
     fn a_key_refused_again_in_a_run_tells_the_model_to_stop() {
-        let key = crate::Key::from_bytes([7; 32]).short();
         let memo = Mismatch::Unkeyed(crate::Unkeyed::new(&["memo"], 0b1));
-        let text = |differs, running, refused| {
-            Error::PayloadMismatch {
-                tool: "charge",
-                key,
-                differs,
-                running,
-                earlier: Earlier::Done,
-                refused,
-            }
-            .model_text()
-        };
+        let text =
+            |differs, running, refused| mismatch_text(differs, running, Earlier::Done, refused);
         // A call still running may fail and give the key back: never "stop", never "done".
-        for differs in [memo, Mismatch::CallerKey] {
+        let argument = Mismatch::KeyArgument("request_id");
+        for differs in [memo, argument, Mismatch::ClientKey] {
             for refused in [1, 2, 9] {
                 let running = text(differs, true, refused);
                 assert!(
@@ -615,7 +658,8 @@ mod tests {
         );
         for (differs, stop) in [
             (memo, "Stop calling this tool for this action"),
-            (Mismatch::CallerKey, "Stop repeating calls with this key"),
+            (argument, "stop repeating it"),
+            (Mismatch::ClientKey, "stop repeating it"),
         ] {
             for (refused, count) in [(2, "twice"), (7, "7 times")] {
                 let again = text(differs, false, refused);
@@ -626,10 +670,7 @@ mod tests {
                     "{again}"
                 );
                 assert!(!again.contains("call it again"), "{again}");
-                let again = again.replace("idempotency key", "");
-                for marker in RUST_API_MARKERS {
-                    assert!(!again.contains(marker), "{marker:?} in {again}");
-                }
+                assert_worded_for_a_model(&again);
             }
         }
     }
@@ -641,7 +682,6 @@ mod tests {
     /// retries). A caller's key: the test below.
     #[test]
     fn a_reused_key_whose_action_failed_or_was_cut_off_is_not_called_done() {
-        let key = crate::Key::from_bytes([7; 32]).short();
         let memo = Mismatch::Unkeyed(crate::Unkeyed::new(&["memo"], 0b1));
         for differs in [memo] {
             for (earlier, says) in [
@@ -650,15 +690,7 @@ mod tests {
                 (Earlier::Unknown, "whether it took effect is not known"),
             ] {
                 for refused in [1, 2, 5] {
-                    let text = Error::PayloadMismatch {
-                        tool: "charge",
-                        key,
-                        differs,
-                        running: false,
-                        earlier,
-                        refused,
-                    }
-                    .model_text();
+                    let text = mismatch_text(differs, false, earlier, refused);
                     assert!(text.contains(says), "{text}");
                     assert!(text.contains("nothing was done now"), "{text}");
                     for claim in ["already did", "it was done", "stands", "what was done"] {
@@ -669,11 +701,7 @@ mod tests {
                         refused > 1,
                         "{text}"
                     );
-                    assert!(!text.contains("  ") && !text.contains('\n'), "{text:?}");
-                    let text = text.replace("idempotency key", "");
-                    for marker in RUST_API_MARKERS {
-                        assert!(!text.contains(marker), "{marker:?} in {text}");
-                    }
+                    assert_worded_for_a_model(&text);
                 }
             }
         }
@@ -683,39 +711,68 @@ mod tests {
     /// and may name another action than the reworded call's: when its earlier action failed,
     /// was cut off or left a damaged record, the model was told "it will not be tried again in
     /// this turn" and to "tell the user that it failed" (this call's action, never tried), and
-    /// not that a new key makes this action (found by a review of the reworded-retry fixes).
+    /// not how this action gets made (found by a review of the reworded-retry fixes).
     #[test]
-    fn a_caller_key_whose_earlier_action_did_not_finish_points_to_a_new_key() {
-        let key = crate::Key::from_bytes([7; 32]).short();
-        for earlier in [Earlier::Failed, Earlier::Interrupted, Earlier::Unknown] {
-            for refused in [1, 2, 5] {
-                let text = Error::PayloadMismatch {
-                    tool: "charge",
-                    key,
-                    differs: Mismatch::CallerKey,
-                    running: false,
-                    earlier,
-                    refused,
-                }
-                .model_text();
-                assert!(text.contains("use a new idempotency key"), "{text}");
-                assert!(text.contains("nothing was done now"), "{text}");
-                for claim in [
-                    "in this turn",
-                    "tell the user that it failed",
-                    "stop calling this tool",
-                    "already did",
-                    "it was done",
-                ] {
-                    assert!(!text.contains(claim), "{claim:?} in {text}");
-                }
-                assert_eq!(text.contains("stop repeating calls"), refused > 1, "{text}");
-                assert!(!text.contains("  ") && !text.contains('\n'), "{text:?}");
-                let text = text.replace("idempotency key", "");
-                for marker in RUST_API_MARKERS {
-                    assert!(!text.contains(marker), "{marker:?} in {text}");
+    fn a_caller_key_whose_earlier_action_did_not_finish_is_not_called_failed() {
+        for (differs, next) in [
+            (
+                Mismatch::KeyArgument("request_id"),
+                "call again with a new \"request_id\"",
+            ),
+            (Mismatch::ClientKey, "application reused an idempotency key"),
+        ] {
+            for earlier in [Earlier::Failed, Earlier::Interrupted, Earlier::Unknown] {
+                for refused in [1, 2, 5] {
+                    let text = mismatch_text(differs, false, earlier, refused);
+                    assert!(text.contains(next), "{text}");
+                    assert!(text.contains("nothing was done now"), "{text}");
+                    for claim in [
+                        "in this turn",
+                        "tell the user that it failed",
+                        "stop calling this tool",
+                        "already did",
+                        "it was done",
+                    ] {
+                        assert!(!text.contains(claim), "{claim:?} in {text}");
+                    }
+                    assert_eq!(text.contains("stop repeating it"), refused > 1, "{text}");
+                    assert_worded_for_a_model(&text);
                 }
             }
+        }
+    }
+
+    /// A key the application sent (MCP's `_meta["idempotencyKey"]`) is not among the model's
+    /// arguments: the model was told "use a new idempotency key", which it cannot do (it might
+    /// invent an argument for it). It is told whose key it is, and to tell the user; a
+    /// `#[key]` argument is named, so the model knows which argument makes a new action.
+    #[test]
+    fn only_a_key_the_model_passes_is_one_it_is_told_to_change() {
+        let every = |differs| {
+            let mut texts = Vec::new();
+            for running in [true, false] {
+                for earlier in [
+                    Earlier::Done,
+                    Earlier::Failed,
+                    Earlier::Interrupted,
+                    Earlier::Unknown,
+                ] {
+                    for refused in [1, 2, 5] {
+                        texts.push(mismatch_text(differs, running, earlier, refused));
+                    }
+                }
+            }
+            texts
+        };
+        for text in every(Mismatch::ClientKey) {
+            assert!(text.contains("not one of your arguments"), "{text}");
+            for told in ["new idempotency key", "with a new", "new key"] {
+                assert!(!text.contains(told), "{told:?} in {text}");
+            }
+        }
+        for text in every(Mismatch::KeyArgument("request_id")) {
+            assert!(text.contains("new \"request_id\""), "{text}");
+            assert!(!text.contains("idempotency key"), "{text}");
         }
     }
 

@@ -125,8 +125,11 @@ enum Origin {
     /// From the arguments of an `#[idempotent]` tool, whose fingerprint is marked as the
     /// tool's (docs/key-spec.md, §5); bits as for `Arguments`.
     Tool(u32),
-    /// Supplied by the caller.
-    CallerKey,
+    /// An argument of the call (`#[key]`), which the model sets: its name.
+    KeyArgument(&'static str),
+    /// Supplied by the application calling the tool (MCP's `_meta["idempotencyKey"]`), not by
+    /// the model.
+    ClientKey,
     /// A model step of a conversation ([`Conversation`](crate::Conversation)).
     Step { label: Arc<str>, step: u32 },
 }
@@ -192,13 +195,23 @@ impl Call {
     /// before by other arguments ([`Error::PayloadMismatch`]) or another tool
     /// ([`Error::NameClash`]): `Some(bits)` when it was derived from the arguments, bit `i` set
     /// when the tool's [`skipped`](ToolInfo::skipped)`[i]` is in the fingerprint; `None` when
-    /// the caller supplied it (`#[key]`, MCP's `_meta["idempotencyKey"]`).
+    /// the application calling the tool supplied it (MCP's `_meta["idempotencyKey"]`), which
+    /// the model cannot change ([`Mismatch::ClientKey`]).
     #[must_use]
     pub fn with_unkeyed(mut self, unkeyed: Option<u32>) -> Self {
         self.origin = match unkeyed {
             Some(bits) => Origin::Tool(bits),
-            None => Origin::CallerKey,
+            None => Origin::ClientKey,
         };
+        self
+    }
+
+    /// Says that the key of an `#[idempotent]` tool's call is its argument `name` (`#[key]`),
+    /// which the model sets: the error of a key used before by other arguments tells the model
+    /// to give a new `name` for a new action ([`Mismatch::KeyArgument`]).
+    #[must_use]
+    pub fn with_key_argument(mut self, name: &'static str) -> Self {
+        self.origin = Origin::KeyArgument(name);
         self
     }
 
@@ -219,7 +232,10 @@ impl Call {
     /// another mark).
     fn mismatch(&self, recorded: &Fingerprint, running: bool, earlier: Earlier) -> Error {
         let (tool, key) = (self.tool.name, self.key.short());
-        let marked = matches!(self.origin, Origin::Tool(_) | Origin::CallerKey);
+        let marked = matches!(
+            self.origin,
+            Origin::Tool(_) | Origin::KeyArgument(_) | Origin::ClientKey
+        );
         if marked && recorded.same_arguments(&self.fingerprint) {
             return Error::NameClash { tool, key };
         }
@@ -227,7 +243,8 @@ impl Call {
             Origin::Arguments(bits) | Origin::Tool(bits) => {
                 Mismatch::Unkeyed(Unkeyed::new(self.tool.skipped, *bits))
             }
-            Origin::CallerKey => Mismatch::CallerKey,
+            Origin::KeyArgument(name) => Mismatch::KeyArgument(name),
+            Origin::ClientKey => Mismatch::ClientKey,
             Origin::Step { label, step } => {
                 return Error::ModelStepDiverged {
                     conversation: label.to_string(),

@@ -80,6 +80,9 @@ for (const transport of TRANSPORTS) {
         const reused = await client.callTool(keyed("two"));
         assert.equal(reused.isError, true);
         assert.match(text(reused), /different arguments/);
+        // The key is the client's, not an argument: the model is not told to send a new one.
+        assert.match(text(reused), /not one of your arguments/);
+        assert.doesNotMatch(text(reused), /new idempotency key/);
         assert.ok(forAModel(text(reused)), text(reused));
         assert.deepEqual((await tickets(client)).map((t) => t.title), ["one"]);
       }));

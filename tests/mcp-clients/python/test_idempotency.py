@@ -103,6 +103,9 @@ async def test_a_key_reused_with_other_arguments_is_refused_in_words_for_a_model
         reused = await client.call_tool("open_ticket", {"title": "two"}, meta={KEY: "key-42"})
         assert reused.is_error
         assert "different arguments" in text(reused), text(reused)
+        # The key is the client's, not an argument: the model is not told to send a new one.
+        assert "not one of your arguments" in text(reused), text(reused)
+        assert "new idempotency key" not in text(reused), text(reused)
         assert for_a_model(text(reused)), text(reused)
         assert [t["title"] for t in await tickets(client)] == ["one"]
 
