@@ -479,6 +479,10 @@ fn vectors_agree_with_an_independent_reimplementation() {
     );
     check("char", &[("initial", string("é"))]);
     check("long_string", &[("name", string(&"ab".repeat(2500)))]);
+    // Header strings are inline however long; argument names are string values (§4.2).
+    check("defaults", &[("to", string("ann"))]);
+    check("long_headers", &[("to", string("ann"))]);
+    check("long_argument_name", &[("a".repeat(1030).as_str(), int(1))]);
     check("unit", &[("marker", vec![0x00])]);
     check("tuple", &[("point", seq(&[int(1), int(-2)]))]);
     check(
@@ -509,6 +513,13 @@ fn vectors_agree_with_an_independent_reimplementation() {
     assert_eq!(
         v.fingerprint,
         fingerprint("charge", 1, &record(&[("amount", int(500))]))
+    );
+
+    let v = kv("caller_key_long");
+    assert_eq!(v.key, caller_key("", "charge", 0, &"k".repeat(2000)));
+    assert_eq!(
+        v.fingerprint,
+        fingerprint("charge", 0, &record(&[("amount", int(500))]))
     );
 
     let vv = |id: &str| value_vector(&file, id).to_owned();
@@ -593,6 +604,11 @@ fn vectors_agree_with_an_independent_reimplementation() {
     assert_eq!(vv("str_1023"), hex(&string(&"x".repeat(1023))));
     assert_eq!(vv("str_1024"), hex(&string(&"x".repeat(1024))));
     assert!(vv("str_1024").starts_with("078008"));
+    assert_eq!(
+        vv("long_variant_name"),
+        hex(&[vec![0x0E], str_(&"V".repeat(1100))].concat())
+    );
+    assert!(vv("long_variant_name").starts_with("0ecc08"));
     assert_eq!(vv("bytes_4096"), hex(&text(0x08, &[7u8; 4096])));
     assert_eq!(vv("hashbrown_set_1_2_3"), hex(&one_two_three));
     assert_eq!(vv("owned_set_1_2_3"), hex(&one_two_three));

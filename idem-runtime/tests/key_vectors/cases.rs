@@ -627,6 +627,63 @@ pub fn key_cases() -> Vec<KeyCase> {
                 )
             },
         ),
+        KeyCase {
+            namespace: "",
+            version: 0,
+            ..kc(
+                "defaults",
+                "The defaults of a macro tool: namespace \"\" (str(\"\") = 00) and version 0 \
+                 (uv(0) = 00).",
+                r#"To { to: "ann" }"#,
+                json!({"to": "ann"}),
+                |c| record(c, &To { to: "ann" }),
+            )
+        },
+        KeyCase {
+            namespace: "n".repeat(300).leak(),
+            turn_id: "t".repeat(1100).leak(),
+            tool: "x".repeat(200).leak(),
+            version: u32::MAX,
+            ..kc(
+                "long_headers",
+                "Header strings are always inline, however long (§4.2): a 300-byte namespace, \
+                 a 1100-byte turn id and a 200-byte tool name are written whole, not hashed; \
+                 version u32::MAX is uv = ff ff ff ff 0f.",
+                r#"To { to: "ann" }"#,
+                json!({"to": "ann"}),
+                |c| record(c, &To { to: "ann" }),
+            )
+        },
+        KeyCase {
+            namespace: "",
+            tool: "charge",
+            version: 0,
+            caller_key: Some("k".repeat(2000).leak()),
+            ..kc(
+                "caller_key_long",
+                "A 2000-byte caller key is written whole (inline, like every header string).",
+                r#"#[key] "k".repeat(2000), amount: 500u64"#,
+                json!({"amount": 500}),
+                |c| {
+                    let mut d = ArgsDigest::new("charge");
+                    d.caller_key(c.caller_key.expect("a caller key"));
+                    d.arg("amount", &500u64).expect("encodes");
+                    d.finish(c.namespace, c.turn_id, c.tool, c.version)
+                },
+            )
+        },
+        kc(
+            "long_argument_name",
+            "An argument name is a string value: one of 1030 bytes is written as uv(1030) and its \
+             BLAKE3 hash (§4.2), unlike the header strings.",
+            r#""a".repeat(1030): 1u8"#,
+            json!({"a".repeat(1030): 1}),
+            |c| {
+                let mut d = ArgsDigest::new("tool");
+                d.arg(&"a".repeat(1030), &1u8).expect("encodes");
+                d.finish(c.namespace, c.turn_id, c.tool, c.version)
+            },
+        ),
     ]
 }
 
@@ -1049,6 +1106,14 @@ pub fn value_cases() -> Vec<ValueCase> {
             r#"NamedLikeToken("5")"#,
             Some(json!("5")),
             || enc(&NamedLikeToken("5")),
+        ),
+        vc(
+            "long_variant_name",
+            "a variant name is always inline, however long (§4.2): a unit variant of 1100 bytes is \
+             0e, uv(1100) = cc 08 and the 1100 bytes, not their hash",
+            r#"Variant("V".repeat(1100).leak())"#,
+            None,
+            || enc(&Variant("V".repeat(1100).leak())),
         ),
     ]
 }
