@@ -878,6 +878,65 @@ async fn a_pattern_parameter_under_async_trait_is_an_argument() {
     assert_eq!((t.stats().executed, t.stats().replayed), (2, 1));
 }
 
+/// The key's name for each parameter (docs/key-spec.md §5): a pattern's `N` counts every typed
+/// parameter but the receiver, those out of the key too (`Turn`, `ignore`), and an identifier
+/// `__argN` is taken for async-trait's renaming even without async-trait (`__arg01` → `arg1`).
+#[idempotent(name = "spec_parameter_names", ignore(trace))]
+async fn parameter_names(
+    turn: &Turn,
+    trace: u64,
+    (a, b): (u8, u8),
+    __arg01: u8,
+) -> Result<String, Error> {
+    let _ = (turn.id(), trace, a, b, __arg01);
+    Ok(current_key().map(|k| k.to_hex()).unwrap_or_default())
+}
+
+#[async_trait::async_trait]
+trait Routes {
+    async fn route(&self, pair: &(u64, u64), other: (u64, u64)) -> Result<String, Error>;
+}
+
+#[async_trait::async_trait]
+impl Routes for Ledger {
+    /// async-trait renames the second pattern `__arg2` (it counts the receiver) but leaves the
+    /// first, of a reference type, which is named by the native rule: `arg0`.
+    #[idempotent(name = "ledger_route", same_service, attached)]
+    async fn route(&self, &(a, b): &(u64, u64), (c, d): (u64, u64)) -> Result<String, Error> {
+        let _ = (a, b, c, d);
+        Ok(current_key().map(|k| k.to_hex()).unwrap_or_default())
+    }
+}
+
+#[tokio::test]
+async fn parameter_names_in_the_key_are_the_specs() {
+    let t = turn("parameter-names");
+    let key = t
+        .clone()
+        .scope(async {
+            let here = Turn::current().expect("in a turn");
+            parameter_names(&here, 7, (1, 2), 3).await
+        })
+        .await
+        .unwrap();
+    let mut digest = idem_tools::key::ArgsDigest::new("spec_parameter_names");
+    digest.arg("arg2", &(1_u8, 2_u8)).unwrap();
+    digest.arg("arg1", &3_u8).unwrap();
+    let (expected, _) = digest.finish(t.namespace(), t.id(), "spec_parameter_names", 0);
+    assert_eq!(key, expected.to_hex());
+
+    let key = t
+        .clone()
+        .scope(Ledger.route(&(1, 2), (3, 4)))
+        .await
+        .unwrap();
+    let mut digest = idem_tools::key::ArgsDigest::new("ledger_route");
+    digest.arg("arg0", &(1_u64, 2_u64)).unwrap();
+    digest.arg("arg2", &(3_u64, 4_u64)).unwrap();
+    let (expected, _) = digest.finish(t.namespace(), t.id(), "ledger_route", 0);
+    assert_eq!(key, expected.to_hex());
+}
+
 /// The fingerprint a store keeps is marked with the tool's origin (docs/key-spec.md §5): for a
 /// method of a trait impl, the module and `Self as Trait` — not the lifetime parameters
 /// async-trait gives the method, which its native form does not have.
