@@ -794,3 +794,28 @@ async fn steps_are_kept_as_long_as_the_conversation_says() {
     );
     assert_eq!(model.calls(), 3);
 }
+
+/// A model step's key is the one docs/key-spec.md §5 gives ("Model steps"): the pseudo-tool
+/// `idem:model`, version 0, with the label and the step index as key arguments. Keys never
+/// change silently: the first one is written out.
+#[tokio::test]
+async fn a_steps_key_is_the_specs() {
+    use idem_tools_runtime::current_key;
+    use idem_tools_runtime::key::ArgsDigest;
+    let turn = Turn::new("tm-1")
+        .with_namespace("ns")
+        .with_store(Arc::new(MemoryStore::new()));
+    let chat = turn.conversation("chat-é");
+    let key = || async { Ok::<_, Error>(current_key().expect("in a step").to_hex()) };
+    let first: String = chat.step("hello", key()).await.unwrap();
+    let second: String = chat.step("again", key()).await.unwrap();
+    assert_eq!(
+        first,
+        "f7607df484a7a5b4a546308715184b043fdf1f21815c61cbde85e771969736a8"
+    );
+    let mut args = ArgsDigest::new("idem:model");
+    args.arg("conversation", "chat-é").unwrap();
+    args.arg("step", &1_u32).unwrap();
+    let (expected, _) = args.finish("ns", "tm-1", "idem:model", 0);
+    assert_eq!(second, expected.to_hex());
+}
