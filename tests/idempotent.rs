@@ -128,6 +128,43 @@ async fn pattern_parameters_are_keyed_by_position() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A parameter under `#[cfg(…)]` is in the key when configured in, out of it when configured out
+// (as it is out of the function): two alternatives may share a name.
+
+#[idempotent(skip(trace))]
+async fn configured_args(
+    #[cfg(not(test))] region: String,
+    #[cfg(test)] cents: u64,
+    #[cfg(any())] (a, b): (u32, u32),
+    #[cfg(unix)] path: String,
+    #[cfg(not(unix))] path: u32,
+    #[cfg(test)] trace: u64,
+) -> Result<String, Error> {
+    let _ = (cents, path, trace);
+    Ok(key())
+}
+
+#[tokio::test]
+async fn parameters_under_cfg_are_keyed_as_configured() {
+    let t = turn("configured");
+    t.clone()
+        .scope(async {
+            #[cfg(unix)]
+            let path = String::from("/tmp");
+            #[cfg(not(unix))]
+            let path = 7_u32;
+            let key = configured_args(5, path.clone(), 1).await.unwrap();
+            let mut digest = idem_tools::key::ArgsDigest::new("configured_args");
+            digest.arg("cents", &5_u64).unwrap();
+            digest.arg("path", &path).unwrap();
+            digest.fingerprint_arg("trace", &1_u64).unwrap();
+            let (expected, _) = digest.finish(t.namespace(), t.id(), "configured_args", 0);
+            assert_eq!(key, expected.to_hex());
+        })
+        .await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // `skip(..)`: out of the key, still in the fingerprint when `Serialize`; any type can be skipped.
 
 /// Not `Serialize`: only usable skipped.

@@ -213,6 +213,9 @@ pub(crate) struct Param {
     pub key_attrs: Vec<Attribute>,
     /// The `#[transaction]` attributes it carried.
     pub tx_attrs: Vec<Attribute>,
+    /// Its `#[cfg(…)]` attributes, left on it: every statement the expansion writes about it
+    /// carries them too, so that a parameter configured out is not read.
+    pub cfgs: Vec<Attribute>,
 }
 
 impl Param {
@@ -250,6 +253,12 @@ impl ToolFn {
             index += 1;
             let key_attrs = take_attrs(&mut typed.attrs, "key");
             let tx_attrs = take_attrs(&mut typed.attrs, "transaction");
+            let cfgs = typed
+                .attrs
+                .iter()
+                .filter(|attr| attr.path().is_ident("cfg"))
+                .cloned()
+                .collect();
             let (name, binding, pattern) = match &*typed.pat {
                 // A name starting with `_` is bound again in the body, as a pattern is: the key
                 // reads the macro's own `idem_argN`, so that clippy's `used_underscore_binding`
@@ -300,6 +309,7 @@ impl ToolFn {
                 ty: (*typed.ty).clone(),
                 key_attrs,
                 tx_attrs,
+                cfgs,
             });
         }
         ToolFn {

@@ -186,12 +186,12 @@ impl Body<'_> {
         };
         let args = params.iter().filter_map(|p| arg(private, &digest, p));
         let patterns = params.iter().filter_map(|p| {
-            let (binding, pattern) = (&p.binding, p.pattern.as_ref()?);
+            let (binding, pattern, cfgs) = (&p.binding, p.pattern.as_ref()?, &p.cfgs);
             Some(match pattern {
                 // A name starting with `_`, through a call: clippy's
                 // `no_effect_underscore_binding` takes that for an effect.
-                Pat::Ident(_) => quote!(let #pattern = #private::identity(#binding);),
-                _ => quote!(let #pattern = #binding;),
+                Pat::Ident(_) => quote!(#(#cfgs)* let #pattern = #private::identity(#binding);),
+                _ => quote!(#(#cfgs)* let #pattern = #binding;),
             })
         });
         let store = match &options.store {
@@ -380,12 +380,15 @@ impl Body<'_> {
                         .params
                         .iter()
                         .filter(|p| p.role != Role::Ignore)
-                        .map(|p| &p.binding);
+                        .map(|p| {
+                            let (binding, cfgs) = (&p.binding, &p.cfgs);
+                            quote!(#(#cfgs)* let _ = &#binding;)
+                        });
                     let boxed = respan(quote!(#private::boxed::<#ret, _>), at);
                     let mut block = Group::new(
                         proc_macro2::Delimiter::Brace,
                         quote! {
-                            #(let _ = &#bindings;)*
+                            #(#bindings)*
                             #body
                         },
                     );
@@ -498,8 +501,16 @@ fn self_key_arg(private: &TokenStream, digest: &Ident, self_key: &Located<Expr>)
     quote_spanned!(at=> #path::self_key(&mut #digest, #borrow #value);)
 }
 
-/// The statement adding parameter `p` to the digest, if it is in the key or the fingerprint.
+/// The statement adding parameter `p` to the digest, if it is in the key or the fingerprint,
+/// under the parameter's own `#[cfg(…)]` attributes.
 fn arg(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> {
+    let statement = arg_statement(private, digest, p)?;
+    let cfgs = &p.cfgs;
+    Some(quote!(#(#cfgs)* #statement))
+}
+
+/// The statement of [`arg`], without the parameter's `#[cfg(…)]`.
+fn arg_statement(private: &TokenStream, digest: &Ident, p: &Param) -> Option<TokenStream> {
     let (binding, name, at) = (&p.binding, &p.name, p.span());
     let path = respan(private.clone(), at);
     match p.role {

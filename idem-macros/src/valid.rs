@@ -42,6 +42,7 @@ pub(crate) fn idempotent(
     receiver::identity(tool, options, errors);
     caller_key(tool, errors);
     transaction(tool, options, errors);
+    configured(tool, errors);
     unique_names(tool, errors);
     skip_and_ignore(tool, options, errors);
     written_through(tool, errors);
@@ -319,11 +320,16 @@ fn transaction(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut Erro
     }
 }
 
-/// Two parameters cannot enter the key under one name.
+/// Two parameters cannot enter the key under one name (unless both are under `#[cfg(…)]`:
+/// alternatives, one per configuration, such as `#[cfg(unix)] path: String` and
+/// `#[cfg(not(unix))] path: OsString`; rustc reports two that are both configured in).
 fn unique_names(tool: &ToolFn, errors: &mut Errors) {
     let params = &tool.params;
     for (i, param) in params.iter().enumerate() {
-        if params[..i].iter().any(|p| p.name == param.name) {
+        if params[..i]
+            .iter()
+            .any(|p| p.name == param.name && (p.cfgs.is_empty() || param.cfgs.is_empty()))
+        {
             errors.at(
                 param.span(),
                 format!(
@@ -332,6 +338,30 @@ fn unique_names(tool: &ToolFn, errors: &mut Errors) {
                     param.name
                 ),
             );
+        }
+    }
+}
+
+/// A parameter under `#[cfg(…)]` is left out of the key when it is configured out, as it is
+/// out of the function; the turn and the `#[transaction]` connection cannot be: the tool's
+/// turn, or its transaction, would then depend on the configuration.
+fn configured(tool: &ToolFn, errors: &mut Errors) {
+    for param in &tool.params {
+        let what = match param.role {
+            Role::Turn => {
+                "the `Turn` parameter: the tool's turn would depend on the \
+                           configuration; take the turn in every configuration (or none: \
+                           the turn then comes from the `Turn::scope` the call runs in)"
+            }
+            Role::Transaction => {
+                "the `#[transaction]` parameter: the tool's transaction \
+                                  would depend on the configuration; write one tool per \
+                                  configuration"
+            }
+            _ => continue,
+        };
+        for cfg in &param.cfgs {
+            errors.spanned(cfg, format!("`#[cfg(…)]` cannot apply to {what}"));
         }
     }
 }
