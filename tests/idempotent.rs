@@ -165,6 +165,32 @@ async fn parameters_under_cfg_are_keyed_as_configured() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// An `Ok` type with a `'static` lifetime owns what it holds once deserialized: it is replayed.
+
+static GREETED: AtomicUsize = AtomicUsize::new(0);
+
+#[idempotent]
+async fn greet(to: String) -> Result<std::borrow::Cow<'static, str>, Error> {
+    GREETED.fetch_add(1, Ordering::SeqCst);
+    Ok(if to.is_empty() {
+        std::borrow::Cow::Borrowed("hello")
+    } else {
+        std::borrow::Cow::Owned(format!("hello {to}"))
+    })
+}
+
+#[tokio::test]
+async fn an_ok_type_with_a_static_lifetime_is_replayed() {
+    turn("cow")
+        .scope(async {
+            assert_eq!(greet("ada".into()).await.unwrap(), "hello ada");
+            assert_eq!(greet("ada".into()).await.unwrap(), "hello ada");
+        })
+        .await;
+    assert_eq!(GREETED.load(Ordering::SeqCst), 1);
+}
+
+// ---------------------------------------------------------------------------------------------
 // `skip(..)`: out of the key, still in the fingerprint when `Serialize`; any type can be skipped.
 
 /// Not `Serialize`: only usable skipped.

@@ -6,7 +6,7 @@
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use proc_macro2::{Span, TokenStream, TokenTree};
+use proc_macro2::{Span, TokenStream};
 use quote::{ToTokens, format_ident, quote};
 use syn::ext::IdentExt;
 use syn::{Attribute, Ident, ImplItem, ImplItemFn, ItemImpl, Meta, Type, parse_quote};
@@ -20,6 +20,7 @@ use crate::descriptor::{
     read_only_info,
 };
 use crate::errors::{Errors, fail};
+use crate::valid::borrows_non_static;
 
 mod attached;
 mod generic;
@@ -108,18 +109,7 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
 /// type (`impl Tool for Client<'_>`, `impl Tool for &X`): the type of `self` may then not be
 /// `'static`, which the generated code cannot test.
 fn is_generic(block: &ItemImpl) -> bool {
-    fn borrows(tokens: TokenStream) -> bool {
-        let tokens: Vec<TokenTree> = tokens.into_iter().collect();
-        tokens.iter().enumerate().any(|(i, token)| match token {
-            TokenTree::Punct(p) if p.as_char() == '&' => true,
-            TokenTree::Punct(p) if p.as_char() == '\'' => {
-                !matches!(tokens.get(i + 1), Some(TokenTree::Ident(l)) if l == "static")
-            }
-            TokenTree::Group(g) => borrows(g.stream()),
-            _ => false,
-        })
-    }
-    !block.generics.params.is_empty() || borrows(block.self_ty.to_token_stream())
+    !block.generics.params.is_empty() || borrows_non_static(block.self_ty.to_token_stream())
 }
 
 /// For each tool method, a descriptor under the method's bare name that makes `tools![]` fail

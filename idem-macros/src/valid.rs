@@ -451,15 +451,29 @@ fn owned_ok(tool: &ToolFn, errors: &mut Errors) {
     let Some(ok) = first_type_arg(&last.arguments) else {
         return;
     };
-    if last.ident == "Result" && borrows(ok.to_token_stream()) {
+    if last.ident == "Result" && borrows_non_static(ok.to_token_stream()) {
         errors.spanned(
             ok,
-            "the `Ok` type of an `#[idempotent]` tool must be owned (no references or \
-             lifetimes): a retry gets the first result back from the store, with nothing to \
+            "the `Ok` type of an `#[idempotent]` tool must be owned (no references, no \
+             lifetimes but `'static`): a retry gets the first result back from the store, with nothing to \
              borrow from; return an owned type (`String` rather than `&str`, `Vec<T>` rather \
              than `&[T]`)",
         );
     }
+}
+
+/// Whether `tokens` hold a `&` or a lifetime other than `'static` (`Cow<'static, str>` owns
+/// what it holds once deserialized; `&'static str` does not).
+pub(crate) fn borrows_non_static(tokens: TokenStream) -> bool {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    tokens.iter().enumerate().any(|(i, token)| match token {
+        TokenTree::Punct(p) if p.as_char() == '&' => true,
+        TokenTree::Punct(p) if p.as_char() == '\'' => {
+            !matches!(tokens.get(i + 1), Some(TokenTree::Ident(l)) if l == "static")
+        }
+        TokenTree::Group(g) => borrows_non_static(g.stream()),
+        _ => false,
+    })
 }
 
 /// Whether `tokens` hold a `&` or a lifetime.

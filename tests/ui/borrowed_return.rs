@@ -6,4 +6,10 @@ async fn greeting(to: String) -> Result<&'static str, idem_tools::Error> {
     Ok("hello")
 }
 
+// A lifetime other than `'static` borrows too (`Cow<'static, str>` is owned: it compiles).
+#[idempotent]
+async fn quote<'a>(text: &'a str) -> Result<std::borrow::Cow<'a, str>, idem_tools::Error> {
+    Ok(std::borrow::Cow::Borrowed(text))
+}
+
 fn main() {}
