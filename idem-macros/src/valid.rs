@@ -119,15 +119,23 @@ pub(crate) fn read_only(func: &mut ItemFn, options: &ReadOnlyOptions, errors: &m
     let ident = &func.sig.ident;
     let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
     tool_name(&name, "read_only", errors);
+    // A `&mut` anywhere in a parameter's type, as for `#[idempotent]`'s key (`Option<&mut T>`),
+    // and in a receiver's, written short (`&mut self`) or typed (`self: &mut Self`,
+    // `self: Pin<&mut Self>`).
     for input in &func.sig.inputs {
         let tokens = match input {
-            FnArg::Receiver(r) if r.reference.is_some() && r.mutability.is_some() => {
-                r.to_token_stream()
-            }
-            FnArg::Typed(t) if matches!(&*t.ty, Type::Reference(r) if r.mutability.is_some()) => {
-                t.ty.to_token_stream()
-            }
-            _ => continue,
+            FnArg::Receiver(r) if r.colon_token.is_none() => match mutable_reference(&r.ty) {
+                Some(_) => r.to_token_stream(),
+                None => continue,
+            },
+            FnArg::Receiver(r) => match mutable_reference(&r.ty) {
+                Some(reference) => reference.to_token_stream(),
+                None => continue,
+            },
+            FnArg::Typed(t) => match mutable_reference(&t.ty) {
+                Some(reference) => reference.to_token_stream(),
+                None => continue,
+            },
         };
         errors.spanned(
             tokens,
