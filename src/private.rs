@@ -68,6 +68,32 @@ impl<E: From<Error>> ToolErr for E {}
 pub trait CachedErr: From<Error> + Serialize + DeserializeOwned {}
 impl<E: From<Error> + Serialize + DeserializeOwned> CachedErr for E {}
 
+/// A parameter the macro takes as the tool's turn: its type is named `Turn` (`Turn`, `&Turn`,
+/// any path ending in `Turn`), which only idem's is meant to be.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not idem's `Turn`, but an `#[idempotent]` tool takes a parameter of a \
+               type named `Turn` as its turn",
+    label = "taken as the tool's turn (`idem_tools::Turn` or `&idem_tools::Turn`), which is never \
+             in the key, because its type is named `Turn`",
+    note = "to pass a type of your own named `Turn` as an argument (in the key), give it another \
+            name in the signature: `use chess::Turn as ChessTurn;` or `type ChessTurn = \
+            chess::Turn;`"
+)]
+pub trait TurnParam {
+    /// The turn.
+    fn turn(&self) -> &Turn;
+}
+impl TurnParam for Turn {
+    fn turn(&self) -> &Turn {
+        self
+    }
+}
+impl TurnParam for &Turn {
+    fn turn(&self) -> &Turn {
+        self
+    }
+}
+
 /// Called by an `#[idempotent(cache_errors)]` tool before its runner, so that an error type
 /// that cannot be recorded is reported by [`CachedErr`]'s message, which names `cache_errors`
 /// (the runner's own bound reports the missing `Serialize` alone, and is then left out as the
@@ -167,13 +193,13 @@ impl Digest {
     }
 
     /// The turn from a `Turn` or `&Turn` parameter.
-    pub fn with_turn<T: ::std::borrow::Borrow<Turn>>(
+    pub fn with_turn<T: TurnParam>(
         tool: &'static ToolInfo,
         slot: &'static ToolSlot,
         checks_instance: bool,
         turn: &T,
     ) -> Self {
-        Self::new(tool, slot, checks_instance, Some(turn.borrow().clone()))
+        Self::new(tool, slot, checks_instance, Some(turn.turn().clone()))
     }
 
     fn new(

@@ -178,9 +178,13 @@ impl Body<'_> {
             .then(|| quote!(use #private::{SkipViaNothing as _, SkipViaSerialize as _};));
         let instance = self.instance();
         let init = match params.iter().find(|p| p.role == Role::Turn) {
+            // Spanned at the parameter's type: a type of the user's own named `Turn` is
+            // reported there (`TurnParam`'s message).
             Some(turn) => {
-                let binding = &turn.binding;
-                quote!(#private::Digest::with_turn(&#tool, &#slot, #instance, &#binding))
+                let (binding, at) = (&turn.binding, turn.span());
+                let path = respan(private.clone(), at);
+                let value = respan(quote!(&#binding), at);
+                quote_spanned!(at=> #path::Digest::with_turn(&#tool, &#slot, #instance, #value))
             }
             None => quote!(#private::Digest::from_scope(&#tool, &#slot, #instance)),
         };
