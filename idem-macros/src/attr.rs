@@ -250,6 +250,13 @@ impl ReadOnlyOptions {
                 options.impl_type = Some(impl_type(&meta)?);
                 return Ok(());
             }
+            if let Some(name) = ["name", "crate"]
+                .into_iter()
+                .find(|name| meta.path.is_ident(name))
+            {
+                errors.at(meta.path.span(), format!("duplicate option `{name}`"));
+                return skip_value(&meta);
+            }
             errors.at(
                 meta.path.span(),
                 "`#[read_only]` takes no key, store or budget options: a read-only tool has \

@@ -6,4 +6,10 @@ async fn send_message(to: String) -> Result<(), idem_tools::Error> {
     Ok(())
 }
 
+// `#[read_only]` accepts `name`, once: the second is a duplicate, not an unknown option.
+#[idem_tools::read_only(name = "search", name = "find")]
+fn search(query: &str) -> usize {
+    query.len()
+}
+
 fn main() {}
