@@ -151,11 +151,16 @@ pub(crate) fn read_only_info(
     (private, info)
 }
 
-/// `::idem_tools::__private`, or `<crate = "…">::__private`.
+/// `::idem_tools::__private`, or `<crate = "…">::__private`, or, without `crate = "…"`, the
+/// name the crate's `Cargo.toml` gives `idem-tools` (`idem = { package = "idem-tools" }`).
 pub(crate) fn private_path(krate: Option<&Path>) -> TokenStream {
-    match krate {
-        Some(krate) => quote!(#krate::__private),
-        None => quote!(::idem_tools::__private),
+    match (krate, crate::manifest::renamed()) {
+        (Some(krate), _) => quote!(#krate::__private),
+        (None, Some(name)) => {
+            let name = Ident::new(&name, Span::call_site());
+            quote!(::#name::__private)
+        }
+        (None, None) => quote!(::idem_tools::__private),
     }
 }
 

@@ -8,7 +8,8 @@
 //! - `placement`: where the body runs (detached, attached, on a clone of `self`);
 //! - `expand`: code generation for `#[idempotent]` and `#[read_only]`;
 //! - `receiver`: the `self` rewrite for a body that runs on a clone of its receiver;
-//! - `descriptor`: tool names and the `ToolInfo` descriptors;
+//! - `descriptor`: tool names and the `ToolInfo` descriptors (and `manifest`: the name the
+//!   crate's `Cargo.toml` gives `idem-tools`);
 //! - `catalog`: `tools![]` and its compile-time checks;
 //! - `tool_impl`: `#[tool_impl]` on an `impl` block;
 //! - `errors`: the error collector every step reports into.
@@ -22,6 +23,7 @@ mod catalog;
 mod descriptor;
 mod errors;
 mod expand;
+mod manifest;
 mod owned;
 mod placement;
 mod receiver;
