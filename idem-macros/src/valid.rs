@@ -7,7 +7,7 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{Attribute, FnArg, Ident, ItemFn, Type};
 
-use crate::ast::{Form, Role, ToolFn, first_type_arg, take_attrs};
+use crate::ast::{Form, Param, Role, ToolFn, async_trait_position, first_type_arg, take_attrs};
 use crate::attr::{IdempotentOptions, ReadOnlyOptions};
 use crate::descriptor::{self, Origin, ToolName, name_problem};
 use crate::errors::Errors;
@@ -333,20 +333,47 @@ fn transaction(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut Erro
 /// `#[cfg(not(unix))] path: OsString`; rustc reports two that are both configured in).
 fn unique_names(tool: &ToolFn, errors: &mut Errors) {
     let params = &tool.params;
+    // A pattern parameter `#[async_trait]` renamed `__argN` (it counts `self`).
+    let renamed = |p: &Param| p.pattern.is_none() && async_trait_position(&p.binding).is_some();
     for (i, param) in params.iter().enumerate() {
-        if params[..i]
+        let Some(first) = params[..i]
             .iter()
-            .any(|p| p.name == param.name && (p.cfgs.is_empty() || param.cfgs.is_empty()))
+            .find(|p| p.name == param.name && (p.cfgs.is_empty() || param.cfgs.is_empty()))
+        else {
+            continue;
+        };
+        let name = &param.name;
+        // Two positional names: a pattern of a reference type (which async-trait leaves to
+        // idem, numbered without `self`) and the one before it (numbered by async-trait, with
+        // `self`). Neither can be renamed as written.
+        if (renamed(first) && param.pattern.is_some())
+            || (renamed(param) && first.pattern.is_some())
         {
-            errors.at(
-                param.span(),
-                format!(
-                    "two parameters are named `{}` in the key (a pattern parameter is named \
-                     `argN` after its position): rename one",
-                    param.name
-                ),
+            // At the patterns as written: the one idem names, and async-trait's `__argN`,
+            // spanned at the pattern it replaced.
+            let at = |p: &Param| p.pattern.as_ref().map_or(p.binding.span(), Spanned::span);
+            let message = format!(
+                "two pattern parameters are named `{name}` in the key: `#[async_trait]` numbers \
+                 the pattern parameters it rewrites counting `self`, and idem numbers the one \
+                 it leaves (of a reference type) after `self`, as without `#[async_trait]`; \
+                 bind one of them to a name and destructure it in the body (`pair: &(u32, \
+                 u32)`, then `let (a, b) = pair;`)"
             );
+            let mut error = syn::Error::new(at(param), message);
+            error.combine(syn::Error::new(
+                at(first),
+                format!("the other `{name}` is this one"),
+            ));
+            errors.push(error);
+            continue;
         }
+        errors.at(
+            param.span(),
+            format!(
+                "two parameters are named `{name}` in the key (a pattern parameter is named \
+                 `argN` after its position): rename one"
+            ),
+        );
     }
 }
 
