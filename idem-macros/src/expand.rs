@@ -31,9 +31,6 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
     };
     let mut tool = ToolFn::read(func);
     let plan = valid::idempotent(&mut tool, &options, &mut errors);
-    if errors.any() {
-        return fail(errors, tool.func.into_token_stream());
-    }
     let (private, info) = idempotent_info(&tool.func.sig.ident, &options);
     let in_tool_impl = options.impl_type.is_some();
     let descriptor = own_descriptor(
@@ -43,6 +40,13 @@ pub(crate) fn idempotent(args: TokenStream, item: TokenStream) -> TokenStream {
         &private,
         &info,
     );
+    // With its errors, the function keeps its descriptor (from the options that parsed): a
+    // `tools![]` that lists it reports nothing more, where it would say the tool is not
+    // annotated.
+    if errors.any() {
+        let func = tool.func.into_token_stream();
+        return fail(errors, quote!(#descriptor #func));
+    }
     let method = tool.func.sig.ident.clone();
     let ToolFn {
         mut func,
@@ -584,12 +588,13 @@ pub(crate) fn read_only(args: TokenStream, item: TokenStream) -> TokenStream {
         return fail(errors, item);
     };
     valid::read_only(&mut func, &options, &mut errors);
-    if errors.any() {
-        return fail(errors, func.into_token_stream());
-    }
     let (private, info) = read_only_info(&func.sig.ident, &options);
     let in_tool_impl = options.impl_type.is_some();
     let descriptor = own_descriptor(&func.sig, &func.vis, in_tool_impl, &private, &info);
+    // With its errors, the function keeps its descriptor, as `#[idempotent]`'s does.
+    if errors.any() {
+        return fail(errors, quote!(#descriptor #func));
+    }
     quote!(#descriptor #func)
 }
 

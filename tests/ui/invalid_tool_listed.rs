@@ -1,0 +1,25 @@
+use idem_tools::{Error, idempotent, read_only, tool_impl};
+
+#[derive(Clone)]
+pub struct Desk;
+
+// A tool with an error keeps its descriptor: `tools![]` below reports nothing more (it used to
+// say that `Desk::reserve` and `search` are not annotated).
+#[tool_impl(same_service)]
+impl Desk {
+    #[idempotent(ttl = "forever")]
+    pub async fn reserve(&self, seat: u32) -> Result<u32, Error> {
+        Ok(seat)
+    }
+}
+
+#[read_only(ttl = "1h")]
+pub fn search(query: &str) -> usize {
+    query.len()
+}
+
+const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Desk::reserve, search];
+
+fn main() {
+    let _ = TOOLS;
+}
