@@ -76,11 +76,6 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         }
     }
     unused(&options, identified, &mut errors);
-    // With options given to it, the methods are still named (so that they report no errors of
-    // their own about it), but no descriptors are emitted.
-    if errors.any() {
-        return fail(errors, block.into_token_stream());
-    }
     let descriptors: Vec<TokenStream> = block
         .items
         .iter()
@@ -90,19 +85,22 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
         })
         .collect();
     let mut fallbacks = fallbacks(&block, &type_name);
-    fallbacks.extend(attached::warning(&block, &type_name));
-    if descriptors.is_empty() {
-        return quote!(#block #fallbacks);
+    // With errors in its options, the methods are still named (so that they report no errors
+    // of their own about it) and the descriptors emitted (so that a `tools![]` that lists them
+    // reports nothing more), without the warning about methods that run attached.
+    if !errors.any() {
+        fallbacks.extend(attached::warning(&block, &type_name));
     }
-    let (impl_generics, self_ty, where_clause) = inherent_header(&block);
-    quote! {
-        #block
-        #[allow(clippy::multiple_inherent_impl)]
-        impl #impl_generics #self_ty #where_clause {
-            #(#descriptors)*
+    let descriptors = (!descriptors.is_empty()).then(|| {
+        let (impl_generics, self_ty, where_clause) = inherent_header(&block);
+        quote! {
+            #[allow(clippy::multiple_inherent_impl)]
+            impl #impl_generics #self_ty #where_clause {
+                #(#descriptors)*
+            }
         }
-        #fallbacks
-    }
+    });
+    fail(errors, quote!(#block #descriptors #fallbacks))
 }
 
 /// Whether the block has generic parameters, or a lifetime other than `'static` in its self

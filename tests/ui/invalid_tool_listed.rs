@@ -18,7 +18,20 @@ pub fn search(query: &str) -> usize {
     query.len()
 }
 
-const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Desk::reserve, search];
+#[derive(Clone)]
+pub struct Server;
+
+// So does a block with an error in its own options: its methods without a visibility, whose
+// descriptors it emits, are listed without another error.
+#[tool_impl(same_servce)]
+impl Server {
+    #[idempotent(same_service)]
+    async fn book(&self, room: u32) -> Result<u32, Error> {
+        Ok(room)
+    }
+}
+
+const TOOLS: &[idem_tools::ToolInfo] = idem_tools::tools![Desk::reserve, search, Server::book];
 
 fn main() {
     let _ = TOOLS;
