@@ -75,7 +75,7 @@ pub(crate) fn tool_impl(args: TokenStream, item: TokenStream) -> TokenStream {
             identified |= identify(method, &options);
         }
     }
-    unused(&options, identified, &mut errors);
+    unused(&block, &options, identified, &mut errors);
     let descriptors: Vec<TokenStream> = block
         .items
         .iter()
@@ -324,17 +324,29 @@ fn identify(method: &mut ImplItemFn, options: &ImplOptions) -> bool {
 
 /// A block's `self_key` or `same_service` with no `#[idempotent]` method taking `self` to
 /// give it to.
-fn unused(options: &ImplOptions, identified: bool, errors: &mut Errors) {
+fn unused(block: &ItemImpl, options: &ImplOptions, identified: bool, errors: &mut Errors) {
     if identified {
         return;
     }
+    // A macro call among the items may write methods, which the block cannot see.
+    let by_macro = block.items.iter().find_map(|item| match item {
+        ImplItem::Macro(call) => call.mac.path.segments.last().map(|s| s.ident.to_string()),
+        _ => None,
+    });
+    let message = match by_macro {
+        Some(name) => format!(
+            "no `#[idempotent]` method of this block takes `self`, so nothing of `self` can \
+             identify an action: remove it. (A method that a macro such as `{name}!` writes \
+             inside the block is not seen by `#[tool_impl]`, which expands first: give it this \
+             option, and its name, on its own attribute: `#[idempotent(name = \"…\", …)]`)"
+        ),
+        None => "no `#[idempotent]` method of this block takes `self`, so nothing of `self` can \
+                 identify an action: remove it"
+            .to_owned(),
+    };
     let spans = options.self_key.as_ref().map(|k| k.span);
     for span in spans.into_iter().chain(options.same_service) {
-        errors.at(
-            span,
-            "no `#[idempotent]` method of this block takes `self`, so nothing of `self` can \
-             identify an action: remove it",
-        );
+        errors.at(span, &message);
     }
 }
 

@@ -24,7 +24,9 @@ pub(super) fn named(tool: &ToolFn, options: &IdempotentOptions, errors: &mut Err
             "an `#[idempotent]` method needs its type in its name, or two types' `{method}` \
              methods would share keys: add `#[idem_tools::tool_impl]` to the `impl` block (the \
              name becomes `Type__{method}`), or give the tool a name (the one way for a \
-             trait's default method, which has no `impl` block): `#[idempotent(name = \"…\")]`"
+             trait's default method, which has no `impl` block, and for a method a macro \
+             writes inside a `#[tool_impl]` block, which the block cannot see): \
+             `#[idempotent(name = \"…\")]`"
         ),
     );
 }
@@ -70,7 +72,9 @@ fn missing(tool: &ToolFn, options: &IdempotentOptions) -> String {
         None => (
             "two values of its type".to_owned(),
             "every value of its type".to_owned(),
-            "on its `impl` block".to_owned(),
+            "on its `impl` block (a `#[tool_impl]` block's does not reach a method a macro \
+             writes inside it, which the block cannot see: say it on the method)"
+                .to_owned(),
         ),
     };
     let fields = fields_read(tool.func.block.to_token_stream());
