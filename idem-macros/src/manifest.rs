@@ -2,11 +2,13 @@
 //! in its `Cargo.toml` makes the generated code's `::idem_tools` unresolved, and without this
 //! every tool would need `crate = "::idem"`. Read from the manifest, as `proc-macro-crate` does,
 //! with a line scanner rather than a TOML parser: a dependency table or inline table in the
-//! usual forms. Anything else (a workspace-inherited rename, two renames) leaves `idem_tools`,
-//! and `crate = "…"`, which always wins, says the name.
+//! usual forms, inherited from the workspace's `[workspace.dependencies]` or not. Anything else
+//! (two renames, a form not recognised) leaves `idem_tools`, and `crate = "…"`, which always
+//! wins, says the name.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::path::Path;
 
 /// The package whose rename is looked for.
 const PACKAGE: &str = "idem-tools";
@@ -22,66 +24,66 @@ pub(crate) fn renamed() -> Option<String> {
         read.borrow_mut()
             .entry(dir.clone())
             .or_insert_with(|| {
-                let path = std::path::Path::new(&dir).join("Cargo.toml");
-                let manifest = std::fs::read_to_string(path).ok()?;
-                renamed_in(&manifest)
+                let dir = Path::new(&dir);
+                let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).ok()?;
+                // A dependency inherited from the workspace (`idem = { workspace = true }`) is
+                // renamed in the workspace's manifest: this one, or the nearest above it that
+                // has a `[workspace]`.
+                let workspace = || {
+                    dir.ancestors().skip(1).find_map(|up| {
+                        let text = std::fs::read_to_string(up.join("Cargo.toml")).ok()?;
+                        text.lines()
+                            .any(|line| line.trim() == "[workspace]")
+                            .then_some(text)
+                    })
+                };
+                renamed_in(&manifest, workspace)
             })
             .clone()
     })
 }
 
-/// [`renamed`] for the text of a manifest: the one key of a dependency on `idem-tools` under
-/// another name, as a crate name (`-` read as `_`); `None` if the manifest also depends on it
-/// under its own name, renames it twice, or not at all.
-pub(crate) fn renamed_in(manifest: &str) -> Option<String> {
-    let mut renames: Vec<String> = Vec::new();
-    let mut direct = false;
-    // The dependency whose table (`[dependencies.idem]`) the lines are in, if any.
-    let mut table: Option<String> = None;
-    // Whether the lines are in a table of dependencies (`[dependencies]`,
-    // `[target.'cfg(unix)'.dev-dependencies]`, …).
-    let mut in_dependencies = false;
-    for line in manifest.lines() {
-        let line = line.split(" #").next().unwrap_or(line).trim();
-        if line.starts_with('[') {
-            let header = line.trim_matches(|c| c == '[' || c == ']').trim();
-            table = None;
-            in_dependencies = false;
-            if header.ends_with("dependencies") {
-                in_dependencies = !header.starts_with("workspace.");
-            } else if let Some((section, key)) = header.rsplit_once('.')
-                && section.ends_with("dependencies")
-                && !section.starts_with("workspace.")
-            {
-                let key = unquote(key);
-                direct |= is_package(&key);
-                table = Some(key);
-            }
-            continue;
-        }
-        let Some((key, value)) = line.split_once('=') else {
-            continue;
+/// What a manifest says of `idem-tools`.
+#[derive(Default)]
+struct Scan {
+    /// The keys of the dependencies on it under another name.
+    renames: Vec<String>,
+    /// A dependency on it under its own name.
+    direct: bool,
+    /// The keys of dependencies inherited from the workspace (`workspace = true`).
+    inherited: Vec<String>,
+    /// The keys `[workspace.dependencies]` gives it under another name.
+    workspace_renames: Vec<String>,
+    /// Whether the manifest has a `[workspace]` table.
+    is_workspace: bool,
+}
+
+/// [`renamed`] for the text of a manifest, and of its workspace's (read only if needed): the
+/// one key of a dependency on `idem-tools` under another name, as a crate name (`-` read as
+/// `_`); `None` if the manifest also depends on it under its own name, renames it twice, or not
+/// at all.
+pub(crate) fn renamed_in(
+    manifest: &str,
+    workspace: impl FnOnce() -> Option<String>,
+) -> Option<String> {
+    let scan = scan(manifest);
+    let mut renames = scan.renames.clone();
+    let mut direct = scan.direct;
+    let inherited = scan.inherited.clone();
+    if !inherited.is_empty() {
+        let root = if scan.is_workspace {
+            Some(scan)
+        } else {
+            workspace().map(|text| self::scan(&text))
         };
-        let (key, value) = (unquote(key), value.trim());
-        match &table {
-            Some(dependency) if key == "package" && unquote(value) == PACKAGE => {
-                renames.push(dependency.clone());
+        for key in inherited {
+            direct |= is_package(&key);
+            if root
+                .as_ref()
+                .is_some_and(|root| root.workspace_renames.contains(&key))
+            {
+                renames.push(key);
             }
-            Some(_) => {}
-            None if in_dependencies => {
-                let package = value.strip_prefix('{').and_then(|inline| {
-                    inline.match_indices("package").find_map(|(at, word)| {
-                        let rest = inline[at + word.len()..].trim_start().strip_prefix('=')?;
-                        rest.split([',', '}']).next().map(unquote)
-                    })
-                });
-                match package {
-                    Some(package) if package == PACKAGE => renames.push(key),
-                    Some(_) => {}
-                    None => direct |= is_package(&key),
-                }
-            }
-            None => {}
         }
     }
     renames.sort();
@@ -93,6 +95,91 @@ pub(crate) fn renamed_in(manifest: &str) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// Reads the dependency tables of a manifest, line by line.
+fn scan(manifest: &str) -> Scan {
+    let mut scan = Scan::default();
+    // The dependency whose table (`[dependencies.idem]`) the lines are in, if any, and whether
+    // it is the workspace's.
+    let mut table: Option<(String, bool)> = None;
+    // Whether the lines are in a table of dependencies (`[dependencies]`,
+    // `[target.'cfg(unix)'.dev-dependencies]`, `[workspace.dependencies]`), and whether it is
+    // the workspace's.
+    let mut in_dependencies: Option<bool> = None;
+    for line in manifest.lines() {
+        let line = line.split(" #").next().unwrap_or(line).trim();
+        if line.starts_with('[') {
+            let header = line.trim_matches(|c| c == '[' || c == ']').trim();
+            scan.is_workspace |= header == "workspace";
+            table = None;
+            in_dependencies = None;
+            if header.ends_with("dependencies") {
+                in_dependencies = Some(header.starts_with("workspace."));
+            } else if let Some((section, key)) = header.rsplit_once('.')
+                && section.ends_with("dependencies")
+            {
+                let (key, of_workspace) = (unquote(key), section.starts_with("workspace."));
+                scan.direct |= !of_workspace && is_package(&key);
+                table = Some((key, of_workspace));
+            }
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        let (key, value) = (unquote(key), value.trim());
+        match (&table, in_dependencies) {
+            (Some((dependency, of_workspace)), _) => {
+                if key == "package" && unquote(value) == PACKAGE {
+                    scan.rename(dependency, *of_workspace);
+                } else if key == "workspace" && value == "true" && !of_workspace {
+                    scan.inherited.push(dependency.clone());
+                }
+            }
+            // `idem.workspace = true`
+            (None, Some(false)) if key.ends_with(".workspace") && value == "true" => {
+                let key = key.trim_end_matches(".workspace");
+                scan.inherited.push(unquote(key));
+            }
+            (None, Some(of_workspace)) => {
+                let inline = value.strip_prefix('{');
+                match inline.and_then(|inline| field(inline, "package")) {
+                    Some(package) if package == PACKAGE => scan.rename(&key, of_workspace),
+                    Some(_) => {}
+                    None if !of_workspace
+                        && inline
+                            .and_then(|inline| field(inline, "workspace"))
+                            .as_deref()
+                            == Some("true") =>
+                    {
+                        scan.inherited.push(key);
+                    }
+                    None => scan.direct |= !of_workspace && is_package(&key),
+                }
+            }
+            (None, None) => {}
+        }
+    }
+    scan
+}
+
+impl Scan {
+    fn rename(&mut self, key: &str, of_workspace: bool) {
+        if of_workspace {
+            self.workspace_renames.push(key.to_owned());
+        } else {
+            self.renames.push(key.to_owned());
+        }
+    }
+}
+
+/// The value of `name = …` in an inline table's text (after its `{`), unquoted.
+fn field(inline: &str, name: &str) -> Option<String> {
+    inline.match_indices(name).find_map(|(at, word)| {
+        let rest = inline[at + word.len()..].trim_start().strip_prefix('=')?;
+        rest.split([',', '}']).next().map(unquote)
+    })
 }
 
 /// Whether a dependency key is the package under its own name.
@@ -121,7 +208,7 @@ name = "agent"
 serde = { version = "1", features = ["derive"] }
 idem = { package = "idem-tools", version = "0.1" } # the tools
 "#;
-        assert_eq!(renamed_in(manifest).as_deref(), Some("idem"));
+        assert_eq!(renamed_in(manifest, || None).as_deref(), Some("idem"));
     }
 
     #[test]
@@ -135,21 +222,44 @@ features = ["sqlite"]
 [dev-dependencies]
 tokio = "1"
 "#;
-        assert_eq!(renamed_in(manifest).as_deref(), Some("my_idem"));
+        assert_eq!(renamed_in(manifest, || None).as_deref(), Some("my_idem"));
+    }
+
+    #[test]
+    fn a_rename_inherited_from_the_workspace_renames() {
+        let root = "[workspace]\nmembers = [\"agent\"]\n\n[workspace.dependencies]\nidem = { package = \"idem-tools\", version = \"0.1\" }\n";
+        let member = "[package]\nname = \"agent\"\n\n[dependencies]\nidem = { workspace = true, features = [\"sqlite\"] }\n";
+        assert_eq!(
+            renamed_in(member, || Some(root.to_owned())).as_deref(),
+            Some("idem")
+        );
+        let dotted = "[dependencies]\nidem.workspace = true\n";
+        assert_eq!(
+            renamed_in(dotted, || Some(root.to_owned())).as_deref(),
+            Some("idem")
+        );
+        // A root package of its own workspace.
+        let both = format!("{root}\n[dependencies]\nidem = {{ workspace = true }}\n");
+        assert_eq!(renamed_in(&both, || None).as_deref(), Some("idem"));
+        // Not renamed in the workspace, or no workspace found.
+        let plain = "[workspace]\n[workspace.dependencies]\nidem-tools = \"0.1\"\n";
+        let member = "[dependencies]\nidem-tools = { workspace = true }\n";
+        assert_eq!(renamed_in(member, || Some(plain.to_owned())), None);
+        assert_eq!(renamed_in(dotted, || None), None);
     }
 
     #[test]
     fn its_own_name_or_none_or_two_leave_the_default() {
         let own = "[dependencies]\nidem-tools = { version = \"0.1\" }\n";
-        assert_eq!(renamed_in(own), None);
+        assert_eq!(renamed_in(own, || None), None);
         let both = "[dependencies]\nidem-tools = \"0.1\"\n[dev-dependencies]\nidem = { package = \"idem-tools\" }\n";
-        assert_eq!(renamed_in(both), None);
+        assert_eq!(renamed_in(both, || None), None);
         let two =
             "[dependencies]\na = { package = \"idem-tools\" }\nb = { package = \"idem-tools\" }\n";
-        assert_eq!(renamed_in(two), None);
+        assert_eq!(renamed_in(two, || None), None);
         let other = "[dependencies]\nidem = { package = \"idem-core\" }\n";
-        assert_eq!(renamed_in(other), None);
+        assert_eq!(renamed_in(other, || None), None);
         let workspace = "[workspace.dependencies]\nidem = { package = \"idem-tools\" }\n";
-        assert_eq!(renamed_in(workspace), None);
+        assert_eq!(renamed_in(workspace, || None), None);
     }
 }
