@@ -542,9 +542,20 @@ fn arg_statement(private: &TokenStream, digest: &Ident, p: &Param) -> Option<Tok
         Role::Skip => Some(quote_spanned! {at=>
             (&#path::Skip(&#binding)).skip_arg(&mut #digest, #name);
         }),
-        // The binding as written: an error about its type points at it.
-        Role::CallerKey => Some(quote_spanned! {at=>
-            #digest.caller_key(#name, &#binding);
+        // The binding as written: an error about its type points at it. A pattern's (or a
+        // name's starting with `_`) is the macro's own, which rustc would report at the
+        // attribute: its type is then named, as written, and the error points there.
+        // (Not an `impl Trait` type, which a path cannot name.)
+        Role::CallerKey => Some(match p.pattern {
+            Some(_) if !mentions(p.ty.to_token_stream(), &|i| i == "impl") => {
+                let ty = &p.ty;
+                quote_spanned! {at=>
+                    #digest.caller_key::<#ty>(#name, &#binding);
+                }
+            }
+            _ => quote_spanned! {at=>
+                #digest.caller_key(#name, &#binding);
+            },
         }),
         Role::Turn | Role::Ignore | Role::Transaction => None,
     }

@@ -6,6 +6,13 @@ async fn refund(#[key] request_id: u64, cents: u64) -> Result<u64, idem_tools::E
     Ok(cents)
 }
 
+// A pattern: the error points at its type too (not at the attribute).
+#[idempotent]
+async fn refund_pair(#[key] (request, _): (u64, u8), cents: u64) -> Result<u64, idem_tools::Error> {
+    let _ = request;
+    Ok(cents)
+}
+
 fn not_a_store() -> u32 {
     0
 }
