@@ -185,10 +185,14 @@ impl Body<'_> {
             // Spanned at the parameter's type: a type of the user's own named `Turn` is
             // reported there (`TurnParam`'s message).
             Some(turn) => {
-                let (binding, at) = (&turn.binding, turn.span());
+                // The type named as written: a binding of the macro's own (`_turn`) would
+                // have rustc report the error at the attribute.
+                let (binding, at, ty) = (&turn.binding, turn.span(), &turn.ty);
                 let path = respan(private.clone(), at);
                 let value = respan(quote!(&#binding), at);
-                quote_spanned!(at=> #path::Digest::with_turn(&#tool, &#slot, #instance, #value))
+                quote_spanned! {at=>
+                    #path::Digest::with_turn::<#ty>(&#tool, &#slot, #instance, #value)
+                }
             }
             None => quote!(#private::Digest::from_scope(&#tool, &#slot, #instance)),
         };

@@ -15,4 +15,10 @@ async fn play(turn: chess::Turn, to: String) -> Result<u32, Error> {
     Ok(1)
 }
 
+// Named `_turn` too (a binding of the macro's own).
+#[idempotent]
+async fn resign(_turn: &chess::Turn, game: u64) -> Result<u64, Error> {
+    Ok(game)
+}
+
 fn main() {}
