@@ -23,9 +23,25 @@ pub(crate) fn tools(input: TokenStream) -> TokenStream {
     let private = quote!(#krate::__private);
     let rest: TokenStream = tokens.collect();
     let parser = Punctuated::<Path, Token![,]>::parse_terminated;
-    let paths: Vec<Path> = match syn::parse::Parser::parse2(parser, rest) {
+    let paths: Vec<Path> = match syn::parse::Parser::parse2(parser, rest.clone()) {
         Ok(paths) => paths.into_iter().collect(),
         Err(error) => {
+            let error = match qualified_entry(rest) {
+                // `<Type as Trait>::method`: the descriptor is the type's.
+                Some(at) => syn::Error::new(
+                    at,
+                    "tools![] lists a method of a trait impl as `Type::method` (`tools![Ledger::transfer]`), \
+                     not `<Type as Trait>::method`: `#[idem_tools::tool_impl]` puts its \
+                     descriptor on the type",
+                ),
+                None => syn::Error::new(
+                    error.span(),
+                    format!(
+                        "{error}: tools![] takes the paths of tools, separated by commas \
+                         (`tools![send_email, billing::refund, Ledger::transfer]`)"
+                    ),
+                ),
+            };
             let mut error = error.to_compile_error();
             error.extend(quote!(&[]));
             return error;
@@ -48,6 +64,19 @@ pub(crate) fn tools(input: TokenStream) -> TokenStream {
         #unique
         IDEM_TOOLS
     }}
+}
+
+/// Where an entry written `<Type as Trait>::…` starts, if one is.
+fn qualified_entry(tokens: TokenStream) -> Option<Span> {
+    let mut at_start = true;
+    for token in tokens {
+        match &token {
+            TokenTree::Punct(p) if at_start && p.as_char() == '<' => return Some(p.span()),
+            TokenTree::Punct(p) if p.as_char() == ',' => at_start = true,
+            _ => at_start = false,
+        }
+    }
+    None
 }
 
 /// For one-segment entries, a constant that fails to evaluate if the entry resolved to the
