@@ -119,6 +119,26 @@ pub(crate) fn read_only(func: &mut ItemFn, options: &ReadOnlyOptions, errors: &m
     let ident = &func.sig.ident;
     let name = descriptor::tool_name(ident, options.name.as_ref(), options.impl_type.as_ref());
     tool_name(&name, "read_only", errors);
+    // `#[key]` and `#[transaction]`, an `#[idempotent]` tool's, taken off (rustc would say
+    // only that it cannot find them).
+    for input in &mut func.sig.inputs {
+        let FnArg::Typed(typed) = input else { continue };
+        let key = take_attrs(&mut typed.attrs, "key").into_iter().map(|attr| {
+            let what = "`#[key]` marks the caller-supplied idempotency key of an \
+                        `#[idempotent]` tool; a `#[read_only]` tool has no key";
+            (attr, what)
+        });
+        let tx = take_attrs(&mut typed.attrs, "transaction")
+            .into_iter()
+            .map(|attr| {
+                let what = "`#[transaction]` marks the connection of an `#[idempotent]` tool's \
+                        transaction; a `#[read_only]` tool runs in none";
+                (attr, what)
+            });
+        for (attr, what) in key.chain(tx).collect::<Vec<_>>() {
+            errors.spanned(&attr, format!("{what}: remove it"));
+        }
+    }
     // A `&mut` anywhere in a parameter's type, as for `#[idempotent]`'s key (`Option<&mut T>`),
     // and in a receiver's, written short (`&mut self`) or typed (`self: &mut Self`,
     // `self: Pin<&mut Self>`).
