@@ -3,7 +3,7 @@ use idem_tools::{Error, idempotent};
 // `note`, configured out, is left out of the key; the turn cannot be configured out.
 #[idempotent]
 async fn tag(
-    #[cfg(feature = "sqlite")] turn: &idem_tools::Turn,
+    #[cfg(any())] turn: &idem_tools::Turn,
     #[cfg(any())] note: String,
     id: u32,
 ) -> Result<u32, Error> {
