@@ -118,7 +118,7 @@ pub async fn remove_shown_deletes_only_what_was_shown(h: &impl Harness) {
     let first = shown(&key).await;
     store.release(&token).await.expect("remove_shown: release");
     advance(h, Duration::from_millis(5)).await;
-    claim(&*store, &key, &fp, lease).await;
+    let again = claim(&*store, &key, &fp, lease).await;
     let removed = store.remove_shown(&first).await.expect("remove_shown");
     assert_eq!(
         removed,
@@ -126,6 +126,15 @@ pub async fn remove_shown_deletes_only_what_was_shown(h: &impl Harness) {
         "remove_shown: a key claimed again"
     );
     assert_eq!(shown(&key).await.state, RecordState::InProgress, "kept");
+    // ... and that claim given back too: the key holds no record, whichever claim left it
+    // (the memory store said `Changed`, the others `Gone`; found by `store_differential`).
+    store.release(&again).await.expect("remove_shown: release");
+    let removed = store.remove_shown(&first).await.expect("remove_shown");
+    assert_eq!(
+        removed,
+        Removed::Gone,
+        "remove_shown: a key claimed again and given back"
+    );
 
     // Shown in progress, its lease run out: still the claim shown, deleted with its count.
     let key = fresh_key("shown expired");

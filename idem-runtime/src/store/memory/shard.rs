@@ -274,12 +274,15 @@ impl Shard {
             return Removed::Gone;
         };
         let entry = self.get(i);
+        // Given back (the claim shown, or one made since): no record is left, only the
+        // attempt count, which stays — as the other stores answer.
+        if matches!(entry.body, Body::Empty) && entry.expires_at_ms == 0 {
+            return Removed::Gone;
+        }
         if entry.created_at_ms != shown.created_at_ms {
             return Removed::Changed;
         }
         match entry.body {
-            // Given back: no record is left, only the attempt count, which stays.
-            Body::Empty if entry.expires_at_ms == 0 => return Removed::Gone,
             // Run out and swept: what is left of the record shown.
             Body::Empty => {}
             _ if entry.state() != shown.state => return Removed::Changed,
