@@ -307,7 +307,7 @@ impl RedisStore {
 
     /// Whether this store talks to a Redis Cluster.
     pub fn is_cluster(&self) -> bool {
-        matches!(self.conn, Conn::Cluster(_))
+        matches!(self.conn, Conn::Cluster(..))
     }
 
     /// The Redis key that holds the record of `key` in `namespace`:

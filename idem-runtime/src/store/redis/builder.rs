@@ -144,7 +144,8 @@ impl RedisStoreBuilder {
             .get_async_connection()
             .await
             .map_err(|e| Error::store("connect", e))?;
-        self.finish(Conn::Cluster(conn)).await
+        let cluster = conn::Cluster::new(client, conn, self.response_timeout);
+        self.finish(Conn::Cluster(Arc::new(cluster))).await
     }
 
     async fn finish(self, mut conn: Conn) -> Result<RedisStore> {

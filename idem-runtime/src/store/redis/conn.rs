@@ -1,7 +1,11 @@
 //! One connection type for a standalone server and for a Redis Cluster, plus the per-node
 //! commands the store needs (`SCAN`, `CONFIG GET`) on every master.
 
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
 use ::redis::aio::{ConnectionLike, ConnectionManager};
+use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{Cmd, Pipeline, RedisError, RedisFuture, RedisResult, Value};
@@ -14,15 +18,114 @@ pub(super) enum Conn {
     /// A reconnecting connection to one endpoint.
     Single(ConnectionManager),
     /// The cluster client: routes each command to the master of its key's slot, following
-    /// `MOVED`/`ASK` redirections.
-    Cluster(ClusterConnection),
+    /// `MOVED`/`ASK` redirections; made again when it stops answering ([`Cluster`]).
+    Cluster(Arc<Cluster>),
+}
+
+/// A cluster connection, made again from its client when it has answered nothing for a while
+/// and a request times out: redis-rs's cluster client (1.8) can stop answering for good once
+/// the server drops its connections while requests are in flight — every later request
+/// times out — and only a new connection answers again (`redis_cluster_wedge`).
+pub(super) struct Cluster {
+    client: ClusterClient,
+    /// How long without any answer before a timed-out request makes the connection again.
+    stall: Duration,
+    state: Mutex<ClusterState>,
+}
+
+struct ClusterState {
+    conn: ClusterConnection,
+    /// Counts the connections made: a request's answer concerns the one it was sent on.
+    generation: u64,
+    /// When a request on this connection was last answered (an error reply counts).
+    answered: Instant,
+    /// A new connection is being made.
+    remaking: bool,
+}
+
+impl Cluster {
+    pub(super) fn new(
+        client: ClusterClient,
+        conn: ClusterConnection,
+        reply_timeout: Duration,
+    ) -> Self {
+        Cluster {
+            client,
+            stall: reply_timeout,
+            state: Mutex::new(ClusterState {
+                conn,
+                generation: 0,
+                answered: Instant::now(),
+                remaking: false,
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ClusterState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The connection to send a request on, and its generation.
+    fn current(&self) -> (ClusterConnection, u64) {
+        let state = self.lock();
+        (state.conn.clone(), state.generation)
+    }
+
+    /// Notes how a request sent on connection `generation` ended; after a timeout on a
+    /// connection that has answered nothing for [`stall`](Self::stall), makes it again.
+    async fn after<T>(&self, generation: u64, answer: &RedisResult<T>) {
+        let silent = match answer {
+            Ok(_) => false,
+            Err(error) => {
+                error.is_timeout() || error.is_io_error() || error.is_connection_dropped()
+            }
+        };
+        {
+            let mut state = self.lock();
+            if state.generation != generation {
+                return;
+            }
+            if !silent {
+                state.answered = Instant::now();
+                return;
+            }
+            if state.remaking || state.answered.elapsed() < self.stall {
+                return;
+            }
+            state.remaking = true;
+        }
+        let made = self.client.get_async_connection().await;
+        let mut state = self.lock();
+        state.remaking = false;
+        match made {
+            Ok(conn) => {
+                tracing::warn!(target: "idem", "the Redis Cluster connection answered nothing \
+                    for {:?}: made it again", state.answered.elapsed());
+                state.conn = conn;
+                state.generation += 1;
+                state.answered = Instant::now();
+            }
+            Err(error) => {
+                tracing::warn!(target: "idem", %error, "the Redis Cluster connection answers \
+                    nothing, and a new one could not be made");
+            }
+        }
+    }
 }
 
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
-            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(cluster) => {
+                let (mut conn, generation) = cluster.current();
+                let cluster = Arc::clone(cluster);
+                Box::pin(async move {
+                    let answer = conn.req_packed_command(cmd).await;
+                    cluster.after(generation, &answer).await;
+                    answer
+                })
+            }
         }
     }
 
@@ -34,14 +137,22 @@ impl ConnectionLike for Conn {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(cluster) => {
+                let (mut conn, generation) = cluster.current();
+                let cluster = Arc::clone(cluster);
+                Box::pin(async move {
+                    let answer = conn.req_packed_commands(pipeline, offset, count).await;
+                    cluster.after(generation, &answer).await;
+                    answer
+                })
+            }
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Conn::Single(conn) => conn.get_db(),
-            Conn::Cluster(conn) => conn.get_db(),
+            Conn::Cluster(cluster) => cluster.lock().conn.get_db(),
         }
     }
 }
@@ -72,13 +183,16 @@ impl std::fmt::Display for Node {
 impl Conn {
     /// Every master: the endpoint alone, or each master of the cluster (from `CLUSTER SLOTS`).
     pub(super) async fn masters(&mut self) -> RedisResult<Vec<Node>> {
-        let Conn::Cluster(conn) = self else {
+        let Conn::Cluster(cluster) = self else {
             return Ok(vec![Node::Endpoint]);
         };
-        let slots: Value = ::redis::cmd("CLUSTER")
+        let (mut conn, generation) = cluster.current();
+        let slots: RedisResult<Value> = ::redis::cmd("CLUSTER")
             .arg("SLOTS")
-            .query_async(conn)
-            .await?;
+            .query_async(&mut conn)
+            .await;
+        cluster.after(generation, &slots).await;
+        let slots = slots?;
         let mut masters = Vec::new();
         let Value::Array(ranges) = slots else {
             return Err(malformed("CLUSTER SLOTS"));
@@ -111,13 +225,17 @@ impl Conn {
     /// Runs `cmd` on `node`.
     pub(super) async fn on_node(&mut self, node: &Node, cmd: &Cmd) -> RedisResult<Value> {
         match (self, node) {
-            (Conn::Cluster(conn), Node::Master { host, port }) => {
+            (Conn::Cluster(cluster), Node::Master { host, port }) => {
                 let route = SingleNodeRoutingInfo::ByAddress {
                     host: host.clone(),
                     port: *port,
                 };
-                conn.route_command(cmd.clone(), RoutingInfo::SingleNode(route))
-                    .await
+                let (mut conn, generation) = cluster.current();
+                let answer = conn
+                    .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
+                    .await;
+                cluster.after(generation, &answer).await;
+                answer
             }
             (conn, _) => cmd.query_async(conn).await,
         }
