@@ -94,9 +94,18 @@ impl Cluster {
             }
             state.remaking = true;
         }
+        // Cleared however this ends: a caller that gives up while the connection is made
+        // (its future dropped) must not keep every later stall from making it again.
+        struct Remaking<'a>(&'a Cluster);
+        impl Drop for Remaking<'_> {
+            fn drop(&mut self) {
+                self.0.lock().remaking = false;
+            }
+        }
+        let remaking = Remaking(self);
         let made = self.client.get_async_connection().await;
+        drop(remaking);
         let mut state = self.lock();
-        state.remaking = false;
         match made {
             Ok(conn) => {
                 tracing::warn!(target: "idem", "the Redis Cluster connection answered nothing \
