@@ -52,7 +52,10 @@ impl<T: Serialize + DeserializeOwned> ToolOk for T {}
             with `impl From<idem_tools::Error>`",
     note = "`{Self}` can take that impl only if this crate defines it; for another crate's type \
             (`String`, `rmcp::ErrorData`) return one of those from the `#[idempotent]` fn and \
-            convert it into `{Self}` with `?` or `map_err` in the handler that calls the tool"
+            convert it into `{Self}` with `?` or `map_err` in the handler that calls the tool; \
+            in a trait method whose error type a framework fixes, put `#[idempotent]` on a \
+            method or function of your own and call it from the trait's: \
+            `self.send(args).await.map_err(|e| e.model_text())`"
 )]
 pub trait ToolErr: From<Error> {}
 impl<E: From<Error>> ToolErr for E {}
