@@ -128,7 +128,21 @@ fn scan(manifest: &str) -> Scan {
         let Some((key, value)) = line.split_once('=') else {
             continue;
         };
-        let (key, value) = (unquote(key), value.trim());
+        // A dotted key (`idem-tools.path = "…"`, `idem.package = "idem-tools"`) is a field of
+        // the dependency before its first dot.
+        let (key, field_of) = match key.split_once('.') {
+            Some((dependency, field)) => (unquote(dependency), Some(unquote(field))),
+            None => (unquote(key), None),
+        };
+        let value = value.trim();
+        if let (None, Some(of_workspace), Some(field)) = (&table, in_dependencies, &field_of) {
+            match field.as_str() {
+                "workspace" if value == "true" && !of_workspace => scan.inherited.push(key),
+                "package" if unquote(value) == PACKAGE => scan.rename(&key, of_workspace),
+                _ => scan.direct |= !of_workspace && is_package(&key),
+            }
+            continue;
+        }
         match (&table, in_dependencies) {
             (Some((dependency, of_workspace)), _) => {
                 if key == "package" && unquote(value) == PACKAGE {
@@ -137,16 +151,12 @@ fn scan(manifest: &str) -> Scan {
                     scan.inherited.push(dependency.clone());
                 }
             }
-            // `idem.workspace = true`
-            (None, Some(false)) if key.ends_with(".workspace") && value == "true" => {
-                let key = key.trim_end_matches(".workspace");
-                scan.inherited.push(unquote(key));
-            }
             (None, Some(of_workspace)) => {
                 let inline = value.strip_prefix('{');
                 match inline.and_then(|inline| field(inline, "package")) {
                     Some(package) if package == PACKAGE => scan.rename(&key, of_workspace),
-                    Some(_) => {}
+                    // `idem_tools = { package = "a-fork" }` still names `::idem_tools`.
+                    Some(_) => scan.direct |= !of_workspace && is_package(&key),
                     None if !of_workspace
                         && inline
                             .and_then(|inline| field(inline, "workspace"))
@@ -261,5 +271,25 @@ tokio = "1"
         assert_eq!(renamed_in(other, || None), None);
         let workspace = "[workspace.dependencies]\nidem = { package = \"idem-tools\" }\n";
         assert_eq!(renamed_in(workspace, || None), None);
+    }
+
+    #[test]
+    fn a_dependency_under_its_own_name_in_dotted_keys_or_of_another_package_leaves_the_default() {
+        // The library depends on `idem-tools` by dotted keys; the tests rename it: the library's
+        // `::idem_tools` compiled, `::idem` would not.
+        for own in [
+            "idem-tools.path = \"../idem\"",
+            "idem-tools.version = \"0.1\"",
+            "\"idem-tools\".git = \"https://example.com/idem\"",
+            "idem_tools = { package = \"idem-tools-fork\", version = \"0.1\" }",
+        ] {
+            let manifest = format!(
+                "[dependencies]\n{own}\n\n[dev-dependencies]\nidem = {{ package = \"idem-tools\" }}\n"
+            );
+            assert_eq!(renamed_in(&manifest, || None), None, "{own}");
+        }
+        // A rename by dotted keys is one.
+        let dotted = "[dependencies]\nidem.package = \"idem-tools\"\nidem.version = \"0.1\"\n";
+        assert_eq!(renamed_in(dotted, || None).as_deref(), Some("idem"));
     }
 }
