@@ -32,9 +32,7 @@ pub(crate) fn renamed() -> Option<String> {
                 let workspace = || {
                     dir.ancestors().skip(1).find_map(|up| {
                         let text = std::fs::read_to_string(up.join("Cargo.toml")).ok()?;
-                        text.lines()
-                            .any(|line| line.trim() == "[workspace]")
-                            .then_some(text)
+                        scan(&text).is_workspace.then_some(text)
                     })
                 };
                 renamed_in(&manifest, workspace)
@@ -111,7 +109,9 @@ fn scan(manifest: &str) -> Scan {
         let line = line.split(" #").next().unwrap_or(line).trim();
         if line.starts_with('[') {
             let header = line.trim_matches(|c| c == '[' || c == ']').trim();
-            scan.is_workspace |= header == "workspace";
+            // `[workspace]`, or only `[workspace.dependencies.idem]` as trybuild writes it
+            // (a `workspace.` table makes the manifest a workspace's all the same).
+            scan.is_workspace |= header == "workspace" || header.starts_with("workspace.");
             table = None;
             in_dependencies = None;
             if header.ends_with("dependencies") {
@@ -256,6 +256,15 @@ tokio = "1"
         let member = "[dependencies]\nidem-tools = { workspace = true }\n";
         assert_eq!(renamed_in(member, || Some(plain.to_owned())), None);
         assert_eq!(renamed_in(dotted, || None), None);
+    }
+
+    #[test]
+    fn a_workspace_without_its_own_header_renames() {
+        // As trybuild writes the manifest of the crate it builds the tests in.
+        let trybuild = "[package]\nname = \"agent-tests\"\n\n[dependencies.idem]\nworkspace = true\n\n[workspace.dependencies.idem]\npath = \"/agent/idem\"\npackage = \"idem-tools\"\n";
+        assert_eq!(renamed_in(trybuild, || None).as_deref(), Some("idem"));
+        let commented = "[workspace] # the agents\n[workspace.dependencies]\nidem = { package = \"idem-tools\" }\n[dependencies]\nidem.workspace = true\n";
+        assert_eq!(renamed_in(commented, || None).as_deref(), Some("idem"));
     }
 
     #[test]
