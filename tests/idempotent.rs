@@ -190,6 +190,39 @@ async fn an_ok_type_with_a_static_lifetime_is_replayed() {
     assert_eq!(GREETED.load(Ordering::SeqCst), 1);
 }
 
+// `skip(..)` and `ignore(..)` apply to every alternative of the name they list, not only to the
+// first one written.
+#[idempotent(skip(note), ignore(trace))]
+async fn configured_skip(
+    #[cfg(not(unix))] note: u32,
+    #[cfg(unix)] note: String,
+    #[cfg(not(unix))] trace: u32,
+    #[cfg(unix)] trace: String,
+    item: u32,
+) -> Result<String, Error> {
+    let _ = (note, trace, item);
+    Ok(key())
+}
+
+#[tokio::test]
+async fn skip_and_ignore_apply_to_every_cfg_alternative() {
+    let t = turn("configured skip");
+    t.clone()
+        .scope(async {
+            #[cfg(unix)]
+            let (note, trace) = (String::from("n"), String::from("t"));
+            #[cfg(not(unix))]
+            let (note, trace) = (1_u32, 2_u32);
+            let key = configured_skip(note.clone(), trace, 3).await.unwrap();
+            let mut digest = idem_tools::key::ArgsDigest::new("configured_skip");
+            digest.fingerprint_arg("note", &note).unwrap();
+            digest.arg("item", &3_u32).unwrap();
+            let (expected, _) = digest.finish(t.namespace(), t.id(), "configured_skip", 0);
+            assert_eq!(key, expected.to_hex());
+        })
+        .await;
+}
+
 // ---------------------------------------------------------------------------------------------
 // `skip(..)`: out of the key, still in the fingerprint when `Serialize`; any type can be skipped.
 

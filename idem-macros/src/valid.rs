@@ -438,7 +438,14 @@ fn skip_and_ignore(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut 
             );
             continue;
         }
-        match params.iter_mut().find(|p| p.name == name) {
+        // Every parameter of that name: alternatives under `#[cfg(…)]` share one.
+        let named = params.iter().filter(|p| p.name == name);
+        let found = named
+            .clone()
+            .find(|p| matches!(p.role, Role::Turn | Role::Transaction | Role::CallerKey))
+            .or_else(|| named.clone().next())
+            .map(|p| p.role);
+        match found {
             None if name == "self" => errors.at(
                 ident.span(),
                 format!(
@@ -462,24 +469,28 @@ fn skip_and_ignore(tool: &mut ToolFn, options: &IdempotentOptions, errors: &mut 
                     ),
                 );
             }
-            Some(p) if p.role == Role::Turn => errors.at(
+            Some(Role::Turn) => errors.at(
                 ident.span(),
                 format!(
                     "`{name}` is the turn: it is never part of the key, no need to {option} it"
                 ),
             ),
-            Some(p) if p.role == Role::Transaction => errors.at(
+            Some(Role::Transaction) => errors.at(
                 ident.span(),
                 format!(
                     "`{name}` is the `#[transaction]` connection, which is never in the key: \
                      no need to {option} it"
                 ),
             ),
-            Some(p) if p.role == Role::CallerKey => errors.at(
+            Some(Role::CallerKey) => errors.at(
                 ident.span(),
                 format!("`{name}` is the `#[key]`: it cannot be in `{option}(..)`"),
             ),
-            Some(p) => p.role = role,
+            Some(_) => {
+                for p in params.iter_mut().filter(|p| p.name == name) {
+                    p.role = role;
+                }
+            }
         }
     }
 }
