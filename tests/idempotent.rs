@@ -190,6 +190,27 @@ async fn an_ok_type_with_a_static_lifetime_is_replayed() {
     assert_eq!(GREETED.load(Ordering::SeqCst), 1);
 }
 
+// A parameter configured out still counts in a pattern's `argN` (its position as written).
+#[idempotent]
+async fn configured_position(#[cfg(any())] gone: u8, (b, c): (u8, u8)) -> Result<String, Error> {
+    let _ = (b, c);
+    Ok(key())
+}
+
+#[tokio::test]
+async fn a_parameter_configured_out_counts_in_a_patterns_position() {
+    let t = turn("configured position");
+    t.clone()
+        .scope(async {
+            let key = configured_position((1, 2)).await.unwrap();
+            let mut digest = idem_tools::key::ArgsDigest::new("configured_position");
+            digest.arg("arg1", &(1_u8, 2_u8)).unwrap();
+            let (expected, _) = digest.finish(t.namespace(), t.id(), "configured_position", 0);
+            assert_eq!(key, expected.to_hex());
+        })
+        .await;
+}
+
 // `skip(..)` and `ignore(..)` apply to every alternative of the name they list, not only to the
 // first one written.
 #[idempotent(skip(note), ignore(trace))]
