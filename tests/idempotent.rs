@@ -405,6 +405,40 @@ async fn a_caller_key_spans_turns_and_rejects_another_payload() {
     assert!(matches!(error, Error::PayloadMismatch { .. }), "{error}");
 }
 
+/// A key the application wraps, taken apart by a pattern parameter.
+struct RequestId(String);
+
+impl AsRef<str> for RequestId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+#[idempotent]
+async fn refund_wrapped(#[key] RequestId(id): RequestId, cents: u64) -> Result<u64, Error> {
+    let _ = id;
+    Ok(cents)
+}
+
+#[tokio::test]
+async fn a_key_pattern_is_not_named_to_the_model_by_its_position() {
+    let t = turn("wrapped key");
+    let call = |cents| refund_wrapped(RequestId("req-9".into()), cents);
+    assert_eq!(t.clone().scope(call(100)).await.unwrap(), 100);
+    let error = t.clone().scope(call(999)).await.unwrap_err();
+    // Not `KeyArgument("arg0")`: the model has no argument named so.
+    assert!(
+        matches!(
+            error,
+            Error::PayloadMismatch {
+                differs: Mismatch::KeyArgument(""),
+                ..
+            }
+        ),
+        "{error}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // `version` and `name`.
 

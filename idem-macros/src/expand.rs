@@ -550,16 +550,23 @@ fn arg_statement(private: &TokenStream, digest: &Ident, p: &Param) -> Option<Tok
         // name's starting with `_`) is the macro's own, which rustc would report at the
         // attribute: its type is then named, as written, and the error points there.
         // (Not an `impl Trait` type, which a path cannot name.)
-        Role::CallerKey => Some(match p.pattern {
-            Some(_) if !mentions(p.ty.to_token_stream(), &|i| i == "impl") => {
-                let ty = &p.ty;
-                quote_spanned! {at=>
-                    #digest.caller_key::<#ty>(#name, &#binding);
+        // A pattern's name (`argN`, also async-trait's `__argN`) is the key's, not one the
+        // model knows: the model is then told of "the idempotency key" without a name (`""`).
+        Role::CallerKey => Some({
+            let positional = matches!(&p.pattern, Some(pat) if !matches!(pat, Pat::Ident(_)))
+                || crate::ast::async_trait_position(binding).is_some();
+            let shown = if positional { "" } else { name.as_str() };
+            match p.pattern {
+                Some(_) if !mentions(p.ty.to_token_stream(), &|i| i == "impl") => {
+                    let ty = &p.ty;
+                    quote_spanned! {at=>
+                        #digest.caller_key::<#ty>(#shown, &#binding);
+                    }
                 }
+                _ => quote_spanned! {at=>
+                    #digest.caller_key(#shown, &#binding);
+                },
             }
-            _ => quote_spanned! {at=>
-                #digest.caller_key(#name, &#binding);
-            },
         }),
         Role::Turn | Role::Ignore | Role::Transaction => None,
     }

@@ -458,7 +458,8 @@ pub enum KeyKept {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mismatch {
     /// The key is this argument of the call (`#[key]`), which the model sets: any other
-    /// argument may differ, and a new action needs a new value of it.
+    /// argument may differ, and a new action needs a new value of it. `""` for a pattern
+    /// parameter, whose name (`argN`) the model does not know.
     KeyArgument(&'static str),
     /// The key was supplied by the application calling the tool (MCP's
     /// `_meta["idempotencyKey"]`), not by the model: any argument may differ, and the model
@@ -534,6 +535,12 @@ impl std::fmt::Display for Mismatch {
              fingerprint, not the key)";
         let (names, count) = match self {
             Mismatch::Unkeyed(unkeyed) => unkeyed.listed(),
+            Mismatch::KeyArgument("") => {
+                return write!(
+                    f,
+                    "the `#[key]` argument (a pattern) {ONE_ACTION}; a new action needs a new key"
+                );
+            }
             Mismatch::KeyArgument(name) => {
                 return write!(
                     f,

@@ -362,7 +362,13 @@ fn caller_key_message(
     earlier: Earlier,
     refused: u32,
 ) -> String {
+    // A `#[key]` pattern, whose name the model does not know.
+    let unnamed = param == Some("");
     let (this_key, that_key) = match param {
+        Some("") => (
+            "The idempotency key among the arguments of this call".to_owned(),
+            "that idempotency key".to_owned(),
+        ),
         Some(name) => (
             format!("The \"{name}\" of this call"),
             format!("that \"{name}\""),
@@ -376,6 +382,9 @@ fn caller_key_message(
     };
     // What makes this call's action, if it is another one.
     let new_action = match param {
+        Some(_) if unnamed => {
+            "for another action, call again with a new idempotency key".to_owned()
+        }
         Some(name) => format!("for another action, call again with a new \"{name}\""),
         None => "if this is another action, tell the user that it was not done because the \
                  application reused an idempotency key"
@@ -773,6 +782,11 @@ mod tests {
         for text in every(Mismatch::KeyArgument("request_id")) {
             assert!(text.contains("new \"request_id\""), "{text}");
             assert!(!text.contains("idempotency key"), "{text}");
+        }
+        // A `#[key]` pattern has no name the model knows (its `argN` is the key's).
+        for text in every(Mismatch::KeyArgument("")) {
+            assert!(text.contains("new idempotency key"), "{text}");
+            assert!(!text.contains("\"\""), "{text}");
         }
     }
 

@@ -208,7 +208,9 @@ impl Call {
 
     /// Says that the key of an `#[idempotent]` tool's call is its argument `name` (`#[key]`),
     /// which the model sets: the error of a key used before by other arguments tells the model
-    /// to give a new `name` for a new action ([`Mismatch::KeyArgument`]).
+    /// to give a new `name` for a new action ([`Mismatch::KeyArgument`]); `""` for an argument
+    /// the model knows by no name (a pattern parameter), of which it is told as "the idempotency
+    /// key".
     #[must_use]
     pub fn with_key_argument(mut self, name: &'static str) -> Self {
         self.origin = Origin::KeyArgument(name);
