@@ -96,6 +96,23 @@ impl TurnParam for &Turn {
         self
     }
 }
+// The owning pointers a type named `Turn` can be (`type Turn = Arc<idem_tools::Turn>`), which
+// the turn parameter took when it was `Borrow<Turn>`.
+impl TurnParam for Box<Turn> {
+    fn turn(&self) -> &Turn {
+        self
+    }
+}
+impl TurnParam for std::sync::Arc<Turn> {
+    fn turn(&self) -> &Turn {
+        self
+    }
+}
+impl TurnParam for std::rc::Rc<Turn> {
+    fn turn(&self) -> &Turn {
+        self
+    }
+}
 
 /// Called by an `#[idempotent(cache_errors)]` tool before its runner, so that an error type
 /// that cannot be recorded is reported by [`CachedErr`]'s message, which names `cache_errors`

@@ -101,6 +101,31 @@ async fn the_turn_can_be_a_parameter() {
     assert_eq!(id, "param:2");
 }
 
+/// A type named `Turn` that holds idem's (`Borrow<Turn>`, which the turn parameter took before
+/// `TurnParam`): still the turn.
+mod shared {
+    pub type Turn = std::sync::Arc<idem_tools::Turn>;
+}
+
+#[idempotent]
+async fn with_turn_shared(turn: shared::Turn, n: u32) -> Result<(String, String), Error> {
+    Ok((format!("{}:{n}", turn.id()), key()))
+}
+
+#[tokio::test]
+async fn a_shared_turn_can_be_a_parameter() {
+    let t = turn("shared");
+    let (id, key) = with_turn_shared(std::sync::Arc::new(t.clone()), 1)
+        .await
+        .unwrap();
+    assert_eq!(id, "shared:1");
+    let (_, again) = with_turn_shared(std::sync::Arc::new(t.clone()), 1)
+        .await
+        .unwrap();
+    assert_eq!(again, key);
+    assert_eq!(t.stats().replayed, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pattern parameters are keyed positionally: `argN`.
 
