@@ -84,6 +84,15 @@ async fn after_kills(urls: &[String], times: usize, gap: Duration, busy: bool) -
     }
     let took = recovery(&store, Duration::from_secs(20)).await;
     eprintln!("killed {times}x {gap:?} apart (busy: {busy}): answered again after {took:?}");
+    // About a reply timeout (2 s): the first read times out and starts making the connection
+    // again, and the next waits for the new one — not for a reply timeout on the old one
+    // (4.1 s, every time, when it did).
+    if let Some(took) = took {
+        assert!(
+            took < Duration::from_millis(3500),
+            "killed {times}x {gap:?} apart (busy: {busy}): answered again after {took:?}"
+        );
+    }
     took
 }
 
@@ -107,4 +116,54 @@ async fn a_cluster_store_answers_again_after_its_connections_are_killed() {
             "killed {times}x {gap_ms} ms apart (busy: {busy}): the store never answered again"
         );
     }
+}
+
+/// A call whose timeout starts making the connection again answers within about its reply
+/// timeout: it does not wait for the new connection, which, every node paused, takes its own
+/// timeouts (before: the call waited for them too, twice its reply timeout here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_starts_making_the_connection_again_does_not_wait_for_it() {
+    let Some(urls) =
+        cluster_urls("a_call_that_starts_making_the_connection_again_does_not_wait_for_it")
+    else {
+        return;
+    };
+    let _one_at_a_time = SERIAL.lock().await;
+    let reply = Duration::from_millis(300);
+    let store = RedisStore::builder()
+        .prefix(unique_prefix("wedge"))
+        .response_timeout(reply)
+        .connection_timeout(reply)
+        .connect_cluster(&urls)
+        .await
+        .expect("connect");
+    assert!(recovery(&store, Duration::from_secs(5)).await.is_some());
+    // Nothing answered for more than a reply timeout, then every node stops answering.
+    tokio::time::sleep(2 * reply).await;
+    let pause = Duration::from_millis(2500);
+    for url in &urls {
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(u64::try_from(pause.as_millis()).unwrap_or(u64::MAX))
+            .arg("ALL")
+            .query_async(&mut raw(url).await)
+            .await
+            .expect("CLIENT PAUSE");
+    }
+    let paused = Instant::now();
+    let started = Instant::now();
+    let answer = store.get("ns", &Key::from_bytes([7; 32])).await;
+    let took = started.elapsed();
+    eprintln!("a call on a paused cluster failed after {took:?}: {answer:?}");
+    assert!(answer.is_err(), "{answer:?}");
+    assert!(
+        took < reply * 3 / 2,
+        "a call on a paused cluster took {took:?} (reply timeout {reply:?}): it waited for the \
+         connection being made again"
+    );
+    tokio::time::sleep(pause.saturating_sub(paused.elapsed())).await;
+    assert!(
+        recovery(&store, Duration::from_secs(10)).await.is_some(),
+        "the store never answered again after the pause"
+    );
 }

@@ -144,7 +144,8 @@ impl RedisStoreBuilder {
             .get_async_connection()
             .await
             .map_err(|e| Error::store("connect", e))?;
-        let cluster = conn::Cluster::new(client, conn, self.response_timeout);
+        let cluster =
+            conn::Cluster::new(client, conn, self.connection_timeout, self.response_timeout);
         self.finish(Conn::Cluster(Arc::new(cluster))).await
     }
 

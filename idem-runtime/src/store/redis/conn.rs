@@ -28,16 +28,22 @@ pub(super) enum Conn {
 /// times out — and only a new connection answers again (`redis_cluster_wedge`).
 pub(super) struct Cluster {
     client: ClusterClient,
-    /// How long without any answer before a timed-out request makes the connection again.
+    /// How long without any answer before a timed-out request makes the connection again
+    /// (and between two attempts to make it).
     stall: Duration,
+    /// How long making the connection again may take before the attempt is given up.
+    remake_bound: Duration,
     state: Mutex<ClusterState>,
+    /// Wakes the requests that wait for a new connection when an attempt to make one ends.
+    remade: tokio::sync::Notify,
 }
 
 struct ClusterState {
     conn: ClusterConnection,
     /// Counts the connections made: a request's answer concerns the one it was sent on.
     generation: u64,
-    /// When a request on this connection was last answered (an error reply counts).
+    /// When a request on this connection was last answered (an error reply counts), or an
+    /// attempt to make a new one failed.
     answered: Instant,
     /// A new connection is being made.
     remaking: bool,
@@ -47,17 +53,22 @@ impl Cluster {
     pub(super) fn new(
         client: ClusterClient,
         conn: ClusterConnection,
+        connection_timeout: Duration,
         reply_timeout: Duration,
     ) -> Self {
         Cluster {
             client,
             stall: reply_timeout,
+            // A connection to each seed, then `CLUSTER SLOTS` (node by node if need be), then
+            // a connection to each master.
+            remake_bound: 2 * connection_timeout + 4 * reply_timeout,
             state: Mutex::new(ClusterState {
                 conn,
                 generation: 0,
                 answered: Instant::now(),
                 remaking: false,
             }),
+            remade: tokio::sync::Notify::new(),
         }
     }
 
@@ -65,20 +76,45 @@ impl Cluster {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// The connection to send a request on, and its generation.
-    fn current(&self) -> (ClusterConnection, u64) {
+    /// The connection to send a request on, and its generation: while a new connection is
+    /// being made, the new one once it is made (or the attempt ends) — the old one answers
+    /// nothing, so a request sent on it would only wait for its reply timeout.
+    async fn current(&self) -> (ClusterConnection, u64) {
+        {
+            let state = self.lock();
+            if !state.remaking {
+                return (state.conn.clone(), state.generation);
+            }
+        }
+        let remade = self.remade.notified();
+        tokio::pin!(remade);
+        remade.as_mut().enable();
+        {
+            // Looked at again once enabled: an attempt that ended in between is not missed.
+            let state = self.lock();
+            if !state.remaking {
+                return (state.conn.clone(), state.generation);
+            }
+        }
+        let _ = tokio::time::timeout(self.remake_bound, remade).await;
         let state = self.lock();
         (state.conn.clone(), state.generation)
     }
 
     /// Notes how a request sent on connection `generation` ended; after a timeout on a
-    /// connection that has answered nothing for [`stall`](Self::stall), makes it again.
-    async fn after<T>(&self, generation: u64, answer: &RedisResult<T>) {
+    /// connection that has answered nothing for [`stall`](Self::stall), starts making it again
+    /// in a task of its own: the caller gets its answer at once (it does not wait for the new
+    /// connection, nor can it cut the making short by giving up), and the making is bounded
+    /// by [`remake_bound`](Self::remake_bound).
+    fn after<T>(self: &Arc<Self>, generation: u64, answer: &RedisResult<T>) {
         let silent = match answer {
             Ok(_) => false,
             Err(error) => {
                 error.is_timeout() || error.is_io_error() || error.is_connection_dropped()
             }
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
         };
         {
             let mut state = self.lock();
@@ -94,27 +130,45 @@ impl Cluster {
             }
             state.remaking = true;
         }
-        // Cleared however this ends: a caller that gives up while the connection is made
-        // (its future dropped) must not keep every later stall from making it again.
-        struct Remaking<'a>(&'a Cluster);
+        runtime.spawn(Arc::clone(self).remake(generation));
+    }
+
+    /// Makes the connection again (after [`after`](Self::after) marked it as being made).
+    async fn remake(self: Arc<Self>, generation: u64) {
+        // Cleared however this ends (the runtime shutting down drops the task), unless the
+        // end below clears it under the same lock that installs the new connection.
+        struct Remaking<'a>(&'a Cluster, bool);
         impl Drop for Remaking<'_> {
             fn drop(&mut self) {
-                self.0.lock().remaking = false;
+                if self.1 {
+                    self.0.lock().remaking = false;
+                }
+                self.0.remade.notify_waiters();
             }
         }
-        let remaking = Remaking(self);
-        let made = self.client.get_async_connection().await;
-        drop(remaking);
+        let mut remaking = Remaking(&self, true);
+        let made =
+            tokio::time::timeout(self.remake_bound, self.client.get_async_connection()).await;
         let mut state = self.lock();
+        state.remaking = false;
+        remaking.1 = false;
+        debug_assert_eq!(state.generation, generation);
         match made {
-            Ok(conn) => {
+            Ok(Ok(conn)) => {
                 tracing::warn!(target: "idem", "the Redis Cluster connection answered nothing \
                     for {:?}: made it again", state.answered.elapsed());
                 state.conn = conn;
                 state.generation += 1;
                 state.answered = Instant::now();
             }
-            Err(error) => {
+            failed => {
+                let error = match failed {
+                    Ok(Err(error)) => error.to_string(),
+                    _ => format!("no connection within {:?}", self.remake_bound),
+                };
+                // The next attempt waits for another stall: no back-to-back attempts while
+                // the cluster cannot be reached.
+                state.answered = Instant::now();
                 tracing::warn!(target: "idem", %error, "the Redis Cluster connection answers \
                     nothing, and a new one could not be made");
             }
@@ -127,11 +181,11 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(cluster) => {
-                let (mut conn, generation) = cluster.current();
-                let cluster = Arc::clone(cluster);
+                let cluster = &*cluster;
                 Box::pin(async move {
+                    let (mut conn, generation) = cluster.current().await;
                     let answer = conn.req_packed_command(cmd).await;
-                    cluster.after(generation, &answer).await;
+                    cluster.after(generation, &answer);
                     answer
                 })
             }
@@ -147,11 +201,11 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(cluster) => {
-                let (mut conn, generation) = cluster.current();
-                let cluster = Arc::clone(cluster);
+                let cluster = &*cluster;
                 Box::pin(async move {
+                    let (mut conn, generation) = cluster.current().await;
                     let answer = conn.req_packed_commands(pipeline, offset, count).await;
-                    cluster.after(generation, &answer).await;
+                    cluster.after(generation, &answer);
                     answer
                 })
             }
@@ -195,12 +249,12 @@ impl Conn {
         let Conn::Cluster(cluster) = self else {
             return Ok(vec![Node::Endpoint]);
         };
-        let (mut conn, generation) = cluster.current();
+        let (mut conn, generation) = cluster.current().await;
         let slots: RedisResult<Value> = ::redis::cmd("CLUSTER")
             .arg("SLOTS")
             .query_async(&mut conn)
             .await;
-        cluster.after(generation, &slots).await;
+        cluster.after(generation, &slots);
         let slots = slots?;
         let mut masters = Vec::new();
         let Value::Array(ranges) = slots else {
@@ -239,11 +293,11 @@ impl Conn {
                     host: host.clone(),
                     port: *port,
                 };
-                let (mut conn, generation) = cluster.current();
+                let (mut conn, generation) = cluster.current().await;
                 let answer = conn
                     .route_command(cmd.clone(), RoutingInfo::SingleNode(route))
                     .await;
-                cluster.after(generation, &answer).await;
+                cluster.after(generation, &answer);
                 answer
             }
             (conn, _) => cmd.query_async(conn).await,
