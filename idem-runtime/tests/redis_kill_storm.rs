@@ -190,6 +190,11 @@ async fn storm(stores: [Arc<dyn Store>; 2], nodes: Vec<String>) {
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
+/// Two stores on one server or cluster, as two processes would have.
+fn two_processes(stores: [Result<RedisStore, Error>; 2]) -> [Arc<dyn Store>; 2] {
+    stores.map(|store| Arc::new(store.expect("connect")) as Arc<dyn Store>)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_storm_on_a_single_server_runs_each_key_once() {
     let Some(url) = redis_common::redis_url("a_kill_storm_on_a_single_server_runs_each_key_once")
@@ -197,17 +202,9 @@ async fn a_kill_storm_on_a_single_server_runs_each_key_once() {
         return;
     };
     let prefix = unique_prefix("storm");
-    let mut stores = Vec::new();
-    for _ in 0..2 {
-        let store = RedisStore::builder()
-            .prefix(prefix.clone())
-            .connect(&url)
-            .await
-            .expect("connect");
-        stores.push(Arc::new(store) as Arc<dyn Store>);
-    }
-    let stores: [Arc<dyn Store>; 2] = [Arc::clone(&stores[0]), Arc::clone(&stores[1])];
-    storm(stores, vec![url.clone()]).await;
+    let connect = || RedisStore::builder().prefix(prefix.clone()).connect(&url);
+    let stores = [connect().await, connect().await];
+    storm(two_processes(stores), vec![url.clone()]).await;
     cleanup(&url, &prefix).await;
 }
 
@@ -221,16 +218,12 @@ async fn a_kill_storm_on_a_cluster_runs_each_key_once() {
         return;
     };
     let prefix = unique_prefix("storm");
-    let mut stores = Vec::new();
-    for _ in 0..2 {
-        let store = RedisStore::builder()
+    let connect = || {
+        RedisStore::builder()
             .prefix(prefix.clone())
             .connect_cluster(&urls)
-            .await
-            .expect("connect");
-        stores.push(Arc::new(store) as Arc<dyn Store>);
-    }
-    let stores: [Arc<dyn Store>; 2] = [Arc::clone(&stores[0]), Arc::clone(&stores[1])];
-    storm(stores, urls.clone()).await;
+    };
+    let stores = [connect().await, connect().await];
+    storm(two_processes(stores), urls.clone()).await;
     cleanup_cluster(&urls, &prefix).await;
 }
